@@ -1,0 +1,175 @@
+"""The commitlog: every message of every queue, appended in one sequence of fixed-size segments.
+
+One lock covers an append: queue offsets come from ``topic_queue_table``, physical offsets from the
+write position, store time is never behind the previous append's. A record never straddles segments:
+the tail of a segment too small for the next record gets an end-of-segment marker.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.put_message_result import AppendResult
+from common.message_codec import (
+    BLANK_MIN_LENGTH,
+    OFFSET_STORE_TIMESTAMP,
+    SIZE_MAGIC,
+    STORE_TIMESTAMP,
+    EncodedBatch,
+    check_record,
+    write_blank,
+)
+
+log = logging.getLogger(__name__)
+
+
+class CommitLog:
+    def __init__(self, store_dir: Path, mapped_file_size: int, close_grace_s: float = 30.0) -> None:
+        self.mapped_file_queue = MappedFileQueue(store_dir, mapped_file_size, close_grace_s)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._last_store_timestamp = 0
+        # What dispatchers may read up to; moved by appends (ASYNC_FLUSH) or by flushes (SYNC_FLUSH).
+        self.confirm_offset = 0
+        self.confirm_follows_flush = False
+        self._confirm_listeners: list[Callable[[int], None]] = []
+
+    # -- geometry ----------------------------------------------------------------------------------
+    @property
+    def mapped_file_size(self) -> int:
+        return self.mapped_file_queue.mapped_file_size
+
+    def max_record_size(self) -> int:
+        return self.mapped_file_size - BLANK_MIN_LENGTH
+
+    def min_offset(self) -> int:
+        return self.mapped_file_queue.min_offset()
+
+    def max_offset(self) -> int:
+        return self.mapped_file_queue.max_offset()
+
+    def flushed_offset(self) -> int:
+        return self.mapped_file_queue.flushed_offset()
+
+    # -- confirm offset ----------------------------------------------------------------------------
+    def add_confirm_listener(self, listener: Callable[[int], None]) -> None:
+        self._confirm_listeners.append(listener)
+
+    def advance_confirm_offset(self, offset: int) -> None:
+        if offset > self.confirm_offset:
+            self.confirm_offset = offset
+            for listener in self._confirm_listeners:
+                listener(offset)
+
+    def on_flushed(self, flushed_offset: int) -> None:
+        if self.confirm_follows_flush:
+            self.advance_confirm_offset(flushed_offset)
+
+    # -- append ------------------------------------------------------------------------------------
+    def append_batch(self, batch: EncodedBatch) -> AppendResult:
+        """Append a batch of one queue; its records get consecutive queue offsets."""
+        physical_offsets: list[int] = []
+        sizes = batch.sizes
+        with self._lock:
+            key = (batch.topic.decode(), batch.queue_id)
+            first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)
+            now = max(int(time.time() * 1000), self._last_store_timestamp)
+            self._last_store_timestamp = now
+            i, n = 0, len(sizes)
+            while i < n:
+                segment = self.mapped_file_queue.last_writable()
+                room = segment.remaining - BLANK_MIN_LENGTH
+                j, chunk = i, 0
+                while j < n and chunk + sizes[j] <= room:
+                    chunk += sizes[j]
+                    j += 1
+                if j == i:
+                    assert segment.wrote_position > 0, f"record of {sizes[i]} bytes cannot fit an empty segment"
+                    self._end_segment(segment)
+                    continue
+                physical = segment.file_from_offset + segment.wrote_position
+                segment.append(batch.encode(i, j, queue_offset, physical, now, physical_offsets))
+                queue_offset += j - i
+                i = j
+            self.topic_queue_table[key] = queue_offset
+            end = self.mapped_file_queue.max_offset()
+            if not self.confirm_follows_flush:
+                self.advance_confirm_offset(end)
+        return AppendResult(physical_offsets, first_queue_offset, now, end)
+
+    @staticmethod
+    def _end_segment(segment: MappedFile) -> None:
+        blank = bytearray(BLANK_MIN_LENGTH)
+        write_blank(blank, 0, segment.remaining)
+        segment.write_at(segment.wrote_position, blank)
+        segment.wrote_position = segment.file_size
+
+    # -- read --------------------------------------------------------------------------------------
+    def read(self, physical_offset: int, size: int) -> bytes | None:
+        segment = self.mapped_file_queue.find(physical_offset)
+        if segment is None:
+            return None
+        return segment.read(physical_offset - segment.file_from_offset, size)
+
+    def read_record(self, physical_offset: int) -> bytes | None:
+        """The whole record at ``physical_offset`` if one starts there and is intact, else None."""
+        segment = self.mapped_file_queue.find(physical_offset)
+        if segment is None or physical_offset >= self.confirm_offset:
+            return None
+        pos = physical_offset - segment.file_from_offset
+        size = check_record(segment.mm, pos, segment.file_size, physical_offset, verify_crc=True)
+        return segment.read(pos, size) if size > 0 else None
+
+    def store_timestamp_at(self, physical_offset: int) -> int:
+        segment = self.mapped_file_queue.find(physical_offset)
+        if segment is None:
+            return -1
+        return STORE_TIMESTAMP.unpack_from(segment.mm, physical_offset - segment.file_from_offset
+                                           + OFFSET_STORE_TIMESTAMP)[0]
+
+    # -- recovery ----------------------------------------------------------------------------------
+    def scan_valid_end(self, start: int, verify_crc: bool) -> int:
+        """Walk records from ``start`` (a record boundary); the offset just past the last valid one."""
+        files = self.mapped_file_queue.files
+        if not files:
+            return 0
+        start = max(start, files[0].file_from_offset)
+        for segment in files:
+            if segment.end_offset <= start:
+                continue
+            pos = start - segment.file_from_offset
+            mm, limit, base = segment.mm, segment.file_size, segment.file_from_offset
+            while True:
+                size = check_record(mm, pos, limit, base + pos, verify_crc)
+                if size > 0:
+                    pos += size
+                elif size == 0:
+                    start = segment.end_offset
+                    break
+                else:
+                    return base + pos
+        return start
+
+    def recover_to(self, end: int) -> None:
+        """Make ``end`` the commitlog end: zero a torn tail, drop later segments."""
+        self.mapped_file_queue.truncate_to(end)
+        for segment in self.mapped_file_queue.files:
+            if segment.end_offset <= end:
+                segment.wrote_position = segment.flushed_position = segment.file_size
+        self.confirm_offset = end
+
+    def record_size_at(self, physical_offset: int) -> int:
+        segment = self.mapped_file_queue.find(physical_offset)
+        if segment is None:
+            return -1
+        return SIZE_MAGIC.unpack_from(segment.mm, physical_offset - segment.file_from_offset)[0]
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown()
+
+
+

@@ -1,0 +1,33 @@
+"""The interface every consumer of the dispatch chain implements (consume queue, index, KV, tiered)."""
+
+from abc import ABC, abstractmethod
+
+from broker.store.dispatch.dispatch_request import DispatchRequest
+
+
+class CommitLogDispatcher(ABC):
+    """Receives commitlog records in commitlog order, never past the confirm offset.
+
+    Contract: ``dispatch`` is idempotent under re-dispatch (after a restart the chain replays from the
+    lowest checkpoint of all dispatchers); ``checkpoint`` is a commitlog offset below which this
+    dispatcher's applied state survives a crash.
+    """
+
+    name: str = "dispatcher"
+
+    @abstractmethod
+    def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
+        """Apply ``requests``; ``end_offset`` is the commitlog offset after the last of them."""
+
+    @abstractmethod
+    def checkpoint(self) -> int:
+        """Commitlog offset up to which applied state is durable."""
+
+    def load(self) -> None:  # noqa: B027 - optional hook
+        """Open persisted state; called before recovery."""
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make applied state durable and advance the checkpoint."""
+
+    def truncate_dirty(self, commit_log_end: int) -> None:  # noqa: B027 - optional hook
+        """Forget state that points at or past ``commit_log_end`` (the commitlog lost its tail)."""

@@ -1,0 +1,125 @@
+"""Reput: reads the commitlog from the lowest dispatcher checkpoint and feeds the dispatch chain."""
+
+import logging
+import mmap
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+from broker.store.commit_log import CommitLog
+from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.dispatch_request import DispatchRequest
+from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC
+from common.message_properties import TAGS_NEEDLE, find_property
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_RECORDS = 4096
+ArrivalListener = Callable[[list[DispatchRequest]], None]
+
+
+def parse_records(
+    mm: mmap.mmap, pos: int, limit: int, base: int, topics: dict[bytes, str], max_count: int = MAX_BATCH_RECORDS
+) -> tuple[list[DispatchRequest], int, bool]:
+    """Parse up to ``max_count`` whole records in ``mm[pos:limit]`` (``base`` = commitlog offset of
+    ``mm[0]``; ``limit`` is a record boundary). Returns the requests, the position after the last one,
+    and whether an end-of-segment marker was hit."""
+    out: list[DispatchRequest] = []
+    append = out.append
+    unpack = DISPATCH_FIELDS.unpack_from
+    crc32 = zlib.crc32
+    stop = len(out) + max_count
+    while pos < limit and len(out) < stop:
+        size, magic, queue_id, queue_offset, physical, store_ts, topic_len, props_len = unpack(mm, pos)
+        if magic == BLANK_MAGIC:
+            return out, pos, True
+        assert magic == MESSAGE_MAGIC and physical == base + pos, f"no record at commitlog offset {base + pos}"
+        t0 = pos + HEADER_SIZE
+        t1 = t0 + topic_len
+        raw_topic = mm[t0:t1]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode()
+        props = mm[t1 : t1 + props_len]
+        tags = find_property(props, TAGS_NEEDLE) if TAGS_NEEDLE in props else None
+        append((topic, queue_id, queue_offset, physical, size, (crc32(tags) or 1) if tags else 0, store_ts, props))
+        pos += size
+    return out, pos, False
+
+
+class ReputMessageService(threading.Thread):
+    def __init__(self, commit_log: CommitLog, dispatchers: list[CommitLogDispatcher]) -> None:
+        super().__init__(name="reput", daemon=True)
+        self.commit_log = commit_log
+        self.dispatchers = dispatchers
+        self.reput_from_offset = 0
+        self.arrival_listeners: list[ArrivalListener] = []
+        self._wakeup = threading.Event()
+        self._stopped = threading.Event()
+        self._progress = threading.Condition()
+        self._topics: dict[bytes, str] = {}
+        commit_log.add_confirm_listener(lambda _offset: self._wakeup.set())
+
+    def start_from(self, offset: int) -> None:
+        self.reput_from_offset = max(offset, self.commit_log.min_offset())
+
+    def do_reput(self) -> int:
+        """Dispatch everything up to the confirm offset; returns how many records were dispatched."""
+        count = 0
+        mfq = self.commit_log.mapped_file_queue
+        while self.reput_from_offset < self.commit_log.confirm_offset and not self._stopped.is_set():
+            offset = self.reput_from_offset
+            segment = mfq.find(offset)
+            if segment is None:  # expired under us: continue at the oldest segment still here
+                first = mfq.min_offset()
+                if first <= offset:
+                    break
+                log.warning("reput_skipped_expired from=%d to=%d", offset, first)
+                self.reput_from_offset = first
+                continue
+            base = segment.file_from_offset
+            limit = min(self.commit_log.confirm_offset, segment.end_offset) - base
+            requests, pos, hit_end = parse_records(segment.mm, offset - base, limit, base, self._topics)
+            end = segment.end_offset if hit_end else base + pos
+            if requests or end != offset:
+                self._dispatch(requests, end)
+            count += len(requests)
+        return count
+
+    def _dispatch(self, requests: list[DispatchRequest], end: int) -> None:
+        for dispatcher in self.dispatchers:
+            dispatcher.dispatch(requests, end)
+        with self._progress:
+            self.reput_from_offset = end
+            self._progress.notify_all()
+        if requests:
+            for listener in self.arrival_listeners:
+                listener(requests)
+
+    def wait_dispatched(self, offset: int, timeout_s: float) -> bool:
+        """Block until every record below ``offset`` was dispatched; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._progress:
+            while self.reput_from_offset < offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._progress.wait(left)
+        return True
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._wakeup.wait(0.05)
+            self._wakeup.clear()
+            try:
+                self.do_reput()
+            except Exception:
+                log.exception("reput_failed offset=%d", self.reput_from_offset)
+                time.sleep(0.1)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        if self.is_alive():
+            self.join(timeout=10)

@@ -1,0 +1,102 @@
+"""A hash index file: key hash -> chain of (commitlog offset, store time) entries, newest first.
+
+Layout: a 40-byte header (begin/end store time in ms, begin/end commitlog offset, slot count, entry
+count), ``slot_num`` 4-byte slots holding the newest entry of their chain, then ``index_num`` 20-byte
+entries (key hash, commitlog offset, seconds since begin, previous entry). Entry 0 means "none".
+Hash collisions are expected: callers check the message itself.
+"""
+
+import mmap
+import os
+import struct
+import zlib
+from pathlib import Path
+
+HEADER = struct.Struct(">qqqqii")
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+HEADER_SIZE = HEADER.size
+ENTRY_SIZE = ENTRY.size
+
+
+def key_hash(key: str) -> int:
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+
+class IndexFile:
+    def __init__(self, path: Path, slot_num: int, index_num: int) -> None:
+        self.path = path
+        self.slot_num = slot_num
+        self.index_num = index_num
+        size = HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size == 0:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         _slots, self.index_count) = HEADER.unpack_from(self.mm, 0)
+        self.index_count = max(self.index_count, 1)
+        self._entries_at = HEADER_SIZE + slot_num * SLOT.size
+
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_batch(self, entries: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """Add (key, commitlog offset, store time) entries while there is room; returns the rest."""
+        if not entries:
+            return entries
+        if self.index_count == 1:
+            self.begin_timestamp = entries[0][2]
+            self.begin_phy_offset = entries[0][1]
+        mm, slot_num, count, begin = self.mm, self.slot_num, self.index_count, self.begin_timestamp
+        slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
+        room = self.index_num - count
+        crc32 = zlib.crc32
+        for key, physical_offset, store_ts in entries[:room]:
+            h = crc32(key.encode()) & 0x7FFFFFFF
+            slot_pos = HEADER_SIZE + (h % slot_num) * 4
+            entry_pack(mm, self._entries_at + count * ENTRY_SIZE, h, physical_offset,
+                       max(0, (store_ts - begin) // 1000), slot_unpack(mm, slot_pos)[0])
+            slot_pack(mm, slot_pos, count)
+            count += 1
+        self.index_count = count
+        self.end_timestamp = max(self.end_timestamp, entries[min(room, len(entries)) - 1][2])
+        return entries[room:]
+
+    def set_end(self, end_phy_offset: int) -> None:
+        """Record progress: every record below ``end_phy_offset`` has been indexed (or had no key)."""
+        self.end_phy_offset = end_phy_offset
+        HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                         self.end_phy_offset, self.slot_num, self.index_count)
+
+    def lookup(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets of entries whose key hash matches, newest first, roughly within the time
+        range (second granularity: callers filter exactly)."""
+        h = key_hash(key)
+        entry = SLOT.unpack_from(self.mm, HEADER_SIZE + (h % self.slot_num) * SLOT.size)[0]
+        out: list[int] = []
+        seen = 0
+        while 0 < entry < self.index_count and len(out) < max_num and seen < self.index_num:
+            eh, phy, seconds, prev = ENTRY.unpack_from(self.mm, self._entries_at + entry * ENTRY_SIZE)
+            t = self.begin_timestamp + seconds * 1000
+            if eh == h and begin_ms - 1000 <= t <= end_ms + 1000:
+                out.append(phy)
+            if prev >= entry:
+                break
+            entry = prev
+            seen += 1
+        return out
+
+    def flush(self) -> None:
+        self.mm.flush()
+
+    def close(self) -> None:
+        if not self.mm.closed:
+            self.mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)

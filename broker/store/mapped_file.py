@@ -1,0 +1,100 @@
+"""One fixed-size segment file, named by the offset of its first byte (20 digits).
+
+Writes go through ``os.pwrite`` (into the page cache: six times faster here than first-touch writes
+through a mapping); reads copy out of a shared mapping of the same pages, so no view outlives a
+closed mapping. The descriptor is kept only while the file can still be written.
+"""
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:020d}"
+
+
+class MappedFile:
+    def __init__(self, path: Path, file_size: int) -> None:
+        self.path = path
+        self.file_from_offset = int(path.name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        actual = os.fstat(fd).st_size
+        if actual == 0:
+            os.ftruncate(fd, file_size)
+            actual = file_size
+        self.file_size = actual  # an existing file keeps its size even if the config changed
+        self.mm = mmap.mmap(fd, actual)
+        self._fd: int | None = fd
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def _writer(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        assert pos + len(data) <= self.file_size, f"write of {len(data)} at {pos} overflows {self.path.name}"
+        os.pwrite(self._writer(), data, pos)
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the write position and advance it; returns where it went."""
+        pos = self.wrote_position
+        self.write_at(pos, data)
+        self.wrote_position = pos + len(data)
+        return pos
+
+    def read(self, pos: int, size: int) -> bytes:
+        return self.mm[pos : pos + size]
+
+    def flush(self) -> int:
+        """fdatasync what was written since the last flush; returns the flushed position.
+        A full file is done with its descriptor after its last flush."""
+        target = self.wrote_position
+        if target > self.flushed_position and self._fd is not None:
+            os.fdatasync(self._fd)
+        self.flushed_position = max(self.flushed_position, target)
+        if self.is_full() and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        return self.flushed_position
+
+    def truncate_to(self, pos: int) -> None:
+        """Zero everything from ``pos`` on (a torn tail) and make ``pos`` the write position."""
+        if pos < self.file_size:
+            self.write_at(pos, bytes(self.file_size - pos))
+            os.fdatasync(self._writer())
+        self.wrote_position = self.flushed_position = pos
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if not self.mm.closed:
+            self.mm.close()
+
+    def destroy(self) -> None:
+        """Remove the file now; the mapping stays readable until :meth:`close` (readers may still use it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.path.unlink(missing_ok=True)
+        log.info("segment_deleted file=%s", self.path)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"

@@ -1,0 +1,174 @@
+"""An ordered run of segments that reads as one unbounded byte stream (commitlog, consume queue)."""
+
+import bisect
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.store.mapped_file import MappedFile, segment_name
+
+log = logging.getLogger(__name__)
+
+
+class MappedFileQueue:
+    """Segments by start offset. Only the last is written. The segment list is replaced as a whole
+    (copy on write), so readers on other threads never see it half-updated."""
+
+    def __init__(self, store_dir: Path, mapped_file_size: int, close_grace_s: float = 30.0) -> None:
+        self.store_dir = store_dir
+        self.mapped_file_size = mapped_file_size
+        self._files: tuple[MappedFile, ...] = ()
+        self._starts: tuple[int, ...] = ()
+        self._close_grace_s = close_grace_s
+        self._pending_close: list[tuple[float, MappedFile]] = []
+
+    # -- loading and lookup ------------------------------------------------------------------------
+    def load(self) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        paths = sorted(p for p in self.store_dir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        files = [MappedFile(p, self.mapped_file_size) for p in paths]
+        for prev, cur in itertools.pairwise(files):
+            if prev.end_offset != cur.file_from_offset:
+                raise RuntimeError(f"segments not contiguous in {self.store_dir}: {prev.path.name} -> {cur.path.name}")
+        for f in files:  # positions are set by recovery; assume full until then
+            f.wrote_position = f.flushed_position = f.file_size
+        self._set(files)
+
+    def _set(self, files: list[MappedFile]) -> None:
+        self._files = tuple(files)
+        self._starts = tuple(f.file_from_offset for f in files)
+
+    @property
+    def files(self) -> tuple[MappedFile, ...]:
+        return self._files
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding ``offset``, or None if it was deleted or not written yet."""
+        files, starts = self._files, self._starts
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0:
+            return None
+        f = files[i]
+        return f if offset < f.end_offset else None
+
+    def last(self) -> MappedFile | None:
+        files = self._files
+        return files[-1] if files else None
+
+    def first(self) -> MappedFile | None:
+        files = self._files
+        return files[0] if files else None
+
+    def min_offset(self) -> int:
+        files = self._files
+        return files[0].file_from_offset if files else 0
+
+    def max_offset(self) -> int:
+        """One past the last written byte."""
+        files = self._files
+        return files[-1].file_from_offset + files[-1].wrote_position if files else 0
+
+    def flushed_offset(self) -> int:
+        files = self._files
+        return files[-1].file_from_offset + files[-1].flushed_position if files else 0
+
+    # -- writing -----------------------------------------------------------------------------------
+    def create_segment(self, start_offset: int) -> MappedFile:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        last = self.last()
+        assert last is None or start_offset >= last.end_offset, "segments only grow"
+        f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
+        self._set([*self._files, f])
+        return f
+
+    def last_writable(self) -> MappedFile:
+        """The segment to write into, rolling to a new one when the last is full."""
+        last = self.last()
+        if last is None:
+            return self.create_segment(0)
+        if last.is_full():
+            return self.create_segment(last.end_offset)
+        return last
+
+    def flush(self) -> int:
+        """Flush every segment with unflushed data; returns the flushed offset."""
+        for f in self._files:
+            if f.flushed_position < f.wrote_position:
+                f.flush()
+        return self.flushed_offset()
+
+    # -- truncation and deletion -------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Make ``offset`` the end: zero the tail of its segment and delete segments after it."""
+        keep: list[MappedFile] = []
+        for f in self._files:
+            if f.end_offset <= offset:
+                keep.append(f)
+            elif f.file_from_offset <= offset:
+                f.truncate_to(offset - f.file_from_offset)
+                keep.append(f)
+            else:
+                f.destroy()
+                self._retire(f)
+        self._set(keep)
+
+    def reset_start(self, offset: int) -> MappedFile:
+        """An empty queue that starts at ``offset`` (its head was deleted): one segment holding it."""
+        assert not self._files, "reset_start only on an empty queue"
+        start = offset - offset % self.mapped_file_size
+        f = self.create_segment(start)
+        f.wrote_position = f.flushed_position = offset - start
+        return f
+
+    def delete_first(self, should_delete: Callable[[MappedFile], bool], max_count: int) -> list[MappedFile]:
+        """Delete leading segments while ``should_delete`` holds; never the last (the one written)."""
+        files = list(self._files)
+        removed: list[MappedFile] = []
+        while len(files) > 1 and len(removed) < max_count and should_delete(files[0]):
+            removed.append(files.pop(0))
+        if removed:
+            self._set(files)
+            for f in removed:
+                f.destroy()
+                self._retire(f)
+        return removed
+
+    def _retire(self, f: MappedFile) -> None:
+        self._pending_close.append((time.monotonic() + self._close_grace_s, f))
+
+    def close_retired(self, force: bool = False) -> None:
+        now = time.monotonic()
+        still: list[tuple[float, MappedFile]] = []
+        for due, f in self._pending_close:
+            if force or due <= now:
+                f.close()
+            else:
+                still.append((due, f))
+        self._pending_close = still
+
+    def destroy_all(self) -> None:
+        for f in self._files:
+            f.destroy()
+            f.close()
+        self._set([])
+
+    def shutdown(self) -> None:
+        self.flush()
+        for f in self._files:
+            f.close()
+        self.close_retired(force=True)
+
+    def __repr__(self) -> str:
+        return f"MappedFileQueue({self.store_dir}, {len(self._files)} segments)"
+
+
+def segment_age_hours(f: MappedFile) -> float:
+    try:
+        return (time.time() - f.path.stat().st_mtime) / 3600
+    except FileNotFoundError:
+        return float("inf")
+
+
+__all__ = ["MappedFileQueue", "segment_age_hours"]

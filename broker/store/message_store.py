@@ -1,0 +1,259 @@
+"""The message store: commitlog, dispatch chain (consume queue, index, and whatever registers),
+flush, recovery, expiry, and the read API. Pure storage: no network here."""
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.commit_log import CommitLog
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore
+from broker.store.consume_queue.file_consume_queue_store import FileConsumeQueueStore
+from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.reput_service import ReputMessageService
+from broker.store.flush_service import FlushService, GroupCommitService, PeriodicFlushService
+from broker.store.get_message_result import GetMessageResult, GetMessageStatus
+from broker.store.index.index_service import IndexService
+from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.store.recovery import mark_clean_shutdown, recover
+from broker.store.store_services import CleanCommitLogService, DispatcherFlushService
+from common.message import MessageExt
+from common.message_codec import decode_record, prepare_batch
+from common.message_id import encode_host
+from common.message_properties import MAX_PROPERTIES_SIZE
+from common.topic_validator import InvalidTopicError, validate_topic
+
+log = logging.getLogger(__name__)
+
+MAX_SCAN_UNITS = 16_000  # units a filtered read may skip before it answers
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig, consume_queue_store: ConsumeQueueStore | None = None) -> None:
+        self.config = config
+        root = Path(config.store_path_root_dir)
+        grace_s = config.destroy_mapped_file_grace_ms / 1000
+        self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log, grace_s)
+        self.commit_log.confirm_follows_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.consume_queue_store = consume_queue_store or FileConsumeQueueStore(
+            root / "consumequeue", config.mapped_file_size_consume_queue, self.commit_log.store_timestamp_at
+        )
+        self.dispatchers: list[CommitLogDispatcher] = [self.consume_queue_store]
+        self.index_service: IndexService | None = None
+        if config.message_index_enable:
+            self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
+            self.dispatchers.append(self.index_service)
+        self.flushed_checkpoint = OffsetCheckpoint(root / "checkpoint" / "commitlog_flushed")
+        self.reput = ReputMessageService(self.commit_log, self.dispatchers)
+        self.flush_service: FlushService = (
+            GroupCommitService(self.commit_log)
+            if self.commit_log.confirm_follows_flush
+            else PeriodicFlushService(self.commit_log, config.flush_interval_commit_log_ms)
+        )
+        self.dispatcher_flush = DispatcherFlushService(
+            self.commit_log, self.dispatchers, self.flushed_checkpoint, config.flush_interval_consume_queue_ms
+        )
+        self.clean_service = CleanCommitLogService(config, self.commit_log, lambda: self.reput.reput_from_offset,
+                                                   self._on_commit_log_expired)
+        self.store_host = encode_host(config.store_host)
+        self._running = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:
+        """Add a dispatcher to the chain (KV applier, tiered uploader); only before ``start``."""
+        assert not self._running, "register dispatchers before start"
+        self.dispatchers.append(dispatcher)
+
+    def start(self) -> None:
+        recover(self)
+        for service in (self.flush_service, self.reput, self.dispatcher_flush, self.clean_service):
+            service.start()
+        self._running = True
+
+    def shutdown(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        self.clean_service.shutdown()
+        self.flush_service.shutdown()  # flushes: in SYNC_FLUSH that also confirms the tail
+        self.reput.do_reput()
+        self.reput.shutdown()
+        self.dispatcher_flush.shutdown()
+        for dispatcher in self.dispatchers:
+            dispatcher.flush()
+        self.flushed_checkpoint.write(self.commit_log.flushed_offset())
+        self.consume_queue_store.shutdown()
+        if self.index_service:
+            self.index_service.shutdown()
+        self.commit_log.shutdown()
+        mark_clean_shutdown(Path(self.config.store_path_root_dir))
+        log.info("store_shutdown commitlog_end=%d", self.commit_log.max_offset())
+
+    # -- write -------------------------------------------------------------------------------------
+    def put_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes],
+        properties: Sequence[bytes],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str = "127.0.0.1:0",
+        flag: int = 0,
+        sys_flag: int = 0,
+    ) -> PutMessageResult:
+        """Append a batch to one queue (a single message is a batch of one). Properties are in wire form."""
+        error = self._check(topic, queue_id, bodies, properties)
+        if error is not None:
+            return error
+        batch = prepare_batch(
+            topic.encode(), queue_id, bodies, properties,
+            born_timestamp=born_timestamp if born_timestamp is not None else int(time.time() * 1000),
+            born_host=encode_host(born_host), store_host=self.store_host, flag=flag, sys_flag=sys_flag,
+        )
+        if max(batch.sizes) > self.commit_log.max_record_size():
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
+        append = self.commit_log.append_batch(batch)
+        status = PutMessageStatus.PUT_OK
+        if not self.flush_service.wait_flushed(append.end_offset, self.config.sync_flush_timeout_ms / 1000):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, append=append, store_host=self.store_host)
+
+    def _check(self, topic: str, queue_id: int, bodies: Sequence[bytes],
+               properties: Sequence[bytes]) -> PutMessageResult | None:
+        def illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
+            return PutMessageResult(status, why)
+
+        if not self._running:
+            return illegal("message store is not running", PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        try:
+            validate_topic(topic)
+        except InvalidTopicError as exc:
+            return illegal(str(exc))
+        if queue_id < 0:
+            return illegal(f"queue id {queue_id} is negative")
+        if not bodies:
+            return illegal("batch is empty")
+        if len(bodies) != len(properties):
+            return illegal(f"{len(bodies)} bodies but {len(properties)} property blocks")
+        body_sizes = list(map(len, bodies))
+        if min(body_sizes) == 0:
+            return illegal("message body is empty")
+        if max(body_sizes) > self.config.max_message_size:
+            limit = self.config.max_message_size
+            return illegal(f"message body of {max(body_sizes)} bytes exceeds maxMessageSize {limit}")
+        props_size = max(map(len, properties))
+        if props_size > MAX_PROPERTIES_SIZE:
+            return illegal(f"properties of {props_size} bytes exceed {MAX_PROPERTIES_SIZE}",
+                           PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+        return None
+
+    # -- read --------------------------------------------------------------------------------------
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    max_total_bytes: int = 4 * 1024 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
+        """Up to ``max_msg_nums`` records (or ``max_total_bytes``) of a queue from ``offset``; with
+        ``tags_codes``, only messages whose tag hash is in it."""
+        cqs = self.consume_queue_store
+        min_offset = cqs.min_offset(topic, queue_id)
+        max_offset = cqs.max_offset(topic, queue_id)
+        status = None
+        if max_offset == min_offset:
+            status, next_offset = GetMessageStatus.NO_MESSAGE, max_offset
+        elif offset < min_offset:
+            status, next_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_offset
+        elif offset == max_offset:
+            status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > max_offset:
+            status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
+        if status is not None:
+            return GetMessageResult(status, next_offset, min_offset, max_offset)
+        messages, total, next_offset = self._read_queue(topic, queue_id, offset, max_msg_nums, max_total_bytes,
+                                                        tags_codes)
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, next_offset, min_offset, max_offset, messages, total)
+
+    def _read_queue(self, topic: str, queue_id: int, offset: int, max_nums: int, max_bytes: int,
+                    tags_codes: set[int] | None) -> tuple[list[bytes], int, int]:
+        messages: list[bytes] = []
+        total = 0
+        scanned = 0
+        commit_min = self.commit_log.min_offset()
+        find = self.commit_log.mapped_file_queue.find
+        segment = None
+        while len(messages) < max_nums and scanned < MAX_SCAN_UNITS:
+            units = self.consume_queue_store.read_units(topic, queue_id, offset, max(max_nums - len(messages), 32))
+            if not units:
+                break
+            for physical_offset, size, tags_code in units:
+                filtered_out = tags_codes is not None and tags_code not in tags_codes
+                if size <= 0 or physical_offset < commit_min or filtered_out:
+                    offset += 1
+                    scanned += 1
+                    continue
+                if messages and total + size > max_bytes:
+                    return messages, total, offset
+                if segment is None or not segment.file_from_offset <= physical_offset < segment.end_offset:
+                    segment = find(physical_offset)
+                    if segment is None:
+                        offset += 1
+                        continue
+                pos = physical_offset - segment.file_from_offset
+                messages.append(segment.mm[pos : pos + size])
+                total += size
+                offset += 1
+                scanned += 1
+                if len(messages) >= max_nums:
+                    break
+        return messages, total, offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.consume_queue_store.min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.consume_queue_store.max_offset(topic, queue_id)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
+                       boundary: BoundaryType = BoundaryType.LOWER) -> int:
+        return self.consume_queue_store.offset_by_time(topic, queue_id, timestamp, boundary)
+
+    def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``physical_offset`` (query by message id)."""
+        raw = self.commit_log.read_record(physical_offset)
+        return decode_record(raw) if raw is not None else None
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                      end_ms: int = 2**62) -> list[MessageExt]:
+        """Messages of ``topic`` with message key or unique key ``key``, stored in [begin_ms, end_ms]."""
+        if self.index_service is None:
+            return []
+        found: list[MessageExt] = []
+        seen: set[int] = set()
+        for physical_offset in self.index_service.lookup(topic, key, max_num * 2, begin_ms, end_ms):
+            if physical_offset in seen:
+                continue
+            seen.add(physical_offset)
+            msg = self.look_message_by_offset(physical_offset)
+            if msg is None or msg.topic != topic or not begin_ms <= msg.store_timestamp <= end_ms:
+                continue
+            if key in msg.keys or msg.unique_key == key:
+                found.append(msg)
+                if len(found) >= max_num:
+                    break
+        return found
+
+    def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
+        """Block until the dispatch chain has passed ``offset`` (e.g. a put's end offset)."""
+        return self.reput.wait_dispatched(offset, timeout_s)
+
+    # -- expiry ------------------------------------------------------------------------------------
+    def delete_expired_files(self, ignore_delete_when: bool = True) -> int:
+        """Run one expiry pass now (normally the clean service's timer does); returns segments deleted."""
+        return self.clean_service.run_once(ignore_delete_when=ignore_delete_when)
+
+    def _on_commit_log_expired(self, commit_log_min_offset: int) -> None:
+        self.consume_queue_store.correct_min_offset(commit_log_min_offset)
+        if self.index_service:
+            self.index_service.delete_expired(commit_log_min_offset)

@@ -1,0 +1,53 @@
+"""Start-up recovery: find the commitlog's true end, cut what lies past it, re-dispatch the rest.
+
+A clean-shutdown marker (the ``abort`` file exists while the store runs) tells a normal start from an
+abnormal one. Normal: a structural scan of the last segment. Abnormal: every record from the lowest
+checkpoint on is checked for structure and CRC; the first bad one ends the log.
+"""
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+ABORT_FILE = "abort"
+
+
+def recover(store: "MessageStore") -> None:
+    root = Path(store.config.store_path_root_dir)
+    abort = root / ABORT_FILE
+    abnormal = abort.exists()
+    commit_log = store.commit_log
+    commit_log.mapped_file_queue.load()
+    for dispatcher in store.dispatchers:
+        dispatcher.load()
+    checkpoints = {d.name: d.checkpoint() for d in store.dispatchers}
+    flushed = store.flushed_checkpoint.read() or 0
+    lowest = min([flushed, *checkpoints.values()])
+    if abnormal:
+        end = commit_log.scan_valid_end(lowest, verify_crc=True)
+    else:
+        last = commit_log.mapped_file_queue.last()
+        end = commit_log.scan_valid_end(last.file_from_offset if last else 0, verify_crc=False)
+    commit_log.recover_to(end)
+    commit_log.mapped_file_queue.flush()
+    for dispatcher in store.dispatchers:
+        dispatcher.truncate_dirty(end)
+    reput_from = min(lowest, end)
+    store.reput.start_from(reput_from)
+    replayed = store.reput.do_reput()
+    commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
+    log.info(
+        "store_recovered mode=%s commitlog_min=%d commitlog_end=%d reput_from=%d replayed=%d checkpoints=%s",
+        "abnormal" if abnormal else "normal", commit_log.min_offset(), end, reput_from, replayed, checkpoints,
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    abort.touch()
+
+
+def mark_clean_shutdown(root: Path) -> None:
+    (root / ABORT_FILE).unlink(missing_ok=True)
