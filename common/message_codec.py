@@ -24,7 +24,7 @@ from common.message_id import decode_host, make_message_id
 from common.message_properties import decode_properties
 
 MESSAGE_MAGIC = 0x524D5131  # "RMQ1"
-BLANK_MAGIC = 0x524D5100  # end-of-segment marker: the rest of the segment is unused
+BLANK_MAGIC = 0x424C4E4B  # "BLNK", end-of-segment marker; no torn prefix of MESSAGE_MAGIC reads as it
 BLANK_MIN_LENGTH = 8  # total_size + magic
 
 HEADER = struct.Struct(">iIIiiqqqiq8s8siqiBH")

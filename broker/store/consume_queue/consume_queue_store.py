@@ -64,7 +64,7 @@ class ConsumeQueueStore(CommitLogDispatcher):
 
     @abstractmethod
     def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[CqUnit]:
-        """Units from ``offset`` on, at most ``max_count``; fewer (maybe none) at the end of the queue."""
+        """Units from ``offset`` on, at most ``max_count``; maybe fewer (a file boundary); none only at the end."""
 
     @abstractmethod
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: BoundaryType) -> int: ...

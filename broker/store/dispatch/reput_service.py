@@ -10,7 +10,7 @@ from collections.abc import Callable
 from broker.store.commit_log import CommitLog
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
-from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC
+from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
 from common.message_properties import TAGS_NEEDLE, find_property
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,9 @@ def parse_records(
     crc32 = zlib.crc32
     stop = len(out) + max_count
     while pos < limit and len(out) < stop:
+        if limit - pos < HEADER_SIZE:  # too short for a record: only an end-of-segment marker fits here
+            assert SIZE_MAGIC.unpack_from(mm, pos)[1] == BLANK_MAGIC, f"no record at commitlog offset {base + pos}"
+            return out, pos, True
         size, magic, queue_id, queue_offset, physical, store_ts, topic_len, props_len = unpack(mm, pos)
         if magic == BLANK_MAGIC:
             return out, pos, True

@@ -62,8 +62,10 @@ class IndexFile:
                        max(0, (store_ts - begin) // 1000), slot_unpack(mm, slot_pos)[0])
             slot_pack(mm, slot_pos, count)
             count += 1
+        _key, last_offset, last_ts = entries[min(room, len(entries)) - 1]
         self.index_count = count
-        self.end_timestamp = max(self.end_timestamp, entries[min(room, len(entries)) - 1][2])
+        self.end_timestamp = max(self.end_timestamp, last_ts)
+        self.set_end(max(self.end_phy_offset, last_offset + 1))  # header stays current even if we fill up
         return entries[room:]
 
     def set_end(self, end_phy_offset: int) -> None:

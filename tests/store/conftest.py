@@ -1,0 +1,40 @@
+"""Fixtures for message store tests: a store on a temp dir with tiny segments."""
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.message_store import MessageStore
+
+StoreFactory = Callable[..., MessageStore]
+
+
+def store_config(root: Path, **overrides: object) -> MessageStoreConfig:
+    settings: dict[str, object] = {
+        "mapped_file_size_commit_log": 64 * 1024,
+        "mapped_file_size_consume_queue": 20 * 256,
+        "flush_disk_type": FlushDiskType.ASYNC_FLUSH,
+        "max_hash_slot_num": 1024,
+        "max_index_num": 4096,
+        "destroy_mapped_file_grace_ms": 0,
+    }
+    settings.update(overrides)
+    return MessageStoreConfig(str(root), **settings)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Iterator[StoreFactory]:
+    """Opens (and at the end shuts) stores on ``tmp_path / "store"``; reopen by calling again."""
+    opened: list[MessageStore] = []
+
+    def factory(**overrides: object) -> MessageStore:
+        store = MessageStore(store_config(tmp_path / "store", **overrides))
+        store.start()
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.shutdown()

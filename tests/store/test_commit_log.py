@@ -1,0 +1,80 @@
+"""Commitlog: segments, roll-over, batches, offsets."""
+
+from pathlib import Path
+
+from broker.store.get_message_result import GetMessageStatus
+from common.message_codec import BLANK_MAGIC, SIZE_MAGIC, decode_record
+from tests.store.conftest import StoreFactory
+
+
+def test_segments_roll_over_and_records_never_straddle(open_store: StoreFactory, tmp_path: Path):
+    store = open_store()
+    seg_size = store.commit_log.mapped_file_size
+    bodies = [bytes([i % 251]) * (700 + i * 37 % 900) for i in range(400)]
+    results = [store.put_messages("RollT", 0, [b], [b""]) for b in bodies]
+    assert all(r.ok for r in results)
+    files = sorted((tmp_path / "store" / "commitlog").iterdir())
+    assert len(files) > 5
+    assert [f.name for f in files] == [f"{i * seg_size:020d}" for i in range(len(files))]
+    for r in results:  # no record crosses a segment boundary
+        start = r.physical_offset
+        size = store.commit_log.record_size_at(start)
+        assert start // seg_size == (start + size - 1) // seg_size
+    for f in files[:-1]:  # each full segment ends with an end-of-segment marker
+        raw = f.read_bytes()
+        pos = 0
+        while True:
+            size, magic = SIZE_MAGIC.unpack_from(raw, pos)
+            if magic == BLANK_MAGIC:
+                assert pos + size == seg_size
+                break
+            pos += size
+    assert store.wait_dispatched(results[-1].append.end_offset)
+    got = store.get_message("RollT", 0, 0, 1000, max_total_bytes=10**9)
+    assert [decode_record(m).body for m in got.messages] == bodies
+
+
+def test_batch_gets_consecutive_queue_offsets_and_may_span_segments(open_store: StoreFactory):
+    store = open_store()
+    store.put_messages("BatchT", 2, [b"x" * 100], [b""])
+    batch = [f"m{i}".encode() * 500 for i in range(64)]  # ~90 KiB: spills into the next segment
+    r = store.put_messages("BatchT", 2, batch, [b""] * 64)
+    assert r.ok and r.queue_offset == 1
+    assert len(r.msg_ids) == 64 and len(set(r.msg_ids)) == 64
+    store.wait_dispatched(r.append.end_offset)
+    got = store.get_message("BatchT", 2, 1, 64, max_total_bytes=10**9)
+    msgs = [decode_record(m) for m in got.messages]
+    assert [m.queue_offset for m in msgs] == list(range(1, 65))
+    assert [m.body for m in msgs] == batch
+    assert [m.msg_id for m in msgs] == r.msg_ids
+    assert len({m.physical_offset // store.commit_log.mapped_file_size for m in msgs}) == 2
+
+
+def test_store_time_never_goes_backwards(open_store: StoreFactory):
+    store = open_store()
+    stamps = [store.put_messages("TimeT", 0, [b"a"], [b""]).append.store_timestamp for _ in range(200)]
+    assert stamps == sorted(stamps)
+
+
+def test_queues_are_independent(open_store: StoreFactory):
+    store = open_store()
+    for i in range(30):
+        store.put_messages("IndepT", i % 3, [f"{i}".encode()], [b""])
+    r = store.put_messages("OtherT", 0, [b"o"], [b""])
+    store.wait_dispatched(r.append.end_offset)
+    for q in range(3):
+        got = store.get_message("IndepT", q, 0, 100)
+        assert got.status is GetMessageStatus.FOUND
+        assert [decode_record(m).body for m in got.messages] == [f"{i}".encode() for i in range(q, 30, 3)]
+    assert store.max_offset("OtherT", 0) == 1 and store.max_offset("IndepT", 3) == 0
+
+
+def test_message_id_finds_its_record(open_store: StoreFactory):
+    store = open_store()
+    r = store.put_messages("IdT", 0, [b"one", b"two"], [b"", b""])
+    store.wait_dispatched(r.append.end_offset)
+    for body, physical_offset in zip((b"one", b"two"), r.append.physical_offsets, strict=True):
+        msg = store.look_message_by_offset(physical_offset)
+        assert msg is not None and msg.body == body
+    assert store.look_message_by_offset(r.append.physical_offsets[0] + 1) is None
+    assert store.look_message_by_offset(10**12) is None

@@ -1,0 +1,75 @@
+"""Consume queue: rebuild from the commitlog, search by time."""
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.consume_queue.file_consume_queue import UNIT_SIZE
+from common.message_properties import encode_properties
+from tests.store.conftest import StoreFactory
+
+
+def _queue_bytes(root: Path) -> dict[str, bytes]:
+    out = {}
+    for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for queue_dir in sorted(topic_dir.iterdir()):
+            data = b"".join(f.read_bytes() for f in sorted(queue_dir.iterdir()))
+            used = -(-len(data.rstrip(b"\x00")) // UNIT_SIZE) * UNIT_SIZE  # a unit may end in zeros (no tag)
+            out[f"{topic_dir.name}/{queue_dir.name}"] = data[:used]
+    return out
+
+
+def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: Path):
+    store = open_store()
+    rng = random.Random(7)
+    last = None
+    for i in range(600):
+        tags = rng.choice([None, "A", "B"])
+        props = encode_properties({"TAGS": tags} if tags else {})
+        last = store.put_messages(rng.choice(["CqA", "CqB"]), rng.randrange(4), [b"v" * rng.randrange(1, 900)],
+                                  [props])
+        assert last.ok, i
+    store.wait_dispatched(last.append.end_offset)
+    store.shutdown()
+    cq_root = tmp_path / "store" / "consumequeue"
+    original = _queue_bytes(cq_root)
+    assert len(original) == 8 and all(original.values())
+    assert sum(len(v) for v in original.values()) == 600 * UNIT_SIZE
+
+    shutil.rmtree(cq_root)
+    store = open_store()
+    assert _queue_bytes(cq_root) == original
+    for q in range(4):  # and appends continue where the rebuilt queue ends
+        before = store.max_offset("CqA", q)
+        assert store.put_messages("CqA", q, [b"next"], [b""]).queue_offset == before
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_search_by_time_matches_brute_force(open_store: StoreFactory, seed: int):
+    store = open_store()
+    rng = random.Random(seed)
+    for _ in range(300):  # bursts land many messages in one millisecond
+        n = rng.choice([1, 1, 2, 8, 30])
+        r = store.put_messages("TimeQ", 0, [b"t"] * n, [b""] * n)
+    store.wait_dispatched(r.append.end_offset)
+    units = []
+    while batch := store.consume_queue_store.read_units("TimeQ", 0, len(units), 1000):
+        units.extend(batch)
+    times = [store.commit_log.store_timestamp_at(u.physical_offset) for u in units]
+    assert len(times) == store.max_offset("TimeQ", 0) and times == sorted(times)
+    assert len(set(times)) < len(times)  # the data really has ties
+    probes = {times[0] - 5, times[-1] + 5, *rng.sample(times, 40), *(t + 1 for t in rng.sample(times, 20))}
+    for ts in sorted(probes):
+        lower = next((i for i, t in enumerate(times) if t >= ts), len(times))
+        upper = max((i for i, t in enumerate(times) if t <= ts), default=0)
+        assert store.offset_by_time("TimeQ", 0, ts, BoundaryType.LOWER) == lower, ts
+        assert store.offset_by_time("TimeQ", 0, ts, BoundaryType.UPPER) == upper, ts
+
+
+def test_unknown_queue_has_empty_bounds(open_store: StoreFactory):
+    store = open_store()
+    assert store.min_offset("Nope", 0) == store.max_offset("Nope", 0) == 0
+    assert store.offset_by_time("Nope", 0, 123) == 0

@@ -1,0 +1,95 @@
+"""Expiry of commitlog segments and what it does to queues."""
+
+import os
+import time
+from pathlib import Path
+
+from broker.store.get_message_result import GetMessageStatus
+from common.message_codec import decode_record
+from tests.store.conftest import StoreFactory
+
+
+def _fill(store, n: int, queues: int = 2):
+    r = None
+    for i in range(n):
+        r = store.put_messages("ExpT", i % queues, [f"{i:06d}".encode() * 100], [b""])
+        assert r.ok
+    store.wait_dispatched(r.append.end_offset)
+
+
+def _age(path: Path, hours: float) -> None:
+    t = time.time() - hours * 3600
+    os.utime(path, (t, t))
+
+
+def test_expiry_moves_min_offsets_and_keeps_the_written_segment(open_store: StoreFactory, tmp_path: Path):
+    store = open_store(file_reserved_time_hours=1, delete_when="*")
+    _fill(store, 400)
+    segments = sorted((tmp_path / "store" / "commitlog").iterdir())
+    assert len(segments) >= 5
+    for seg in segments[:3]:
+        _age(seg, 2)
+    assert store.delete_expired_files() == 3
+    assert store.commit_log.min_offset() == int(segments[3].name)
+    for q in range(2):
+        lo = store.min_offset("ExpT", q)
+        assert lo > 0
+        got = store.get_message("ExpT", q, lo, 1)
+        assert got.status is GetMessageStatus.FOUND
+        assert decode_record(got.messages[0]).physical_offset >= store.commit_log.min_offset()
+        assert store.get_message("ExpT", q, 0, 1).status is GetMessageStatus.OFFSET_TOO_SMALL
+        assert store.get_message("ExpT", q, 0, 1).next_begin_offset == lo
+
+    for seg in segments:  # everything is old now: all but the segment being written go
+        if seg.exists():
+            _age(seg, 5)
+    while store.delete_expired_files():
+        pass
+    remaining = sorted((tmp_path / "store" / "commitlog").iterdir())
+    assert remaining == [segments[-1]]
+    r = store.put_messages("ExpT", 0, [b"after"], [b""])
+    assert r.ok
+    store.wait_dispatched(r.append.end_offset)
+    assert decode_record(store.get_message("ExpT", 0, r.queue_offset, 1).messages[0]).body == b"after"
+
+
+def test_nothing_expires_before_its_time_or_outside_delete_hours(open_store: StoreFactory, tmp_path: Path):
+    store = open_store(file_reserved_time_hours=1, delete_when="*")
+    _fill(store, 200)
+    assert store.delete_expired_files() == 0  # all fresh
+    hour = (time.localtime().tm_hour + 12) % 24
+    store = open_store(file_reserved_time_hours=1, delete_when=f"{hour:02d}")
+    for seg in (tmp_path / "store" / "commitlog").iterdir():
+        _age(seg, 2)
+    assert store.delete_expired_files(ignore_delete_when=False) == 0  # not the delete hour, disk not full
+    assert store.delete_expired_files(ignore_delete_when=True) > 0
+
+
+def test_full_disk_deletes_oldest_at_once(open_store: StoreFactory, monkeypatch):
+    hour = (time.localtime().tm_hour + 12) % 24
+    store = open_store(file_reserved_time_hours=1000, delete_when=f"{hour:02d}", disk_max_used_space_ratio=75)
+    _fill(store, 200)
+    before = store.commit_log.min_offset()
+    assert 0 < store.clean_service.disk_used_percent() < 100
+    assert store.delete_expired_files(ignore_delete_when=False) == 0
+    monkeypatch.setattr(store.clean_service, "disk_used_percent", lambda: 90.0)  # a disk we cannot really fill
+    assert store.delete_expired_files(ignore_delete_when=False) > 0
+    assert store.commit_log.min_offset() > before
+
+
+def test_expired_queue_min_offset_survives_restart(open_store: StoreFactory, tmp_path: Path):
+    store = open_store(file_reserved_time_hours=1, delete_when="*")
+    _fill(store, 300)
+    for seg in sorted((tmp_path / "store" / "commitlog").iterdir())[:2]:
+        _age(seg, 2)
+    store.delete_expired_files()
+    mins = [store.min_offset("ExpT", q) for q in range(2)]
+    maxs = [store.max_offset("ExpT", q) for q in range(2)]
+    store.shutdown()
+    store = open_store(file_reserved_time_hours=1, delete_when="*")
+    assert [store.max_offset("ExpT", q) for q in range(2)] == maxs
+    for q in range(2):  # whatever min is reported, it is readable
+        lo = store.min_offset("ExpT", q)
+        assert lo >= mins[q] - 256  # at worst the start of a consume queue file
+        got = store.get_message("ExpT", q, lo, 1)
+        assert got.status is GetMessageStatus.FOUND, (q, lo, mins)

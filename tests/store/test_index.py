@@ -1,0 +1,39 @@
+"""Query by key, by unique key and by message id."""
+
+import time
+
+from common.message_properties import encode_properties
+from tests.store.conftest import StoreFactory
+
+
+def test_query_by_key_unique_key_and_time_range(open_store: StoreFactory):
+    store = open_store()
+    r = None
+    for i in range(300):
+        props = encode_properties({"KEYS": f"order-{i % 50} shared", "UNIQ_KEY": f"U{i:08d}"})
+        r = store.put_messages("KeyT", i % 4, [f"b{i}".encode()], [props])
+    store.put_messages("OtherT", 0, [b"x"], [encode_properties({"KEYS": "order-7"})])
+    store.wait_dispatched(r.append.end_offset + 10_000, timeout_s=0.5)
+
+    hits = store.query_message("KeyT", "order-7", max_num=100)
+    assert sorted(m.body for m in hits) == sorted(f"b{i}".encode() for i in range(7, 300, 50))
+    assert all(m.topic == "KeyT" for m in hits)
+    assert len(store.query_message("KeyT", "shared", max_num=64)) == 64
+    unique = store.query_message("KeyT", "U00000123")
+    assert [m.body for m in unique] == [b"b123"]
+    assert store.query_message("KeyT", "missing") == []
+    future = int(time.time() * 1000) + 3_600_000
+    assert store.query_message("KeyT", "order-7", begin_ms=future, end_ms=future + 1000) == []
+
+
+def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
+    store = open_store(max_index_num=64)
+    r = None
+    for i in range(200):
+        r = store.put_messages("RollK", 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
+    store.wait_dispatched(r.append.end_offset)
+    store.shutdown()
+    store = open_store(max_index_num=64)
+    assert len(store.index_service._files) >= 3
+    for i in (0, 63, 64, 199):
+        assert len(store.query_message("RollK", f"k{i}")) == 1, i
