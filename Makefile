@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
-.PHONY: venv test lint bench bench-full clean
+.PHONY: venv test lint bench run clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ lint: venv
 
 bench: venv
 	$(PY) -m bench
+
+run: venv
+	@echo "make run: the cluster daemons arrive with the name server / broker issue; nothing to start yet" >&2
+	@exit 1
 
 clean:
 	rm -rf $(VENV) run-data .pytest_cache

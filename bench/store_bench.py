@@ -1,0 +1,168 @@
+"""Message store benchmarks (issue 2), in-process, 1 KiB bodies, batches of 64.
+
+Each figure is the median of ``--repeat`` runs and is reported beside a ceiling measured in the same
+run: the bare cost of encoding such records and appending them to a file with one ``os.write`` per
+batch (no offsets, no index, no dispatch), so ratios stay comparable on a noisy shared machine.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import struct
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.message_store import MessageStore
+from common.message_properties import encode_properties
+
+BODY = os.urandom(1024)
+BATCH = 64
+
+
+@dataclass
+class Figure:
+    name: str
+    msgs_per_s: float
+    target: float | None = None
+
+
+def _median_rate(run: Callable[[], tuple[int, float]], repeat: int) -> float:
+    return statistics.median(n / dt for n, dt in (run() for _ in range(repeat)))
+
+
+def _props(n: int, unique_keys: bool) -> list[bytes]:
+    if unique_keys:
+        return [encode_properties({"TAGS": "TagA", "UNIQ_KEY": os.urandom(16).hex()}) for _ in range(n)]
+    return [encode_properties({"TAGS": "TagA"})] * n
+
+
+def raw_append_ceiling(total: int, workdir: str) -> tuple[int, float]:
+    """Encode a 91-byte header + body per message and append each batch with one os.write."""
+    header = struct.Struct(">iIIiiqqqiq8s8siqiBH")
+    path = os.path.join(workdir, "raw")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    props = _props(BATCH, False)[0]
+    start = time.perf_counter()
+    offset = 0
+    for b in range(total // BATCH):
+        parts = []
+        for i in range(BATCH):
+            size = header.size + 1 + len(props) + len(BODY)
+            crc = zlib.crc32(BODY, zlib.crc32(props))
+            parts += (header.pack(size, 1, crc, 0, 0, b * BATCH + i, offset, 0, 0, 0, bytes(8), bytes(8), 0, 0,
+                                  len(BODY), 1, len(props)), b"T", props, BODY)
+            offset += size
+        os.write(fd, b"".join(parts))
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    os.unlink(path)
+    return total, elapsed
+
+
+def _store(workdir: str, flush: FlushDiskType) -> MessageStore:
+    root = tempfile.mkdtemp(dir=workdir)
+    store = MessageStore(MessageStoreConfig(root, mapped_file_size_commit_log=256 * 1024 * 1024,
+                                            flush_disk_type=flush))
+    store.start()
+    return store
+
+
+def _close(store: MessageStore) -> None:
+    store.shutdown()
+    shutil.rmtree(store.config.store_path_root_dir, ignore_errors=True)
+
+
+def append_and_dispatch(total: int, workdir: str, unique_keys: bool) -> tuple[int, float]:
+    store = _store(workdir, FlushDiskType.ASYNC_FLUSH)
+    bodies, props = [BODY] * BATCH, _props(BATCH, unique_keys)
+    start = time.perf_counter()
+    r = None
+    for b in range(total // BATCH):
+        r = store.put_messages("BenchT", b % 8, bodies, props)
+    assert r is not None and r.ok
+    assert store.wait_dispatched(r.append.end_offset, 120)
+    elapsed = time.perf_counter() - start
+    _close(store)
+    return total, elapsed
+
+
+def sync_flush_concurrent(total: int, workdir: str, appenders: int = 16) -> tuple[int, float]:
+    store = _store(workdir, FlushDiskType.SYNC_FLUSH)
+    bodies, props = [BODY] * BATCH, _props(BATCH, False)
+    per_thread = total // BATCH // appenders
+
+    def work(q: int) -> None:
+        for _ in range(per_thread):
+            assert store.put_messages("BenchS", q % 8, bodies, props).ok
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(appenders)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    _close(store)
+    return per_thread * appenders * BATCH, elapsed
+
+
+def read_back(total: int, workdir: str) -> tuple[int, float]:
+    store = _store(workdir, FlushDiskType.ASYNC_FLUSH)
+    bodies, props = [BODY] * BATCH, _props(BATCH, False)
+    r = None
+    for b in range(total // BATCH):
+        r = store.put_messages("BenchR", b % 8, bodies, props)
+    store.wait_dispatched(r.append.end_offset, 120)
+    start = time.perf_counter()
+    n = 0
+    for q in range(8):
+        offset = 0
+        while True:
+            got = store.get_message("BenchR", q, offset, 64)
+            if not got.messages:
+                break
+            n += len(got.messages)
+            offset = got.next_begin_offset
+    elapsed = time.perf_counter() - start
+    _close(store)
+    return n, elapsed
+
+
+def run(total: int, repeat: int, workdir: str | None = None) -> list[Figure]:
+    workdir = workdir or tempfile.mkdtemp(prefix="store-bench-")
+    try:
+        return [
+            Figure("raw encode+append ceiling", _median_rate(lambda: raw_append_ceiling(total, workdir), repeat)),
+            Figure("append+dispatch ASYNC_FLUSH", _median_rate(lambda: append_and_dispatch(total, workdir, False),
+                                                               repeat), 400_000),
+            Figure("append+dispatch ASYNC_FLUSH, unique keys indexed",
+                   _median_rate(lambda: append_and_dispatch(total, workdir, True), repeat)),
+            Figure("append SYNC_FLUSH, 16 appenders", _median_rate(lambda: sync_flush_concurrent(total, workdir),
+                                                                   repeat), 100_000),
+            Figure("read back", _median_rate(lambda: read_back(total, workdir), repeat), 1_000_000),
+        ]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=256_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    figures = run(args.messages, args.repeat)
+    ceiling = figures[0].msgs_per_s
+    print(f"{'scenario':52} {'msgs/s':>12} {'x ceiling':>10} {'target':>10}")
+    for f in figures:
+        target = f"{f.target:,.0f}" if f.target else "-"
+        print(f"{f.name:52} {f.msgs_per_s:12,.0f} {f.msgs_per_s / ceiling:10.2f} {target:>10}")
+
+
+if __name__ == "__main__":
+    main()

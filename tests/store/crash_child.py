@@ -1,0 +1,100 @@
+"""Crash-test child: appends to a SYNC_FLUSH store until it is killed, acknowledging every stored message.
+
+Run as ``python -m tests.store.crash_child STORE_DIR ACK_FILE [--count N] [--checkpoint-interval-ms MS]``.
+
+After each ``put_messages`` that returns PUT_OK it appends one line per message to ACK_FILE::
+
+    queue_id queue_offset sha256(body)hex
+
+with a single ``os.write`` on an ``O_APPEND`` descriptor (the kernel keeps it across SIGKILL). A line is
+written only after the put was acknowledged, so every line names a message the store promised to keep.
+``ready`` is printed once the store has started. With ``--count N`` the child stops appending after N
+acknowledged messages, waits until they are dispatched, prints ``done`` and idles until it is killed.
+"""
+
+import argparse
+import hashlib
+import os
+import random
+import signal
+import sys
+
+from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.message_store import MessageStore
+from broker.store.put_message_result import PutMessageStatus
+from common.message_properties import encode_properties
+
+TOPIC = "CrashT"
+QUEUES = 4
+COMMIT_LOG_SEGMENT = 64 * 1024
+CONSUME_QUEUE_SEGMENT = 20 * 500
+
+
+def store_config(store_dir: str, checkpoint_interval_ms: int = 1000) -> MessageStoreConfig:
+    return MessageStoreConfig(
+        store_path_root_dir=store_dir,
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        mapped_file_size_commit_log=COMMIT_LOG_SEGMENT,
+        mapped_file_size_consume_queue=CONSUME_QUEUE_SEGMENT,
+        flush_interval_consume_queue_ms=checkpoint_interval_ms,
+        disk_max_used_space_ratio=95,  # a crowded disk must not expire what the test reads back
+    )
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.store.crash_child")
+    parser.add_argument("store_dir")
+    parser.add_argument("ack_file")
+    parser.add_argument("--count", type=int, default=None, help="stop after this many acknowledged messages")
+    parser.add_argument("--checkpoint-interval-ms", type=int, default=1000,
+                        help="how often dispatcher state and the flushed checkpoint are written")
+    args = parser.parse_args()
+
+    rng = random.Random(os.getpid())
+    store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms))
+    ack_fd = os.open(args.ack_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    store.start()
+    print("ready", flush=True)
+
+    acked = 0
+    last_end = 0
+    pid = os.getpid()
+    while args.count is None or acked < args.count:
+        queue_id = rng.randrange(QUEUES)
+        bodies = [rng.randbytes(rng.randint(10, 3000)) for _ in range(rng.randint(1, 8))]
+        properties = []
+        for i in range(len(bodies)):
+            if rng.random() < 0.5:
+                props = {"KEYS": f"k{pid}-{acked + i}", "TAGS": rng.choice(("TagA", "TagB", "TagC"))}
+                properties.append(encode_properties(props))
+            else:
+                properties.append(b"")
+        result = store.put_messages(TOPIC, queue_id, bodies, properties)
+        if result.status is not PutMessageStatus.PUT_OK:
+            print(f"put_failed status={result.status.value} error={result.error}", file=sys.stderr, flush=True)
+            if args.count is not None:
+                return 3
+            continue
+        assert result.append is not None
+        last_end = result.append.end_offset
+        lines = "".join(f"{queue_id} {result.queue_offset + i} {hashlib.sha256(body).hexdigest()}\n"
+                        for i, body in enumerate(bodies))
+        write_all(ack_fd, lines.encode())
+        acked += len(bodies)
+
+    if not store.wait_dispatched(last_end, 10.0):
+        print(f"dispatch_timeout end={last_end}", file=sys.stderr, flush=True)
+        return 4
+    print("done", flush=True)
+    while True:  # idle until killed: the store is never shut down cleanly
+        signal.pause()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

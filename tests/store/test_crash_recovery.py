@@ -1,0 +1,356 @@
+"""Crash recovery of the message store: SIGKILLed writers, torn tails, corrupt records, stale consume queues.
+
+The writer is ``tests.store.crash_child`` in a subprocess: it appends under SYNC_FLUSH and reports every
+acknowledged message as ``queue_id queue_offset sha256(body)`` in an ack file, so after a SIGKILL the test
+knows exactly what the store promised to keep.
+"""
+
+import hashlib
+import itertools
+import os
+import random
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.get_message_result import GetMessageStatus
+from broker.store.message_store import MessageStore
+from broker.store.put_message_result import PutMessageStatus
+from common.message_codec import BLANK_MAGIC, MESSAGE_MAGIC, check_record, decode_record
+from common.message_properties import encode_properties
+from tests.store.crash_child import CONSUME_QUEUE_SEGMENT, QUEUES, TOPIC, store_config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CQ_UNIT = struct.Struct(">qiq")
+START_TIMEOUT_S = 20.0
+
+Acks = dict[tuple[int, int], str]  # (queue id, queue offset) -> sha256 of the body
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+@contextmanager
+def opened_store(store_dir: Path) -> Iterator[MessageStore]:
+    """The store as the child opens it (SYNC_FLUSH, tiny segments), started; shut down cleanly at the end."""
+    store = MessageStore(store_config(str(store_dir)))
+    store.start()
+    try:
+        yield store
+    finally:
+        store.shutdown()
+
+
+class Child:
+    """A running ``crash_child``; its stderr goes to a file so a failure can show it."""
+
+    def __init__(self, store_dir: Path, ack_file: Path, log_file: Path, *args: str) -> None:
+        self.log_file = log_file
+        with open(log_file, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.store.crash_child", str(store_dir), str(ack_file), *args],
+                cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+            )
+        self._buffer = b""
+
+    def stderr_tail(self) -> str:
+        return self.log_file.read_text(errors="replace")[-3000:]
+
+    def wait_line(self, expected: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Read stdout lines until ``expected`` arrives; fail on EOF or at the deadline."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lines = self._buffer.split(b"\n")
+            for i, line in enumerate(lines[:-1]):
+                if line.decode(errors="replace").strip() == expected:
+                    self._buffer = b"\n".join(lines[i + 1 :])
+                    return
+            left = deadline - time.monotonic()
+            assert left > 0, f"child printed no {expected!r} within {timeout_s}s; stderr:\n{self.stderr_tail()}"
+            readable, _, _ = select.select([fd], [], [], left)
+            if readable:
+                chunk = os.read(fd, 4096)
+                assert chunk, (f"child exited (rc={self.proc.wait()}) before {expected!r}; "
+                               f"stderr:\n{self.stderr_tail()}")
+                self._buffer += chunk
+
+    def kill(self) -> None:
+        """SIGKILL; the child must still have been running (it never exits on its own)."""
+        rc = self.proc.poll()
+        assert rc is None, f"child died on its own with rc={rc}; stderr:\n{self.stderr_tail()}"
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(timeout=10) == -signal.SIGKILL
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def read_acks(ack_file: Path) -> Acks:
+    """Every whole line of the ack file; a (queue, offset) acknowledged twice is a lost message."""
+    acks: Acks = {}
+    if not ack_file.exists():
+        return acks
+    lines = ack_file.read_bytes().split(b"\n")[:-1]  # a cut last line was never fully reported
+    for line in lines:
+        qid, offset, digest = line.decode().split()
+        key = (int(qid), int(offset))
+        assert key not in acks, f"queue {key[0]} offset {key[1]} was acknowledged twice: the first one is lost"
+        acks[key] = digest
+    return acks
+
+
+def count_ack_lines(ack_file: Path) -> int:
+    try:
+        return ack_file.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def expected_max_offsets(acks: Acks) -> dict[int, int]:
+    out = dict.fromkeys(range(QUEUES), 0)
+    for qid, offset in acks:
+        out[qid] = max(out[qid], offset + 1)
+    return out
+
+
+def read_one(store: MessageStore, qid: int, offset: int):
+    result = store.get_message(TOPIC, qid, offset, 1)
+    assert result.status is GetMessageStatus.FOUND, f"queue {qid} offset {offset}: {result.status}"
+    assert len(result.messages) == 1, f"queue {qid} offset {offset}: {len(result.messages)} records"
+    msg = decode_record(result.messages[0])
+    assert (msg.topic, msg.queue_id, msg.queue_offset) == (TOPIC, qid, offset), f"wrong record for {qid}/{offset}"
+    return msg
+
+
+def verify_store(store: MessageStore, acks: Acks) -> dict[int, int]:
+    """Every acknowledged message reads back at its offset with its bytes; every queue reads back whole
+    and contiguous from min to max. Returns each queue's max offset."""
+    for (qid, offset), digest in sorted(acks.items()):
+        msg = read_one(store, qid, offset)
+        assert hashlib.sha256(msg.body).hexdigest() == digest, f"queue {qid} offset {offset}: body differs"
+    max_offsets = {}
+    for qid, expected_min_max in expected_max_offsets(acks).items():
+        lo, hi = store.min_offset(TOPIC, qid), store.max_offset(TOPIC, qid)
+        assert lo == 0, f"queue {qid}: min offset {lo}, nothing was expired"
+        assert hi >= expected_min_max, f"queue {qid}: max offset {hi} < highest acknowledged + 1 = {expected_min_max}"
+        offset = lo
+        while offset < hi:
+            result = store.get_message(TOPIC, qid, offset, 32)
+            assert result.status is GetMessageStatus.FOUND, f"queue {qid} offset {offset} of {hi}: {result.status}"
+            for raw in result.messages:
+                msg = decode_record(raw)  # verifies the CRC
+                assert (msg.topic, msg.queue_id, msg.queue_offset) == (TOPIC, qid, offset), (
+                    f"queue {qid}: record at offset {offset} says {msg.topic}/{msg.queue_id}/{msg.queue_offset}")
+                digest = acks.get((qid, offset))
+                assert digest is None or hashlib.sha256(msg.body).hexdigest() == digest
+                offset += 1
+            assert result.next_begin_offset == offset
+        overflow = store.get_message(TOPIC, qid, hi, 1)
+        assert overflow.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE)
+        max_offsets[qid] = hi
+    return max_offsets
+
+
+def put_and_read_back(store: MessageStore, qid: int, expected_offset: int, expected_physical: int | None = None):
+    body = os.urandom(777)
+    result = store.put_messages(TOPIC, qid, [body], [encode_properties({"KEYS": "after-recovery", "TAGS": "T"})])
+    assert result.status is PutMessageStatus.PUT_OK, result
+    assert result.queue_offset == expected_offset, f"new put went to {result.queue_offset}, not {expected_offset}"
+    if expected_physical is not None:
+        assert result.physical_offset == expected_physical
+    assert store.wait_dispatched(result.append.end_offset, 10.0)
+    assert store.max_offset(TOPIC, qid) == expected_offset + 1
+    assert read_one(store, qid, expected_offset).body == body
+    return body
+
+
+def run_child_to_count(store_dir: Path, ack_file: Path, log_file: Path, count: int, *args: str) -> Acks:
+    """A child appends ``count`` acknowledged messages, waits for their dispatch, then is SIGKILLed."""
+    child = Child(store_dir, ack_file, log_file, "--count", str(count), *args)
+    try:
+        child.wait_line("ready")
+        child.wait_line("done")
+        child.kill()
+    finally:
+        child.close()
+    assert (store_dir / "abort").exists(), "a killed store keeps its abort marker"
+    acks = read_acks(ack_file)
+    assert len(acks) >= count
+    return acks
+
+
+def last_record(store_dir: Path) -> tuple[Path, int, int]:
+    """The last commitlog segment file, the position and the size of the last record in it."""
+    segment = sorted((store_dir / "commitlog").iterdir())[-1]
+    data = segment.read_bytes()
+    base = int(segment.name)
+    pos, last = 0, None
+    while (size := check_record(data, pos, len(data), base + pos, verify_crc=True)) > 0:
+        last = (pos, size)
+        pos += size
+    assert last is not None, f"no record in {segment.name}"
+    return segment, *last
+
+
+def lowest_checkpoint(store_dir: Path) -> int:
+    paths = [store_dir / "checkpoint" / "commitlog_flushed", store_dir / "consumequeue" / ".checkpoint",
+             store_dir / "index" / ".checkpoint"]
+    return min(OffsetCheckpoint(p).read() or 0 for p in paths)
+
+
+def cq_unit(store_dir: Path, qid: int, offset: int) -> tuple[int, int, int]:
+    at = offset * CQ_UNIT.size
+    start = at - at % CONSUME_QUEUE_SEGMENT
+    path = store_dir / "consumequeue" / TOPIC / str(qid) / f"{start:020d}"
+    with open(path, "rb") as f:
+        f.seek(at - start)
+        return CQ_UNIT.unpack(f.read(CQ_UNIT.size))
+
+
+def last_acked(acks: Acks, store_dir: Path) -> tuple[int, int, Path, int, int]:
+    """The last message of the commitlog, checked to be an acknowledged one: (qid, offset, segment, pos, size)."""
+    segment, pos, size = last_record(store_dir)
+    msg = decode_record(segment.read_bytes()[pos : pos + size])
+    assert (msg.queue_id, msg.queue_offset) in acks
+    assert msg.queue_offset + 1 == expected_max_offsets(acks)[msg.queue_id]
+    assert msg.physical_offset == int(segment.name) + pos
+    return msg.queue_id, msg.queue_offset, segment, pos, size
+
+
+# -- tests ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path) -> None:
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    print(f"seed={seed}")  # shown with a failure
+    store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
+    cycles = 12
+    totals: list[int] = []
+    for cycle in range(cycles):
+        where = f"seed={seed} cycle={cycle}"
+        before = count_ack_lines(ack_file)
+        interval = rng.choice((50, 200, 1000))  # how far the checkpoints run ahead of the crash
+        child = Child(store_dir, ack_file, tmp_path / f"child-{cycle}.log", "--checkpoint-interval-ms", str(interval))
+        try:
+            child.wait_line("ready")
+            kill_at = time.monotonic() + rng.uniform(0.05, 0.6)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while count_ack_lines(ack_file) <= before:  # appends continue after every restart
+                assert time.monotonic() < deadline, f"{where}: no acknowledged put; stderr:\n{child.stderr_tail()}"
+                assert child.proc.poll() is None, f"{where}: child died; stderr:\n{child.stderr_tail()}"
+                time.sleep(0.005)
+            time.sleep(max(0.0, kill_at - time.monotonic()))
+            child.kill()
+        finally:
+            child.close()
+        acks = read_acks(ack_file)
+        assert len(acks) > before, where
+        totals.append(len(acks))
+        print(f"cycle={cycle} checkpoint_interval_ms={interval} acked={len(acks)} "
+              f"commitlog_segments={len(list((store_dir / 'commitlog').iterdir()))}")
+        if cycle % 2 == 0:
+            # Recover the store itself and shut it down cleanly: the next child starts normally.
+            with opened_store(store_dir) as store:
+                verify_store(store, acks)
+            assert not (store_dir / "abort").exists()
+        else:
+            # Recover a copy: the next child starts on the killed store (abnormal recovery).
+            copy = tmp_path / "copy"
+            shutil.copytree(store_dir, copy)
+            try:
+                with opened_store(copy) as store:
+                    verify_store(store, acks)
+            finally:
+                shutil.rmtree(copy)
+            assert (store_dir / "abort").exists()
+    assert all(a < b for a, b in itertools.pairwise(totals)), totals
+    # The last cycle left the store killed: recovering the store itself holds everything too.
+    with opened_store(store_dir) as store:
+        verify_store(store, read_acks(ack_file))
+
+
+def test_torn_tail_is_truncated(tmp_path: Path) -> None:
+    store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
+    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300)
+    max_before = expected_max_offsets(acks)
+    segment, pos, size = last_record(store_dir)
+    end = pos + size
+    garbage = bytearray(random.Random(7).randbytes(min(4096, segment.stat().st_size - end)))
+    garbage = bytearray(b or 0x5A for b in garbage)  # non-zero: it must not look like unwritten space
+    assert len(garbage) >= 8
+    assert struct.unpack_from(">I", garbage, 4)[0] not in (MESSAGE_MAGIC, BLANK_MAGIC)
+    with open(segment, "r+b") as f:
+        f.seek(end)
+        assert f.read(len(garbage)) == bytes(len(garbage)), "the tail after the last record was not empty"
+        f.seek(end)
+        f.write(garbage)
+
+    with opened_store(store_dir) as store:
+        assert verify_store(store, acks) == max_before
+        assert store.commit_log.max_offset() == int(segment.name) + end
+        qid = 2
+        body = put_and_read_back(store, qid, max_before[qid], expected_physical=int(segment.name) + end)
+    acks[(qid, max_before[qid])] = hashlib.sha256(body).hexdigest()
+    with opened_store(store_dir) as store:  # normal recovery of the repaired log
+        verify_store(store, acks)
+        assert store.max_offset(TOPIC, qid) == max_before[qid] + 1
+
+
+def test_corrupt_record_is_never_served(tmp_path: Path) -> None:
+    store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
+    # Checkpoints are held back, so the crash left the tail of the log to be checked on recovery.
+    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300, "--checkpoint-interval-ms", "3600000")
+    qid, offset, segment, pos, size = last_acked(acks, store_dir)
+    physical = int(segment.name) + pos
+    assert lowest_checkpoint(store_dir) <= physical
+    with open(segment, "r+b") as f:
+        f.seek(pos + size - 5)  # the body is the last part of a record
+        byte = f.read(1)
+        f.seek(pos + size - 5)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+    del acks[(qid, offset)]
+    with opened_store(store_dir) as store:
+        result = store.get_message(TOPIC, qid, offset, 1)
+        assert result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE, result.status
+        assert not result.messages
+        assert store.look_message_by_offset(physical) is None
+        max_offsets = verify_store(store, acks)
+        assert max_offsets == expected_max_offsets(acks)
+        assert max_offsets[qid] == offset
+        put_and_read_back(store, qid, offset, expected_physical=physical)
+
+
+def test_consume_queue_past_end_is_truncated(tmp_path: Path) -> None:
+    store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
+    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300, "--checkpoint-interval-ms", "3600000")
+    qid, offset, segment, pos, size = last_acked(acks, store_dir)
+    physical = int(segment.name) + pos
+    assert lowest_checkpoint(store_dir) <= physical
+    assert cq_unit(store_dir, qid, offset)[:2] == (physical, size), "the consume queue has no unit for the record"
+    with open(segment, "r+b") as f:  # the record never reached the disk
+        f.seek(pos)
+        f.write(bytes(size))
+
+    del acks[(qid, offset)]
+    with opened_store(store_dir) as store:
+        assert store.max_offset(TOPIC, qid) == offset, "the unit past the commitlog end was kept"
+        assert store.get_message(TOPIC, qid, offset, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert verify_store(store, acks) == expected_max_offsets(acks)
+        assert store.commit_log.max_offset() == physical
+        put_and_read_back(store, qid, offset, expected_physical=physical)
