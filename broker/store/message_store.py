@@ -215,6 +215,14 @@ class MessageStore:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.consume_queue_store.max_offset(topic, queue_id)
 
+    def last_store_timestamp(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's newest message; 0 for an empty queue."""
+        last = self.max_offset(topic, queue_id) - 1
+        if last < self.min_offset(topic, queue_id):
+            return 0
+        units = self.consume_queue_store.read_units(topic, queue_id, last, 1)
+        return max(0, self.commit_log.store_timestamp_at(units[0].physical_offset)) if units else 0
+
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
                        boundary: BoundaryType = BoundaryType.LOWER) -> int:
         return self.consume_queue_store.offset_by_time(topic, queue_id, timestamp, boundary)
@@ -224,25 +232,32 @@ class MessageStore:
         raw = self.commit_log.read_record(physical_offset)
         return decode_record(raw) if raw is not None else None
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                      end_ms: int = 2**62) -> list[MessageExt]:
-        """Messages of ``topic`` with message key or unique key ``key``, stored in [begin_ms, end_ms]."""
+    def query_message_records(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                              end_ms: int = 2**62) -> list[bytes]:
+        """Records of ``topic`` whose message key or unique key is ``key``, stored in [begin_ms, end_ms]."""
         if self.index_service is None:
             return []
-        found: list[MessageExt] = []
+        found: list[bytes] = []
         seen: set[int] = set()
         for physical_offset in self.index_service.lookup(topic, key, max_num * 2, begin_ms, end_ms):
             if physical_offset in seen:
                 continue
             seen.add(physical_offset)
-            msg = self.look_message_by_offset(physical_offset)
-            if msg is None or msg.topic != topic or not begin_ms <= msg.store_timestamp <= end_ms:
+            raw = self.commit_log.read_record(physical_offset)
+            if raw is None:
+                continue
+            msg = decode_record(raw)  # the index holds hashes: check the message really matches
+            if msg.topic != topic or not begin_ms <= msg.store_timestamp <= end_ms:
                 continue
             if key in msg.keys or msg.unique_key == key:
-                found.append(msg)
+                found.append(raw)
                 if len(found) >= max_num:
                     break
         return found
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                      end_ms: int = 2**62) -> list[MessageExt]:
+        return [decode_record(r) for r in self.query_message_records(topic, key, max_num, begin_ms, end_ms)]
 
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         """Block until the dispatch chain has passed ``offset`` (e.g. a put's end offset)."""
