@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
-.PHONY: venv test lint bench run clean
+PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto
+
+.PHONY: venv test lint bench run proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +30,10 @@ bench: venv
 run: venv
 	@echo "make run: the cluster daemons arrive with the name server / broker issue; nothing to start yet" >&2
 	@exit 1
+
+# Generated code is committed so a plain install needs no protoc; tests check it matches the sources.
+proto: venv
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
 
 clean:
 	rm -rf $(VENV) run-data .pytest_cache

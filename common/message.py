@@ -2,11 +2,13 @@
 
 from dataclasses import dataclass, field
 
+from common.message_id import decode_host, make_message_id
 from common.message_properties import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQUE_KEY,
+    decode_properties,
 )
 
 
@@ -39,24 +41,31 @@ class Message:
 
 @dataclass(slots=True)
 class MessageExt:
-    """A stored message as read back: the record's fields with properties decoded."""
+    """A stored message as read back. Properties, hosts and the message id are decoded on first use:
+    a consumer that reads only bodies never pays for them."""
 
     topic: str
     body: bytes
-    properties: dict[str, str]
     queue_id: int
     queue_offset: int
     physical_offset: int
     store_timestamp: int
     born_timestamp: int
-    born_host: str
-    store_host: str
-    msg_id: str
+    raw_properties: bytes = b""
+    raw_born_host: bytes = bytes(8)
+    raw_store_host: bytes = bytes(8)
     flag: int = 0
     sys_flag: int = 0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     body_crc: int = 0
+    _properties: dict[str, str] | None = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._properties is None:
+            self._properties = decode_properties(self.raw_properties)
+        return self._properties
 
     @property
     def tags(self) -> str | None:
@@ -70,3 +79,16 @@ class MessageExt:
     @property
     def unique_key(self) -> str | None:
         return self.properties.get(PROPERTY_UNIQUE_KEY)
+
+    @property
+    def born_host(self) -> str:
+        return decode_host(self.raw_born_host)
+
+    @property
+    def store_host(self) -> str:
+        return decode_host(self.raw_store_host)
+
+    @property
+    def msg_id(self) -> str:
+        """Store host and commitlog offset: enough to find the record again."""
+        return make_message_id(self.raw_store_host, self.physical_offset)

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.message import MessageExt
-from common.message_id import decode_host, make_message_id
-from common.message_properties import decode_properties
 
 MESSAGE_MAGIC = 0x524D5131  # "RMQ1"
 BLANK_MAGIC = 0x424C4E4B  # "BLNK", end-of-segment marker; no torn prefix of MESSAGE_MAGIC reads as it
@@ -159,24 +157,9 @@ def decode_record(buf: memoryview | bytes, pos: int = 0, verify_crc: bool = True
     if verify_crc and zlib.crc32(var) != crc:
         raise CorruptRecordError(f"record at {pos} (commitlog offset {physical_offset}) fails its CRC")
     props_end = topic_len + props_len
-    return MessageExt(
-        topic=var[:topic_len].decode(),
-        body=var[props_end:],
-        properties=decode_properties(var[topic_len:props_end]),
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        store_timestamp=store_ts,
-        born_timestamp=born_ts,
-        born_host=decode_host(born_host),
-        store_host=decode_host(store_host),
-        msg_id=make_message_id(store_host, physical_offset),
-        flag=flag,
-        sys_flag=sys_flag,
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        body_crc=crc,
-    )
+    return MessageExt(var[:topic_len].decode(), var[props_end:], queue_id, queue_offset, physical_offset, store_ts,
+                      born_ts, var[topic_len:props_end], born_host, store_host, flag, sys_flag, reconsume, prepared,
+                      crc)
 
 
 def decode_records(buf: memoryview | bytes) -> list[MessageExt]:

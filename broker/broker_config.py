@@ -1,0 +1,208 @@
+"""broker.conf: Java-properties format with RocketMQ's key names.
+
+Every key is declared once below with its type, default and check. Unknown keys log a warning naming
+the key; a bad value raises :class:`ConfigError` naming the key (the broker refuses to start).
+"""
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.store.config import FlushDiskType, MessageStoreConfig
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A broker.conf value is invalid; the message names the key."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{raw!r} is not true or false")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in allowed:
+            raise ValueError(f"{raw!r} is not one of {', '.join(allowed)}")
+        return raw
+    return parse
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"{value} is outside {lo}..{hi}")
+        return value
+    return parse
+
+
+def _float_at_least(lo: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a number") from None
+        if value < lo:
+            raise ValueError(f"{value} is below {lo}")
+        return value
+    return parse
+
+
+def _name(raw: str) -> str:
+    if not re.fullmatch(r"[%a-zA-Z0-9_-]{1,127}", raw):
+        raise ValueError(f"{raw!r} must be 1-127 characters of [%a-zA-Z0-9_-]")
+    return raw
+
+
+def _addresses(raw: str) -> str:
+    for addr in filter(None, raw.split(";")):
+        host, _, port = addr.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{addr!r} is not host:port")
+    return raw
+
+
+_INT = int
+_STR = str
+MAX_PORT = 65535
+
+# key -> (attribute, parser, default)
+# broker.conf key -> (BrokerConfig attribute, parser that raises ValueError on a bad value)
+KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "brokerClusterName": ("broker_cluster_name", _name),
+    "brokerName": ("broker_name", _name),
+    "brokerId": ("broker_id", _int_in(0, 1 << 20)),
+    "namesrvAddr": ("namesrv_addr", _addresses),
+    "brokerIP1": ("broker_ip1", _STR),
+    "listenPort": ("listen_port", _int_in(0, MAX_PORT)),
+    "storePathRootDir": ("store_path_root_dir", _STR),
+    "flushDiskType": ("flush_disk_type", _choice("ASYNC_FLUSH", "SYNC_FLUSH")),
+    "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", _int_in(4096, 1 << 40)),
+    "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", _int_in(20, 1 << 32)),
+    "fileReservedTime": ("file_reserved_time", _float_at_least(0)),
+    "deleteWhen": ("delete_when", _STR),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", _int_in(10, 95)),
+    "maxMessageSize": ("max_message_size", _int_in(1, 1 << 30)),
+    "flushIntervalCommitLog": ("flush_interval_commit_log", _int_in(1, 60_000)),
+    "flushIntervalConsumeQueue": ("flush_interval_consume_queue", _int_in(1, 60_000)),
+    "syncFlushTimeout": ("sync_flush_timeout", _int_in(1, 600_000)),
+    "messageIndexEnable": ("message_index_enable", _bool),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", _int_in(1, 1024)),
+    "registerNameServerPeriod": ("register_name_server_period", _int_in(100, 3_600_000)),
+    "brokerNotActiveTimeoutMillis": ("broker_not_active_timeout_millis", _int_in(0, 86_400_000)),
+    "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _int_in(10, 3_600_000)),
+    "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
+    "storeType": ("store_type", _choice("default", "defaultRocksDB")),
+    "kvEnable": ("kv_enable", _bool),
+    "tieredStoreEnable": ("tiered_store_enable", _bool),
+    "tieredBackendServiceProvider": ("tiered_backend_service_provider", _choice("posix", "memory")),
+    "tieredStoreFilePath": ("tiered_store_file_path", _STR),
+    "tieredStorageLevel": ("tiered_storage_level", _choice("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")),
+    "tieredStoreFileReservedTime": ("tiered_store_file_reserved_time", _float_at_least(0)),
+}
+
+
+@dataclass
+class BrokerConfig:
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0
+    namesrv_addr: str = ""
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    store_path_root_dir: str = str(Path.home() / "store")
+    flush_disk_type: str = "ASYNC_FLUSH"
+    mapped_file_size_commit_log: int = 1 << 30
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    file_reserved_time: float = 72.0
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    max_message_size: int = 4 * 1024 * 1024
+    flush_interval_commit_log: int = 500
+    flush_interval_consume_queue: int = 1000
+    sync_flush_timeout: int = 5000
+    message_index_enable: bool = True
+    auto_create_topic_enable: bool = False
+    default_topic_queue_nums: int = 8
+    register_name_server_period: int = 30_000
+    broker_not_active_timeout_millis: int = 0
+    flush_consumer_offset_interval: int = 1000
+    long_polling_max_suspend_ms: int = 30_000
+    store_type: str = "default"
+    kv_enable: bool = False
+    tiered_store_enable: bool = False
+    tiered_backend_service_provider: str = "posix"
+    tiered_store_file_path: str = ""
+    tiered_storage_level: str = "NOT_IN_DISK"
+    tiered_store_file_reserved_time: float = 72.0
+    unknown_keys: list[str] = field(default_factory=list)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def store_config(self, store_host: str) -> MessageStoreConfig:
+        try:
+            return MessageStoreConfig(
+                store_path_root_dir=self.store_path_root_dir,
+                store_host=store_host,
+                mapped_file_size_commit_log=self.mapped_file_size_commit_log,
+                mapped_file_size_consume_queue=self.mapped_file_size_consume_queue,
+                flush_disk_type=FlushDiskType(self.flush_disk_type),
+                flush_interval_commit_log_ms=self.flush_interval_commit_log,
+                flush_interval_consume_queue_ms=self.flush_interval_consume_queue,
+                sync_flush_timeout_ms=self.sync_flush_timeout,
+                max_message_size=self.max_message_size,
+                file_reserved_time_hours=self.file_reserved_time,
+                delete_when=self.delete_when,
+                disk_max_used_space_ratio=self.disk_max_used_space_ratio,
+                message_index_enable=self.message_index_enable,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
+        if not m:
+            raise ConfigError(f"line {number}: cannot parse {line!r}")
+        out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> BrokerConfig:
+    values = parse_properties(text)
+    values.update(overrides or {})
+    config = BrokerConfig()
+    for key, raw in values.items():
+        spec = KEYS.get(key)
+        if spec is None:
+            log.warning("config_unknown_key key=%s", key)
+            config.unknown_keys.append(key)
+            continue
+        attr, parse = spec
+        try:
+            setattr(config, attr, parse(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return config

@@ -1,0 +1,129 @@
+"""Wires the broker together: store, metadata, processors, gRPC server, name server registration."""
+
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from broker.broker_config import BrokerConfig
+from broker.broker_servicer import BrokerServicer
+from broker.broker_stats import BrokerStats
+from broker.longpolling.pull_request_hold_service import PullRequestHoldService
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.subscription_group_manager import SubscriptionGroupManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
+from broker.processor.admin_broker_processor import AdminBrokerProcessor
+from broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from broker.processor.pull_message_processor import PullMessageProcessor
+from broker.processor.query_message_processor import QueryMessageProcessor
+from broker.processor.send_message_processor import SendMessageProcessor
+from broker.store.message_store import MessageStore
+from common.topic_config import TopicConfig
+from proto import broker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        config_dir = Path(config.store_path_root_dir) / "config"
+        self.topic_config_manager = TopicConfigManager(config_dir)
+        self.subscription_group_manager = SubscriptionGroupManager(config_dir)
+        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self.consumer_manage_processor = ConsumerManageProcessor(self)
+        self.query_processor = QueryMessageProcessor(self)
+        self.admin_processor = AdminBrokerProcessor(self)
+        self.stats = BrokerStats()
+        self.boot_timestamp = int(time.time() * 1000)
+        self.broker_addr = ""
+        self.store: MessageStore
+        self.hold_service: PullRequestHoldService
+        self.registrar: NamesrvRegistrar | None = None
+        self._server: grpc.aio.Server | None = None
+        self._offset_flusher = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> str:
+        """Bind, recover the store, load metadata, serve, register. Returns ``host:port``."""
+        c = self.config
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        port = server.add_insecure_port(f"{c.broker_ip1}:{c.listen_port}")
+        if port == 0:
+            raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}")
+        self.broker_addr = f"{c.broker_ip1}:{port}"
+        self.store = MessageStore(c.store_config(self.broker_addr))
+        self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
+        self.store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
+        await asyncio.to_thread(self._load)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)
+        await server.start()
+        self._server = server
+        if c.namesrv_addrs:
+            self.registrar = NamesrvRegistrar(
+                BrokerIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr),
+                c.namesrv_addrs, self.topic_config_manager, c.register_name_server_period,
+                c.broker_not_active_timeout_millis)
+            await asyncio.to_thread(self.registrar.register_all)
+            self.registrar.start()
+        threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
+        log.info("broker_started cluster=%s broker=%s id=%d addr=%s store=%s topics=%d", c.broker_cluster_name,
+                 c.broker_name, c.broker_id, self.broker_addr, c.store_path_root_dir,
+                 len(self.topic_config_manager.topic_config_table))
+        return self.broker_addr
+
+    def _load(self) -> None:
+        self.topic_config_manager.load()
+        self.subscription_group_manager.load()
+        self.consumer_offset_manager.load()
+        self.store.start()
+
+    def _flush_offsets_periodically(self) -> None:
+        while not self._offset_flusher.wait(self.config.flush_consumer_offset_interval / 1000):
+            try:
+                self.consumer_offset_manager.persist()
+            except OSError:
+                log.exception("consumer_offset_persist_failed")
+
+    async def shutdown(self) -> None:
+        """Stop accepting, finish in-flight calls, unregister, flush everything."""
+        log.info("broker_stopping addr=%s", self.broker_addr)
+        if self._server is not None:
+            self.hold_service.wake_all()
+            await self._server.stop(grace=5)
+        self._offset_flusher.set()
+        if self.registrar is not None:
+            await asyncio.to_thread(self.registrar.shutdown)
+        await asyncio.to_thread(self._flush_and_close)
+        log.info("broker_stopped addr=%s", self.broker_addr)
+
+    def _flush_and_close(self) -> None:
+        self.consumer_offset_manager.persist()
+        self.store.shutdown()
+
+    # -- topic changes (they re-register with the name servers) ------------------------------------
+    def update_topic(self, config: TopicConfig) -> None:
+        self.topic_config_manager.update(config)
+        if self.registrar is not None:
+            self.registrar.trigger()
+
+    def delete_topic(self, topic: str) -> bool:
+        if not self.topic_config_manager.delete(topic):
+            return False
+        self.store.consume_queue_store.delete_topic(topic)
+        self.consumer_offset_manager.delete_topic(topic)
+        if self.registrar is not None:
+            self.registrar.trigger()
+        return True

@@ -1,0 +1,105 @@
+"""The broker's gRPC face: decode, call a processor, encode. Bad input becomes INVALID_ARGUMENT."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from broker.request_error import RequestError
+from common.response_code import ResponseCode
+from proto import broker_pb2_grpc
+
+if TYPE_CHECKING:
+    from broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+async def answer(context: grpc.aio.ServicerContext, call: Callable[..., R], *args: Any, in_thread: bool = False) -> R:
+    """Run a processor call; ``in_thread`` for calls that block (a SYNC_FLUSH put waits for its fsync)."""
+    try:
+        return await asyncio.to_thread(call, *args) if in_thread else call(*args)
+    except RequestError as exc:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    except Exception:
+        log.exception("request_failed call=%s", getattr(call, "__name__", call))
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the broker log")
+    raise AssertionError("unreachable")
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
+    def __init__(self, controller: "BrokerController") -> None:
+        self.c = controller
+        self.sync_flush = controller.config.flush_disk_type == "SYNC_FLUSH"
+
+    async def SendMessage(self, request, context):
+        response = await answer(context, self.c.send_processor.send, request, in_thread=self.sync_flush)
+        self.c.stats.put_count += len(request.bodies)
+        return response
+
+    async def PullMessage(self, request, context):
+        processor = self.c.pull_processor
+        response = await answer(context, processor.pull, request)
+        timeout_s = min(request.suspend_timeout_ms, self.c.config.long_polling_max_suspend_ms) / 1000
+        if response.code == ResponseCode.PULL_NOT_FOUND and timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while response.code == ResponseCode.PULL_NOT_FOUND and (left := deadline - loop.time()) > 0:
+                if not await self.c.hold_service.wait_for_arrival(request.topic, request.queue_id,
+                                                                  request.queue_offset, left):
+                    break
+                response = await answer(context, processor.pull, request)
+        self.c.stats.get_count += 1
+        return response
+
+    async def UpdateConsumerOffset(self, request, context):
+        return await answer(context, self.c.consumer_manage_processor.update_offset, request)
+
+    async def QueryConsumerOffset(self, request, context):
+        return await answer(context, self.c.consumer_manage_processor.query_offset, request)
+
+    async def GetMinOffset(self, request, context):
+        return await answer(context, self.c.consumer_manage_processor.min_offset, request)
+
+    async def GetMaxOffset(self, request, context):
+        return await answer(context, self.c.consumer_manage_processor.max_offset, request)
+
+    async def SearchOffset(self, request, context):
+        return await answer(context, self.c.consumer_manage_processor.search_offset, request)
+
+    async def QueryMessage(self, request, context):
+        return await answer(context, self.c.query_processor.query_by_key, request)
+
+    async def ViewMessageById(self, request, context):
+        return await answer(context, self.c.query_processor.view_by_offset, request)
+
+    async def UpdateAndCreateTopic(self, request, context):
+        return await answer(context, self.c.admin_processor.update_topic, request)
+
+    async def DeleteTopic(self, request, context):
+        return await answer(context, self.c.admin_processor.delete_topic, request)
+
+    async def GetAllTopicConfig(self, request, context):
+        return await answer(context, self.c.admin_processor.all_topic_configs)
+
+    async def UpdateAndCreateSubscriptionGroup(self, request, context):
+        return await answer(context, self.c.admin_processor.update_group, request)
+
+    async def DeleteSubscriptionGroup(self, request, context):
+        return await answer(context, self.c.admin_processor.delete_group, request)
+
+    async def GetAllSubscriptionGroup(self, request, context):
+        return await answer(context, self.c.admin_processor.all_groups)
+
+    async def GetTopicStatsInfo(self, request, context):
+        return await answer(context, self.c.admin_processor.topic_stats, request)
+
+    async def GetConsumeStats(self, request, context):
+        return await answer(context, self.c.admin_processor.consume_stats, request)
+
+    async def GetBrokerRuntimeInfo(self, request, context):
+        return await answer(context, self.c.admin_processor.runtime_info)
+

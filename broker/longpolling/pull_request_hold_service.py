@@ -1,0 +1,61 @@
+"""Long polling: a pull that found nothing waits here until a message arrives for its queue or it times out.
+
+Waiters live on the server's event loop; the reput thread reports arrivals with ``call_soon_threadsafe``,
+so nothing polls. A waiter re-checks the queue after registering, closing the race with an arrival that
+happened between the empty read and the registration.
+"""
+
+import asyncio
+from collections.abc import Callable
+
+from broker.store.dispatch.dispatch_request import DispatchRequest
+
+QueueKey = tuple[str, int]
+
+
+class PullRequestHoldService:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_offset: Callable[[str, int], int]) -> None:
+        self.loop = loop
+        self.max_offset = max_offset
+        self._waiters: dict[QueueKey, list[asyncio.Future[None]]] = {}
+
+    async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """True once the queue holds a message at ``offset`` or later; False on timeout."""
+        if self.max_offset(topic, queue_id) > offset:
+            return True
+        future: asyncio.Future[None] = self.loop.create_future()
+        key = (topic, queue_id)
+        self._waiters.setdefault(key, []).append(future)
+        try:
+            if self.max_offset(topic, queue_id) > offset:
+                return True
+            await asyncio.wait_for(future, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                if future in waiters:
+                    waiters.remove(future)
+                if not waiters:
+                    del self._waiters[key]
+
+    def on_arrivals(self, requests: list[DispatchRequest]) -> None:
+        """Called on the reput thread after each dispatch batch."""
+        if not self._waiters:
+            return
+        waiting = self._waiters
+        keys = {(r[0], r[1]) for r in requests if (r[0], r[1]) in waiting}
+        if keys:
+            self.loop.call_soon_threadsafe(self._wake, keys)
+
+    def _wake(self, keys: set[QueueKey]) -> None:
+        for key in keys:
+            for future in self._waiters.get(key, ()):
+                if not future.done():
+                    future.set_result(None)
+
+    def wake_all(self) -> None:
+        """On shutdown: answer every parked pull now."""
+        self._wake(set(self._waiters))

@@ -1,0 +1,66 @@
+"""``mqbroker -c broker.conf [-n NAMESRV_ADDR]``: the broker daemon."""
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
+from broker.broker_controller import BrokerController
+
+log = logging.getLogger("broker")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="The broker daemon.")
+    parser.add_argument("-c", "--config", help="broker.conf (Java properties, RocketMQ key names)")
+    parser.add_argument("-n", "--namesrv-addr", help="name servers, 'host:port;host:port' (overrides namesrvAddr)")
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> BrokerConfig:
+    text = ""
+    if args.config:
+        try:
+            text = Path(args.config).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {args.config}: {exc.strerror}") from None
+    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
+    return load_broker_config(text, overrides)
+
+
+async def serve(config: BrokerConfig) -> None:
+    controller = BrokerController(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    addr = await controller.start()
+    print(f"mqbroker {config.broker_name} ready on {addr}", flush=True)
+    await stop.wait()
+    await controller.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = parse_args(argv)
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
+        sys.exit(1)
+    try:
+        asyncio.run(serve(config))
+    except ConfigError as exc:
+        print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as exc:
+        print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

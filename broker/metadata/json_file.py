@@ -1,0 +1,23 @@
+"""Whole-file JSON persistence (the ``storeType=default`` metadata path): write-temp, fsync, rename."""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,122 @@
+"""Registers this broker with every name server: at start, every ``registerNameServerPeriod`` ms (the
+heartbeat), and at once after a topic change. After the first full registration only what changed since
+the version a name server acknowledged is sent; a name server that lost that version asks for a full one."""
+
+import logging
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.admin_broker_processor import topic_config_to_proto
+from common.response_code import ResponseCode
+from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+COMPRESS_ABOVE_BYTES = 256 * 1024
+RPC_TIMEOUT_S = 30
+
+
+@dataclass
+class BrokerIdentity:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+
+
+class NamesrvRegistrar(threading.Thread):
+    def __init__(self, identity: BrokerIdentity, namesrv_addrs: list[str], topics: TopicConfigManager,
+                 period_ms: int, heartbeat_timeout_ms: int,
+                 mapping_infos: Callable[[], dict[str, common_pb2.TopicQueueMappingInfo]] = dict) -> None:
+        super().__init__(name="namesrv-registrar", daemon=True)
+        self.identity = identity
+        self.topics = topics
+        self.period_s = period_ms / 1000
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.mapping_infos = mapping_infos
+        self._channels = {addr: grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
+                          for addr in namesrv_addrs}
+        self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
+        self._trigger = threading.Event()
+        self._stopped = threading.Event()
+
+    def trigger(self) -> None:
+        self._trigger.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._trigger.wait(self.period_s)
+            self._trigger.clear()
+            if not self._stopped.is_set():
+                self.register_all()
+
+    def register_all(self) -> None:
+        for addr in self._channels:
+            try:
+                self._register(addr)
+            except grpc.RpcError as exc:
+                self._acked.pop(addr, None)  # unknown what it holds now: send everything next time
+                log.warning("register_failed namesrv=%s status=%s detail=%s", addr, exc.code().name, exc.details())
+
+    def _register(self, addr: str) -> None:
+        version = self.topics.data_version
+        counter = version.counter
+        acked = self._acked.get(addr)
+        full = acked is None
+        if full:
+            body = namesrv_pb2.RegisterBrokerBody(
+                topic_configs=[topic_config_to_proto(c) for c in self.topics.all_configs()])
+        else:
+            changed, deleted = self.topics.changes_since(acked)
+            body = namesrv_pb2.RegisterBrokerBody(topic_configs=[topic_config_to_proto(c) for c in changed],
+                                                  deleted_topics=deleted)
+        for topic, info in self.mapping_infos().items():
+            body.topic_queue_mapping_info[topic].CopyFrom(info)
+        request = namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=self.identity.cluster_name, broker_name=self.identity.broker_name,
+            broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr,
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter),
+            full=full, heartbeat_timeout_ms=self.heartbeat_timeout_ms)
+        if not full:
+            request.base_version.CopyFrom(common_pb2.DataVersion(state_version=version.state_version, counter=acked))
+        raw = body.SerializeToString()
+        if len(raw) > COMPRESS_ABOVE_BYTES:
+            request.compressed_body = zlib.compress(raw, 1)
+        else:
+            request.body.CopyFrom(body)
+        stub = namesrv_pb2_grpc.NamesrvServiceStub(self._channels[addr])
+        response = stub.RegisterBroker(request, timeout=RPC_TIMEOUT_S)
+        if response.need_full and not full:
+            log.info("register_full_requested namesrv=%s", addr)
+            self._acked.pop(addr, None)
+            self._register(addr)
+        elif response.code == ResponseCode.SUCCESS:
+            if full:
+                log.info("registered namesrv=%s topics=%d bytes=%d", addr, len(body.topic_configs), len(raw))
+            self._acked[addr] = counter
+        else:
+            log.warning("register_refused namesrv=%s code=%d remark=%s", addr, response.code, response.remark)
+
+    def unregister_all(self) -> None:
+        request = namesrv_pb2.UnregisterBrokerRequest(
+            cluster_name=self.identity.cluster_name, broker_name=self.identity.broker_name,
+            broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr)
+        for addr, channel in self._channels.items():
+            try:
+                namesrv_pb2_grpc.NamesrvServiceStub(channel).UnregisterBroker(request, timeout=5)
+            except grpc.RpcError as exc:
+                log.warning("unregister_failed namesrv=%s status=%s", addr, exc.code().name)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._trigger.set()
+        if self.is_alive():
+            self.join(timeout=RPC_TIMEOUT_S)
+        self.unregister_all()
+        for channel in self._channels.values():
+            channel.close()

@@ -1,0 +1,134 @@
+"""Administration: topics, subscription groups, stats, runtime info."""
+
+import dataclasses
+import os
+import time
+from typing import TYPE_CHECKING
+
+from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
+from broker.processor.request_checks import checked_group, checked_topic
+from broker.request_error import RequestError
+from common.response_code import ResponseCode
+from common.topic_config import TopicConfig
+from proto import broker_pb2, common_pb2
+
+if TYPE_CHECKING:
+    from broker.broker_controller import BrokerController
+
+
+def topic_config_from_proto(p: common_pb2.TopicConfig) -> TopicConfig:
+    return TopicConfig(p.topic_name, p.read_queue_nums, p.write_queue_nums, p.perm, p.topic_sys_flag, p.order,
+                       dict(p.attributes))
+
+
+def topic_config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(topic_name=c.topic_name, read_queue_nums=c.read_queue_nums,
+                                  write_queue_nums=c.write_queue_nums, perm=c.perm, topic_sys_flag=c.topic_sys_flag,
+                                  order=c.order, attributes=c.attributes)
+
+
+class AdminBrokerProcessor:
+    def __init__(self, controller: "BrokerController") -> None:
+        self.controller = controller
+
+    # -- topics ------------------------------------------------------------------------------------
+    def update_topic(self, request: broker_pb2.UpdateTopicRequest) -> common_pb2.CommandResponse:
+        config = topic_config_from_proto(request.config)
+        try:
+            config.validate()
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        self.controller.update_topic(config)
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
+        topic = checked_topic(request.topic)
+        if not self.controller.delete_topic(topic):
+            return common_pb2.CommandResponse(code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist")
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def all_topic_configs(self) -> broker_pb2.TopicConfigList:
+        manager = self.controller.topic_config_manager
+        version = manager.data_version
+        return broker_pb2.TopicConfigList(
+            configs=[topic_config_to_proto(c) for c in manager.all_configs()],
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter))
+
+    def topic_stats(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicStats:
+        topic = checked_topic(request.topic)
+        config = self.controller.topic_config_manager.select(topic)
+        if config is None:
+            return broker_pb2.TopicStats(code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist")
+        store = self.controller.store
+        queues = []
+        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+            max_offset = store.max_offset(topic, queue_id)
+            queues.append(broker_pb2.TopicQueueStats(
+                queue_id=queue_id, min_offset=store.min_offset(topic, queue_id), max_offset=max_offset,
+                last_update_timestamp=store.last_store_timestamp(topic, queue_id)))
+        return broker_pb2.TopicStats(code=ResponseCode.SUCCESS, queues=queues)
+
+    # -- groups ------------------------------------------------------------------------------------
+    def update_group(self, request: broker_pb2.SubscriptionGroupConfig) -> common_pb2.CommandResponse:
+        group = checked_group(request.group_name)
+        self.controller.subscription_group_manager.update(SubscriptionGroupConfig(
+            group, request.consume_enable, request.consume_broadcast_enable, request.retry_queue_nums,
+            request.retry_max_times, request.broker_id))
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def delete_group(self, request: broker_pb2.GroupRequest) -> common_pb2.CommandResponse:
+        group = checked_group(request.group_name)
+        if not self.controller.subscription_group_manager.delete(group):
+            return common_pb2.CommandResponse(code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                              remark=f"group {group} does not exist")
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def all_groups(self) -> broker_pb2.SubscriptionGroupList:
+        groups = self.controller.subscription_group_manager.subscription_group_table.values()
+        return broker_pb2.SubscriptionGroupList(groups=[
+            broker_pb2.SubscriptionGroupConfig(**dataclasses.asdict(g)) for g in list(groups)])
+
+    def consume_stats(self, request: broker_pb2.ConsumeStatsRequest) -> broker_pb2.ConsumeStats:
+        group = checked_group(request.consumer_group)
+        c = self.controller
+        topics = [checked_topic(request.topic)] if request.topic else c.consumer_offset_manager.topics_of_group(group)
+        queues = []
+        for topic in topics:
+            config = c.topic_config_manager.select(topic)
+            if config is None:
+                continue
+            times = c.consumer_offset_manager.commit_times.get((group, topic), {})
+            for queue_id in range(config.read_queue_nums):
+                queues.append(broker_pb2.QueueConsumeStats(
+                    topic=topic, queue_id=queue_id, broker_offset=c.store.max_offset(topic, queue_id),
+                    consumer_offset=c.consumer_offset_manager.query_offset(group, topic, queue_id),
+                    last_timestamp=times.get(queue_id, 0)))
+        if not queues:
+            return broker_pb2.ConsumeStats(code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                           remark=f"group {group} has no offsets" + (
+                                               f" on topic {request.topic}" if request.topic else ""))
+        return broker_pb2.ConsumeStats(code=ResponseCode.SUCCESS, queues=queues)
+
+    # -- runtime -----------------------------------------------------------------------------------
+    def runtime_info(self) -> broker_pb2.BrokerRuntimeInfo:
+        c = self.controller
+        store = c.store
+        table = {
+            "brokerName": c.config.broker_name,
+            "brokerId": str(c.config.broker_id),
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.config.broker_cluster_name,
+            "storeType": c.config.store_type,
+            "flushDiskType": c.config.flush_disk_type,
+            "commitLogMinOffset": str(store.commit_log.min_offset()),
+            "commitLogMaxOffset": str(store.commit_log.max_offset()),
+            "commitLogConfirmOffset": str(store.commit_log.confirm_offset),
+            "dispatchBehindBytes": str(store.commit_log.confirm_offset - store.reput.reput_from_offset),
+            "topicCount": str(len(c.topic_config_manager.topic_config_table)),
+            "bootTimestamp": str(c.boot_timestamp),
+            "uptimeMs": str(int(time.time() * 1000) - c.boot_timestamp),
+            "pid": str(os.getpid()),
+            "putTps": f"{c.stats.put_tps():.1f}",
+            "getTps": f"{c.stats.get_tps():.1f}",
+        }
+        return broker_pb2.BrokerRuntimeInfo(table=table)

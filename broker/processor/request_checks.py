@@ -1,0 +1,34 @@
+"""Checks shared by processors: topic names, queue ids, and the topic's config."""
+
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.request_error import RequestError, require
+from common.topic_config import TopicConfig
+from common.topic_validator import InvalidTopicError, validate_topic
+
+
+def checked_topic(topic: str) -> str:
+    try:
+        validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise RequestError(str(exc)) from None
+    return topic
+
+
+def checked_group(group: str) -> str:
+    require(bool(group), "consumer group is empty")
+    try:
+        validate_topic(group)  # same character rules as topics
+    except InvalidTopicError as exc:
+        raise RequestError(str(exc).replace("topic", "group")) from None
+    return group
+
+
+def checked_queue_id(config: TopicConfig, queue_id: int, writing: bool) -> int:
+    count = config.write_queue_nums if writing else config.read_queue_nums
+    require(0 <= queue_id < count,
+            f"queue id {queue_id} does not exist: topic {config.topic_name} has queues 0..{count - 1}")
+    return queue_id
+
+
+def topic_config(manager: TopicConfigManager, topic: str) -> TopicConfig | None:
+    return manager.select(checked_topic(topic))

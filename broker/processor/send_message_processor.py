@@ -1,0 +1,64 @@
+"""Send: a single message or a batch to one queue."""
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker.processor.request_checks import checked_queue_id, topic_config
+from broker.request_error import RequestError, require
+from broker.store.put_message_result import PutMessageStatus
+from common.perm import is_writeable
+from common.response_code import ResponseCode
+from common.topic_config import TopicConfig
+from proto import broker_pb2
+
+if TYPE_CHECKING:
+    from broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_MESSAGES = 4096
+
+
+class SendMessageProcessor:
+    def __init__(self, controller: "BrokerController") -> None:
+        self.controller = controller
+
+    def send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+        c = self.controller
+        bodies = list(request.bodies)
+        require(len(bodies) > 0, "batch is empty: no message bodies")
+        require(len(bodies) <= MAX_BATCH_MESSAGES, f"batch of {len(bodies)} messages exceeds {MAX_BATCH_MESSAGES}")
+        properties = list(request.properties) or [b""] * len(bodies)
+        require(len(properties) == len(bodies), f"{len(bodies)} bodies but {len(properties)} property blocks")
+        total = sum(map(len, bodies))
+        limit = c.config.max_message_size
+        require(total <= limit, f"batch of {total} bytes exceeds maxMessageSize {limit}")
+        config = topic_config(c.topic_config_manager, request.topic) or self._auto_create(request.topic)
+        if config is None:
+            return broker_pb2.SendMessageResponse(code=ResponseCode.TOPIC_NOT_EXIST,
+                                                  remark=f"topic {request.topic} does not exist on this broker")
+        if not is_writeable(config.perm):
+            return broker_pb2.SendMessageResponse(code=ResponseCode.NO_PERMISSION,
+                                                  remark=f"topic {config.topic_name} is not writeable here")
+        checked_queue_id(config, request.queue_id, writing=True)
+        result = c.store.put_messages(config.topic_name, request.queue_id, bodies, properties,
+                                      born_timestamp=request.born_timestamp or None,
+                                      born_host=request.born_host or "127.0.0.1:0", flag=request.flag,
+                                      sys_flag=request.sys_flag)
+        if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+            raise RequestError(result.error)
+        if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            return broker_pb2.SendMessageResponse(code=ResponseCode.SERVICE_NOT_AVAILABLE, remark=result.error)
+        code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
+        return broker_pb2.SendMessageResponse(code=code, msg_ids=result.msg_ids, queue_id=request.queue_id,
+                                              queue_offset=result.queue_offset)
+
+    def _auto_create(self, topic: str) -> TopicConfig | None:
+        c = self.controller
+        if not c.config.auto_create_topic_enable:
+            return None
+        n = c.config.default_topic_queue_nums
+        config = TopicConfig(topic, read_queue_nums=n, write_queue_nums=n)
+        c.update_topic(config)
+        log.info("topic_auto_created topic=%s queues=%d", topic, n)
+        return config

@@ -1,0 +1,10 @@
+"""A malformed request: the servicer turns it into gRPC INVALID_ARGUMENT with this message."""
+
+
+class RequestError(ValueError):
+    pass
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise RequestError(message)

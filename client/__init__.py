@@ -1,0 +1,24 @@
+"""The Python SDK: producers, consumers, admin and (later) the key-value client."""
+
+from client.admin import Admin
+from client.errors import MQClientError
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from client.push_consumer import PushConsumer
+from client.results import PullResult, PullStatus, SendResult
+from common.message import Message, MessageExt
+from common.message_queue import MessageQueue
+
+__all__ = [
+    "Admin",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "SendResult",
+]

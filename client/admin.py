@@ -1,0 +1,221 @@
+"""Admin: what mqadmin uses. Topics and groups are created on brokers (named, or every master of a
+cluster); routes and cluster membership come from the name server."""
+
+import logging
+from dataclasses import dataclass
+
+import grpc
+
+from client.client_instance import ClientInstance
+from client.errors import MQClientError
+from client.grpc_errors import business_error, rpc_error
+from common.message import MessageExt
+from common.message_codec import decode_records
+from common.message_id import parse_message_id
+from common.perm import PERM_READ_WRITE
+from common.response_code import ResponseCode
+from proto import broker_pb2, common_pb2, namesrv_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return self.broker_offset - max(self.consumer_offset, 0)
+
+
+class Admin:
+    def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000) -> None:
+        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _broker_call(self, what: str, addr: str, method: str, request):
+        try:
+            return getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_error(what, addr, exc) from None
+
+    def _check(self, what: str, addr: str, response) -> None:
+        if response.code != ResponseCode.SUCCESS:
+            raise business_error(what, addr, response.code, response.remark)
+
+    # -- cluster -----------------------------------------------------------------------------------
+    def cluster_info(self) -> namesrv_pb2.ClusterInfo:
+        return self.client.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
+            common_pb2.Empty(), timeout=self.client.rpc_timeout_s))
+
+    def brokers(self, cluster: str | None = None, broker_names: list[str] | None = None) -> list[BrokerInfo]:
+        """Masters of ``cluster`` or the named brokers; an unknown cluster or broker is an error."""
+        info = self.cluster_info()
+        if cluster is not None:
+            if cluster not in info.cluster_addr_table:
+                raise MQClientError(f"cluster {cluster} does not exist (known: {', '.join(info.cluster_addr_table)})")
+            broker_names = list(info.cluster_addr_table[cluster].broker_names)
+        out = []
+        for name in broker_names or []:
+            data = info.broker_addr_table.get(name)
+            if data is None or 0 not in data.broker_addrs:
+                raise MQClientError(f"broker {name} is not registered with a live master")
+            out.append(BrokerInfo(data.cluster, name, 0, data.broker_addrs[0]))
+        return sorted(out, key=lambda b: b.broker_name)
+
+    def all_brokers(self) -> list[BrokerInfo]:
+        info = self.cluster_info()
+        return sorted((BrokerInfo(d.cluster, name, bid, addr) for name, d in info.broker_addr_table.items()
+                       for bid, addr in d.broker_addrs.items()), key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+
+    def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        return dict(self._broker_call("runtime info", addr, "GetBrokerRuntimeInfo", common_pb2.Empty()).table)
+
+    # -- topics ------------------------------------------------------------------------------------
+    def create_topic(self, topic: str, cluster: str | None = None, brokers: list[str] | None = None,
+                     read_queue_nums: int = 8, write_queue_nums: int = 8, perm: int = PERM_READ_WRITE) -> list[str]:
+        """Create or update ``topic`` on every target broker; returns their names."""
+        if (cluster is None) == (brokers is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        targets = self.brokers(cluster, brokers)
+        config = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=read_queue_nums,
+                                        write_queue_nums=write_queue_nums, perm=perm)
+        for b in targets:
+            response = self._broker_call(f"create topic {topic}", b.addr, "UpdateAndCreateTopic",
+                                         broker_pb2.UpdateTopicRequest(config=config))
+            self._check(f"create topic {topic} on {b.broker_name}", b.addr, response)
+        self.client.invalidate_route(topic)
+        return [b.broker_name for b in targets]
+
+    def delete_topic(self, topic: str, cluster: str) -> list[str]:
+        """Delete ``topic`` from every broker of ``cluster`` and from the name servers' routes."""
+        route = self.client.route(topic, refresh=True)
+        targets = {b.broker_name for b in self.brokers(cluster)}
+        deleted = []
+        for bd in route.broker_datas:
+            if bd.broker_name in targets and 0 in bd.broker_addrs:
+                addr = bd.broker_addrs[0]
+                response = self._broker_call(f"delete topic {topic}", addr, "DeleteTopic",
+                                             broker_pb2.TopicRequest(topic=topic))
+                if response.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
+                    self._check(f"delete topic {topic}", addr, response)
+                deleted.append(bd.broker_name)
+        request = namesrv_pb2.DeleteTopicInNamesrvRequest(topic=topic, cluster_name=cluster)
+        for addr in self.client.namesrv_addrs:  # every name server holds routes
+            try:
+                self.client.namesrv(addr).DeleteTopicInNamesrv(request, timeout=self.client.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                log.warning("namesrv_delete_failed namesrv=%s status=%s", addr, exc.code().name)
+        self.client.invalidate_route(topic)
+        return sorted(deleted)
+
+    def topic_list(self) -> list[str]:
+        response = self.client.call_namesrv("topic list", lambda s: s.GetAllTopicList(
+            common_pb2.Empty(), timeout=self.client.rpc_timeout_s))
+        return sorted(response.topics)
+
+    def topic_route(self, topic: str) -> common_pb2.TopicRouteData:
+        return self.client.route(topic, refresh=True)
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        route = self.client.route(topic, refresh=True)
+        out = []
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = bd.broker_addrs.get(0)
+            if addr is None:
+                continue
+            stats = self._broker_call(f"status of {topic}", addr, "GetTopicStatsInfo",
+                                      broker_pb2.TopicRequest(topic=topic))
+            self._check(f"status of {topic}", addr, stats)
+            out += [QueueStatus(bd.broker_name, q.queue_id, q.min_offset, q.max_offset, q.last_update_timestamp)
+                    for q in stats.queues]
+        return out
+
+    # -- groups ------------------------------------------------------------------------------------
+    def update_subscription_group(self, group: str, cluster: str | None = None, brokers: list[str] | None = None,
+                                  consume_enable: bool = True, retry_max_times: int = 16) -> list[str]:
+        if (cluster is None) == (brokers is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        targets = self.brokers(cluster, brokers)
+        request = broker_pb2.SubscriptionGroupConfig(group_name=group, consume_enable=consume_enable,
+                                                     consume_broadcast_enable=True, retry_queue_nums=1,
+                                                     retry_max_times=retry_max_times)
+        for b in targets:
+            response = self._broker_call(f"update group {group}", b.addr, "UpdateAndCreateSubscriptionGroup", request)
+            self._check(f"update group {group} on {b.broker_name}", b.addr, response)
+        return [b.broker_name for b in targets]
+
+    def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        brokers = self.brokers(broker_names=self._broker_names_of(topic)) if topic else self.all_masters()
+        out = []
+        for b in brokers:
+            stats = self._broker_call(f"progress of {group}", b.addr, "GetConsumeStats",
+                                      broker_pb2.ConsumeStatsRequest(consumer_group=group, topic=topic or ""))
+            if stats.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                continue
+            self._check(f"progress of {group}", b.addr, stats)
+            out += [QueueProgress(q.topic, b.broker_name, q.queue_id, q.broker_offset, q.consumer_offset,
+                                  q.last_timestamp) for q in stats.queues]
+        if not out:
+            raise MQClientError(f"consumer group {group} has no offsets" + (f" on topic {topic}" if topic else ""))
+        return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
+
+    def all_masters(self) -> list[BrokerInfo]:
+        return [b for b in self.all_brokers() if b.broker_id == 0]
+
+    def _broker_names_of(self, topic: str) -> list[str]:
+        return sorted(bd.broker_name for bd in self.client.route(topic, refresh=True).broker_datas)
+
+    # -- messages ----------------------------------------------------------------------------------
+    def query_msg_by_key(self, topic: str, key: str, max_num: int = 64) -> list[MessageExt]:
+        found: list[MessageExt] = []
+        for name in self._broker_names_of(topic):
+            addr = self.client.master_addr(topic, name)
+            response = self._broker_call(f"query {topic} by key", addr, "QueryMessage",
+                                         broker_pb2.QueryMessageRequest(topic=topic, key=key, max_num=max_num))
+            if response.code == ResponseCode.SUCCESS:
+                found += decode_records(response.records)
+            elif response.code != ResponseCode.QUERY_NOT_FOUND:
+                self._check(f"query {topic} by key", addr, response)
+        return sorted(found, key=lambda m: m.store_timestamp)
+
+    def query_msg_by_id(self, msg_id: str) -> MessageExt:
+        try:
+            addr, offset = parse_message_id(msg_id)
+        except ValueError as exc:
+            raise MQClientError(str(exc)) from None
+        response = self._broker_call(f"view message {msg_id}", addr, "ViewMessageById",
+                                     broker_pb2.ViewMessageRequest(commit_log_offset=offset))
+        self._check(f"view message {msg_id}", addr, response)
+        return decode_records(response.records)[0]

@@ -1,0 +1,112 @@
+"""Shared plumbing of producers, consumers and admin: name server look-ups, the route cache, channels."""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+
+from client.errors import MQClientError
+from client.grpc_errors import business_error, rpc_error
+from common.message_queue import MessageQueue
+from common.perm import is_readable, is_writeable
+from common.response_code import ResponseCode
+from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ROUTE_TTL_S = 30.0
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
+                   ("grpc.max_send_message_length", 256 * 1024 * 1024)]
+
+
+def namesrv_addrs(addr: str | None) -> list[str]:
+    raw = addr or os.environ.get("NAMESRV_ADDR", "")
+    addrs = [a.strip() for a in raw.split(";") if a.strip()]
+    if not addrs:
+        raise MQClientError("no name server address: pass one or set NAMESRV_ADDR")
+    return addrs
+
+
+class ClientInstance:
+    def __init__(self, namesrv_addr: str | None, rpc_timeout_s: float = 10.0) -> None:
+        self.namesrv_addrs = namesrv_addrs(namesrv_addr)
+        self.rpc_timeout_s = rpc_timeout_s
+        self._channels: dict[str, grpc.Channel] = {}
+        self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
+        self._lock = threading.Lock()
+        self._namesrv_index = 0
+
+    # -- channels ----------------------------------------------------------------------------------
+    def channel(self, addr: str) -> grpc.Channel:
+        ch = self._channels.get(addr)
+        if ch is None:
+            with self._lock:
+                ch = self._channels.get(addr)
+                if ch is None:
+                    ch = self._channels[addr] = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return ch
+
+    def broker(self, addr: str) -> broker_pb2_grpc.BrokerServiceStub:
+        return broker_pb2_grpc.BrokerServiceStub(self.channel(addr))
+
+    def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
+        return namesrv_pb2_grpc.NamesrvServiceStub(self.channel(addr))
+
+    def call_namesrv(self, what: str, call: Callable[[namesrv_pb2_grpc.NamesrvServiceStub], T]) -> T:
+        """Ask the name servers in turn until one answers."""
+        last: grpc.RpcError | None = None
+        for i in range(len(self.namesrv_addrs)):
+            addr = self.namesrv_addrs[(self._namesrv_index + i) % len(self.namesrv_addrs)]
+            try:
+                return call(self.namesrv(addr))
+            except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
+                    raise rpc_error(what, addr, exc) from None
+                last = exc
+                self._namesrv_index += 1
+        assert last is not None
+        raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
+
+    # -- routes ------------------------------------------------------------------------------------
+    def route(self, topic: str, refresh: bool = False) -> common_pb2.TopicRouteData:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < ROUTE_TTL_S:
+            return cached[1]
+        response = self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
+            namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
+        if response.code != ResponseCode.SUCCESS:
+            self._routes.pop(topic, None)
+            raise business_error(f"route of {topic}", "name server", response.code, response.remark)
+        self._routes[topic] = (time.monotonic(), response.route)
+        return response.route
+
+    def invalidate_route(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    def master_addr(self, topic: str, broker_name: str) -> str:
+        for attempt in range(2):
+            for bd in self.route(topic, refresh=attempt > 0).broker_datas:
+                if bd.broker_name == broker_name and 0 in bd.broker_addrs:
+                    return bd.broker_addrs[0]
+        raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
+
+    def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+        route = self.route(topic, refresh)
+        return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
+                if is_writeable(qd.perm) for q in range(qd.write_queue_nums)]
+
+    def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+        route = self.route(topic, refresh)
+        return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
+                if is_readable(qd.perm) for q in range(qd.read_queue_nums)]
+
+    def close(self) -> None:
+        with self._lock:
+            for ch in self._channels.values():
+                ch.close()
+            self._channels.clear()

@@ -1,0 +1,9 @@
+"""Every SDK error is an MQClientError whose message says what failed."""
+
+
+class MQClientError(Exception):
+    """Base class of SDK errors; ``code`` is the broker's response code when there was one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,19 @@
+"""Turning gRPC failures and business codes into MQClientError with a useful message."""
+
+import grpc
+
+from client.errors import MQClientError
+from common.response_code import code_name
+
+
+def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
+    status = exc.code() if hasattr(exc, "code") else None
+    detail = exc.details() if hasattr(exc, "details") else str(exc)
+    if status is grpc.StatusCode.INVALID_ARGUMENT:
+        return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}")
+    name = status.name if status is not None else "ERROR"
+    return MQClientError(f"{what} failed at {addr}: {name}: {detail}")
+
+
+def business_error(what: str, addr: str, code: int, remark: str) -> MQClientError:
+    return MQClientError(f"{what} failed at {addr}: {code_name(code)}: {remark}", code)

@@ -1,0 +1,42 @@
+"""Messages to wire properties (producer side) and raw records to messages (consumer side)."""
+
+import itertools
+import os
+
+from client.errors import MQClientError
+from common.message import Message
+from common.message_properties import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQUE_KEY,
+    encode_properties,
+)
+
+_PREFIX = os.urandom(8).hex().upper()
+_RESERVED = frozenset((NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR))
+_counter = itertools.count()
+
+
+def new_unique_key() -> str:
+    """Unique per message across processes: a random per-process prefix and a counter."""
+    return f"{_PREFIX}{next(_counter):012X}"
+
+
+def wire_properties(msg: Message, unique_key: str) -> bytes:
+    """The message's properties in wire form, with tags, keys and the unique key it is indexed by."""
+    head = f"{PROPERTY_UNIQUE_KEY}{NAME_VALUE_SEPARATOR}{unique_key}{PROPERTY_SEPARATOR}"
+    keys = KEY_SEPARATOR.join(msg.key_list())
+    if _RESERVED.intersection(msg.tags or "") or _RESERVED.intersection(keys):
+        raise MQClientError("tags and keys may not contain the characters \\x01 or \\x02")
+    if msg.tags:
+        head += f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}{PROPERTY_SEPARATOR}"
+    if keys:
+        head += f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{keys}{PROPERTY_SEPARATOR}"
+    try:
+        user = encode_properties(msg.properties) if msg.properties else b""
+    except ValueError as exc:
+        raise MQClientError(str(exc)) from None
+    return head.encode() + user

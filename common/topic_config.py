@@ -1,0 +1,26 @@
+"""Topic configuration: what a broker serves for a topic."""
+
+from dataclasses import dataclass, field
+
+from common.perm import PERM_READ_WRITE
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = PERM_READ_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        from common.topic_validator import validate_topic
+
+        validate_topic(self.topic_name)
+        if not 1 <= self.write_queue_nums <= 1024 or not 1 <= self.read_queue_nums <= 1024:
+            raise ValueError(f"queue numbers must be 1..1024 (read {self.read_queue_nums}, "
+                             f"write {self.write_queue_nums})")
+        if self.perm & ~0xF:
+            raise ValueError(f"perm {self.perm} has unknown bits")

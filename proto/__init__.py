@@ -1,0 +1,1 @@
+"""Generated gRPC code; regenerate with ``make proto`` (tests check it matches the .proto sources)."""

@@ -1,0 +1,281 @@
+from proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    topic: str
+    queue_id: int
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    properties: _containers.RepeatedScalarFieldContainer[bytes]
+    flag: int
+    born_timestamp: int
+    born_host: str
+    sys_flag: int
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "msg_ids", "queue_id", "queue_offset")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    MSG_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    msg_ids: _containers.RepeatedScalarFieldContainer[str]
+    queue_id: int
+    queue_offset: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+
+class PullMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MSG_NUMS_FIELD_NUMBER: _ClassVar[int]
+    SUB_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sub_expression: str
+    suspend_timeout_ms: int
+    commit_offset: int
+    max_bytes: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class PullMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "next_begin_offset", "min_offset", "max_offset", "records", "offset_delta")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: bytes
+    offset_delta: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., offset_delta: _Optional[int] = ...) -> None: ...
+
+class UpdateConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+
+class QueryConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class QueueRequest(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class OffsetResponse(_message.Message):
+    __slots__ = ("code", "remark", "offset")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    offset: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp", "upper")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp: int
+    upper: bool
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., upper: _Optional[bool] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "key", "max_num", "begin_timestamp", "end_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., max_num: _Optional[int] = ..., begin_timestamp: _Optional[int] = ..., end_timestamp: _Optional[int] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("commit_log_offset",)
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    def __init__(self, commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class MessagesResponse(_message.Message):
+    __slots__ = ("code", "remark", "records")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    records: bytes
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.TopicConfig
+    def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class GroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class TopicConfigList(_message.Message):
+    __slots__ = ("configs", "data_version")
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    data_version: _common_pb2.DataVersion
+    def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+
+class SubscriptionGroupConfig(_message.Message):
+    __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id")
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    consume_enable: bool
+    consume_broadcast_enable: bool
+    retry_queue_nums: int
+    retry_max_times: int
+    broker_id: int
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
+
+class SubscriptionGroupList(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
+    def __init__(self, groups: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+
+class TopicQueueStats(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPDATE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ...) -> None: ...
+
+class TopicStats(_message.Message):
+    __slots__ = ("code", "remark", "queues")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    queues: _containers.RepeatedCompositeFieldContainer[TopicQueueStats]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[TopicQueueStats, _Mapping]]] = ...) -> None: ...
+
+class ConsumeStatsRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class QueueConsumeStats(_message.Message):
+    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "last_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., last_timestamp: _Optional[int] = ...) -> None: ...
+
+class ConsumeStats(_message.Message):
+    __slots__ = ("code", "remark", "queues")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueConsumeStats]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueConsumeStats, _Mapping]]] = ...) -> None: ...
+
+class BrokerRuntimeInfo(_message.Message):
+    __slots__ = ("table",)
+    class TableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: _containers.ScalarMap[str, str]
+    def __init__(self, table: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -1,0 +1,94 @@
+"""Bad requests get INVALID_ARGUMENT (or the right business code) with a message; the daemon keeps serving."""
+
+import socket
+
+import grpc
+import pytest
+
+from client import Message, Producer
+from common.response_code import ResponseCode
+from proto import broker_pb2, broker_pb2_grpc
+from tests.cluster import start_daemon, write_broker_conf
+from tests.integration.conftest import Cluster
+
+
+@pytest.fixture(scope="module")
+def broker_stub(cluster: Cluster):
+    cluster.create_topic("BadInputT", queues=2)
+    channel = grpc.insecure_channel(cluster.brokers["broker-a"].addr)
+    yield broker_pb2_grpc.BrokerServiceStub(channel)
+    channel.close()
+
+
+def pull(**overrides) -> broker_pb2.PullMessageRequest:
+    fields = dict(consumer_group="g", topic="BadInputT", queue_id=0, queue_offset=0, max_msg_nums=8)
+    fields.update(overrides)
+    return broker_pb2.PullMessageRequest(**fields)
+
+
+@pytest.mark.parametrize(("request_", "says"), [
+    (pull(queue_offset=-1), "negative"),
+    (pull(queue_id=7), "queue id 7 does not exist"),
+    (pull(max_msg_nums=0), "outside 1..1024"),
+    (pull(max_msg_nums=1025), "outside 1..1024"),
+    (pull(consumer_group=""), "group is empty"),
+    (pull(topic="bad topic"), "characters outside"),
+    (pull(sub_expression="A ||"), "empty tag"),
+])
+def test_bad_pull(broker_stub, request_, says):
+    with pytest.raises(grpc.RpcError) as err:
+        broker_stub.PullMessage(request_, timeout=5)
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and says in err.value.details()
+
+
+@pytest.mark.parametrize(("request_", "says"), [
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0), "batch is empty"),
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x" * (3 * 1024 * 1024)] * 2),
+     "exceeds maxMessageSize"),
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=9, bodies=[b"x"]), "queue id 9 does not exist"),
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b""]), "body is empty"),
+    (broker_pb2.SendMessageRequest(topic="", queue_id=0, bodies=[b"x"]), "topic is empty"),
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x", b"y"], properties=[b""]),
+     "2 bodies but 1 property"),
+])
+def test_bad_send(broker_stub, request_, says):
+    with pytest.raises(grpc.RpcError) as err:
+        broker_stub.SendMessage(request_, timeout=5)
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and says in err.value.details()
+
+
+def test_business_codes(broker_stub):
+    missing = broker_stub.SendMessage(broker_pb2.SendMessageRequest(topic="NoSuchT", bodies=[b"x"]), timeout=5)
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchT" in missing.remark
+    offset = broker_stub.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
+        consumer_group="never", topic="BadInputT", queue_id=0), timeout=5)
+    assert offset.code == ResponseCode.QUERY_NOT_FOUND and offset.offset == -1
+    with pytest.raises(grpc.RpcError) as err:
+        broker_stub.UpdateConsumerOffset(broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group="g", topic="BadInputT", queue_id=0, commit_offset=-5), timeout=5)
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_garbage_on_the_port_does_not_hurt(cluster: Cluster, broker_stub):
+    host, port = cluster.brokers["broker-a"].addr.rsplit(":", 1)
+    for junk in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n", bytes(range(256)) * 16):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(2)
+            try:
+                s.recv(1024)
+            except (TimeoutError, ConnectionResetError):
+                pass
+    assert cluster.brokers["broker-a"].alive
+    with Producer(cluster.addr) as producer:
+        assert producer.send(Message("BadInputT", b"still serving")).msg_id
+
+
+@pytest.mark.parametrize(("key", "value"), [("listenPort", "abc"), ("flushDiskType", "FAST"),
+                                            ("brokerId", "-1"), ("mappedFileSizeCommitLog", "12")])
+def test_bad_broker_conf_refuses_to_start(tmp_path, key, value):
+    conf = write_broker_conf(tmp_path / "broker.conf", {"brokerName": "bad", "storePathRootDir": tmp_path, key: value})
+    with pytest.raises(AssertionError, match="exited"):
+        start_daemon("bad", "broker.main", ["-c", str(conf)], tmp_path, ready_timeout=20)
+    lines = [line for line in (tmp_path / "bad.log").read_text().splitlines() if line.strip()]
+    assert len(lines) == 1 and key in lines[0] and "Traceback" not in lines[0], lines
