@@ -22,7 +22,7 @@ from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.store.message_store import MessageStore
-from common.topic_config import TopicConfig
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import broker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,10 @@ class BrokerController:
         """Bind, recover the store, load metadata, serve, register. Returns ``host:port``."""
         c = self.config
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        port = server.add_insecure_port(f"{c.broker_ip1}:{c.listen_port}")
-        if port == 0:
-            raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}")
+        try:
+            port = server.add_insecure_port(f"{c.broker_ip1}:{c.listen_port}")
+        except RuntimeError as exc:  # gRPC's way of saying the address is taken or not ours
+            raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}: {exc}") from None
         self.broker_addr = f"{c.broker_ip1}:{port}"
         self.store = MessageStore(c.store_config(self.broker_addr))
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
@@ -86,9 +87,20 @@ class BrokerController:
 
     def _load(self) -> None:
         self.topic_config_manager.load()
+        self._ensure_default_topic()
         self.subscription_group_manager.load()
         self.consumer_offset_manager.load()
         self.store.start()
+
+    def _ensure_default_topic(self) -> None:
+        """Serve (or stop serving) TBW102, the route producers borrow for topics created on first send."""
+        manager, c = self.topic_config_manager, self.config
+        has = manager.select(AUTO_CREATE_TOPIC_KEY_TOPIC) is not None
+        if c.auto_create_topic_enable and not has:
+            n = c.default_topic_queue_nums
+            manager.update(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, DEFAULT_TOPIC_PERM))
+        elif has and not c.auto_create_topic_enable:
+            manager.delete(AUTO_CREATE_TOPIC_KEY_TOPIC)
 
     def _flush_offsets_periodically(self) -> None:
         while not self._offset_flusher.wait(self.config.flush_consumer_offset_interval / 1000):

@@ -12,14 +12,16 @@ import grpc
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from common.message_queue import MessageQueue
-from common.perm import is_readable, is_writeable
+from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ROUTE_TTL_S = 30.0
+DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one soon after the first send
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
@@ -30,6 +32,15 @@ def namesrv_addrs(addr: str | None) -> list[str]:
     if not addrs:
         raise MQClientError("no name server address: pass one or set NAMESRV_ADDR")
     return addrs
+
+
+def borrowed_route(default: common_pb2.TopicRouteData) -> common_pb2.TopicRouteData:
+    """TBW102's route restricted to brokers that let new topics inherit it."""
+    route = common_pb2.TopicRouteData()
+    route.CopyFrom(default)
+    del route.queue_datas[:]
+    route.queue_datas.extend(qd for qd in default.queue_datas if qd.perm & PERM_INHERIT)
+    return route
 
 
 class ClientInstance:
@@ -73,30 +84,41 @@ class ClientInstance:
         raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
 
     # -- routes ------------------------------------------------------------------------------------
-    def route(self, topic: str, refresh: bool = False) -> common_pb2.TopicRouteData:
+    def route(self, topic: str, refresh: bool = False, for_publish: bool = False) -> common_pb2.TopicRouteData:
+        """The topic's route (cached for 30 s). ``for_publish``: a topic the name server does not know
+        borrows the route of TBW102, served by brokers that create topics on first send."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached[0] < ROUTE_TTL_S:
             return cached[1]
-        response = self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
-            namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
+        response = self._fetch_route(topic)
+        if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
+            default = self._fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            if default.code == ResponseCode.SUCCESS:
+                route = borrowed_route(default.route)
+                self._routes[topic] = (time.monotonic() - ROUTE_TTL_S + DEFAULT_ROUTE_TTL_S, route)
+                return route
         if response.code != ResponseCode.SUCCESS:
             self._routes.pop(topic, None)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
         self._routes[topic] = (time.monotonic(), response.route)
         return response.route
 
+    def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
+        return self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
+            namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
+
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
-    def master_addr(self, topic: str, broker_name: str) -> str:
+    def master_addr(self, topic: str, broker_name: str, for_publish: bool = False) -> str:
         for attempt in range(2):
-            for bd in self.route(topic, refresh=attempt > 0).broker_datas:
+            for bd in self.route(topic, refresh=attempt > 0, for_publish=for_publish).broker_datas:
                 if bd.broker_name == broker_name and 0 in bd.broker_addrs:
                     return bd.broker_addrs[0]
         raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
 
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
-        route = self.route(topic, refresh)
+        route = self.route(topic, refresh, for_publish=True)
         return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
                 if is_writeable(qd.perm) for q in range(qd.write_queue_nums)]
 

@@ -8,6 +8,7 @@ import threading
 import time
 import zlib
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 import grpc
 
@@ -58,8 +59,27 @@ class Producer:
     def send_batch(self, msgs: Sequence[Message], sharding_key: str | None = None,
                    queue: MessageQueue | None = None) -> SendResult:
         """Send messages of one topic as one batch to one queue (consecutive queue offsets)."""
+        return self.send_batch_async(msgs, sharding_key, queue).result()
+
+    def send_async(self, msg: Message, sharding_key: str | None = None,
+                   queue: MessageQueue | None = None) -> "Future[SendResult]":
+        return self.send_batch_async([msg], sharding_key, queue)
+
+    def send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
+                         queue: MessageQueue | None = None) -> "Future[SendResult]":
+        """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread."""
+        request = self._request(msgs)
+        topic = request.topic
+        future: Future[SendResult] = Future()
+        if queue is None and sharding_key is not None:
+            queue = self._queue_for_key(topic, sharding_key)
+        attempts = 1 if queue is not None else 1 + self.retry_times
+        self._attempt(request, queue or self._next_queue(topic, None, refresh=False), queue is None, attempts, future)
+        return future
+
+    def _request(self, msgs: Sequence[Message]) -> broker_pb2.SendMessageRequest:
         if not msgs:
-            raise MQClientError("send_batch needs at least one message")
+            raise MQClientError("a batch needs at least one message")
         topic = msgs[0].topic
         try:
             validate_topic(topic)
@@ -70,15 +90,10 @@ class Producer:
         bodies = [m.body for m in msgs]
         if not all(bodies):
             raise MQClientError("cannot send an empty message body")
-        props = [wire_properties(m, new_unique_key()) for m in msgs]
-        request = broker_pb2.SendMessageRequest(producer_group=self.group, topic=topic, bodies=bodies,
-                                                properties=props, born_timestamp=int(time.time() * 1000),
-                                                born_host=self.born_host, flag=msgs[0].flag)
-        if queue is not None:
-            return self._send_to(queue, request)
-        if sharding_key is not None:
-            return self._send_to(self._queue_for_key(topic, sharding_key), request)
-        return self._send_with_retry(topic, request)
+        return broker_pb2.SendMessageRequest(
+            producer_group=self.group, topic=topic, bodies=bodies,
+            properties=[wire_properties(m, new_unique_key()) for m in msgs],
+            born_timestamp=int(time.time() * 1000), born_host=self.born_host, flag=msgs[0].flag)
 
     # -- queue choice ------------------------------------------------------------------------------
     def _queue_for_key(self, topic: str, key: str) -> MessageQueue:
@@ -100,30 +115,44 @@ class Producer:
                 return mq
         return queues[start % len(queues)]
 
-    def _send_with_retry(self, topic: str, request: broker_pb2.SendMessageRequest) -> SendResult:
-        failed_broker: str | None = None
-        last: MQClientError | None = None
-        for attempt in range(1 + self.retry_times):
-            mq = self._next_queue(topic, failed_broker, refresh=attempt > 0)
-            try:
-                return self._send_to(mq, request)
-            except MQClientError as exc:
-                if exc.code is not None and exc.code not in RETRYABLE_CODES:
-                    raise
-                if exc.code is None and not getattr(exc, "retryable", False):
-                    raise
-                log.info("send_retry topic=%s broker=%s attempt=%d reason=%s", topic, mq.broker_name, attempt + 1, exc)
-                failed_broker = mq.broker_name
-                self.client.invalidate_route(topic)
-                last = exc
-        assert last is not None
-        raise last
+    def _attempt(self, request: broker_pb2.SendMessageRequest, mq: MessageQueue, may_move: bool, attempts_left: int,
+                 future: "Future[SendResult]") -> None:
+        """One try on ``mq``; a retryable failure tries a queue of another broker while attempts remain."""
 
-    def _send_to(self, mq: MessageQueue, request: broker_pb2.SendMessageRequest) -> SendResult:
-        addr = self.client.master_addr(mq.topic, mq.broker_name)
-        request.queue_id = mq.queue_id
+        def fail(error: MQClientError) -> None:
+            if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)):
+                future.set_exception(error)
+                return
+            log.info("send_retry topic=%s broker=%s reason=%s", mq.topic, mq.broker_name, error)
+            self.client.invalidate_route(mq.topic)
+            try:
+                next_mq = self._next_queue(mq.topic, mq.broker_name, refresh=True)
+            except MQClientError as exc:
+                future.set_exception(exc)
+                return
+            self._attempt(request, next_mq, may_move, attempts_left - 1, future)
+
         try:
-            response = self.client.broker(addr).SendMessage(request, timeout=self.send_timeout_s)
+            addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
+        except MQClientError as exc:
+            exc.retryable = True  # type: ignore[attr-defined]  # the broker left the route: try another
+            fail(exc)
+            return
+        request.queue_id = mq.queue_id
+        call = self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
+
+        def done(call: grpc.Future) -> None:
+            try:
+                future.set_result(self._result(mq, addr, call))
+            except MQClientError as exc:
+                fail(exc)
+
+        call.add_done_callback(done)
+
+    @staticmethod
+    def _result(mq: MessageQueue, addr: str, call: grpc.Future) -> SendResult:
+        try:
+            response = call.result()
         except grpc.RpcError as exc:
             err = rpc_error(f"send to {mq}", addr, exc)
             err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
@@ -131,7 +160,9 @@ class Producer:
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
             log.warning("send_flush_timeout queue=%s: stored, but not yet on disk", mq)
         elif response.code != ResponseCode.SUCCESS:
-            raise business_error(f"send to {mq}", addr, response.code, response.remark)
+            err = business_error(f"send to {mq}", addr, response.code, response.remark)
+            err.retryable = response.code in RETRYABLE_CODES  # type: ignore[attr-defined]
+            raise err
         ids = tuple(response.msg_ids)
         return SendResult(ids[0] if ids else "", MessageQueue(mq.topic, mq.broker_name, response.queue_id),
                           response.queue_offset, ids)

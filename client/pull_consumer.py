@@ -1,5 +1,7 @@
 """Pull consumer: the application chooses queues and offsets; the broker keeps committed offsets."""
 
+from concurrent.futures import Future
+
 import grpc
 
 from client.client_instance import ClientInstance
@@ -50,12 +52,35 @@ class PullConsumer:
              suspend_ms: int = 0, commit_offset: int = -1) -> PullResult:
         """Messages of ``mq`` from ``offset``. With ``suspend_ms`` the broker holds an empty pull until a
         message arrives or the time is up (long polling)."""
+        return self.pull_async(mq, offset, max_nums, sub_expression, suspend_ms, commit_offset).result()
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*",
+                   suspend_ms: int = 0, commit_offset: int = -1) -> "Future[PullResult]":
+        """Like :meth:`pull` but returns at once; many pulls can be in flight from one thread."""
         request = broker_pb2.PullMessageRequest(
             consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
             max_msg_nums=max_nums, sub_expression=sub_expression, suspend_timeout_ms=suspend_ms,
             commit_offset=commit_offset)
-        addr, response = self._call("pull", mq, "PullMessage", request,
-                                    self.client.rpc_timeout_s + suspend_ms / 1000)
+        addr = self.client.master_addr(mq.topic, mq.broker_name)
+        timeout_s = self.client.rpc_timeout_s + suspend_ms / 1000
+        call = self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
+        future: Future[PullResult] = Future()
+
+        def done(call: grpc.Future) -> None:
+            try:
+                future.set_result(self._pull_result(mq, addr, sub_expression, call))
+            except MQClientError as exc:
+                future.set_exception(exc)
+
+        call.add_done_callback(done)
+        return future
+
+    def _pull_result(self, mq: MessageQueue, addr: str, sub_expression: str, call: grpc.Future) -> PullResult:
+        try:
+            response = call.result()
+        except grpc.RpcError as exc:
+            self.client.invalidate_route(mq.topic)
+            raise rpc_error(f"pull {mq}", addr, exc) from None
         status = PULL_STATUS.get(response.code)
         if status is None:
             raise business_error(f"pull {mq}", addr, response.code, response.remark)

@@ -2,7 +2,12 @@
 
 from dataclasses import dataclass, field
 
-from common.perm import PERM_READ_WRITE
+from common.perm import PERM_INHERIT, PERM_READ_WRITE
+
+# RocketMQ's default topic: a broker with autoCreateTopicEnable serves it, and producers use its route
+# for a topic the name server does not know yet (the broker then creates that topic on first send).
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+DEFAULT_TOPIC_PERM = PERM_READ_WRITE | PERM_INHERIT
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ def test_parked_pull_returns_soon_after_a_matching_send(cluster: Cluster):
             offset = consumer.max_offset(mq)
             result: dict[str, object] = {}
 
-            def park(offset: int = offset) -> None:
+            def park(offset: int = offset, result: dict[str, object] = result) -> None:
                 res = consumer.pull(mq, offset, 32, suspend_ms=5_000)
                 result["status"], result["at"] = res.status, time.monotonic()
                 result["bodies"] = [m.body for m in res.messages]

@@ -2,7 +2,7 @@
 
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from common.message_codec import (
@@ -53,6 +53,7 @@ def test_cut_record_is_torn(body, props, data):
     raw = encode_record(b"TopicA", 3, body, encode_properties(props))
     cut = data.draw(st.integers(0, len(raw) - 1))
     torn = raw[:cut] + bytes(len(raw) - cut)  # what a torn write leaves: a prefix, then zeros
+    assume(torn != raw)  # a tail that was zeros anyway is not torn: the record is whole
     assert check_record(torn, 0, len(torn), 0, verify_crc=True) == -1
     with pytest.raises(CorruptRecordError):
         decode_record(raw[:cut])

@@ -1,0 +1,1 @@
+"""Launchers for a local cluster: ``python -m cluster.local_cluster`` (what ``make run`` starts)."""

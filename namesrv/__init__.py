@@ -1,0 +1,1 @@
+"""The name server (mqnamesrv): broker registry and topic routes."""

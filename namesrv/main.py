@@ -1,0 +1,66 @@
+"""``mqnamesrv``: run the name server until SIGTERM or SIGINT."""
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+from namesrv.namesrv_server import BindError, NamesrvConfig, NamesrvServer
+from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
+
+PROG = "mqnamesrv"
+log = logging.getLogger("namesrv.main")
+
+
+@click.command(name=PROG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("-p", "--port", type=click.IntRange(0, 65535), default=9876, show_default=True,
+              help="Port to listen on; 0 picks a free one (the ready line says which).")
+@click.option("--broker-expiry-ms", type=click.IntRange(min=1), default=DEFAULT_BROKER_EXPIRY_MS,
+              show_default=True, help="Drop a broker silent for this long (unless it registered its own timeout).")
+@click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5000, show_default=True,
+              help="How often to look for silent brokers.")
+def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int) -> None:
+    """The name server: broker registry and topic routes."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = NamesrvConfig(host=host, port=port, broker_expiry_ms=broker_expiry_ms,
+                           scan_interval_ms=scan_interval_ms)
+    try:
+        asyncio.run(serve(config))
+    except BindError as e:
+        raise click.ClickException(str(e)) from None
+
+
+async def serve(config: NamesrvConfig) -> None:
+    server = NamesrvServer(config)
+    port = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{PROG} ready on {config.host}:{port}", flush=True)
+    await stop.wait()
+    log.info("namesrv_stopping reason=signal")
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point. Errors are one line on stderr, never a traceback: 2 for bad flags, 1 otherwise."""
+    try:
+        result = command.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.UsageError as e:
+        click.echo(f"{PROG}: error: {e.format_message()} (see {PROG} --help)", err=True)
+        return 2
+    except click.ClickException as e:
+        click.echo(f"{PROG}: error: {e.format_message()}", err=True)
+        return e.exit_code
+    except click.Abort:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

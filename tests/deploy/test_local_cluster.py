@@ -1,0 +1,228 @@
+"""``python -m cluster.local_cluster`` (what ``make run`` starts), run as a subprocess like a user would."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from broker.broker_config import load_broker_config
+from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus
+
+REPO = Path(__file__).resolve().parent.parent.parent
+UP = re.compile(r"cluster DefaultCluster ready; name server (\S+)")
+ROW = re.compile(r"^\s+(namesrv|broker-a|broker-b)\s+(\S+)\s+pid (\d+)")
+STOPPING = re.compile(r"stopping (\S+) \(pid (\d+)\)")
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Launcher:
+    proc: subprocess.Popen
+    data_dir: Path
+    lines: list[str] = field(default_factory=list)
+    children: dict[str, int] = field(default_factory=dict)  # name -> pid
+    cmdlines: dict[int, bytes] = field(default_factory=dict)
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: re.Pattern, timeout: float) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if m := pattern.search(line):
+                    return m
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout}s "
+                             f"(exit code {self.proc.poll()}):\n{self.output()}")
+
+    def remember(self, name: str, pid: int) -> None:
+        self.children[name] = pid
+        self.cmdlines[pid] = cmdline(pid)
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(launcher: Launcher, pid: int) -> bool:
+    """The child with this pid still exists (and the pid was not reused by another program)."""
+    return bool(cmdline(pid)) and cmdline(pid) == launcher.cmdlines.get(pid)
+
+
+def start(data_dir: Path, *extra: str) -> Launcher:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(data_dir), *extra],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    launcher = Launcher(proc, data_dir)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            launcher.lines.append(line.rstrip("\n"))
+
+    launcher._reader = threading.Thread(target=read, daemon=True)  # type: ignore[attr-defined]
+    launcher._reader.start()  # type: ignore[attr-defined]
+    return launcher
+
+
+@pytest.fixture
+def launchers() -> Iterator[list[Launcher]]:
+    """Whatever a test starts is gone afterwards, even when the test fails half-way."""
+    started: list[Launcher] = []
+    yield started
+    for launcher in started:
+        if launcher.proc.poll() is None:
+            launcher.proc.kill()
+            launcher.proc.wait(10)
+        for pid in launcher.children.values():
+            if alive(launcher, pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except MQClientError as exc:  # not there yet (route, auto-created topic): ask again
+            last, value = exc, None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last}")
+
+
+def start_cluster(launchers: list[Launcher], data_dir: Path) -> tuple[Launcher, str]:
+    launcher = start(data_dir, "--namesrv-port", "0", "--broker-ports", "0,0")
+    launchers.append(launcher)
+    namesrv = launcher.wait_for(UP, START_TIMEOUT_S).group(1)
+    for line in launcher.lines:
+        if m := ROW.match(line):
+            launcher.remember(m.group(1), int(m.group(3)))
+    assert set(launcher.children) == {"namesrv", "broker-a", "broker-b"}, launcher.output()
+    for name, pid in launcher.children.items():
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        assert ppid == launcher.proc.pid, f"{name} (pid {pid}) is not a child of the launcher"
+        # own process group: a Ctrl-C in the terminal reaches only the launcher, which stops them in order
+        assert os.getpgid(pid) != os.getpgid(launcher.proc.pid)
+    return launcher, namesrv
+
+
+def stop_and_check(launcher: Launcher, sig: int = signal.SIGTERM) -> None:
+    launcher.proc.send_signal(sig)
+    try:
+        code = launcher.proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"launcher still running {STOP_TIMEOUT_S}s after {sig!r}:\n{launcher.output()}") from None
+    launcher._reader.join(10)  # type: ignore[attr-defined]
+    assert code == 0, launcher.output()
+    left = [name for name, pid in launcher.children.items() if alive(launcher, pid)]
+    assert left == [], f"still running after the launcher exited: {left}"
+    order = [m.group(1) for line in launcher.lines if (m := STOPPING.search(line))]
+    assert sorted(order[:2]) == ["broker-a", "broker-b"] and order[2:] == ["namesrv"], launcher.output()
+
+
+# ---- tests ------------------------------------------------------------------------------------------------------
+def test_cluster_serves_an_auto_created_topic_and_stops_on_sigterm(tmp_path: Path, launchers: list[Launcher]):
+    data_dir = tmp_path / "run-data"
+    launcher, namesrv = start_cluster(launchers, data_dir)
+    output = launcher.output()
+    assert f'Producer("{namesrv}")' in output and f"mqadmin -n {namesrv} clusterList" in output
+
+    with Admin(namesrv) as admin:
+        brokers = wait_until(lambda: [b for b in admin.brokers("DefaultCluster")
+                                      if b.broker_name in ("broker-a", "broker-b")],
+                             10, "both brokers in the cluster")
+    assert sorted(b.broker_name for b in brokers) == ["broker-a", "broker-b"]
+
+    topic = f"LocalClusterTopic{uuid.uuid4().hex[:8]}"
+    body = f"hello {topic}".encode()
+    with Producer(namesrv, group="local-cluster-test") as producer:
+        # autoCreateTopicEnable=true: the first send to an unknown topic creates it (no admin step)
+        sent = wait_until(lambda: producer.send(Message(topic, body)), 5, f"a send to the new topic {topic}")
+    with PullConsumer(namesrv, group="local-cluster-test") as consumer:
+        queues = wait_until(lambda: consumer.queues(topic), 30, f"the route of {topic}")
+        assert sent.queue in queues
+
+        def pulled():
+            result = consumer.pull(sent.queue, offset=sent.queue_offset, max_nums=32)
+            return result if result.status is PullStatus.FOUND else None
+
+        result = wait_until(pulled, 30, f"the message on {sent.queue}")
+    assert [m.body for m in result.messages] == [body]
+
+    # the launcher's own files: broker.conf files it wrote, stores and logs under the data dir
+    for name in ("broker-a", "broker-b"):
+        conf = load_broker_config((data_dir / "conf" / f"{name}.conf").read_text())
+        assert conf.unknown_keys == []
+        assert (conf.broker_name, conf.broker_cluster_name, conf.flush_disk_type) == \
+            (name, "DefaultCluster", "ASYNC_FLUSH")
+        assert conf.auto_create_topic_enable and conf.namesrv_addrs == [namesrv]
+        assert Path(conf.store_path_root_dir) == (data_dir / "store" / name).resolve()
+        assert (Path(conf.store_path_root_dir) / "commitlog").is_dir()
+    for name in ("namesrv", "broker-a", "broker-b"):
+        assert (data_dir / "logs" / f"{name}.log").stat().st_size > 0
+
+    stop_and_check(launcher)
+
+
+def test_ctrl_c_stops_the_cluster_cleanly(tmp_path: Path, launchers: list[Launcher]):
+    launcher, _ = start_cluster(launchers, tmp_path / "data")
+    stop_and_check(launcher, signal.SIGINT)
+
+
+def test_a_broker_that_cannot_start_stops_the_others(tmp_path: Path, launchers: list[Launcher]):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        launcher = start(tmp_path / "data", "--namesrv-port", "0", "--broker-ports", f"0,{port}")
+        launchers.append(launcher)
+        try:
+            code = launcher.proc.wait(START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"launcher still running:\n{launcher.output()}") from None
+    launcher._reader.join(10)  # type: ignore[attr-defined]
+    output = launcher.output()
+    assert code == 1, output
+    assert "broker-b exited with code 1 before its ready line" in output
+    assert f"last lines of {tmp_path / 'data' / 'logs' / 'broker-b.log'}" in output
+    assert re.search(rf"\|.*{port}", output), "the tail of broker-b's log should show the failed bind"
+    assert "cluster DefaultCluster ready" not in output
+    stopped = {m.group(1): int(m.group(2)) for line in launcher.lines if (m := STOPPING.search(line))}
+    assert set(stopped) == {"namesrv", "broker-a"}, output
+    for name, pid in stopped.items():
+        assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) still running"
+
+
+def test_a_broker_that_dies_takes_the_cluster_down(tmp_path: Path, launchers: list[Launcher]):
+    launcher, _ = start_cluster(launchers, tmp_path / "data")
+    os.kill(launcher.children["broker-a"], signal.SIGKILL)
+    try:
+        code = launcher.proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"launcher still running after broker-a died:\n{launcher.output()}") from None
+    launcher._reader.join(10)  # type: ignore[attr-defined]
+    assert code == 1, launcher.output()
+    assert "broker-a exited on its own with code -9" in launcher.output()
+    assert [name for name, pid in launcher.children.items() if alive(launcher, pid)] == []
