@@ -1,82 +1,74 @@
 """Cluster benchmarks (issue 3): one name server and one broker (ASYNC_FLUSH) as real processes, the SDK in
 this process, 1 KiB bodies. Each figure is reported beside a bare gRPC echo measured in the same run with
-the same client concurrency: unary echo of one 1 KiB payload, and of a batch of 64 (64 KiB)."""
+the same client concurrency (``--window`` calls in flight from one thread): unary echo of one 1 KiB payload,
+and of a batch of 64 (64 KiB)."""
 
 import argparse
 import statistics
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import grpc
 
 from bench.echo_server import METHOD
-from client import Admin, Message, Producer, PullConsumer, PullStatus
+from client import Admin, Message, Producer, PullConsumer
 from tests.cluster import start_broker, start_daemon, start_namesrv
 
 BODY = b"x" * 1024
 BATCH = 64
 
 
-def _rate(work: Callable[[int], int], threads: int, seconds: float) -> float:
-    """Run ``work(thread_index)`` repeatedly in ``threads`` threads for ``seconds``; items per second."""
+def _windowed_rate(submit: Callable[[], Future], count: Callable[[object], int], window: int,
+                   seconds: float) -> float:
+    """Keep ``window`` calls in flight from one thread for ``seconds``; completed items per second."""
     stop = time.monotonic() + seconds
-    counts = [0] * threads
-
-    def loop(i: int) -> None:
-        while time.monotonic() < stop:
-            counts[i] += work(i)
-
+    in_flight: deque[Future] = deque(submit() for _ in range(window))
+    done = 0
     start = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(loop, range(threads)))
-    return sum(counts) / (time.perf_counter() - start)
+    while in_flight:
+        done += count(in_flight.popleft().result())
+        if time.monotonic() < stop:
+            in_flight.append(submit())
+    return done / (time.perf_counter() - start)
 
 
-def echo_rates(addr: str, threads: int, seconds: float) -> tuple[float, float]:
+def echo_rates(addr: str, window: int, seconds: float) -> tuple[float, float]:
     channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
     echo = channel.unary_unary(METHOD)
     batch = BODY * BATCH
-    unary = _rate(lambda _i: len(echo(BODY, timeout=10)) // len(BODY), threads, seconds)
-    batched = _rate(lambda _i: len(echo(batch, timeout=10)) // len(BODY), threads, seconds)
+    unary = _windowed_rate(lambda: echo.future(BODY, timeout=10), lambda r: 1, window, seconds)
+    batched = _windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, window, seconds)
     channel.close()
     return unary, batched
 
 
-def produce_rate(addr: str, topic: str, threads: int, seconds: float) -> float:
-    producers = [Producer(addr) for _ in range(threads)]
+def produce_rate(addr: str, topic: str, window: int, seconds: float) -> float:
     msgs = [Message(topic, BODY) for _ in range(BATCH)]
-    rate = _rate(lambda i: len(producers[i].send_batch(msgs).msg_ids), threads, seconds)
-    for p in producers:
-        p.close()
-    return rate
+    with Producer(addr) as producer:
+        return _windowed_rate(lambda: producer.send_batch_async(msgs), lambda r: len(r.msg_ids), window, seconds)
 
 
-def consume_rate(addr: str, topic: str, threads: int, seconds: float) -> float:
-    consumers = [PullConsumer(addr, group="bench") for _ in range(threads)]
-    queues = consumers[0].queues(topic)
-    offsets = {mq: 0 for mq in queues}
-    lock = threading.Lock()
-    turn = [0]
+def consume_rate(addr: str, topic: str, window: int, seconds: float) -> float:
+    """Pull 64 at a time round-robin over the queues, re-reading a queue from 0 once it is drained."""
+    with PullConsumer(addr, group="bench") as consumer:
+        queues = consumer.queues(topic)
+        ends = {mq: consumer.max_offset(mq) for mq in queues}
+        cursor = {mq: 0 for mq in queues}
+        turn = [0]
 
-    def pull(i: int) -> int:
-        with lock:
+        def submit() -> Future:
             mq = queues[turn[0] % len(queues)]
             turn[0] += 1
-        result = consumers[i].pull(mq, offsets[mq], BATCH)
-        if result.status is PullStatus.FOUND:
-            offsets[mq] = max(offsets[mq], result.next_begin_offset)
-            return len(result.messages)
-        offsets[mq] = 0  # drained: read it again (the data is what matters, not its novelty)
-        return 0
+            offset = cursor[mq]
+            cursor[mq] = offset + BATCH if offset + BATCH < ends[mq] else 0
+            return consumer.pull_async(mq, offset, BATCH)
 
-    rate = _rate(pull, threads, seconds)
-    for c in consumers:
-        c.close()
-    return rate
+        return _windowed_rate(submit, lambda r: len(r.messages), window, seconds)
 
 
 def latency_ms(addr: str, topic: str, rate_per_s: int, seconds: float) -> tuple[float, float]:
@@ -110,7 +102,7 @@ def latency_ms(addr: str, topic: str, rate_per_s: int, seconds: float) -> tuple[
     return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
 
 
-def run(seconds: float = 5.0, threads: int = 4) -> list[tuple[str, float, str, str]]:
+def run(seconds: float = 5.0, window: int = 8) -> list[tuple[str, float, str, str]]:
     workdir = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     echo = start_daemon("echo", "bench.echo_server", [], workdir)
     ns = start_namesrv(workdir / "ns")
@@ -120,9 +112,9 @@ def run(seconds: float = 5.0, threads: int = 4) -> list[tuple[str, float, str, s
             admin.create_topic("BenchT", brokers=["broker-a"], read_queue_nums=8, write_queue_nums=8)
             admin.create_topic("LatT", brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
         time.sleep(1.5)  # the route reaches the name server with the next registration
-        unary, batched = echo_rates(echo.addr, threads, seconds)
-        produce = produce_rate(ns.addr, "BenchT", threads, seconds)
-        consume = consume_rate(ns.addr, "BenchT", threads, seconds)
+        unary, batched = echo_rates(echo.addr, window, seconds)
+        produce = produce_rate(ns.addr, "BenchT", window, seconds)
+        consume = consume_rate(ns.addr, "BenchT", window, seconds)
         p50, p99 = latency_ms(ns.addr, "LatT", 1000, seconds)
         return [
             ("gRPC echo unary 1 KiB (calls/s)", unary, "", "1.00 (unary)"),
@@ -140,9 +132,9 @@ def run(seconds: float = 5.0, threads: int = 4) -> list[tuple[str, float, str, s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--window", type=int, default=8, help="calls in flight")
     args = parser.parse_args()
-    rows = run(args.seconds, args.threads)
+    rows = run(args.seconds, args.window)
     print(f"{'scenario':44} {'value':>12} {'target':>12}  ratio")
     for name, value, target, ratio in rows:
         print(f"{name:44} {value:12,.1f} {target:>12}  {ratio}")

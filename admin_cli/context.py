@@ -1,0 +1,114 @@
+"""What every command shares: global settings, the Admin it talks through, common flags, error handling."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from client.admin import Admin
+from client.errors import MQClientError
+
+F = TypeVar("F", bound=Callable[..., Any])
+NO_NAMESRV = "no name server address: pass -n HOST:PORT or set NAMESRV_ADDR"
+
+
+@dataclass(slots=True)
+class Settings:
+    namesrv_addr: str | None = None
+    as_json: bool = False
+
+
+class CommandFailed(click.ClickException):
+    """A command could not do what was asked; ``ctx`` names the command in the one-line message."""
+
+    def __init__(self, message: str, ctx: click.Context | None = None) -> None:
+        super().__init__(message)
+        self.ctx = ctx if ctx is not None else click.get_current_context(silent=True)
+
+
+class AdminCommand(click.Command):
+    """A subcommand whose SDK errors become one-line failures naming the command."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MQClientError as exc:
+            raise CommandFailed(str(exc), ctx) from None
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = ctx
+            raise
+
+
+def settings(ctx: click.Context | None = None) -> Settings:
+    ctx = ctx or click.get_current_context()
+    return ctx.ensure_object(Settings)
+
+
+def as_json() -> bool:
+    return settings().as_json
+
+
+def open_admin() -> Admin:
+    """The Admin of this invocation, closed when the command ends."""
+    ctx = click.get_current_context()
+    addr = (settings(ctx).namesrv_addr or "").strip()
+    if not addr:
+        raise CommandFailed(NO_NAMESRV, ctx)
+    return ctx.with_resource(Admin(addr))
+
+
+# -- flags every command takes: -n and --json also after the subcommand, as RocketMQ's mqadmin takes -n ------
+def _set_namesrv(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        settings(ctx).namesrv_addr = value
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        settings(ctx).as_json = True
+
+
+def common_options(func: F) -> F:
+    func = click.option("--json", "as_json", is_flag=True, expose_value=False, callback=_set_json,
+                        help="Print one JSON document instead of a table.")(func)
+    return click.option("-n", "--namesrv-addr", "--namesrvAddr", "namesrv_addr", metavar="HOST:PORT[;HOST:PORT]",
+                        expose_value=False, callback=_set_namesrv,
+                        help="Name server address(es); overrides the global -n.")(func)
+
+
+def command(name: str, help_text: str) -> Callable[[F], click.Command]:
+    """Declare an mqadmin subcommand: AdminCommand error handling plus -n and --json."""
+
+    def decorate(func: F) -> click.Command:
+        return click.command(name, cls=AdminCommand, help=help_text)(common_options(func))
+
+    return decorate
+
+
+# -- -c CLUSTER | -b BROKER[,BROKER] ------------------------------------------------------------------------
+def target_options(func: F) -> F:
+    func = click.option("-b", "--brokerName", "brokers", metavar="BROKER[,BROKER]",
+                        help="Comma-separated broker names (exclusive with -c).")(func)
+    return click.option("-c", "--clusterName", "cluster", metavar="CLUSTER",
+                        help="Every master of this cluster (exclusive with -b).")(func)
+
+
+def parse_broker_list(raw: str) -> list[str]:
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if not names:
+        raise click.UsageError(f"-b needs at least one broker name, got {raw!r}")
+    return names
+
+
+def resolve_targets(cluster: str | None, brokers: str | None) -> tuple[str | None, list[str] | None]:
+    """Exactly one of a cluster or a broker list."""
+    if (cluster is None) == (brokers is None):
+        raise click.UsageError("give exactly one of -c CLUSTER or -b BROKER[,BROKER]")
+    if cluster is not None:
+        if not cluster.strip():
+            raise click.UsageError("-c needs a cluster name")
+        return cluster.strip(), None
+    assert brokers is not None
+    return None, parse_broker_list(brokers)

@@ -1,0 +1,65 @@
+"""``mqadmin``: the click group, its global options, and the one rule for failures: exit 1 with exactly one
+line on stderr (never a traceback, and click's usage errors too)."""
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from admin_cli import cluster_commands, group_commands, message_commands, topic_commands
+from admin_cli.context import Settings
+
+PROG = "mqadmin"
+EXIT_FAILURE = 1
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def fail(message: str, ctx: click.Context | None = None) -> NoReturn:
+    prefix = ctx.command_path if ctx is not None else PROG
+    click.echo(one_line(f"{prefix}: {message}") or PROG + ": failed", err=True)
+    sys.exit(EXIT_FAILURE)
+
+
+class AdminGroup(click.Group):
+    """Runs click in non-standalone mode so that every failure goes through ``fail``."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
+        logging.getLogger().addHandler(logging.NullHandler())  # library warnings must not reach stderr
+        extra.pop("standalone_mode", None)
+        try:
+            rv = super().main(args=args, prog_name=prog_name or PROG, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.ClickException as exc:
+            fail(exc.format_message(), getattr(exc, "ctx", None))
+        except click.Abort:
+            fail("aborted")
+        except Exception as exc:  # a bug must still be one line, not a traceback
+            fail(f"unexpected error: {type(exc).__name__}: {exc}")
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(PROG, cls=AdminGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-n", "--namesrv-addr", "--namesrvAddr", "namesrv_addr", envvar="NAMESRV_ADDR",
+              metavar="HOST:PORT[;HOST:PORT]", help="Name server address(es) [env NAMESRV_ADDR].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.pass_context
+def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool) -> None:
+    """Administer a RocketMQ-style cluster: topics, groups, brokers, messages."""
+    ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json)
+
+
+for _module in (topic_commands, cluster_commands, group_commands, message_commands):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+
+__all__ = ["cli"]
+
+if __name__ == "__main__":
+    cli()
