@@ -50,7 +50,7 @@ def echo_rates(addr: str, window: int, seconds: float) -> tuple[float, float]:
 def produce_rate(addr: str, topic: str, window: int, seconds: float) -> float:
     msgs = [Message(topic, BODY) for _ in range(BATCH)]
     with Producer(addr) as producer:
-        return _windowed_rate(lambda: producer.send_batch_async(msgs), lambda r: len(r.msg_ids), window, seconds)
+        return _windowed_rate(lambda: producer.send_batch_async(msgs), lambda r: r.count, window, seconds)
 
 
 def consume_rate(addr: str, topic: str, window: int, seconds: float) -> float:

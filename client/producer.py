@@ -163,6 +163,5 @@ class Producer:
             err = business_error(f"send to {mq}", addr, response.code, response.remark)
             err.retryable = response.code in RETRYABLE_CODES  # type: ignore[attr-defined]
             raise err
-        ids = tuple(response.msg_ids)
-        return SendResult(ids[0] if ids else "", MessageQueue(mq.topic, mq.broker_name, response.queue_id),
-                          response.queue_offset, ids)
+        return SendResult(MessageQueue(mq.topic, mq.broker_name, response.queue_id), response.queue_offset,
+                          response.store_host, tuple(response.physical_offsets))

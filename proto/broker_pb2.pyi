@@ -30,18 +30,20 @@ class SendMessageRequest(_message.Message):
     def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("code", "remark", "msg_ids", "queue_id", "queue_offset")
+    __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
-    MSG_IDS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
-    msg_ids: _containers.RepeatedScalarFieldContainer[str]
     queue_id: int
     queue_offset: int
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ...) -> None: ...
+    store_host: bytes
+    physical_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes")

@@ -50,8 +50,10 @@ class SendMessageProcessor:
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
             return broker_pb2.SendMessageResponse(code=ResponseCode.SERVICE_NOT_AVAILABLE, remark=result.error)
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
-        return broker_pb2.SendMessageResponse(code=code, msg_ids=result.msg_ids, queue_id=request.queue_id,
-                                              queue_offset=result.queue_offset)
+        assert result.append is not None
+        return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=result.queue_offset,
+                                              store_host=result.store_host,
+                                              physical_offsets=result.append.physical_offsets)
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         c = self.controller
