@@ -1,5 +1,6 @@
 from proto import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,8 +8,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class QueueAddressing(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ADDRESSING_UNSPECIFIED: _ClassVar[QueueAddressing]
+    LOGIC: _ClassVar[QueueAddressing]
+    PHYSICAL: _ClassVar[QueueAddressing]
+ADDRESSING_UNSPECIFIED: QueueAddressing
+LOGIC: QueueAddressing
+PHYSICAL: QueueAddressing
+
 class SendMessageRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag")
+    __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag", "addressing")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +28,7 @@ class SendMessageRequest(_message.Message):
     BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
@@ -27,7 +38,8 @@ class SendMessageRequest(_message.Message):
     born_timestamp: int
     born_host: str
     sys_flag: int
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets")
@@ -46,7 +58,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes", "addressing")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +68,7 @@ class PullMessageRequest(_message.Message):
     SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -65,7 +78,8 @@ class PullMessageRequest(_message.Message):
     suspend_timeout_ms: int
     commit_offset: int
     max_bytes: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("code", "remark", "next_begin_offset", "min_offset", "max_offset", "records", "offset_delta")
@@ -86,34 +100,40 @@ class PullMessageResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., offset_delta: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset", "addressing")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     commit_offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class QueryConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id")
+    __slots__ = ("consumer_group", "topic", "queue_id", "addressing")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class QueueRequest(_message.Message):
-    __slots__ = ("topic", "queue_id")
+    __slots__ = ("topic", "queue_id", "addressing")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class OffsetResponse(_message.Message):
     __slots__ = ("code", "remark", "offset")
@@ -126,16 +146,18 @@ class OffsetResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class SearchOffsetRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "timestamp", "upper")
+    __slots__ = ("topic", "queue_id", "timestamp", "upper", "addressing")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     UPPER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     timestamp: int
     upper: bool
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., upper: _Optional[bool] = ...) -> None: ...
+    addressing: QueueAddressing
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp: _Optional[int] = ..., upper: _Optional[bool] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
 
 class QueryMessageRequest(_message.Message):
     __slots__ = ("topic", "key", "max_num", "begin_timestamp", "end_timestamp")
@@ -281,3 +303,23 @@ class BrokerRuntimeInfo(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     table: _containers.ScalarMap[str, str]
     def __init__(self, table: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class UpdateTopicQueueMappingRequest(_message.Message):
+    __slots__ = ("detail", "config")
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    detail: _common_pb2.TopicQueueMappingDetail
+    config: _common_pb2.TopicConfig
+    def __init__(self, detail: _Optional[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicQueueMappingResponse(_message.Message):
+    __slots__ = ("code", "remark", "detail", "config")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    detail: _common_pb2.TopicQueueMappingDetail
+    config: _common_pb2.TopicConfig
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., detail: _Optional[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...

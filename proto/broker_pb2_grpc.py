@@ -125,6 +125,16 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.BrokerRuntimeInfo.FromString,
                 _registered_method=True)
+        self.UpdateTopicQueueMapping = channel.unary_unary(
+                '/rmq.BrokerService/UpdateTopicQueueMapping',
+                request_serializer=proto_dot_broker__pb2.UpdateTopicQueueMappingRequest.SerializeToString,
+                response_deserializer=proto_dot_common__pb2.CommandResponse.FromString,
+                _registered_method=True)
+        self.GetTopicQueueMapping = channel.unary_unary(
+                '/rmq.BrokerService/GetTopicQueueMapping',
+                request_serializer=proto_dot_broker__pb2.TopicRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.TopicQueueMappingResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -239,6 +249,20 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateTopicQueueMapping(self, request, context):
+        """Static topics: apply this broker's detail (checked: epochs never decrease, leaders do not change at an
+        equal epoch), written before the topic config; and read what it holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopicQueueMapping(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -331,6 +355,16 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerRuntimeInfo,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_broker__pb2.BrokerRuntimeInfo.SerializeToString,
+            ),
+            'UpdateTopicQueueMapping': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTopicQueueMapping,
+                    request_deserializer=proto_dot_broker__pb2.UpdateTopicQueueMappingRequest.FromString,
+                    response_serializer=proto_dot_common__pb2.CommandResponse.SerializeToString,
+            ),
+            'GetTopicQueueMapping': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicQueueMapping,
+                    request_deserializer=proto_dot_broker__pb2.TopicRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.TopicQueueMappingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -819,6 +853,60 @@ class BrokerService:
             '/rmq.BrokerService/GetBrokerRuntimeInfo',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_broker__pb2.BrokerRuntimeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTopicQueueMapping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/UpdateTopicQueueMapping',
+            proto_dot_broker__pb2.UpdateTopicQueueMappingRequest.SerializeToString,
+            proto_dot_common__pb2.CommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicQueueMapping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetTopicQueueMapping',
+            proto_dot_broker__pb2.TopicRequest.SerializeToString,
+            proto_dot_broker__pb2.TopicQueueMappingResponse.FromString,
             options,
             channel_credentials,
             insecure,

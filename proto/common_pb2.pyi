@@ -123,3 +123,54 @@ class DataVersion(_message.Message):
     state_version: int
     counter: int
     def __init__(self, state_version: _Optional[int] = ..., counter: _Optional[int] = ...) -> None: ...
+
+class LogicQueueMappingItem(_message.Message):
+    __slots__ = ("gen", "queue_id", "bname", "logic_offset", "start_offset", "end_offset", "time_of_start", "time_of_end")
+    GEN_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BNAME_FIELD_NUMBER: _ClassVar[int]
+    LOGIC_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_OF_START_FIELD_NUMBER: _ClassVar[int]
+    TIME_OF_END_FIELD_NUMBER: _ClassVar[int]
+    gen: int
+    queue_id: int
+    bname: str
+    logic_offset: int
+    start_offset: int
+    end_offset: int
+    time_of_start: int
+    time_of_end: int
+    def __init__(self, gen: _Optional[int] = ..., queue_id: _Optional[int] = ..., bname: _Optional[str] = ..., logic_offset: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., time_of_start: _Optional[int] = ..., time_of_end: _Optional[int] = ...) -> None: ...
+
+class LogicQueueChain(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[LogicQueueMappingItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[LogicQueueMappingItem, _Mapping]]] = ...) -> None: ...
+
+class TopicQueueMappingDetail(_message.Message):
+    __slots__ = ("topic", "scope", "total_queues", "bname", "epoch", "dirty", "hosted_queues")
+    class HostedQueuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: LogicQueueChain
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[LogicQueueChain, _Mapping]] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    BNAME_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_FIELD_NUMBER: _ClassVar[int]
+    HOSTED_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    scope: str
+    total_queues: int
+    bname: str
+    epoch: int
+    dirty: bool
+    hosted_queues: _containers.MessageMap[int, LogicQueueChain]
+    def __init__(self, topic: _Optional[str] = ..., scope: _Optional[str] = ..., total_queues: _Optional[int] = ..., bname: _Optional[str] = ..., epoch: _Optional[int] = ..., dirty: _Optional[bool] = ..., hosted_queues: _Optional[_Mapping[int, LogicQueueChain]] = ...) -> None: ...

@@ -1,0 +1,229 @@
+"""Planning static-topic changes: create/extend and remap, as pure functions over what every broker holds.
+
+The admin reads each broker's (detail, topic config), asks these functions for the new state, and writes
+it in the order that keeps every logic queue writable (see :class:`RemapPlan`).
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem, block_round_up
+from common.statictopic.mapping_checks import MappingError, check_chain, check_cluster
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from common.topic_config import TopicConfig
+
+EPOCH_STEP = 1000
+
+
+@dataclass
+class BrokerTopicState:
+    """What one broker holds for the topic."""
+
+    bname: str
+    detail: TopicQueueMappingDetail | None
+    config: TopicConfig | None
+
+
+@dataclass
+class BrokerUpdate:
+    """A detail (and the topic config that goes with it, if any) to write to one broker."""
+
+    bname: str
+    detail: TopicQueueMappingDetail
+    config: TopicConfig | None
+
+
+def next_epoch(old_epoch: int, now_ms: int) -> int:
+    return max(old_epoch + EPOCH_STEP, now_ms)
+
+
+def least_loaded(load: dict[str, int]) -> str:
+    return min(load, key=lambda b: (load[b], b))
+
+
+def _copy_config(config: TopicConfig | None, topic: str) -> TopicConfig:
+    if config is None:
+        return TopicConfig(topic, read_queue_nums=0, write_queue_nums=0)
+    return TopicConfig(config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm,
+                       config.topic_sys_flag, config.order, dict(config.attributes))
+
+
+def _add_physical_queue(config: TopicConfig) -> int:
+    """Append a physical queue (ids are never reused); returns its id."""
+    queue_id = config.write_queue_nums
+    config.write_queue_nums += 1
+    config.read_queue_nums = max(config.read_queue_nums + 1, config.write_queue_nums)
+    return queue_id
+
+
+def _refuse_normal_topic(topic: str, states: dict[str, BrokerTopicState]) -> None:
+    for s in states.values():
+        if s.config is not None and s.detail is None:
+            raise MappingError(f"topic {topic} is a normal topic on broker {s.bname}: "
+                               "a static topic needs a name of its own")
+
+
+# -- create or extend -------------------------------------------------------------------------------------
+def plan_create_or_extend(topic: str, queue_num: int, states: dict[str, BrokerTopicState], targets: list[str],
+                          now_ms: int) -> list[BrokerUpdate]:
+    """New logic queues [old total, queue_num) go to the least-loaded targets; every broker in ``states``
+    gets a detail with the new epoch and total (no-target brokers an empty one)."""
+    if queue_num <= 0:
+        raise MappingError(f"queue number {queue_num} must be positive")
+    _refuse_normal_topic(topic, states)
+    existing = {b: s.detail for b, s in states.items() if s.detail is not None}
+    old_total = 0
+    if existing:
+        check_cluster(existing, {b: s.config for b, s in states.items()})
+        old_total = next(iter(existing.values())).total_queues
+    if queue_num < old_total:
+        raise MappingError(f"topic {topic} has {old_total} logic queues and a static topic never shrinks "
+                           f"(asked {queue_num})")
+    if queue_num == old_total:
+        raise MappingError(f"nothing to do: topic {topic} already has {queue_num} logic queues")
+    holders = {b for b, d in existing.items() if d.led_queues()}
+    targets = sorted(set(targets) | holders)
+    if not targets:
+        raise MappingError("no target broker")
+    unknown = set(targets) - set(states)
+    if unknown:
+        raise MappingError(f"target brokers {sorted(unknown)} are not known")
+    epoch = next_epoch(max((d.epoch for d in existing.values()), default=0), now_ms)
+    details = {b: existing[b].copy() if b in existing else TopicQueueMappingDetail(topic, queue_num, b, epoch)
+               for b in states}
+    configs = {b: _copy_config(s.config, topic) if s.config else None for b, s in states.items()}
+    for d in details.values():
+        d.total_queues, d.epoch = queue_num, epoch
+    load = {t: len(details[t].led_queues()) for t in targets}
+    for global_id in range(old_total, queue_num):
+        bname = least_loaded(load)
+        load[bname] += 1
+        config = configs[bname] = configs[bname] or TopicConfig(topic, 0, 0)
+        queue_id = _add_physical_queue(config)
+        details[bname].hosted_queues[global_id] = [
+            LogicQueueMappingItem(gen=0, queue_id=queue_id, bname=bname, logic_offset=0, time_of_start=now_ms)]
+    return [BrokerUpdate(b, details[b], configs[b]) for b in sorted(details)]
+
+
+# -- remap ------------------------------------------------------------------------------------------------
+@dataclass
+class MovedQueue:
+    global_id: int
+    old_leader: str  # holds the previous item: its physical max decides the new item's logic offset
+    new_leader: str
+
+
+@dataclass
+class RemapPlan:
+    """The write order that keeps every logic queue available:
+
+    1. ``gained`` to the new leaders (their new queues writable, logic offset still -1);
+    2. ``full`` to the old leaders (fenced: they now answer NOT_LEADER_FOR_QUEUE);
+    3. the admin reads each old leader's physical max and calls :meth:`decide`;
+    4. ``full`` (decided) to the new leaders, then to every other broker (the epoch bump)."""
+
+    topic: str
+    moved: list[MovedQueue]
+    gained: list[BrokerUpdate]
+    full: dict[str, BrokerUpdate]
+    epoch: int
+    chains: dict[int, list[LogicQueueMappingItem]] = field(default_factory=dict)
+
+    def decide(self, global_id: int, old_leader_max_physical: int, now_ms: int) -> None:
+        """Close the old leader's item at its physical max and start the new item after a block jump."""
+        chain = self.chains[global_id]
+        old, new = chain[-2], chain[-1]
+        old.end_offset = max(old_leader_max_physical, old.start_offset)
+        old.time_of_end = now_ms
+        new.logic_offset = block_round_up_logic(old)
+
+
+def block_round_up_logic(old: LogicQueueMappingItem) -> int:
+    return block_round_up(old.logic_strictly(old.end_offset))
+
+
+def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[int, list[LogicQueueMappingItem]]]:
+    """(highest epoch, total, chain per logic queue) over every broker's detail: each chain from the detail with
+    the highest epoch holding it, preferring its leader's own copy. An interrupted remap leaves brokers at
+    different epochs; this view is what it had reached."""
+    details = [s.detail for s in states.values() if s.detail is not None]
+    if not details:
+        raise MappingError("no broker holds a mapping for this topic")
+    totals = {d.total_queues for d in details}
+    if len(totals) != 1:
+        raise MappingError(f"brokers disagree on the number of logic queues: {sorted(totals)}")
+    chosen: dict[int, tuple[tuple[int, bool], list[LogicQueueMappingItem]]] = {}
+    for d in details:
+        for global_id, items in d.hosted_queues.items():
+            rank = (d.epoch, items[-1].bname == d.bname)
+            if global_id not in chosen or rank > chosen[global_id][0]:
+                chosen[global_id] = (rank, [LogicQueueMappingItem(**{f: getattr(i, f) for f in i.__slots__})
+                                            for i in items])
+    chains = {gid: items for gid, (_rank, items) in chosen.items()}
+    total = totals.pop()
+    missing = sorted(set(range(total)) - set(chains))
+    if missing:
+        raise MappingError(f"logic queues {missing} have no chain on any broker")
+    topic = details[0].topic
+    for gid, items in chains.items():
+        check_chain(items[-1].bname, topic, gid, items)
+    return max(d.epoch for d in details), total, chains
+
+
+def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[str], now_ms: int) -> RemapPlan:
+    """Move logic queues whose leader is not a target with room to targets with room (balanced within one).
+    A queue whose last item is still undecided (an interrupted remap) is finished first, where it is."""
+    if not targets:
+        raise MappingError("no target broker")
+    unknown = set(targets) - set(states)
+    if unknown:
+        raise MappingError(f"target brokers {sorted(unknown)} are not known")
+    old_epoch, total, chains = current_view(states)
+    epoch = next_epoch(old_epoch, now_ms)
+    configs = {b: _copy_config(s.config, topic) if s.config else None for b, s in states.items()}
+    capacity = math.ceil(total / len(targets))
+    load = dict.fromkeys(targets, 0)
+    moved: list[MovedQueue] = []
+    to_move: list[int] = []
+    for gid in sorted(chains):
+        leader = chains[gid][-1]
+        if not leader.logic_offset_decided():  # interrupted remap: finish it in place
+            moved.append(MovedQueue(gid, chains[gid][-2].bname, leader.bname))
+            if leader.bname in load:
+                load[leader.bname] += 1
+        elif leader.bname in load and load[leader.bname] < capacity:
+            load[leader.bname] += 1
+        else:
+            to_move.append(gid)
+    for gid in to_move:
+        new_leader = least_loaded({b: n for b, n in load.items() if n < capacity} or load)
+        load[new_leader] += 1
+        old = chains[gid][-1]
+        config = configs[new_leader] = configs[new_leader] or TopicConfig(topic, 0, 0)
+        chains[gid].append(LogicQueueMappingItem(gen=old.gen + 1, queue_id=_add_physical_queue(config),
+                                                 bname=new_leader, time_of_start=now_ms))
+        moved.append(MovedQueue(gid, old.bname, new_leader))
+    return _remap_updates(topic, total, states, configs, chains, moved, epoch)
+
+
+def _remap_updates(topic: str, total: int, states: dict[str, BrokerTopicState],
+                   configs: dict[str, TopicConfig | None], chains: dict[int, list[LogicQueueMappingItem]],
+                   moved: list[MovedQueue], epoch: int) -> RemapPlan:
+    moved_ids = {m.global_id for m in moved}
+
+    def detail_for(bname: str, epoch: int, only_gained: bool) -> TopicQueueMappingDetail:
+        d = TopicQueueMappingDetail(topic, total, bname, epoch)
+        old = states[bname].detail
+        for gid, items in chains.items():
+            leads_now = items[-1].bname == bname
+            held_before = old is not None and gid in old.hosted_queues
+            if only_gained and gid in moved_ids and not leads_now and held_before:
+                d.hosted_queues[gid] = old.hosted_queues[gid]  # not fenced yet: that is step 2
+            elif leads_now or (gid in moved_ids and any(i.bname == bname for i in items[:-1])):
+                d.hosted_queues[gid] = items  # leaders keep whole chains; an old leader keeps the one it lost
+        return d
+
+    new_leaders = sorted({m.new_leader for m in moved})
+    gained = [BrokerUpdate(b, detail_for(b, epoch, only_gained=True), configs[b]) for b in new_leaders]
+    full = {b: BrokerUpdate(b, detail_for(b, epoch + 1, only_gained=False), configs[b]) for b in sorted(states)}
+    return RemapPlan(topic, moved, gained, full, epoch + 1, chains)
