@@ -16,11 +16,14 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
+from broker.out.peer_brokers import PeerBrokers
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import broker_pb2_grpc
@@ -41,6 +44,9 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(config_dir)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
+        self.static_topics = StaticTopicService(self)
+        self.peer_brokers: PeerBrokers
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
@@ -65,6 +71,7 @@ class BrokerController:
         except RuntimeError as exc:  # gRPC's way of saying the address is taken or not ours
             raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}: {exc}") from None
         self.broker_addr = f"{c.broker_ip1}:{port}"
+        self.peer_brokers = PeerBrokers(c.namesrv_addrs, c.broker_name, self.broker_addr)
         self.store = MessageStore(c.store_config(self.broker_addr))
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
         self.store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
@@ -76,7 +83,7 @@ class BrokerController:
             self.registrar = NamesrvRegistrar(
                 BrokerIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr),
                 c.namesrv_addrs, self.topic_config_manager, c.register_name_server_period,
-                c.broker_not_active_timeout_millis)
+                c.broker_not_active_timeout_millis, self.topic_queue_mapping_manager.infos)
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
@@ -86,6 +93,7 @@ class BrokerController:
         return self.broker_addr
 
     def _load(self) -> None:
+        self.topic_queue_mapping_manager.load()  # the source of truth for static topics: first
         self.topic_config_manager.load()
         self._ensure_default_topic()
         self.subscription_group_manager.load()
@@ -122,6 +130,7 @@ class BrokerController:
         log.info("broker_stopped addr=%s", self.broker_addr)
 
     def _flush_and_close(self) -> None:
+        self.peer_brokers.close()
         self.consumer_offset_manager.persist()
         self.store.shutdown()
 
@@ -132,8 +141,10 @@ class BrokerController:
             self.registrar.trigger()
 
     def delete_topic(self, topic: str) -> bool:
-        if not self.topic_config_manager.delete(topic):
+        had_mapping = self.topic_queue_mapping_manager.get(topic) is not None
+        if not self.topic_config_manager.delete(topic) and not had_mapping:
             return False
+        self.topic_queue_mapping_manager.delete(topic)
         self.store.consume_queue_store.delete_topic(topic)
         self.consumer_offset_manager.delete_topic(topic)
         if self.registrar is not None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from broker.request_error import RequestError
-from common.response_code import ResponseCode
 from proto import broker_pb2_grpc
+from proto.broker_pb2 import LOGIC
 
 if TYPE_CHECKING:
     from broker.broker_controller import BrokerController
@@ -41,34 +41,40 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return response
 
     async def PullMessage(self, request, context):
-        processor = self.c.pull_processor
-        response = await answer(context, processor.pull, request)
+        pull = self.c.pull_processor.pull
+        logic = request.addressing == LOGIC  # may read older items on other brokers: off the event loop
+        outcome = await answer(context, pull, request, in_thread=logic)
         timeout_s = min(request.suspend_timeout_ms, self.c.config.long_polling_max_suspend_ms) / 1000
-        if response.code == ResponseCode.PULL_NOT_FOUND and timeout_s > 0:
+        if outcome.hold is not None and timeout_s > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
-            while response.code == ResponseCode.PULL_NOT_FOUND and (left := deadline - loop.time()) > 0:
-                if not await self.c.hold_service.wait_for_arrival(request.topic, request.queue_id,
-                                                                  request.queue_offset, left):
+            while outcome.hold is not None and (left := deadline - loop.time()) > 0:
+                if not await self.c.hold_service.wait_for_arrival(*outcome.hold, left):
                     break
-                response = await answer(context, processor.pull, request)
+                outcome = await answer(context, pull, request, in_thread=logic)
         self.c.stats.get_count += 1
-        return response
+        return outcome.response
 
+    # Logic-queue requests may call the brokers of older items: they run off the event loop.
     async def UpdateConsumerOffset(self, request, context):
-        return await answer(context, self.c.consumer_manage_processor.update_offset, request)
+        return await answer(context, self.c.consumer_manage_processor.update_offset, request,
+                            in_thread=request.addressing == LOGIC)
 
     async def QueryConsumerOffset(self, request, context):
-        return await answer(context, self.c.consumer_manage_processor.query_offset, request)
+        return await answer(context, self.c.consumer_manage_processor.query_offset, request,
+                            in_thread=request.addressing == LOGIC)
 
     async def GetMinOffset(self, request, context):
-        return await answer(context, self.c.consumer_manage_processor.min_offset, request)
+        return await answer(context, self.c.consumer_manage_processor.min_offset, request,
+                            in_thread=request.addressing == LOGIC)
 
     async def GetMaxOffset(self, request, context):
-        return await answer(context, self.c.consumer_manage_processor.max_offset, request)
+        return await answer(context, self.c.consumer_manage_processor.max_offset, request,
+                            in_thread=request.addressing == LOGIC)
 
     async def SearchOffset(self, request, context):
-        return await answer(context, self.c.consumer_manage_processor.search_offset, request)
+        return await answer(context, self.c.consumer_manage_processor.search_offset, request,
+                            in_thread=request.addressing == LOGIC)
 
     async def QueryMessage(self, request, context):
         return await answer(context, self.c.query_processor.query_by_key, request)
@@ -103,3 +109,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetBrokerRuntimeInfo(self, request, context):
         return await answer(context, self.c.admin_processor.runtime_info)
 
+    async def UpdateTopicQueueMapping(self, request, context):
+        return await answer(context, self.c.admin_processor.update_mapping, request)
+
+    async def GetTopicQueueMapping(self, request, context):
+        return await answer(context, self.c.admin_processor.get_mapping, request)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
+from common.statictopic.mapping_checks import MappingError
 
 log = logging.getLogger("broker")
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     try:
         asyncio.run(serve(config))
-    except ConfigError as exc:
+    except (ConfigError, MappingError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
     except OSError as exc:

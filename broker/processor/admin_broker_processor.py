@@ -9,6 +9,8 @@ from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
 from broker.processor.request_checks import checked_group, checked_topic
 from broker.request_error import RequestError
 from common.response_code import ResponseCode
+from common.statictopic.mapping_checks import MappingError
+from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.topic_config import TopicConfig
 from proto import broker_pb2, common_pb2
 
@@ -38,8 +40,53 @@ class AdminBrokerProcessor:
             config.validate()
         except ValueError as exc:
             raise RequestError(str(exc)) from None
+        if self.controller.topic_queue_mapping_manager.get(config.topic_name) is not None:
+            raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic or "
+                               "remappingStaticTopic, not updateTopic")
         self.controller.update_topic(config)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    # -- static topics -----------------------------------------------------------------------------
+    def update_mapping(self, request: broker_pb2.UpdateTopicQueueMappingRequest) -> common_pb2.CommandResponse:
+        """Apply this broker's detail (checked), then its topic config: the mapping is the source of truth."""
+        c = self.controller
+        if not request.HasField("detail"):
+            raise RequestError("no mapping detail in the request")
+        detail = detail_from_proto(request.detail)
+        checked_topic(detail.topic)
+        config = topic_config_from_proto(request.config) if request.HasField("config") else None
+        if config is not None:
+            if config.topic_name != detail.topic:
+                raise RequestError(f"topic config {config.topic_name} does not match mapping topic {detail.topic}")
+            try:
+                config.validate()
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
+        existing = c.topic_config_manager.select(detail.topic)
+        if existing is not None and c.topic_queue_mapping_manager.get(detail.topic) is None:
+            raise RequestError(f"topic {detail.topic} is a normal topic on broker {c.config.broker_name}: "
+                               "a static topic needs a name of its own")
+        try:
+            c.topic_queue_mapping_manager.update(detail)
+        except MappingError as exc:
+            raise RequestError(str(exc)) from None
+        if config is not None:
+            c.topic_config_manager.update(config)
+        if c.registrar is not None:
+            c.registrar.trigger()
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def get_mapping(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicQueueMappingResponse:
+        topic = checked_topic(request.topic)
+        c = self.controller
+        response = broker_pb2.TopicQueueMappingResponse(code=ResponseCode.SUCCESS)
+        detail = c.topic_queue_mapping_manager.get(topic)
+        if detail is not None:
+            response.detail.CopyFrom(detail_to_proto(detail))
+        config = c.topic_config_manager.select(topic)
+        if config is not None:
+            response.config.CopyFrom(topic_config_to_proto(config))
+        return response
 
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
         topic = checked_topic(request.topic)

@@ -1,10 +1,12 @@
 """Pull: read a queue from an offset; the servicer parks a pull that finds nothing (long polling)."""
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.processor.request_checks import checked_group, checked_queue_id, topic_config
 from broker.processor.subscription_filter import tags_codes_of
 from broker.request_error import require
+from broker.statictopic.logic_queue_context import NotLeaderError
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from common.perm import is_readable
 from common.response_code import ResponseCode
@@ -17,11 +19,17 @@ MAX_PULL_NUMS = 1024
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 
+@dataclass(slots=True)
+class PullOutcome:
+    response: broker_pb2.PullMessageResponse
+    hold: tuple[str, int, int] | None = None  # (topic, physical queue, physical offset) to park on when caught up
+
+
 class PullMessageProcessor:
     def __init__(self, controller: "BrokerController") -> None:
         self.controller = controller
 
-    def pull(self, request: broker_pb2.PullMessageRequest) -> broker_pb2.PullMessageResponse:
+    def pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         c = self.controller
         group = checked_group(request.consumer_group)
         require(request.queue_offset >= 0, f"queue offset {request.queue_offset} is negative")
@@ -30,24 +38,34 @@ class PullMessageProcessor:
         require(request.max_bytes >= 0, f"max_bytes {request.max_bytes} is negative")
         config = topic_config(c.topic_config_manager, request.topic)
         if config is None:
-            return broker_pb2.PullMessageResponse(code=ResponseCode.TOPIC_NOT_EXIST,
-                                                  remark=f"topic {request.topic} does not exist on this broker")
-        checked_queue_id(config, request.queue_id, writing=False)
+            return PullOutcome(broker_pb2.PullMessageResponse(
+                code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {request.topic} does not exist on this broker"))
         if not is_readable(config.perm):
-            return broker_pb2.PullMessageResponse(code=ResponseCode.NO_PERMISSION,
-                                                  remark=f"topic {config.topic_name} is not readable here")
+            return PullOutcome(broker_pb2.PullMessageResponse(
+                code=ResponseCode.NO_PERMISSION, remark=f"topic {config.topic_name} is not readable here"))
         subscription = c.subscription_group_manager.find(group)
         if subscription is not None and not subscription.consume_enable:
-            return broker_pb2.PullMessageResponse(code=ResponseCode.NO_PERMISSION,
-                                                  remark=f"consumer group {group} is disabled")
+            return PullOutcome(broker_pb2.PullMessageResponse(
+                code=ResponseCode.NO_PERMISSION, remark=f"consumer group {group} is disabled"))
         codes = tags_codes_of(request.sub_expression)
+        try:
+            ctx = c.static_topics.context(config.topic_name, request.queue_id, request.addressing)
+        except NotLeaderError as exc:
+            return PullOutcome(broker_pb2.PullMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc)))
+        if ctx is not None:
+            if request.commit_offset >= 0:
+                c.static_topics.commit_offset(ctx, group, request.commit_offset)
+            return c.static_topics.pull(ctx, request)
+        checked_queue_id(config, request.queue_id, writing=False)
         if request.commit_offset >= 0:
             c.consumer_offset_manager.commit_offset(group, config.topic_name, request.queue_id,
                                                     request.commit_offset)
         result = c.store.get_message(config.topic_name, request.queue_id, request.queue_offset,
                                      request.max_msg_nums, request.max_bytes or DEFAULT_MAX_BYTES,
                                      set(codes) if codes is not None else None)
-        return to_response(result, request.queue_offset)
+        response = to_response(result, request.queue_offset)
+        caught_up = response.code == ResponseCode.PULL_NOT_FOUND
+        return PullOutcome(response, (config.topic_name, request.queue_id, request.queue_offset) if caught_up else None)
 
 
 def to_response(result: GetMessageResult, requested: int) -> broker_pb2.PullMessageResponse:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from broker.processor.request_checks import checked_queue_id, topic_config
 from broker.request_error import RequestError, require
+from broker.statictopic.logic_queue_context import NotLeaderError
 from broker.store.put_message_result import PutMessageStatus
 from common.perm import is_writeable
 from common.response_code import ResponseCode
@@ -40,8 +41,13 @@ class SendMessageProcessor:
         if not is_writeable(config.perm):
             return broker_pb2.SendMessageResponse(code=ResponseCode.NO_PERMISSION,
                                                   remark=f"topic {config.topic_name} is not writeable here")
-        checked_queue_id(config, request.queue_id, writing=True)
-        result = c.store.put_messages(config.topic_name, request.queue_id, bodies, properties,
+        try:
+            ctx = c.static_topics.context(config.topic_name, request.queue_id, request.addressing)
+        except NotLeaderError as exc:
+            return broker_pb2.SendMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc))
+        queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
+        checked_queue_id(config, queue_id, writing=True)
+        result = c.store.put_messages(config.topic_name, queue_id, bodies, properties,
                                       born_timestamp=request.born_timestamp or None,
                                       born_host=request.born_host or "127.0.0.1:0", flag=request.flag,
                                       sys_flag=request.sys_flag)
@@ -51,7 +57,9 @@ class SendMessageProcessor:
             return broker_pb2.SendMessageResponse(code=ResponseCode.SERVICE_NOT_AVAILABLE, remark=result.error)
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
         assert result.append is not None
-        return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=result.queue_offset,
+        # A static topic answers in logic terms (-1 while the new leader's logic offset is undecided).
+        queue_offset = ctx.leader.logic_loosely(result.queue_offset) if ctx is not None else result.queue_offset
+        return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=queue_offset,
                                               store_host=result.store_host,
                                               physical_offsets=result.append.physical_offsets)
 

@@ -1,0 +1,77 @@
+"""Calls to other brokers (static topics read older items and consumer offsets where they live).
+
+Addresses come from the name servers' cluster info, cached and refreshed when a broker name is missing.
+"""
+
+import logging
+import threading
+import time
+
+import grpc
+
+from proto import broker_pb2_grpc, common_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+REFRESH_AFTER_S = 30.0
+RPC_TIMEOUT_S = 10.0
+
+
+class PeerBrokerError(RuntimeError):
+    """Another broker could not be reached or named."""
+
+
+class PeerBrokers:
+    def __init__(self, namesrv_addrs: list[str], self_name: str, self_addr: str) -> None:
+        self.namesrv_addrs = namesrv_addrs
+        self._addrs: dict[str, str] = {self_name: self_addr}
+        self._fetched_at = 0.0
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def addr_of(self, bname: str) -> str:
+        addr = self._addrs.get(bname)
+        if addr is None or time.monotonic() - self._fetched_at > REFRESH_AFTER_S:
+            self._refresh()
+            addr = self._addrs.get(bname)
+        if addr is None:
+            raise PeerBrokerError(f"broker {bname} has no live master in the name servers' cluster info")
+        return addr
+
+    def _refresh(self) -> None:
+        for ns in self.namesrv_addrs:
+            try:
+                info = namesrv_pb2_grpc.NamesrvServiceStub(self._channel(ns)).GetBrokerClusterInfo(
+                    common_pb2.Empty(), timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                log.warning("peer_lookup_failed namesrv=%s status=%s", ns, exc.code().name)
+                continue
+            with self._lock:
+                for name, data in info.broker_addr_table.items():
+                    if 0 in data.broker_addrs:
+                        self._addrs[name] = data.broker_addrs[0]
+                self._fetched_at = time.monotonic()
+            return
+
+    def _channel(self, addr: str) -> grpc.Channel:
+        with self._lock:
+            ch = self._channels.get(addr)
+            if ch is None:
+                ch = self._channels[addr] = grpc.insecure_channel(
+                    addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+            return ch
+
+    def stub(self, bname: str) -> broker_pb2_grpc.BrokerServiceStub:
+        return broker_pb2_grpc.BrokerServiceStub(self._channel(self.addr_of(bname)))
+
+    def call(self, bname: str, method: str, request):
+        try:
+            return getattr(self.stub(bname), method)(request, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise PeerBrokerError(f"{method} on broker {bname} failed: {exc.code().name}: {exc.details()}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            for ch in self._channels.values():
+                ch.close()
+            self._channels.clear()

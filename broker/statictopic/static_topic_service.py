@@ -1,0 +1,181 @@
+"""Requests on logic queues of static topics: offsets rewritten between logic and physical terms.
+
+Only a logic queue's leader answers logic requests (it holds the whole chain). Older items may live on
+other brokers: the leader reads them there with PHYSICAL addressing. Rules: ../shared/STATIC_TOPIC.md.
+"""
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker.out.peer_brokers import PeerBrokerError
+from broker.processor.pull_message_processor import PullOutcome
+from broker.request_error import RequestError
+from broker.statictopic.logic_queue_context import LogicQueueContext, NotLeaderError
+from broker.store.consume_queue.consume_queue_store import BoundaryType
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
+from proto import broker_pb2
+
+if TYPE_CHECKING:
+    from broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+LOGIC, PHYSICAL, UNSPECIFIED = broker_pb2.LOGIC, broker_pb2.PHYSICAL, broker_pb2.ADDRESSING_UNSPECIFIED
+
+
+class StaticTopicService:
+    def __init__(self, controller: "BrokerController") -> None:
+        self.c = controller
+
+    # -- routing a request ------------------------------------------------------------------------
+    def context(self, topic: str, queue_id: int, addressing: int) -> LogicQueueContext | None:
+        """None for a request to serve as is (a normal topic, or a peer's PHYSICAL read); else the logic
+        queue's context. Raises RequestError for a request in the wrong terms, NotLeaderError off the leader."""
+        detail = self.c.topic_queue_mapping_manager.get(topic)
+        if addressing == PHYSICAL:
+            return None
+        if detail is None:
+            if addressing == LOGIC:
+                raise RequestError(f"topic {topic} is not a static topic: do not address it by logic queue")
+            return None
+        if addressing != LOGIC:
+            raise RequestError(f"topic {topic} is a static topic: requests must address its logic queues "
+                               "(use a client that supports static topics)")
+        if not 0 <= queue_id < detail.total_queues:
+            raise RequestError(f"logic queue {queue_id} does not exist: topic {topic} has logic queues "
+                               f"0..{detail.total_queues - 1}")
+        if not detail.leads(queue_id):
+            raise NotLeaderError(f"broker {detail.bname} does not lead logic queue {queue_id} of topic {topic}")
+        return LogicQueueContext(detail, queue_id, detail.hosted_queues[queue_id])
+
+    def is_local(self, item: LogicQueueMappingItem) -> bool:
+        return item.bname == self.c.config.broker_name
+
+    # -- physical operations, here or on the item's broker ----------------------------------------
+    def _physical_pull(self, item: LogicQueueMappingItem, request: broker_pb2.PullMessageRequest,
+                       physical: int) -> broker_pb2.PullMessageResponse:
+        sub = broker_pb2.PullMessageRequest()
+        sub.CopyFrom(request)
+        sub.queue_id, sub.queue_offset, sub.addressing = item.queue_id, physical, PHYSICAL
+        sub.suspend_timeout_ms, sub.commit_offset = 0, -1
+        if self.is_local(item):
+            return self.c.pull_processor.pull(sub).response
+        return self.c.peer_brokers.call(item.bname, "PullMessage", sub)
+
+    def _physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
+        if self.is_local(item):
+            store = self.c.store
+            return (store.min_offset if method == "GetMinOffset" else store.max_offset)(topic, item.queue_id)
+        return self.c.peer_brokers.call(item.bname, method, broker_pb2.QueueRequest(
+            topic=topic, queue_id=item.queue_id, addressing=PHYSICAL)).offset
+
+    # -- pull ---------------------------------------------------------------------------------------
+    def pull(self, ctx: LogicQueueContext, request: broker_pb2.PullMessageRequest) -> PullOutcome:
+        logic = request.queue_offset
+        decided = ctx.decided()
+        item = ctx.item_for(logic)
+        if item is None:  # before every item: the consumer belongs at the earliest one's start
+            return self._answer(ctx, ResponseCode.PULL_OFFSET_MOVED, decided[0].logic_offset, "before the first item")
+        physical = item.physical_of(logic)
+        try:
+            response = self._physical_pull(item, request, physical)
+        except PeerBrokerError as exc:
+            return self._answer(ctx, ResponseCode.SYSTEM_ERROR, logic, str(exc))
+        latest = item is decided[-1]
+        code = response.code
+        if code == ResponseCode.SUCCESS or code == ResponseCode.PULL_RETRY_IMMEDIATELY:
+            out = self._answer(ctx, code, item.logic_strictly(response.next_begin_offset), response.remark,
+                               response.records)
+            out.response.offset_delta = item.offset_delta()
+            return out
+        caught_up = code == ResponseCode.PULL_NOT_FOUND or (
+            code == ResponseCode.PULL_OFFSET_MOVED and physical >= response.max_offset)
+        if caught_up and latest:
+            hold = (ctx.topic, item.queue_id, physical) if self.is_local(item) else None
+            return PullOutcome(self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "").response, hold)
+        if caught_up:  # an older item is drained: hop to the next one
+            return self._hop(ctx, item, logic)
+        if code == ResponseCode.PULL_OFFSET_MOVED:  # before this item's min: its head expired
+            target = item.logic_strictly(response.min_offset)
+            moved = ResponseCode.PULL_OFFSET_MOVED if item is decided[0] else ResponseCode.PULL_RETRY_IMMEDIATELY
+            return self._answer(ctx, moved, target, "offset before the queue's min")
+        return self._answer(ctx, code, logic, response.remark)
+
+    def _hop(self, ctx: LogicQueueContext, item: LogicQueueMappingItem, logic: int) -> PullOutcome:
+        nxt = ctx.after(item)
+        if nxt is None or not nxt.logic_offset_decided():  # the new leader's start is not decided yet: wait
+            return self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "next item not decided yet")
+        return self._answer(ctx, ResponseCode.PULL_RETRY_IMMEDIATELY, nxt.logic_offset, "item drained: pull again now")
+
+    def _answer(self, ctx: LogicQueueContext, code: int, next_begin: int, remark: str,
+                records: bytes = b"") -> PullOutcome:
+        decided = ctx.decided()
+        return PullOutcome(broker_pb2.PullMessageResponse(
+            code=code, remark=remark, next_begin_offset=next_begin, min_offset=decided[0].logic_offset,
+            max_offset=self._max_logic_cheap(ctx), records=records), None)
+
+    def _max_logic_cheap(self, ctx: LogicQueueContext) -> int:
+        latest = ctx.decided()[-1]
+        if latest.end_offset_decided() or not self.is_local(latest):
+            return latest.max_logic_offset()
+        return latest.logic_strictly(self.c.store.max_offset(ctx.topic, latest.queue_id))
+
+    # -- queue offsets ------------------------------------------------------------------------------
+    def min_offset(self, ctx: LogicQueueContext) -> int:
+        earliest = ctx.decided()[0]
+        return earliest.logic_strictly(self._physical_offset(earliest, "GetMinOffset", ctx.topic))
+
+    def max_offset(self, ctx: LogicQueueContext) -> int:
+        """The latest decided item's max, read from that item's own physical queue."""
+        latest = ctx.decided()[-1]
+        return latest.logic_strictly(self._physical_offset(latest, "GetMaxOffset", ctx.topic))
+
+    def search_offset(self, ctx: LogicQueueContext, timestamp: int, upper: bool) -> int:
+        """Oldest decided item to newest: the logic offset of the first message stored at or after the time
+        (LOWER), or of the last one at or before it (UPPER)."""
+        decided = ctx.decided()
+        best = self.min_offset(ctx)
+        for item in decided:
+            physical_max = self._physical_offset(item, "GetMaxOffset", ctx.topic)
+            physical = self._physical_search(ctx.topic, item, timestamp, upper)
+            if not upper and physical < physical_max:
+                return item.logic_strictly(physical)
+            if upper and physical_max > 0:
+                best = item.logic_strictly(physical)
+        return best if upper else self.max_offset(ctx)
+
+    def _physical_search(self, topic: str, item: LogicQueueMappingItem, timestamp: int, upper: bool) -> int:
+        if self.is_local(item):
+            boundary = BoundaryType.UPPER if upper else BoundaryType.LOWER
+            return self.c.store.offset_by_time(topic, item.queue_id, timestamp, boundary)
+        return self.c.peer_brokers.call(item.bname, "SearchOffset", broker_pb2.SearchOffsetRequest(
+            topic=topic, queue_id=item.queue_id, timestamp=timestamp, upper=upper, addressing=PHYSICAL)).offset
+
+    # -- consumer offsets (double-read-check: nothing migrates on remap) ----------------------------
+    def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
+        """Stored, in physical terms, on the broker of the item the offset falls in."""
+        item = ctx.item_for(logic) or ctx.decided()[0]
+        physical = max(item.physical_of(logic), item.start_offset)
+        if self.is_local(item):
+            self.c.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
+            return
+        response = self.c.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=group, topic=ctx.topic, queue_id=item.queue_id, commit_offset=physical, addressing=PHYSICAL))
+        if response.code != ResponseCode.SUCCESS:
+            raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")
+
+    def query_offset(self, ctx: LogicQueueContext, group: str) -> int:
+        """Newest item to oldest: the first broker holding an offset answers; -1 when none does."""
+        for item in reversed(ctx.decided()):
+            if self.is_local(item):
+                physical = self.c.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
+            else:
+                response = self.c.peer_brokers.call(item.bname, "QueryConsumerOffset",
+                                                    broker_pb2.QueryConsumerOffsetRequest(
+                                                        consumer_group=group, topic=ctx.topic, queue_id=item.queue_id,
+                                                        addressing=PHYSICAL))
+                physical = response.offset if response.code == ResponseCode.SUCCESS else -1
+            if physical >= 0:
+                return item.logic_strictly(physical)
+        return -1

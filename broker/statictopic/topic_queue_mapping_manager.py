@@ -1,0 +1,73 @@
+"""This broker's static-topic mappings, in a file of their own (``config/topicQueueMapping.json``).
+
+The file is the source of truth: it is written before the topic config. A detail whose ``bname`` is not
+this broker's is refused at load (a copied file must not become truth) and on update.
+"""
+
+import logging
+import threading
+from pathlib import Path
+
+from broker.metadata.json_file import read_json, write_json_atomically
+from common.statictopic.mapping_checks import MappingError, check_update
+from common.statictopic.mapping_codec import detail_from_dict, detail_to_dict, detail_to_info
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from proto import common_pb2
+
+log = logging.getLogger(__name__)
+
+
+class TopicQueueMappingManager:
+    def __init__(self, config_dir: Path, bname: str) -> None:
+        self.path = config_dir / "topicQueueMapping.json"
+        self.bname = bname
+        self.mapping_table: dict[str, TopicQueueMappingDetail] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        data = read_json(self.path) or {}
+        for raw in data.get("details", []):
+            detail = detail_from_dict(raw)
+            if detail.bname != self.bname:
+                raise MappingError(f"{self.path} holds the mapping of topic {detail.topic} for broker {detail.bname}, "
+                                   f"but this broker is {self.bname}: refusing a copied mapping file")
+            self.mapping_table[detail.topic] = detail
+        if self.mapping_table:
+            log.info("static_topic_mappings_loaded topics=%d", len(self.mapping_table))
+
+    def _persist(self) -> None:
+        write_json_atomically(self.path, {"details": [detail_to_dict(d) for d in self.mapping_table.values()]})
+
+    def get(self, topic: str) -> TopicQueueMappingDetail | None:
+        return self.mapping_table.get(topic)
+
+    def update(self, detail: TopicQueueMappingDetail) -> None:
+        """Apply this broker's new detail after the checks (epochs never decrease, no leader change at an
+        equal epoch, well-formed chains); raises MappingError naming the rule."""
+        if detail.bname != self.bname:
+            raise MappingError(f"broker {self.bname}: refusing the detail of broker {detail.bname} "
+                               f"for topic {detail.topic}")
+        with self._lock:
+            check_update(self.mapping_table.get(detail.topic), detail)
+            self.mapping_table[detail.topic] = detail
+            self._persist()
+        log.info("static_topic_mapping_updated topic=%s epoch=%d total=%d leads=%s", detail.topic, detail.epoch,
+                 detail.total_queues, sorted(detail.led_queues()))
+
+    def replace(self, detail: TopicQueueMappingDetail) -> None:
+        """Store a detail the broker itself trimmed (clean service): same epoch and leaders, fewer items."""
+        with self._lock:
+            self.mapping_table[detail.topic] = detail
+            self._persist()
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if self.mapping_table.pop(topic, None) is None:
+                return False
+            self._persist()
+        log.info("static_topic_mapping_deleted topic=%s", topic)
+        return True
+
+    def infos(self) -> dict[str, common_pb2.TopicQueueMappingInfo]:
+        """Per static topic, what the name server needs: the total and the queues this broker leads."""
+        return {topic: detail_to_info(d) for topic, d in list(self.mapping_table.items())}
