@@ -106,6 +106,8 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "brokerNotActiveTimeoutMillis": ("broker_not_active_timeout_millis", _int_in(0, 86_400_000)),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _int_in(10, 3_600_000)),
     "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
+    "cleanResourceInterval": ("clean_resource_interval", _int_in(10, 3_600_000)),
+    "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
     "storeType": ("store_type", _choice("default", "defaultRocksDB")),
     "kvEnable": ("kv_enable", _bool),
     "tieredStoreEnable": ("tiered_store_enable", _bool),
@@ -142,6 +144,8 @@ class BrokerConfig:
     broker_not_active_timeout_millis: int = 0
     flush_consumer_offset_interval: int = 1000
     long_polling_max_suspend_ms: int = 30_000
+    clean_resource_interval: int = 10_000
+    static_topic_clean_interval: int = 60_000
     store_type: str = "default"
     kv_enable: bool = False
     tiered_store_enable: bool = False
@@ -171,6 +175,7 @@ class BrokerConfig:
                 delete_when=self.delete_when,
                 disk_max_used_space_ratio=self.disk_max_used_space_ratio,
                 message_index_enable=self.message_index_enable,
+                clean_resource_interval_ms=self.clean_resource_interval,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

@@ -22,6 +22,7 @@ from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
@@ -47,6 +48,7 @@ class BrokerController:
         self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
         self.static_topics = StaticTopicService(self)
         self.peer_brokers: PeerBrokers
+        self.static_topic_clean_service: StaticTopicCleanService | None = None
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
@@ -87,6 +89,8 @@ class BrokerController:
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
+        self.static_topic_clean_service = StaticTopicCleanService(self, c.static_topic_clean_interval)
+        self.static_topic_clean_service.start()
         log.info("broker_started cluster=%s broker=%s id=%d addr=%s store=%s topics=%d", c.broker_cluster_name,
                  c.broker_name, c.broker_id, self.broker_addr, c.store_path_root_dir,
                  len(self.topic_config_manager.topic_config_table))
@@ -124,6 +128,8 @@ class BrokerController:
             self.hold_service.wake_all()
             await self._server.stop(grace=5)
         self._offset_flusher.set()
+        if self.static_topic_clean_service is not None:
+            self.static_topic_clean_service.shutdown()
         if self.registrar is not None:
             await asyncio.to_thread(self.registrar.shutdown)
         await asyncio.to_thread(self._flush_and_close)

@@ -37,6 +37,10 @@ class PullMessageProcessor:
                 f"max_msg_nums {request.max_msg_nums} is outside 1..{MAX_PULL_NUMS}")
         require(request.max_bytes >= 0, f"max_bytes {request.max_bytes} is negative")
         config = topic_config(c.topic_config_manager, request.topic)
+        try:  # a static topic is answered by its mapping, even on a broker that holds none of its queues
+            ctx = c.static_topics.context(request.topic, request.queue_id, request.addressing)
+        except NotLeaderError as exc:
+            return PullOutcome(broker_pb2.PullMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc)))
         if config is None:
             return PullOutcome(broker_pb2.PullMessageResponse(
                 code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {request.topic} does not exist on this broker"))
@@ -48,10 +52,6 @@ class PullMessageProcessor:
             return PullOutcome(broker_pb2.PullMessageResponse(
                 code=ResponseCode.NO_PERMISSION, remark=f"consumer group {group} is disabled"))
         codes = tags_codes_of(request.sub_expression)
-        try:
-            ctx = c.static_topics.context(config.topic_name, request.queue_id, request.addressing)
-        except NotLeaderError as exc:
-            return PullOutcome(broker_pb2.PullMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc)))
         if ctx is not None:
             if request.commit_offset >= 0:
                 c.static_topics.commit_offset(ctx, group, request.commit_offset)

@@ -3,7 +3,7 @@
 import logging
 from typing import TYPE_CHECKING
 
-from broker.processor.request_checks import checked_queue_id, topic_config
+from broker.processor.request_checks import checked_queue_id, checked_topic
 from broker.request_error import RequestError, require
 from broker.statictopic.logic_queue_context import NotLeaderError
 from broker.store.put_message_result import PutMessageStatus
@@ -34,17 +34,18 @@ class SendMessageProcessor:
         total = sum(map(len, bodies))
         limit = c.config.max_message_size
         require(total <= limit, f"batch of {total} bytes exceeds maxMessageSize {limit}")
-        config = topic_config(c.topic_config_manager, request.topic) or self._auto_create(request.topic)
+        topic = checked_topic(request.topic)
+        try:  # a static topic is answered by its mapping, even on a broker that holds none of its queues
+            ctx = c.static_topics.context(topic, request.queue_id, request.addressing)
+        except NotLeaderError as exc:
+            return broker_pb2.SendMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc))
+        config = c.topic_config_manager.select(topic) or (None if ctx else self._auto_create(topic))
         if config is None:
             return broker_pb2.SendMessageResponse(code=ResponseCode.TOPIC_NOT_EXIST,
                                                   remark=f"topic {request.topic} does not exist on this broker")
         if not is_writeable(config.perm):
             return broker_pb2.SendMessageResponse(code=ResponseCode.NO_PERMISSION,
                                                   remark=f"topic {config.topic_name} is not writeable here")
-        try:
-            ctx = c.static_topics.context(config.topic_name, request.queue_id, request.addressing)
-        except NotLeaderError as exc:
-            return broker_pb2.SendMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=str(exc))
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
         result = c.store.put_messages(config.topic_name, queue_id, bodies, properties,

@@ -63,7 +63,7 @@ class StaticTopicService:
             return self.c.pull_processor.pull(sub).response
         return self.c.peer_brokers.call(item.bname, "PullMessage", sub)
 
-    def _physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
+    def physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
         if self.is_local(item):
             store = self.c.store
             return (store.min_offset if method == "GetMinOffset" else store.max_offset)(topic, item.queue_id)
@@ -124,12 +124,12 @@ class StaticTopicService:
     # -- queue offsets ------------------------------------------------------------------------------
     def min_offset(self, ctx: LogicQueueContext) -> int:
         earliest = ctx.decided()[0]
-        return earliest.logic_strictly(self._physical_offset(earliest, "GetMinOffset", ctx.topic))
+        return earliest.logic_strictly(self.physical_offset(earliest, "GetMinOffset", ctx.topic))
 
     def max_offset(self, ctx: LogicQueueContext) -> int:
         """The latest decided item's max, read from that item's own physical queue."""
         latest = ctx.decided()[-1]
-        return latest.logic_strictly(self._physical_offset(latest, "GetMaxOffset", ctx.topic))
+        return latest.logic_strictly(self.physical_offset(latest, "GetMaxOffset", ctx.topic))
 
     def search_offset(self, ctx: LogicQueueContext, timestamp: int, upper: bool) -> int:
         """Oldest decided item to newest: the logic offset of the first message stored at or after the time
@@ -137,7 +137,7 @@ class StaticTopicService:
         decided = ctx.decided()
         best = self.min_offset(ctx)
         for item in decided:
-            physical_max = self._physical_offset(item, "GetMaxOffset", ctx.topic)
+            physical_max = self.physical_offset(item, "GetMaxOffset", ctx.topic)
             physical = self._physical_search(ctx.topic, item, timestamp, upper)
             if not upper and physical < physical_max:
                 return item.logic_strictly(physical)
