@@ -148,7 +148,7 @@ class BrokerController:
 
     def delete_topic(self, topic: str) -> bool:
         had_mapping = self.topic_queue_mapping_manager.get(topic) is not None
-        if not self.topic_config_manager.delete(topic) and not had_mapping:
+        if not self.topic_config_manager.delete(topic, announce=had_mapping) and not had_mapping:
             return False
         self.topic_queue_mapping_manager.delete(topic)
         self.store.consume_queue_store.delete_topic(topic)

@@ -11,6 +11,7 @@ import grpc
 
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
 from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
@@ -49,6 +50,7 @@ class ClientInstance:
         self.rpc_timeout_s = rpc_timeout_s
         self._channels: dict[str, grpc.Channel] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
+        self._static_views: dict[str, tuple[common_pb2.TopicRouteData, int, dict[int, str]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
 
@@ -118,14 +120,64 @@ class ClientInstance:
         raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
 
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+        """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""
         route = self.route(topic, refresh, for_publish=True)
+        if is_static(route):
+            return static_queues(topic, route)
         return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
                 if is_writeable(qd.perm) for q in range(qd.write_queue_nums)]
 
     def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+        """Readable queues; for a static topic its N logic queues."""
         route = self.route(topic, refresh)
+        if is_static(route):
+            return static_queues(topic, route)
         return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
                 if is_readable(qd.perm) for q in range(qd.read_queue_nums)]
+
+    # -- static topics -----------------------------------------------------------------------------
+    def _leaders(self, topic: str, refresh: bool, for_publish: bool) -> tuple[common_pb2.TopicRouteData, int,
+                                                                              dict[int, str]] | None:
+        """The route and its logic queue leaders (computed once per fetched route); None for a normal topic."""
+        route = self.route(topic, refresh, for_publish=for_publish)
+        if not is_static(route):
+            return None
+        cached = self._static_views.get(topic)
+        if cached is not None and cached[0] is route:
+            return cached
+        view = (route, *logic_queue_leaders(route))
+        self._static_views[topic] = view
+        return view
+
+    def logic_leaders(self, topic: str, refresh: bool = False, for_publish: bool = False) -> dict[int, str]:
+        """{logic id: leading broker name} for a static topic (:data:`VIRTUAL_BROKER_NAME` where nobody
+        leads); an error for a normal topic."""
+        view = self._leaders(topic, refresh, for_publish)
+        if view is None:
+            raise MQClientError(f"topic {topic} is not a static topic: it has no logic queues")
+        return view[2]
+
+    def leader_addr(self, topic: str, logic_id: int, for_publish: bool = False, refresh: bool = False) -> str:
+        """Master address of the broker leading logic queue ``logic_id`` of static topic ``topic``. A miss
+        (nobody leads it, or its leader has no master) refreshes the route once before failing."""
+        for attempt in range(1 if refresh else 2):
+            view = self._leaders(topic, refresh or attempt > 0, for_publish)
+            if view is None:
+                raise MQClientError(f"topic {topic} is not a static topic: it has no logic queue {logic_id}")
+            route, total, leaders = view
+            name = leaders.get(logic_id, VIRTUAL_BROKER_NAME)
+            addr = master_of(route, name) if name != VIRTUAL_BROKER_NAME else None
+            if addr is not None:
+                return addr
+        if not 0 <= logic_id < total:
+            raise MQClientError(f"topic {topic} has {total} logic queues: there is no logic queue {logic_id}")
+        if name == VIRTUAL_BROKER_NAME:
+            err = MQClientError(f"logic queue {logic_id} of topic {topic} has no leader right now")
+        else:
+            err = MQClientError(f"logic queue {logic_id} of topic {topic} has no leader right now: its leader {name} "
+                                "has no live master")
+        err.no_leader = True  # type: ignore[attr-defined]  # an unkeyed send may pick another logic queue
+        raise err
 
     def close(self) -> None:
         with self._lock:

@@ -1,5 +1,12 @@
 """Producer: round-robin over the topic's writable queues; on failure, retry on another broker's queue;
-a ``sharding_key`` always picks the same queue."""
+a ``sharding_key`` always picks the same queue.
+
+Static topics: the queues are the N logic queues ``MessageQueue(topic, "__logical_queue_broker__", i)``; a send
+goes to the current leader of its logic queue, addressed LOGIC. A key hashes over N, which never changes, so it
+keeps its logic queue across remaps. A failure (not the leader any more, broker unavailable, ...) refreshes the
+route and retries the same logic queue: a logic queue's order matters. Only an unkeyed send whose logic queue
+has no leader moves to another logic queue.
+"""
 
 import logging
 import os
@@ -7,7 +14,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import grpc
@@ -17,6 +24,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import new_unique_key, wire_properties
 from client.results import SendResult
+from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import Message
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
@@ -30,6 +38,9 @@ RETRYABLE_STATUS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
                     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 RETRYABLE_CODES = {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
                    ResponseCode.NO_PERMISSION, ResponseCode.TOPIC_NOT_EXIST}
+# Static topics also retry (the same logic queue, after a route refresh) when the broker no longer leads it.
+STATIC_RETRYABLE_CODES = RETRYABLE_CODES | {ResponseCode.NOT_LEADER_FOR_QUEUE}
+STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
 
 
 class Producer:
@@ -73,8 +84,13 @@ class Producer:
         future: Future[SendResult] = Future()
         if queue is None and sharding_key is not None:
             queue = self._queue_for_key(topic, sharding_key)
-        attempts = 1 if queue is not None else 1 + self.retry_times
-        self._attempt(request, queue or self._next_queue(topic, None, refresh=False), queue is None, attempts, future)
+        may_move = queue is None
+        mq = queue or self._next_queue(topic, None, refresh=False)
+        if is_logic_queue(mq):
+            self._attempt_static(request, mq, may_move, 1 + self.retry_times, future)
+            return future
+        attempts = 1 if not may_move else 1 + self.retry_times
+        self._attempt(request, mq, may_move, attempts, future)
         return future
 
     def _request(self, msgs: Sequence[Message]) -> broker_pb2.SendMessageRequest:
@@ -106,6 +122,11 @@ class Producer:
         queues = self.client.publish_queues(topic, refresh)
         if not queues:
             raise MQClientError(f"topic {topic} has no writable queue")
+        if is_logic_queue(queues[0]):
+            leaders = self.client.logic_leaders(topic, for_publish=True)
+            queues = [mq for mq in queues if leaders.get(mq.queue_id, VIRTUAL_BROKER_NAME) != VIRTUAL_BROKER_NAME]
+            if not queues:
+                raise MQClientError(f"topic {topic}: none of its logic queues has a leader right now")
         with self._lock:
             self._round_robin += 1
             start = self._round_robin
@@ -149,19 +170,83 @@ class Producer:
 
         call.add_done_callback(done)
 
+    def _attempt_static(self, request: broker_pb2.SendMessageRequest, mq: MessageQueue, may_move: bool,
+                        attempts_left: int, future: "Future[SendResult]", retry: int = 0) -> None:
+        """One try on logic queue ``mq`` at its leader. A retryable failure refreshes the route and tries the
+        same logic queue again while attempts remain; a logic queue without a leader fails the send, unless
+        ``may_move`` (unkeyed, no queue given): then another logic queue that has one is tried."""
+        topic = mq.topic
+
+        def again(error: MQClientError) -> None:
+            if attempts_left <= 1 or not getattr(error, "retryable", False):
+                future.set_exception(error)
+                return
+            log.info("send_retry topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
+            self.client.invalidate_route(topic)
+            pause = 0.0 if retry == 0 else min(STATIC_RETRY_PAUSE_S * 2 ** (retry - 1), 1.0)
+            self._later(pause, lambda: self._attempt_static(request, mq, may_move, attempts_left - 1, future,
+                                                            retry + 1))
+
+        try:
+            addr = self.client.leader_addr(topic, mq.queue_id, for_publish=True, refresh=retry > 0)
+        except MQClientError as exc:
+            no_leader = getattr(exc, "no_leader", False)
+            if no_leader and retry > 0 and not may_move:  # mid-remap: the new leader may not be registered yet
+                exc.retryable = True  # type: ignore[attr-defined]
+                again(exc)
+                return
+            if not (may_move and attempts_left > 1 and no_leader):
+                future.set_exception(exc)
+                return
+            log.info("send_move topic=%s from_logic_queue=%d reason=%s", topic, mq.queue_id, exc)
+            try:
+                next_mq = self._next_queue(topic, None, refresh=False)  # leader_addr just refreshed the route
+            except MQClientError as exc2:
+                future.set_exception(exc2)
+                return
+            self._attempt_static(request, next_mq, may_move, attempts_left - 1, future, retry)
+            return
+        request.queue_id = mq.queue_id
+        request.addressing = broker_pb2.LOGIC
+        call = self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
+
+        def done(call: grpc.Future) -> None:
+            try:
+                future.set_result(self._result(mq, addr, call, static=True))
+            except MQClientError as exc:
+                again(exc)
+
+        call.add_done_callback(done)
+
     @staticmethod
-    def _result(mq: MessageQueue, addr: str, call: grpc.Future) -> SendResult:
+    def _later(delay_s: float, fn: Callable[[], None]) -> None:
+        if delay_s <= 0:
+            fn()
+            return
+        timer = threading.Timer(delay_s, fn)
+        timer.daemon = True
+        timer.start()
+
+    @staticmethod
+    def _rpc_failure(mq: MessageQueue, addr: str, exc: grpc.RpcError) -> MQClientError:
+        err = rpc_error(f"send to {mq}", addr, exc)
+        err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
+        return err
+
+    @staticmethod
+    def _result(mq: MessageQueue, addr: str, call: grpc.Future, static: bool = False) -> SendResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
-            err = rpc_error(f"send to {mq}", addr, exc)
-            err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
-            raise err from None
+            raise Producer._rpc_failure(mq, addr, exc) from None
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
             log.warning("send_flush_timeout queue=%s: stored, but not yet on disk", mq)
         elif response.code != ResponseCode.SUCCESS:
             err = business_error(f"send to {mq}", addr, response.code, response.remark)
-            err.retryable = response.code in RETRYABLE_CODES  # type: ignore[attr-defined]
+            err.retryable = response.code in (STATIC_RETRYABLE_CODES if static  # type: ignore[attr-defined]
+                                              else RETRYABLE_CODES)
             raise err
+        if static:  # the broker answers in logic terms: the logic queue and its logic offset (-1: undecided)
+            return SendResult(mq, response.queue_offset, response.store_host, tuple(response.physical_offsets))
         return SendResult(MessageQueue(mq.topic, mq.broker_name, response.queue_id), response.queue_offset,
                           response.store_host, tuple(response.physical_offsets))

@@ -1,4 +1,10 @@
-"""Pull consumer: the application chooses queues and offsets; the broker keeps committed offsets."""
+"""Pull consumer: the application chooses queues and offsets; the broker keeps committed offsets.
+
+Static topics: ``queues(topic)`` are the N logic queues ``MessageQueue(topic, "__logical_queue_broker__", i)``;
+every call on one goes to the logic queue's current leader, addressed LOGIC, in logic offsets. A broker that no
+longer leads the queue (NOT_LEADER_FOR_QUEUE) makes the SDK refresh the route and try once more; a pull that
+drained an older link of the queue's chain ("retry now") is followed at once to the next link's offset.
+"""
 
 from concurrent.futures import Future
 
@@ -9,6 +15,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_decoding import decode_pulled
 from client.results import PullResult, PullStatus
+from client.static_route import is_logic_queue
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from proto import broker_pb2
@@ -19,6 +26,7 @@ PULL_STATUS = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
+MAX_PULL_HOPS = 8  # static topics: "retry now" answers followed within one pull
 
 
 class PullConsumer:
@@ -39,14 +47,33 @@ class PullConsumer:
     def queues(self, topic: str) -> list[MessageQueue]:
         return self.client.subscribe_queues(topic, refresh=True)
 
+    def _target(self, mq: MessageQueue, refresh: bool = False) -> tuple[str, int]:
+        """Address to ask about ``mq`` and how the request names it (logic queues: their leader, LOGIC)."""
+        if is_logic_queue(mq):
+            return self.client.leader_addr(mq.topic, mq.queue_id, refresh=refresh), broker_pb2.LOGIC
+        return self.client.master_addr(mq.topic, mq.broker_name), broker_pb2.ADDRESSING_UNSPECIFIED
+
     def _call(self, what: str, mq: MessageQueue, method: str, request, timeout_s: float | None = None):
-        addr = self.client.master_addr(mq.topic, mq.broker_name)
-        try:
-            return addr, getattr(self.client.broker(addr), method)(request, timeout=timeout_s or
-                                                                    self.client.rpc_timeout_s)
-        except grpc.RpcError as exc:
-            self.client.invalidate_route(mq.topic)
-            raise rpc_error(f"{what} {mq}", addr, exc) from None
+        """Unary call about ``mq``; on a logic queue, a NOT_LEADER_FOR_QUEUE answer or an unreachable leader
+        refreshes the route and tries the (new) leader once more."""
+        static = is_logic_queue(mq)
+        for attempt in range(2 if static else 1):
+            addr, addressing = self._target(mq, refresh=attempt > 0)
+            if static:
+                request.addressing = addressing
+            try:
+                response = getattr(self.client.broker(addr), method)(request, timeout=timeout_s or
+                                                                      self.client.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                self.client.invalidate_route(mq.topic)
+                if attempt == 0 and static and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                    continue
+                raise rpc_error(f"{what} {mq}", addr, exc) from None
+            if attempt == 0 and static and response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:
+                self.client.invalidate_route(mq.topic)
+                continue
+            return addr, response
+        raise AssertionError("unreachable")
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*",
              suspend_ms: int = 0, commit_offset: int = -1) -> PullResult:
@@ -61,10 +88,13 @@ class PullConsumer:
             consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
             max_msg_nums=max_nums, sub_expression=sub_expression, suspend_timeout_ms=suspend_ms,
             commit_offset=commit_offset)
+        future: Future[PullResult] = Future()
+        if is_logic_queue(mq):
+            self._pull_static(mq, request, future, hops=0, leader_retries=1)
+            return future
         addr = self.client.master_addr(mq.topic, mq.broker_name)
         timeout_s = self.client.rpc_timeout_s + suspend_ms / 1000
         call = self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
-        future: Future[PullResult] = Future()
 
         def done(call: grpc.Future) -> None:
             try:
@@ -75,12 +105,61 @@ class PullConsumer:
         call.add_done_callback(done)
         return future
 
+    def _pull_static(self, mq: MessageQueue, request: broker_pb2.PullMessageRequest, future: "Future[PullResult]",
+                     hops: int, leader_retries: int, refresh: bool = False) -> None:
+        """Pull a logic queue at its leader. NOT_LEADER_FOR_QUEUE (or an unreachable leader) refreshes the
+        route and tries again ``leader_retries`` times; "retry now" (an older link drained) pulls again at
+        once from ``next_begin_offset``, at most :data:`MAX_PULL_HOPS` times, then hands the caller
+        NO_MATCHED_MSG with that offset to continue from."""
+        try:
+            addr, addressing = self._target(mq, refresh=refresh)
+        except MQClientError as exc:
+            future.set_exception(exc)
+            return
+        request.addressing = addressing
+        timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
+        call = self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
+
+        def done(call: grpc.Future) -> None:
+            try:
+                response = call.result()
+            except grpc.RpcError as exc:
+                self.client.invalidate_route(mq.topic)
+                if leader_retries > 0 and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                    self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
+                    return
+                future.set_exception(rpc_error(f"pull {mq}", addr, exc))
+                return
+            if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE and leader_retries > 0:
+                self.client.invalidate_route(mq.topic)
+                self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
+                return
+            if response.code == ResponseCode.PULL_RETRY_IMMEDIATELY and hops < MAX_PULL_HOPS:
+                request.queue_offset = response.next_begin_offset
+                self._pull_static(mq, request, future, hops + 1, leader_retries)
+                return
+            try:
+                result = self._to_result(mq, addr, request.sub_expression, response)
+            except MQClientError as exc:
+                future.set_exception(exc)
+                return
+            for m in result.messages:
+                m.queue_id = mq.queue_id  # the logic queue, as the offsets are logic offsets
+            future.set_result(result)
+
+        call.add_done_callback(done)
+
     def _pull_result(self, mq: MessageQueue, addr: str, sub_expression: str, call: grpc.Future) -> PullResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
             self.client.invalidate_route(mq.topic)
             raise rpc_error(f"pull {mq}", addr, exc) from None
+        return self._to_result(mq, addr, sub_expression, response)
+
+    @staticmethod
+    def _to_result(mq: MessageQueue, addr: str, sub_expression: str,
+                   response: broker_pb2.PullMessageResponse) -> PullResult:
         status = PULL_STATUS.get(response.code)
         if status is None:
             raise business_error(f"pull {mq}", addr, response.code, response.remark)

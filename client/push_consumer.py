@@ -3,6 +3,9 @@
 Offsets are committed to the broker every second and on close. A handler that raises gets the same
 message again after a pause (at-least-once). This consumer takes every queue of the topic: several
 push consumers of one group each receive all messages (there is no rebalancing between members yet).
+
+Static topics: the queues are the topic's logic queues; the pull consumer underneath follows each one's leader
+across remaps. A logic queue without a leader at start gets its start offset once it has one.
 """
 
 import logging
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from client.errors import MQClientError
 from client.pull_consumer import PullConsumer
 from client.results import PullStatus
+from client.static_route import is_logic_queue
 from common.message import MessageExt
 from common.message_queue import MessageQueue
 
@@ -50,7 +54,12 @@ class PushConsumer:
 
     def start(self) -> None:
         for mq in self.consumer.queues(self.topic):
-            self._offsets[mq] = self._start_offset(mq)
+            try:
+                self._offsets[mq] = self._start_offset(mq)
+            except MQClientError as exc:
+                if not is_logic_queue(mq):
+                    raise
+                log.warning("push_start_deferred queue=%s error=%s", mq, exc)  # the pull loop retries
             t = threading.Thread(target=self._pull_loop, args=(mq,), name=f"push-{mq}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -67,6 +76,8 @@ class PushConsumer:
     def _pull_loop(self, mq: MessageQueue) -> None:
         while not self._stopped.is_set():
             try:
+                if mq not in self._offsets:
+                    self._offsets[mq] = self._start_offset(mq)
                 result = self.consumer.pull(mq, self._offsets[mq], self.pull_batch_size, self.tags,
                                             suspend_ms=LONG_POLL_MS)
             except MQClientError as exc:

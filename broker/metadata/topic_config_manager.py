@@ -45,14 +45,18 @@ class TopicConfigManager:
         log.info("topic_updated topic=%s read=%d write=%d perm=%d", config.topic_name, config.read_queue_nums,
                  config.write_queue_nums, config.perm)
 
-    def delete(self, topic: str) -> bool:
+    def delete(self, topic: str, announce: bool = False) -> bool:
+        """Remove ``topic``; ``announce`` records the removal for the name servers even when this broker held
+        no config for it (a static topic's no-target broker registers only its mapping)."""
         with self._lock:
-            if self.topic_config_table.pop(topic, None) is None:
-                return False
-            self._record_change(topic)
-            self.persist()
-        log.info("topic_deleted topic=%s", topic)
-        return True
+            existed = self.topic_config_table.pop(topic, None) is not None
+            if existed or announce:
+                self._record_change(topic)
+            if existed:
+                self.persist()
+        if existed:
+            log.info("topic_deleted topic=%s", topic)
+        return existed
 
     def _record_change(self, topic: str) -> None:
         self._change_counters.append(self.data_version.next())

@@ -1,5 +1,8 @@
-"""Trims static-topic chains: a leader drops the earliest items whose physical queues hold no more data;
-a previous leader drops a chain it lost once the new leader's logic offset is decided (confirmed)."""
+"""Trims static-topic chains: a leader drops the earliest items whose physical queues held data that has
+all expired; a previous leader drops a chain it lost once the new leader's logic offset is decided.
+
+An item that never held data is kept: consumer offsets committed in it (at its start) are only found
+through it, and dropping it would make such a group look as if it had never committed."""
 
 import logging
 from typing import TYPE_CHECKING
@@ -60,4 +63,4 @@ class StaticTopicCleanService(PeriodicService):
         except PeerBrokerError as exc:
             log.warning("static_clean_skipped topic=%s broker=%s reason=%s", topic, item.bname, exc)
             return False
-        return lo >= hi
+        return item.start_offset < lo >= hi  # had data, and all of it is gone

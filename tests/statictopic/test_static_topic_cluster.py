@@ -1,0 +1,251 @@
+"""Static topics through real daemons: fixed logic queues while brokers come and go (STATIC_TOPIC.md)."""
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus
+from common.message_queue import MessageQueue
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
+from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
+from proto import broker_pb2
+from tests.cluster import start_daemon, wait_until
+from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticCluster]:
+    c = make_static_cluster(tmp_path_factory.mktemp("static"), staticTopicCleanInterval=300)
+    yield c
+    c.stop()
+
+
+def epoch_of(cluster: StaticCluster, topic: str) -> int:
+    return max(detail_from_proto(cluster.mapping(b, topic).detail).epoch for b in cluster.brokers
+               if cluster.mapping(b, topic).HasField("detail"))
+
+
+def create(cluster: StaticCluster, topic: str, queues: int, brokers: list[str]) -> None:
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, queues, brokers=brokers)
+    cluster.wait_route_epoch(topic, epoch_of(cluster, topic))
+
+
+def remap(cluster: StaticCluster, topic: str, brokers: list[str]) -> None:
+    with Admin(cluster.addr) as admin:
+        admin.remap_static_topic(topic, brokers=brokers)
+    cluster.wait_route_epoch(topic, epoch_of(cluster, topic))
+
+
+def drain(consumer: PullConsumer, mq: MessageQueue, start: int) -> tuple[list[tuple[int, bytes]], int]:
+    out, offset = [], start
+    while True:
+        result = consumer.pull(mq, offset, 64)
+        if result.status is not PullStatus.FOUND:
+            return out, result.next_begin_offset
+        out += [(m.queue_offset, m.body) for m in result.messages]
+        offset = result.next_begin_offset
+
+
+def test_logic_queues_are_fixed_and_carry_logic_offsets(cluster: StaticCluster):
+    topic = "StaticBasicT"
+    create(cluster, topic, 6, ["broker-a", "broker-b"])
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="basic") as consumer:
+        queues = consumer.queues(topic)
+        assert queues == [MessageQueue(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, i) for i in range(6)]
+        sent = [producer.send(Message(topic, f"m{i}".encode())) for i in range(60)]
+        assert {r.queue.broker_name for r in sent} == {LOGICAL_QUEUE_MOCK_BROKER_NAME}
+        assert {r.queue.queue_id for r in sent} == set(range(6))
+        for mq in queues:
+            got, end = drain(consumer, mq, 0)
+            assert [o for o, _ in got] == list(range(len(got)))
+            assert sorted(b for _, b in got) == sorted(f"m{i}".encode() for i, r in enumerate(sent)
+                                                       if r.queue.queue_id == mq.queue_id)
+            assert consumer.max_offset(mq) == end and consumer.min_offset(mq) == 0
+
+
+def test_extend_only_grows(cluster: StaticCluster):
+    topic = "StaticGrowT"
+    create(cluster, topic, 3, ["broker-a"])
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, 5, brokers=["broker-b", "broker-c"])
+        for bad in (5, 2):
+            with pytest.raises(MQClientError):
+                admin.update_static_topic(topic, bad, brokers=["broker-b"])
+    details = {b: detail_from_proto(cluster.mapping(b, topic).detail) for b in cluster.brokers}
+    assert {d.total_queues for d in details.values()} == {5} and len({d.epoch for d in details.values()}) == 1
+    leaders = {gid: b for b, d in details.items() for gid in d.led_queues()}
+    assert sorted(leaders) == list(range(5))
+    assert [leaders[g] for g in range(3)] == ["broker-a"] * 3  # existing queues stay where they were
+
+
+def test_remap_with_traffic_and_a_group_resuming_across_remaps(cluster: StaticCluster):
+    topic = "StaticRemapT"
+    create(cluster, topic, 4, ["broker-a"])
+    bodies: dict[int, list[bytes]] = {q: [] for q in range(4)}
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="resume") as consumer:
+        def produce(tag: str, n: int) -> None:
+            for i in range(n):
+                r = producer.send(Message(topic, f"{tag}-{i}".encode()), sharding_key=f"key-{i % 4}")
+                bodies[r.queue.queue_id].append(f"{tag}-{i}".encode())
+
+        produce("before", 40)
+        committed = {}
+        for mq in consumer.queues(topic):  # consume and commit everything so far
+            got, end = drain(consumer, mq, 0)
+            assert [b for _, b in got] == bodies[mq.queue_id]
+            consumer.commit(mq, end)
+            committed[mq] = end
+        seen = {q: list(v) for q, v in bodies.items()}
+        for step, targets in enumerate((["broker-b", "broker-c"], ["broker-c"], ["broker-a", "broker-b"])):
+            remap(cluster, topic, targets)
+            produce(f"after{step}", 40)
+        for mq in consumer.queues(topic):
+            start = consumer.committed(mq)
+            assert start == committed[mq], "the committed offset survives remaps"
+            got, end = drain(consumer, mq, start)
+            offsets = [o for o, _ in got]
+            assert offsets == sorted(set(offsets)), "logic offsets strictly increase"
+            assert [b for _, b in got] == bodies[mq.queue_id][len(seen[mq.queue_id]):], "no re-reading, no loss"
+            assert end == consumer.max_offset(mq)
+            everything, _ = drain(consumer, mq, 0)
+            assert [b for _, b in everything] == bodies[mq.queue_id]
+
+
+def test_new_leader_answers_minus_one_until_its_offset_is_decided(cluster: StaticCluster):
+    """The window between remap steps 1 and 4, driven step by step through the planner."""
+    from client.static_topic_admin import StaticTopicAdmin  # the admin's planner and writer
+
+    topic = "StaticWindowT"
+    create(cluster, topic, 1, ["broker-a"])
+    with Producer(cluster.addr) as producer:
+        for i in range(7):
+            producer.send(Message(topic, f"w{i}".encode()))
+    with Admin(cluster.addr) as admin:
+        tool = StaticTopicAdmin(admin)
+        states = tool.read_states(topic, list(cluster.brokers))
+        plan = tool.plan_remap(topic, states, ["broker-b"])
+        tool.write_updates(plan.gained)  # step 1 only: broker-b leads, logic offset undecided
+    b = cluster.stub("broker-b")
+    r = b.SendMessage(broker_pb2.SendMessageRequest(topic=topic, queue_id=0, bodies=[b"in-window"],
+                                                    addressing=broker_pb2.LOGIC), timeout=5)
+    assert r.code == ResponseCode.SUCCESS and r.queue_offset == -1
+    with Admin(cluster.addr) as admin:  # re-running the command completes the interrupted remap
+        admin.remap_static_topic(topic, brokers=["broker-b"])
+    d = detail_from_proto(cluster.mapping("broker-b", topic).detail)
+    chain = d.hosted_queues[0]
+    assert chain[-1].bname == "broker-b" and chain[-1].logic_offset == block_round_up(7)
+    cluster.wait_route_epoch(topic, d.epoch)
+    with PullConsumer(cluster.addr, group="window") as consumer:
+        got, _ = drain(consumer, consumer.queues(topic)[0], 0)
+    assert [b for _, b in got] == [f"w{i}".encode() for i in range(7)] + [b"in-window"]
+    assert got[-1][0] == block_round_up(7)
+
+
+def test_refusals_are_worded(cluster: StaticCluster):
+    topic = "StaticRulesT"
+    create(cluster, topic, 2, ["broker-a"])
+    a = cluster.stub("broker-a")
+    current = detail_from_proto(cluster.mapping("broker-a", topic).detail)
+
+    def offer(mutate) -> str:
+        d = current.copy()
+        mutate(d)
+        with pytest.raises(grpc.RpcError) as err:
+            a.UpdateTopicQueueMapping(broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(d)), timeout=5)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        return err.value.details()
+
+    def lower_epoch(d): d.epoch -= 1
+    def scope(d): d.scope = "other"
+    def leader_changed(d): d.hosted_queues[0][-1].bname = "broker-b"
+    def gen(d): d.hosted_queues[0].append(type(d.hosted_queues[0][0])(gen=0, queue_id=9, bname="broker-a"))
+    def negative(d): d.hosted_queues[1][0].queue_id = -3
+    def foreign(d): d.bname = "broker-z"
+
+    assert "smaller epoch" in offer(lower_epoch)
+    assert "scope mismatch" in offer(scope)
+    assert "leader changed at equal epoch" in offer(leader_changed)
+    assert "gen not increasing" in offer(gen)
+    assert "negative field" in offer(negative)
+    assert "broker-z" in offer(foreign)
+    d = current.copy()
+    d.epoch += 1
+    d.hosted_queues[0] = [*d.hosted_queues[0], type(d.hosted_queues[0][0])(gen=1, queue_id=5, bname="broker-a",
+                                                                         logic_offset=0)]
+    with pytest.raises(grpc.RpcError) as err:
+        a.UpdateTopicQueueMapping(broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(d)), timeout=5)
+    assert "logic offsets not increasing" in err.value.details()
+    assert detail_from_proto(cluster.mapping("broker-a", topic).detail) == current  # nothing changed
+    with pytest.raises(grpc.RpcError) as err:  # an old-style request on a static topic
+        a.SendMessage(broker_pb2.SendMessageRequest(topic=topic, queue_id=0, bodies=[b"x"]), timeout=5)
+    assert "static topic" in err.value.details()
+    with Admin(cluster.addr) as admin, pytest.raises(MQClientError, match="static"):
+        admin.create_topic(topic, brokers=["broker-a"])
+
+
+def test_clean_service_drops_expired_items_and_lost_chains(tmp_path: Path):
+    cluster = make_static_cluster(tmp_path, staticTopicCleanInterval=200, mappedFileSizeCommitLog=65536,
+                                  fileReservedTime=0, deleteWhen="*", cleanResourceInterval=200)
+    try:
+        topic = "StaticCleanT"
+        create(cluster, topic, 1, ["broker-a"])
+        with Producer(cluster.addr) as producer:
+            for _ in range(40):
+                producer.send(Message(topic, b"x" * 1000))
+        remap(cluster, topic, ["broker-b"])
+        with Admin(cluster.addr) as admin:  # more traffic on broker-a rolls its commitlog: the old item expires
+            admin.create_topic("FillerT", brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+        wait_until(lambda: "FillerT" in _topics(cluster), what="filler topic routed")
+        with Producer(cluster.addr) as producer:
+            for _ in range(150):
+                producer.send(Message("FillerT", b"f" * 1000))
+
+        def chains() -> tuple[list[tuple[str, int]], bool]:
+            b = detail_from_proto(cluster.mapping("broker-b", topic).detail)
+            a = detail_from_proto(cluster.mapping("broker-a", topic).detail)
+            return [(i.bname, i.gen) for i in b.hosted_queues[0]], 0 in a.hosted_queues
+
+        wait_until(lambda: chains() == ([("broker-b", 1)], False), timeout=20, what="chains trimmed")
+        with PullConsumer(cluster.addr, group="after-clean") as consumer:
+            mq = consumer.queues(topic)[0]
+            assert consumer.min_offset(mq) == consumer.max_offset(mq) == block_round_up(40)
+    finally:
+        cluster.stop()
+
+
+def _topics(cluster: StaticCluster) -> list[str]:
+    with Admin(cluster.addr) as admin:
+        return admin.topic_list()
+
+
+def test_copied_mapping_file_is_refused(cluster: StaticCluster, tmp_path: Path):
+    create(cluster, "StaticCopyT", 1, ["broker-a"])
+    source = cluster.workdir / "broker-a" / "store" / "config" / "topicQueueMapping.json"
+    wait_until(source.exists, what="mapping file")
+    store = tmp_path / "store"
+    (store / "config").mkdir(parents=True)
+    shutil.copy(source, store / "config" / "topicQueueMapping.json")
+    assert json.loads(source.read_text())["details"]
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=broker-x\nlistenPort=0\nstorePathRootDir={store}\n")
+    with pytest.raises(AssertionError, match="exited"):
+        start_daemon("broker-x", "broker.main", ["-c", str(conf)], tmp_path, ready_timeout=20)
+    lines = [x for x in (tmp_path / "broker-x.log").read_text().splitlines() if x.strip()]
+    assert len(lines) == 1 and "broker-a" in lines[0] and "broker-x" in lines[0], lines
+
+
+def test_delete_removes_mapping_everywhere(cluster: StaticCluster):
+    topic = "StaticDeleteT"
+    create(cluster, topic, 2, ["broker-a", "broker-b"])
+    with Admin(cluster.addr) as admin:
+        admin.delete_topic(topic, "DefaultCluster")
+        wait_until(lambda: topic not in admin.topic_list(), what="topic gone from the name server")
+    for b in cluster.brokers:
+        assert not cluster.mapping(b, topic).HasField("detail")
+        assert not cluster.mapping(b, topic).HasField("config")
