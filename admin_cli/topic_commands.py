@@ -1,10 +1,15 @@
 """Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus."""
 
+import dataclasses
+
 import click
 
 from admin_cli.context import as_json, command, open_admin, resolve_targets, target_options
-from admin_cli.output import Column, Row, Table, emit_tables, format_timestamp
+from admin_cli.output import Column, Row, Table, emit_tables, format_timestamp, render_table, to_json
+from client.errors import MQClientError
+from client.static_topic_admin import StaticTopicStatus
 from common.perm import PERM_READ, PERM_READ_WRITE, PERM_WRITE, perm_to_string
+from common.response_code import ResponseCode
 from proto import common_pb2
 
 VALID_PERMS = (PERM_WRITE, PERM_READ, PERM_READ_WRITE)
@@ -109,12 +114,62 @@ def topic_route(topic: str) -> None:
 
 
 # -- topicStatus --------------------------------------------------------------------------------------------
-@command("topicStatus", "Show each queue of a topic: min and max offset, last update time.")
+STATIC_STATUS_COLUMNS = [
+    Column("logic_id", "Logic QID"), Column("gen", "Gen"), Column("broker_name", "Broker"),
+    Column("queue_id", "Physical QID"), Column("logic_offset", "Logic Offset"), Column("end_offset", "End"),
+    Column("min_offset", "Min Offset"), Column("max_offset", "Max Offset"),
+    Column("last_update_timestamp", "Last Updated", format_timestamp),
+    Column("leader", "Leader", lambda leader: "*" if leader else ""),
+]
+
+
+def static_status_document(status: StaticTopicStatus) -> dict:
+    return {
+        "topic": status.topic, "static": True, "total_queues": status.total_queues, "epoch": status.epoch,
+        "broker_epochs": dict(sorted(status.broker_epochs.items())), "unreachable": status.unreachable,
+        "missing": status.missing,
+        "logic_queues": [
+            {"logic_id": q.logic_id, "leader_broker": q.leader_broker, "leader_queue_id": q.leader_queue_id,
+             "min_offset": q.min_offset, "max_offset": q.max_offset,
+             "items": [dataclasses.asdict(i) for i in q.items]}
+            for q in status.queues],
+    }
+
+
+def emit_static_status(status: StaticTopicStatus) -> None:
+    if as_json():
+        click.echo(to_json(static_status_document(status)))
+        return
+    rows = [{"logic_id": q.logic_id, **dataclasses.asdict(i)} for q in status.queues for i in q.items]
+    epochs = sorted(set(status.broker_epochs.values()))
+    footer = ["", f"Static topic {status.topic}: {status.total_queues} logic queues, epoch {status.epoch}"]
+    if len(epochs) > 1:
+        footer.append("brokers disagree on the epoch (an interrupted change? run it again): " + ", ".join(
+            f"{b}={e}" for b, e in sorted(status.broker_epochs.items())))
+    footer += [f"broker {b} unreachable: {why}" for b, why in sorted(status.unreachable.items())]
+    if status.missing:
+        footer.append(f"logic queues without a chain on any answering broker: {status.missing}")
+    click.echo(render_table(Table(STATIC_STATUS_COLUMNS, rows, footer=footer)))
+
+
+@command("topicStatus", "Show each queue of a topic: min and max offset, last update time. For a static topic: "
+                        "each logic queue's chain of physical queues.")
 @topic_option
 def topic_status(topic: str) -> None:
+    admin = open_admin()
+    try:
+        maybe_static = admin.is_static_topic(topic)
+    except MQClientError as exc:
+        if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+            raise
+        maybe_static = True  # not routed (yet): the brokers may hold a mapping that is not registered
+    static = admin.static_topic_status(topic) if maybe_static else None
+    if static is not None:
+        emit_static_status(static)
+        return
     rows = [{"broker_name": q.broker_name, "queue_id": q.queue_id, "min_offset": q.min_offset,
              "max_offset": q.max_offset, "last_update_timestamp": q.last_update_timestamp}
-            for q in open_admin().topic_status(topic)]
+            for q in admin.topic_status(topic)]
     emit_tables(as_json(), Table([Column("broker_name", "Broker"), Column("queue_id", "QID"),
                                   Column("min_offset", "Min Offset"), Column("max_offset", "Max Offset"),
                                   Column("last_update_timestamp", "Last Updated", format_timestamp)], rows))

@@ -9,6 +9,13 @@ import grpc
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.static_topic_admin import (
+    GrpcMappingTransport,
+    StaticTopicAdmin,
+    StaticTopicRemap,
+    StaticTopicStatus,
+    StaticTopicUpdate,
+)
 from common.message import MessageExt
 from common.message_codec import decode_records
 from common.message_id import parse_message_id
@@ -161,6 +168,35 @@ class Admin:
             out += [QueueStatus(bd.broker_name, q.queue_id, q.min_offset, q.max_offset, q.last_update_timestamp)
                     for q in stats.queues]
         return out
+
+    # -- static topics -----------------------------------------------------------------------------
+    @property
+    def static_topics(self) -> StaticTopicAdmin:
+        return StaticTopicAdmin(GrpcMappingTransport(self.client))
+
+    def update_static_topic(self, topic: str, queue_num: int, cluster: str | None = None,
+                            brokers: list[str] | None = None) -> StaticTopicUpdate:
+        """Create static topic ``topic`` with ``queue_num`` logic queues, or extend it to that many, on the
+        masters of ``cluster`` or the named brokers (brokers already holding the topic join them)."""
+        result = self.static_topics.update_static_topic(topic, queue_num, cluster, brokers)
+        self.client.invalidate_route(topic)
+        return result
+
+    def remap_static_topic(self, topic: str, cluster: str | None = None,
+                           brokers: list[str] | None = None) -> StaticTopicRemap:
+        """Move the logic queues of ``topic`` onto the masters of ``cluster`` or the named brokers."""
+        result = self.static_topics.remap_static_topic(topic, cluster, brokers)
+        self.client.invalidate_route(topic)
+        return result
+
+    def static_topic_status(self, topic: str) -> StaticTopicStatus | None:
+        """Logic queues with their chains and each item's physical min/max/last update; None when no broker
+        holds a mapping for ``topic``."""
+        return self.static_topics.static_topic_status(topic)
+
+    def is_static_topic(self, topic: str) -> bool:
+        """Whether the name servers' route of ``topic`` carries a static-topic mapping."""
+        return bool(self.client.route(topic, refresh=True).topic_queue_mapping_by_broker)
 
     # -- groups ------------------------------------------------------------------------------------
     def update_subscription_group(self, group: str, cluster: str | None = None, brokers: list[str] | None = None,

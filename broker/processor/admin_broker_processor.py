@@ -11,7 +11,7 @@ from broker.request_error import RequestError
 from common.response_code import ResponseCode
 from common.statictopic.mapping_checks import MappingError
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
-from common.topic_config import TopicConfig
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from proto import broker_pb2, common_pb2
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class AdminBrokerProcessor:
             raise RequestError("no mapping detail in the request")
         detail = detail_from_proto(request.detail)
         checked_topic(detail.topic)
+        if detail.topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+            raise RequestError(f"{AUTO_CREATE_TOPIC_KEY_TOPIC} is the auto-create default topic; it cannot be static")
         config = topic_config_from_proto(request.config) if request.HasField("config") else None
         if config is not None:
             if config.topic_name != detail.topic:

@@ -56,6 +56,6 @@ class LogicQueueMappingItem:
 def block_round_up(offset: int, block: int = BLOCK_SIZE) -> int:
     """The next block boundary, skipping one more block when ``offset`` is in the upper half of its block, so
     sends still in flight to an old leader cannot reach the new leader's first logic offset."""
-    if offset % block < block // 2:
+    if 2 * (offset % block) < block:  # exactly "offset % block < block / 2", also for odd blocks
         return (offset // block + 1) * block
     return (offset // block + 2) * block

@@ -48,9 +48,9 @@ def check_chain(bname: str, topic: str, global_id: int, items: list[LogicQueueMa
             if cur.logic_offset <= prev.logic_offset:
                 raise MappingError(f"{where}: logic offsets not increasing: {prev.logic_offset} then "
                                    f"{cur.logic_offset}")
-            if cur.logic_offset < prev.max_logic_offset():
+            if cur.logic_offset <= prev.max_logic_offset():  # the max must be strictly below the next start
                 raise MappingError(f"{where}: logic offsets not increasing: item gen {cur.gen} starts at "
-                                   f"{cur.logic_offset}, inside gen {prev.gen} (up to {prev.max_logic_offset()})")
+                                   f"{cur.logic_offset}, not above gen {prev.gen}'s max {prev.max_logic_offset()}")
 
 
 def check_update(old: TopicQueueMappingDetail | None, new: TopicQueueMappingDetail) -> None:

@@ -4,7 +4,6 @@ The admin reads each broker's (detail, topic config), asks these functions for t
 it in the order that keeps every logic queue writable (see :class:`RemapPlan`).
 """
 
-import math
 from dataclasses import dataclass, field
 
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem, block_round_up
@@ -143,19 +142,22 @@ def block_round_up_logic(old: LogicQueueMappingItem) -> int:
 
 
 def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[int, list[LogicQueueMappingItem]]]:
-    """(highest epoch, total, chain per logic queue) over every broker's detail: each chain from the detail with
-    the highest epoch holding it, preferring its leader's own copy. An interrupted remap leaves brokers at
-    different epochs; this view is what it had reached."""
+    """(highest epoch, total, chain per logic queue) over every broker's detail: each chain is the copy that went
+    furthest (newest link by gen, a decided link before an undecided one), then the one from the highest epoch,
+    preferring its leader's own copy. An interrupted remap leaves brokers at different epochs; this view is what
+    it had reached. (Epoch alone is not enough: a broker that still leads a queue being moved away may be
+    written again at a higher epoch with its older chain, which must not hide the move.)"""
     details = [s.detail for s in states.values() if s.detail is not None]
     if not details:
         raise MappingError("no broker holds a mapping for this topic")
     totals = {d.total_queues for d in details}
     if len(totals) != 1:
         raise MappingError(f"brokers disagree on the number of logic queues: {sorted(totals)}")
-    chosen: dict[int, tuple[tuple[int, bool], list[LogicQueueMappingItem]]] = {}
+    chosen: dict[int, tuple[tuple[int, bool, int, bool], list[LogicQueueMappingItem]]] = {}
     for d in details:
         for global_id, items in d.hosted_queues.items():
-            rank = (d.epoch, items[-1].bname == d.bname)
+            check_chain(d.bname, d.topic, global_id, items)
+            rank = (items[-1].gen, items[-1].logic_offset_decided(), d.epoch, items[-1].bname == d.bname)
             if global_id not in chosen or rank > chosen[global_id][0]:
                 chosen[global_id] = (rank, [LogicQueueMappingItem(**{f: getattr(i, f) for f in i.__slots__})
                                             for i in items])
@@ -181,8 +183,14 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
     old_epoch, total, chains = current_view(states)
     epoch = next_epoch(old_epoch, now_ms)
     configs = {b: _copy_config(s.config, topic) if s.config else None for b, s in states.items()}
-    capacity = math.ceil(total / len(targets))
+    _cover_queue_ids(topic, configs, chains)
     load = dict.fromkeys(targets, 0)
+    base, extra = divmod(total, len(load))
+
+    def has_room(bname: str) -> bool:
+        """Balanced within one: every target holds ``base`` queues, ``extra`` of them one more."""
+        return load[bname] < base or (load[bname] == base and sum(n > base for n in load.values()) < extra)
+
     moved: list[MovedQueue] = []
     to_move: list[int] = []
     for gid in sorted(chains):
@@ -191,12 +199,16 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
             moved.append(MovedQueue(gid, chains[gid][-2].bname, leader.bname))
             if leader.bname in load:
                 load[leader.bname] += 1
-        elif leader.bname in load and load[leader.bname] < capacity:
+    for gid in sorted(chains):
+        leader = chains[gid][-1]
+        if not leader.logic_offset_decided():
+            continue
+        if leader.bname in load and has_room(leader.bname):
             load[leader.bname] += 1
         else:
             to_move.append(gid)
     for gid in to_move:
-        new_leader = least_loaded({b: n for b, n in load.items() if n < capacity} or load)
+        new_leader = least_loaded({b: n for b, n in load.items() if has_room(b)} or load)
         load[new_leader] += 1
         old = chains[gid][-1]
         config = configs[new_leader] = configs[new_leader] or TopicConfig(topic, 0, 0)
@@ -204,6 +216,19 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
                                                  bname=new_leader, time_of_start=now_ms))
         moved.append(MovedQueue(gid, old.bname, new_leader))
     return _remap_updates(topic, total, states, configs, chains, moved, epoch)
+
+
+def _cover_queue_ids(topic: str, configs: dict[str, TopicConfig | None],
+                     chains: dict[int, list[LogicQueueMappingItem]]) -> None:
+    """A broker stores its mapping before its topic config: after a crash in between (an interrupted remap),
+    its config may not count a queue its chains use yet. Count it, so the rerun ends consistent and new ids
+    are still never reused."""
+    for items in chains.values():
+        for item in items:
+            if item.bname in configs:
+                config = configs[item.bname] = configs[item.bname] or TopicConfig(topic, 0, 0)
+                config.write_queue_nums = max(config.write_queue_nums, item.queue_id + 1)
+                config.read_queue_nums = max(config.read_queue_nums, config.write_queue_nums)
 
 
 def _remap_updates(topic: str, total: int, states: dict[str, BrokerTopicState],
@@ -219,8 +244,10 @@ def _remap_updates(topic: str, total: int, states: dict[str, BrokerTopicState],
             held_before = old is not None and gid in old.hosted_queues
             if only_gained and gid in moved_ids and not leads_now and held_before:
                 d.hosted_queues[gid] = old.hosted_queues[gid]  # not fenced yet: that is step 2
-            elif leads_now or (gid in moved_ids and any(i.bname == bname for i in items[:-1])):
-                d.hosted_queues[gid] = items  # leaders keep whole chains; an old leader keeps the one it lost
+            elif leads_now or (not only_gained and gid in moved_ids and any(i.bname == bname for i in items[:-1])):
+                # leaders keep whole chains; an old leader keeps the one it lost, but only from step 2 on: a
+                # gained detail must not carry a chain whose new leader may not have received it yet
+                d.hosted_queues[gid] = items
         return d
 
     new_leaders = sorted({m.new_leader for m in moved})

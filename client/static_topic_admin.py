@@ -1,0 +1,458 @@
+"""Static topics from the admin side: read what every broker holds, plan the change with
+:mod:`common.statictopic.static_topic_plan`, and write it in the order that keeps every logic queue available.
+
+Rules: ../shared/STATIC_TOPIC.md. Brokers are reached through a :class:`MappingTransport` (gRPC in production,
+an in-memory fake in unit tests). The number of broker calls is constant per broker: one read each, one or two
+writes each, plus one physical max read per moved logic queue.
+"""
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import grpc
+
+from client.errors import MQClientError
+from client.grpc_errors import business_error, rpc_error
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
+from common.statictopic.mapping_checks import MappingError, check_cluster
+from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
+from common.statictopic.static_topic_plan import (
+    BrokerTopicState,
+    BrokerUpdate,
+    RemapPlan,
+    plan_create_or_extend,
+    plan_remap,
+)
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
+from common.topic_validator import InvalidTopicError, validate_topic
+from proto import broker_pb2, common_pb2
+
+if TYPE_CHECKING:
+    from client.admin import Admin
+
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})  # names a static topic may not take
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- results ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LogicQueueLeader:
+    logic_id: int
+    broker_name: str
+    queue_id: int  # physical queue of the leader item
+    gen: int
+    logic_offset: int
+
+
+@dataclass(slots=True)
+class StaticTopicUpdate:
+    """What updateStaticTopic wrote: every broker's new detail (no-target brokers hold empty ones)."""
+
+    topic: str
+    total_queues: int
+    epoch: int
+    details: dict[str, TopicQueueMappingDetail]
+    created: list[int]  # the new logic queue ids
+
+    def leaders(self) -> list[LogicQueueLeader]:
+        return leaders_of(self.details)
+
+
+@dataclass(frozen=True, slots=True)
+class MovedLogicQueue:
+    logic_id: int
+    from_broker: str
+    to_broker: str
+    queue_id: int  # the new physical queue on ``to_broker``
+    gen: int
+    logic_offset: int  # where the new item starts in logic terms (after the block jump)
+    old_end_offset: int  # the old item's physical end
+
+
+@dataclass(slots=True)
+class StaticTopicRemap:
+    topic: str
+    total_queues: int
+    epoch: int
+    moved: list[MovedLogicQueue]
+    details: dict[str, TopicQueueMappingDetail]
+
+    def leaders(self) -> list[LogicQueueLeader]:
+        return leaders_of(self.details)
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicalQueueStats:
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class MappingItemStatus:
+    gen: int
+    broker_name: str
+    queue_id: int
+    logic_offset: int
+    start_offset: int
+    end_offset: int
+    time_of_start: int
+    time_of_end: int
+    leader: bool
+    min_offset: int | None  # physical, from the item's broker; None when it could not be read
+    max_offset: int | None
+    last_update_timestamp: int | None
+
+
+@dataclass(slots=True)
+class LogicQueueStatus:
+    logic_id: int
+    leader_broker: str
+    leader_queue_id: int
+    min_offset: int | None  # logic terms: the earliest decided item's min
+    max_offset: int | None  # logic terms: the latest decided item's max
+    items: list[MappingItemStatus]
+
+
+@dataclass(slots=True)
+class StaticTopicStatus:
+    topic: str
+    total_queues: int
+    epoch: int  # the highest epoch any broker holds
+    broker_epochs: dict[str, int]  # per broker holding a detail: differing epochs mean an interrupted change
+    queues: list[LogicQueueStatus] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # broker -> why it did not answer
+    missing: list[int] = field(default_factory=list)  # logic queues no answering broker holds a chain for
+
+
+def leaders_of(details: dict[str, TopicQueueMappingDetail]) -> list[LogicQueueLeader]:
+    out = {}
+    for bname, d in details.items():
+        for gid, items in d.hosted_queues.items():
+            leader = items[-1]
+            if leader.bname == bname:
+                out[gid] = LogicQueueLeader(gid, bname, leader.queue_id, leader.gen, leader.logic_offset)
+    return [out[g] for g in sorted(out)]
+
+
+# -- talking to brokers -------------------------------------------------------------------------------------
+class MappingTransport(Protocol):
+    """What the static-topic admin needs from the cluster."""
+
+    def clusters(self) -> dict[str, list[str]]:
+        """Cluster name -> names of its brokers that have a live master."""
+
+    def mapping_holders(self, topic: str) -> set[str]:
+        """Brokers the name servers know to hold a detail for ``topic`` (empty when the topic is unknown)."""
+
+    def read(self, bname: str, topic: str) -> BrokerTopicState:
+        """GetTopicQueueMapping on ``bname``'s master."""
+
+    def write(self, bname: str, update: BrokerUpdate) -> None:
+        """UpdateTopicQueueMapping (detail, and the config if any) on ``bname``'s master."""
+
+    def physical_max(self, bname: str, topic: str, queue_id: int) -> int:
+        """GetMaxOffset of physical queue ``queue_id`` on ``bname`` (addressing PHYSICAL)."""
+
+    def queue_stats(self, bname: str, topic: str) -> dict[int, PhysicalQueueStats]:
+        """GetTopicStatsInfo on ``bname``: per physical queue min, max, last update."""
+
+
+def config_from_proto(p: common_pb2.TopicConfig) -> TopicConfig:
+    return TopicConfig(p.topic_name, p.read_queue_nums, p.write_queue_nums, p.perm, p.topic_sys_flag, p.order,
+                       dict(p.attributes))
+
+
+def config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(topic_name=c.topic_name, read_queue_nums=c.read_queue_nums,
+                                  write_queue_nums=c.write_queue_nums, perm=c.perm, topic_sys_flag=c.topic_sys_flag,
+                                  order=c.order, attributes=c.attributes)
+
+
+class GrpcMappingTransport:
+    """The real cluster, through an :class:`client.admin.Admin`'s client instance."""
+
+    def __init__(self, client) -> None:  # client: client.client_instance.ClientInstance
+        self.client = client
+        self._addrs: dict[str, str] = {}
+
+    def clusters(self) -> dict[str, list[str]]:
+        info = self.client.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
+            common_pb2.Empty(), timeout=self.client.rpc_timeout_s))
+        self._addrs = {name: d.broker_addrs[0] for name, d in info.broker_addr_table.items() if 0 in d.broker_addrs}
+        return {cluster: sorted(n for n in names.broker_names if n in self._addrs)
+                for cluster, names in info.cluster_addr_table.items()}
+
+    def mapping_holders(self, topic: str) -> set[str]:
+        try:
+            route = self.client.route(topic, refresh=True)
+        except MQClientError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                return set()
+            raise
+        return set(route.topic_queue_mapping_by_broker)
+
+    def _addr(self, bname: str) -> str:
+        if bname not in self._addrs:
+            self.clusters()
+        addr = self._addrs.get(bname)
+        if addr is None:
+            raise MQClientError(f"broker {bname} is not registered with a live master")
+        return addr
+
+    def _call(self, what: str, bname: str, method: str, request):
+        addr = self._addr(bname)
+        try:
+            response = getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_error(f"{what} on broker {bname}", addr, exc) from None
+        return addr, response
+
+    def read(self, bname: str, topic: str) -> BrokerTopicState:
+        addr, r = self._call(f"read the mapping of {topic}", bname, "GetTopicQueueMapping",
+                             broker_pb2.TopicRequest(topic=topic))
+        if r.code != ResponseCode.SUCCESS:
+            raise business_error(f"read the mapping of {topic} on broker {bname}", addr, r.code, r.remark)
+        return BrokerTopicState(bname, detail_from_proto(r.detail) if r.HasField("detail") else None,
+                                config_from_proto(r.config) if r.HasField("config") else None)
+
+    def write(self, bname: str, update: BrokerUpdate) -> None:
+        request = broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(update.detail))
+        if update.config is not None:
+            request.config.CopyFrom(config_to_proto(update.config))
+        addr, r = self._call(f"update the mapping of {update.detail.topic}", bname, "UpdateTopicQueueMapping",
+                             request)
+        if r.code != ResponseCode.SUCCESS:
+            raise business_error(f"update the mapping of {update.detail.topic} on broker {bname}", addr, r.code,
+                                 r.remark)
+
+    def physical_max(self, bname: str, topic: str, queue_id: int) -> int:
+        addr, r = self._call(f"max offset of {topic}/{queue_id}", bname, "GetMaxOffset",
+                             broker_pb2.QueueRequest(topic=topic, queue_id=queue_id, addressing=broker_pb2.PHYSICAL))
+        if r.code != ResponseCode.SUCCESS:
+            raise business_error(f"max offset of {topic}/{queue_id} on broker {bname}", addr, r.code, r.remark)
+        return r.offset
+
+    def queue_stats(self, bname: str, topic: str) -> dict[int, PhysicalQueueStats]:
+        addr, r = self._call(f"status of {topic}", bname, "GetTopicStatsInfo", broker_pb2.TopicRequest(topic=topic))
+        if r.code == ResponseCode.TOPIC_NOT_EXIST:
+            return {}
+        if r.code != ResponseCode.SUCCESS:
+            raise business_error(f"status of {topic} on broker {bname}", addr, r.code, r.remark)
+        return {q.queue_id: PhysicalQueueStats(q.min_offset, q.max_offset, q.last_update_timestamp) for q in r.queues}
+
+
+# -- the admin ----------------------------------------------------------------------------------------------
+class StaticTopicAdmin:
+    def __init__(self, transport: "MappingTransport | Admin", clock: Callable[[], int] = now_ms) -> None:
+        """``transport``: how brokers are reached; an :class:`client.admin.Admin` means through its gRPC client."""
+        self.transport: MappingTransport = (transport if hasattr(transport, "read")
+                                            else GrpcMappingTransport(transport.client))
+        self.clock = clock
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def _targets(self, clusters: dict[str, list[str]], cluster: str | None,
+                 broker_names: list[str] | None) -> list[str]:
+        if (cluster is None) == (broker_names is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        if cluster is not None:
+            if cluster not in clusters:
+                raise MQClientError(f"cluster {cluster} does not exist (known: {', '.join(sorted(clusters))})")
+            if not clusters[cluster]:
+                raise MQClientError(f"cluster {cluster} has no broker with a live master")
+            return list(clusters[cluster])
+        known = {b for names in clusters.values() for b in names}
+        names = sorted(set(broker_names or []))
+        if not names:
+            raise MQClientError("no target broker")
+        for name in names:
+            if name not in known:
+                raise MQClientError(f"broker {name} is not registered with a live master")
+        return names
+
+    def read_states(self, topic: str, brokers: list[str] | None = None,
+                    cluster: str | None = None) -> dict[str, BrokerTopicState]:
+        """What every broker concerned by a change on ``brokers`` or ``cluster`` holds (see :meth:`read_targets`)."""
+        return self.read_targets(topic, cluster, brokers)[1]
+
+    def read_targets(self, topic: str, cluster: str | None = None,
+                     broker_names: list[str] | None = None) -> tuple[list[str], dict[str, BrokerTopicState]]:
+        """(targets, state of every broker concerned): the targets, every broker the name servers know to hold
+        a detail, every broker an item names, and every other master of those brokers' clusters (they hold
+        empty details: every broker of a cluster taking part knows the topic). One read per broker."""
+        clusters = self.transport.clusters()
+        targets = self._targets(clusters, cluster, broker_names)
+        cluster_of = {b: c for c, names in clusters.items() for b in names}
+        scope = set(targets) | (self.transport.mapping_holders(topic) & set(cluster_of))
+        states: dict[str, BrokerTopicState] = {}
+        while pending := sorted(scope - set(states)):
+            for bname in pending:
+                state = self.transport.read(bname, topic)
+                if state.detail is not None and state.detail.bname != bname:
+                    raise MQClientError(f"broker {bname}: holds the mapping of broker {state.detail.bname} for "
+                                        f"topic {topic}: repair it before changing the topic")
+                states[bname] = state
+                if bname in targets or state.detail is not None:
+                    scope |= set(clusters[cluster_of[bname]])
+                if state.detail is not None:  # chains may name brokers elsewhere
+                    scope |= {i.bname for items in state.detail.hosted_queues.values() for i in items} & set(
+                        cluster_of)
+        return targets, {b: states[b] for b in sorted(states)}
+
+    # -- create or extend ---------------------------------------------------------------------------------
+    def update_static_topic(self, topic: str, queue_num: int, cluster: str | None = None,
+                            brokers: list[str] | None = None) -> StaticTopicUpdate:
+        """Create ``topic`` with ``queue_num`` logic queues, or extend it to that many. Every check runs before
+        the first write; a refusal names the broker and the rule."""
+        if queue_num <= 0:
+            raise MQClientError(f"the number of logic queues must be positive, got {queue_num}")
+        try:
+            validate_topic(topic)
+        except InvalidTopicError as exc:
+            raise MQClientError(f"static topic not created: {exc}") from None
+        if topic in SYSTEM_TOPICS:
+            raise MQClientError(f"topic {topic} is a system topic: a static topic needs a name of its own")
+        targets, states = self.read_targets(topic, cluster, brokers)
+        old_total = max((s.detail.total_queues for s in states.values() if s.detail is not None), default=0)
+        try:
+            updates = plan_create_or_extend(topic, queue_num, states, targets, self.clock())
+            check_cluster({u.bname: u.detail for u in updates}, {u.bname: u.config for u in updates})
+        except MappingError as exc:
+            raise MQClientError(f"static topic {topic} not changed: {exc}") from None
+        self.write_updates(updates)
+        details = {u.bname: u.detail for u in updates}
+        return StaticTopicUpdate(topic, queue_num, updates[0].detail.epoch, details,
+                                 list(range(old_total, queue_num)))
+
+    # -- remap ----------------------------------------------------------------------------------------------
+    def remap_static_topic(self, topic: str, cluster: str | None = None,
+                           brokers: list[str] | None = None) -> StaticTopicRemap:
+        """Move logic queues onto the targets (STATIC_TOPIC.md, "Remap"), in the order that keeps one complete
+        copy of every chain at all times. A run that failed part way is completed by running it again: the
+        plan finishes undecided items first."""
+        targets, states = self.read_targets(topic, cluster, brokers)
+        if not any(s.detail is not None for s in states.values()):
+            raise MQClientError(f"static topic {topic} does not exist: no broker holds a mapping for it")
+        plan = self.plan_remap(topic, states, targets)
+        self.apply_remap(plan)
+        moved = []
+        for m in plan.moved:
+            old, new = plan.chains[m.global_id][-2:]
+            moved.append(MovedLogicQueue(m.global_id, m.old_leader, m.new_leader, new.queue_id, new.gen,
+                                         new.logic_offset, old.end_offset))
+        total = next(iter(plan.full.values())).detail.total_queues
+        return StaticTopicRemap(topic, total, plan.epoch, moved, {b: u.detail for b, u in plan.full.items()})
+
+    def plan_remap(self, topic: str, states: dict[str, BrokerTopicState], targets: list[str]) -> RemapPlan:
+        """The remap plan, checked as a whole (every broker's resulting detail) before anything is written."""
+        try:
+            plan = plan_remap(topic, states, targets, self.clock())
+            check_cluster({b: u.detail for b, u in plan.full.items()}, {b: u.config for b, u in plan.full.items()})
+        except MappingError as exc:
+            raise MQClientError(f"static topic {topic} not remapped: {exc}") from None
+        return plan
+
+    def write_updates(self, updates: Iterable[BrokerUpdate]) -> None:
+        """UpdateTopicQueueMapping for each, in order; the first refusal stops."""
+        for u in updates:
+            self.transport.write(u.bname, u)
+
+    def apply_remap(self, plan: RemapPlan) -> None:
+        """Steps 1-4 of STATIC_TOPIC.md "Remap"."""
+        write = self.transport.write
+        # 1. the new chains to the new leaders: writable now, logic offset undecided
+        self.write_updates(plan.gained)
+        # 2. the old leaders: fenced, they answer NOT_LEADER_FOR_QUEUE from now on
+        old_leaders = sorted({m.old_leader for m in plan.moved})
+        for bname in old_leaders:
+            write(bname, plan.full[bname])
+        # 3. each old leader's physical max decides where the new item starts (after the block jump)
+        for m in plan.moved:
+            old = plan.chains[m.global_id][-2]
+            plan.decide(m.global_id, self.transport.physical_max(old.bname, plan.topic, old.queue_id), self.clock())
+        # 4. the decided chains to the new leaders, then to every other broker (the epoch bump; old leaders
+        #    get the decided copy of the chains they lost at the same epoch)
+        new_leaders = sorted({m.new_leader for m in plan.moved})
+        for bname in new_leaders:
+            write(bname, plan.full[bname])
+        for bname in sorted(plan.full):
+            if bname not in new_leaders:
+                write(bname, plan.full[bname])
+
+    # -- status ---------------------------------------------------------------------------------------------
+    def static_topic_status(self, topic: str) -> StaticTopicStatus | None:
+        """Per logic queue its chain with each item's physical min/max/last update; None for a topic no broker
+        holds a mapping for (a normal topic)."""
+        clusters = self.transport.clusters()
+        states: dict[str, BrokerTopicState] = {}
+        unreachable: dict[str, str] = {}
+        for bname in sorted({b for names in clusters.values() for b in names}):
+            try:
+                state = self.transport.read(bname, topic)
+            except MQClientError as exc:  # show what the others hold, and say who did not answer
+                unreachable[bname] = str(exc)
+                continue
+            if state.detail is not None:
+                states[bname] = state
+        if not states:
+            if unreachable:
+                raise MQClientError(next(iter(unreachable.values())))
+            return None
+        totals = {s.detail.total_queues for s in states.values()}
+        total = max(totals)
+        epoch = max(s.detail.epoch for s in states.values())
+        chains = best_chains(states)
+        stats: dict[str, dict[int, PhysicalQueueStats]] = {}
+        for bname in sorted({i.bname for items in chains.values() for i in items} - set(unreachable)):
+            try:
+                stats[bname] = self.transport.queue_stats(bname, topic)
+            except MQClientError as exc:
+                unreachable[bname] = str(exc)
+        status = StaticTopicStatus(topic, total, epoch, {b: s.detail.epoch for b, s in states.items()},
+                                   unreachable=unreachable, missing=sorted(set(range(total)) - set(chains)))
+        for gid in sorted(chains):
+            status.queues.append(_queue_status(gid, chains[gid], stats))
+        return status
+
+
+def best_chains(states: dict[str, BrokerTopicState]) -> dict[int, list[LogicQueueMappingItem]]:
+    """Per logic queue the chain of the detail with the highest epoch holding it, preferring the leader's own
+    copy (as :func:`current_view`, but showing what is there when a broker is missing)."""
+    chosen: dict[int, tuple[tuple[int, bool], list[LogicQueueMappingItem]]] = {}
+    for s in states.values():
+        d = s.detail
+        assert d is not None
+        for gid, items in d.hosted_queues.items():
+            rank = (d.epoch, items[-1].bname == d.bname)
+            if gid not in chosen or rank > chosen[gid][0]:
+                chosen[gid] = (rank, items)
+    return {gid: items for gid, (_rank, items) in sorted(chosen.items())}
+
+
+def _queue_status(gid: int, items: list[LogicQueueMappingItem],
+                  stats: dict[str, dict[int, PhysicalQueueStats]]) -> LogicQueueStatus:
+    rows = []
+    for i, item in enumerate(items):
+        s = stats.get(item.bname, {}).get(item.queue_id)
+        rows.append(MappingItemStatus(item.gen, item.bname, item.queue_id, item.logic_offset, item.start_offset,
+                                      item.end_offset, item.time_of_start, item.time_of_end, i == len(items) - 1,
+                                      s.min_offset if s else None, s.max_offset if s else None,
+                                      s.last_update_timestamp if s else None))
+    decided = [(item, row) for item, row in zip(items, rows, strict=True) if item.logic_offset_decided()]
+    logic_min = logic_max = None
+    if decided:
+        first, first_row = decided[0]
+        last, last_row = decided[-1]
+        if first_row.min_offset is not None:
+            logic_min = first.logic_loosely(first_row.min_offset)
+        if last_row.max_offset is not None:
+            logic_max = last.logic_loosely(last_row.max_offset)
+    leader = items[-1]
+    return LogicQueueStatus(gid, leader.bname, leader.queue_id, logic_min, logic_max, rows)
