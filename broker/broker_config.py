@@ -176,6 +176,7 @@ class BrokerConfig:
                 disk_max_used_space_ratio=self.disk_max_used_space_ratio,
                 message_index_enable=self.message_index_enable,
                 clean_resource_interval_ms=self.clean_resource_interval,
+                store_type=self.store_type,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc

@@ -31,6 +31,7 @@ class MessageStoreConfig:
     # Closing a removed segment's mapping waits this long so in-flight reads finish first.
     destroy_mapped_file_grace_ms: int = 30_000
     message_index_enable: bool = True
+    store_type: str = "default"  # "defaultRocksDB": the consume queue lives in RocksDB
     max_hash_slot_num: int = 500_000
     max_index_num: int = 2_000_000
 
@@ -41,5 +42,7 @@ class MessageStoreConfig:
             raise ValueError("mappedFileSizeConsumeQueue must be a positive multiple of 20")
         if not 10 <= self.disk_max_used_space_ratio <= 95:
             raise ValueError(f"diskMaxUsedSpaceRatio={self.disk_max_used_space_ratio} is outside 10..95")
+        if self.store_type not in ("default", "defaultRocksDB"):
+            raise ValueError(f"storeType={self.store_type} is not default or defaultRocksDB")
         if self.max_message_size <= 0:
             raise ValueError(f"maxMessageSize={self.max_message_size} must be positive")

@@ -37,9 +37,7 @@ class MessageStore:
         grace_s = config.destroy_mapped_file_grace_ms / 1000
         self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log, grace_s)
         self.commit_log.confirm_follows_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self.consume_queue_store = consume_queue_store or FileConsumeQueueStore(
-            root / "consumequeue", config.mapped_file_size_consume_queue, self.commit_log.store_timestamp_at
-        )
+        self.consume_queue_store = consume_queue_store or self._consume_queue_store(root)
         self.dispatchers: list[CommitLogDispatcher] = [self.consume_queue_store]
         self.index_service: IndexService | None = None
         if config.message_index_enable:
@@ -59,6 +57,14 @@ class MessageStore:
                                                    self._on_commit_log_expired)
         self.store_host = encode_host(config.store_host)
         self._running = False
+
+    def _consume_queue_store(self, root: Path) -> ConsumeQueueStore:
+        if self.config.store_type == "defaultRocksDB":
+            from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
+
+            return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at)
+        return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
+                                     self.commit_log.store_timestamp_at)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:
