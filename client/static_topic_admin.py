@@ -27,7 +27,8 @@ from common.statictopic.static_topic_plan import (
     plan_remap,
 )
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
-from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
 from common.topic_validator import InvalidTopicError, validate_topic
 from proto import broker_pb2, common_pb2
 
@@ -165,17 +166,6 @@ class MappingTransport(Protocol):
         """GetTopicStatsInfo on ``bname``: per physical queue min, max, last update."""
 
 
-def config_from_proto(p: common_pb2.TopicConfig) -> TopicConfig:
-    return TopicConfig(p.topic_name, p.read_queue_nums, p.write_queue_nums, p.perm, p.topic_sys_flag, p.order,
-                       dict(p.attributes))
-
-
-def config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
-    return common_pb2.TopicConfig(topic_name=c.topic_name, read_queue_nums=c.read_queue_nums,
-                                  write_queue_nums=c.write_queue_nums, perm=c.perm, topic_sys_flag=c.topic_sys_flag,
-                                  order=c.order, attributes=c.attributes)
-
-
 class GrpcMappingTransport:
     """The real cluster, through an :class:`client.admin.Admin`'s client instance."""
 
@@ -221,12 +211,12 @@ class GrpcMappingTransport:
         if r.code != ResponseCode.SUCCESS:
             raise business_error(f"read the mapping of {topic} on broker {bname}", addr, r.code, r.remark)
         return BrokerTopicState(bname, detail_from_proto(r.detail) if r.HasField("detail") else None,
-                                config_from_proto(r.config) if r.HasField("config") else None)
+                                topic_config_from_proto(r.config) if r.HasField("config") else None)
 
     def write(self, bname: str, update: BrokerUpdate) -> None:
         request = broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(update.detail))
         if update.config is not None:
-            request.config.CopyFrom(config_to_proto(update.config))
+            request.config.CopyFrom(topic_config_to_proto(update.config))
         addr, r = self._call(f"update the mapping of {update.detail.topic}", bname, "UpdateTopicQueueMapping",
                              request)
         if r.code != ResponseCode.SUCCESS:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import grpc
 
 from broker.metadata.topic_config_manager import TopicConfigManager
-from broker.processor.admin_broker_processor import topic_config_to_proto
 from common.response_code import ResponseCode
+from common.topic_config_codec import topic_config_to_proto
 from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)

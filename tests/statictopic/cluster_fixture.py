@@ -1,32 +1,17 @@
 """Three real brokers and a name server for static-topic tests."""
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from client import Admin
 from proto import broker_pb2, broker_pb2_grpc
-from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
+from tests.cluster import Cluster, make_cluster, wait_until
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 
 
-@dataclass
-class StaticCluster:
-    workdir: Path
-    namesrv: Daemon
-    brokers: dict[str, Daemon] = field(default_factory=dict)
-    settings: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def addr(self) -> str:
-        return self.namesrv.addr
-
-    def start_broker(self, name: str) -> Daemon:
-        self.brokers[name] = start_broker(self.workdir, name, self.addr, **self.settings)
-        return self.brokers[name]
-
+class StaticCluster(Cluster):
     def stub(self, name: str) -> broker_pb2_grpc.BrokerServiceStub:
         return broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(self.brokers[name].addr))
 
@@ -41,19 +26,8 @@ class StaticCluster:
                 return bool(infos) and min(i.epoch for i in infos) >= epoch
             wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
 
-    def stop(self) -> None:
-        for d in [*self.brokers.values(), self.namesrv]:
-            if d.alive:
-                d.stop()
-
 
 def make_static_cluster(workdir: Path, **settings: object) -> StaticCluster:
-    cluster = StaticCluster(workdir, start_namesrv(workdir / "namesrv"), settings={"registerNameServerPeriod": 1000,
-                                                                                   **settings})
-    try:
-        for name in BROKERS:
-            cluster.start_broker(name)
-    except BaseException:
-        cluster.stop()
-        raise
+    cluster = make_cluster(workdir, BROKERS, cls=StaticCluster, **{"registerNameServerPeriod": 1000, **settings})
+    assert isinstance(cluster, StaticCluster)
     return cluster
