@@ -24,8 +24,13 @@ test: venv
 lint: venv
 	$(PY) -m ruff check .
 
+# Quick mode (< 3 min); bench-full adds the scale scenarios. Tables print; JSON goes to bench/results/.
 bench: venv
 	$(PY) -m bench
+
+.PHONY: bench-full
+bench-full: venv
+	$(PY) -m bench --full
 
 run: venv
 	$(PY) -m cluster.local_cluster --data-dir run-data

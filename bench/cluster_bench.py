@@ -1,144 +1,116 @@
 """Cluster benchmarks (issue 3): one name server and one broker (ASYNC_FLUSH) as real processes, the SDK in
-this process, 1 KiB bodies. Each figure is reported beside a bare gRPC echo measured in the same run with
-the same client concurrency (``--window`` calls in flight from one thread): unary echo of one 1 KiB payload,
-and of a batch of 64 (64 KiB)."""
+this process, 1 KiB bodies, ``Config.window`` calls in flight from one thread (as for the echo).
 
-import argparse
-import statistics
-import tempfile
+- produce: SDK batches of 64 with async sends (vs the batch echo), and single async sends (vs the unary echo);
+- consume: pull 64 at a time round-robin over 8 queues, re-reading each queue from 0 at its end;
+- latency: one message every 1/rate s with synchronous sends, a long-polling consumer (suspend 1 s) records
+  send-to-receive times; p50 / p99 beside the echo's round trip at the same rate (a send and a pull response
+  are two hops, so about 2x the echo is the floor);
+- the broker's RSS at the end, beside the echo server's.
+"""
+
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 
-import grpc
-
-from bench.echo_server import METHOD
+from bench.daemons import start_broker, start_namesrv, stop_all, wait_until
+from bench.harness import BATCH, BODY, Config, Metric, Recorder, Target, paced, percentile, windowed_rate
 from client import Admin, Message, Producer, PullConsumer
-from tests.cluster import start_broker, start_daemon, start_namesrv
 
-BODY = b"x" * 1024
-BATCH = 64
+TOPIC, LAT_TOPIC = "BenchT", "LatT"
 
-
-def _windowed_rate(submit: Callable[[], Future], count: Callable[[object], int], window: int,
-                   seconds: float) -> float:
-    """Keep ``window`` calls in flight from one thread for ``seconds``; completed items per second."""
-    stop = time.monotonic() + seconds
-    in_flight: deque[Future] = deque(submit() for _ in range(window))
-    done = 0
-    start = time.perf_counter()
-    while in_flight:
-        done += count(in_flight.popleft().result())
-        if time.monotonic() < stop:
-            in_flight.append(submit())
-    return done / (time.perf_counter() - start)
+METRICS = [
+    Metric("cluster.produce_batch", "produce, SDK batches of 64, async", "msgs/s", echo="batch",
+           target=Target(">=", 150_000), issue=3),
+    Metric("cluster.produce_single", "produce, single async sends", "calls/s", echo="unary", issue=3),
+    Metric("cluster.consume", "consume, pull 64", "msgs/s", echo="batch", target=Target(">=", 200_000), issue=3),
+    Metric("cluster.latency_p50", "send-to-receive p50, long polling", "ms", echo="p50", issue=3),
+    Metric("cluster.latency_p99", "send-to-receive p99, long polling", "ms", echo="p99",
+           target=Target("<=", 5), issue=3),
+    Metric("cluster.broker_rss", "broker RSS after the above", "MiB", echo="rss", issue=3),
+]
 
 
-def echo_rates(addr: str, window: int, seconds: float) -> tuple[float, float]:
-    channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)])
-    echo = channel.unary_unary(METHOD)
-    batch = BODY * BATCH
-    unary = _windowed_rate(lambda: echo.future(BODY, timeout=10), lambda r: 1, window, seconds)
-    batched = _windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, window, seconds)
-    channel.close()
-    return unary, batched
+def produce_rate(producer: Producer, topic: str, cfg: Config, batch: int = BATCH) -> float:
+    msgs = [Message(topic, BODY) for _ in range(batch)]
+    if batch == 1:
+        return windowed_rate(lambda: producer.send_async(msgs[0]), lambda r: r.count, cfg.window, cfg.seconds,
+                             cfg.warmup)
+    return windowed_rate(lambda: producer.send_batch_async(msgs), lambda r: r.count, cfg.window, cfg.seconds,
+                         cfg.warmup)
 
 
-def produce_rate(addr: str, topic: str, window: int, seconds: float) -> float:
-    msgs = [Message(topic, BODY) for _ in range(BATCH)]
-    with Producer(addr) as producer:
-        return _windowed_rate(lambda: producer.send_batch_async(msgs), lambda r: r.count, window, seconds)
+def consume_rate(consumer: PullConsumer, topic: str, cfg: Config) -> float:
+    queues = [mq for mq in consumer.queues(topic) if consumer.max_offset(mq) > 0]
+    if not queues:
+        raise RuntimeError(f"nothing to consume in {topic}")
+    ends = {mq: consumer.max_offset(mq) for mq in queues}
+    cursor = {mq: 0 for mq in queues}
+    turn = [0]
+
+    def submit() -> Future:
+        mq = queues[turn[0] % len(queues)]
+        turn[0] += 1
+        offset = cursor[mq]
+        cursor[mq] = offset + BATCH if offset + BATCH < ends[mq] else 0
+        return consumer.pull_async(mq, offset, BATCH)
+
+    return windowed_rate(submit, lambda r: len(r.messages), cfg.window, cfg.seconds, cfg.warmup)
 
 
-def consume_rate(addr: str, topic: str, window: int, seconds: float) -> float:
-    """Pull 64 at a time round-robin over the queues, re-reading a queue from 0 once it is drained."""
-    with PullConsumer(addr, group="bench") as consumer:
-        queues = consumer.queues(topic)
-        ends = {mq: consumer.max_offset(mq) for mq in queues}
-        cursor = {mq: 0 for mq in queues}
-        turn = [0]
-
-        def submit() -> Future:
-            mq = queues[turn[0] % len(queues)]
-            turn[0] += 1
-            offset = cursor[mq]
-            cursor[mq] = offset + BATCH if offset + BATCH < ends[mq] else 0
-            return consumer.pull_async(mq, offset, BATCH)
-
-        return _windowed_rate(submit, lambda r: len(r.messages), window, seconds)
-
-
-def latency_ms(addr: str, topic: str, rate_per_s: int, seconds: float) -> tuple[float, float]:
-    """Send one message every 1/rate s; a long-polling consumer records send-to-receive times."""
+def latency_ms(producer: Producer, consumer: PullConsumer, topic: str, cfg: Config) -> tuple[float, float]:
+    mq = consumer.queues(topic)[0]
+    start_offset = consumer.max_offset(mq)
+    expected = max(1, int(cfg.latency_rate * cfg.latency_seconds))
     samples: list[float] = []
-    with Producer(addr) as producer, PullConsumer(addr, group="lat") as consumer:
-        mq = consumer.queues(topic)[0]
-        start_offset = consumer.max_offset(mq)
-        n = int(rate_per_s * seconds)
-        done = threading.Event()
+    done = threading.Event()
 
-        def receive() -> None:
-            offset = start_offset
-            while len(samples) < n and not done.is_set():
-                result = consumer.pull(mq, offset, 64, suspend_ms=1000)
-                now = time.perf_counter_ns()
-                samples.extend((now - int(m.body)) / 1e6 for m in result.messages)
-                offset = result.next_begin_offset
+    def receive() -> None:
+        offset = start_offset
+        while len(samples) < expected and not done.is_set():
+            result = consumer.pull(mq, offset, 64, suspend_ms=1000)
+            now = time.perf_counter_ns()
+            samples.extend((now - int(m.body)) / 1e6 for m in result.messages)
+            offset = result.next_begin_offset
 
-        t = threading.Thread(target=receive)
-        t.start()
-        t0 = time.perf_counter()
-        for i in range(n):
-            delay = t0 + i / rate_per_s - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send(Message(topic, str(time.perf_counter_ns()).encode()), queue=mq)
-        t.join(10)
-        done.set()
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+    receiver = threading.Thread(target=receive, name="latency-receiver")
+    receiver.start()
+    paced(cfg.latency_rate, cfg.latency_seconds,
+          lambda i: producer.send(Message(topic, str(time.perf_counter_ns()).encode()), queue=mq))
+    receiver.join(10)
+    done.set()
+    if len(samples) < expected:
+        raise RuntimeError(f"latency: received {len(samples)} of {expected} messages")
+    return percentile(samples, 50), percentile(samples, 99)
 
 
-def run(seconds: float = 5.0, window: int = 8) -> list[tuple[str, float, str, str]]:
-    workdir = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
-    echo = start_daemon("echo", "bench.echo_server", [], workdir)
-    ns = start_namesrv(workdir / "ns")
-    broker = start_broker(workdir, "broker-a", ns.addr)
+def scenario(cfg: Config, rec: Recorder) -> None:
+    workdir = cfg.workdir / "cluster"
+    ns = start_namesrv(workdir)
+    daemons = [ns]
     try:
+        broker = start_broker(workdir, "broker-a", ns.addr, registerNameServerPeriod=1000)
+        daemons.insert(0, broker)
         with Admin(ns.addr) as admin:
-            admin.create_topic("BenchT", brokers=["broker-a"], read_queue_nums=8, write_queue_nums=8)
-            admin.create_topic("LatT", brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
-        time.sleep(1.5)  # the route reaches the name server with the next registration
-        unary, batched = echo_rates(echo.addr, window, seconds)
-        produce = produce_rate(ns.addr, "BenchT", window, seconds)
-        consume = consume_rate(ns.addr, "BenchT", window, seconds)
-        p50, p99 = latency_ms(ns.addr, "LatT", 1000, seconds)
-        return [
-            ("gRPC echo unary 1 KiB (calls/s)", unary, "", "1.00 (unary)"),
-            ("gRPC echo batch of 64 x 1 KiB (msgs/s)", batched, "", "1.00 (batch)"),
-            ("produce, SDK batches of 64 (msgs/s)", produce, ">= 150,000", f"{produce / batched:.2f} x batch"),
-            ("consume, pull 64 (msgs/s)", consume, ">= 200,000", f"{consume / batched:.2f} x batch"),
-            ("send-to-receive p50 at 1,000 msgs/s (ms)", p50, "", ""),
-            ("send-to-receive p99 at 1,000 msgs/s (ms)", p99, "<= 5", ""),
-        ]
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=8, write_queue_nums=8)
+            admin.create_topic(LAT_TOPIC, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: {TOPIC, LAT_TOPIC} <= set(admin.topic_list()), what="topic routes")
+        with Producer(ns.addr) as producer, PullConsumer(ns.addr, group="bench") as consumer:
+            rec.record("cluster.produce_batch", produce_rate(producer, TOPIC, cfg))
+            rec.record("cluster.produce_single", produce_rate(producer, TOPIC, cfg, batch=1))
+            rec.record("cluster.consume", consume_rate(consumer, TOPIC, cfg))
+            p50, p99 = latency_ms(producer, consumer, LAT_TOPIC, cfg)
+            note = f"{cfg.latency_rate:,} msgs/s"
+            rec.record("cluster.latency_p50", p50, note)
+            rec.record("cluster.latency_p99", p99, note)
+        rec.record("cluster.broker_rss", broker.rss_mib())
     finally:
-        for d in (broker, ns, echo):
-            d.stop()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--window", type=int, default=8, help="calls in flight")
-    args = parser.parse_args()
-    rows = run(args.seconds, args.window)
-    print(f"{'scenario':44} {'value':>12} {'target':>12}  ratio")
-    for name, value, target, ratio in rows:
-        print(f"{name:44} {value:12,.1f} {target:>12}  {ratio}")
+        stop_all(daemons)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bench.runner import main
+
+    raise SystemExit(main(["--only", "cluster", *sys.argv[1:]]))

@@ -1,11 +1,10 @@
 """Message store benchmarks (issue 2), in-process, 1 KiB bodies, batches of 64.
 
-Each figure is the median of ``--repeat`` runs and is reported beside a ceiling measured in the same
+Each figure is the median of ``Config.store_repeat`` runs and is reported beside a ceiling measured in the same
 run: the bare cost of encoding such records and appending them to a file with one ``os.write`` per
 batch (no offsets, no index, no dispatch), so ratios stay comparable on a noisy shared machine.
 """
 
-import argparse
 import os
 import shutil
 import statistics
@@ -15,21 +14,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from bench.harness import BATCH, Config, Metric, Recorder, Target
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import MessageStore
 from common.message_properties import encode_properties
 
 BODY = os.urandom(1024)
-BATCH = 64
-
-
-@dataclass
-class Figure:
-    name: str
-    msgs_per_s: float
-    target: float | None = None
 
 
 def _median_rate(run: Callable[[], tuple[int, float]], repeat: int) -> float:
@@ -134,35 +125,37 @@ def read_back(total: int, workdir: str) -> tuple[int, float]:
     return n, elapsed
 
 
-def run(total: int, repeat: int, workdir: str | None = None) -> list[Figure]:
-    workdir = workdir or tempfile.mkdtemp(prefix="store-bench-")
+METRICS = [
+    Metric("store.ceiling", "raw encode+append (the store's ceiling)", "msgs/s", echo="batch", issue=2,
+           short="ceiling"),
+    Metric("store.append_async", "store append+dispatch, ASYNC_FLUSH", "msgs/s", echo="batch", vs="store.ceiling",
+           target=Target(">=", 400_000), issue=2),
+    Metric("store.append_async_keys", "store append+dispatch, unique keys indexed", "msgs/s", echo="batch",
+           vs="store.ceiling", issue=2),
+    Metric("store.append_sync16", "store append SYNC_FLUSH, 16 appenders", "msgs/s", echo="batch",
+           vs="store.ceiling", target=Target(">=", 100_000), issue=2),
+    Metric("store.read", "store read back, 64 a read", "msgs/s", echo="batch", vs="store.ceiling",
+           target=Target(">=", 1_000_000), issue=2),
+]
+
+
+def scenario(cfg: Config, rec: Recorder) -> None:
+    workdir = tempfile.mkdtemp(prefix="store-", dir=cfg.workdir)
+    total, repeat = cfg.store_messages, cfg.store_repeat
     try:
-        return [
-            Figure("raw encode+append ceiling", _median_rate(lambda: raw_append_ceiling(total, workdir), repeat)),
-            Figure("append+dispatch ASYNC_FLUSH", _median_rate(lambda: append_and_dispatch(total, workdir, False),
-                                                               repeat), 400_000),
-            Figure("append+dispatch ASYNC_FLUSH, unique keys indexed",
-                   _median_rate(lambda: append_and_dispatch(total, workdir, True), repeat)),
-            Figure("append SYNC_FLUSH, 16 appenders", _median_rate(lambda: sync_flush_concurrent(total, workdir),
-                                                                   repeat), 100_000),
-            Figure("read back", _median_rate(lambda: read_back(total, workdir), repeat), 1_000_000),
-        ]
+        rec.record("store.ceiling", _median_rate(lambda: raw_append_ceiling(total, workdir), repeat))
+        rec.record("store.append_async", _median_rate(lambda: append_and_dispatch(total, workdir, False), repeat))
+        rec.record("store.append_async_keys",
+                   _median_rate(lambda: append_and_dispatch(total, workdir, True), repeat))
+        rec.record("store.append_sync16", _median_rate(lambda: sync_flush_concurrent(total, workdir), repeat))
+        rec.record("store.read", _median_rate(lambda: read_back(total, workdir), repeat))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=256_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    figures = run(args.messages, args.repeat)
-    ceiling = figures[0].msgs_per_s
-    print(f"{'scenario':52} {'msgs/s':>12} {'x ceiling':>10} {'target':>10}")
-    for f in figures:
-        target = f"{f.target:,.0f}" if f.target else "-"
-        print(f"{f.name:52} {f.msgs_per_s:12,.0f} {f.msgs_per_s / ceiling:10.2f} {target:>10}")
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from bench.runner import main
+
+    raise SystemExit(main(["--only", "store", *sys.argv[1:]]))

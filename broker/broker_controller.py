@@ -13,6 +13,7 @@ from broker.broker_servicer import BrokerServicer
 from broker.broker_stats import BrokerStats
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.metadata_store import open_metadata_stores
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
@@ -42,9 +43,11 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         config_dir = Path(config.store_path_root_dir) / "config"
-        self.topic_config_manager = TopicConfigManager(config_dir)
-        self.subscription_group_manager = SubscriptionGroupManager(config_dir)
-        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        # storeType: JSON files under config/ ("default") or one RocksDB under metadata/ ("defaultRocksDB")
+        self.metadata = open_metadata_stores(config.store_type, Path(config.store_path_root_dir))
+        self.topic_config_manager = TopicConfigManager(self.metadata.topics)
+        self.subscription_group_manager = SubscriptionGroupManager(self.metadata.groups)
+        self.consumer_offset_manager = ConsumerOffsetManager(self.metadata.offsets)
         self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
         self.static_topics = StaticTopicService(self)
         self.peer_brokers: PeerBrokers
@@ -138,6 +141,7 @@ class BrokerController:
     def _flush_and_close(self) -> None:
         self.peer_brokers.close()
         self.consumer_offset_manager.persist()
+        self.metadata.close()
         self.store.shutdown()
 
     # -- topic changes (they re-register with the name servers) ------------------------------------

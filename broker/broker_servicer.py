@@ -85,6 +85,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def UpdateAndCreateTopic(self, request, context):
         return await answer(context, self.c.admin_processor.update_topic, request)
 
+    async def UpdateAndCreateTopicList(self, request, context):  # thousands of topics: off the event loop
+        return await answer(context, self.c.admin_processor.update_topics, request, in_thread=True)
+
     async def DeleteTopic(self, request, context):
         return await answer(context, self.c.admin_processor.delete_topic, request)
 

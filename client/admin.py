@@ -2,6 +2,7 @@
 cluster); routes and cluster membership come from the name server."""
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -21,6 +22,8 @@ from common.message_codec import decode_records
 from common.message_id import parse_message_id
 from common.perm import PERM_READ_WRITE
 from common.response_code import ResponseCode
+from common.topic_config import TopicConfig
+from common.topic_config_codec import topic_config_to_proto
 from proto import broker_pb2, common_pb2, namesrv_pb2
 
 log = logging.getLogger(__name__)
@@ -123,6 +126,49 @@ class Admin:
                                          broker_pb2.UpdateTopicRequest(config=config))
             self._check(f"create topic {topic} on {b.broker_name}", b.addr, response)
         self.client.invalidate_route(topic)
+        return [b.broker_name for b in targets]
+
+    def create_topics(self, topics: Iterable[str | TopicConfig], cluster: str | None = None,
+                      brokers: list[str] | None = None, read_queue_nums: int = 8, write_queue_nums: int = 8,
+                      perm: int = PERM_READ_WRITE, chunk_size: int = 2000) -> list[str]:
+        """Create or update many topics on every target broker (the masters of ``cluster``, or the named
+        brokers) with the batch RPC, ``chunk_size`` topics per call; returns the brokers' names.
+
+        ``topics``: names (created with ``read_queue_nums``/``write_queue_nums``/``perm``) or TopicConfigs
+        (used as they are). All are checked before anything is sent. Each chunk is applied by a broker as a
+        whole (one write, one registration) or not at all; a failure stops at that chunk, and the chunks
+        already sent stay created (creating again is harmless)."""
+        if (cluster is None) == (brokers is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        if not 1 <= chunk_size <= 50_000:
+            raise MQClientError(f"chunk size {chunk_size} is outside 1..50000")
+        configs = [t if isinstance(t, TopicConfig) else
+                   TopicConfig(t, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
+                   for t in topics]
+        seen: set[str] = set()
+        for config in configs:
+            try:
+                config.validate()
+            except ValueError as exc:
+                raise MQClientError(f"topic {config.topic_name[:130]!r}: {exc}") from None
+            if config.topic_name in seen:
+                raise MQClientError(f"topic {config.topic_name} is given more than once")
+            seen.add(config.topic_name)
+        targets = self.brokers(cluster, brokers)
+        if not configs:
+            return [b.broker_name for b in targets]
+        chunks = [broker_pb2.UpdateTopicListRequest(configs=[topic_config_to_proto(c) for c in
+                                                             configs[i:i + chunk_size]])
+                  for i in range(0, len(configs), chunk_size)]
+        for b in targets:
+            for n, request in enumerate(chunks):
+                what = f"create topics {request.configs[0].topic_name}..{request.configs[-1].topic_name}"
+                response = self._broker_call(what, b.addr, "UpdateAndCreateTopicList", request)
+                self._check(f"{what} on {b.broker_name} (chunk {n + 1} of {len(chunks)})", b.addr, response)
+        for config in configs:
+            self.client.invalidate_route(config.topic_name)
+        log.info("topics_created count=%d brokers=%s chunks=%d", len(configs), ",".join(b.broker_name for b in targets),
+                 len(chunks))
         return [b.broker_name for b in targets]
 
     def delete_topic(self, topic: str, cluster: str) -> list[str]:

@@ -195,6 +195,12 @@ class UpdateTopicRequest(_message.Message):
     config: _common_pb2.TopicConfig
     def __init__(self, config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
 
+class UpdateTopicListRequest(_message.Message):
+    __slots__ = ("configs",)
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
 class TopicRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -85,6 +85,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
                 response_deserializer=proto_dot_common__pb2.CommandResponse.FromString,
                 _registered_method=True)
+        self.UpdateAndCreateTopicList = channel.unary_unary(
+                '/rmq.BrokerService/UpdateAndCreateTopicList',
+                request_serializer=proto_dot_broker__pb2.UpdateTopicListRequest.SerializeToString,
+                response_deserializer=proto_dot_common__pb2.CommandResponse.FromString,
+                _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/rmq.BrokerService/DeleteTopic',
                 request_serializer=proto_dot_broker__pb2.TopicRequest.SerializeToString,
@@ -197,6 +202,14 @@ class BrokerServiceServicer:
 
     def UpdateAndCreateTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAndCreateTopicList(self, request, context):
+        """Create or update many topics at once: every config is checked first (one bad config: INVALID_ARGUMENT
+        and nothing changes), then all are written together and registered with the name servers once.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -314,6 +327,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
             'UpdateAndCreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateAndCreateTopic,
                     request_deserializer=proto_dot_broker__pb2.UpdateTopicRequest.FromString,
+                    response_serializer=proto_dot_common__pb2.CommandResponse.SerializeToString,
+            ),
+            'UpdateAndCreateTopicList': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAndCreateTopicList,
+                    request_deserializer=proto_dot_broker__pb2.UpdateTopicListRequest.FromString,
                     response_serializer=proto_dot_common__pb2.CommandResponse.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
@@ -636,6 +654,33 @@ class BrokerService:
             target,
             '/rmq.BrokerService/UpdateAndCreateTopic',
             proto_dot_broker__pb2.UpdateTopicRequest.SerializeToString,
+            proto_dot_common__pb2.CommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAndCreateTopicList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/UpdateAndCreateTopicList',
+            proto_dot_broker__pb2.UpdateTopicListRequest.SerializeToString,
             proto_dot_common__pb2.CommandResponse.FromString,
             options,
             channel_credentials,

@@ -5,7 +5,8 @@ import threading
 import time
 from pathlib import Path
 
-from broker.metadata.json_file import read_json, write_json_atomically
+from broker.metadata.metadata_codec import OFFSETS, OffsetKey, OffsetRecord
+from broker.metadata.metadata_store import JsonMetadataStore, MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -13,36 +14,49 @@ GroupTopic = tuple[str, str]
 
 
 class ConsumerOffsetManager:
-    """Commits land in memory at once and reach disk on :meth:`persist` (a timer, and shutdown)."""
+    """Commits land in memory at once. With a write-through store (RocksDB) each commit is also one write
+    before the call returns; with the JSON store they reach disk on :meth:`persist` (a timer, and shutdown).
 
-    def __init__(self, config_dir: Path) -> None:
-        self.path = config_dir / "consumerOffset.json"
+    ``store``: a :class:`MetadataStore`, or a config directory for the JSON store (``consumerOffset.json``)."""
+
+    def __init__(self, store: MetadataStore[OffsetKey, OffsetRecord] | Path) -> None:
+        self.store = JsonMetadataStore(store, OFFSETS, write_through=False) if isinstance(store, Path) else store
         self.offset_table: dict[GroupTopic, dict[int, int]] = {}
         self.commit_times: dict[GroupTopic, dict[int, int]] = {}
-        self._lock = threading.Lock()
-        self._dirty = False
+        self._lock = threading.RLock()
+        self.store.bind(self._snapshot)
+
+    def _snapshot(self) -> list[OffsetRecord]:
+        with self._lock:
+            return [(group, topic, queue_id, offset) for (group, topic), queues in self.offset_table.items()
+                    for queue_id, offset in queues.items()]
 
     def load(self) -> None:
-        data = read_json(self.path) or {}
-        for key, queues in data.get("offsetTable", {}).items():
-            topic, _, group = key.partition("@")
-            self.offset_table[(group, topic)] = {int(q): int(o) for q, o in queues.items()}
+        count = 0
+        with self._lock:
+            for group, topic, queue_id, offset in self.store.load():
+                self.offset_table.setdefault((group, topic), {})[queue_id] = offset
+                count += 1
+        log.info("consumer_offsets_loaded queues=%d", count)
 
     def persist(self) -> None:
-        with self._lock:
-            if not self._dirty:
-                return
-            snapshot = {f"{topic}@{group}": {str(q): o for q, o in queues.items()}
-                        for (group, topic), queues in self.offset_table.items()}
-            self._dirty = False
-        write_json_atomically(self.path, {"offsetTable": snapshot})
+        self.store.flush()  # not under our lock: a JSON store takes it briefly for its snapshot
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         assert offset >= 0, f"commit offset {offset} is negative"
         with self._lock:
-            self.offset_table.setdefault((group, topic), {})[queue_id] = offset
+            queues = self.offset_table.setdefault((group, topic), {})
+            old = queues.get(queue_id)
+            queues[queue_id] = offset
+            try:
+                self.store.put([(group, topic, queue_id, offset)])
+            except BaseException:
+                if old is None:
+                    del queues[queue_id]
+                else:
+                    queues[queue_id] = old
+                raise
             self.commit_times.setdefault((group, topic), {})[queue_id] = int(time.time() * 1000)
-            self._dirty = True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed on this queue."""
@@ -56,4 +70,4 @@ class ConsumerOffsetManager:
             for key in [k for k in self.offset_table if k[1] == topic]:
                 del self.offset_table[key]
                 self.commit_times.pop(key, None)
-            self._dirty = True
+            self.store.delete_prefix((topic,))

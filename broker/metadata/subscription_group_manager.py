@@ -1,47 +1,52 @@
 """Subscription groups (consumer groups) this broker knows."""
 
-import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
-from broker.metadata.json_file import read_json, write_json_atomically
+from broker.metadata.metadata_codec import GROUPS
+from broker.metadata.metadata_store import JsonMetadataStore, MetadataStore
+from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class SubscriptionGroupConfig:
-    group_name: str
-    consume_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
+__all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager"]
 
 
 class SubscriptionGroupManager:
-    def __init__(self, config_dir: Path, auto_create: bool = True) -> None:
-        self.path = config_dir / "subscriptionGroup.json"
+    """``store``: a :class:`MetadataStore`, or a config directory for the JSON store (``subscriptionGroup.json``).
+    Every change is written to the store before the call returns."""
+
+    def __init__(self, store: MetadataStore[str, SubscriptionGroupConfig] | Path, auto_create: bool = True) -> None:
+        self.store = JsonMetadataStore(store, GROUPS) if isinstance(store, Path) else store
         self.auto_create = auto_create
         self.subscription_group_table: dict[str, SubscriptionGroupConfig] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the JSON store reads the table back under it
+        self.store.bind(self._snapshot)
+
+    def _snapshot(self) -> list[SubscriptionGroupConfig]:
+        with self._lock:
+            return list(self.subscription_group_table.values())
 
     def load(self) -> None:
-        data = read_json(self.path)
-        for raw in (data or {}).get("groups", []):
-            cfg = SubscriptionGroupConfig(**raw)
-            self.subscription_group_table[cfg.group_name] = cfg
+        with self._lock:
+            for cfg in self.store.load():
+                self.subscription_group_table[cfg.group_name] = cfg
+        log.info("subscription_groups_loaded groups=%d", len(self.subscription_group_table))
 
     def persist(self) -> None:
-        write_json_atomically(self.path, {"groups": [dataclasses.asdict(g)
-                                                     for g in self.subscription_group_table.values()]})
+        with self._lock:
+            self.store.flush()
 
     def update(self, config: SubscriptionGroupConfig) -> None:
         with self._lock:
+            old = self.subscription_group_table.get(config.group_name)
             self.subscription_group_table[config.group_name] = config
-            self.persist()
+            try:
+                self.store.put([config])
+            except BaseException:
+                self._restore(config.group_name, old)
+                raise
         log.info("subscription_group_updated group=%s consume_enable=%s", config.group_name, config.consume_enable)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
@@ -54,7 +59,17 @@ class SubscriptionGroupManager:
 
     def delete(self, group: str) -> bool:
         with self._lock:
-            found = self.subscription_group_table.pop(group, None) is not None
-            if found:
-                self.persist()
-        return found
+            old = self.subscription_group_table.pop(group, None)
+            if old is not None:
+                try:
+                    self.store.delete([group])
+                except BaseException:
+                    self._restore(group, old)
+                    raise
+        return old is not None
+
+    def _restore(self, group: str, old: SubscriptionGroupConfig | None) -> None:
+        if old is None:
+            self.subscription_group_table.pop(group, None)
+        else:
+            self.subscription_group_table[group] = old

@@ -1,6 +1,7 @@
 """Administration: topics, subscription groups, stats, runtime info."""
 
 import dataclasses
+import logging
 import os
 import time
 from typing import TYPE_CHECKING
@@ -16,6 +17,10 @@ from proto import broker_pb2, common_pb2
 
 if TYPE_CHECKING:
     from broker.broker_controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+MAX_TOPICS_PER_BATCH = 50_000
 
 
 def topic_config_from_proto(p: common_pb2.TopicConfig) -> TopicConfig:
@@ -44,6 +49,38 @@ class AdminBrokerProcessor:
             raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic or "
                                "remappingStaticTopic, not updateTopic")
         self.controller.update_topic(config)
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def update_topics(self, request: broker_pb2.UpdateTopicListRequest) -> common_pb2.CommandResponse:
+        """Create or update every topic of the request: all are checked first (one bad config and nothing
+        changes), then written together (one RocksDB WriteBatch, or one rewrite of topics.json) as one
+        change, and registered with the name servers once."""
+        c = self.controller
+        count = len(request.configs)
+        if count == 0:
+            raise RequestError("no topic configs in the request")
+        if count > MAX_TOPICS_PER_BATCH:
+            raise RequestError(f"{count} topic configs in one request: at most {MAX_TOPICS_PER_BATCH}")
+        configs: list[TopicConfig] = []
+        names: set[str] = set()
+        mappings = c.topic_queue_mapping_manager
+        for p in request.configs:
+            config = topic_config_from_proto(p)
+            try:
+                config.validate()
+            except ValueError as exc:
+                raise RequestError(f"topic {p.topic_name[:130]!r}: {exc}") from None
+            if config.topic_name in names:
+                raise RequestError(f"topic {config.topic_name} appears more than once in the request")
+            if mappings.get(config.topic_name) is not None:
+                raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic "
+                                   "or remappingStaticTopic, not updateTopic")
+            names.add(config.topic_name)
+            configs.append(config)
+        c.topic_config_manager.update_many(configs)
+        if c.registrar is not None:
+            c.registrar.trigger()
+        log.info("topics_updated count=%d first=%s last=%s", count, configs[0].topic_name, configs[-1].topic_name)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     # -- static topics -----------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""The ceiling every figure is divided by: a bare gRPC echo (``bench/echo_server.py``, an aio server in its own
+process, like a broker) driven from this process with the same client concurrency as the scenarios.
+
+- unary: one 1 KiB payload per call, ``window`` calls in flight (calls/s);
+- batch: 64 x 1 KiB per call, ``window`` calls in flight (msgs/s);
+- p50 / p99: round trip of one 1 KiB call, paced at the latency scenario's rate (ms);
+- rss: the echo server's resident memory after all that (MiB).
+
+The runner measures it at the start and at the end of a run and uses the mean; the two are kept in the JSON
+so a run whose machine got busier half-way shows it.
+"""
+
+import time
+
+import grpc
+
+from bench.daemons import Daemon
+from bench.echo_server import METHOD
+from bench.harness import BATCH, BODY, Config, Metric, paced, percentile, windowed_rate
+
+METRICS = [
+    Metric("echo.unary", "gRPC echo, unary 1 KiB", "calls/s", echo="unary", short="echo unary"),
+    Metric("echo.batch", "gRPC echo, batch of 64 x 1 KiB", "msgs/s", echo="batch", short="echo batch"),
+    Metric("echo.p50", "gRPC echo round trip p50 at the latency rate", "ms", echo="p50", short="echo p50"),
+    Metric("echo.p99", "gRPC echo round trip p99 at the latency rate", "ms", echo="p99", short="echo p99"),
+    Metric("echo.rss", "gRPC echo server RSS", "MiB", echo="rss", short="echo RSS"),
+]
+KEYS = ("unary", "batch", "p50", "p99", "rss")
+
+
+def measure(server: Daemon, cfg: Config) -> dict[str, float]:
+    channel = grpc.insecure_channel(server.addr, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                          ("grpc.max_send_message_length", 64 << 20)])
+    try:
+        echo = channel.unary_unary(METHOD)
+        batch = BODY * BATCH
+        unary_rate = windowed_rate(lambda: echo.future(BODY, timeout=10), lambda r: 1, cfg.window, cfg.seconds,
+                                   cfg.warmup)
+        batch_rate = windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, cfg.window,
+                                   cfg.seconds, cfg.warmup)
+        samples: list[float] = []
+
+        def one(_: int) -> None:
+            t0 = time.perf_counter()
+            echo(BODY, timeout=10)
+            samples.append((time.perf_counter() - t0) * 1000)
+
+        paced(cfg.latency_rate, cfg.latency_seconds, one)
+        return {"unary": unary_rate, "batch": batch_rate, "p50": percentile(samples, 50),
+                "p99": percentile(samples, 99), "rss": server.rss_mib()}
+    finally:
+        channel.close()
+
+
+def combine(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each figure over the runs that have it."""
+    return {k: sum(r[k] for r in runs) / len(runs) for k in KEYS if runs and all(k in r for r in runs)}

@@ -1,0 +1,133 @@
+"""Where the metadata managers persist their tables.
+
+Each manager (topics, subscription groups, consumer offsets) keeps its table in memory, serves every read
+from it, and tells its :class:`MetadataStore` about each change. Two implementations:
+
+* :class:`JsonMetadataStore` (``storeType=default``): today's behaviour, one JSON file per table under
+  ``<storePathRootDir>/config`` rewritten whole on every change (topics, groups), or by a timer
+  (offsets: ``write_through=False``, written on :meth:`MetadataStore.flush`).
+* ``RocksDBMetadataStore`` (``storeType=defaultRocksDB``, ``rocksdb_metadata_store.py``): one RocksDB at
+  ``<storePathRootDir>/metadata`` shared by the three tables; every change is one small write with the WAL
+  on, whatever the size of the table.
+"""
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic
+
+from broker.metadata.json_file import read_json, write_json_atomically
+from broker.metadata.metadata_codec import GROUPS, OFFSETS, TOPICS, K, MetadataTable, OffsetKey, OffsetRecord, V
+from broker.metadata.subscription_group_config import SubscriptionGroupConfig
+from common.topic_config import TopicConfig
+
+log = logging.getLogger(__name__)
+
+STORE_TYPE_JSON = "default"
+STORE_TYPE_ROCKSDB = "defaultRocksDB"
+
+
+class MetadataStore(ABC, Generic[K, V]):
+    """The persistence of one metadata table. Callers serialize changes to one key (the managers hold
+    their lock around the in-memory change and the call here)."""
+
+    #: True: a put or delete is on disk (it survives a kill of the process) when the call returns.
+    #: False: changes reach disk on :meth:`flush` (a timer and shutdown).
+    write_through: bool = True
+
+    def bind(self, snapshot: Callable[[], Sequence[V]]) -> None:
+        """How to read the manager's whole table, for stores that write whole files."""
+
+    @abstractmethod
+    def load(self) -> Iterator[V]:
+        """Every stored record, in no particular order."""
+
+    @abstractmethod
+    def put(self, values: Sequence[V]) -> None:
+        """Insert or replace ``values``, all in one write."""
+
+    @abstractmethod
+    def delete(self, keys: Sequence[K]) -> None:
+        """Remove the records with these keys (missing keys are fine)."""
+
+    @abstractmethod
+    def delete_prefix(self, key_prefix: K) -> None:
+        """Remove every record whose key starts with ``key_prefix`` (offsets: ``(topic,)``)."""
+
+    def flush(self) -> None:
+        """Write what :meth:`put`/:meth:`delete` deferred."""
+
+
+class JsonMetadataStore(MetadataStore[K, V]):
+    """One JSON file holding the whole table, rewritten (temp file, fsync, rename) on change, or on
+    :meth:`flush` when ``write_through`` is false."""
+
+    def __init__(self, config_dir: Path, table: MetadataTable[K, V], write_through: bool = True) -> None:
+        self.path = config_dir / table.json_file
+        self.table = table
+        self.write_through = write_through
+        self._snapshot: Callable[[], Sequence[V]] | None = None
+        self._dirty = False
+        self._write_lock = threading.Lock()
+
+    def bind(self, snapshot: Callable[[], Sequence[V]]) -> None:
+        self._snapshot = snapshot
+
+    def load(self) -> Iterator[V]:
+        return self.table.from_json(read_json(self.path))
+
+    def put(self, values: Sequence[V]) -> None:
+        self._changed()
+
+    def delete(self, keys: Sequence[K]) -> None:
+        self._changed()
+
+    def delete_prefix(self, key_prefix: K) -> None:
+        self._changed()
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._write()
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if self.write_through:
+            self._write()
+
+    def _write(self) -> None:
+        assert self._snapshot is not None, "JsonMetadataStore used before bind()"
+        with self._write_lock:  # the timer and shutdown may flush at once: one writer of the temp file
+            self._dirty = False  # before the snapshot: a change racing with it sets the flag again
+            write_json_atomically(self.path, self.table.to_json(self._snapshot()))
+
+
+@dataclass
+class MetadataStores:
+    """The three tables' stores of one broker, and how to close what they share."""
+
+    store_type: str
+    topics: MetadataStore[str, TopicConfig]
+    groups: MetadataStore[str, SubscriptionGroupConfig]
+    offsets: MetadataStore[OffsetKey, OffsetRecord]
+    close: Callable[[], None] = lambda: None
+
+
+def json_stores(config_dir: Path) -> MetadataStores:
+    return MetadataStores(STORE_TYPE_JSON, JsonMetadataStore(config_dir, TOPICS), JsonMetadataStore(config_dir, GROUPS),
+                          JsonMetadataStore(config_dir, OFFSETS, write_through=False))
+
+
+def open_metadata_stores(store_type: str, store_root: Path) -> MetadataStores:
+    """The stores ``storeType`` selects. RocksDB mode opens ``<store_root>/metadata`` (importing the JSON
+    files of ``<store_root>/config`` once, into an empty database); raises OSError when it cannot."""
+    config_dir = store_root / "config"
+    if store_type == STORE_TYPE_ROCKSDB:
+        from broker.metadata.rocksdb_metadata_store import RocksDBMetadata
+
+        return RocksDBMetadata.open(store_root / "metadata", config_dir).stores()
+    if store_type != STORE_TYPE_JSON:
+        raise ValueError(f"storeType {store_type!r} is not {STORE_TYPE_JSON} or {STORE_TYPE_ROCKSDB}")
+    return json_stores(config_dir)
