@@ -13,6 +13,7 @@ from common.response_code import ResponseCode
 from common.statictopic.mapping_checks import MappingError
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
+from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
 from proto import broker_pb2, common_pb2
 
 if TYPE_CHECKING:
@@ -21,17 +22,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_TOPICS_PER_BATCH = 50_000
-
-
-def topic_config_from_proto(p: common_pb2.TopicConfig) -> TopicConfig:
-    return TopicConfig(p.topic_name, p.read_queue_nums, p.write_queue_nums, p.perm, p.topic_sys_flag, p.order,
-                       dict(p.attributes))
-
-
-def topic_config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
-    return common_pb2.TopicConfig(topic_name=c.topic_name, read_queue_nums=c.read_queue_nums,
-                                  write_queue_nums=c.write_queue_nums, perm=c.perm, topic_sys_flag=c.topic_sys_flag,
-                                  order=c.order, attributes=c.attributes)
 
 
 class AdminBrokerProcessor:
