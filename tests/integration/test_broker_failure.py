@@ -7,9 +7,9 @@ from tests.cluster import wait_until
 from tests.integration.conftest import make_cluster
 
 
-def test_killed_broker_is_dropped_and_producer_fails_over(tmp_path: Path):
+def test_killed_broker_is_dropped_and_producer_fails_over(tmp_path: Path, store_type: str):
     cluster = make_cluster(tmp_path, namesrv_args=("--broker-expiry-ms", "3000", "--scan-interval-ms", "200"),
-                           registerNameServerPeriod=500, brokerNotActiveTimeoutMillis=3000)
+                           registerNameServerPeriod=500, brokerNotActiveTimeoutMillis=3000, storeType=store_type)
     try:
         topic = "FailoverT"
         cluster.create_topic(topic, queues=4)

@@ -1,4 +1,5 @@
-"""Fixtures for message store tests: a store on a temp dir with tiny segments."""
+"""Fixtures for message store tests: a store on a temp dir with tiny segments, once per consume queue
+store type (files, RocksDB)."""
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,6 +10,8 @@ from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import MessageStore
 
 StoreFactory = Callable[..., MessageStore]
+
+STORE_TYPES = ("default", "defaultRocksDB")
 
 
 def store_config(root: Path, **overrides: object) -> MessageStoreConfig:
@@ -24,13 +27,19 @@ def store_config(root: Path, **overrides: object) -> MessageStoreConfig:
     return MessageStoreConfig(str(root), **settings)  # type: ignore[arg-type]
 
 
+@pytest.fixture(params=STORE_TYPES, ids=["files", "rocksdb"])
+def store_type(request: pytest.FixtureRequest) -> str:
+    """The consume queue implementation (``storeType``): every store test runs against both."""
+    return request.param
+
+
 @pytest.fixture
-def open_store(tmp_path: Path) -> Iterator[StoreFactory]:
+def open_store(tmp_path: Path, store_type: str) -> Iterator[StoreFactory]:
     """Opens (and at the end shuts) stores on ``tmp_path / "store"``; reopen by calling again."""
     opened: list[MessageStore] = []
 
     def factory(**overrides: object) -> MessageStore:
-        store = MessageStore(store_config(tmp_path / "store", **overrides))
+        store = MessageStore(store_config(tmp_path / "store", **{"store_type": store_type, **overrides}))
         store.start()
         opened.append(store)
         return store

@@ -1,6 +1,7 @@
 """Crash-test child: appends to a SYNC_FLUSH store until it is killed, acknowledging every stored message.
 
-Run as ``python -m tests.store.crash_child STORE_DIR ACK_FILE [--count N] [--checkpoint-interval-ms MS]``.
+Run as ``python -m tests.store.crash_child STORE_DIR ACK_FILE [--count N] [--checkpoint-interval-ms MS]
+[--store-type default|defaultRocksDB]``.
 
 After each ``put_messages`` that returns PUT_OK it appends one line per message to ACK_FILE::
 
@@ -10,6 +11,8 @@ with a single ``os.write`` on an ``O_APPEND`` descriptor (the kernel keeps it ac
 written only after the put was acknowledged, so every line names a message the store promised to keep.
 ``ready`` is printed once the store has started. With ``--count N`` the child stops appending after N
 acknowledged messages, waits until they are dispatched, prints ``done`` and idles until it is killed.
+With ``--store-type defaultRocksDB`` the consume queue lives in RocksDB (WAL off) and is flushed as often
+as the checkpoints are written, so the interval means the same for both store types.
 """
 
 import argparse
@@ -30,7 +33,7 @@ COMMIT_LOG_SEGMENT = 64 * 1024
 CONSUME_QUEUE_SEGMENT = 20 * 500
 
 
-def store_config(store_dir: str, checkpoint_interval_ms: int = 1000) -> MessageStoreConfig:
+def store_config(store_dir: str, checkpoint_interval_ms: int = 1000, store_type: str = "default") -> MessageStoreConfig:
     return MessageStoreConfig(
         store_path_root_dir=store_dir,
         flush_disk_type=FlushDiskType.SYNC_FLUSH,
@@ -38,6 +41,7 @@ def store_config(store_dir: str, checkpoint_interval_ms: int = 1000) -> MessageS
         mapped_file_size_consume_queue=CONSUME_QUEUE_SEGMENT,
         flush_interval_consume_queue_ms=checkpoint_interval_ms,
         disk_max_used_space_ratio=95,  # a crowded disk must not expire what the test reads back
+        store_type=store_type,
     )
 
 
@@ -54,10 +58,13 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=None, help="stop after this many acknowledged messages")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=1000,
                         help="how often dispatcher state and the flushed checkpoint are written")
+    parser.add_argument("--store-type", default="default", choices=("default", "defaultRocksDB"))
     args = parser.parse_args()
 
     rng = random.Random(os.getpid())
-    store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms))
+    store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms, args.store_type))
+    if args.store_type == "defaultRocksDB":  # a RocksDB flush (and checkpoint) on every flush service run
+        store.consume_queue_store.flush_interval_s = args.checkpoint_interval_ms / 1000
     ack_fd = os.open(args.ack_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     store.start()
     print("ready", flush=True)

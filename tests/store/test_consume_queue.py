@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.consume_queue.consume_queue_store import BoundaryType, CqUnit
 from broker.store.consume_queue.file_consume_queue import UNIT_SIZE
-from common.message_properties import encode_properties
+from common.message_properties import encode_properties, tags_code
 from tests.store.conftest import StoreFactory
 
 
@@ -22,7 +22,27 @@ def _queue_bytes(root: Path) -> dict[str, bytes]:
     return out
 
 
-def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: Path):
+def _queue_units(store) -> dict[tuple[str, int], list[CqUnit]]:
+    """Every queue's units from min to max through the store-type-neutral read API."""
+    cqs = store.consume_queue_store
+    out = {}
+    for (topic, queue_id), high in sorted(cqs.queue_max_offsets().items()):
+        low = cqs.min_offset(topic, queue_id)
+        units: list[CqUnit] = []
+        while batch := cqs.read_units(topic, queue_id, low + len(units), 100):
+            units.extend(batch)
+        assert low + len(units) == high, (topic, queue_id, low, len(units), high)
+        out[(topic, queue_id)] = units
+    return out
+
+
+def _store_times(store, queues) -> dict[tuple[str, int], list[int]]:
+    """RocksDB keeps each unit's store time: all of them, per queue."""
+    cqs = store.consume_queue_store
+    return {(t, q): cqs.store_times(t, q, cqs.min_offset(t, q), cqs.max_offset(t, q)) for t, q in queues}
+
+
+def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: Path, store_type: str):
     store = open_store()
     rng = random.Random(7)
     last = None
@@ -33,15 +53,32 @@ def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: 
                                   [props])
         assert last.ok, i
     store.wait_dispatched(last.append.end_offset)
+    units = _queue_units(store)
+    assert len(units) == 8 and all(units.values())
+    assert sum(len(v) for v in units.values()) == 600
+    assert {u.tags_code for v in units.values() for u in v} == {0, tags_code("A"), tags_code("B")}
+    times = None
+    if store_type == "defaultRocksDB":
+        times = _store_times(store, units)
+        assert times == {k: [store.commit_log.store_timestamp_at(u.physical_offset) for u in v]
+                         for k, v in units.items()}
     store.shutdown()
-    cq_root = tmp_path / "store" / "consumequeue"
-    original = _queue_bytes(cq_root)
-    assert len(original) == 8 and all(original.values())
-    assert sum(len(v) for v in original.values()) == 600 * UNIT_SIZE
+    if store_type == "default":
+        cq_root = tmp_path / "store" / "consumequeue"
+        original = _queue_bytes(cq_root)
+        assert len(original) == 8 and all(original.values())
+        assert sum(len(v) for v in original.values()) == 600 * UNIT_SIZE
+    else:
+        cq_root = tmp_path / "store" / "consumequeue_rocksdb"
 
     shutil.rmtree(cq_root)
     store = open_store()
-    assert _queue_bytes(cq_root) == original
+    assert cq_root.is_dir()
+    if store_type == "default":
+        assert _queue_bytes(cq_root) == original
+    else:
+        assert _store_times(store, units) == times
+    assert _queue_units(store) == units  # entry by entry
     for q in range(4):  # and appends continue where the rebuilt queue ends
         before = store.max_offset("CqA", q)
         assert store.put_messages("CqA", q, [b"next"], [b""]).queue_offset == before

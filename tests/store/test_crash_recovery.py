@@ -2,7 +2,8 @@
 
 The writer is ``tests.store.crash_child`` in a subprocess: it appends under SYNC_FLUSH and reports every
 acknowledged message as ``queue_id queue_offset sha256(body)`` in an ack file, so after a SIGKILL the test
-knows exactly what the store promised to keep.
+knows exactly what the store promised to keep. Every test runs against both consume queue store types
+(``store_type`` fixture): files, and RocksDB with its WAL off (a unit is durable only once RocksDB flushed).
 """
 
 import hashlib
@@ -23,25 +24,29 @@ from pathlib import Path
 import pytest
 
 from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.consume_queue.rocksdb_consume_queue_store import OFFSET, UNIT, open_db, read_durable_checkpoint
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageStatus
 from common.message_codec import BLANK_MAGIC, MESSAGE_MAGIC, check_record, decode_record
-from common.message_properties import encode_properties
+from common.message_properties import encode_properties, tags_code
 from tests.store.crash_child import CONSUME_QUEUE_SEGMENT, QUEUES, TOPIC, store_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CQ_UNIT = struct.Struct(">qiq")
 START_TIMEOUT_S = 20.0
+ROCKSDB = "defaultRocksDB"
+ROCKSDB_DIR = "consumequeue_rocksdb"
 
 Acks = dict[tuple[int, int], str]  # (queue id, queue offset) -> sha256 of the body
+LogRecord = tuple[int, int, int, int]  # physical offset, size, tags code, store time
 
 
 # -- helpers -------------------------------------------------------------------------------------------
 @contextmanager
-def opened_store(store_dir: Path) -> Iterator[MessageStore]:
+def opened_store(store_dir: Path, store_type: str) -> Iterator[MessageStore]:
     """The store as the child opens it (SYNC_FLUSH, tiny segments), started; shut down cleanly at the end."""
-    store = MessageStore(store_config(str(store_dir)))
+    store = MessageStore(store_config(str(store_dir), store_type=store_type))
     store.start()
     try:
         yield store
@@ -52,11 +57,12 @@ def opened_store(store_dir: Path) -> Iterator[MessageStore]:
 class Child:
     """A running ``crash_child``; its stderr goes to a file so a failure can show it."""
 
-    def __init__(self, store_dir: Path, ack_file: Path, log_file: Path, *args: str) -> None:
+    def __init__(self, store_dir: Path, ack_file: Path, log_file: Path, store_type: str, *args: str) -> None:
         self.log_file = log_file
         with open(log_file, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.store.crash_child", str(store_dir), str(ack_file), *args],
+                [sys.executable, "-m", "tests.store.crash_child", str(store_dir), str(ack_file),
+                 "--store-type", store_type, *args],
                 cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
             )
         self._buffer = b""
@@ -137,10 +143,10 @@ def read_one(store: MessageStore, qid: int, offset: int):
     return msg
 
 
-def commit_log_records(store: MessageStore) -> dict[tuple[int, int], int]:
+def commit_log_records(store: MessageStore) -> dict[tuple[int, int], LogRecord]:
     """Walk the commitlog files from the first record to the recovered end: (queue, offset) -> commitlog
-    offset of every record (each must be whole and pass its CRC)."""
-    records: dict[tuple[int, int], int] = {}
+    offset, size, tags code and store time of every record (each must be whole and pass its CRC)."""
+    records: dict[tuple[int, int], LogRecord] = {}
     root = Path(store.config.store_path_root_dir) / "commitlog"
     end = store.commit_log.max_offset()
     for segment in sorted(root.iterdir()):
@@ -153,7 +159,7 @@ def commit_log_records(store: MessageStore) -> dict[tuple[int, int], int]:
             msg = decode_record(data, pos)
             key = (msg.queue_id, msg.queue_offset)
             assert msg.topic == TOPIC and key not in records, f"queue {key[0]} offset {key[1]} is in the log twice"
-            records[key] = base + pos
+            records[key] = (base + pos, size, tags_code(msg.tags), msg.store_timestamp)
             pos += size
         assert base + pos == min(end, base + len(data)) or size == 0, f"bad record at {base + pos} below the end {end}"
     return records
@@ -189,8 +195,31 @@ def verify_store(store: MessageStore, acks: Acks) -> dict[int, int]:
     in_log = commit_log_records(store)
     missing = sorted(in_log.keys() - served.keys())[:5]
     assert not missing, f"records in the commitlog that no queue serves (queue, offset): {missing}"
-    assert served == in_log, "the queues point at other records than the commitlog holds"
+    assert served == {key: record[0] for key, record in in_log.items()}, (
+        "the queues point at other records than the commitlog holds")
+    check_units(store, in_log)
     return max_offsets
+
+
+def check_units(store: MessageStore, in_log: dict[tuple[int, int], LogRecord]) -> None:
+    """The consume queue itself, unit by unit, against the commitlog walk: each queue's units from min to
+    max are exactly its records in order (physical offset, size, tags code; RocksDB: and store time)."""
+    cqs = store.consume_queue_store
+    indexed: set[tuple[int, int]] = set()
+    for qid in range(QUEUES):
+        lo, hi = cqs.min_offset(TOPIC, qid), cqs.max_offset(TOPIC, qid)
+        units = []
+        while batch := cqs.read_units(TOPIC, qid, lo + len(units), 64):
+            units.extend(batch)
+        assert lo + len(units) == hi, f"queue {qid}: {len(units)} units between {lo} and {hi}"
+        for offset, unit in enumerate(units, lo):
+            assert (qid, offset) in in_log, f"queue {qid} offset {offset}: a unit but no record in the commitlog"
+            assert tuple(unit) == in_log[(qid, offset)][:3], f"queue {qid} offset {offset}: {unit}"
+            indexed.add((qid, offset))
+        if store.config.store_type == ROCKSDB:
+            times = cqs.store_times(TOPIC, qid, lo, hi - lo)
+            assert times == [in_log[(qid, o)][3] for o in range(lo, hi)], f"queue {qid}: store times differ"
+    assert indexed == in_log.keys(), f"records without a unit: {sorted(in_log.keys() - indexed)[:5]}"
 
 
 def put_and_read_back(store: MessageStore, qid: int, expected_offset: int, expected_physical: int | None = None):
@@ -206,11 +235,11 @@ def put_and_read_back(store: MessageStore, qid: int, expected_offset: int, expec
     return body
 
 
-def run_child_to_count(store_dir: Path, ack_file: Path, log_file: Path, count: int, *args: str,
+def run_child_to_count(store_dir: Path, ack_file: Path, log_file: Path, store_type: str, count: int, *args: str,
                        settled: Callable[[], bool] | None = None) -> Acks:
     """A child appends ``count`` acknowledged messages, waits for their dispatch (and until ``settled``
     holds), then is SIGKILLed."""
-    child = Child(store_dir, ack_file, log_file, "--count", str(count), *args)
+    child = Child(store_dir, ack_file, log_file, store_type, "--count", str(count), *args)
     try:
         child.wait_line("ready")
         child.wait_line("done")
@@ -240,13 +269,33 @@ def last_record(store_dir: Path) -> tuple[Path, int, int]:
     return segment, *last
 
 
-def lowest_checkpoint(store_dir: Path) -> int:
-    paths = [store_dir / "checkpoint" / "commitlog_flushed", store_dir / "consumequeue" / ".checkpoint",
-             store_dir / "index" / ".checkpoint"]
-    return min(OffsetCheckpoint(p).read() or 0 for p in paths)
+def cq_checkpoint(store_dir: Path, store_type: str) -> int:
+    """The consume queue's checkpoint as on disk (for RocksDB: what RocksDB flushed, read read-only)."""
+    if store_type != ROCKSDB:
+        return OffsetCheckpoint(store_dir / "consumequeue" / ".checkpoint").read() or 0
+    if not (store_dir / ROCKSDB_DIR / "CURRENT").exists():
+        return 0
+    try:
+        return read_durable_checkpoint(store_dir / ROCKSDB_DIR) or 0
+    except Exception:  # the child's RocksDB changed its files while we opened it: not settled yet
+        return 0
 
 
-def cq_unit(store_dir: Path, qid: int, offset: int) -> tuple[int, int, int]:
+def lowest_checkpoint(store_dir: Path, store_type: str) -> int:
+    paths = [store_dir / "checkpoint" / "commitlog_flushed", store_dir / "index" / ".checkpoint"]
+    return min([cq_checkpoint(store_dir, store_type), *(OffsetCheckpoint(p).read() or 0 for p in paths)])
+
+
+def cq_unit(store_dir: Path, store_type: str, qid: int, offset: int) -> tuple[int, int, int]:
+    """The unit as on disk (the store is not running)."""
+    if store_type == ROCKSDB:
+        db = open_db(store_dir / ROCKSDB_DIR, read_only=True)
+        try:
+            raw = db.get(b"U" + TOPIC.encode() + b"\x00" + struct.pack(">I", qid) + OFFSET.pack(offset))
+        finally:
+            db.close()
+        assert raw is not None, f"RocksDB has no unit for queue {qid} offset {offset}"
+        return UNIT.unpack(raw)[:3]
     at = offset * CQ_UNIT.size
     start = at - at % CONSUME_QUEUE_SEGMENT
     path = store_dir / "consumequeue" / TOPIC / str(qid) / f"{start:020d}"
@@ -267,7 +316,7 @@ def last_acked(acks: Acks, store_dir: Path) -> tuple[int, int, Path, int, int]:
 
 # -- tests ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path) -> None:
+def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path, store_type: str) -> None:
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
     print(f"seed={seed}")  # shown with a failure
@@ -278,7 +327,8 @@ def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path) -> None:
         where = f"seed={seed} cycle={cycle}"
         before = count_ack_lines(ack_file)
         interval = rng.choice((50, 200, 1000))  # how far the checkpoints run ahead of the crash
-        child = Child(store_dir, ack_file, tmp_path / f"child-{cycle}.log", "--checkpoint-interval-ms", str(interval))
+        child = Child(store_dir, ack_file, tmp_path / f"child-{cycle}.log", store_type,
+                      "--checkpoint-interval-ms", str(interval))
         try:
             child.wait_line("ready")
             kill_at = time.monotonic() + rng.uniform(0.05, 0.6)
@@ -298,7 +348,7 @@ def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path) -> None:
               f"commitlog_segments={len(list((store_dir / 'commitlog').iterdir()))}")
         if cycle % 2 == 0:
             # Recover the store itself and shut it down cleanly: the next child starts normally.
-            with opened_store(store_dir) as store:
+            with opened_store(store_dir, store_type) as store:
                 verify_store(store, acks)
             assert not (store_dir / "abort").exists()
         else:
@@ -306,20 +356,20 @@ def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path) -> None:
             copy = tmp_path / "copy"
             shutil.copytree(store_dir, copy)
             try:
-                with opened_store(copy) as store:
+                with opened_store(copy, store_type) as store:
                     verify_store(store, acks)
             finally:
                 shutil.rmtree(copy)
             assert (store_dir / "abort").exists()
     assert all(a < b for a, b in itertools.pairwise(totals)), totals
     # The last cycle left the store killed: recovering the store itself holds everything too.
-    with opened_store(store_dir) as store:
+    with opened_store(store_dir, store_type) as store:
         verify_store(store, read_acks(ack_file))
 
 
-def test_torn_tail_is_truncated(tmp_path: Path) -> None:
+def test_torn_tail_is_truncated(tmp_path: Path, store_type: str) -> None:
     store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
-    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300)
+    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 300)
     max_before = expected_max_offsets(acks)
     segment, pos, size = last_record(store_dir)
     end = pos + size
@@ -333,7 +383,7 @@ def test_torn_tail_is_truncated(tmp_path: Path) -> None:
         f.seek(end)
         f.write(garbage)
 
-    with opened_store(store_dir) as store:
+    with opened_store(store_dir, store_type) as store:
         assert verify_store(store, acks) == max_before
         assert store.commit_log.max_offset() == int(segment.name) + end
         with open(segment, "rb") as f:
@@ -342,7 +392,7 @@ def test_torn_tail_is_truncated(tmp_path: Path) -> None:
         qid = 2
         body = put_and_read_back(store, qid, max_before[qid], expected_physical=int(segment.name) + end)
     acks[(qid, max_before[qid])] = hashlib.sha256(body).hexdigest()
-    with opened_store(store_dir) as store:  # normal recovery of the repaired log
+    with opened_store(store_dir, store_type) as store:  # normal recovery of the repaired log
         verify_store(store, acks)
         assert store.max_offset(TOPIC, qid) == max_before[qid] + 1
 
@@ -351,21 +401,23 @@ class CorruptRecordServedError(AssertionError):
     """The recovered store still serves the corrupted record (set-up failures stay plain assertion errors)."""
 
 
-def check_corrupt_last_record_is_not_served(tmp_path: Path, checkpoints_caught_up: bool) -> None:
+def check_corrupt_last_record_is_not_served(tmp_path: Path, store_type: str, checkpoints_caught_up: bool) -> None:
     store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
     if checkpoints_caught_up:  # every checkpoint has passed the last record when the crash comes
         def settled() -> bool:
             segment, pos, size = last_record(store_dir)
-            return lowest_checkpoint(store_dir) >= int(segment.name) + pos + size
+            return lowest_checkpoint(store_dir, store_type) >= int(segment.name) + pos + size
 
-        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300, "--checkpoint-interval-ms", "50",
-                                  settled=settled)
+        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 300,
+                                  "--checkpoint-interval-ms", "50", settled=settled)
     else:  # checkpoints held back: the crash left the tail of the log to be checked on recovery
-        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300,
+        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 300,
                                   "--checkpoint-interval-ms", "3600000")
     qid, offset, segment, pos, size = last_acked(acks, store_dir)
     physical = int(segment.name) + pos
-    assert (lowest_checkpoint(store_dir) > physical) == checkpoints_caught_up
+    assert (lowest_checkpoint(store_dir, store_type) > physical) == checkpoints_caught_up
+    if checkpoints_caught_up:  # the unit is on disk (RocksDB: flushed), recovery has to take it back
+        assert cq_unit(store_dir, store_type, qid, offset)[:2] == (physical, size)
     with open(segment, "r+b") as f:
         f.seek(pos + size - 5)  # the body is the last part of a record
         byte = f.read(1)
@@ -373,7 +425,7 @@ def check_corrupt_last_record_is_not_served(tmp_path: Path, checkpoints_caught_u
         f.write(bytes([byte[0] ^ 0xFF]))
 
     del acks[(qid, offset)]
-    with opened_store(store_dir) as store:
+    with opened_store(store_dir, store_type) as store:
         try:
             result = store.get_message(TOPIC, qid, offset, 1)
             assert result.status is GetMessageStatus.OFFSET_OVERFLOW_ONE, result.status
@@ -387,27 +439,42 @@ def check_corrupt_last_record_is_not_served(tmp_path: Path, checkpoints_caught_u
         put_and_read_back(store, qid, offset, expected_physical=physical)
 
 
-def test_corrupt_record_is_never_served(tmp_path: Path) -> None:
-    check_corrupt_last_record_is_not_served(tmp_path, checkpoints_caught_up=False)
+def test_corrupt_record_is_never_served(tmp_path: Path, store_type: str) -> None:
+    check_corrupt_last_record_is_not_served(tmp_path, store_type, checkpoints_caught_up=False)
 
 
-def test_corrupt_record_covered_by_checkpoints_is_never_served(tmp_path: Path) -> None:
-    check_corrupt_last_record_is_not_served(tmp_path, checkpoints_caught_up=True)
+def test_corrupt_record_covered_by_checkpoints_is_never_served(tmp_path: Path, store_type: str) -> None:
+    check_corrupt_last_record_is_not_served(tmp_path, store_type, checkpoints_caught_up=True)
 
 
-def test_consume_queue_past_end_is_truncated(tmp_path: Path) -> None:
+def test_consume_queue_past_end_is_truncated(tmp_path: Path, store_type: str) -> None:
     store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
-    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", 300, "--checkpoint-interval-ms", "3600000")
+    if store_type == ROCKSDB:
+        # WAL off: a unit reaches the disk only with a RocksDB flush, and the checkpoint flushed in the same
+        # batch covers it. So: wait until RocksDB holds the last unit, then lose its record.
+        def settled() -> bool:
+            segment, pos, size = last_record(store_dir)
+            return cq_checkpoint(store_dir, store_type) >= int(segment.name) + pos + size
+
+        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 300,
+                                  "--checkpoint-interval-ms", "50", settled=settled)
+    else:
+        acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 300,
+                                  "--checkpoint-interval-ms", "3600000")
     qid, offset, segment, pos, size = last_acked(acks, store_dir)
     physical = int(segment.name) + pos
-    assert lowest_checkpoint(store_dir) <= physical
-    assert cq_unit(store_dir, qid, offset)[:2] == (physical, size), "the consume queue has no unit for the record"
+    if store_type == ROCKSDB:
+        assert cq_checkpoint(store_dir, store_type) >= physical + size
+    else:
+        assert lowest_checkpoint(store_dir, store_type) <= physical
+    assert cq_unit(store_dir, store_type, qid, offset)[:2] == (physical, size), (
+        "the consume queue has no unit for the record")
     with open(segment, "r+b") as f:  # the record never reached the disk
         f.seek(pos)
         f.write(bytes(size))
 
     del acks[(qid, offset)]
-    with opened_store(store_dir) as store:
+    with opened_store(store_dir, store_type) as store:
         assert store.max_offset(TOPIC, qid) == offset, "the unit past the commitlog end was kept"
         assert store.get_message(TOPIC, qid, offset, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         assert verify_store(store, acks) == expected_max_offsets(acks)

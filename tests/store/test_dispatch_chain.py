@@ -25,16 +25,16 @@ class RecordingDispatcher(CommitLogDispatcher):
         return self._checkpoint
 
 
-def _open(root: Path, dispatcher: CommitLogDispatcher, **overrides: object) -> MessageStore:
-    store = MessageStore(store_config(root, **overrides))
+def _open(root: Path, dispatcher: CommitLogDispatcher, store_type: str, **overrides: object) -> MessageStore:
+    store = MessageStore(store_config(root, store_type=store_type, **overrides))
     store.register_dispatcher(dispatcher)
     store.start()
     return store
 
 
-def test_records_arrive_in_commitlog_order_never_past_confirm(tmp_path: Path):
+def test_records_arrive_in_commitlog_order_never_past_confirm(tmp_path: Path, store_type: str):
     rec = RecordingDispatcher()
-    store = _open(tmp_path, rec, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    store = _open(tmp_path, rec, store_type, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     results = [store.put_messages("ChainT", i % 3, [b"x" * 500] * 3, [b""] * 3) for i in range(100)]
     assert store.wait_dispatched(results[-1].append.end_offset)
     physical = [p for r in results for p in r.append.physical_offsets]
@@ -44,9 +44,9 @@ def test_records_arrive_in_commitlog_order_never_past_confirm(tmp_path: Path):
     store.shutdown()
 
 
-def test_restart_redispatches_from_the_lowest_checkpoint(tmp_path: Path):
+def test_restart_redispatches_from_the_lowest_checkpoint(tmp_path: Path, store_type: str):
     rec = RecordingDispatcher()
-    store = _open(tmp_path, rec)
+    store = _open(tmp_path, rec, store_type)
     r = None
     for i in range(50):
         r = store.put_messages("ReT", 0, [f"{i}".encode()], [b""])
@@ -58,7 +58,7 @@ def test_restart_redispatches_from_the_lowest_checkpoint(tmp_path: Path):
     store.shutdown()
 
     again = RecordingDispatcher(checkpoint=middle)  # durable only up to the middle
-    store = _open(tmp_path, again)
+    store = _open(tmp_path, again, store_type)
     assert again.seen and again.seen[0][3] == middle
     assert [s[2] for s in again.seen] == list(range(50, 101))
     # the consume queue was not disturbed by the re-dispatch

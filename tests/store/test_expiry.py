@@ -57,6 +57,7 @@ def test_nothing_expires_before_its_time_or_outside_delete_hours(open_store: Sto
     store = open_store(file_reserved_time_hours=1, delete_when="*")
     _fill(store, 200)
     assert store.delete_expired_files() == 0  # all fresh
+    store.shutdown()  # one store at a time on a directory (RocksDB holds a lock)
     hour = (time.localtime().tm_hour + 12) % 24
     store = open_store(file_reserved_time_hours=1, delete_when=f"{hour:02d}")
     for seg in (tmp_path / "store" / "commitlog").iterdir():
