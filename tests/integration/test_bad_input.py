@@ -9,7 +9,7 @@ import pytest
 from client import Message, Producer
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc
-from tests.cluster import start_daemon, write_broker_conf
+from tests.cluster import DaemonStartError, start_daemon, write_broker_conf
 from tests.integration.conftest import Cluster
 
 
@@ -87,7 +87,7 @@ def test_garbage_on_the_port_does_not_hurt(cluster: Cluster, broker_stub):
                                             ("brokerId", "-1"), ("mappedFileSizeCommitLog", "12")])
 def test_bad_broker_conf_refuses_to_start(tmp_path, key, value):
     conf = write_broker_conf(tmp_path / "broker.conf", {"brokerName": "bad", "storePathRootDir": tmp_path, key: value})
-    with pytest.raises(AssertionError, match="exited"):
+    with pytest.raises(DaemonStartError, match="exited"):
         start_daemon("bad", "broker.main", ["-c", str(conf)], tmp_path, ready_timeout=20)
     lines = [line for line in (tmp_path / "bad.log").read_text().splitlines() if line.strip()]
     assert len(lines) == 1 and key in lines[0] and "Traceback" not in lines[0], lines

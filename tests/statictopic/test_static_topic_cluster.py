@@ -14,7 +14,7 @@ from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from proto import broker_pb2
-from tests.cluster import start_daemon, wait_until
+from tests.cluster import DaemonStartError, start_daemon, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
 
 
@@ -234,7 +234,7 @@ def test_copied_mapping_file_is_refused(cluster: StaticCluster, tmp_path: Path):
     assert json.loads(source.read_text())["details"]
     conf = tmp_path / "broker.conf"
     conf.write_text(f"brokerName=broker-x\nlistenPort=0\nstorePathRootDir={store}\n")
-    with pytest.raises(AssertionError, match="exited"):
+    with pytest.raises(DaemonStartError, match="exited"):
         start_daemon("broker-x", "broker.main", ["-c", str(conf)], tmp_path, ready_timeout=20)
     lines = [x for x in (tmp_path / "broker-x.log").read_text().splitlines() if x.strip()]
     assert len(lines) == 1 and "broker-a" in lines[0] and "broker-x" in lines[0], lines
