@@ -4,6 +4,7 @@ import logging
 import shutil
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from broker.store.mapped_file_queue import segment_age_hours
 log = logging.getLogger(__name__)
 
 
-class PeriodicService(threading.Thread):
+class PeriodicService(ABC, threading.Thread):
+    """A daemon thread that calls :meth:`run_once` every ``interval_s`` until shut down."""
+
     def __init__(self, name: str, interval_s: float) -> None:
         super().__init__(name=name, daemon=True)
         self.interval_s = interval_s
@@ -30,8 +33,9 @@ class PeriodicService(threading.Thread):
             except Exception:
                 log.exception("service_failed service=%s", self.name)
 
-    def run_once(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def run_once(self) -> object:
+        """One pass of the service's work."""
 
     def shutdown(self) -> None:
         self._stopped.set()
