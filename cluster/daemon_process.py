@@ -69,9 +69,6 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def log_tail(self, chars: int = 2000) -> str:
-        return self.log()[-chars:]
-
     def rss_mib(self) -> float:
         return process_rss_mib(self.proc.pid)
 

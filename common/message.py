@@ -28,16 +28,6 @@ class Message:
             return []
         return self.keys.split(KEY_SEPARATOR) if isinstance(self.keys, str) else list(self.keys)
 
-    def all_properties(self) -> dict[str, str]:
-        """User properties plus the reserved ones the store indexes (tags, keys)."""
-        props = dict(self.properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        keys = self.key_list()
-        if keys:
-            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
-        return props
-
 
 @dataclass(slots=True)
 class MessageExt:
