@@ -29,16 +29,20 @@ class AdminBrokerProcessor:
         self.controller = controller
 
     # -- topics ------------------------------------------------------------------------------------
-    def update_topic(self, request: broker_pb2.UpdateTopicRequest) -> common_pb2.CommandResponse:
-        config = topic_config_from_proto(request.config)
+    def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
+        """A valid config for a topic that is not static (those change through their mapping only)."""
+        config = topic_config_from_proto(p)
         try:
             config.validate()
         except ValueError as exc:
-            raise RequestError(str(exc)) from None
+            raise RequestError(f"topic {p.topic_name[:130]!r}: {exc}") from None
         if self.controller.topic_queue_mapping_manager.get(config.topic_name) is not None:
             raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic or "
                                "remappingStaticTopic, not updateTopic")
-        self.controller.update_topic(config)
+        return config
+
+    def update_topic(self, request: broker_pb2.UpdateTopicRequest) -> common_pb2.CommandResponse:
+        self.controller.update_topic(self._normal_topic_config(request.config))
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def update_topics(self, request: broker_pb2.UpdateTopicListRequest) -> common_pb2.CommandResponse:
@@ -53,18 +57,10 @@ class AdminBrokerProcessor:
             raise RequestError(f"{count} topic configs in one request: at most {MAX_TOPICS_PER_BATCH}")
         configs: list[TopicConfig] = []
         names: set[str] = set()
-        mappings = c.topic_queue_mapping_manager
         for p in request.configs:
-            config = topic_config_from_proto(p)
-            try:
-                config.validate()
-            except ValueError as exc:
-                raise RequestError(f"topic {p.topic_name[:130]!r}: {exc}") from None
+            config = self._normal_topic_config(p)
             if config.topic_name in names:
                 raise RequestError(f"topic {config.topic_name} appears more than once in the request")
-            if mappings.get(config.topic_name) is not None:
-                raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic "
-                                   "or remappingStaticTopic, not updateTopic")
             names.add(config.topic_name)
             configs.append(config)
         c.topic_config_manager.update_many(configs)

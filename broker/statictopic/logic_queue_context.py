@@ -1,6 +1,6 @@
 """A request on one logic queue of a static topic, as the leader broker sees it."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
@@ -15,6 +15,10 @@ class LogicQueueContext:
     detail: TopicQueueMappingDetail
     global_id: int
     chain: list[LogicQueueMappingItem]  # oldest first; the last is the leader
+    decided: list[LogicQueueMappingItem] = field(init=False)  # items whose logic offset is known, oldest first
+
+    def __post_init__(self) -> None:
+        self.decided = [i for i in self.chain if i.logic_offset_decided()]
 
     @property
     def topic(self) -> str:
@@ -23,9 +27,6 @@ class LogicQueueContext:
     @property
     def leader(self) -> LogicQueueMappingItem:
         return self.chain[-1]
-
-    def decided(self) -> list[LogicQueueMappingItem]:
-        return [i for i in self.chain if i.logic_offset_decided()]
 
     def item_for(self, logic_offset: int) -> LogicQueueMappingItem | None:
         """The last decided item starting at or before ``logic_offset``; None if it is before them all."""

@@ -73,7 +73,7 @@ class StaticTopicService:
     # -- pull ---------------------------------------------------------------------------------------
     def pull(self, ctx: LogicQueueContext, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         logic = request.queue_offset
-        decided = ctx.decided()
+        decided = ctx.decided
         item = ctx.item_for(logic)
         if item is None:  # before every item: the consumer belongs at the earliest one's start
             return self._answer(ctx, ResponseCode.PULL_OFFSET_MOVED, decided[0].logic_offset, "before the first item")
@@ -110,31 +110,31 @@ class StaticTopicService:
 
     def _answer(self, ctx: LogicQueueContext, code: int, next_begin: int, remark: str,
                 records: bytes = b"") -> PullOutcome:
-        decided = ctx.decided()
+        decided = ctx.decided
         return PullOutcome(broker_pb2.PullMessageResponse(
             code=code, remark=remark, next_begin_offset=next_begin, min_offset=decided[0].logic_offset,
             max_offset=self._max_logic_cheap(ctx), records=records), None)
 
     def _max_logic_cheap(self, ctx: LogicQueueContext) -> int:
-        latest = ctx.decided()[-1]
+        latest = ctx.decided[-1]
         if latest.end_offset_decided() or not self.is_local(latest):
             return latest.max_logic_offset()
         return latest.logic_strictly(self.c.store.max_offset(ctx.topic, latest.queue_id))
 
     # -- queue offsets ------------------------------------------------------------------------------
     def min_offset(self, ctx: LogicQueueContext) -> int:
-        earliest = ctx.decided()[0]
+        earliest = ctx.decided[0]
         return earliest.logic_strictly(self.physical_offset(earliest, "GetMinOffset", ctx.topic))
 
     def max_offset(self, ctx: LogicQueueContext) -> int:
         """The latest decided item's max, read from that item's own physical queue."""
-        latest = ctx.decided()[-1]
+        latest = ctx.decided[-1]
         return latest.logic_strictly(self.physical_offset(latest, "GetMaxOffset", ctx.topic))
 
     def search_offset(self, ctx: LogicQueueContext, timestamp: int, upper: bool) -> int:
         """Oldest decided item to newest: the logic offset of the first message stored at or after the time
         (LOWER), or of the last one at or before it (UPPER)."""
-        decided = ctx.decided()
+        decided = ctx.decided
         best = self.min_offset(ctx)
         for item in decided:
             physical_max = self.physical_offset(item, "GetMaxOffset", ctx.topic)
@@ -155,7 +155,7 @@ class StaticTopicService:
     # -- consumer offsets (double-read-check: nothing migrates on remap) ----------------------------
     def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
         """Stored, in physical terms, on the broker of the item the offset falls in."""
-        item = ctx.item_for(logic) or ctx.decided()[0]
+        item = ctx.item_for(logic) or ctx.decided[0]
         physical = max(item.physical_of(logic), item.start_offset)
         if self.is_local(item):
             self.c.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
@@ -167,7 +167,7 @@ class StaticTopicService:
 
     def query_offset(self, ctx: LogicQueueContext, group: str) -> int:
         """Newest item to oldest: the first broker holding an offset answers; -1 when none does."""
-        for item in reversed(ctx.decided()):
+        for item in reversed(ctx.decided):
             if self.is_local(item):
                 physical = self.c.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
             else:

@@ -109,12 +109,6 @@ class CommitLog:
         segment.wrote_position = segment.file_size
 
     # -- read --------------------------------------------------------------------------------------
-    def read(self, physical_offset: int, size: int) -> bytes | None:
-        segment = self.mapped_file_queue.find(physical_offset)
-        if segment is None:
-            return None
-        return segment.read(physical_offset - segment.file_from_offset, size)
-
     def read_record(self, physical_offset: int) -> bytes | None:
         """The whole record at ``physical_offset`` if one starts there and is intact, else None."""
         segment = self.mapped_file_queue.find(physical_offset)

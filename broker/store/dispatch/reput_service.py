@@ -29,8 +29,7 @@ def parse_records(
     append = out.append
     unpack = DISPATCH_FIELDS.unpack_from
     crc32 = zlib.crc32
-    stop = len(out) + max_count
-    while pos < limit and len(out) < stop:
+    while pos < limit and len(out) < max_count:
         if limit - pos < HEADER_SIZE:  # too short for a record: only an end-of-segment marker fits here
             assert SIZE_MAGIC.unpack_from(mm, pos)[1] == BLANK_MAGIC, f"no record at commitlog offset {base + pos}"
             return out, pos, True
