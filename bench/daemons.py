@@ -1,5 +1,5 @@
 """Real daemons for the benchmarks, through the shared launcher in ``cluster/daemon_process.py`` (nothing
-from the test tree). Children get SIGTERM if the benchmark process dies."""
+from the test tree). Scenarios stop their daemons in ``finally`` blocks."""
 
 from collections.abc import Iterable
 from pathlib import Path

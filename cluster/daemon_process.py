@@ -1,11 +1,10 @@
 """Daemons as child processes: ``python -m MODULE ...`` on port 0, ready once it prints ``ready on HOST:PORT``.
 
 Shared by the tests and the benchmarks. Stderr goes to ``<workdir>/<name>.log``; stdout is drained so a child
-never blocks on a full pipe; children get SIGTERM if the process that started them dies (Linux), so an
-interrupted run leaves no daemons behind.
+never blocks on a full pipe. No ``preexec_fn``: it would force a real fork() of a process that holds gRPC
+channels (gRPC's fork handlers then run in the child); callers stop their daemons in ``finally`` blocks.
 """
 
-import ctypes
 import os
 import re
 import signal
@@ -21,17 +20,6 @@ from typing import TypeVar
 REPO = Path(__file__).resolve().parent.parent
 READY = re.compile(r"ready on (\S+):(\d+)")
 T = TypeVar("T")
-
-try:
-    _PRCTL = ctypes.CDLL(None).prctl
-except (OSError, AttributeError):  # not Linux
-    _PRCTL = None
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _PRCTL is not None:
-        _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-
 
 class DaemonStartError(RuntimeError):
     """The daemon exited, or did not print its ready line in time; the message holds its log's tail."""
@@ -92,7 +80,7 @@ def start_daemon(name: str, module: str, args: Iterable[str], workdir: Path, rea
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=full_env, stdout=subprocess.PIPE,
-                                stderr=log, text=True, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                stderr=log, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     found: list[str] = []
     got_ready = threading.Event()
