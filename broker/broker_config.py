@@ -110,6 +110,8 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
     "storeType": ("store_type", _choice("default", "defaultRocksDB")),
     "kvEnable": ("kv_enable", _bool),
+    "kvStoreType": ("kv_store_type", _choice("rocksdb", "memory")),
+    "kvSnapshotInterval": ("kv_snapshot_interval", _int_in(100, 86_400_000)),
     "tieredStoreEnable": ("tiered_store_enable", _bool),
     "tieredBackendServiceProvider": ("tiered_backend_service_provider", _choice("posix", "memory")),
     "tieredStoreFilePath": ("tiered_store_file_path", _STR),
@@ -148,6 +150,8 @@ class BrokerConfig:
     static_topic_clean_interval: int = 60_000
     store_type: str = "default"
     kv_enable: bool = False
+    kv_store_type: str = "rocksdb"  # where applied KV state lives: RocksDB, or memory with periodic snapshots
+    kv_snapshot_interval: int = 10_000  # ms between snapshots of the in-memory KV store
     tiered_store_enable: bool = False
     tiered_backend_service_provider: str = "posix"
     tiered_store_file_path: str = ""

@@ -11,6 +11,8 @@ import grpc
 from broker.broker_config import BrokerConfig
 from broker.broker_servicer import BrokerServicer
 from broker.broker_stats import BrokerStats
+from broker.kv.kv_store import KvStore
+from broker.kv_servicer import KvServicer
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.metadata_store import open_metadata_stores
@@ -20,6 +22,7 @@ from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
 from broker.out.peer_brokers import PeerBrokers
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from broker.processor.kv_processor import KvProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
@@ -28,7 +31,7 @@ from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
-from proto import broker_pb2_grpc
+from proto import broker_pb2_grpc, kv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,11 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
+        self.kv: KvStore | None = None
+        if config.kv_enable:
+            self.kv = KvStore(config.kv_store_type, Path(config.store_path_root_dir) / "kv",
+                              config.kv_snapshot_interval / 1000, config.broker_name)
+        self.kv_processor = KvProcessor(self)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
@@ -80,8 +88,11 @@ class BrokerController:
         self.store = MessageStore(c.store_config(self.broker_addr))
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
         self.store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
+        if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
+            self.kv.attach(self.store, asyncio.get_running_loop(), lambda: self.peer_brokers)
         await asyncio.to_thread(self._load)
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)
+        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), server)
         await server.start()
         self._server = server
         if c.namesrv_addrs:
@@ -143,6 +154,8 @@ class BrokerController:
         self.consumer_offset_manager.persist()
         self.metadata.close()
         self.store.shutdown()
+        if self.kv is not None:
+            self.kv.close()
 
     # -- topic changes (they re-register with the name servers) ------------------------------------
     def update_topic(self, config: TopicConfig) -> None:

@@ -3,7 +3,7 @@
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -15,12 +15,15 @@ if TYPE_CHECKING:
     from broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
 
 
-async def answer(context: grpc.aio.ServicerContext, call: Callable[..., R], *args: Any, in_thread: bool = False) -> R:
-    """Run a processor call; ``in_thread`` for calls that block (a SYNC_FLUSH put waits for its fsync)."""
+async def answer(context: grpc.aio.ServicerContext, call: Callable[..., Any], *args: Any,
+                 in_thread: bool = False) -> Any:
+    """Run a processor call (a coroutine function is awaited); ``in_thread`` for calls that block (a
+    SYNC_FLUSH put waits for its fsync)."""
     try:
+        if asyncio.iscoroutinefunction(call):
+            return await call(*args)
         return await asyncio.to_thread(call, *args) if in_thread else call(*args)
     except RequestError as exc:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

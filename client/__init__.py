@@ -1,7 +1,8 @@
-"""The Python SDK: producers, consumers, admin and (later) the key-value client."""
+"""The Python SDK: producers, consumers, admin and the key-value client."""
 
 from client.admin import Admin
 from client.errors import MQClientError
+from client.kv_client import CasResult, KVClient
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
@@ -11,6 +12,8 @@ from common.message_queue import MessageQueue
 
 __all__ = [
     "Admin",
+    "CasResult",
+    "KVClient",
     "MQClientError",
     "Message",
     "MessageExt",

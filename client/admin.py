@@ -17,6 +17,7 @@ from client.static_topic_admin import (
     StaticTopicStatus,
     StaticTopicUpdate,
 )
+from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC
 from common.message import MessageExt
 from common.message_codec import decode_records
 from common.message_id import parse_message_id
@@ -239,6 +240,17 @@ class Admin:
         """Logic queues with their chains and each item's physical min/max/last update; None when no broker
         holds a mapping for ``topic``."""
         return self.static_topics.static_topic_status(topic)
+
+    def kv_init(self, shards: int = DEFAULT_KV_SHARDS, cluster: str | None = None,
+                brokers: list[str] | None = None) -> StaticTopicUpdate:
+        """Create the KV store's shards: the static topic rmq_sys_KV with ``shards`` logic queues on the masters
+        of ``cluster`` or the named brokers (which need kvEnable=true). The number of shards is fixed: keys hash
+        over it, so changing it later is refused (move shards between brokers with remap_static_topic)."""
+        status = self.static_topic_status(KV_TOPIC)
+        if status is not None and status.total_queues != shards:
+            raise MQClientError(f"the KV store already has {status.total_queues} shards; the number of shards "
+                                "cannot change (keys hash over it)")
+        return self.update_static_topic(KV_TOPIC, shards, cluster, brokers)
 
     def is_static_topic(self, topic: str) -> bool:
         """Whether the name servers' route of ``topic`` carries a static-topic mapping."""

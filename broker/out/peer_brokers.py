@@ -61,12 +61,10 @@ class PeerBrokers:
                     addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
             return ch
 
-    def stub(self, bname: str) -> broker_pb2_grpc.BrokerServiceStub:
-        return broker_pb2_grpc.BrokerServiceStub(self._channel(self.addr_of(bname)))
-
-    def call(self, bname: str, method: str, request):
+    def call(self, bname: str, method: str, request, service: type = broker_pb2_grpc.BrokerServiceStub):
+        """``method`` of ``service`` (the broker's by default) on broker ``bname``; PeerBrokerError on failure."""
         try:
-            return getattr(self.stub(bname), method)(request, timeout=RPC_TIMEOUT_S)
+            return getattr(service(self._channel(self.addr_of(bname))), method)(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
             raise PeerBrokerError(f"{method} on broker {bname} failed: {exc.code().name}: {exc.details()}") from None
 

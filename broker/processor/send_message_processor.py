@@ -7,6 +7,7 @@ from broker.processor.request_checks import checked_queue_id, checked_topic
 from broker.request_error import RequestError, require
 from broker.statictopic.logic_queue_context import NotLeaderError
 from broker.store.put_message_result import PutMessageStatus
+from common.kv_shard import KV_TOPIC
 from common.perm import is_writeable
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
@@ -35,6 +36,7 @@ class SendMessageProcessor:
         limit = c.config.max_message_size
         require(total <= limit, f"batch of {total} bytes exceeds maxMessageSize {limit}")
         topic = checked_topic(request.topic)
+        require(topic != KV_TOPIC, f"topic {KV_TOPIC} holds the KV store's operations: write it with a KV client")
         try:  # a static topic is answered by its mapping, even on a broker that holds none of its queues
             ctx = c.static_topics.context(topic, request.queue_id, request.addressing)
         except NotLeaderError as exc:

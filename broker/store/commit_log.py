@@ -118,6 +118,12 @@ class CommitLog:
         size = check_record(segment.mm, pos, segment.file_size, physical_offset, verify_crc=True)
         return segment.read(pos, size) if size > 0 else None
 
+    def read_at(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at commitlog ``offset`` (within one record the caller located; no checks)."""
+        segment = self.mapped_file_queue.find(offset)
+        assert segment is not None, f"commitlog offset {offset} is not held"
+        return segment.read(offset - segment.file_from_offset, size)
+
     def store_timestamp_at(self, physical_offset: int) -> int:
         segment = self.mapped_file_queue.find(physical_offset)
         if segment is None:

@@ -53,7 +53,7 @@ class MessageStore:
         self.dispatcher_flush = DispatcherFlushService(
             self.commit_log, self.dispatchers, self.flushed_checkpoint, config.flush_interval_consume_queue_ms
         )
-        self.clean_service = CleanCommitLogService(config, self.commit_log, lambda: self.reput.reput_from_offset,
+        self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
                                                    self._on_commit_log_expired)
         self.store_host = encode_host(config.store_host)
         self._running = False
@@ -65,6 +65,11 @@ class MessageStore:
             return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at)
         return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
                                      self.commit_log.store_timestamp_at)
+
+    def _replay_start(self) -> int:
+        """Where a restart would replay from: commitlog below it may expire (every dispatcher's state for it
+        is durable; the KV store in particular replays from its checkpoint)."""
+        return min(self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers))
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:
@@ -109,9 +114,13 @@ class MessageStore:
         born_host: str = "127.0.0.1:0",
         flag: int = 0,
         sys_flag: int = 0,
+        body_limit: int | None = None,
+        wait_flushed: bool = True,
     ) -> PutMessageResult:
-        """Append a batch to one queue (a single message is a batch of one). Properties are in wire form."""
-        error = self._check(topic, queue_id, bodies, properties)
+        """Append a batch to one queue (a single message is a batch of one). Properties are in wire form.
+        ``body_limit`` replaces maxMessageSize (system records with their own limits); ``wait_flushed=False``
+        returns before a SYNC_FLUSH fsync (for callers that wait for dispatch, which follows the fsync)."""
+        error = self._check(topic, queue_id, bodies, properties, body_limit or self.config.max_message_size)
         if error is not None:
             return error
         batch = prepare_batch(
@@ -124,12 +133,13 @@ class MessageStore:
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
         append = self.commit_log.append_batch(batch)
         status = PutMessageStatus.PUT_OK
-        if not self.flush_service.wait_flushed(append.end_offset, self.config.sync_flush_timeout_ms / 1000):
+        timeout_s = self.config.sync_flush_timeout_ms / 1000
+        if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
             status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return PutMessageResult(status, append=append, store_host=self.store_host)
 
     def _check(self, topic: str, queue_id: int, bodies: Sequence[bytes],
-               properties: Sequence[bytes]) -> PutMessageResult | None:
+               properties: Sequence[bytes], body_limit: int) -> PutMessageResult | None:
         def illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
             return PutMessageResult(status, why)
 
@@ -148,9 +158,8 @@ class MessageStore:
         body_sizes = list(map(len, bodies))
         if min(body_sizes) == 0:
             return illegal("message body is empty")
-        if max(body_sizes) > self.config.max_message_size:
-            limit = self.config.max_message_size
-            return illegal(f"message body of {max(body_sizes)} bytes exceeds maxMessageSize {limit}")
+        if max(body_sizes) > body_limit:
+            return illegal(f"message body of {max(body_sizes)} bytes exceeds maxMessageSize {body_limit}")
         props_size = max(map(len, properties))
         if props_size > MAX_PROPERTIES_SIZE:
             return illegal(f"properties of {props_size} bytes exceed {MAX_PROPERTIES_SIZE}",

@@ -1,0 +1,81 @@
+"""A KV operation as a commitlog record of the system topic rmq_sys_KV.
+
+Properties (RIP-22): ``KV_OP`` (PUT, DEL, CAS) and ``KV_KEY`` (the key, base64). The body is a format
+byte (1; it also keeps a delete's body non-empty) then the value; for CAS, after the format byte, ``>ii``
+(expected length or -1 for "expect absent", base length or -1) then expected, base and the new value.
+The base is what older brokers of the shard held for the key when the leader had nothing (after a
+remap); carrying it in the record keeps CAS decided at apply time and replayable.
+"""
+
+import base64
+import struct
+from dataclasses import dataclass
+from enum import Enum
+
+from common.kv_shard import MAX_VALUE_BYTES
+from common.message_properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, find_property
+
+CAS_HEAD = struct.Struct(">ii")
+
+_SEP, _END = NAME_VALUE_SEPARATOR.encode(), PROPERTY_SEPARATOR.encode()
+OP_NEEDLE = b"KV_OP" + _SEP
+KEY_NEEDLE = b"KV_KEY" + _SEP
+FORMAT = b"\x01"
+# The largest body: format byte, CAS head, and expected, base and new value at their limit.
+MAX_BODY_BYTES = 1 + CAS_HEAD.size + 3 * (MAX_VALUE_BYTES + 1)
+
+
+class KvOp(Enum):
+    PUT = b"PUT"
+    DELETE = b"DEL"
+    CAS = b"CAS"
+
+
+# Raw state of a key in a partition, as stored: a tombstone is kept so reads do not fall back past it.
+DELETED = b"\x00"
+PRESENT_TAG = 0x01
+
+
+def present(value: bytes) -> bytes:
+    return b"\x01" + value
+
+
+def value_of(raw: bytes | None) -> bytes | None:
+    """The value a raw state stands for: None when absent or deleted."""
+    return raw[1:] if raw is not None and raw[0] == PRESENT_TAG else None
+
+
+@dataclass(slots=True)
+class KvRecord:
+    op: KvOp
+    key: bytes
+    value: bytes = b""
+    expected: bytes | None = None  # CAS: None means "the key must be absent"
+    base: bytes | None = None  # CAS: raw state found on older brokers, None if not looked up or absent
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """``(properties, body)`` for the commitlog."""
+        props = b"KV_OP" + _SEP + self.op.value + _END + b"KV_KEY" + _SEP + base64.b64encode(self.key) + _END
+        if self.op is not KvOp.CAS:
+            return props, FORMAT + self.value
+        expected, base = self.expected, self.base
+        head = CAS_HEAD.pack(-1 if expected is None else len(expected), -1 if base is None else len(base))
+        return props, b"".join((FORMAT, head, expected or b"", base or b"", self.value))
+
+
+def decode(properties: bytes, body: bytes) -> KvRecord:
+    op_raw, key_raw = find_property(properties, OP_NEEDLE), find_property(properties, KEY_NEEDLE)
+    assert op_raw is not None and key_raw is not None, "KV record without KV_OP or KV_KEY"
+    assert body[:1] == FORMAT, f"KV record body format {body[:1]!r} unknown"
+    op, key = KvOp(bytes(op_raw)), base64.b64decode(key_raw)
+    if op is not KvOp.CAS:
+        return KvRecord(op, key, bytes(body[1:]))
+    expected_len, base_len = CAS_HEAD.unpack_from(body, 1)
+    pos = 1 + CAS_HEAD.size
+    expected = None
+    if expected_len >= 0:
+        expected, pos = bytes(body[pos : pos + expected_len]), pos + expected_len
+    base = None
+    if base_len >= 0:
+        base, pos = bytes(body[pos : pos + base_len]), pos + base_len
+    return KvRecord(op, key, bytes(body[pos:]), expected, base)

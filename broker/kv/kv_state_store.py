@@ -1,0 +1,78 @@
+"""Where applied KV state lives: one interface, two backends (RocksDB, in-memory with snapshots).
+
+State is kept per *partition*: the physical queue of rmq_sys_KV that the ops were written to. A shard that
+moved between brokers has one partition per broker it lived on, and a broker that leads it again later gets
+a new physical queue, so a partition never mixes generations of a shard. Values are raw states
+(:mod:`broker.kv.kv_record`): present or a tombstone. Tombstones stay, so a read on a new leader does not
+fall back to an older broker for a key deleted since.
+
+The applied offset (commitlog offset after the last applied op) is stored atomically with the state:
+whatever a crash leaves is consistent with it, and replaying the commitlog from it restores the rest.
+"""
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+
+PARTITION = struct.Struct(">I")
+
+StateWrites = dict[tuple[int, bytes], bytes]  # (partition, key) -> raw state, in apply order
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix``; None if there is none."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def in_scan(key: bytes, prefix: bytes, start_after: bytes) -> bool:
+    return key.startswith(prefix) and key > start_after
+
+
+class KvStateStore(ABC):
+    """Applied KV state. Writers: only the KV dispatcher (one thread), plus snapshot import through it."""
+
+    @abstractmethod
+    def load(self) -> int:
+        """Open persisted state; returns the applied offset it is consistent with."""
+
+    @abstractmethod
+    def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
+        """Raw states of ``keys`` (None where the partition never saw the key)."""
+
+    @abstractmethod
+    def scan(self, partition: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` (key, raw state) in key order: keys with ``prefix`` greater than ``start_after``,
+        tombstones included."""
+
+    @abstractmethod
+    def apply(self, writes: StateWrites, applied_offset: int) -> None:
+        """Write the states and the applied offset as one atomic unit."""
+
+    @abstractmethod
+    def flush(self) -> int:
+        """Make applied state durable (when due); returns the offset that is durable now."""
+
+    @abstractmethod
+    def snapshot(self, partition: int) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        """A consistent view of a partition: the applied offset it reflects and its (key, raw state) in key
+        order. The iterator stays valid while writes go on."""
+
+    @abstractmethod
+    def partition_sizes(self) -> dict[int, int]:
+        """Keys (tombstones included) held per partition, for status output."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release."""
+
+
+def merge_newest_first(sources: Iterable[list[tuple[bytes, bytes]]]) -> dict[bytes, bytes]:
+    """Entries of several partitions, newest partition first: the first state seen for a key wins."""
+    merged: dict[bytes, bytes] = {}
+    for entries in sources:
+        for key, raw in entries:
+            merged.setdefault(key, raw)
+    return merged

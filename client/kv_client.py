@@ -1,0 +1,189 @@
+"""KVClient: put, get, delete, compare-and-set and prefix scans on the brokers' KV store.
+
+Keys hash to the shards of the system static topic ``rmq_sys_KV``; each call goes to the broker leading the
+key's shard. While a shard moves (remap) its brokers answer "not leader" or "busy": the client refreshes the
+route and retries until ``retry_timeout_ms``. A compare-and-set is not retried after a transport failure
+(it may have applied); that surfaces as an MQClientError.
+"""
+
+import heapq
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from client.client_instance import ClientInstance
+from client.errors import MQClientError
+from client.grpc_errors import business_error, rpc_error
+from client.static_route import total_queues
+from common.kv_shard import KV_TOPIC, KvInputError, check_key, check_scan_limit, check_value, shard_of
+from common.response_code import ResponseCode
+from proto import broker_pb2, kv_pb2, kv_pb2_grpc
+
+T = TypeVar("T")
+Bytes = bytes | str
+RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
+RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
+
+
+@dataclass(frozen=True, slots=True)
+class CasResult:
+    applied: bool
+    current: bytes | None  # the key's value after the call (None: absent)
+
+
+def _b(data: Bytes, what: str) -> bytes:
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise MQClientError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
+def _checked(check: Callable[..., None], *args: object) -> None:
+    try:
+        check(*args)
+    except KvInputError as exc:
+        raise MQClientError(str(exc)) from None
+
+
+class KVClient:
+    def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
+                 retry_timeout_ms: int = 15_000) -> None:
+        self._instance = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+        self._timeout_s = rpc_timeout_ms / 1000
+        self._retry_s = retry_timeout_ms / 1000
+
+    def __enter__(self) -> "KVClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._instance.close()
+
+    # -- routing -----------------------------------------------------------------------------------
+    def shards(self, refresh: bool = False) -> int:
+        try:
+            total = total_queues(self._instance.route(KV_TOPIC, refresh=refresh))
+        except MQClientError as exc:
+            raise MQClientError(f"the KV store is not initialised ({exc}); run mqadmin kvInit") from None
+        if total <= 0:
+            raise MQClientError(f"topic {KV_TOPIC} is not a static topic: run mqadmin kvInit")
+        return total
+
+    def _stub(self, shard: int, refresh: bool) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
+        addr = self._instance.leader_addr(KV_TOPIC, shard, refresh=refresh)
+        return addr, kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
+
+    def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], T],
+                  retry_transport: bool = True) -> T:
+        """``call`` on the shard's leader; refresh-and-retry on not-leader, busy and unreachable."""
+        deadline = time.monotonic() + self._retry_s
+        refresh, pause = False, 0.01
+        while True:
+            addr, stub = self._stub(shard, refresh)
+            try:
+                response = call(stub)
+            except grpc.RpcError as exc:
+                if not (retry_transport and exc.code() in RETRYABLE_STATUS) or time.monotonic() > deadline:
+                    raise rpc_error(what, addr, exc) from None
+            else:
+                if response.code == ResponseCode.SUCCESS:
+                    return response
+                if response.code not in RETRYABLE_CODES or time.monotonic() > deadline:
+                    raise business_error(what, addr, response.code, response.remark)
+            refresh = True
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def _write(self, request: kv_pb2.KvWriteRequest, what: str, retry_transport: bool = True) -> kv_pb2.KvWriteResponse:
+        shard = shard_of(request.key, self.shards())
+        return self._on_shard(shard, what, lambda stub: stub.Write(request, timeout=self._timeout_s),
+                              retry_transport)
+
+    def put(self, key: Bytes, value: Bytes) -> None:
+        k, v = _b(key, "key"), _b(value, "value")
+        _checked(check_key, k)
+        _checked(check_value, v)
+        self._write(kv_pb2.KvWriteRequest(op=kv_pb2.KV_PUT, key=k, value=v), f"KV put of {k[:64]!r}")
+
+    def delete(self, key: Bytes) -> None:
+        k = _b(key, "key")
+        _checked(check_key, k)
+        self._write(kv_pb2.KvWriteRequest(op=kv_pb2.KV_DELETE, key=k), f"KV delete of {k[:64]!r}")
+
+    def cas(self, key: Bytes, expected: Bytes | None, value: Bytes) -> CasResult:
+        """Set ``value`` if the key holds ``expected`` (None: if the key is absent). Decided by the shard's
+        leader in commitlog order; the result says whether it applied and what the key holds now."""
+        k, v = _b(key, "key"), _b(value, "value")
+        _checked(check_key, k)
+        _checked(check_value, v)
+        request = kv_pb2.KvWriteRequest(op=kv_pb2.KV_CAS, key=k, value=v, expect_absent=expected is None)
+        if expected is not None:
+            request.expected = _b(expected, "expected value")
+            _checked(check_value, request.expected, "expected value")
+        response = self._write(request, f"KV compare-and-set of {k[:64]!r}", retry_transport=False)
+        return CasResult(response.applied, response.current if response.exists else None)
+
+    def compare_and_set(self, key: Bytes, expected: Bytes | None, value: Bytes) -> bool:
+        return self.cas(key, expected, value).applied
+
+    # -- reads -------------------------------------------------------------------------------------
+    def get(self, key: Bytes) -> bytes | None:
+        return self.get_batch([key])[0]
+
+    def get_batch(self, keys: Iterable[Bytes]) -> list[bytes | None]:
+        """Values of ``keys`` (None where absent), one call per shard."""
+        ks = [_b(k, "key") for k in keys]
+        for k in ks:
+            _checked(check_key, k)
+        total = self.shards()
+        by_shard: dict[int, list[int]] = {}
+        for i, k in enumerate(ks):
+            by_shard.setdefault(shard_of(k, total), []).append(i)
+        out: list[bytes | None] = [None] * len(ks)
+        for shard, slots in by_shard.items():
+            request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC)
+            response = self._on_shard(shard, f"KV get of {len(slots)} keys",
+                                      lambda stub, r=request: stub.Get(r, timeout=self._timeout_s))
+            for i, entry in zip(slots, response.entries, strict=True):
+                out[i] = entry.value if entry.state == kv_pb2.KV_PRESENT else None
+        return out
+
+    def scan(self, prefix: Bytes = b"", limit: int = 100, start_after: Bytes = b"") -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` (key, value) with ``prefix`` in key order, after ``start_after`` (pass the last key
+        returned to resume)."""
+        p, after = _b(prefix, "prefix"), _b(start_after, "start_after")
+        _checked(check_scan_limit, limit)
+        per_shard = []
+        for shard in range(self.shards()):
+            request = kv_pb2.KvScanRequest(shard=shard, prefix=p, start_after=after, limit=limit,
+                                           addressing=broker_pb2.LOGIC)
+            response = self._on_shard(shard, f"KV scan of shard {shard}",
+                                      lambda stub, r=request: stub.Scan(r, timeout=self._timeout_s))
+            per_shard.append([(e.key, e.value) for e in response.entries])
+        return list(heapq.merge(*per_shard))[:limit]
+
+    # -- snapshots ---------------------------------------------------------------------------------
+    def export_snapshot(self, shard: int) -> list[kv_pb2.KvSnapshotChunk]:
+        """A consistent copy of one shard from its leader: a header chunk, then entry chunks."""
+        addr, stub = self._stub(shard, refresh=False)
+        try:
+            return list(stub.ExportSnapshot(kv_pb2.KvSnapshotRequest(shard=shard), timeout=max(self._timeout_s, 300)))
+        except grpc.RpcError as exc:
+            raise rpc_error(f"KV snapshot export of shard {shard}", addr, exc) from None
+
+    def import_snapshot(self, chunks: list[kv_pb2.KvSnapshotChunk]) -> int:
+        """Load an exported shard into the same shard here (its leader must hold nothing). Returns entries."""
+        if not chunks or not chunks[0].HasField("header"):
+            raise MQClientError("a KV snapshot starts with a header chunk")
+        shard = chunks[0].header.shard
+        response = self._on_shard(shard, f"KV snapshot import of shard {shard}",
+                                  lambda stub: stub.ImportSnapshot(iter(chunks), timeout=max(self._timeout_s, 300)),
+                                  retry_transport=False)
+        return response.imported

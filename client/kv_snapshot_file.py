@@ -1,0 +1,46 @@
+"""A KV shard snapshot on disk: ``RMQKVSNP`` then length-prefixed (>I) KvSnapshotChunk messages, the first
+holding the header (shard, shards, source broker, commitlog offset)."""
+
+import struct
+from pathlib import Path
+
+from client.errors import MQClientError
+from proto import kv_pb2
+
+MAGIC = b"RMQKVSNP"
+LENGTH = struct.Struct(">I")
+
+
+def write_snapshot(path: Path, chunks: list[kv_pb2.KvSnapshotChunk]) -> int:
+    """Write the chunks; returns the number of entries."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(MAGIC)
+        for chunk in chunks:
+            data = chunk.SerializeToString()
+            f.write(LENGTH.pack(len(data)))
+            f.write(data)
+    tmp.replace(path)
+    return sum(len(c.entries) for c in chunks)
+
+
+def read_snapshot(path: Path) -> list[kv_pb2.KvSnapshotChunk]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MQClientError(f"cannot read KV snapshot {path}: {exc.strerror}") from None
+    if not data.startswith(MAGIC):
+        raise MQClientError(f"{path} is not a KV snapshot (no {MAGIC.decode()} header)")
+    chunks, pos = [], len(MAGIC)
+    while pos < len(data):
+        if pos + LENGTH.size > len(data):
+            raise MQClientError(f"KV snapshot {path} is truncated at byte {pos}")
+        (n,) = LENGTH.unpack_from(data, pos)
+        pos += LENGTH.size
+        if pos + n > len(data):
+            raise MQClientError(f"KV snapshot {path} is truncated at byte {pos}")
+        chunks.append(kv_pb2.KvSnapshotChunk.FromString(data[pos : pos + n]))
+        pos += n
+    if not chunks or not chunks[0].HasField("header"):
+        raise MQClientError(f"KV snapshot {path} has no header")
+    return chunks

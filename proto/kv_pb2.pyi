@@ -1,0 +1,153 @@
+from proto import broker_pb2 as _broker_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class KvOpType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KV_OP_UNSPECIFIED: _ClassVar[KvOpType]
+    KV_PUT: _ClassVar[KvOpType]
+    KV_DELETE: _ClassVar[KvOpType]
+    KV_CAS: _ClassVar[KvOpType]
+
+class KvEntryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KV_ABSENT: _ClassVar[KvEntryState]
+    KV_PRESENT: _ClassVar[KvEntryState]
+    KV_DELETED: _ClassVar[KvEntryState]
+KV_OP_UNSPECIFIED: KvOpType
+KV_PUT: KvOpType
+KV_DELETE: KvOpType
+KV_CAS: KvOpType
+KV_ABSENT: KvEntryState
+KV_PRESENT: KvEntryState
+KV_DELETED: KvEntryState
+
+class KvWriteRequest(_message.Message):
+    __slots__ = ("op", "key", "value", "expected", "expect_absent")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    op: KvOpType
+    key: bytes
+    value: bytes
+    expected: bytes
+    expect_absent: bool
+    def __init__(self, op: _Optional[_Union[KvOpType, str]] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., expected: _Optional[bytes] = ..., expect_absent: _Optional[bool] = ...) -> None: ...
+
+class KvWriteResponse(_message.Message):
+    __slots__ = ("code", "remark", "applied", "exists", "current")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    applied: bool
+    exists: bool
+    current: bytes
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., applied: _Optional[bool] = ..., exists: _Optional[bool] = ..., current: _Optional[bytes] = ...) -> None: ...
+
+class KvEntry(_message.Message):
+    __slots__ = ("key", "state", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    state: KvEntryState
+    value: bytes
+    def __init__(self, key: _Optional[bytes] = ..., state: _Optional[_Union[KvEntryState, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class KvGetRequest(_message.Message):
+    __slots__ = ("keys", "addressing", "queue_id")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    addressing: _broker_pb2.QueueAddressing
+    queue_id: int
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class KvGetResponse(_message.Message):
+    __slots__ = ("code", "remark", "entries")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    entries: _containers.RepeatedCompositeFieldContainer[KvEntry]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[KvEntry, _Mapping]]] = ...) -> None: ...
+
+class KvScanRequest(_message.Message):
+    __slots__ = ("shard", "prefix", "start_after", "limit", "addressing", "queue_id")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSING_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    prefix: bytes
+    start_after: bytes
+    limit: int
+    addressing: _broker_pb2.QueueAddressing
+    queue_id: int
+    def __init__(self, shard: _Optional[int] = ..., prefix: _Optional[bytes] = ..., start_after: _Optional[bytes] = ..., limit: _Optional[int] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class KvScanResponse(_message.Message):
+    __slots__ = ("code", "remark", "entries", "exhausted")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    entries: _containers.RepeatedCompositeFieldContainer[KvEntry]
+    exhausted: bool
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[KvEntry, _Mapping]]] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+
+class KvSnapshotRequest(_message.Message):
+    __slots__ = ("shard",)
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    def __init__(self, shard: _Optional[int] = ...) -> None: ...
+
+class KvSnapshotHeader(_message.Message):
+    __slots__ = ("shard", "total_shards", "broker_name", "commit_log_offset", "created_ms")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    total_shards: int
+    broker_name: str
+    commit_log_offset: int
+    created_ms: int
+    def __init__(self, shard: _Optional[int] = ..., total_shards: _Optional[int] = ..., broker_name: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class KvSnapshotChunk(_message.Message):
+    __slots__ = ("header", "entries")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    header: KvSnapshotHeader
+    entries: _containers.RepeatedCompositeFieldContainer[KvEntry]
+    def __init__(self, header: _Optional[_Union[KvSnapshotHeader, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[KvEntry, _Mapping]]] = ...) -> None: ...
+
+class KvImportResponse(_message.Message):
+    __slots__ = ("code", "remark", "imported")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    IMPORTED_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    imported: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., imported: _Optional[int] = ...) -> None: ...
