@@ -8,7 +8,14 @@ from typing import Any, NoReturn
 
 import click
 
-from admin_cli import cluster_commands, group_commands, message_commands, static_topic_commands, topic_commands
+from admin_cli import (
+    cluster_commands,
+    group_commands,
+    kv_commands,
+    message_commands,
+    static_topic_commands,
+    topic_commands,
+)
 from admin_cli.context import Settings
 
 PROG = "mqadmin"
@@ -55,7 +62,7 @@ def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool) -> None:
     ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json)
 
 
-for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands):
+for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands, kv_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

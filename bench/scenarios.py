@@ -42,11 +42,13 @@ class Scenario:
 
 
 # -- placeholders: what issues 5-8 ask for ----------------------------------------------------------
-KV_METRICS = [
-    Metric("kv.put", "KV put (acked after apply), 16 callers", "ops/s", echo="unary",
-           target=Target(">=", 0.7, of="echo.unary"), issue=6),
-    Metric("kv.get", "KV get, 16 callers", "ops/s", echo="unary", target=Target(">=", 0.7, of="echo.unary"),
-           issue=6),
+KV_METRICS = [  # as bench/kv_bench.py declares them: put and get are judged against an echo at 16 in flight
+    Metric("kv.echo_unary16", "gRPC echo, unary 1 KiB, 16 in flight", "calls/s", echo="unary",
+           short="echo unary @16", issue=6),
+    Metric("kv.put", "KV put (acked after apply), 16 callers", "ops/s", echo="unary", vs="kv.echo_unary16",
+           target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
+    Metric("kv.get", "KV get, 16 callers", "ops/s", echo="unary", vs="kv.echo_unary16",
+           target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
     Metric("kv.mget", "KV batched get, 64 keys a call", "keys/s", echo="batch", target=Target(">=", 100_000),
            issue=6),
     Metric("kv.replay", "KV replay after a crash", "ops/s", echo="batch", target=Target(">=", 200_000), issue=6),

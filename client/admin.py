@@ -242,14 +242,17 @@ class Admin:
         return self.static_topics.static_topic_status(topic)
 
     def kv_init(self, shards: int = DEFAULT_KV_SHARDS, cluster: str | None = None,
-                brokers: list[str] | None = None) -> StaticTopicUpdate:
+                brokers: list[str] | None = None) -> StaticTopicUpdate | None:
         """Create the KV store's shards: the static topic rmq_sys_KV with ``shards`` logic queues on the masters
         of ``cluster`` or the named brokers (which need kvEnable=true). The number of shards is fixed: keys hash
-        over it, so changing it later is refused (move shards between brokers with remap_static_topic)."""
+        over it, so changing it later is refused (move shards between brokers with remap_static_topic). None when
+        the store already has ``shards`` shards (nothing to do)."""
         status = self.static_topic_status(KV_TOPIC)
         if status is not None and status.total_queues != shards:
             raise MQClientError(f"the KV store already has {status.total_queues} shards; the number of shards "
                                 "cannot change (keys hash over it)")
+        if status is not None:
+            return None
         return self.update_static_topic(KV_TOPIC, shards, cluster, brokers)
 
     def is_static_topic(self, topic: str) -> bool:

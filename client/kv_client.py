@@ -138,22 +138,46 @@ class KVClient:
         return self.get_batch([key])[0]
 
     def get_batch(self, keys: Iterable[Bytes]) -> list[bytes | None]:
-        """Values of ``keys`` (None where absent), one call per shard."""
+        """Values of ``keys`` (None where absent): one call per broker leading some of their shards."""
         ks = [_b(k, "key") for k in keys]
         for k in ks:
             _checked(check_key, k)
-        total = self.shards()
-        by_shard: dict[int, list[int]] = {}
-        for i, k in enumerate(ks):
-            by_shard.setdefault(shard_of(k, total), []).append(i)
         out: list[bytes | None] = [None] * len(ks)
-        for shard, slots in by_shard.items():
-            request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC)
-            response = self._on_shard(shard, f"KV get of {len(slots)} keys",
-                                      lambda stub, r=request: stub.Get(r, timeout=self._timeout_s))
-            for i, entry in zip(slots, response.entries, strict=True):
-                out[i] = entry.value if entry.state == kv_pb2.KV_PRESENT else None
+        pending = list(range(len(ks)))
+        deadline = time.monotonic() + self._retry_s
+        refresh = False
+        while pending:
+            total = self.shards(refresh)
+            by_broker: dict[str, list[int]] = {}
+            for i in pending:
+                addr = self._instance.leader_addr(KV_TOPIC, shard_of(ks[i], total), refresh=refresh)
+                by_broker.setdefault(addr, []).append(i)
+            pending = []
+            for addr, slots in by_broker.items():
+                if not self._get_from(addr, ks, slots, out, deadline):
+                    pending += slots  # a shard moved: ask again where it is now
+            refresh = True
         return out
+
+    def _get_from(self, addr: str, ks: list[bytes], slots: list[int], out: list[bytes | None],
+                  deadline: float) -> bool:
+        what = f"KV get of {len(slots)} keys"
+        request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC)
+        try:
+            response = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr)).Get(request, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() in RETRYABLE_STATUS and time.monotonic() < deadline:
+                time.sleep(0.05)
+                return False
+            raise rpc_error(what, addr, exc) from None
+        if response.code in RETRYABLE_CODES and time.monotonic() < deadline:
+            time.sleep(0.01)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            raise business_error(what, addr, response.code, response.remark)
+        for i, entry in zip(slots, response.entries, strict=True):
+            out[i] = entry.value if entry.state == kv_pb2.KV_PRESENT else None
+        return True
 
     def scan(self, prefix: Bytes = b"", limit: int = 100, start_after: Bytes = b"") -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` (key, value) with ``prefix`` in key order, after ``start_after`` (pass the last key

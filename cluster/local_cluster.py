@@ -82,6 +82,7 @@ def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: P
         "storePathRootDir": store_dir,
         "flushDiskType": "ASYNC_FLUSH",
         "autoCreateTopicEnable": "true",
+        "kvEnable": "true",
     }
 
 
@@ -251,6 +252,10 @@ def banner(cluster: LocalCluster) -> str:
         "              if not result.messages:",
         "                  break",
         "              offset = result.next_begin_offset",
+        "",
+        "Key-value store (once per data directory: kvInit creates its shards):",
+        f"  mqadmin -n {ns} kvInit -c {CLUSTER_NAME}",
+        f"  mqadmin -n {ns} kvPut -k greeting -v hello && mqadmin -n {ns} kvGet -k greeting",
         "",
         "Ctrl-C (or SIGTERM) stops the brokers, then the name server.",
     ])

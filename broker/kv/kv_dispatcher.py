@@ -36,6 +36,7 @@ class CasOutcome:
 
 class KvCommitLogDispatcher(CommitLogDispatcher):
     name = "kv"
+    keeps_commit_log = True  # unflushed state is rebuilt only by replaying the commitlog
 
     def __init__(self, state: KvStateStore, read_at: ReadAt) -> None:
         self.state = state
@@ -45,6 +46,7 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         self._stored = 0  # the applied offset as written in the state store
         self._outcomes: OrderedDict[int, CasOutcome] = OrderedDict()
         self._outcomes_lock = threading.Lock()
+        self._apply_lock = threading.Lock()  # dispatch (reput thread) and flush (flush thread) both write state
         self.apply_listeners: list[ApplyListener] = []
         self.applied_ops = 0
 
@@ -60,6 +62,12 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         return self._durable
 
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
+        with self._apply_lock:
+            self._dispatch(requests, end_offset)
+        for listener in self.apply_listeners:
+            listener(end_offset)
+
+    def _dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         if end_offset <= self._applied:
             return  # re-dispatch of what was applied before a restart
         applied_from = self._applied
@@ -76,8 +84,6 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
             self._stored = end_offset
             self.applied_ops += ops
         self._applied = end_offset
-        for listener in self.apply_listeners:
-            listener(end_offset)
 
     def _apply(self, writes: StateWrites, partition: int, physical: int, record: kv_record.KvRecord) -> None:
         slot = (partition, record.key)
@@ -106,10 +112,10 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
             return self._outcomes.pop(physical_offset, None)
 
     def flush(self) -> None:
-        applied = self._applied
-        if applied > self._stored:  # records since the last KV op were other topics': move the mark past them
-            self.state.apply({}, applied)
-            self._stored = applied
+        with self._apply_lock:
+            if self._applied > self._stored:  # records since the last KV op were other topics': move the mark
+                self.state.apply({}, self._applied)
+                self._stored = self._applied
         self._durable = self.state.flush()
 
     def truncate_dirty(self, commit_log_end: int) -> None:

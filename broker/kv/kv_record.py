@@ -63,13 +63,37 @@ class KvRecord:
         return props, b"".join((FORMAT, head, expected or b"", base or b"", self.value))
 
 
+_OPS = {op.value: op for op in KvOp}
+# What KvRecord.encode writes: ``KV_OP\x01XXX\x02KV_KEY\x01<base64>\x02`` (read without searching).
+_OP_AT, _KEY_AT = len(OP_NEEDLE), len(OP_NEEDLE) + 3 + len(_END + KEY_NEEDLE)
+
+
 def decode(properties: bytes, body: bytes) -> KvRecord:
+    if properties.startswith(OP_NEEDLE) and properties[_OP_AT + 3 : _KEY_AT] == _END + KEY_NEEDLE \
+            and properties.endswith(_END) and properties.count(_END) == 2:
+        op, key = _op(properties[_OP_AT : _OP_AT + 3]), base64.b64decode(properties[_KEY_AT:-1])
+    else:
+        op, key = _decode_properties(properties)
+    assert body[:1] == FORMAT, f"KV record body format {body[:1]!r} unknown"
+    if op is not KvOp.CAS:
+        return KvRecord(op, key, body[1:])
+    return _decode_cas(key, body)
+
+
+def _decode_properties(properties: bytes) -> tuple[KvOp, bytes]:
     op_raw, key_raw = find_property(properties, OP_NEEDLE), find_property(properties, KEY_NEEDLE)
     assert op_raw is not None and key_raw is not None, "KV record without KV_OP or KV_KEY"
-    assert body[:1] == FORMAT, f"KV record body format {body[:1]!r} unknown"
-    op, key = KvOp(bytes(op_raw)), base64.b64decode(key_raw)
-    if op is not KvOp.CAS:
-        return KvRecord(op, key, bytes(body[1:]))
+    return _op(bytes(op_raw)), base64.b64decode(key_raw)
+
+
+def _op(raw: bytes) -> KvOp:
+    op = _OPS.get(raw)
+    if op is None:
+        raise ValueError(f"unknown KV op {raw!r}")
+    return op
+
+
+def _decode_cas(key: bytes, body: bytes) -> KvRecord:
     expected_len, base_len = CAS_HEAD.unpack_from(body, 1)
     pos = 1 + CAS_HEAD.size
     expected = None
@@ -78,4 +102,4 @@ def decode(properties: bytes, body: bytes) -> KvRecord:
     base = None
     if base_len >= 0:
         base, pos = bytes(body[pos : pos + base_len]), pos + base_len
-    return KvRecord(op, key, bytes(body[pos:]), expected, base)
+    return KvRecord(KvOp.CAS, key, bytes(body[pos:]), expected, base)

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 APPLY_TIMEOUT_S = 10.0
 SNAPSHOT_CHUNK_ENTRIES = 1000
+IMPORT_BATCH_ENTRIES = 1000
 _OPS = {kv_pb2.KV_PUT: KvOp.PUT, kv_pb2.KV_DELETE: KvOp.DELETE, kv_pb2.KV_CAS: KvOp.CAS}
 
 
@@ -113,11 +114,7 @@ class KvProcessor:
                                            wait_flushed=False)
         if not result.ok or result.append is None:
             raise KvRefusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the write: {result.error}")
-        try:
-            await asyncio.wait_for(kv.waiters.wait(result.append.end_offset), APPLY_TIMEOUT_S)
-        except TimeoutError:
-            raise KvRefusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
-                            "the write may still apply") from None
+        await self._applied(kv, result.append.end_offset)
         if op is not KvOp.CAS:
             return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=True)
         outcome = kv.dispatcher.take_outcome(result.append.physical_offsets[0])
@@ -217,48 +214,51 @@ class KvProcessor:
         log.info("kv_snapshot_exported shard=%d entries=%d commitlog_offset=%d", request.shard, sent, offset)
 
     async def import_snapshot(self, chunks: AsyncIterator[kv_pb2.KvSnapshotChunk]) -> kv_pb2.KvImportResponse:
-        """Into a shard this broker leads and that holds nothing yet; every entry is written as a put through
+        """Into a shard this broker leads and that holds nothing yet. The whole snapshot is read and checked
+        before anything is written (a bad entry changes nothing); every entry is then written as a put through
         the commitlog, so the imported state is as durable (and replayable) as any write."""
-        kv = self._kv()
-        first = await anext(aiter(chunks), None)
-        require(first is not None and first.HasField("header"), "a snapshot starts with a header chunk")
-        assert first is not None
-        header = first.header
+        received = [chunk async for chunk in chunks]
+        require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
+        header = received[0].header
         try:
+            kv = self._kv()
             total = self.total_shards()
             require(header.total_shards == total, f"the snapshot is of a KV store with {header.total_shards} "
                     f"shards; this one has {total}")
+            require(0 <= header.shard < total, f"shard {header.shard} does not exist: shards are 0..{total - 1}")
+            entries = [e for chunk in received for e in chunk.entries]
+            for entry in entries:
+                checked(check_key, entry.key)
+                checked(check_value, entry.value)
+                require(shard_of(entry.key, total) == header.shard,
+                        f"key {entry.key[:40]!r} is not in shard {header.shard}")
             ctx = self._context(header.shard)
             if len(ctx.chain) > 1 or kv.state.scan(ctx.leader.queue_id, b"", b"", 1):
                 raise KvRefusal(ResponseCode.SYSTEM_ERROR, f"shard {header.shard} already holds data on broker "
                                 f"{self.c.config.broker_name}: import only into an empty shard")
-            imported = 0
-            async for chunk in _chained(first, chunks):
-                imported += await self._import_chunk(kv, ctx, header.shard, total, chunk.entries)
+            for start in range(0, len(entries), IMPORT_BATCH_ENTRIES):
+                await self._import_batch(kv, ctx, entries[start : start + IMPORT_BATCH_ENTRIES])
         except KvRefusal as refusal:
             return kv_pb2.KvImportResponse(code=refusal.code, remark=str(refusal))
-        log.info("kv_snapshot_imported shard=%d entries=%d from_broker=%s from_offset=%d", header.shard, imported,
-                 header.broker_name, header.commit_log_offset)
-        return kv_pb2.KvImportResponse(code=ResponseCode.SUCCESS, imported=imported)
+        log.info("kv_snapshot_imported shard=%d entries=%d from_broker=%s from_offset=%d", header.shard,
+                 len(entries), header.broker_name, header.commit_log_offset)
+        return kv_pb2.KvImportResponse(code=ResponseCode.SUCCESS, imported=len(entries))
 
-    async def _import_chunk(self, kv: "KvStore", ctx: LogicQueueContext, shard: int, total: int,
-                            entries) -> int:
-        if not entries:
-            return 0
-        bodies, props = [], []
-        for entry in entries:
-            checked(check_key, entry.key)
-            checked(check_value, entry.value)
-            require(shard_of(entry.key, total) == shard, f"key {entry.key[:40]!r} is not in shard {shard}")
-            p, b = KvRecord(KvOp.PUT, entry.key, entry.value).encode()
-            props.append(p)
-            bodies.append(b)
-        result = self.c.store.put_messages(KV_TOPIC, ctx.leader.queue_id, bodies, props, body_limit=MAX_BODY_BYTES,
-                                           wait_flushed=False)
+    async def _import_batch(self, kv: "KvStore", ctx: LogicQueueContext, entries: list[kv_pb2.KvEntry]) -> None:
+        encoded = [KvRecord(KvOp.PUT, e.key, e.value).encode() for e in entries]
+        result = self.c.store.put_messages(KV_TOPIC, ctx.leader.queue_id, [b for _, b in encoded],
+                                           [p for p, _ in encoded], body_limit=MAX_BODY_BYTES, wait_flushed=False)
         if not result.ok or result.append is None:
             raise KvRefusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the import: {result.error}")
-        await asyncio.wait_for(kv.waiters.wait(result.append.end_offset), APPLY_TIMEOUT_S)
-        return len(bodies)
+        await self._applied(kv, result.append.end_offset)
+
+    async def _applied(self, kv: "KvStore", end_offset: int) -> None:
+        try:
+            async with asyncio.timeout(APPLY_TIMEOUT_S):
+                await kv.waiters.wait(end_offset)
+        except TimeoutError:
+            raise KvRefusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
+                            "the write may still apply") from None
 
 
 def _take(entries, n: int) -> list[tuple[bytes, bytes]]:
@@ -268,9 +268,3 @@ def _take(entries, n: int) -> list[tuple[bytes, bytes]]:
         if len(out) >= n:
             break
     return out
-
-
-async def _chained(first: kv_pb2.KvSnapshotChunk, rest: AsyncIterator[kv_pb2.KvSnapshotChunk]):
-    yield first
-    async for chunk in rest:
-        yield chunk

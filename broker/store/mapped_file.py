@@ -75,10 +75,14 @@ class MappedFile:
         return self.flushed_position
 
     def truncate_to(self, pos: int) -> None:
-        """Zero everything from ``pos`` on (a torn tail) and make ``pos`` the write position."""
+        """Zero everything from ``pos`` on (a torn tail) and make ``pos`` the write position. Cutting the file
+        and growing it back zeroes the tail as holes: no write of up to a whole segment of zeros (this runs at
+        every start, before anything reads the mapping)."""
         if pos < self.file_size:
-            self.write_at(pos, bytes(self.file_size - pos))
-            os.fdatasync(self._writer())
+            fd = self._writer()
+            os.ftruncate(fd, pos)
+            os.ftruncate(fd, self.file_size)
+            os.fdatasync(fd)
         self.wrote_position = self.flushed_position = pos
 
     def close(self) -> None:

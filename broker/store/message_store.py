@@ -67,9 +67,8 @@ class MessageStore:
                                      self.commit_log.store_timestamp_at)
 
     def _replay_start(self) -> int:
-        """Where a restart would replay from: commitlog below it may expire (every dispatcher's state for it
-        is durable; the KV store in particular replays from its checkpoint)."""
-        return min(self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers))
+        """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it."""
+        return min([self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers if d.keeps_commit_log)])
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:

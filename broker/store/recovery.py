@@ -2,7 +2,7 @@
 
 A clean-shutdown marker (the ``abort`` file exists while the store runs) tells a normal start from an
 abnormal one. Normal: a structural scan of the last segment. Abnormal: every record from the start of the
-segment holding the lowest checkpoint is checked for structure and CRC; the first bad one ends the log.
+segment holding the flushed checkpoint is checked for structure and CRC; the first bad one ends the log.
 """
 
 import logging
@@ -29,10 +29,11 @@ def recover(store: "MessageStore") -> None:
     flushed = store.flushed_checkpoint.read() or 0
     lowest = min([flushed, *checkpoints.values()])
     if abnormal:
-        # From the start of the segment holding the lowest checkpoint: a checkpoint says what was
-        # dispatched, not that the bytes behind it are still intact.
-        segment = commit_log.mapped_file_queue.find(lowest)
-        end = commit_log.scan_valid_end(segment.file_from_offset if segment else lowest, verify_crc=True)
+        # From the start of the segment holding the flushed checkpoint: bytes below it were fsynced before it
+        # was written, so only what follows can be torn. (A dispatcher checkpoint says what was dispatched,
+        # not that the bytes are intact: it does not bound the check; it only says where replay starts.)
+        segment = commit_log.mapped_file_queue.find(flushed)
+        end = commit_log.scan_valid_end(segment.file_from_offset if segment else flushed, verify_crc=True)
     else:
         last = commit_log.mapped_file_queue.last()
         end = commit_log.scan_valid_end(last.file_from_offset if last else 0, verify_crc=False)

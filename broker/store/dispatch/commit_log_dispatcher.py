@@ -14,6 +14,9 @@ class CommitLogDispatcher(ABC):
     """
 
     name: str = "dispatcher"
+    # True for state that only a replay can rebuild (the KV store): commitlog segments expire only below
+    # this dispatcher's checkpoint. Others (consume queue, index) lose nothing when expired data is gone.
+    keeps_commit_log: bool = False
 
     @abstractmethod
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
