@@ -119,9 +119,9 @@ class Loader:
     def get_done(response: kv_pb2.KvGetResponse) -> int:
         if response.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"KV get failed: {response.code} {response.remark}")
-        if any(e.state != kv_pb2.KV_PRESENT or len(e.value) != len(BODY) for e in response.entries):
+        if any(len(raw) != 1 + len(BODY) for raw in response.states):
             raise RuntimeError("KV get: a key put before is missing or has the wrong value")
-        return len(response.entries)
+        return len(response.states)
 
 
 def fill_in_process(store_root: Path, conf_path: Path, keys: list[bytes]) -> None:

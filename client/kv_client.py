@@ -26,6 +26,7 @@ T = TypeVar("T")
 Bytes = bytes | str
 RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
 RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
+PRESENT = b"\x01"  # a get's raw state: 0x01 then the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +176,8 @@ class KVClient:
             return False
         if response.code != ResponseCode.SUCCESS:
             raise business_error(what, addr, response.code, response.remark)
-        for i, entry in zip(slots, response.entries, strict=True):
-            out[i] = entry.value if entry.state == kv_pb2.KV_PRESENT else None
+        for i, raw in zip(slots, response.states, strict=True):
+            out[i] = raw[1:] if raw[:1] == PRESENT else None
         return True
 
     def scan(self, prefix: Bytes = b"", limit: int = 100, start_after: Bytes = b"") -> list[tuple[bytes, bytes]]:

@@ -77,14 +77,14 @@ class KvGetRequest(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ...) -> None: ...
 
 class KvGetResponse(_message.Message):
-    __slots__ = ("code", "remark", "entries")
+    __slots__ = ("code", "remark", "states")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
-    entries: _containers.RepeatedCompositeFieldContainer[KvEntry]
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[KvEntry, _Mapping]]] = ...) -> None: ...
+    states: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., states: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class KvScanRequest(_message.Message):
     __slots__ = ("shard", "prefix", "start_after", "limit", "addressing", "queue_id")

@@ -47,7 +47,7 @@ class KvChainReader:
             return self.state.get(item.queue_id, keys)
         response = self._call(item, "Get", kv_pb2.KvGetRequest(
             keys=keys, addressing=broker_pb2.PHYSICAL, queue_id=item.queue_id))
-        return [entry_state(e) for e in response.entries]
+        return [raw or None for raw in response.states]
 
     def item_scan(self, item: LogicQueueMappingItem, shard: int, prefix: bytes, start_after: bytes,
                   limit: int) -> Entries:

@@ -141,12 +141,12 @@ class KvProcessor:
             kv = self._kv()
             if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
                 states = kv.state.get(request.queue_id, keys)
-                return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, entries=map(to_entry, keys, states))
+                return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=[raw or b"" for raw in states])
             states = await self._logic_get(kv, keys)
         except KvRefusal as refusal:
             return kv_pb2.KvGetResponse(code=refusal.code, remark=str(refusal))
-        entries = [to_entry(k, None if raw == DELETED else raw) for k, raw in zip(keys, states, strict=True)]
-        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, entries=entries)
+        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS,
+                                    states=[b"" if raw is None or raw == DELETED else raw for raw in states])
 
     async def _logic_get(self, kv: "KvStore", keys: list[bytes]) -> list[bytes | None]:
         total = self.total_shards()

@@ -42,8 +42,7 @@ class FakePeers:
         state = self.states[bname]
         if method == "Get":
             raws = state.get(request.queue_id, list(request.keys))
-            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS,
-                                        entries=[to_entry(k, r) for k, r in zip(request.keys, raws, strict=True)])
+            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=[r or b"" for r in raws])
         entries = state.scan(request.queue_id, request.prefix, request.start_after, request.limit)
         return kv_pb2.KvScanResponse(code=ResponseCode.SUCCESS, entries=[to_entry(k, r) for k, r in entries],
                                      exhausted=len(entries) < request.limit)

@@ -2,8 +2,8 @@
 skipping what was applied before a restart, and restarts from a lagging applied offset."""
 
 import random
-import threading
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
