@@ -117,6 +117,12 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tieredStoreFilePath": ("tiered_store_file_path", _STR),
     "tieredStorageLevel": ("tiered_storage_level", _choice("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")),
     "tieredStoreFileReservedTime": ("tiered_store_file_reserved_time", _float_at_least(0)),
+    "tieredStoreDeleteFileEnable": ("tiered_store_delete_file_enable", _bool),
+    "tieredStoreCommitLogMaxSize": ("tiered_store_commit_log_max_size", _int_in(4096, 1 << 40)),
+    "tieredStoreConsumeQueueMaxSize": ("tiered_store_consume_queue_max_size", _int_in(28, 1 << 40)),
+    "tieredStoreGroupCommitCount": ("tiered_store_group_commit_count", _int_in(1, 1 << 24)),
+    "tieredStoreGroupCommitSize": ("tiered_store_group_commit_size", _int_in(1, 1 << 34)),
+    "tieredStoreGroupCommitAge": ("tiered_store_group_commit_age", _int_in(1, 3_600_000)),
 }
 
 
@@ -157,6 +163,12 @@ class BrokerConfig:
     tiered_store_file_path: str = ""
     tiered_storage_level: str = "NOT_IN_DISK"
     tiered_store_file_reserved_time: float = 72.0
+    tiered_store_delete_file_enable: bool = False  # the broker deletes expired tier objects itself (else the job)
+    tiered_store_commit_log_max_size: int = 1024 * 1024 * 1024  # bytes of one tiered commitlog segment
+    tiered_store_consume_queue_max_size: int = 28 * 1024 * 1024  # bytes of one tiered consume queue segment
+    tiered_store_group_commit_count: int = 2048  # a queue uploads once it has this many messages waiting,
+    tiered_store_group_commit_size: int = 8 * 1024 * 1024  # or this many bytes,
+    tiered_store_group_commit_age: int = 500  # or its oldest waited this many ms
     unknown_keys: list[str] = field(default_factory=list)
 
     @property

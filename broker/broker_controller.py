@@ -30,6 +30,7 @@ from broker.statictopic.static_topic_clean_service import StaticTopicCleanServic
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
+from broker.tiered.tiered_store import TieredStore
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import broker_pb2_grpc, kv_pb2_grpc
 
@@ -65,6 +66,7 @@ class BrokerController:
             self.kv = KvStore(config.kv_store_type, Path(config.store_path_root_dir) / "kv",
                               config.kv_snapshot_interval / 1000, config.broker_name)
         self.kv_processor = KvProcessor(self)
+        self.tiered: TieredStore | None = None
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
@@ -85,12 +87,17 @@ class BrokerController:
             raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}: {exc}") from None
         self.broker_addr = f"{c.broker_ip1}:{port}"
         self.peer_brokers = PeerBrokers(c.namesrv_addrs, c.broker_name, self.broker_addr)
-        self.store = MessageStore(c.store_config(self.broker_addr))
+        self.store = local_store = MessageStore(c.store_config(self.broker_addr))
+        if c.tiered_store_enable:  # processors read through the tiered facade; it registers its uploader
+            self.tiered = TieredStore(c, local_store)
+            self.store = self.tiered.store  # type: ignore[assignment]
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
         self.store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
-            self.kv.attach(self.store, asyncio.get_running_loop(), lambda: self.peer_brokers)
+            self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
         await asyncio.to_thread(self._load)
+        if self.tiered is not None:
+            self.tiered.start()
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), server)
         await server.start()
@@ -153,7 +160,11 @@ class BrokerController:
         self.peer_brokers.close()
         self.consumer_offset_manager.persist()
         self.metadata.close()
+        if self.tiered is not None:
+            self.tiered.shutdown()
         self.store.shutdown()
+        if self.tiered is not None:
+            self.tiered.close()
         if self.kv is not None:
             self.kv.close()
 

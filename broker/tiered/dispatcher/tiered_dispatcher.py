@@ -1,0 +1,170 @@
+"""Uploads messages to the tier: the tiered member of the commitlog's dispatch chain.
+
+``dispatch`` (reput thread, only ever below the confirm offset) just queues each record's position per queue.
+An upload thread group-commits a queue when it has ``group_commit_count`` records, ``group_commit_bytes``
+bytes, or its oldest one waited ``group_commit_age_s``: it reads the records from the local commitlog,
+appends them to the queue's flat files and commits commitlog then consume queue.
+
+Checkpoint: the commitlog offset of the oldest record not yet committed to the tier (or the dispatched end),
+stored in the metadata store by ``flush``. Local commitlog segments do not expire above it, and after a crash
+the chain replays from it; records whose queue offset the tier already has are skipped.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
+from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
+from common.kv_shard import KV_TOPIC
+
+log = logging.getLogger(__name__)
+
+ReadAt = Callable[[int, int], bytes]
+NOT_TIERED = (KV_TOPIC,)  # the KV store's ops: state lives in RocksDB, replaying them from a tier is not a use
+
+
+@dataclass(slots=True)
+class GroupCommitPolicy:
+    count: int = 2048
+    bytes: int = 8 * 1024 * 1024
+    age_s: float = 0.5
+
+
+class _Pending:
+    __slots__ = ("bytes", "requests", "since")
+
+    def __init__(self) -> None:
+        self.requests: list[DispatchRequest] = []
+        self.bytes = 0
+        self.since = time.monotonic()
+
+
+class TieredDispatcher(CommitLogDispatcher):
+    name = "tiered"
+    keeps_commit_log = True  # a local segment expires only once the tier has its messages
+
+    def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, read_at: ReadAt,
+                 policy: GroupCommitPolicy) -> None:
+        self.flat_files = flat_files
+        self.metadata = metadata
+        self._read_at = read_at
+        self.policy = policy
+        self._pending: dict[QueueKey, _Pending] = {}
+        self._inflight: dict[QueueKey, int] = {}  # queue -> physical offset of its oldest record being uploaded
+        self._dispatched = 0
+        self._checkpoint = 0
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.uploaded_messages = 0
+        self.uploaded_bytes = 0
+
+    # -- chain -----------------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.flat_files.load()
+        self._checkpoint = self._dispatched = self.metadata.get_checkpoint()
+        log.info("tiered_loaded queues=%d checkpoint=%d", len(self.flat_files.files), self._checkpoint)
+
+    def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
+        full = False
+        with self._lock:
+            pending = self._pending
+            for r in requests:
+                if r[0] in NOT_TIERED:
+                    continue
+                key = (r[0], r[1])
+                p = pending.get(key)
+                if p is None:
+                    p = pending[key] = _Pending()
+                p.requests.append(r)
+                p.bytes += r[4]
+                full = full or len(p.requests) >= self.policy.count or p.bytes >= self.policy.bytes
+            self._dispatched = max(self._dispatched, end_offset)
+        if full:
+            self._wakeup.set()
+
+    def checkpoint(self) -> int:
+        return self._checkpoint
+
+    def current_checkpoint(self) -> int:
+        with self._lock:
+            firsts = [p.requests[0][3] for p in self._pending.values() if p.requests]
+            return min([self._dispatched, *firsts, *self._inflight.values()])
+
+    def flush(self) -> None:
+        checkpoint = self.current_checkpoint()
+        if checkpoint != self._checkpoint:
+            self.metadata.set_checkpoint(checkpoint)
+            self._checkpoint = checkpoint
+
+    # -- upload thread ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tiered-upload", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wakeup.wait(min(0.05, self.policy.age_s))
+            self._wakeup.clear()
+            try:
+                self.upload_due()
+            except Exception:
+                log.exception("tiered_upload_failed")
+                time.sleep(0.5)
+
+    def upload_due(self, force: bool = False) -> int:
+        """Commit every queue whose group is due (all with ``force``); returns records uploaded."""
+        now = time.monotonic()
+        policy = self.policy
+        with self._lock:
+            due = [k for k, p in self._pending.items() if p.requests and (
+                force or len(p.requests) >= policy.count or p.bytes >= policy.bytes or now - p.since >= policy.age_s)]
+            taken = {}
+            for key in due:
+                p = self._pending.pop(key)
+                taken[key] = p.requests
+                self._inflight[key] = p.requests[0][3]
+        done = 0
+        for key, requests in taken.items():
+            try:
+                done += self._upload(key, requests)
+            finally:
+                with self._lock:
+                    del self._inflight[key]
+        return done
+
+    def _upload(self, key: QueueKey, requests: list[DispatchRequest]) -> int:
+        topic, queue_id = key
+        flat = self.flat_files.get_or_create(topic, queue_id, requests[0][2])
+        appended = 0
+        size = 0
+        for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
+            expected = flat.dispatch_offset
+            if queue_offset < expected:
+                continue  # already in the tier (a replay after restart)
+            if queue_offset > expected:
+                log.error("tiered_gap topic=%s queue=%d expected=%d got=%d: messages missing from the tier",
+                          topic, queue_id, expected, queue_offset)
+                return appended
+            flat.append(bytearray(self._read_at(physical, record_size)), queue_offset, tags_code, store_time)
+            appended += 1
+            size += record_size
+        if appended:
+            flat.commit()
+            self.uploaded_messages += appended
+            self.uploaded_bytes += size
+        return appended
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.upload_due(force=True)
+        self.flush()

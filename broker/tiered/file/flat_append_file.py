@@ -1,0 +1,181 @@
+"""A flat file: an ordered list of segments of one type for one queue, giving an unbounded byte stream.
+
+Offsets are byte offsets in the stream. Only the last segment takes appends; a segment that would overflow is
+sealed and a new one starts at the stream's end (a record never straddles segments). Appends are buffered in
+memory and written by ``commit``; the committed offset only moves after the backend made the bytes durable
+and the metadata store recorded the new size. Readers see committed bytes only.
+
+After a crash, ``load`` trusts the backend: a segment holding more than its recorded size keeps those bytes
+(unreferenced: nothing pointed at them yet) and appends continue after them.
+"""
+
+import logging
+import threading
+import time
+from bisect import bisect_right
+
+from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
+from broker.tiered.provider.file_segment import FileSegment, FileSegmentType
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, segment_path
+
+log = logging.getLogger(__name__)
+
+
+class FlatAppendFile:
+    def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str, topic: str,
+                 queue_id: int, file_type: FileSegmentType, segment_size: int, unit: int = 1) -> None:
+        self.factory = factory
+        self.metadata = metadata
+        self.broker_name = broker_name
+        self.topic, self.queue_id, self.file_type = topic, queue_id, file_type
+        self.segment_size = segment_size
+        self.unit = unit  # bytes of a whole entry (consume queue); a committed size is a multiple of it
+        self.segments: list[FileSegmentMetadata] = []  # readable segments, base-offset order
+        self._objects: dict[str, FileSegment] = {}
+        self._buffer: list[tuple[bytes, int]] = []  # (data, store time) appended, not committed
+        self._buffer_start = 0  # stream offset of the first buffered byte
+        self._append_offset = 0
+        self._lock = threading.Lock()  # segments list and committed sizes (readers vs commit vs expiry)
+
+    # -- state ---------------------------------------------------------------------------------------
+    def load(self, start_offset: int = 0) -> None:
+        """Segments from the metadata store; the open segment's size from the backend. ``start_offset`` is
+        where an empty flat file starts."""
+        every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
+        segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
+        if segments:
+            last = segments[-1]
+            real = self._object(last.path).real_size()
+            real -= real % self.unit
+            if real != last.size:
+                log.warning("tiered_segment_size_reconciled path=%s recorded=%d backend=%d", last.path, last.size,
+                            real)
+                last.size = real
+                self.metadata.update_segment(last)
+        self.segments = segments
+        end = every[-1].end_offset if every else start_offset  # past expired ones too: their names stay taken
+        self._append_offset = self._buffer_start = end
+
+    @property
+    def min_offset(self) -> int:
+        segments = self.segments
+        return segments[0].base_offset if segments else self._buffer_start
+
+    @property
+    def commit_offset(self) -> int:
+        segments = self.segments
+        return segments[-1].end_offset if segments else self._buffer_start
+
+    @property
+    def append_offset(self) -> int:
+        return self._append_offset
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._append_offset - self._buffer_start
+
+    def total_bytes(self) -> int:
+        return sum(m.size for m in self.segments)
+
+    # -- write ---------------------------------------------------------------------------------------
+    def append(self, data: bytes, store_time: int) -> int:
+        """Buffer ``data``; returns the stream offset it will have."""
+        assert len(data) <= self.segment_size, f"{len(data)} bytes exceed a {self.file_type.name} segment"
+        offset = self._append_offset
+        self._buffer.append((data, store_time))
+        self._append_offset += len(data)
+        return offset
+
+    def commit(self) -> int:
+        """Write the buffer to segments (rolling when one fills); returns the new commit offset."""
+        buffer, self._buffer = self._buffer, []
+        i = 0
+        while i < len(buffer):
+            last = self._writable()
+            room = self.segment_size - last.size
+            chunk: list[bytes] = []
+            size = 0
+            begin = buffer[i][1]
+            while i < len(buffer) and size + len(buffer[i][0]) <= room:
+                chunk.append(buffer[i][0])
+                size += len(buffer[i][0])
+                i += 1
+            if not chunk:  # the next entry does not fit: seal this one, the next round opens a new one
+                self._seal(last)
+                continue
+            self._object(last.path).write(last.size, b"".join(chunk))
+            with self._lock:
+                last.size += size
+                last.begin_ms = last.begin_ms or begin
+                last.end_ms = buffer[i - 1][1]
+            self.metadata.update_segment(last)
+            self._buffer_start += size
+        return self.commit_offset
+
+    def _writable(self) -> FileSegmentMetadata:
+        if self.segments and self.segments[-1].status is SegmentStatus.OPEN:
+            return self.segments[-1]
+        base = self.commit_offset
+        now = int(time.time() * 1000)
+        m = FileSegmentMetadata(segment_path(self.broker_name, self.topic, self.queue_id, self.file_type, base),
+                                self.file_type, self.topic, self.queue_id, base, 0, SegmentStatus.OPEN, create_ms=now)
+        self._object(m.path).write(0, b"")  # a stale object left by a crash before its record was written
+        self.metadata.update_segment(m)
+        with self._lock:
+            self.segments.append(m)
+        return m
+
+    def _seal(self, m: FileSegmentMetadata) -> None:
+        m.status, m.seal_ms = SegmentStatus.SEALED, int(time.time() * 1000)
+        self.metadata.update_segment(m)
+
+    def _object(self, path: str) -> FileSegment:
+        obj = self._objects.get(path)
+        if obj is None:
+            obj = self._objects[path] = self.factory.open(path)
+        return obj
+
+    # -- read ----------------------------------------------------------------------------------------
+    def read(self, offset: int, length: int) -> bytes:
+        """Committed bytes ``[offset, offset + length)``, across segments if needed; short past the end."""
+        out: list[bytes] = []
+        with self._lock:
+            segments = list(self.segments)
+        bases = [m.base_offset for m in segments]
+        i = bisect_right(bases, offset) - 1
+        while length > 0 and 0 <= i < len(segments):
+            m = segments[i]
+            if offset >= m.end_offset:
+                break
+            n = min(length, m.end_offset - offset)
+            data = self._object(m.path).read(offset - m.base_offset, n)
+            out.append(data)
+            if len(data) < n:
+                break
+            offset += n
+            length -= n
+            i += 1
+        return b"".join(out)
+
+    def segment_at(self, offset: int) -> FileSegmentMetadata | None:
+        with self._lock:
+            segments = list(self.segments)
+        i = bisect_right([m.base_offset for m in segments], offset) - 1
+        return segments[i] if 0 <= i < len(segments) and offset < segments[i].end_offset else None
+
+    # -- expiry --------------------------------------------------------------------------------------
+    def expire_before(self, offset: int, delete: bool) -> list[FileSegmentMetadata]:
+        """Sealed segments ending at or before ``offset`` stop being read; with ``delete`` their objects and
+        records go now, otherwise they are marked EXPIRED for the cleanup job."""
+        with self._lock:
+            gone = [m for m in self.segments if m.status is SegmentStatus.SEALED and m.end_offset <= offset]
+            self.segments = [m for m in self.segments if m not in gone]
+        for m in gone:
+            m.status = SegmentStatus.EXPIRED
+            if delete:
+                self._object(m.path).destroy()
+                self.metadata.delete_segment(m)
+                self._objects.pop(m.path, None)
+            else:
+                self.metadata.update_segment(m)
+        return gone

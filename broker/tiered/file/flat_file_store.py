@@ -1,0 +1,47 @@
+"""Every queue's flat files, loaded from the metadata store at start and created when a queue's first
+message reaches the tier."""
+
+import threading
+
+from broker.tiered.file.flat_message_file import FlatMessageFile
+from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+
+QueueKey = tuple[str, int]
+
+
+class FlatFileStore:
+    def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str,
+                 commit_log_segment_size: int, consume_queue_segment_size: int) -> None:
+        self.factory = factory
+        self.metadata = metadata
+        self.broker_name = broker_name
+        self.commit_log_segment_size = commit_log_segment_size
+        self.consume_queue_segment_size = consume_queue_segment_size
+        self.files: dict[QueueKey, FlatMessageFile] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        for queue in self.metadata.iterate_queues():
+            self.files[(queue.topic, queue.queue_id)] = self._open(queue.topic, queue.queue_id, queue.min_offset)
+
+    def _open(self, topic: str, queue_id: int, first_queue_offset: int) -> FlatMessageFile:
+        flat = FlatMessageFile(self.factory, self.metadata, self.broker_name, topic, queue_id,
+                               self.commit_log_segment_size, self.consume_queue_segment_size)
+        flat.load(first_queue_offset)
+        return flat
+
+    def get(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        return self.files.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int, first_queue_offset: int) -> FlatMessageFile:
+        flat = self.files.get((topic, queue_id))
+        if flat is None:
+            with self._lock:
+                flat = self.files.get((topic, queue_id))
+                if flat is None:
+                    flat = self.files[(topic, queue_id)] = self._open(topic, queue_id, first_queue_offset)
+        return flat
+
+    def queues_of(self, topic: str) -> list[FlatMessageFile]:
+        return sorted((f for (t, _), f in self.files.items() if t == topic), key=lambda f: f.queue_id)

@@ -1,0 +1,170 @@
+"""One queue in the tier: its tiered commitlog (this queue's records only, each record's physical offset
+rewritten to its position here) and its tiered consume queue pointing into it (the seed's composite flat file).
+
+Consume-queue unit (28 bytes, ``>qiqq``): tiered commitlog offset, size, tags hash, store time; unit ``q`` of
+the queue sits at byte ``q * 28`` of the consume-queue stream, so queue offsets need no mapping. The commitlog
+is always committed before the consume queue: a crash between the two leaves commitlog bytes nothing points
+at, never a unit pointing at bytes that are not in the tier.
+"""
+
+import logging
+import struct
+import threading
+import time
+
+from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.tiered.file.flat_append_file import FlatAppendFile
+from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, TieredMetadataStore
+from broker.tiered.provider.file_segment import FileSegmentType
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+
+log = logging.getLogger(__name__)
+
+CQ_UNIT = struct.Struct(">qiqq")
+UNIT = CQ_UNIT.size
+PHYSICAL_OFFSET_AT = 28  # of the record header (common/message_codec.py)
+PHYSICAL_OFFSET = struct.Struct(">q")
+MAX_READ_BYTES = 16 * 1024 * 1024
+
+
+class FlatMessageFile:
+    def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str, topic: str,
+                 queue_id: int, commit_log_segment_size: int, consume_queue_segment_size: int) -> None:
+        self.topic, self.queue_id = topic, queue_id
+        self.metadata = metadata
+        self.commit_log = FlatAppendFile(factory, metadata, broker_name, topic, queue_id, FileSegmentType.COMMIT_LOG,
+                                         commit_log_segment_size)
+        cq_size = max(UNIT, consume_queue_segment_size - consume_queue_segment_size % UNIT)
+        self.consume_queue = FlatAppendFile(factory, metadata, broker_name, topic, queue_id,
+                                            FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT)
+        self._commit_lock = threading.Lock()
+
+    def load(self, first_queue_offset: int) -> None:
+        self.commit_log.load(0)
+        self.consume_queue.load(first_queue_offset * UNIT)
+        last = self.max_offset - 1
+        if last >= self.min_offset:
+            unit = self.units(last, 1)
+            assert not unit or unit[0][0] + unit[0][1] <= self.commit_log.commit_offset, \
+                f"tiered consume queue of {self.topic}:{self.queue_id} points past its commitlog"
+        log.info("tiered_queue_loaded topic=%s queue=%d min=%d max=%d commitlog_bytes=%d", self.topic, self.queue_id,
+                 self.min_offset, self.max_offset, self.commit_log.commit_offset)
+
+    # -- offsets (queue offsets) ---------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.consume_queue.min_offset // UNIT
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last committed unit."""
+        return self.consume_queue.commit_offset // UNIT
+
+    @property
+    def dispatch_offset(self) -> int:
+        """One past the last appended unit (committed or not): the next queue offset this file takes."""
+        return self.consume_queue.append_offset // UNIT
+
+    # -- write ---------------------------------------------------------------------------------------
+    def append(self, record: bytearray, queue_offset: int, tags_code: int, store_time: int) -> None:
+        assert queue_offset == self.dispatch_offset, \
+            f"{self.topic}:{self.queue_id}: queue offset {queue_offset} appended at {self.dispatch_offset}"
+        position = self.commit_log.append_offset
+        PHYSICAL_OFFSET.pack_into(record, PHYSICAL_OFFSET_AT, position)
+        self.commit_log.append(bytes(record), store_time)
+        self.consume_queue.append(CQ_UNIT.pack(position, len(record), tags_code, store_time), store_time)
+
+    def commit(self) -> None:
+        with self._commit_lock:
+            self.commit_log.commit()  # first: the units written next point into these bytes
+            self.consume_queue.commit()
+            self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
+                                                     int(time.time() * 1000)))
+
+    # -- read ----------------------------------------------------------------------------------------
+    def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int, int]]:
+        """Committed units from ``queue_offset`` (at most ``count``)."""
+        start = max(queue_offset, self.min_offset)
+        end = min(queue_offset + count, self.max_offset)
+        if start >= end:
+            return []
+        data = self.consume_queue.read(start * UNIT, (end - start) * UNIT)
+        return list(CQ_UNIT.iter_unpack(data[: len(data) - len(data) % UNIT]))
+
+    def messages(self, queue_offset: int, max_nums: int, max_bytes: int, tags_codes: set[int] | None,
+                 ) -> tuple[list[bytes], int, int]:
+        """Records from ``queue_offset``: (records, their bytes, the next queue offset). One read of the
+        commitlog span they cover (this queue's records are contiguous there)."""
+        units = self.units(queue_offset, max_nums)
+        if not units:
+            return [], 0, queue_offset
+        picked, total, next_offset = [], 0, queue_offset
+        for position, size, tags_code, _ in units:
+            if picked and (total + size > max_bytes or position + size - picked[0][0] > MAX_READ_BYTES):
+                break
+            next_offset += 1
+            if tags_codes is not None and tags_code not in tags_codes:
+                continue
+            picked.append((position, size))
+            total += size
+        if not picked:
+            return [], 0, next_offset
+        first = picked[0][0]
+        span = self.commit_log.read(first, picked[-1][0] + picked[-1][1] - first)
+        view = memoryview(span)
+        return [bytes(view[p - first : p - first + s]) for p, s in picked], total, next_offset
+
+    def offset_by_time(self, timestamp: int, boundary: BoundaryType) -> int:
+        """LOWER: the first queue offset stored at or after ``timestamp`` (max if none); UPPER: the last one
+        stored at or before it (min if none)."""
+        lo, hi = self.min_offset, self.max_offset
+        if lo >= hi:
+            return hi
+        def store_time(q: int) -> int:
+            unit = self.units(q, 1)
+            return unit[0][3] if unit else 0
+        if boundary is BoundaryType.LOWER:
+            a, b = lo, hi
+            while a < b:
+                mid = (a + b) // 2
+                if store_time(mid) >= timestamp:
+                    b = mid
+                else:
+                    a = mid + 1
+            return a
+        a, b = lo, hi
+        while a < b:  # first offset stored after timestamp
+            mid = (a + b) // 2
+            if store_time(mid) > timestamp:
+                b = mid
+            else:
+                a = mid + 1
+        return max(lo, a - 1)
+
+    # -- expiry --------------------------------------------------------------------------------------
+    def expire(self, cutoff_ms: int, delete: bool) -> int:
+        """Consume-queue segments whose last message is older than ``cutoff_ms`` go first (the min offset moves),
+        then the commitlog segments wholly before the first unit still served. Returns segments expired."""
+        with self._commit_lock:
+            cq = self.consume_queue
+            keep_from = cq.min_offset
+            for m in list(cq.segments):
+                if m.status.name != "SEALED" or m.end_ms >= cutoff_ms:
+                    break
+                keep_from = m.end_offset
+            gone = cq.expire_before(keep_from, delete)
+            first = self.units(self.min_offset, 1)
+            commit_log_keep = first[0][0] if first else self.commit_log.commit_offset
+            gone += self.commit_log.expire_before(commit_log_keep, delete)
+            if gone:
+                self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
+                                                         int(time.time() * 1000)))
+                log.info("tiered_expired topic=%s queue=%d segments=%d min_offset=%d deleted=%s", self.topic,
+                         self.queue_id, len(gone), self.min_offset, delete)
+            return len(gone)
+
+    def segment_count(self) -> int:
+        return len(self.commit_log.segments) + len(self.consume_queue.segments)
+
+    def total_bytes(self) -> int:
+        return self.commit_log.total_bytes() + self.consume_queue.total_bytes()

@@ -1,0 +1,137 @@
+"""Tiered metadata in a RocksDB at ``<storePathRootDir>/tiered_metadata`` (WAL on: every change survives a
+process kill). Keys order a queue's segments by type and base offset; values are small JSON objects."""
+
+import json
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+
+from broker.tiered.metadata.tiered_metadata_store import (
+    FileSegmentMetadata,
+    QueueMetadata,
+    SegmentStatus,
+    TieredMetadataStore,
+    TopicMetadata,
+)
+from broker.tiered.provider.file_segment import FileSegmentType
+
+SEP = b"\x00"  # cannot occur in a topic name
+QUEUE_ID = struct.Struct(">I")
+OFFSET = struct.Struct(">q")
+CHECKPOINT_KEY = b"C"
+
+
+def _topic_key(topic: str) -> bytes:
+    return b"T" + topic.encode()
+
+
+def _queue_key(topic: str, queue_id: int) -> bytes:
+    return b"Q" + topic.encode() + SEP + QUEUE_ID.pack(queue_id)
+
+
+def _segment_prefix(topic: str, queue_id: int, file_type: FileSegmentType) -> bytes:
+    return b"S" + topic.encode() + SEP + QUEUE_ID.pack(queue_id) + bytes([file_type])
+
+
+def _segment_key(m: FileSegmentMetadata) -> bytes:
+    return _segment_prefix(m.topic, m.queue_id, m.type) + OFFSET.pack(m.base_offset)
+
+
+def _segment_value(m: FileSegmentMetadata) -> bytes:
+    d = asdict(m)
+    d["type"], d["status"] = int(m.type), int(m.status)
+    return json.dumps(d, separators=(",", ":")).encode()
+
+
+def _segment(raw: bytes) -> FileSegmentMetadata:
+    d = json.loads(raw)
+    d["type"], d["status"] = FileSegmentType(d["type"]), SegmentStatus(d["status"])
+    return FileSegmentMetadata(**d)
+
+
+class RocksDBTieredMetadataStore(TieredMetadataStore):
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_keep_log_file_num(2)
+        self._db = Rdict(str(root), options)
+        self._lock = threading.Lock()  # replace_segments reads then writes
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        options = ReadOptions()  # referenced for the whole scan (rocksdict stops early otherwise)
+        options.set_iterate_upper_bound(prefix[:-1] + bytes([prefix[-1] + 1]))
+        yield from self._db.items(from_key=prefix, read_opt=options)
+
+    # -- topics
+    def get_topic(self, topic: str) -> TopicMetadata | None:
+        raw = self._db.get(_topic_key(topic))
+        return TopicMetadata(**json.loads(raw)) if raw is not None else None
+
+    def iterate_topics(self) -> Iterator[TopicMetadata]:
+        for _, raw in self._scan(b"T"):
+            yield TopicMetadata(**json.loads(raw))
+
+    def update_topic(self, metadata: TopicMetadata) -> None:
+        self._db[_topic_key(metadata.topic)] = json.dumps(asdict(metadata)).encode()
+
+    def delete_topic(self, topic: str) -> None:
+        batch = WriteBatch(raw_mode=True)
+        batch.delete(_topic_key(topic))
+        for prefix in (b"Q", b"S"):
+            start = prefix + topic.encode() + SEP
+            batch.delete_range(start, prefix + topic.encode() + b"\x01")
+        self._db.write(batch)
+
+    # -- queues
+    def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
+        raw = self._db.get(_queue_key(topic, queue_id))
+        return QueueMetadata(**json.loads(raw)) if raw is not None else None
+
+    def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]:
+        prefix = b"Q" + (topic.encode() + SEP if topic is not None else b"")
+        for _, raw in self._scan(prefix):
+            yield QueueMetadata(**json.loads(raw))
+
+    def update_queue(self, metadata: QueueMetadata) -> None:
+        self._db[_queue_key(metadata.topic, metadata.queue_id)] = json.dumps(asdict(metadata)).encode()
+
+    # -- segments
+    def iterate_segments(self, topic: str, queue_id: int, file_type: FileSegmentType) -> Iterator[FileSegmentMetadata]:
+        for _, raw in self._scan(_segment_prefix(topic, queue_id, file_type)):
+            yield _segment(raw)
+
+    def update_segment(self, metadata: FileSegmentMetadata) -> None:
+        with self._lock:
+            self._db[_segment_key(metadata)] = _segment_value(metadata)
+
+    def delete_segment(self, metadata: FileSegmentMetadata) -> None:
+        with self._lock:
+            del self._db[_segment_key(metadata)]
+
+    def replace_segments(self, old: list[FileSegmentMetadata], new: FileSegmentMetadata) -> bool:
+        with self._lock:
+            for m in old:
+                if self._db.get(_segment_key(m)) != _segment_value(m):
+                    return False
+            batch = WriteBatch(raw_mode=True)
+            for m in old:
+                batch.delete(_segment_key(m))
+            batch.put(_segment_key(new), _segment_value(new))
+            self._db.write(batch)
+            return True
+
+    # -- checkpoint
+    def get_checkpoint(self) -> int:
+        raw = self._db.get(CHECKPOINT_KEY)
+        return OFFSET.unpack(raw)[0] if raw is not None else 0
+
+    def set_checkpoint(self, offset: int) -> None:
+        self._db[CHECKPOINT_KEY] = OFFSET.pack(offset)
+
+    def close(self) -> None:
+        self._db.close()

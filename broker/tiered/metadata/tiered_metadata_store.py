@@ -1,0 +1,103 @@
+"""What the tier holds: topics (reserve time, status), queues (min and max offsets in the tier) and file
+segments (type, base offset, committed size, status, create / begin / end / seal times). The interface follows
+the seed's TieredMetadataStore; the flat files own the bytes, this store owns what they mean."""
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+
+from broker.tiered.provider.file_segment import FileSegmentType
+
+
+class SegmentStatus(IntEnum):
+    OPEN = 0  # the last segment of its flat file: takes appends
+    SEALED = 1  # full (or followed by another): read-only
+    EXPIRED = 2  # past the topic's reserve time: not read any more; its object is deleted next
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    topic: str
+    reserve_time_ms: int  # how long the tier keeps this topic's data; -1: the broker's default
+    status: int = 0
+
+
+@dataclass(slots=True)
+class QueueMetadata:
+    topic: str
+    queue_id: int
+    min_offset: int  # first queue offset the tier serves
+    max_offset: int  # one past the last queue offset committed to the tier
+    update_ms: int = 0
+
+
+@dataclass(slots=True)
+class FileSegmentMetadata:
+    path: str
+    type: FileSegmentType
+    topic: str
+    queue_id: int
+    base_offset: int  # byte offset in its flat file of the segment's first byte
+    size: int  # bytes committed (the backend may hold more after a crash mid-upload)
+    status: SegmentStatus = SegmentStatus.OPEN
+    create_ms: int = 0
+    begin_ms: int = 0  # store time of the first message it covers
+    end_ms: int = 0  # store time of the last one
+    seal_ms: int = 0
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+
+class TieredMetadataStore(ABC):
+    # -- topics
+    @abstractmethod
+    def get_topic(self, topic: str) -> TopicMetadata | None: ...
+
+    @abstractmethod
+    def iterate_topics(self) -> Iterator[TopicMetadata]: ...
+
+    @abstractmethod
+    def update_topic(self, metadata: TopicMetadata) -> None: ...
+
+    @abstractmethod
+    def delete_topic(self, topic: str) -> None:
+        """The topic, its queues and their segment records."""
+
+    # -- queues
+    @abstractmethod
+    def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None: ...
+
+    @abstractmethod
+    def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]: ...
+
+    @abstractmethod
+    def update_queue(self, metadata: QueueMetadata) -> None: ...
+
+    # -- segments
+    @abstractmethod
+    def iterate_segments(self, topic: str, queue_id: int, file_type: FileSegmentType) -> Iterator[FileSegmentMetadata]:
+        """The queue's segments of one type in base-offset order."""
+
+    @abstractmethod
+    def update_segment(self, metadata: FileSegmentMetadata) -> None: ...
+
+    @abstractmethod
+    def delete_segment(self, metadata: FileSegmentMetadata) -> None: ...
+
+    @abstractmethod
+    def replace_segments(self, old: list[FileSegmentMetadata], new: FileSegmentMetadata) -> bool:
+        """Atomically swap ``old`` (which must be stored exactly as given) for ``new``; False (nothing changed)
+        if any of them differs from what is stored now. The compaction job commits through this."""
+
+    # -- dispatcher checkpoint
+    @abstractmethod
+    def get_checkpoint(self) -> int: ...
+
+    @abstractmethod
+    def set_checkpoint(self, offset: int) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...

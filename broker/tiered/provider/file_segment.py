@@ -1,0 +1,41 @@
+"""A file segment: one object of the second tier, an append-only byte stream of bounded size.
+
+The backend only stores bytes at positions; what a segment *is* (type, base offset, committed size, status,
+times) is kept by the metadata store. Writes are positioned (``write(position, data)``): after a crash the
+flat file re-sends from the size it trusts, overwriting any torn tail the backend kept.
+"""
+
+from abc import ABC, abstractmethod
+from enum import IntEnum
+
+
+class FileSegmentType(IntEnum):
+    COMMIT_LOG = 0
+    CONSUME_QUEUE = 1
+
+    @property
+    def dir_name(self) -> str:
+        return "commitlog" if self is FileSegmentType.COMMIT_LOG else "consumequeue"
+
+
+class FileSegment(ABC):
+    """Bytes of one segment in the backend. ``path`` is relative to the backend's root."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @abstractmethod
+    def real_size(self) -> int:
+        """Bytes the backend holds for this segment (0 if it does not exist)."""
+
+    @abstractmethod
+    def write(self, position: int, data: bytes) -> None:
+        """Store ``data`` at ``position`` (<= real size) durably; bytes after it are dropped."""
+
+    @abstractmethod
+    def read(self, position: int, length: int) -> bytes:
+        """``length`` bytes from ``position`` (fewer only past the end)."""
+
+    @abstractmethod
+    def destroy(self) -> None:
+        """Delete the object (idempotent)."""

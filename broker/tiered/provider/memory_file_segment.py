@@ -1,0 +1,30 @@
+"""Segments in process memory (``tieredBackendServiceProvider=memory``): for tests; gone with the process."""
+
+import threading
+
+from broker.tiered.provider.file_segment import FileSegment
+
+_objects: dict[str, bytearray] = {}
+_lock = threading.Lock()
+
+
+class MemoryFileSegment(FileSegment):
+    def __init__(self, namespace: str, path: str) -> None:
+        super().__init__(path)
+        self._key = f"{namespace}/{path}"
+
+    def real_size(self) -> int:
+        return len(_objects.get(self._key, b""))
+
+    def write(self, position: int, data: bytes) -> None:
+        with _lock:
+            buf = _objects.setdefault(self._key, bytearray())
+            del buf[position:]
+            buf += data
+
+    def read(self, position: int, length: int) -> bytes:
+        return bytes(_objects.get(self._key, b"")[position : position + length])
+
+    def destroy(self) -> None:
+        with _lock:
+            _objects.pop(self._key, None)

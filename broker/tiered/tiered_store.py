@@ -1,0 +1,71 @@
+"""Tiered storage wiring: backend, metadata, flat files, the upload dispatcher, the read facade, expiry."""
+
+import logging
+import time
+from pathlib import Path
+
+from broker.store.message_store import MessageStore
+from broker.store.store_services import PeriodicService
+from broker.tiered.dispatcher.tiered_dispatcher import GroupCommitPolicy, TieredDispatcher
+from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
+from broker.tiered.file.flat_file_store import FlatFileStore
+from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 3600 * 1000
+
+
+class TieredStore:
+    def __init__(self, config, local: MessageStore) -> None:  # config: BrokerConfig
+        root = Path(config.store_path_root_dir)
+        self.backend_root = Path(config.tiered_store_file_path or root / "tiered")
+        self.factory = FileSegmentFactory(config.tiered_backend_service_provider, self.backend_root)
+        self.metadata = RocksDBTieredMetadataStore(root / "tiered_metadata")
+        self.flat_files = FlatFileStore(self.factory, self.metadata, config.broker_name,
+                                        config.tiered_store_commit_log_max_size,
+                                        config.tiered_store_consume_queue_max_size)
+        policy = GroupCommitPolicy(config.tiered_store_group_commit_count, config.tiered_store_group_commit_size,
+                                   config.tiered_store_group_commit_age / 1000)
+        self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy)
+        local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
+        self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
+        self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)
+        self.delete_expired = config.tiered_store_delete_file_enable
+        self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
+
+    def start(self) -> None:
+        """After the local store started (its recovery loaded the flat files)."""
+        self.dispatcher.start()
+        self.clean_service.start()
+        log.info("tiered_started backend=%s root=%s level=%s queues=%d", self.factory.provider, self.backend_root,
+                 self.store.level, len(self.flat_files.files))
+
+    def shutdown(self) -> None:
+        """Before the local store shuts down: the last uploads read its commitlog."""
+        self.clean_service.shutdown()
+        self.dispatcher.shutdown()
+
+    def close(self) -> None:
+        """After the local store shut down (its final flush stored the dispatcher's checkpoint)."""
+        self.metadata.close()
+
+    def expire(self, now_ms: int | None = None) -> int:
+        """Mark (or delete) what is past each topic's reserve time; returns segments expired."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        n = 0
+        for (topic, _), flat in list(self.flat_files.files.items()):
+            meta = self.metadata.get_topic(topic)
+            reserve = meta.reserve_time_ms if meta is not None and meta.reserve_time_ms >= 0 else self.reserve_ms
+            n += flat.expire(now_ms - reserve, self.delete_expired)
+        return n
+
+
+class TieredCleanService(PeriodicService):
+    def __init__(self, tiered: TieredStore, interval_s: float) -> None:
+        super().__init__("tiered-clean", interval_s)
+        self.tiered = tiered
+
+    def run_once(self) -> int:
+        return self.tiered.expire()
