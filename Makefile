@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
-PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto
+PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto
 
 .PHONY: venv test lint bench run proto clean
 

@@ -26,13 +26,15 @@ from broker.processor.kv_processor import KvProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from broker.processor.tiered_processor import TieredProcessor
 from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from broker.tiered.tiered_store import TieredStore
+from broker.tiered_servicer import TieredServicer
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
-from proto import broker_pb2_grpc, kv_pb2_grpc
+from proto import broker_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class BrokerController:
                               config.kv_snapshot_interval / 1000, config.broker_name)
         self.kv_processor = KvProcessor(self)
         self.tiered: TieredStore | None = None
+        self.tiered_processor = TieredProcessor(self)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
@@ -100,6 +103,7 @@ class BrokerController:
             self.tiered.start()
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), server)
+        tiered_pb2_grpc.add_TieredServiceServicer_to_server(TieredServicer(self), server)
         await server.start()
         self._server = server
         if c.namesrv_addrs:

@@ -25,7 +25,7 @@ from common.perm import PERM_READ_WRITE
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_to_proto
-from proto import broker_pb2, common_pb2, namesrv_pb2
+from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,23 @@ class Admin:
             self._check(f"status of {topic}", addr, stats)
             out += [QueueStatus(bd.broker_name, q.queue_id, q.min_offset, q.max_offset, q.last_update_timestamp)
                     for q in stats.queues]
+        return out
+
+    def tiered_status(self, topic: str) -> list[tiered_pb2.TieredStatusResponse]:
+        """Per broker of the topic's route: each queue's local and tiered min/max, segments, bytes, upload lag."""
+        out = []
+        for bd in sorted(self.client.route(topic, refresh=True).broker_datas, key=lambda b: b.broker_name):
+            addr = bd.broker_addrs.get(0)
+            if addr is None:
+                continue
+            what = f"tiered status of {topic}"
+            try:
+                response = tiered_pb2_grpc.TieredServiceStub(self.client.channel(addr)).GetTieredStatus(
+                    tiered_pb2.TieredStatusRequest(topic=topic), timeout=self.client.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                raise rpc_error(what, addr, exc) from None
+            self._check(what, addr, response)
+            out.append(response)
         return out
 
     # -- static topics -----------------------------------------------------------------------------
