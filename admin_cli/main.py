@@ -14,6 +14,7 @@ from admin_cli import (
     kv_commands,
     message_commands,
     static_topic_commands,
+    tiered_commands,
     topic_commands,
 )
 from admin_cli.context import Settings
@@ -62,7 +63,8 @@ def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool) -> None:
     ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json)
 
 
-for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands, kv_commands):
+for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands, kv_commands,
+                tiered_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

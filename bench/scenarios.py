@@ -69,12 +69,16 @@ METADATA_METRICS = [
            target=Target(">=", 0.7, of="metadata.send_8q"), issue=5),
     Metric("metadata.files_100kq", "store files, 100k queues / 8 queues", "x", issue=5, target_note="flat"),
 ]
-TIERED_METRICS = [
-    Metric("tiered.upload_lag", "tiered upload lag peak, produce 50k msgs/s", "msgs", issue=7,
+TIERED_METRICS = [  # as bench/tiered_bench.py declares them: upload lag "bounded" is judged by the scenario
+    Metric("tiered.produce_rate", "produce at a fixed rate, SDK batches of 128", "msgs/s", echo="batch",
+           target=Target(">=", 49_000, text=">= 50,000 asked"), issue=7),
+    Metric("tiered.upload_lag", "tiered upload lag peak while producing", "msgs", issue=7, target_note="bounded"),
+    Metric("tiered.upload_lag_after", "tiered upload lag 1 s after producing stopped", "msgs", issue=7,
            target_note="bounded"),
-    Metric("tiered.read_local", "read local data", "msgs/s", echo="batch", issue=7, short="local"),
-    Metric("tiered.read", "read from the tier", "msgs/s", echo="batch", vs="tiered.read_local",
-           target=Target(">=", 0.5, of="tiered.read_local"), issue=7),
+    Metric("tiered.read_local", "read local data (tieredStorageLevel=DISABLE)", "msgs/s", echo="batch", issue=7,
+           short="local"),
+    Metric("tiered.read", "read from the tier (tieredStorageLevel=FORCE)", "msgs/s", echo="batch",
+           vs="tiered.read_local", target=Target(">=", 0.5, of="tiered.read_local"), issue=7),
 ]
 SPARK_METRICS = [
     Metric("spark.concat", "bare Spark job concatenating the same files", "MB/s", echo="batch", issue=8,

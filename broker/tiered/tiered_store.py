@@ -28,7 +28,8 @@ class TieredStore:
                                         config.tiered_store_consume_queue_max_size)
         policy = GroupCommitPolicy(config.tiered_store_group_commit_count, config.tiered_store_group_commit_size,
                                    config.tiered_store_group_commit_age / 1000)
-        self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy)
+        self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy,
+                                           local.max_offset)
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
         self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
+from broker.tiered.file.flat_message_file import UNIT
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
 from common.kv_shard import KV_TOPIC
 
@@ -49,8 +50,9 @@ class TieredDispatcher(CommitLogDispatcher):
     keeps_commit_log = True  # a local segment expires only once the tier has its messages
 
     def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, read_at: ReadAt,
-                 policy: GroupCommitPolicy) -> None:
+                 policy: GroupCommitPolicy, local_max_offset: Callable[[str, int], int]) -> None:
         self.flat_files = flat_files
+        self._local_max_offset = local_max_offset
         self.metadata = metadata
         self._read_at = read_at
         self.policy = policy
@@ -91,6 +93,17 @@ class TieredDispatcher(CommitLogDispatcher):
 
     def checkpoint(self) -> int:
         return self._checkpoint
+
+    def truncate_dirty(self, commit_log_end: int) -> None:
+        """The local commitlog lost its tail (an OS crash under ASYNC_FLUSH): those queue offsets will be
+        reused by new messages, so the tier forgets what it holds past each local queue's new end."""
+        for (topic, queue_id), flat in self.flat_files.files.items():
+            local_max = self._local_max_offset(topic, queue_id)
+            if flat.max_offset > local_max >= flat.min_offset:
+                log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
+                            flat.max_offset, local_max)
+                flat.consume_queue.cut_to(local_max * UNIT)
+        self._checkpoint = min(self._checkpoint, commit_log_end)
 
     def current_checkpoint(self) -> int:
         with self._lock:
@@ -134,6 +147,12 @@ class TieredDispatcher(CommitLogDispatcher):
         for key, requests in taken.items():
             try:
                 done += self._upload(key, requests)
+            except BaseException:
+                with self._lock:  # back in line (already appended ones are skipped, then committed)
+                    p = self._pending.setdefault(key, _Pending())
+                    p.requests[:0] = requests
+                    p.bytes += sum(r[4] for r in requests)
+                raise
             finally:
                 with self._lock:
                     del self._inflight[key]
@@ -155,7 +174,7 @@ class TieredDispatcher(CommitLogDispatcher):
             flat.append(bytearray(self._read_at(physical, record_size)), queue_offset, tags_code, store_time)
             appended += 1
             size += record_size
-        if appended:
+        if appended or flat.commit_log.buffered_bytes or flat.consume_queue.buffered_bytes:
             flat.commit()
             self.uploaded_messages += appended
             self.uploaded_bytes += size

@@ -67,8 +67,8 @@ class TieredMessageStore:
         flat = self.flat_files.get(topic, queue_id)
         assert flat is not None
         local_min = self.local.min_offset(topic, queue_id)
-        # stop where the local store takes over, unless the tier is preferred for everything it has
-        limit = max_msg_nums if self.level == "FORCE" else max(1, min(max_msg_nums, local_min - offset))
+        # NOT_IN_DISK stops where the local store takes over; the other levels prefer the tier for all it has
+        limit = min(max_msg_nums, local_min - offset) if self.level == "NOT_IN_DISK" else max_msg_nums
         messages, total, next_offset = flat.messages(offset, limit, max_total_bytes, tags_codes)
         self.tier_reads += len(messages)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE

@@ -39,22 +39,44 @@ class FlatAppendFile:
 
     # -- state ---------------------------------------------------------------------------------------
     def load(self, start_offset: int = 0) -> None:
-        """Segments from the metadata store; the open segment's size from the backend. ``start_offset`` is
-        where an empty flat file starts."""
+        """Segments from the metadata store, checked against the backend. ``start_offset`` is where an empty
+        flat file starts. The last segment takes the backend's size (a crash mid-upload may have left more);
+        a segment whose object holds less than recorded (a lost object) ends the readable stream there."""
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
-        if segments:
-            last = segments[-1]
-            real = self._object(last.path).real_size()
+        for i, m in enumerate(segments):
+            real = self._object(m.path).real_size()
             real -= real % self.unit
-            if real != last.size:
-                log.warning("tiered_segment_size_reconciled path=%s recorded=%d backend=%d", last.path, last.size,
-                            real)
-                last.size = real
-                self.metadata.update_segment(last)
+            last = i == len(segments) - 1
+            if real == m.size or (real > m.size and not last):
+                continue
+            log.warning("tiered_segment_size_reconciled path=%s recorded=%d backend=%d", m.path, m.size, real)
+            m.size = real
+            self.metadata.update_segment(m)
+            if not last:  # bytes are missing: nothing after them can be served
+                for lost in segments[i + 1:]:
+                    self.metadata.delete_segment(lost)
+                segments = segments[: i + 1]
+                every = [e for e in every if e.base_offset <= m.base_offset]
+                m.status = SegmentStatus.OPEN
+                self.metadata.update_segment(m)
+                break
         self.segments = segments
-        end = every[-1].end_offset if every else start_offset  # past expired ones too: their names stay taken
+        end = max([start_offset, *(e.end_offset for e in every)]) if every else start_offset
         self._append_offset = self._buffer_start = end
+
+    def cut_to(self, offset: int) -> None:
+        """Forget committed bytes from ``offset`` on (the consume queue after its commitlog lost bytes)."""
+        with self._lock:
+            keep = [m for m in self.segments if m.base_offset < offset]
+            for m in self.segments[len(keep):]:
+                self.metadata.delete_segment(m)
+            if keep and keep[-1].end_offset > offset:
+                keep[-1].size = offset - keep[-1].base_offset
+                keep[-1].status = SegmentStatus.OPEN
+                self.metadata.update_segment(keep[-1])
+            self.segments = keep
+            self._append_offset = self._buffer_start = max(offset, keep[-1].end_offset if keep else offset)
 
     @property
     def min_offset(self) -> int:
@@ -87,29 +109,36 @@ class FlatAppendFile:
         return offset
 
     def commit(self) -> int:
-        """Write the buffer to segments (rolling when one fills); returns the new commit offset."""
+        """Write the buffer to segments (rolling when one fills); returns the new commit offset. If the backend
+        fails, what was not written goes back to the buffer for the next commit."""
         buffer, self._buffer = self._buffer, []
         i = 0
-        while i < len(buffer):
-            last = self._writable()
-            room = self.segment_size - last.size
-            chunk: list[bytes] = []
-            size = 0
-            begin = buffer[i][1]
-            while i < len(buffer) and size + len(buffer[i][0]) <= room:
-                chunk.append(buffer[i][0])
-                size += len(buffer[i][0])
-                i += 1
-            if not chunk:  # the next entry does not fit: seal this one, the next round opens a new one
-                self._seal(last)
-                continue
-            self._object(last.path).write(last.size, b"".join(chunk))
-            with self._lock:
-                last.size += size
-                last.begin_ms = last.begin_ms or begin
-                last.end_ms = buffer[i - 1][1]
-            self.metadata.update_segment(last)
-            self._buffer_start += size
+        try:
+            while i < len(buffer):
+                last = self._writable()
+                room = self.segment_size - last.size
+                chunk: list[bytes] = []
+                size = 0
+                begin = buffer[i][1]
+                j = i
+                while j < len(buffer) and size + len(buffer[j][0]) <= room:
+                    chunk.append(buffer[j][0])
+                    size += len(buffer[j][0])
+                    j += 1
+                if not chunk:  # the next entry does not fit: seal this one, the next round opens a new one
+                    self._seal(last)
+                    continue
+                self._object(last.path).write(last.size, b"".join(chunk))
+                with self._lock:
+                    last.size += size
+                    last.begin_ms = last.begin_ms or begin
+                    last.end_ms = buffer[j - 1][1]
+                self.metadata.update_segment(last)
+                self._buffer_start += size
+                i = j
+        except BaseException:
+            self._buffer = buffer[i:] + self._buffer
+            raise
         return self.commit_offset
 
     def _writable(self) -> FileSegmentMetadata:

@@ -42,13 +42,32 @@ class FlatMessageFile:
     def load(self, first_queue_offset: int) -> None:
         self.commit_log.load(0)
         self.consume_queue.load(first_queue_offset * UNIT)
-        last = self.max_offset - 1
-        if last >= self.min_offset:
-            unit = self.units(last, 1)
-            assert not unit or unit[0][0] + unit[0][1] <= self.commit_log.commit_offset, \
-                f"tiered consume queue of {self.topic}:{self.queue_id} points past its commitlog"
+        self._drop_dangling_units()
         log.info("tiered_queue_loaded topic=%s queue=%d min=%d max=%d commitlog_bytes=%d", self.topic, self.queue_id,
                  self.min_offset, self.max_offset, self.commit_log.commit_offset)
+
+    def _drop_dangling_units(self) -> None:
+        """Units are committed after the bytes they point at, so none dangles, unless the backend lost
+        commitlog bytes (a lost object, the memory backend after a restart): then the units from the first one
+        pointing past the commitlog's end go, and those queue offsets are uploaded again."""
+        end = self.commit_log.commit_offset
+
+        def inside(q: int) -> bool:
+            unit = self.units(q, 1)
+            return bool(unit) and unit[0][0] + unit[0][1] <= end and unit[0][0] >= self.commit_log.min_offset
+
+        lo, hi = self.min_offset, self.max_offset
+        if lo >= hi or inside(hi - 1):
+            return
+        while lo < hi:  # the first unit that is not inside
+            mid = (lo + hi) // 2
+            if inside(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        log.error("tiered_units_dangling topic=%s queue=%d from=%d to=%d: cut, to be uploaded again", self.topic,
+                  self.queue_id, lo, self.max_offset)
+        self.consume_queue.cut_to(lo * UNIT)
 
     # -- offsets (queue offsets) ---------------------------------------------------------------------
     @property

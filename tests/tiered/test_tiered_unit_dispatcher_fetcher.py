@@ -1,0 +1,285 @@
+"""Tiered storage units with a real local MessageStore: the upload dispatcher (group commit, checkpoint, replay
+after a restart) and the read facade's storage levels. The upload thread is not started: tests drive
+``upload_due`` themselves."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.broker_config import BrokerConfig
+from broker.store.config import MessageStoreConfig
+from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.get_message_result import GetMessageStatus
+from broker.store.message_store import MessageStore
+from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
+from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
+from broker.tiered.provider.file_segment_factory import PROVIDERS
+from broker.tiered.tiered_store import TieredStore
+from common.message_codec import decode_record
+
+TOPIC = "TierDisp"
+HOUR = 3600
+
+
+class Node:
+    """A local store and its tiered store on ``root``, wired as the broker wires them."""
+
+    def __init__(self, root: Path, provider: str, group_commit_count: int = 1 << 20, level: str = "NOT_IN_DISK"):
+        self.root = root
+        config = BrokerConfig(store_path_root_dir=str(root), tiered_store_enable=True,
+                              tiered_backend_service_provider=provider, tiered_storage_level=level,
+                              tiered_store_commit_log_max_size=16 * 1024, tiered_store_consume_queue_max_size=28 * 64,
+                              tiered_store_group_commit_count=group_commit_count,
+                              tiered_store_group_commit_age=3_600_000, clean_resource_interval=3_600_000)
+        self.local = MessageStore(MessageStoreConfig(
+            str(root), mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 256,
+            destroy_mapped_file_grace_ms=0, file_reserved_time_hours=1, delete_when="*",
+            disk_max_used_space_ratio=95, flush_interval_consume_queue_ms=3_600_000,
+            clean_resource_interval_ms=3_600_000, max_hash_slot_num=1024, max_index_num=4096))
+        self.tiered = TieredStore(config, self.local)  # registers the uploader before the local store starts
+        self.dispatcher = self.tiered.dispatcher
+        self.local.start()
+        self.stopped = False
+
+    def put(self, queue_id: int, body: bytes) -> tuple[int, int]:
+        """(queue offset, physical offset) once the dispatch chain has passed it."""
+        r = self.local.put_messages(TOPIC, queue_id, [body], [b""])
+        assert r.ok
+        assert self.local.wait_dispatched(r.append.end_offset)
+        return r.queue_offset, r.physical_offset
+
+    def stop(self, upload: bool = True) -> None:
+        """``upload=False``: as if the process died with records still waiting for upload (the local store's
+        final flush still records the dispatcher's checkpoint, as its periodic flush would have)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if upload:
+            self.tiered.shutdown()
+        self.local.shutdown()
+        self.tiered.close()
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def nodes(tmp_path: Path):
+    opened: list[Node] = []
+
+    def start(provider: str, **kwargs) -> Node:
+        node = Node(tmp_path / "store", provider, **kwargs)
+        opened.append(node)
+        return node
+
+    yield start
+    for node in opened:
+        node.stop()
+
+
+def tier_matches_local(node: Node, queue_id: int) -> int:
+    """Every message the tier has for the queue equals the local one except its physical offset field."""
+    flat = node.tiered.flat_files.get(TOPIC, queue_id)
+    assert flat is not None
+    for q in range(flat.min_offset, flat.max_offset):
+        [tiered] = flat.messages(q, 1, 1 << 20, None)[0]
+        [local] = node.local.get_message(TOPIC, queue_id, q, 1).messages
+        position = flat.units(q, 1)[0][0]
+        assert tiered[:28] + tiered[36:] == local[:28] + local[36:]
+        assert decode_record(tiered).physical_offset == position
+        assert decode_record(tiered).queue_offset == q
+    return flat.max_offset
+
+
+# -- dispatcher ----------------------------------------------------------------------------------------------
+def test_checkpoint_is_the_oldest_record_not_yet_uploaded(nodes, provider: str):
+    node = nodes(provider, group_commit_count=3)
+    d = node.dispatcher
+    node.put(0, b"a0")
+    node.put(1, b"b0")
+    end = node.local.commit_log.max_offset()
+    assert d.current_checkpoint() == 0 and node.tiered.flat_files.get(TOPIC, 0) is None
+    assert d.upload_due() == 0  # neither queue is due: 1 record each, young
+    assert d.upload_due(force=True) == 2
+    assert d.current_checkpoint() == end  # everything dispatched is in the tier
+    assert d.checkpoint() == 0  # stored only by flush
+    d.flush()
+    assert d.checkpoint() == end == node.tiered.metadata.get_checkpoint()
+
+    _, first_b = node.put(1, b"b1")  # queue 1 waits below queue 0's records
+    for i in range(1, 4):
+        node.put(0, f"a{i}".encode())
+    assert d.current_checkpoint() == first_b
+    assert d.upload_due() == 3  # queue 0 has 3 waiting: due; queue 1 not
+    assert d.current_checkpoint() == first_b
+    d.flush()
+    assert node.tiered.metadata.get_checkpoint() == first_b
+    assert d.upload_due(force=True) == 1
+    assert d.current_checkpoint() == node.local.commit_log.max_offset()
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (4, 2)
+    assert (d.uploaded_messages, d.uploaded_bytes) == (6, node.local.commit_log.max_offset())
+
+
+def test_local_segments_expire_only_below_the_tier_checkpoint(nodes, provider: str):
+    node = nodes(provider)
+    for i in range(300):
+        node.put(i % 2, bytes([i % 256]) * 600)
+    segments = sorted((node.root / "commitlog").iterdir())
+    assert len(segments) >= 3
+    for seg in segments:
+        t = time.time() - 2 * HOUR
+        os.utime(seg, (t, t))
+    assert node.local.delete_expired_files() == 0  # aged, dispatched, but not in the tier yet
+    node.dispatcher.upload_due(force=True)
+    assert node.local.delete_expired_files() == 0  # in the tier, but the checkpoint is not stored yet
+    node.dispatcher.flush()
+    assert node.local.delete_expired_files() == len(segments) - 1  # all but the one being written
+    assert node.local.min_offset(TOPIC, 0) > 0
+
+
+def test_replay_after_restart_skips_what_the_tier_has(nodes, provider: str):
+    node = nodes(provider)
+    for i in range(10):
+        node.put(i % 2, f"m{i}".encode() * 30)
+    assert node.dispatcher.upload_due(force=True) == 10
+    tier_bytes = {q: node.tiered.flat_files.get(TOPIC, q).total_bytes() for q in (0, 1)}
+    node.stop()
+    meta = RocksDBTieredMetadataStore(node.root / "tiered_metadata")  # as if the checkpoint had not been stored
+    meta.set_checkpoint(0)
+    meta.close()
+
+    node = nodes(provider)
+    assert node.dispatcher.current_checkpoint() == 0  # everything was replayed into the uploader
+    assert node.dispatcher.upload_due(force=True) == 0  # and all of it is skipped
+    assert {q: node.tiered.flat_files.get(TOPIC, q).total_bytes() for q in (0, 1)} == tier_bytes
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    for i in range(10, 14):
+        node.put(i % 2, f"m{i}".encode() * 30)
+    assert node.dispatcher.upload_due(force=True) == 4
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (7, 7)
+
+
+def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: str):
+    node = nodes(provider, group_commit_count=3)
+    _, first = node.put(1, b"q1-0")  # queue 1's oldest record sits below queue 0's
+    for i in range(3):
+        node.put(0, f"q0-{i}".encode())
+    node.put(1, b"q1-1")
+    assert node.dispatcher.upload_due() == 3  # queue 0 only
+    node.stop(upload=False)  # died with queue 1 waiting
+    meta = RocksDBTieredMetadataStore(node.root / "tiered_metadata")
+    assert meta.get_checkpoint() == first  # stored by the local store's final flush of the chain
+    meta.close()
+
+    node = nodes(provider, group_commit_count=3)
+    assert node.dispatcher.checkpoint() == first
+    assert node.tiered.flat_files.get(TOPIC, 0).max_offset == 3
+    assert node.tiered.flat_files.get(TOPIC, 1) is None
+    assert node.dispatcher.upload_due(force=True) == 2  # queue 0's replayed records are skipped
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (3, 2)
+    node.put(0, b"q0-3")
+    node.dispatcher.upload_due(force=True)
+    assert tier_matches_local(node, 0) == 4
+
+
+# -- the read facade -----------------------------------------------------------------------------------------
+@pytest.fixture
+def expired_node(nodes, provider: str) -> Node:
+    """600 messages over 2 queues, all in the tier; the oldest two local commitlog segments deleted."""
+    node = nodes(provider)
+    for i in range(600):
+        node.put(i % 2, f"{i:05d}".encode() * 120)
+    node.dispatcher.upload_due(force=True)
+    node.dispatcher.flush()
+    segments = sorted((node.root / "commitlog").iterdir())
+    assert len(segments) >= 6
+    for seg in segments[:2]:
+        t = time.time() - 2 * HOUR
+        os.utime(seg, (t, t))
+    assert node.local.delete_expired_files() == 2
+    assert 0 < node.local.min_offset(TOPIC, 0) < 300
+    return node
+
+
+def reads(store: TieredMessageStore, queue_id: int, offset: int, n: int):
+    """(status, next offset, [(queue offset, physical offset)], tier reads it took)."""
+    before = store.tier_reads
+    r = store.get_message(TOPIC, queue_id, offset, n)
+    got = [(decode_record(m).queue_offset, decode_record(m).physical_offset) for m in r.messages]
+    return r.status, r.next_begin_offset, got, store.tier_reads - before
+
+
+def tier_position(node: Node, queue_id: int, q: int) -> int:
+    return node.tiered.flat_files.get(TOPIC, queue_id).units(q, 1)[0][0]
+
+
+def local_position(node: Node, queue_id: int, q: int) -> int:
+    return decode_record(node.local.get_message(TOPIC, queue_id, q, 1).messages[0]).physical_offset
+
+
+def test_not_in_disk_reads_from_the_tier_only_what_the_local_store_lost(expired_node: Node):
+    node = expired_node
+    store = node.tiered.store
+    assert store.level == "NOT_IN_DISK"
+    local_min = node.local.min_offset(TOPIC, 0)
+    assert store.min_offset(TOPIC, 0) == 0 and store.max_offset(TOPIC, 0) == 300
+    status, nxt, got, tier = reads(store, 0, 0, 4)
+    assert (status, nxt, tier) == (GetMessageStatus.FOUND, 4, 4)
+    assert got == [(q, tier_position(node, 0, q)) for q in range(4)]
+    # from just below the local min: the tier answers up to it, the local store after it
+    status, nxt, got, tier = reads(store, 0, local_min - 2, 32)
+    assert (status, nxt, tier, [q for q, _ in got]) == (GetMessageStatus.FOUND, local_min, 2,
+                                                        [local_min - 2, local_min - 1])
+    status, nxt, got, tier = reads(store, 0, local_min, 3)
+    assert (status, nxt, tier) == (GetMessageStatus.FOUND, local_min + 3, 0)
+    assert got == [(q, local_position(node, 0, q)) for q in range(local_min, local_min + 3)]
+    assert store.offset_by_time(TOPIC, 0, 0, BoundaryType.LOWER) == 0
+
+
+def test_disable_never_reads_the_tier(expired_node: Node):
+    node = expired_node
+    store = TieredMessageStore(node.local, node.tiered.flat_files, "DISABLE")
+    local_min = node.local.min_offset(TOPIC, 1)
+    assert store.min_offset(TOPIC, 1) == local_min
+    status, nxt, got, tier = reads(store, 1, 0, 4)
+    assert (status, nxt, got, tier) == (GetMessageStatus.OFFSET_TOO_SMALL, local_min, [], 0)
+    status, nxt, got, tier = reads(store, 1, local_min, 2)
+    assert (status, tier) == (GetMessageStatus.FOUND, 0)
+    assert got == [(q, local_position(node, 1, q)) for q in range(local_min, local_min + 2)]
+    assert store.offset_by_time(TOPIC, 1, 0, BoundaryType.LOWER) == node.local.offset_by_time(
+        TOPIC, 1, 0, BoundaryType.LOWER)
+
+
+def test_force_reads_the_tier_whenever_it_has_the_offset(expired_node: Node):
+    node = expired_node
+    store = TieredMessageStore(node.local, node.tiered.flat_files, "FORCE")
+    local_min = node.local.min_offset(TOPIC, 0)
+    status, nxt, got, tier = reads(store, 0, local_min - 2, 10)  # not cut at the local min
+    assert (status, nxt, tier) == (GetMessageStatus.FOUND, local_min + 8, 10)
+    assert got == [(q, tier_position(node, 0, q)) for q in range(local_min - 2, local_min + 8)]
+    status, nxt, got, tier = reads(store, 0, 299, 5)  # the newest one too
+    assert (nxt, tier, got) == (300, 1, [(299, tier_position(node, 0, 299))])
+    node.put(0, b"not uploaded yet")  # past the tier's max: the local store serves it
+    status, nxt, got, tier = reads(store, 0, 300, 5)
+    assert (status, nxt, tier, [q for q, _ in got]) == (GetMessageStatus.FOUND, 301, 0, [300])
+
+
+def test_not_in_mem_reads_the_tier_for_old_local_segments(expired_node: Node):
+    node = expired_node
+    store = TieredMessageStore(node.local, node.tiered.flat_files, "NOT_IN_MEM")
+    mfq = node.local.commit_log.mapped_file_queue
+    newest = mfq.last().file_from_offset
+    size = node.local.commit_log.mapped_file_size
+    old = [q for q in range(node.local.min_offset(TOPIC, 0), 300)
+           if newest - mfq.find(local_position(node, 0, q)).file_from_offset >= 2 * size]
+    hot = [q for q in range(node.local.min_offset(TOPIC, 0), 300)
+           if mfq.find(local_position(node, 0, q)).file_from_offset == newest]
+    assert old and hot
+    _, _, got, tier = reads(store, 0, old[0], 1)
+    assert (got, tier) == ([(old[0], tier_position(node, 0, old[0]))], 1)
+    _, _, got, tier = reads(store, 0, hot[0], 1)
+    assert (got, tier) == ([(hot[0], local_position(node, 0, hot[0]))], 0)

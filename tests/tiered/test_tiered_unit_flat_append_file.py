@@ -1,0 +1,259 @@
+"""Tiered storage units: FlatAppendFile on both backends, with a RocksDB metadata store."""
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.tiered.file.flat_append_file import FlatAppendFile
+from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
+from broker.tiered.metadata.tiered_metadata_store import SegmentStatus
+from broker.tiered.provider.file_segment import FileSegmentType
+from broker.tiered.provider.file_segment_factory import PROVIDERS, FileSegmentFactory, segment_path
+
+CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
+Open = Callable[..., FlatAppendFile]
+
+
+class Env:
+    """A backend and a metadata store on a temp dir; ``restart`` reopens the metadata store (RocksDB) as a
+    new process would, keeping the backend's objects (memory objects live as long as this process)."""
+
+    def __init__(self, provider: str, tmp_path: Path) -> None:
+        self.factory = FileSegmentFactory(provider, tmp_path / "tier")
+        self.meta_root = tmp_path / "meta"
+        self.metadata = RocksDBTieredMetadataStore(self.meta_root)
+
+    def open(self, file_type: FileSegmentType = CL, segment_size: int = 100, unit: int = 1,
+             start_offset: int = 0) -> FlatAppendFile:
+        f = FlatAppendFile(self.factory, self.metadata, "b", "T", 0, file_type, segment_size, unit)
+        f.load(start_offset)
+        return f
+
+    def restart(self) -> None:
+        self.metadata.close()
+        self.metadata = RocksDBTieredMetadataStore(self.meta_root)
+
+    def records(self, file_type: FileSegmentType = CL):
+        return list(self.metadata.iterate_segments("T", 0, file_type))
+
+
+@pytest.fixture(params=PROVIDERS)
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    e = Env(request.param, tmp_path)
+    yield e
+    e.metadata.close()
+
+
+def entry(i: int, size: int) -> bytes:
+    return bytes([i % 251]) * size
+
+
+def append_all(f: FlatAppendFile, entries: list[bytes], t0: int = 1000) -> list[int]:
+    return [f.append(e, t0 + i) for i, e in enumerate(entries)]
+
+
+# -- append and commit -----------------------------------------------------------------------------------
+def test_append_is_buffered_until_commit(env: Env):
+    f = env.open()
+    assert (f.min_offset, f.commit_offset, f.append_offset, f.buffered_bytes) == (0, 0, 0, 0)
+    assert append_all(f, [b"abc", b"defgh"]) == [0, 3]
+    assert (f.commit_offset, f.append_offset, f.buffered_bytes) == (0, 8, 8)
+    assert f.read(0, 8) == b"" and f.segments == []  # readers see committed bytes only
+    assert f.commit() == 8
+    assert (f.commit_offset, f.append_offset, f.buffered_bytes) == (8, 8, 0)
+    assert f.read(0, 8) == b"abcdefgh" and f.read(2, 4) == b"cdef"
+    [m] = env.records()
+    assert (m.path, m.base_offset, m.size, m.status) == (segment_path("b", "T", 0, CL, 0), 0, 8, SegmentStatus.OPEN)
+    assert (m.begin_ms, m.end_ms) == (1000, 1001) and m.create_ms > 0
+    assert env.factory.open(m.path).read(0, 100) == b"abcdefgh"
+    assert f.commit() == 8  # nothing buffered: nothing changes
+    assert f.total_bytes() == 8
+
+
+def test_an_empty_file_starts_at_its_start_offset(env: Env):
+    f = env.open(CQ, segment_size=28 * 4, unit=28, start_offset=28 * 10)
+    assert (f.min_offset, f.commit_offset, f.append_offset) == (280, 280, 280)
+    assert f.append(entry(0, 28), 5) == 280
+    f.commit()
+    assert [(m.base_offset, m.path) for m in env.records(CQ)] == [(280, segment_path("b", "T", 0, CQ, 280))]
+    assert f.read(280, 28) == entry(0, 28) and f.read(0, 28) == b""
+
+
+def test_an_entry_larger_than_a_segment_is_refused(env: Env):
+    f = env.open(segment_size=100)
+    with pytest.raises(AssertionError):
+        f.append(b"x" * 101, 1)
+    assert f.append(b"x" * 100, 1) == 0  # exactly one segment is fine
+
+
+# -- rolling -----------------------------------------------------------------------------------------------
+def test_roll_when_full_keeps_every_entry_in_one_segment(env: Env):
+    f = env.open(segment_size=100)
+    sizes = [30, 30, 30, 30, 50, 50, 1, 99, 7, 60, 45, 100, 3]
+    entries = [entry(i, s) for i, s in enumerate(sizes)]
+    offsets = append_all(f, entries)
+    f.commit()
+    assert f.commit_offset == sum(sizes)
+    records = env.records()
+    assert [(m.base_offset, m.size) for m in records] == [(0, 90), (90, 80), (170, 51), (221, 99), (320, 67),
+                                                           (387, 45), (432, 100), (532, 3)]
+    assert [m.status for m in records] == [SegmentStatus.SEALED] * 7 + [SegmentStatus.OPEN]
+    assert all(m.seal_ms > 0 for m in records[:-1]) and records[-1].seal_ms == 0
+    assert [m.base_offset for m in f.segments] == [m.base_offset for m in records]
+    for off, e in zip(offsets, entries, strict=True):
+        m = f.segment_at(off)
+        assert m is not None and m.base_offset <= off and off + len(e) <= m.end_offset  # no straddling
+        assert f.read(off, len(e)) == e
+    for m in records:  # each object holds exactly its committed bytes
+        assert env.factory.open(m.path).real_size() == m.size
+
+
+def test_roll_across_several_commits_and_time_ranges(env: Env):
+    f = env.open(segment_size=100)
+    append_all(f, [entry(0, 60)], t0=10)
+    f.commit()
+    append_all(f, [entry(1, 30)], t0=20)
+    f.commit()
+    append_all(f, [entry(2, 30), entry(3, 40)], t0=30)  # 30 does not fit in the 10 left: a new segment
+    f.commit()
+    records = env.records()
+    assert [(m.base_offset, m.size, m.status) for m in records] == [(0, 90, SegmentStatus.SEALED),
+                                                                     (90, 70, SegmentStatus.OPEN)]
+    assert [(m.begin_ms, m.end_ms) for m in records] == [(10, 20), (30, 31)]
+
+
+def test_read_across_segment_boundaries(env: Env):
+    f = env.open(segment_size=64)
+    entries = [entry(i, 20) for i in range(20)]  # 3 per segment: 60-byte segments
+    append_all(f, entries)
+    f.commit()
+    stream = b"".join(entries)
+    assert len(f.segments) == 7
+    for offset, length in [(0, 400), (50, 30), (59, 2), (60, 60), (10, 250), (119, 122), (399, 1), (395, 100)]:
+        assert f.read(offset, length) == stream[offset : offset + length], (offset, length)
+    assert f.read(400, 10) == b"" and f.read(1000, 10) == b""
+    assert f.segment_at(400) is None and f.segment_at(59).base_offset == 0 and f.segment_at(60).base_offset == 60
+
+
+# -- load --------------------------------------------------------------------------------------------------
+def test_load_after_restart_resumes_exactly(env: Env):
+    f = env.open(segment_size=100)
+    first = [entry(i, 35) for i in range(5)]
+    append_all(f, first)
+    f.commit()
+    before = [(m.base_offset, m.size, m.status) for m in f.segments]
+    env.restart()
+    g = env.open(segment_size=100)
+    assert [(m.base_offset, m.size, m.status) for m in g.segments] == before
+    assert (g.min_offset, g.commit_offset, g.append_offset) == (f.min_offset, f.commit_offset, f.append_offset)
+    assert g.read(0, 1000) == b"".join(first)
+    more = [entry(9, 35), entry(10, 35)]
+    assert append_all(g, more) == [175, 210]
+    g.commit()
+    assert g.read(0, 1000) == b"".join(first + more)
+    assert [(m.base_offset, m.size) for m in env.records()] == [(0, 70), (70, 70), (140, 70), (210, 35)]
+
+
+def test_load_ignores_a_start_offset_once_segments_exist(env: Env):
+    f = env.open(CQ, segment_size=280, unit=28, start_offset=56)
+    append_all(f, [entry(1, 28)])
+    f.commit()
+    g = env.open(CQ, segment_size=280, unit=28, start_offset=0)
+    assert (g.min_offset, g.commit_offset) == (56, 84)
+
+
+def test_crash_after_backend_write_before_metadata_update_adopts_the_real_size(env: Env):
+    f = env.open(segment_size=100)
+    append_all(f, [entry(1, 30)])
+    f.commit()
+    [m] = env.records()
+    # the process died after the backend stored a 25-byte upload but before the metadata recorded it
+    env.factory.open(m.path).write(30, entry(2, 25))
+    env.restart()
+    g = env.open(segment_size=100)
+    assert (g.commit_offset, g.append_offset) == (55, 55)
+    assert [r.size for r in env.records()] == [55]  # reconciled in the metadata store too
+    assert g.append(entry(3, 40), 7) == 55  # new bytes go after the adopted ones
+    assert g.append(entry(4, 10), 8) == 95  # and roll as usual: 5 bytes are left
+    g.commit()
+    assert [(r.base_offset, r.size, r.status) for r in env.records()] == [(0, 95, SegmentStatus.SEALED),
+                                                                          (95, 10, SegmentStatus.OPEN)]
+    assert g.read(0, 105) == entry(1, 30) + entry(2, 25) + entry(3, 40) + entry(4, 10)
+
+
+def test_crash_mid_upload_of_a_unit_file_cuts_the_torn_unit(env: Env):
+    unit = 28
+    f = env.open(CQ, segment_size=unit * 10, unit=unit)
+    append_all(f, [entry(i, unit) for i in range(3)])
+    f.commit()
+    [m] = env.records(CQ)
+    env.factory.open(m.path).write(3 * unit, entry(7, unit) + entry(8, unit)[:13])  # one whole unit, one torn
+    env.restart()
+    g = env.open(CQ, segment_size=unit * 10, unit=unit)
+    assert g.commit_offset == 4 * unit  # the whole unit stays, the torn part does not count
+    assert [r.size for r in env.records(CQ)] == [4 * unit]
+    assert g.read(3 * unit, 100) == entry(7, unit)
+    g.append(entry(9, unit), 1)
+    g.commit()
+    assert g.read(0, 1000) == b"".join(entry(i, unit) for i in (0, 1, 2, 7, 9))
+    assert env.factory.open(m.path).real_size() == 5 * unit  # the torn bytes were overwritten, not kept
+
+
+def test_a_stale_object_without_a_record_is_reset_when_its_segment_opens(env: Env):
+    # a crash after the backend created the next segment's object but before its record was written
+    env.factory.open(segment_path("b", "T", 0, CL, 0)).write(0, b"stale bytes")
+    f = env.open(segment_size=100)
+    assert f.commit_offset == 0
+    append_all(f, [b"fresh"])
+    f.commit()
+    assert f.read(0, 100) == b"fresh"
+    assert env.factory.open(segment_path("b", "T", 0, CL, 0)).real_size() == 5
+
+
+# -- expiry ------------------------------------------------------------------------------------------------
+def fill_segments(env: Env) -> FlatAppendFile:
+    f = env.open(segment_size=100)
+    append_all(f, [entry(i, 50) for i in range(7)])  # segments [0,100) [100,200) [200,300) and open [300,350)
+    f.commit()
+    return f
+
+
+def test_expire_before_marks_expired_sealed_segments(env: Env):
+    f = fill_segments(env)
+    paths = [m.path for m in f.segments]
+    gone = f.expire_before(250, delete=False)  # [200,300) ends after 250: it stays
+    assert [m.base_offset for m in gone] == [0, 100]
+    assert (f.min_offset, f.commit_offset) == (100 * 2, 350)
+    assert f.read(0, 50) == b"" and f.read(200, 50) == entry(4, 50)
+    assert [(m.base_offset, m.status) for m in env.records()] == [
+        (0, SegmentStatus.EXPIRED), (100, SegmentStatus.EXPIRED), (200, SegmentStatus.SEALED),
+        (300, SegmentStatus.OPEN)]
+    assert [env.factory.open(p).real_size() for p in paths[:2]] == [100, 100]  # the cleanup job deletes them
+    assert f.expire_before(250, delete=False) == []  # idempotent
+    env.restart()
+    g = env.open(segment_size=100)
+    assert (g.min_offset, g.commit_offset, [m.base_offset for m in g.segments]) == (200, 350, [200, 300])
+    assert g.append(entry(9, 10), 1) == 350
+
+
+def test_expire_before_with_delete_removes_objects_and_records(env: Env):
+    f = fill_segments(env)
+    paths = [m.path for m in f.segments]
+    gone = f.expire_before(10_000, delete=True)  # the open segment never expires
+    assert [m.base_offset for m in gone] == [0, 100, 200]
+    assert [(m.base_offset, m.status) for m in env.records()] == [(300, SegmentStatus.OPEN)]
+    assert [env.factory.open(p).real_size() for p in paths] == [0, 0, 0, 50]
+    assert (f.min_offset, f.commit_offset, f.read(300, 50)) == (300, 350, entry(6, 50))
+    env.restart()
+    g = env.open(segment_size=100)
+    assert (g.min_offset, g.commit_offset) == (300, 350)
+    append_all(g, [entry(10, 60)])
+    g.commit()
+    assert [(m.base_offset, m.size) for m in env.records()] == [(300, 50), (350, 60)]
+
+
+def test_expire_before_the_first_segment_end_does_nothing(env: Env):
+    f = fill_segments(env)
+    assert f.expire_before(99, delete=True) == []
+    assert f.min_offset == 0 and len(env.records()) == 4
