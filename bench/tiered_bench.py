@@ -228,7 +228,7 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         one_commit = GROUP_COMMIT_COUNT * QUEUES
         rate = acked / took
         rec.record("tiered.produce_rate", rate, f"{RATE:,} asked for {seconds:g} s"
-                   + ("" if rate >= RATE * 0.98 else ": this producer's ceiling here"))
+                   + ("" if rate >= RATE * 0.98 else ": the most this producer reached against this broker"))
         rec.record("tiered.upload_lag", peak,
                    f"halves {first_half:,} / {second_half:,}; {len(sampler.samples)} samples"
                    + (f", {sampler.errors} failed" if sampler.errors else ""))

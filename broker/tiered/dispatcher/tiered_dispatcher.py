@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 ReadAt = Callable[[int, int], bytes]
 NOT_TIERED = (KV_TOPIC,)  # the KV store's ops: state lives in RocksDB, replaying them from a tier is not a use
+MAX_RUN_BYTES = 4 * 1024 * 1024  # one local read and one tier append per run of contiguous records
 
 
 @dataclass(slots=True)
@@ -161,24 +162,38 @@ class TieredDispatcher(CommitLogDispatcher):
     def _upload(self, key: QueueKey, requests: list[DispatchRequest]) -> int:
         topic, queue_id = key
         flat = self.flat_files.get_or_create(topic, queue_id, requests[0][2])
+        max_run = min(MAX_RUN_BYTES, flat.commit_log.segment_size)
         appended = 0
         size = 0
+        run: list[tuple[int, int, int, int]] = []  # units of records contiguous in the local commitlog
+        run_start = run_end = 0
         for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
-            expected = flat.dispatch_offset
+            expected = flat.dispatch_offset + len(run)
             if queue_offset < expected:
                 continue  # already in the tier (a replay after restart)
             if queue_offset > expected:
                 log.error("tiered_gap topic=%s queue=%d expected=%d got=%d: messages missing from the tier",
                           topic, queue_id, expected, queue_offset)
-                return appended
-            flat.append(bytearray(self._read_at(physical, record_size)), queue_offset, tags_code, store_time)
+                break
+            if run and (physical != run_end or run_end - run_start + record_size > max_run):
+                self._append_run(flat, run_start, run_end, run)
+                run = []
+            if not run:
+                run_start = run_end = physical
+            run.append((queue_offset, record_size, tags_code, store_time))
+            run_end += record_size
             appended += 1
             size += record_size
+        if run:
+            self._append_run(flat, run_start, run_end, run)
         if appended or flat.commit_log.buffered_bytes or flat.consume_queue.buffered_bytes:
             flat.commit()
             self.uploaded_messages += appended
             self.uploaded_bytes += size
         return appended
+
+    def _append_run(self, flat, start: int, end: int, units: list[tuple[int, int, int, int]]) -> None:
+        flat.append_run(bytearray(self._read_at(start, end - start)), units)
 
     def shutdown(self) -> None:
         self._stopped.set()

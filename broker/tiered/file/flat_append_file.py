@@ -101,10 +101,16 @@ class FlatAppendFile:
 
     # -- write ---------------------------------------------------------------------------------------
     def append(self, data: bytes, store_time: int) -> int:
-        """Buffer ``data``; returns the stream offset it will have."""
-        assert len(data) <= self.segment_size, f"{len(data)} bytes exceed a {self.file_type.name} segment"
+        """Buffer ``data``; returns the stream offset it will have. Whole units that exceed a segment are split
+        at unit boundaries (a run of consume-queue units); anything else must fit in one segment."""
         offset = self._append_offset
-        self._buffer.append((data, store_time))
+        if len(data) > self.segment_size:
+            assert self.unit > 1, f"{len(data)} bytes exceed a {self.file_type.name} segment"
+            step = self.segment_size - self.segment_size % self.unit
+            for at in range(0, len(data), step):
+                self._buffer.append((data[at : at + step], store_time))
+        else:
+            self._buffer.append((data, store_time))
         self._append_offset += len(data)
         return offset
 

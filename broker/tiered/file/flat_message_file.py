@@ -86,12 +86,26 @@ class FlatMessageFile:
 
     # -- write ---------------------------------------------------------------------------------------
     def append(self, record: bytearray, queue_offset: int, tags_code: int, store_time: int) -> None:
-        assert queue_offset == self.dispatch_offset, \
-            f"{self.topic}:{self.queue_id}: queue offset {queue_offset} appended at {self.dispatch_offset}"
+        """Buffer one record."""
+        self.append_run(record, [(queue_offset, len(record), tags_code, store_time)])
+
+    def append_run(self, records: bytearray, units: list[tuple[int, int, int, int]]) -> None:
+        """Buffer consecutive records of this queue, given as one byte run (they sit next to each other in the
+        local commitlog when sent together) and their ``(queue offset, size, tags hash, store time)``."""
+        assert units and units[0][0] == self.dispatch_offset, \
+            f"{self.topic}:{self.queue_id}: queue offset {units[0][0]} appended at {self.dispatch_offset}"
         position = self.commit_log.append_offset
-        PHYSICAL_OFFSET.pack_into(record, PHYSICAL_OFFSET_AT, position)
-        self.commit_log.append(bytes(record), store_time)
-        self.consume_queue.append(CQ_UNIT.pack(position, len(record), tags_code, store_time), store_time)
+        pack_offset, pack_unit = PHYSICAL_OFFSET.pack_into, CQ_UNIT.pack
+        cq = []
+        at = 0
+        for _, size, tags_code, store_time in units:
+            pack_offset(records, at + PHYSICAL_OFFSET_AT, position + at)
+            cq.append(pack_unit(position + at, size, tags_code, store_time))
+            at += size
+        assert at == len(records), "record sizes do not add up to the run"
+        last_time = units[-1][3]
+        self.commit_log.append(bytes(records), last_time)
+        self.consume_queue.append(b"".join(cq), last_time)
 
     def commit(self) -> None:
         with self._commit_lock:
