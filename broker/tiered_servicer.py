@@ -15,3 +15,15 @@ class TieredServicer(tiered_pb2_grpc.TieredServiceServicer):
 
     async def GetTieredStatus(self, request, context):
         return await answer(context, self.tiered.status, request)
+
+    async def GetTieredMetadata(self, request, context):
+        return await answer(context, self.tiered.metadata, request, in_thread=True)
+
+    async def ReplaceSegments(self, request, context):
+        return await answer(context, self.tiered.replace_segments, request)
+
+    async def MarkExpiredSegments(self, request, context):
+        return await answer(context, self.tiered.mark_expired, request, in_thread=True)
+
+    async def DropSegments(self, request, context):
+        return await answer(context, self.tiered.drop_segments, request)

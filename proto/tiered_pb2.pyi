@@ -47,3 +47,101 @@ class TieredStatusResponse(_message.Message):
     storage_level: str
     queues: _containers.RepeatedCompositeFieldContainer[TieredQueueStatus]
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., storage_level: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[TieredQueueStatus, _Mapping]]] = ...) -> None: ...
+
+class TieredSegment(_message.Message):
+    __slots__ = ("path", "type", "topic", "queue_id", "base_offset", "size", "status", "create_ms", "begin_ms", "end_ms", "seal_ms")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_MS_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    SEAL_MS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    type: int
+    topic: str
+    queue_id: int
+    base_offset: int
+    size: int
+    status: int
+    create_ms: int
+    begin_ms: int
+    end_ms: int
+    seal_ms: int
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., base_offset: _Optional[int] = ..., size: _Optional[int] = ..., status: _Optional[int] = ..., create_ms: _Optional[int] = ..., begin_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., seal_ms: _Optional[int] = ...) -> None: ...
+
+class TieredMetadataRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TieredMetadataResponse(_message.Message):
+    __slots__ = ("code", "remark", "broker_name", "backend_provider", "backend_root", "segments", "snapshot_ms")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_ROOT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_MS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    broker_name: str
+    backend_provider: str
+    backend_root: str
+    segments: _containers.RepeatedCompositeFieldContainer[TieredSegment]
+    snapshot_ms: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., backend_provider: _Optional[str] = ..., backend_root: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ..., snapshot_ms: _Optional[int] = ...) -> None: ...
+
+class ReplaceSegmentsRequest(_message.Message):
+    __slots__ = ("old", "merged")
+    OLD_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    old: _containers.RepeatedCompositeFieldContainer[TieredSegment]
+    merged: TieredSegment
+    def __init__(self, old: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ..., merged: _Optional[_Union[TieredSegment, _Mapping]] = ...) -> None: ...
+
+class ReplaceSegmentsResponse(_message.Message):
+    __slots__ = ("code", "remark")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class MarkExpiredRequest(_message.Message):
+    __slots__ = ("now_ms",)
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    now_ms: int
+    def __init__(self, now_ms: _Optional[int] = ...) -> None: ...
+
+class SegmentsResponse(_message.Message):
+    __slots__ = ("code", "remark", "segments")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    segments: _containers.RepeatedCompositeFieldContainer[TieredSegment]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ...) -> None: ...
+
+class DropSegmentsRequest(_message.Message):
+    __slots__ = ("segments",)
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    segments: _containers.RepeatedCompositeFieldContainer[TieredSegment]
+    def __init__(self, segments: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ...) -> None: ...
+
+class DropSegmentsResponse(_message.Message):
+    __slots__ = ("code", "remark", "dropped")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    dropped: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...

@@ -39,12 +39,56 @@ class TieredServiceStub:
                 request_serializer=proto_dot_tiered__pb2.TieredStatusRequest.SerializeToString,
                 response_deserializer=proto_dot_tiered__pb2.TieredStatusResponse.FromString,
                 _registered_method=True)
+        self.GetTieredMetadata = channel.unary_unary(
+                '/rmq.TieredService/GetTieredMetadata',
+                request_serializer=proto_dot_tiered__pb2.TieredMetadataRequest.SerializeToString,
+                response_deserializer=proto_dot_tiered__pb2.TieredMetadataResponse.FromString,
+                _registered_method=True)
+        self.ReplaceSegments = channel.unary_unary(
+                '/rmq.TieredService/ReplaceSegments',
+                request_serializer=proto_dot_tiered__pb2.ReplaceSegmentsRequest.SerializeToString,
+                response_deserializer=proto_dot_tiered__pb2.ReplaceSegmentsResponse.FromString,
+                _registered_method=True)
+        self.MarkExpiredSegments = channel.unary_unary(
+                '/rmq.TieredService/MarkExpiredSegments',
+                request_serializer=proto_dot_tiered__pb2.MarkExpiredRequest.SerializeToString,
+                response_deserializer=proto_dot_tiered__pb2.SegmentsResponse.FromString,
+                _registered_method=True)
+        self.DropSegments = channel.unary_unary(
+                '/rmq.TieredService/DropSegments',
+                request_serializer=proto_dot_tiered__pb2.DropSegmentsRequest.SerializeToString,
+                response_deserializer=proto_dot_tiered__pb2.DropSegmentsResponse.FromString,
+                _registered_method=True)
 
 
 class TieredServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetTieredStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTieredMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplaceSegments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MarkExpiredSegments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropSegments(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +101,26 @@ def add_TieredServiceServicer_to_server(servicer, server):
                     servicer.GetTieredStatus,
                     request_deserializer=proto_dot_tiered__pb2.TieredStatusRequest.FromString,
                     response_serializer=proto_dot_tiered__pb2.TieredStatusResponse.SerializeToString,
+            ),
+            'GetTieredMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTieredMetadata,
+                    request_deserializer=proto_dot_tiered__pb2.TieredMetadataRequest.FromString,
+                    response_serializer=proto_dot_tiered__pb2.TieredMetadataResponse.SerializeToString,
+            ),
+            'ReplaceSegments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplaceSegments,
+                    request_deserializer=proto_dot_tiered__pb2.ReplaceSegmentsRequest.FromString,
+                    response_serializer=proto_dot_tiered__pb2.ReplaceSegmentsResponse.SerializeToString,
+            ),
+            'MarkExpiredSegments': grpc.unary_unary_rpc_method_handler(
+                    servicer.MarkExpiredSegments,
+                    request_deserializer=proto_dot_tiered__pb2.MarkExpiredRequest.FromString,
+                    response_serializer=proto_dot_tiered__pb2.SegmentsResponse.SerializeToString,
+            ),
+            'DropSegments': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropSegments,
+                    request_deserializer=proto_dot_tiered__pb2.DropSegmentsRequest.FromString,
+                    response_serializer=proto_dot_tiered__pb2.DropSegmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +150,114 @@ class TieredService:
             '/rmq.TieredService/GetTieredStatus',
             proto_dot_tiered__pb2.TieredStatusRequest.SerializeToString,
             proto_dot_tiered__pb2.TieredStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTieredMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.TieredService/GetTieredMetadata',
+            proto_dot_tiered__pb2.TieredMetadataRequest.SerializeToString,
+            proto_dot_tiered__pb2.TieredMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplaceSegments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.TieredService/ReplaceSegments',
+            proto_dot_tiered__pb2.ReplaceSegmentsRequest.SerializeToString,
+            proto_dot_tiered__pb2.ReplaceSegmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MarkExpiredSegments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.TieredService/MarkExpiredSegments',
+            proto_dot_tiered__pb2.MarkExpiredRequest.SerializeToString,
+            proto_dot_tiered__pb2.SegmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropSegments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.TieredService/DropSegments',
+            proto_dot_tiered__pb2.DropSegmentsRequest.SerializeToString,
+            proto_dot_tiered__pb2.DropSegmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

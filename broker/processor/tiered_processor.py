@@ -1,8 +1,12 @@
 """Tiered storage requests: status per queue (and, for the Spark jobs, metadata snapshots and commits)."""
 
+import time
 from typing import TYPE_CHECKING
 
 from broker.processor.request_checks import checked_topic
+from broker.request_error import RequestError, require
+from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
+from broker.tiered.provider.file_segment import FileSegmentType
 from common.response_code import ResponseCode
 from proto import tiered_pb2
 
@@ -10,9 +14,70 @@ if TYPE_CHECKING:
     from broker.broker_controller import BrokerController
 
 
+def segment_to_proto(m: FileSegmentMetadata) -> tiered_pb2.TieredSegment:
+    return tiered_pb2.TieredSegment(path=m.path, type=int(m.type), topic=m.topic, queue_id=m.queue_id,
+                                    base_offset=m.base_offset, size=m.size, status=int(m.status),
+                                    create_ms=m.create_ms, begin_ms=m.begin_ms, end_ms=m.end_ms, seal_ms=m.seal_ms)
+
+
+def segment_from_proto(p: tiered_pb2.TieredSegment) -> FileSegmentMetadata:
+    try:
+        file_type, status = FileSegmentType(p.type), SegmentStatus(p.status)
+    except ValueError as exc:
+        raise RequestError(f"segment {p.path}: {exc}") from None
+    require(bool(p.path) and p.size >= 0 and p.base_offset >= 0, f"segment {p.path!r}: empty path or negative size")
+    return FileSegmentMetadata(p.path, file_type, p.topic, p.queue_id, p.base_offset, p.size, status, p.create_ms,
+                               p.begin_ms, p.end_ms, p.seal_ms)
+
+
 class TieredProcessor:
     def __init__(self, controller: "BrokerController") -> None:
         self.c = controller
+
+    def _off(self, response_type: type):
+        name = self.c.config.broker_name
+        return response_type(code=ResponseCode.SERVICE_NOT_AVAILABLE,
+                             remark=f"tiered storage is off on broker {name} (tieredStoreEnable=false)")
+
+    # -- for the Spark jobs ------------------------------------------------------------------------------
+    def metadata(self, request: tiered_pb2.TieredMetadataRequest) -> tiered_pb2.TieredMetadataResponse:
+        tiered = self.c.tiered
+        if tiered is None:
+            return self._off(tiered_pb2.TieredMetadataResponse)
+        topic = checked_topic(request.topic) if request.topic else None
+        return tiered_pb2.TieredMetadataResponse(
+            code=ResponseCode.SUCCESS, broker_name=self.c.config.broker_name,
+            backend_provider=tiered.factory.provider, backend_root=str(tiered.backend_root.resolve()),
+            segments=[segment_to_proto(m) for m in tiered.segments(topic)], snapshot_ms=int(time.time() * 1000))
+
+    def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:
+        tiered = self.c.tiered
+        if tiered is None:
+            return self._off(tiered_pb2.ReplaceSegmentsResponse)
+        old = [segment_from_proto(p) for p in request.old]
+        require(len(old) >= 2, "a replacement needs at least two old segments")
+        merged = segment_from_proto(request.merged)
+        require(all((m.topic, m.queue_id, m.type) == (merged.topic, merged.queue_id, merged.type) for m in old),
+                "old and merged segments must be of one queue and type")
+        if not tiered.replace_segments(old, merged):
+            return tiered_pb2.ReplaceSegmentsResponse(
+                code=ResponseCode.SYSTEM_BUSY, remark="the segments changed since the snapshot (or are not "
+                                                      "consecutive sealed ones): nothing replaced")
+        return tiered_pb2.ReplaceSegmentsResponse(code=ResponseCode.SUCCESS)
+
+    def mark_expired(self, request: tiered_pb2.MarkExpiredRequest) -> tiered_pb2.SegmentsResponse:
+        tiered = self.c.tiered
+        if tiered is None:
+            return self._off(tiered_pb2.SegmentsResponse)
+        expired = tiered.mark_expired(request.now_ms or None)
+        return tiered_pb2.SegmentsResponse(code=ResponseCode.SUCCESS, segments=map(segment_to_proto, expired))
+
+    def drop_segments(self, request: tiered_pb2.DropSegmentsRequest) -> tiered_pb2.DropSegmentsResponse:
+        tiered = self.c.tiered
+        if tiered is None:
+            return self._off(tiered_pb2.DropSegmentsResponse)
+        dropped = tiered.drop_segments([segment_from_proto(p) for p in request.segments])
+        return tiered_pb2.DropSegmentsResponse(code=ResponseCode.SUCCESS, dropped=dropped)
 
     def status(self, request: tiered_pb2.TieredStatusRequest) -> tiered_pb2.TieredStatusResponse:
         c = self.c

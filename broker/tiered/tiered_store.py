@@ -10,6 +10,8 @@ from broker.tiered.dispatcher.tiered_dispatcher import GroupCommitPolicy, Tiered
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.file.flat_file_store import FlatFileStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
+from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
+from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory
 
 log = logging.getLogger(__name__)
@@ -52,15 +54,48 @@ class TieredStore:
         """After the local store shut down (its final flush stored the dispatcher's checkpoint)."""
         self.metadata.close()
 
-    def expire(self, now_ms: int | None = None) -> int:
+    def expire(self, now_ms: int | None = None, delete: bool | None = None) -> int:
         """Mark (or delete) what is past each topic's reserve time; returns segments expired."""
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         n = 0
         for (topic, _), flat in list(self.flat_files.files.items()):
             meta = self.metadata.get_topic(topic)
             reserve = meta.reserve_time_ms if meta is not None and meta.reserve_time_ms >= 0 else self.reserve_ms
-            n += flat.expire(now_ms - reserve, self.delete_expired)
+            n += flat.expire(now_ms - reserve, self.delete_expired if delete is None else delete)
         return n
+
+
+    # -- for the Spark jobs ----------------------------------------------------------------------------
+    def segments(self, topic: str | None = None) -> list[FileSegmentMetadata]:
+        """Every segment record (readable and expired) of ``topic`` or of all topics."""
+        out = []
+        for (t, queue_id), _ in sorted(self.flat_files.files.items()):
+            if topic is None or t == topic:
+                for file_type in FileSegmentType:
+                    out += self.metadata.iterate_segments(t, queue_id, file_type)
+        return out
+
+    def replace_segments(self, old: list[FileSegmentMetadata], merged: FileSegmentMetadata) -> bool:
+        flat = self.flat_files.get(merged.topic, merged.queue_id)
+        if flat is None:
+            return False
+        target = flat.commit_log if merged.type is FileSegmentType.COMMIT_LOG else flat.consume_queue
+        return target.replace(old, merged)
+
+    def mark_expired(self, now_ms: int | None = None) -> list[FileSegmentMetadata]:
+        """Expire what is due (marking only; objects stay) and answer every segment marked expired."""
+        self.expire(now_ms, delete=False)
+        return [m for m in self.segments() if m.status is SegmentStatus.EXPIRED]
+
+    def drop_segments(self, segments: list[FileSegmentMetadata]) -> int:
+        """Drop the records of expired segments whose objects are gone; others are left alone."""
+        stored = {(m.path, m.base_offset): m for m in self.segments() if m.status is SegmentStatus.EXPIRED}
+        dropped = 0
+        for m in segments:
+            if (m.path, m.base_offset) in stored:
+                self.metadata.delete_segment(stored[(m.path, m.base_offset)])
+                dropped += 1
+        return dropped
 
 
 class TieredCleanService(PeriodicService):

@@ -198,6 +198,28 @@ class FlatAppendFile:
         i = bisect_right([m.base_offset for m in segments], offset) - 1
         return segments[i] if 0 <= i < len(segments) and offset < segments[i].end_offset else None
 
+    # -- compaction ----------------------------------------------------------------------------------
+    def replace(self, old: list[FileSegmentMetadata], merged: FileSegmentMetadata) -> bool:
+        """Swap consecutive sealed segments for one object holding the same bytes (the compaction job's
+        commit). False, changing nothing, if they are not exactly what this file serves now. Readers that
+        took the old list keep reading the old objects, which the job deletes only after a grace period."""
+        with self._lock:
+            paths = [m.path for m in self.segments]
+            if not old or old[0].path not in paths:
+                return False
+            i = paths.index(old[0].path)
+            current = self.segments[i : i + len(old)]
+            ok = (current == old and all(m.status is SegmentStatus.SEALED for m in old)
+                  and i + len(old) < len(self.segments)  # never the segment being written
+                  and merged.base_offset == old[0].base_offset and merged.size == sum(m.size for m in old)
+                  and merged.status is SegmentStatus.SEALED and merged.type is self.file_type)
+            if not ok or not self.metadata.replace_segments(old, merged):
+                return False
+            self.segments[i : i + len(old)] = [merged]
+        log.info("tiered_segments_replaced topic=%s queue=%d type=%s old=%d base=%d bytes=%d path=%s", self.topic,
+                 self.queue_id, self.file_type.name, len(old), merged.base_offset, merged.size, merged.path)
+        return True
+
     # -- expiry --------------------------------------------------------------------------------------
     def expire_before(self, offset: int, delete: bool) -> list[FileSegmentMetadata]:
         """Sealed segments ending at or before ``offset`` stop being read; with ``delete`` their objects and

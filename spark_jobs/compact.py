@@ -1,0 +1,177 @@
+"""``python -m spark_jobs.compact --broker ADDR [--master local[2]] [--topic T]``: merge runs of small sealed
+segments of each queue (commitlog and consume queue) into larger objects.
+
+1. Ask the broker for a metadata snapshot; delete garbage (objects nothing references, older than the grace
+   period: parts retired by earlier runs, merged objects a crashed run never committed).
+2. Plan: per queue and type, consecutive sealed segments below ``--small-bytes`` (never the last one), grouped
+   up to ``--target-bytes``.
+3. Executors read each group's parts in parallel, write the concatenation under a new unique name, and verify
+   it (length; for a commitlog every record's structure, CRC and position).
+4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
+   the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
+   merged object and markers are removed. Offsets never change (the merged object holds the same bytes).
+5. After ``--grace-seconds`` (longer than any read), retired parts are deleted.
+"""
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from proto import tiered_pb2
+from spark_jobs import tier_objects
+from spark_jobs.broker_tier import SEALED, BrokerTier, TierJobError, TierSnapshot
+from spark_jobs.job_output import fail, summary
+
+log = logging.getLogger("spark_jobs.compact")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeTask:
+    root: str
+    parts: list[bytes]  # serialized TieredSegment records, in offset order
+    merged_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    task: MergeTask
+    size: int
+    records: int
+    error: str = ""
+
+
+def plan(snapshot: TierSnapshot, small_bytes: int, target_bytes: int) -> list[list[tiered_pb2.TieredSegment]]:
+    groups = []
+    for segments in snapshot.by_file().values():
+        run: list[tiered_pb2.TieredSegment] = []
+        size = 0
+        for s in segments[:-1]:  # never the newest: it may still take appends
+            small = s.status == SEALED and s.size < small_bytes
+            follows = bool(run) and run[-1].base_offset + run[-1].size == s.base_offset
+            if small and follows and size + s.size <= target_bytes:
+                run.append(s)
+                size += s.size
+                continue
+            if len(run) >= 2:
+                groups.append(run)
+            run, size = ([s], s.size) if small else ([], 0)
+        if len(run) >= 2:
+            groups.append(run)
+    return groups
+
+
+def merge(task: MergeTask) -> MergeResult:
+    """On an executor: concatenate, write, verify. Never raises (the driver decides)."""
+    root = Path(task.root)
+    parts = [tiered_pb2.TieredSegment.FromString(p) for p in task.parts]
+    try:
+        data = b"".join(tier_objects.read_object(root, p.path)[: p.size] for p in parts)
+        tier_objects.write_object(root, task.merged_path, data)
+        written = tier_objects.read_object(root, task.merged_path)
+        records = tier_objects.verify(written, parts[0].type, parts[0].base_offset, sum(p.size for p in parts))
+        return MergeResult(task, len(written), records)
+    except Exception as exc:  # reported per group; the others go on
+        tier_objects.delete_object(root, task.merged_path)
+        return MergeResult(task, 0, 0, f"{type(exc).__name__}: {exc}")
+
+
+def merged_record(parts: list[tiered_pb2.TieredSegment], path: str) -> tiered_pb2.TieredSegment:
+    now = int(time.time() * 1000)
+    first = parts[0]
+    return tiered_pb2.TieredSegment(
+        path=path, type=first.type, topic=first.topic, queue_id=first.queue_id, base_offset=first.base_offset,
+        size=sum(p.size for p in parts), status=SEALED, create_ms=now,
+        begin_ms=min((p.begin_ms for p in parts if p.begin_ms), default=0), end_ms=max(p.end_ms for p in parts),
+        seal_ms=now)
+
+
+def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
+    """Delete unreferenced objects past the grace period; returns (objects, bytes)."""
+    snapshot = tier.snapshot()
+    referenced = {s.path for s in snapshot.segments}
+    paths = tier_objects.garbage(snapshot.root, snapshot.broker_name, referenced, grace_s)
+    freed = sum(tier_objects.delete_object(snapshot.root, p) for p in paths)
+    return len(paths), freed
+
+
+def run(broker: str, master: str | None, topic: str, small_bytes: int, target_bytes: int,
+        grace_s: float, wait_grace: bool) -> dict[str, float]:
+    from spark_jobs.session import spark_session
+
+    started = time.monotonic()
+    with BrokerTier(broker) as tier:
+        gc_objects, gc_bytes = collect_garbage(tier, grace_s)
+        snapshot = tier.snapshot(topic)
+        if snapshot.provider != "posix":
+            raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: compaction "
+                               "needs the posix backend (executors read and write its directory)")
+        groups = plan(snapshot, small_bytes, target_bytes)
+        tasks = [MergeTask(str(snapshot.root), [p.SerializeToString() for p in g], tier_objects.merged_name(g[0].path))
+                 for g in groups]
+        log.info("compact_planned broker=%s segments=%d groups=%d", snapshot.broker_name, len(snapshot.segments),
+                 len(groups))
+        results: list[MergeResult] = []
+        if tasks:
+            spark = spark_session("tiered-compact", master)
+            sc = spark.sparkContext
+            results = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).map(merge).collect()
+        merged = failed = read = 0
+        merged_bytes = 0
+        for result in results:
+            parts = [tiered_pb2.TieredSegment.FromString(p) for p in result.task.parts]
+            read += len(parts)
+            if result.error or not commit(tier, snapshot.root, parts, result.task.merged_path):
+                failed += 1
+                if result.error:
+                    log.warning("compact_group_failed first=%s error=%s", parts[0].path, result.error)
+                continue
+            merged += 1
+            merged_bytes += result.size
+        deleted = 0
+        if wait_grace and merged:
+            time.sleep(grace_s + 0.1)
+            deleted, _ = collect_garbage(tier, grace_s)
+    return {"segments_read": read, "groups_merged": merged, "groups_failed": failed, "bytes": merged_bytes,
+            "deleted": deleted + gc_objects, "garbage_bytes": gc_bytes, "seconds": time.monotonic() - started}
+
+
+def commit(tier: BrokerTier, root: Path, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
+    for p in parts:
+        tier_objects.retire(root, p.path)
+    if tier.replace(parts, merged_record(parts, merged_path)):
+        return True
+    for p in parts:  # refused: the job leaves no trace
+        tier_objects.unretire(root, p.path)
+    tier_objects.delete_object(root, merged_path)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Executors get functions by reference to this module; run as ``python -m`` it is ``__main__``, whose
+    # functions Spark would pickle by value: call through the imported module instead.
+    from spark_jobs import compact as job
+
+    parser = argparse.ArgumentParser(prog="spark_jobs.compact", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--broker", required=True, help="broker address HOST:PORT")
+    parser.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's wins)")
+    parser.add_argument("--topic", default="", help="only this topic")
+    parser.add_argument("--small-bytes", type=int, default=16 << 20, help="segments below this are merged")
+    parser.add_argument("--target-bytes", type=int, default=256 << 20, help="largest merged object")
+    parser.add_argument("--grace-seconds", type=float, default=30.0, help="retired parts outlive this")
+    parser.add_argument("--no-wait", action="store_true", help="leave retired parts to the next run's cleanup")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        stats = job.run(args.broker, args.master, args.topic, args.small_bytes, args.target_bytes, args.grace_seconds,
+                    not args.no_wait)
+    except TierJobError as exc:
+        return fail("compact", str(exc))
+    summary("compact", stats)
+    return 0 if not stats["groups_failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
