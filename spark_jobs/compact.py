@@ -5,8 +5,8 @@ segments of each queue (commitlog and consume queue) into larger objects.
    period: parts retired by earlier runs, merged objects a crashed run never committed).
 2. Plan: per queue and type, consecutive sealed segments below ``--small-bytes`` (never the last one), grouped
    up to ``--target-bytes``.
-3. Executors read each group's parts in parallel, write the concatenation under a new unique name, and verify
-   it (length; for a commitlog every record's structure, CRC and position).
+3. Executors read each group's parts in parallel, verify the concatenation (for a commitlog every record's
+   structure, CRC and position), write it under a new unique name (fsynced) and check its length on disk.
 4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
    the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
    merged object and markers are removed. Offsets never change (the merged object holds the same bytes).
@@ -69,10 +69,13 @@ def merge(task: MergeTask) -> MergeResult:
     parts = [tiered_pb2.TieredSegment.FromString(p) for p in task.parts]
     try:
         data = b"".join(tier_objects.read_object(root, p.path)[: p.size] for p in parts)
-        tier_objects.write_object(root, task.merged_path, data)
-        written = tier_objects.read_object(root, task.merged_path)
-        records = tier_objects.verify(written, parts[0].type, parts[0].base_offset, sum(p.size for p in parts))
-        return MergeResult(task, len(written), records)
+        expected = sum(p.size for p in parts)
+        records = tier_objects.verify(data, parts[0].type, parts[0].base_offset, expected)  # the bytes written
+        tier_objects.write_object(root, task.merged_path, data)  # fsynced
+        written = (root / task.merged_path).stat().st_size
+        if written != expected:
+            raise tier_objects.CorruptObjectError(f"{written} bytes on disk, {expected} expected")
+        return MergeResult(task, written, records)
     except Exception as exc:  # reported per group; the others go on
         tier_objects.delete_object(root, task.merged_path)
         return MergeResult(task, 0, 0, f"{type(exc).__name__}: {exc}")

@@ -3,6 +3,7 @@
 import bisect
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ class MappedFileQueue:
         self._starts: tuple[int, ...] = ()
         self._close_grace_s = close_grace_s
         self._pending_close: list[tuple[float, MappedFile]] = []
+        # Guards changes of the segment list: the writer adds segments while the cleaner removes old ones.
+        self._lock = threading.Lock()
 
     # -- loading and lookup ------------------------------------------------------------------------
     def load(self) -> None:
@@ -77,10 +80,11 @@ class MappedFileQueue:
     # -- writing -----------------------------------------------------------------------------------
     def create_segment(self, start_offset: int) -> MappedFile:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        last = self.last()
-        assert last is None or start_offset >= last.end_offset, "segments only grow"
-        f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
-        self._set([*self._files, f])
+        with self._lock:
+            last = self.last()
+            assert last is None or start_offset >= last.end_offset, "segments only grow"
+            f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
+            self._set([*self._files, f])
         return f
 
     def last_writable(self) -> MappedFile:
@@ -129,7 +133,8 @@ class MappedFileQueue:
         while len(files) > 1 and len(removed) < max_count and should_delete(files[0]):
             removed.append(files.pop(0))
         if removed:
-            self._set(files)
+            with self._lock:  # from the list as it is now: a segment may have been added meanwhile
+                self._set([f for f in self._files if f not in removed])
             for f in removed:
                 f.destroy()
                 self._retire(f)

@@ -39,7 +39,8 @@ class TieredStore:
         self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
 
     def start(self) -> None:
-        """After the local store started (its recovery loaded the flat files)."""
+        """After the local store started (its recovery loaded the flat files and rebuilt the local queues)."""
+        self.dispatcher.reconcile_after_recovery()
         self.dispatcher.start()
         self.clean_service.start()
         log.info("tiered_started backend=%s root=%s level=%s queues=%d", self.factory.provider, self.backend_root,

@@ -2,6 +2,7 @@
 local segments expired, and search by time spans both tiers (crashes: ``test_tiered_crash.py``)."""
 
 import bisect
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -49,6 +50,8 @@ def wait_expired_and_uploaded(cluster: Cluster, topic: str, queues: int, timeout
     """Every queue's upload lag is 0, its local min offset moved past 0, and the local commitlog is down to its
     newest segment (which never expires): nothing expires any more while the test reads."""
     def done() -> dict[int, object] | None:
+        errors = broker_errors(cluster)
+        assert not errors, f"the broker failed while {topic} expired and uploaded:\n{errors}"
         status = queue_status(cluster, topic)
         ok = (len(status) == queues
               and all(q.upload_lag == 0 and q.local_min_offset > 0 and q.tiered_min_offset == 0
@@ -56,7 +59,19 @@ def wait_expired_and_uploaded(cluster: Cluster, topic: str, queues: int, timeout
               and len(local_commitlog_segments(cluster)) == 1)
         return status if ok else None
 
-    return wait_until(done, timeout=timeout, interval=0.2, what=f"local expiry and upload of {topic}")
+    try:
+        return wait_until(done, timeout=timeout, interval=0.2, what=f"local expiry and upload of {topic}")
+    except TimeoutError as exc:
+        queues_now = [(q.local_min_offset, q.local_max_offset, q.tiered_max_offset)
+                      for q in queue_status(cluster, topic).values()]
+        raise AssertionError(f"{exc}: {len(local_commitlog_segments(cluster))} local segments, queues (local min, "
+                             f"local max, tiered max) {queues_now}\n{broker_errors(cluster)}") from None
+
+
+def broker_errors(cluster: Cluster) -> str:
+    """The broker log's ERROR lines and exception messages, for failure messages."""
+    lines = cluster.brokers[BROKER].log().splitlines()
+    return "\n".join([line for line in lines if " ERROR " in line or re.match(r"\w+(Error|Exception): ", line)][:20])
 
 
 def send_all(producer: Producer, batches: list[list[Message]], in_flight: int = 16) -> list[SendResult]:

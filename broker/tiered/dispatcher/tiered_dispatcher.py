@@ -61,6 +61,8 @@ class TieredDispatcher(CommitLogDispatcher):
         self._inflight: dict[QueueKey, int] = {}  # queue -> physical offset of its oldest record being uploaded
         self._dispatched = 0
         self._checkpoint = 0
+        self._uploaded_end = 0  # local commitlog offset after the newest record the tier holds (stored)
+        self._reconcile = False
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
@@ -72,6 +74,7 @@ class TieredDispatcher(CommitLogDispatcher):
     def load(self) -> None:
         self.flat_files.load()
         self._checkpoint = self._dispatched = self.metadata.get_checkpoint()
+        self._uploaded_end = self.metadata.get_uploaded_end()
         log.info("tiered_loaded queues=%d checkpoint=%d", len(self.flat_files.files), self._checkpoint)
 
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
@@ -96,15 +99,25 @@ class TieredDispatcher(CommitLogDispatcher):
         return self._checkpoint
 
     def truncate_dirty(self, commit_log_end: int) -> None:
-        """The local commitlog lost its tail (an OS crash under ASYNC_FLUSH): those queue offsets will be
-        reused by new messages, so the tier forgets what it holds past each local queue's new end."""
+        """The local commitlog lost its tail (an OS crash under ASYNC_FLUSH) and the tier may hold records
+        from it, whose queue offsets new messages will reuse: once the replay rebuilt the local queues
+        (:meth:`reconcile_after_recovery`), the tier forgets what it holds past each local queue's end."""
+        if commit_log_end < self._uploaded_end:
+            log.warning("tiered_ahead_of_commitlog uploaded_end=%d commitlog_end=%d", self._uploaded_end,
+                        commit_log_end)
+            self._reconcile = True
+        self._checkpoint = min(self._checkpoint, commit_log_end)
+
+    def reconcile_after_recovery(self) -> None:
+        if not self._reconcile:
+            return
         for (topic, queue_id), flat in self.flat_files.files.items():
             local_max = self._local_max_offset(topic, queue_id)
             if flat.max_offset > local_max >= flat.min_offset:
                 log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
                             flat.max_offset, local_max)
                 flat.consume_queue.cut_to(local_max * UNIT)
-        self._checkpoint = min(self._checkpoint, commit_log_end)
+        self._reconcile = False
 
     def current_checkpoint(self) -> int:
         with self._lock:
@@ -187,6 +200,9 @@ class TieredDispatcher(CommitLogDispatcher):
         if run:
             self._append_run(flat, run_start, run_end, run)
         if appended or flat.commit_log.buffered_bytes or flat.consume_queue.buffered_bytes:
+            if run_end > self._uploaded_end:  # stored before the tier shows them: recovery compares against it
+                self._uploaded_end = run_end
+                self.metadata.set_uploaded_end(run_end)
             flat.commit()
             self.uploaded_messages += appended
             self.uploaded_bytes += size

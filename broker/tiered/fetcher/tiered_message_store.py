@@ -43,32 +43,38 @@ class TieredMessageStore:
         flat = self.flat_files.get(topic, queue_id)
         if flat is None or not flat.min_offset <= offset < flat.max_offset:
             return False
-        if self.level == "FORCE" or offset < self.local.min_offset(topic, queue_id):
+        local = self.local
+        if self.level == "FORCE" or offset < local.min_offset(topic, queue_id):
             return True
+        units = local.consume_queue_store.read_units(topic, queue_id, offset, 1)
+        if not units or units[0].physical_offset < local.commit_log.min_offset():
+            return True  # its commitlog segment expired before the consume queue's min caught up
         if self.level == "NOT_IN_MEM":
-            units = self.local.consume_queue_store.read_units(topic, queue_id, offset, 1)
-            if units:
-                segment = self.local.commit_log.mapped_file_queue.find(units[0].physical_offset)
-                newest = self.local.commit_log.mapped_file_queue.last()
-                if segment is not None and newest is not None:
-                    size = self.local.commit_log.mapped_file_size
-                    return newest.file_from_offset - segment.file_from_offset >= HOT_SEGMENTS * size
+            mfq = local.commit_log.mapped_file_queue
+            segment, newest = mfq.find(units[0].physical_offset), mfq.last()
+            if segment is not None and newest is not None:
+                hot_bytes = HOT_SEGMENTS * local.commit_log.mapped_file_size
+                return newest.file_from_offset - segment.file_from_offset >= hot_bytes
         return False
 
     # -- the read API ---------------------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int = 4 * 1024 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
+        flat = self.flat_files.get(topic, queue_id)
         if not self._from_tier(topic, queue_id, offset):
             result = self.local.get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes)
-            result.min_offset = self.min_offset(topic, queue_id)
-            if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # below both tiers: start at the lower min
-                result.next_begin_offset = result.min_offset
-            return result
-        flat = self.flat_files.get(topic, queue_id)
+            in_tier = flat is not None and flat.min_offset <= offset < flat.max_offset and self.level != "DISABLE"
+            if result.messages or not in_tier or (result.status is GetMessageStatus.NO_MATCHED_MESSAGE and tags_codes):
+                result.min_offset = self.min_offset(topic, queue_id)
+                if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # below both tiers: the lower min
+                    result.next_begin_offset = result.min_offset
+                return result
+            # nothing locally although the tier has it: expired between the check and the read
         assert flat is not None
         local_min = self.local.min_offset(topic, queue_id)
         # NOT_IN_DISK stops where the local store takes over; the other levels prefer the tier for all it has
-        limit = min(max_msg_nums, local_min - offset) if self.level == "NOT_IN_DISK" else max_msg_nums
+        limit = min(max_msg_nums, local_min - offset) if self.level == "NOT_IN_DISK" and offset < local_min \
+            else max_msg_nums
         messages, total, next_offset = flat.messages(offset, limit, max_total_bytes, tags_codes)
         self.tier_reads += len(messages)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE

@@ -23,6 +23,7 @@ SEP = b"\x00"  # cannot occur in a topic name
 QUEUE_ID = struct.Struct(">I")
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"C"
+UPLOADED_END_KEY = b"U"
 
 
 def _topic_key(topic: str) -> bytes:
@@ -132,6 +133,13 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
 
     def set_checkpoint(self, offset: int) -> None:
         self._db[CHECKPOINT_KEY] = OFFSET.pack(offset)
+
+    def get_uploaded_end(self) -> int:
+        raw = self._db.get(UPLOADED_END_KEY)
+        return OFFSET.unpack(raw)[0] if raw is not None else 0
+
+    def set_uploaded_end(self, offset: int) -> None:
+        self._db[UPLOADED_END_KEY] = OFFSET.pack(offset)
 
     def close(self) -> None:
         self._db.close()

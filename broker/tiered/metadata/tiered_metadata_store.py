@@ -100,4 +100,11 @@ class TieredMetadataStore(ABC):
     def set_checkpoint(self, offset: int) -> None: ...
 
     @abstractmethod
+    def get_uploaded_end(self) -> int:
+        """Local commitlog offset after the newest record the tier holds."""
+
+    @abstractmethod
+    def set_uploaded_end(self, offset: int) -> None: ...
+
+    @abstractmethod
     def close(self) -> None: ...
