@@ -80,7 +80,8 @@ def unretire(root: Path, path: str) -> None:
 def garbage(root: Path, broker_name: str, referenced: set[str], grace_s: float,
             now: float | None = None) -> list[str]:
     """Objects under the broker's directory that no segment record references and whose retirement (or
-    creation) is older than the grace period; also stale markers of objects still referenced (removed)."""
+    creation) is older than the grace period. Markers of objects still referenced (a refused commit) or of
+    objects already gone are removed on the way."""
     now = now if now is not None else time.time()
     base = root / broker_name
     out = []
@@ -91,8 +92,10 @@ def garbage(root: Path, broker_name: str, referenced: set[str], grace_s: float,
             continue
         rel = str(file.relative_to(root))
         if rel.endswith(RETIRED):
-            if rel[: -len(RETIRED)] in referenced and now - file.stat().st_mtime > grace_s:
-                file.unlink(missing_ok=True)  # a failed commit's marker
+            obj = rel[: -len(RETIRED)]
+            stale = obj in referenced and now - file.stat().st_mtime > grace_s  # a failed commit's marker
+            if stale or not (root / obj).exists():  # or its object went and a kill kept the marker
+                file.unlink(missing_ok=True)
             continue
         if rel in referenced:
             continue

@@ -1,0 +1,17 @@
+"""The jobs' failure path as users see it: a broker that does not answer makes ``python -m spark_jobs.X`` exit
+non-zero with one line on stderr naming the job and the broker (before any Spark session starts)."""
+
+import pytest
+
+from tests.spark.conftest import run_job
+
+
+@pytest.mark.parametrize("job", ["compact", "cleanup"])
+def test_unreachable_broker_fails_with_one_line(job: str) -> None:
+    result = run_job(f"spark_jobs.{job}", "--broker", "127.0.0.1:1", "--master", "local[2]", timeout=120)
+    assert result.returncode != 0
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{job}: failed: "), lines[0]
+    assert "127.0.0.1:1" in lines[0], lines[0]
