@@ -229,8 +229,12 @@ class Admin:
                     tiered_pb2.TieredStatusRequest(topic=topic), timeout=self.client.rpc_timeout_s)
             except grpc.RpcError as exc:
                 raise rpc_error(what, addr, exc) from None
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:  # e.g. a broker holding only a static topic's
+                continue  # mapping, no queues
             self._check(what, addr, response)
             out.append(response)
+        if not out:
+            raise MQClientError(f"topic {topic} has no queues on any broker of its route")
         return out
 
     # -- static topics -----------------------------------------------------------------------------

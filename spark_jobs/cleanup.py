@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = job.run(args.broker, args.master)
     except TierJobError as exc:
         return fail("cleanup", str(exc))
+    except Exception as exc:  # Spark or the backend: still one line, not a traceback
+        return fail("cleanup", f"{type(exc).__name__}: {exc}")
     summary("cleanup", stats)
     return 0
 

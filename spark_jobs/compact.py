@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     not args.no_wait)
     except TierJobError as exc:
         return fail("compact", str(exc))
+    except Exception as exc:  # Spark or the backend: still one line, not a traceback
+        return fail("compact", f"{type(exc).__name__}: {exc}")
     summary("compact", stats)
     return 0 if not stats["groups_failed"] else 1
 

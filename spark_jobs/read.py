@@ -80,7 +80,7 @@ def queue_rows(task: QueueTask) -> list[tuple]:
         assert msg.queue_offset == queue_offset, f"{topic}:{queue_id} unit {queue_offset} holds {msg.queue_offset}"
         out_queue, out_offset = queue_id, queue_offset
         for logic_id, item_start, item_end, logic_offset in logic:  # static topic: logic terms
-            if item_start <= queue_offset and (item_end < 0 or queue_offset <= item_end):
+            if item_start <= queue_offset and (item_end < 0 or queue_offset < item_end):
                 out_queue, out_offset = logic_id, logic_offset + queue_offset - item_start
         props = msg.properties
         rows.append((topic, out_queue, out_offset, msg.store_timestamp, msg.keys, msg.tags, props, msg.body))
@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         df.orderBy("queue_id", "queue_offset").show(args.show, truncate=60)
     except TierJobError as exc:
         return fail("read", str(exc))
+    except Exception as exc:  # Spark or the backend: still one line, not a traceback
+        return fail("read", f"{type(exc).__name__}: {exc}")
     print(f"read: topic={args.topic} messages={count}", flush=True)
     return 0
 
