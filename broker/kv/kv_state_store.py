@@ -12,7 +12,7 @@ whatever a crash leaves is consistent with it, and replaying the commitlog from 
 
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 PARTITION = struct.Struct(">I")
 
@@ -68,11 +68,3 @@ class KvStateStore(ABC):
     def close(self) -> None:
         """Flush and release."""
 
-
-def merge_newest_first(sources: Iterable[list[tuple[bytes, bytes]]]) -> dict[bytes, bytes]:
-    """Entries of several partitions, newest partition first: the first state seen for a key wins."""
-    merged: dict[bytes, bytes] = {}
-    for entries in sources:
-        for key, raw in entries:
-            merged.setdefault(key, raw)
-    return merged

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.kv.kv_record import DELETED, present
-from broker.kv.kv_state_store import KvStateStore, in_scan, merge_newest_first, prefix_end
+from broker.kv.kv_state_store import KvStateStore, in_scan, prefix_end
 from broker.kv.memory_kv_state_store import SNAPSHOT_FILE, MemoryKvStateStore
 from broker.kv.rocksdb_kv_state_store import RocksDBKvStateStore
 
@@ -75,12 +75,6 @@ def test_prefix_end_bounds_every_extension():
             assert end is None or ext < end
         if end is not None:
             assert not end.startswith(prefix) and end > prefix
-
-
-def test_merge_newest_first():
-    merged = merge_newest_first([[(b"a", b"\x01new"), (b"c", DELETED)], [(b"a", b"\x01old"), (b"b", b"\x01b")],
-                                 [(b"c", b"\x01oldest"), (b"d", b"\x01d")]])
-    assert merged == {b"a": b"\x01new", b"b": b"\x01b", b"c": DELETED, b"d": b"\x01d"}
 
 
 def test_in_scan():

@@ -54,13 +54,16 @@ class FileSegmentMetadata:
 class TieredMetadataStore(ABC):
     # -- topics
     @abstractmethod
-    def get_topic(self, topic: str) -> TopicMetadata | None: ...
+    def get_topic(self, topic: str) -> TopicMetadata | None:
+        """The topic's record, or None."""
 
     @abstractmethod
-    def iterate_topics(self) -> Iterator[TopicMetadata]: ...
+    def iterate_topics(self) -> Iterator[TopicMetadata]:
+        """Every topic record."""
 
     @abstractmethod
-    def update_topic(self, metadata: TopicMetadata) -> None: ...
+    def update_topic(self, metadata: TopicMetadata) -> None:
+        """Create or replace the topic's record."""
 
     @abstractmethod
     def delete_topic(self, topic: str) -> None:
@@ -68,13 +71,16 @@ class TieredMetadataStore(ABC):
 
     # -- queues
     @abstractmethod
-    def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None: ...
+    def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
+        """The queue's record, or None."""
 
     @abstractmethod
-    def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]: ...
+    def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]:
+        """The queues of ``topic`` (of every topic when None)."""
 
     @abstractmethod
-    def update_queue(self, metadata: QueueMetadata) -> None: ...
+    def update_queue(self, metadata: QueueMetadata) -> None:
+        """Create or replace the queue's record (its min and max after a commit or expiry)."""
 
     # -- segments
     @abstractmethod
@@ -82,10 +88,12 @@ class TieredMetadataStore(ABC):
         """The queue's segments of one type in base-offset order."""
 
     @abstractmethod
-    def update_segment(self, metadata: FileSegmentMetadata) -> None: ...
+    def update_segment(self, metadata: FileSegmentMetadata) -> None:
+        """Create or replace a segment record (size, status, times)."""
 
     @abstractmethod
-    def delete_segment(self, metadata: FileSegmentMetadata) -> None: ...
+    def delete_segment(self, metadata: FileSegmentMetadata) -> None:
+        """Drop a segment record (its object is gone)."""
 
     @abstractmethod
     def replace_segments(self, old: list[FileSegmentMetadata], new: FileSegmentMetadata) -> bool:
@@ -94,17 +102,21 @@ class TieredMetadataStore(ABC):
 
     # -- dispatcher checkpoint
     @abstractmethod
-    def get_checkpoint(self) -> int: ...
+    def get_checkpoint(self) -> int:
+        """The upload checkpoint: local commitlog offset of the oldest record not yet in the tier."""
 
     @abstractmethod
-    def set_checkpoint(self, offset: int) -> None: ...
+    def set_checkpoint(self, offset: int) -> None:
+        """Store the upload checkpoint."""
 
     @abstractmethod
     def get_uploaded_end(self) -> int:
         """Local commitlog offset after the newest record the tier holds."""
 
     @abstractmethod
-    def set_uploaded_end(self, offset: int) -> None: ...
+    def set_uploaded_end(self, offset: int) -> None:
+        """Store the uploaded end (before the records it covers are committed)."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store."""
