@@ -79,22 +79,27 @@ class MappedFileQueue:
 
     # -- writing -----------------------------------------------------------------------------------
     def create_segment(self, start_offset: int) -> MappedFile:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            last = self.last()
-            assert last is None or start_offset >= last.end_offset, "segments only grow"
-            f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
-            self._set([*self._files, f])
+            return self._create(start_offset)
+
+    def _create(self, start_offset: int) -> MappedFile:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        last = self.last()
+        assert last is None or start_offset >= last.end_offset, "segments only grow"
+        f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
+        self._set([*self._files, f])
         return f
 
     def last_writable(self) -> MappedFile:
         """The segment to write into, rolling to a new one when the last is full."""
         last = self.last()
-        if last is None:
-            return self.create_segment(0)
-        if last.is_full():
-            return self.create_segment(last.end_offset)
-        return last
+        if last is not None and not last.is_full():
+            return last
+        with self._lock:  # decide again under the lock: one roll, whoever asks
+            last = self.last()
+            if last is None:
+                return self._create(0)
+            return self._create(last.end_offset) if last.is_full() else last
 
     def flush(self) -> int:
         """Flush every segment with unflushed data; returns the flushed offset."""

@@ -60,6 +60,7 @@ class ReputMessageService(threading.Thread):
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
         self._progress = threading.Condition()
+        self._pass_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
         commit_log.add_confirm_listener(lambda _offset: self._wakeup.set())
 
@@ -67,7 +68,12 @@ class ReputMessageService(threading.Thread):
         self.reput_from_offset = max(offset, self.commit_log.min_offset())
 
     def do_reput(self) -> int:
-        """Dispatch everything up to the confirm offset; returns how many records were dispatched."""
+        """Dispatch everything up to the confirm offset; returns how many records were dispatched. One pass at
+        a time: shutdown runs a last pass from its own thread while the reput thread may still be in one."""
+        with self._pass_lock:
+            return self._do_reput()
+
+    def _do_reput(self) -> int:
         count = 0
         mfq = self.commit_log.mapped_file_queue
         while self.reput_from_offset < self.commit_log.confirm_offset and not self._stopped.is_set():
