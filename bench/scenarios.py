@@ -60,16 +60,7 @@ METADATA_METRICS = [
     Metric("metadata.files_100kq", "store files, 100k queues / 8 queues", "x", issue=5, target_note="flat"),
 ]
 TIERED_METRICS: list[Metric] = []  # declared by bench/tiered_bench.py
-SPARK_METRICS = [  # as bench/spark_bench.py declares them: compaction with the session up vs the bare job
-    Metric("spark.concat", "bare Spark job concatenating the same files", "MB/s", echo="batch", issue=8,
-           short="bare Spark"),
-    Metric("spark.compaction", "Spark tiered compaction, session up", "MB/s", echo="batch", vs="spark.concat",
-           target=Target(">=", 0.7, of="spark.concat"), issue=8),
-    Metric("spark.compaction_job", "compaction job incl. session start", "MB/s", echo="batch", vs="spark.concat",
-           issue=8),
-    Metric("spark.wall", "compaction job wall time incl. session start", "s", issue=8),
-    Metric("spark.session", "Spark session start, local[2]", "s", issue=8),
-]
+SPARK_METRICS: list[Metric] = []  # declared by bench/spark_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),

@@ -84,9 +84,9 @@ class TieredProcessor:
         topic = checked_topic(request.topic)
         name = c.config.broker_name
         if c.tiered is None:
-            return tiered_pb2.TieredStatusResponse(code=ResponseCode.SERVICE_NOT_AVAILABLE, broker_name=name,
-                                                   remark=f"tiered storage is off on broker {name} "
-                                                          "(tieredStoreEnable=false)")
+            off = self._off(tiered_pb2.TieredStatusResponse)
+            off.broker_name = name
+            return off
         config = c.topic_config_manager.select(topic)
         flat_files = c.tiered.flat_files
         queue_ids = set(range(config.read_queue_nums)) if config else set()
