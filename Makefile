@@ -1,30 +1,68 @@
 # Two set-up commands on a fresh machine: `make run` and `make test`.
 PYTHON ?= python3.11
-VENV := .venv
+VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+PYPROJECT_HASH := $(shell md5sum < pyproject.toml | cut -c1-8)
 
 PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto
 
-.PHONY: venv test lint bench run proto clean
+.PHONY: venv base spark dev test test-pythons lint bench run proto clean
+.NOTPARALLEL:  # the stamps install into one venv: one pip at a time
 
-$(STAMP): pyproject.toml
+# One venv, one stamp per part installed into it, so `make run` installs only what the cluster needs and
+# `make test` adds the rest. A stamp is named by pyproject.toml's hash and depends on the file: an edit reinstalls.
+BASE_STAMP := $(VENV)/.installed-base-$(PYPROJECT_HASH)
+SPARK_STAMP := $(VENV)/.installed-spark-$(PYPROJECT_HASH)
+DEV_STAMP := $(VENV)/.installed-dev-$(PYPROJECT_HASH)
+
+# $(call install,EXTRAS,STAMP-KIND): editable install of the package with those extras ("" for none).
+# compat mode: a plain path entry, which subprocesses (daemons, Spark's Python workers) see as well.
+define install
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]' --config-settings editable_mode=compat
-	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+	$(PY) -m pip install --quiet -e '.$(1)' --config-settings editable_mode=compat
+	rm -f $(VENV)/.installed-$(2)-*
+	touch $@
+endef
 
-venv: $(STAMP)
+$(BASE_STAMP): pyproject.toml
+	$(call install,,base)
 
+$(SPARK_STAMP): pyproject.toml
+	$(call install,[spark],spark)
+
+$(DEV_STAMP): pyproject.toml
+	$(call install,[dev],dev)
+
+base: $(BASE_STAMP)
+spark: $(SPARK_STAMP)
+dev: $(DEV_STAMP)
+venv: dev spark
+
+# PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite.
 test: venv
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-lint: venv
+# The suite on each supported Python in its own venv (.venv-3.12, ...; PYTHON's version uses $(VENV)).
+# A version found neither on PATH nor under pyenv is skipped; the exit status says whether all that ran passed.
+TEST_PYTHON_VERSIONS ?= 3.11 3.12 3.13
+test-pythons:
+	@failed=""; ran=""; for v in $(TEST_PYTHON_VERSIONS); do \
+	  py=$$(python$$v -c 'import sys; print(sys.executable)' 2>/dev/null \
+	        || ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n 1); \
+	  if [ -z "$$py" ]; then echo "== python$$v: not found, skipped"; continue; fi; \
+	  venv=.venv-$$v; [ "$(PYTHON)" = "python$$v" ] && venv=$(VENV); \
+	  echo "== python$$v: $$py in $$venv"; ran="$$ran $$v"; \
+	  $(MAKE) --no-print-directory test PYTHON=$$py VENV=$$venv || failed="$$failed $$v"; \
+	done; \
+	echo "== ran on:$${ran:- nothing}; failed on:$${failed:- none}"; [ -z "$$failed" ] && [ -n "$$ran" ]
+
+lint: dev
 	$(PY) -m ruff check .
 
 # Quick mode (< 3 min); bench-full adds the scale scenarios. Tables print; JSON goes to bench/results/.
+# The test venv: the Spark scenario needs PySpark.
 bench: venv
 	$(PY) -m bench
 
@@ -32,12 +70,13 @@ bench: venv
 bench-full: venv
 	$(PY) -m bench --full
 
-run: venv
+# The cluster alone needs only the base package. SPARK=1 also installs PySpark, for the Spark jobs.
+run: base $(if $(filter 1 true yes,$(SPARK)),spark)
 	$(PY) -m cluster.local_cluster --data-dir run-data
 
 # Generated code is committed so a plain install needs no protoc; tests check it matches the sources.
-proto: venv
+proto: dev
 	$(PY) -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
 
 clean:
-	rm -rf $(VENV) run-data .pytest_cache
+	rm -rf $(VENV) .venv-3.* run-data .pytest_cache

@@ -35,7 +35,7 @@ def consumer_progress(group: str, topic: str | None) -> None:
     rows = [{"topic": p.topic, "broker_name": p.broker_name, "queue_id": p.queue_id,
              "broker_offset": p.broker_offset, "consumer_offset": p.consumer_offset, "diff": p.diff,
              "last_timestamp": p.last_timestamp} for p in progress]
-    total = sum(r["diff"] for r in rows)
+    total = sum(p.diff for p in progress)
     emit_tables(as_json(), Table([Column("topic", "Topic"), Column("broker_name", "Broker"), Column("queue_id", "QID"),
                                   Column("broker_offset", "Broker Offset"),
                                   Column("consumer_offset", "Consumer Offset"), Column("diff", "Diff"),

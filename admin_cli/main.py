@@ -36,11 +36,13 @@ def fail(message: str, ctx: click.Context | None = None) -> NoReturn:
 class AdminGroup(click.Group):
     """Runs click in non-standalone mode so that every failure goes through ``fail``."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> NoReturn:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> NoReturn:
+        """``standalone_mode`` is ignored: click always runs without it here."""
         logging.getLogger().addHandler(logging.NullHandler())  # library warnings must not reach stderr
-        extra.pop("standalone_mode", None)
         try:
-            rv = super().main(args=args, prog_name=prog_name or PROG, standalone_mode=False, **extra)
+            rv = super().main(args=args, prog_name=prog_name or PROG, complete_var=complete_var, standalone_mode=False,
+                              **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help())
             sys.exit(0)

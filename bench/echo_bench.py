@@ -32,7 +32,7 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
     channel = grpc.insecure_channel(server.addr, options=[("grpc.max_receive_message_length", 64 << 20),
                                                           ("grpc.max_send_message_length", 64 << 20)])
     try:
-        echo = channel.unary_unary(METHOD)
+        echo = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)  # bytes as they are
         batch = BODY * BATCH
         unary_rate = windowed_rate(lambda: echo.future(BODY, timeout=10), lambda r: 1, cfg.window, cfg.seconds,
                                    cfg.warmup)

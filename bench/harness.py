@@ -5,9 +5,9 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypedDict, TypeVar
 
 BODY = b"x" * 1024  # 1 KiB payloads everywhere
 BATCH = 64
@@ -17,6 +17,14 @@ SCALED = "n/a (scaled down)"  # measured below the size its target is set for: s
 
 
 # -- run sizes -------------------------------------------------------------------------------------
+class _Sizes(TypedDict):
+    seconds: float
+    warmup: float
+    latency_seconds: float
+    store_messages: int
+    store_repeat: int
+
+
 @dataclass(frozen=True)
 class Config:
     mode: str  # "smoke" (tiny, for the test), "quick" (make bench) or "full" (make bench-full)
@@ -40,12 +48,12 @@ class Config:
     @classmethod
     def for_mode(cls, mode: str, workdir: Path, seconds: float | None = None, window: int = 8) -> "Config":
         sizes = {
-            "smoke": dict(seconds=0.3, warmup=0.05, latency_seconds=0.3, store_messages=64 * 100, store_repeat=1),
-            "quick": dict(seconds=4.0, warmup=0.5, latency_seconds=3.0, store_messages=64 * 2000, store_repeat=3),
-            "full": dict(seconds=5.0, warmup=1.0, latency_seconds=10.0, store_messages=64 * 4000, store_repeat=3),
+            "smoke": _Sizes(seconds=0.3, warmup=0.05, latency_seconds=0.3, store_messages=64 * 100, store_repeat=1),
+            "quick": _Sizes(seconds=4.0, warmup=0.5, latency_seconds=3.0, store_messages=64 * 2000, store_repeat=3),
+            "full": _Sizes(seconds=5.0, warmup=1.0, latency_seconds=10.0, store_messages=64 * 4000, store_repeat=3),
         }[mode]
         if seconds is not None:
-            sizes.update(seconds=seconds, latency_seconds=seconds)
+            sizes["seconds"] = sizes["latency_seconds"] = seconds
         return cls(mode=mode, window=window, latency_rate=1000, workdir=workdir, **sizes)
 
 
@@ -114,12 +122,22 @@ class Recorder:
 
 
 # -- load generation -------------------------------------------------------------------------------
-def windowed_rate(submit: Callable[[], Future], count: Callable[[object], int], window: int, seconds: float,
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Pending(Protocol[R_co]):
+    """A call in flight: a ``concurrent.futures.Future`` or a gRPC call future."""
+
+    def result(self) -> R_co: ...
+
+
+def windowed_rate(submit: Callable[[], Pending[R]], count: Callable[[R], int], window: int, seconds: float,
                   warmup: float = 0.0) -> float:
     """Keep ``window`` calls in flight from one thread. The first ``warmup`` seconds are not counted; then
     items completed per second over ``seconds`` (calls in flight at the end are waited for and counted)."""
     warm_until = time.perf_counter() + warmup
-    in_flight: deque[Future] = deque(submit() for _ in range(window))
+    in_flight: deque[Pending[R]] = deque(submit() for _ in range(window))
     start = stop = None
     done = 0
     while in_flight:
@@ -136,7 +154,7 @@ def windowed_rate(submit: Callable[[], Future], count: Callable[[object], int], 
     return done / (time.perf_counter() - start)
 
 
-def paced(rate_per_s: int, seconds: float, call: Callable[[int], None]) -> None:
+def paced(rate_per_s: int, seconds: float, call: Callable[[int], object]) -> None:
     """Call ``call(i)`` ``rate * seconds`` times at a fixed rate (no catching up in bursts beyond one)."""
     t0 = time.perf_counter()
     for i in range(max(1, int(rate_per_s * seconds))):

@@ -40,12 +40,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from bench.daemons import Daemon, start_broker, start_echo, start_namesrv, stop_all, wait_until
 from bench.echo_server import METHOD
-from bench.harness import BATCH, BODY, SCALED, Config, Metric, Recorder, Target, windowed_rate
+from bench.harness import BATCH, BODY, SCALED, Config, Metric, Pending, Recorder, Target, windowed_rate
 from broker.broker_config import load_broker_config
 from broker.kv.kv_record import MAX_BODY_BYTES, KvOp, KvRecord
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
@@ -62,7 +63,7 @@ ROUNDS = 3
 REPLAY_TARGET_OPS = 200_000
 KEYS = {"smoke": 5_000, "quick": REPLAY_TARGET_OPS, "full": 2 * REPLAY_TARGET_OPS}
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
-BROKER_SETTINGS = dict(registerNameServerPeriod=1000, kvEnable="true", kvStoreType="rocksdb")
+BROKER_SETTINGS: dict[str, Any] = dict(registerNameServerPeriod=1000, kvEnable="true", kvStoreType="rocksdb")
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 REPLAYED = re.compile(r"store_recovered .*\breplayed=(\d+)")
 
@@ -97,7 +98,7 @@ class Loader:
     def close(self) -> None:
         self.channel.close()
 
-    def submit_put(self):
+    def submit_put(self) -> Pending[kv_pb2.KvWriteResponse]:
         k = self.keys[self.turn % len(self.keys)]
         self.turn += 1
         return self.stub.Write.future(kv_pb2.KvWriteRequest(op=kv_pb2.KV_PUT, key=k, value=BODY), timeout=10)
@@ -108,8 +109,8 @@ class Loader:
         self.puts += 1
         return 1
 
-    def submit_get(self, n: int) -> Callable[[], object]:
-        def submit():
+    def submit_get(self, n: int) -> Callable[[], Pending[kv_pb2.KvGetResponse]]:
+        def submit() -> Pending[kv_pb2.KvGetResponse]:
             keys = [self.keys[self.rnd.randrange(len(self.keys))] for _ in range(n)]
             return self.stub.Get.future(kv_pb2.KvGetRequest(keys=keys, addressing=broker_pb2.LOGIC), timeout=10)
 
@@ -164,6 +165,15 @@ def _alternate(measures: list[Callable[[float, float], float]], cfg: Config) -> 
         for i, measure in enumerate(measures):
             rates[i].append(measure(cfg.seconds / ROUNDS, cfg.warmup if r == 0 else 0.0))
     return [statistics.median(r) for r in rates]
+
+
+def _alternate_callers(loader: Loader, echo_call: grpc.UnaryUnaryMultiCallable, cfg: Config) -> list[float]:
+    """Echo, put and get rates with ``CALLERS`` calls in flight, in alternating rounds."""
+    return _alternate([
+        lambda s, w: windowed_rate(lambda: echo_call.future(BODY, timeout=10), lambda r: 1, CALLERS, s, w),
+        lambda s, w: windowed_rate(loader.submit_put, loader.put_done, CALLERS, s, w),
+        lambda s, w: windowed_rate(loader.submit_get(1), loader.get_done, CALLERS, s, w),
+    ], cfg)
 
 
 def _log_time(line: str) -> float | None:
@@ -231,12 +241,8 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         daemons.insert(0, broker)
 
         loader = Loader(broker.addr, keys)
-        echo_call = echo_channel.unary_unary(METHOD)
-        echo16, put, get = _alternate([
-            lambda s, w: windowed_rate(lambda: echo_call.future(BODY, timeout=10), lambda r: 1, CALLERS, s, w),
-            lambda s, w: windowed_rate(loader.submit_put, loader.put_done, CALLERS, s, w),
-            lambda s, w: windowed_rate(loader.submit_get(1), loader.get_done, CALLERS, s, w),
-        ], cfg)
+        echo_call = echo_channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        echo16, put, get = _alternate_callers(loader, echo_call, cfg)
         rec.record("kv.echo_unary16", echo16, f"median of {ROUNDS} rounds, alternating with put and get")
         rec.record("kv.put", put, f"{len(keys):,} keys, median of {ROUNDS}")
         rec.record("kv.get", get, f"median of {ROUNDS}")

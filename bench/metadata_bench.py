@@ -19,23 +19,27 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from broker.metadata.metadata_store import open_metadata_stores
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.store.config import StoreType
 from common.topic_config import TopicConfig
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 READY = re.compile(r"ready on (\S+:\d+)")
 BATCH = 10_000
+ROCKSDB, JSON = StoreType.DEFAULT_ROCKSDB, StoreType.DEFAULT
 
 
-def create_topics(store_type: str, root: Path, count: int) -> float:
+def create_topics(store_type: StoreType, root: Path, count: int) -> float:
     """``count`` topics through the manager; returns seconds."""
     stores = open_metadata_stores(store_type, root)
     try:
         manager = TopicConfigManager(stores.topics)
         started = time.perf_counter()
-        if store_type == "default":  # one whole-file write, not one per batch: this is only the set-up
+        if store_type is StoreType.DEFAULT:  # one whole-file write, not one per batch: this is only the set-up
             manager.topic_config_table.update((f"T{i:07d}", TopicConfig(f"T{i:07d}", 8, 8)) for i in range(count))
             manager.update(TopicConfig("T0000000", 8, 8))
         else:
@@ -46,7 +50,7 @@ def create_topics(store_type: str, root: Path, count: int) -> float:
         stores.close()
 
 
-def update_cost(store_type: str, root: Path, runs: int) -> tuple[float, float, float]:
+def update_cost(store_type: StoreType, root: Path, runs: int) -> tuple[float, float, float]:
     """Load the store, then time ``runs`` single-topic updates: (load seconds, median ms, p99 ms)."""
     stores = open_metadata_stores(store_type, root)
     try:
@@ -111,7 +115,7 @@ def broker_restart(root: Path, namesrv_addr: str) -> tuple[float, float, float]:
     return ready_s, rss, peak
 
 
-def timed(label: str, call: Callable[[], object]) -> object:
+def timed(label: str, call: Callable[[], T]) -> T:
     print(f"  {label} ...", file=sys.stderr, flush=True)
     return call()
 
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     namesrv = None
     try:
         big, small, js = work / "rocksdb-big", work / "rocksdb-small", work / "json"
-        s = timed(f"creating {args.topics} topics (RocksDB)", lambda: create_topics("defaultRocksDB", big, args.topics))
+        s = timed(f"creating {args.topics} topics (RocksDB)", lambda: create_topics(ROCKSDB, big, args.topics))
         rows.append((f"create {args.topics:,} topics in-process, batches of {BATCH:,} (RocksDB)", f"{s:.1f} s"))
         ready_s, rss, peak = timed("broker restart, no name server", lambda: broker_restart(big, ""))
         rows.append((f"broker restart to ready, {args.topics:,} topics, no name server",
@@ -140,15 +144,15 @@ def main(argv: list[str] | None = None) -> None:
                                        lambda: broker_restart(big, ns_addr))
             rows.append((f"broker restart to ready, {args.topics:,} topics, incl. full registration",
                          f"{ready_s:.1f} s, RSS {rss:.0f} MiB (peak {peak:.0f})"))
-        load_s, med, p99 = timed("update cost, big RocksDB", lambda: update_cost("defaultRocksDB", big, 5000))
+        load_s, med, p99 = timed("update cost, big RocksDB", lambda: update_cost(ROCKSDB, big, 5000))
         rows.append((f"in-process load of {args.topics:,} topics (RocksDB)", f"{load_s:.2f} s"))
         rows.append((f"update one topic, {args.topics:,} topics (RocksDB)", f"median {med:.3f} ms, p99 {p99:.3f} ms"))
-        create_topics("defaultRocksDB", small, args.small_topics)
-        _, med, p99 = timed("update cost, small RocksDB", lambda: update_cost("defaultRocksDB", small, 5000))
+        create_topics(ROCKSDB, small, args.small_topics)
+        _, med, p99 = timed("update cost, small RocksDB", lambda: update_cost(ROCKSDB, small, 5000))
         rows.append((f"update one topic, {args.small_topics:,} topics (RocksDB)",
                      f"median {med:.3f} ms, p99 {p99:.3f} ms"))
-        timed(f"creating {args.json_topics} topics (JSON)", lambda: create_topics("default", js, args.json_topics))
-        _, med, p99 = timed("update cost, JSON", lambda: update_cost("default", js, 20))
+        timed(f"creating {args.json_topics} topics (JSON)", lambda: create_topics(JSON, js, args.json_topics))
+        _, med, p99 = timed("update cost, JSON", lambda: update_cost(JSON, js, 20))
         rows.append((f"update one topic, {args.json_topics:,} topics (JSON, whole-file rewrite)",
                      f"median {med:.1f} ms, p99 {p99:.1f} ms"))
     finally:

@@ -121,6 +121,7 @@ def _run_one(s: Scenario, cfg: Config, reason: str, t0: float) -> tuple[Recorder
         entry.update(status=FAILED, error=s.error)
         _log(t0, f"{s.name}: {s.error}")
     else:
+        assert s.run is not None, "a scenario without a run has a reason not to run"
         _log(t0, f"{s.name}: running")
         start = time.perf_counter()
         try:

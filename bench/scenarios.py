@@ -19,8 +19,9 @@ import importlib
 import importlib.util
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench import cluster_bench, static_topic_bench, store_bench
 from bench.harness import MET, NOT_MET, SCALED, Config, Metric, Recorder, Target
@@ -116,6 +117,7 @@ def metadata_adapter(module) -> Callable[[Config, Recorder], None]:
 
     def scenario(cfg: Config, rec: Recorder) -> None:
         from bench.daemons import start_namesrv
+        from broker.store.config import StoreType
 
         big_n, small_n, json_n, runs, json_runs = METADATA_SIZES[cfg.mode]
         work = cfg.workdir / "metadata"
@@ -123,7 +125,7 @@ def metadata_adapter(module) -> Callable[[Config, Recorder], None]:
         for d in (big, small, js):
             d.mkdir(parents=True, exist_ok=True)
         scaled = f"at {big_n:,} topics" if big_n != 1_000_000 else ""
-        module.create_topics("defaultRocksDB", big, big_n)
+        module.create_topics(StoreType.DEFAULT_ROCKSDB, big, big_n)
         ready_s, _, _ = module.broker_restart(big, "")
         rec.record("metadata.restart_1m_alone", ready_s, scaled)
         namesrv = start_namesrv(work)
@@ -133,13 +135,13 @@ def metadata_adapter(module) -> Callable[[Config, Recorder], None]:
             namesrv.stop()
         rec.record("metadata.restart_1m", ready_s, ", ".join(filter(None, [scaled, "incl. first registration"])))
         rec.record("metadata.rss_1m", rss, ", ".join(filter(None, [scaled, f"peak {peak:,.0f} MiB"])))
-        _, median_big, _ = module.update_cost("defaultRocksDB", big, runs)
+        _, median_big, _ = module.update_cost(StoreType.DEFAULT_ROCKSDB, big, runs)
         rec.record("metadata.update_1m", median_big, ", ".join(filter(None, [scaled, "median"])))
-        module.create_topics("defaultRocksDB", small, small_n)
-        _, median_small, _ = module.update_cost("defaultRocksDB", small, runs)
+        module.create_topics(StoreType.DEFAULT_ROCKSDB, small, small_n)
+        _, median_small, _ = module.update_cost(StoreType.DEFAULT_ROCKSDB, small, runs)
         rec.record("metadata.update_1k", median_small, "median" if small_n == 1_000 else f"at {small_n:,} topics")
-        module.create_topics("default", js, json_n)
-        _, median_json, _ = module.update_cost("default", js, json_runs)
+        module.create_topics(StoreType.DEFAULT, js, json_n)
+        _, median_json, _ = module.update_cost(StoreType.DEFAULT, js, json_runs)
         rec.record("metadata.update_json_100k", median_json, "median" if json_n == 100_000 else f"at {json_n:,} topics")
         if big_n != 1_000_000:
             rec.status.update({m: SCALED for m in ("metadata.restart_1m", "metadata.rss_1m", "metadata.update_1m")})
@@ -174,7 +176,8 @@ def echo_ref_for(unit: str, label: str) -> str | None:
     return None
 
 
-def legacy_row(group: str, issue: int | None, row: object) -> tuple[Metric, float | None, str, str]:
+def legacy_row(group: str, issue: int | None, row: dict[str, Any] | Sequence[Any],
+               ) -> tuple[Metric, float | None, str, str]:
     """(metric, value, status override or "", note) from ``(name, value[, target[, ratio]])`` or a dict with
     name/label, value, unit, target, ratio."""
     if isinstance(row, dict):

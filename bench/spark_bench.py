@@ -25,6 +25,7 @@ broker and plans, and skips the rows: a Spark session alone takes longer than th
 """
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -35,9 +36,11 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from bench.daemons import REPO, start_broker, start_namesrv, stop_all, wait_until
 from bench.harness import BODY, Config, Metric, Recorder, Target
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from client import Admin, Message, Producer
 from spark_jobs import compact
 from spark_jobs.broker_tier import BrokerTier
@@ -54,8 +57,9 @@ SMALL_BYTES = 2 << 20  # segments below this are merged (all sealed ones here)
 TARGET_BYTES = 8 << 20  # into objects of up to this
 MASTER = "local[2]"
 JOB_TIMEOUT_S = 600
-BROKER_SETTINGS = dict(registerNameServerPeriod=1000, tieredStoreEnable="true", tieredBackendServiceProvider="posix",
-                       tieredStoreCommitLogMaxSize=SEGMENT_BYTES, tieredStoreConsumeQueueMaxSize=CQ_SEGMENT_BYTES)
+BROKER_SETTINGS: dict[str, Any] = dict(registerNameServerPeriod=1000, tieredStoreEnable="true",
+                                       tieredBackendServiceProvider="posix", tieredStoreCommitLogMaxSize=SEGMENT_BYTES,
+                                       tieredStoreConsumeQueueMaxSize=CQ_SEGMENT_BYTES)
 SUMMARY = re.compile(r"^compact: (.*)$", re.MULTILINE)
 
 METRICS = [
@@ -117,7 +121,7 @@ def uploaded(admin: Admin, topic: str) -> bool:
 def planned(tier: BrokerTier, topic: str) -> tuple[str, list[list]]:
     """(tier root, groups) as ``spark_jobs.compact`` plans them for ``topic`` with this scenario's sizes."""
     snapshot = tier.snapshot(topic)
-    if snapshot.provider != "posix":
+    if snapshot.provider is not TieredBackendServiceProvider.POSIX:
         raise RuntimeError(f"tier backend is {snapshot.provider}, expected posix")
     return str(snapshot.root), compact.plan(snapshot, SMALL_BYTES, TARGET_BYTES)
 
@@ -219,7 +223,8 @@ def scenario(cfg: Config, rec: Recorder) -> None:
                 for topic in TOPICS:
                     produce(producer, topic, MESSAGES[cfg.mode])
             for topic in TOPICS:
-                wait_until(lambda t=topic: uploaded(admin, t), timeout=120, interval=0.2, what=f"{topic} uploaded")
+                wait_until(functools.partial(uploaded, admin, topic), timeout=120, interval=0.2,
+                           what=f"{topic} uploaded")
         with BrokerTier(broker.addr) as tier:
             (root, groups_a), (_, groups_b) = planned(tier, TOPICS[0]), planned(tier, TOPICS[1])
         if cfg.smoke:

@@ -97,6 +97,7 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             _send(producer, STATIC, cfg, cfg.seconds / ROUNDS, cfg.warmup)  # fills the new, local items
             # the new items start at a logic offset rounded up past the old end (STATIC_TOPIC.md, remap step 3)
             status = admin.static_topic_status(STATIC)
+            assert status is not None, f"{STATIC} lost its mapping"
             new_starts = {q.logic_id: max(q.items, key=lambda i: i.gen).logic_offset for q in status.queues}
             remote = {mq: (cons.min_offset(mq), old_ends[mq]) for mq in queues}
             local = {mq: (new_starts[mq.queue_id], cons.max_offset(mq)) for mq in queues}

@@ -42,7 +42,7 @@ def raw_append_ceiling(total: int, workdir: str) -> tuple[int, float]:
     start = time.perf_counter()
     offset = 0
     for b in range(total // BATCH):
-        parts = []
+        parts: list[bytes] = []
         for i in range(BATCH):
             size = header.size + 1 + len(props) + len(BODY)
             crc = zlib.crc32(BODY, zlib.crc32(props))
@@ -76,7 +76,7 @@ def append_and_dispatch(total: int, workdir: str, unique_keys: bool) -> tuple[in
     r = None
     for b in range(total // BATCH):
         r = store.put_messages("BenchT", b % 8, bodies, props)
-    assert r is not None and r.ok
+    assert r is not None and r.ok and r.append is not None
     assert store.wait_dispatched(r.append.end_offset, 120)
     elapsed = time.perf_counter() - start
     _close(store)
@@ -109,6 +109,7 @@ def read_back(total: int, workdir: str) -> tuple[int, float]:
     r = None
     for b in range(total // BATCH):
         r = store.put_messages("BenchR", b % 8, bodies, props)
+    assert r is not None and r.append is not None
     store.wait_dispatched(r.append.end_offset, 120)
     start = time.perf_counter()
     n = 0

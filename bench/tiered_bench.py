@@ -25,6 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from bench.daemons import Daemon, start_broker, start_namesrv, stop_all, wait_until
 from bench.harness import BATCH, BODY, MET, NOT_MET, Config, Metric, Recorder, Target
@@ -42,8 +43,9 @@ READ_ROUNDS = {"smoke": 1, "quick": 2, "full": 3}
 SAMPLE_S = 0.1
 AFTER_S = 1.0
 GROUP_COMMIT_COUNT = 2048  # the broker's default, set explicitly so the "bounded" judgement matches it
-BROKER_SETTINGS = dict(registerNameServerPeriod=1000, tieredStoreEnable="true", tieredBackendServiceProvider="posix",
-                       tieredStoreGroupCommitCount=GROUP_COMMIT_COUNT)
+BROKER_SETTINGS: dict[str, Any] = dict(registerNameServerPeriod=1000, tieredStoreEnable="true",
+                                       tieredBackendServiceProvider="posix",
+                                       tieredStoreGroupCommitCount=GROUP_COMMIT_COUNT)
 
 METRICS = [
     Metric("tiered.produce_rate", "produce at a fixed rate, SDK batches of 128", "msgs/s", echo="batch",

@@ -8,10 +8,14 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.kv.kv_state_store import KvStoreType
+from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
+from broker.tiered.tiered_storage_level import TieredStorageLevel
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +33,16 @@ def _bool(raw: str) -> bool:
     raise ValueError(f"{raw!r} is not true or false")
 
 
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if raw not in allowed:
-            raise ValueError(f"{raw!r} is not one of {', '.join(allowed)}")
-        return raw
+E = TypeVar("E", bound=StrEnum)
+
+
+def _choice(kind: type[E]) -> Callable[[str], E]:
+    """A choice key: its values are the enum's values (the broker.conf spellings)."""
+    def parse(raw: str) -> E:
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ValueError(f"{raw!r} is not one of {', '.join(kind)}") from None
     return parse
 
 
@@ -89,12 +98,15 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "brokerIP1": ("broker_ip1", _STR),
     "listenPort": ("listen_port", _int_in(0, MAX_PORT)),
     "storePathRootDir": ("store_path_root_dir", _STR),
-    "flushDiskType": ("flush_disk_type", _choice("ASYNC_FLUSH", "SYNC_FLUSH")),
+    "flushDiskType": ("flush_disk_type", _choice(FlushDiskType)),
     "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", _int_in(4096, 1 << 40)),
     "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", _int_in(20, 1 << 32)),
     "fileReservedTime": ("file_reserved_time", _float_at_least(0)),
     "deleteWhen": ("delete_when", _STR),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", _int_in(10, 95)),
+    "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", _int_in(10, 99)),
+    "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", _int_in(10, 99)),
+    "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _bool),
     "maxMessageSize": ("max_message_size", _int_in(1, 1 << 30)),
     "flushIntervalCommitLog": ("flush_interval_commit_log", _int_in(1, 60_000)),
     "flushIntervalConsumeQueue": ("flush_interval_consume_queue", _int_in(1, 60_000)),
@@ -108,14 +120,14 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
     "cleanResourceInterval": ("clean_resource_interval", _int_in(10, 3_600_000)),
     "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
-    "storeType": ("store_type", _choice("default", "defaultRocksDB")),
+    "storeType": ("store_type", _choice(StoreType)),
     "kvEnable": ("kv_enable", _bool),
-    "kvStoreType": ("kv_store_type", _choice("rocksdb", "memory")),
+    "kvStoreType": ("kv_store_type", _choice(KvStoreType)),
     "kvSnapshotInterval": ("kv_snapshot_interval", _int_in(100, 86_400_000)),
     "tieredStoreEnable": ("tiered_store_enable", _bool),
-    "tieredBackendServiceProvider": ("tiered_backend_service_provider", _choice("posix", "memory")),
+    "tieredBackendServiceProvider": ("tiered_backend_service_provider", _choice(TieredBackendServiceProvider)),
     "tieredStoreFilePath": ("tiered_store_file_path", _STR),
-    "tieredStorageLevel": ("tiered_storage_level", _choice("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")),
+    "tieredStorageLevel": ("tiered_storage_level", _choice(TieredStorageLevel)),
     "tieredStoreFileReservedTime": ("tiered_store_file_reserved_time", _float_at_least(0)),
     "tieredStoreDeleteFileEnable": ("tiered_store_delete_file_enable", _bool),
     "tieredStoreCommitLogMaxSize": ("tiered_store_commit_log_max_size", _int_in(4096, 1 << 40)),
@@ -135,12 +147,15 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
     store_path_root_dir: str = str(Path.home() / "store")
-    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     mapped_file_size_commit_log: int = 1 << 30
     mapped_file_size_consume_queue: int = 300_000 * 20
     file_reserved_time: float = 72.0
     delete_when: str = "04"
-    disk_max_used_space_ratio: int = 75
+    disk_max_used_space_ratio: int = 75  # percent of disk use above which expired files go at any hour
+    disk_space_clean_forcibly_ratio: int = 85  # above it the oldest files go, expired or not
+    disk_space_warning_level_ratio: int = 90  # above it writes are refused
+    clean_file_forcibly_enable: bool = True
     max_message_size: int = 4 * 1024 * 1024
     flush_interval_commit_log: int = 500
     flush_interval_consume_queue: int = 1000
@@ -154,14 +169,14 @@ class BrokerConfig:
     long_polling_max_suspend_ms: int = 30_000
     clean_resource_interval: int = 10_000
     static_topic_clean_interval: int = 60_000
-    store_type: str = "default"
+    store_type: StoreType = StoreType.DEFAULT
     kv_enable: bool = False
-    kv_store_type: str = "rocksdb"  # where applied KV state lives: RocksDB, or memory with periodic snapshots
+    kv_store_type: KvStoreType = KvStoreType.ROCKSDB  # applied KV state: RocksDB, or memory with snapshots
     kv_snapshot_interval: int = 10_000  # ms between snapshots of the in-memory KV store
     tiered_store_enable: bool = False
-    tiered_backend_service_provider: str = "posix"
+    tiered_backend_service_provider: TieredBackendServiceProvider = TieredBackendServiceProvider.POSIX
     tiered_store_file_path: str = ""
-    tiered_storage_level: str = "NOT_IN_DISK"
+    tiered_storage_level: TieredStorageLevel = TieredStorageLevel.NOT_IN_DISK
     tiered_store_file_reserved_time: float = 72.0
     tiered_store_delete_file_enable: bool = False  # the broker deletes expired tier objects itself (else the job)
     tiered_store_commit_log_max_size: int = 1024 * 1024 * 1024  # bytes of one tiered commitlog segment
@@ -182,7 +197,7 @@ class BrokerConfig:
                 store_host=store_host,
                 mapped_file_size_commit_log=self.mapped_file_size_commit_log,
                 mapped_file_size_consume_queue=self.mapped_file_size_consume_queue,
-                flush_disk_type=FlushDiskType(self.flush_disk_type),
+                flush_disk_type=self.flush_disk_type,
                 flush_interval_commit_log_ms=self.flush_interval_commit_log,
                 flush_interval_consume_queue_ms=self.flush_interval_consume_queue,
                 sync_flush_timeout_ms=self.sync_flush_timeout,
@@ -190,6 +205,9 @@ class BrokerConfig:
                 file_reserved_time_hours=self.file_reserved_time,
                 delete_when=self.delete_when,
                 disk_max_used_space_ratio=self.disk_max_used_space_ratio,
+                disk_space_clean_forcibly_ratio=self.disk_space_clean_forcibly_ratio,
+                disk_space_warning_level_ratio=self.disk_space_warning_level_ratio,
+                clean_file_forcibly_enable=self.clean_file_forcibly_enable,
                 message_index_enable=self.message_index_enable,
                 clean_resource_interval_ms=self.clean_resource_interval,
                 store_type=self.store_type,

@@ -4,6 +4,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -11,6 +12,7 @@ import grpc
 from broker.broker_config import BrokerConfig
 from broker.broker_servicer import BrokerServicer
 from broker.broker_stats import BrokerStats
+from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
 from broker.kv_servicer import KvServicer
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
@@ -25,14 +27,19 @@ from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.kv_processor import KvProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
-from broker.processor.send_message_processor import SendMessageProcessor
+from broker.processor.send_message_processor import SendLimits, SendMessageProcessor
 from broker.processor.tiered_processor import TieredProcessor
 from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.store.config import FlushDiskType
 from broker.store.message_store import MessageStore
+from broker.store.message_store_reader import MessageStoreReader
+from broker.store.store_lock import StoreLock
 from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
+from common.rpc_boundary import RequestDecoding
+from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import broker_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
 
@@ -48,6 +55,8 @@ GRPC_OPTIONS = [
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        # First, before anything under the store directory is opened: a second broker on it exits here.
+        self.store_lock = StoreLock(Path(config.store_path_root_dir)).acquire()
         config_dir = Path(config.store_path_root_dir) / "config"
         # storeType: JSON files under config/ ("default") or one RocksDB under metadata/ ("defaultRocksDB")
         self.metadata = open_metadata_stores(config.store_type, Path(config.store_path_root_dir))
@@ -55,26 +64,26 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(self.metadata.groups)
         self.consumer_offset_manager = ConsumerOffsetManager(self.metadata.offsets)
         self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
-        self.static_topics = StaticTopicService(self)
         self.peer_brokers: PeerBrokers
+        self.static_topics: StaticTopicService
         self.static_topic_clean_service: StaticTopicCleanService | None = None
-        self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
-        self.consumer_manage_processor = ConsumerManageProcessor(self)
-        self.query_processor = QueryMessageProcessor(self)
-        self.admin_processor = AdminBrokerProcessor(self)
         self.kv: KvStore | None = None
         if config.kv_enable:
             self.kv = KvStore(config.kv_store_type, Path(config.store_path_root_dir) / "kv",
                               config.kv_snapshot_interval / 1000, config.broker_name)
-        self.kv_processor = KvProcessor(self)
+        self.kv_provisioner = (KvProvisioner(config.namesrv_addrs, config.broker_cluster_name, config.broker_name)
+                               if config.kv_enable else None)
         self.tiered: TieredStore | None = None
-        self.tiered_processor = TieredProcessor(self)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
-        self.store: MessageStore
+        self.local_store: MessageStore  # writes, lifecycle, commitlog: this broker's own store
+        self.store: MessageStoreReader  # reads: the local store, or the tiered facade over it
         self.hold_service: PullRequestHoldService
+        # Built in start(), once the store (maybe the tiered facade) and the peer brokers exist.
+        self.broker_servicer: BrokerServicer
+        self.kv_servicer: KvServicer
+        self.tiered_servicer: TieredServicer
         self.registrar: NamesrvRegistrar | None = None
         self._server: grpc.aio.Server | None = None
         self._offset_flusher = threading.Event()
@@ -83,27 +92,29 @@ class BrokerController:
     async def start(self) -> str:
         """Bind, recover the store, load metadata, serve, register. Returns ``host:port``."""
         c = self.config
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestDecoding()])
         try:
             port = server.add_insecure_port(f"{c.broker_ip1}:{c.listen_port}")
         except RuntimeError as exc:  # gRPC's way of saying the address is taken or not ours
             raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}: {exc}") from None
         self.broker_addr = f"{c.broker_ip1}:{port}"
         self.peer_brokers = PeerBrokers(c.namesrv_addrs, c.broker_name, self.broker_addr)
-        self.store = local_store = MessageStore(c.store_config(self.broker_addr))
+        self.local_store = local_store = MessageStore(c.store_config(self.broker_addr))
+        self.store = local_store
         if c.tiered_store_enable:  # processors read through the tiered facade; it registers its uploader
             self.tiered = TieredStore(c, local_store)
-            self.store = self.tiered.store  # type: ignore[assignment]
+            self.store = self.tiered.store
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
-        self.store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
+        local_store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
             self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
         await asyncio.to_thread(self._load)
         if self.tiered is not None:
             self.tiered.start()
-        broker_pb2_grpc.add_BrokerServiceServicer_to_server(BrokerServicer(self), server)
-        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), server)
-        tiered_pb2_grpc.add_TieredServiceServicer_to_server(TieredServicer(self), server)
+        self._wire_processors()
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, server)
+        kv_pb2_grpc.add_KvServiceServicer_to_server(self.kv_servicer, server)
+        tiered_pb2_grpc.add_TieredServiceServicer_to_server(self.tiered_servicer, server)
         await server.start()
         self._server = server
         if c.namesrv_addrs:
@@ -114,12 +125,47 @@ class BrokerController:
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
-        self.static_topic_clean_service = StaticTopicCleanService(self, c.static_topic_clean_interval)
+        self.static_topic_clean_service = StaticTopicCleanService(
+            self.topic_queue_mapping_manager, self.static_topics, self._announce, c.static_topic_clean_interval)
         self.static_topic_clean_service.start()
         log.info("broker_started cluster=%s broker=%s id=%d addr=%s store=%s topics=%d", c.broker_cluster_name,
                  c.broker_name, c.broker_id, self.broker_addr, c.store_path_root_dir,
                  len(self.topic_config_manager.topic_config_table))
         return self.broker_addr
+
+    def _wire_processors(self) -> None:
+        """Processors and services get the collaborators they use (none gets the controller), and the
+        servicers get the processors."""
+        c = self.config
+        self.static_topics = StaticTopicService(c.broker_name, self.topic_queue_mapping_manager,
+                                                self.consumer_offset_manager, self.store, self.peer_brokers)
+        limits = SendLimits(c.max_message_size, c.auto_create_topic_enable, c.default_topic_queue_nums)
+        self.broker_servicer = BrokerServicer(
+            send=SendMessageProcessor(limits, self.topic_config_manager, self.static_topics, self.local_store,
+                                      self._announce),
+            pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
+                                      self.consumer_offset_manager, self.static_topics, self.store),
+            consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
+                                                    self.static_topics, self.store),
+            query=QueryMessageProcessor(self.store),
+            admin=AdminBrokerProcessor(
+                config=c, broker_addr=self.broker_addr, topic_config_manager=self.topic_config_manager,
+                subscription_group_manager=self.subscription_group_manager,
+                consumer_offset_manager=self.consumer_offset_manager,
+                mapping_manager=self.topic_queue_mapping_manager, store=self.store, local_store=self.local_store,
+                stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce),
+            hold_service=self.hold_service, stats=self.stats,
+            long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
+            sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+        self.kv_servicer = KvServicer(KvProcessor(c.broker_name, self.kv, self.kv_provisioner,
+                                                  self.topic_queue_mapping_manager, self.static_topics,
+                                                  self.local_store))
+        self.tiered_servicer = TieredServicer(TieredProcessor(c.broker_name, self.tiered, self.topic_config_manager))
+
+    def _announce(self) -> None:
+        """Topics or mappings changed: re-register with the name servers soon."""
+        if self.registrar is not None:
+            self.registrar.trigger()
 
     def _load(self) -> None:
         self.topic_queue_mapping_manager.load()  # the source of truth for static topics: first
@@ -127,7 +173,7 @@ class BrokerController:
         self._ensure_default_topic()
         self.subscription_group_manager.load()
         self.consumer_offset_manager.load()
-        self.store.start()
+        self.local_store.start()
 
     def _ensure_default_topic(self) -> None:
         """Serve (or stop serving) TBW102, the route producers borrow for topics created on first send."""
@@ -140,11 +186,16 @@ class BrokerController:
             manager.delete(AUTO_CREATE_TOPIC_KEY_TOPIC)
 
     def _flush_offsets_periodically(self) -> None:
+        last_error = ""
         while not self._offset_flusher.wait(self.config.flush_consumer_offset_interval / 1000):
             try:
                 self.consumer_offset_manager.persist()
-            except OSError:
-                log.exception("consumer_offset_persist_failed")
+                self.subscription_group_manager.persist()  # groups a pull created while the disk was full
+                last_error = ""
+            except Exception as exc:  # OSError from a file, a plain Exception from RocksDB
+                if repr(exc) != last_error:  # once while it lasts (a full disk fails every pass)
+                    log.error("metadata_persist_failed error=%r", exc)
+                last_error = repr(exc)
 
     async def shutdown(self) -> None:
         """Stop accepting, finish in-flight calls, unregister, flush everything."""
@@ -161,30 +212,21 @@ class BrokerController:
         log.info("broker_stopped addr=%s", self.broker_addr)
 
     def _flush_and_close(self) -> None:
-        self.peer_brokers.close()
-        self.consumer_offset_manager.persist()
-        self.metadata.close()
+        """Every step runs even if one before it failed (a full disk): what can be flushed is, the store lock is
+        released, and the daemon exits 0. A store step that failed leaves the store marked as not cleanly shut."""
+        run_shutdown_steps(self._shutdown_steps(), log)
+
+    def _shutdown_steps(self) -> Iterator[ShutdownStep]:
+        yield "peer_brokers", self.peer_brokers.close
+        yield "consumer_offsets", self.consumer_offset_manager.persist
+        yield "subscription_groups", self.subscription_group_manager.persist
+        yield "metadata", self.metadata.close
         if self.tiered is not None:
-            self.tiered.shutdown()
-        self.store.shutdown()
+            yield "tiered", self.tiered.shutdown
+        yield "store", self.local_store.shutdown
         if self.tiered is not None:
-            self.tiered.close()
+            yield "tiered_close", self.tiered.close
         if self.kv is not None:
-            self.kv.close()
+            yield "kv", self.kv.close
+        yield "store_lock", self.store_lock.release
 
-    # -- topic changes (they re-register with the name servers) ------------------------------------
-    def update_topic(self, config: TopicConfig) -> None:
-        self.topic_config_manager.update(config)
-        if self.registrar is not None:
-            self.registrar.trigger()
-
-    def delete_topic(self, topic: str) -> bool:
-        had_mapping = self.topic_queue_mapping_manager.get(topic) is not None
-        if not self.topic_config_manager.delete(topic, announce=had_mapping) and not had_mapping:
-            return False
-        self.topic_queue_mapping_manager.delete(topic)
-        self.store.consume_queue_store.delete_topic(topic)
-        self.consumer_offset_manager.delete_topic(topic)
-        if self.registrar is not None:
-            self.registrar.trigger()
-        return True

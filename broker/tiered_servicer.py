@@ -1,29 +1,29 @@
-"""The broker's tiered-storage face (proto/tiered.proto): decode, call the tiered processor, encode."""
+"""The broker's tiered-storage face (proto/tiered.proto): decode, call the tiered processor, encode. What the
+processor raises is answered by the RPC boundary (``common/rpc_boundary.py``)."""
 
-from typing import TYPE_CHECKING
+import asyncio
 
-from broker.broker_servicer import answer
-from proto import tiered_pb2_grpc
-
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
+from broker.processor.tiered_processor import TieredProcessor
+from common.rpc_boundary import rpc_boundary
+from proto import tiered_pb2, tiered_pb2_grpc
 
 
+@rpc_boundary(tiered_pb2.DESCRIPTOR.services_by_name["TieredService"])
 class TieredServicer(tiered_pb2_grpc.TieredServiceServicer):
-    def __init__(self, controller: "BrokerController") -> None:
-        self.tiered = controller.tiered_processor
+    def __init__(self, tiered: TieredProcessor) -> None:
+        self.tiered = tiered
 
     async def GetTieredStatus(self, request, context):
-        return await answer(context, self.tiered.status, request)
+        return self.tiered.status(request)
 
-    async def GetTieredMetadata(self, request, context):
-        return await answer(context, self.tiered.metadata, request, in_thread=True)
+    async def GetTieredMetadata(self, request, context):  # a snapshot of every segment: off the event loop
+        return await asyncio.to_thread(self.tiered.metadata, request)
 
     async def ReplaceSegments(self, request, context):
-        return await answer(context, self.tiered.replace_segments, request)
+        return self.tiered.replace_segments(request)
 
     async def MarkExpiredSegments(self, request, context):
-        return await answer(context, self.tiered.mark_expired, request, in_thread=True)
+        return await asyncio.to_thread(self.tiered.mark_expired, request)
 
     async def DropSegments(self, request, context):
-        return await answer(context, self.tiered.drop_segments, request)
+        return self.tiered.drop_segments(request)

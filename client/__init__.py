@@ -6,7 +6,7 @@ from client.kv_client import CasResult, KVClient
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
-from client.results import PullResult, PullStatus, SendResult
+from client.results import PullResult, PullStatus, SendResult, SendStatus
 from common.message import Message, MessageExt
 from common.message_queue import MessageQueue
 
@@ -24,4 +24,5 @@ __all__ = [
     "PullStatus",
     "PushConsumer",
     "SendResult",
+    "SendStatus",
 ]

@@ -10,6 +10,7 @@ import grpc
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.static_query_positions import to_logic_positions
 from client.static_topic_admin import (
     GrpcMappingTransport,
     StaticTopicAdmin,
@@ -23,8 +24,10 @@ from common.message_codec import decode_records
 from common.message_id import parse_message_id
 from common.perm import PERM_READ_WRITE
 from common.response_code import ResponseCode
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_to_proto
+from common.topic_validator import is_system_topic
 from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -219,6 +222,7 @@ class Admin:
     def tiered_status(self, topic: str) -> list[tiered_pb2.TieredStatusResponse]:
         """Per broker of the topic's route: each queue's local and tiered min/max, segments, bytes, upload lag."""
         out = []
+        tiered_off: list[str] = []
         for bd in sorted(self.client.route(topic, refresh=True).broker_datas, key=lambda b: b.broker_name):
             addr = bd.broker_addrs.get(0)
             if addr is None:
@@ -231,10 +235,14 @@ class Admin:
                 raise rpc_error(what, addr, exc) from None
             if response.code == ResponseCode.TOPIC_NOT_EXIST:  # e.g. a broker holding only a static topic's
                 continue  # mapping, no queues
+            if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:  # tieredStoreEnable=false on that broker
+                tiered_off.append(bd.broker_name)
+                continue
             self._check(what, addr, response)
             out.append(response)
         if not out:
-            raise MQClientError(f"topic {topic} has no queues on any broker of its route")
+            raise MQClientError(f"topic {topic} has no tiered queues on any broker of its route"
+                                + (f" (tiered storage is off on broker {', '.join(tiered_off)})" if tiered_off else ""))
         return out
 
     # -- static topics -----------------------------------------------------------------------------
@@ -316,24 +324,44 @@ class Admin:
         return sorted(bd.broker_name for bd in self.client.route(topic, refresh=True).broker_datas)
 
     # -- messages ----------------------------------------------------------------------------------
+    def _static_details(self, topic: str) -> list[TopicQueueMappingDetail]:
+        """Every broker's chains of a static topic ([] for a normal topic): where physical queues sit in logic
+        terms, so query results carry logic queues and offsets as pulls do."""
+        transport = GrpcMappingTransport(self.client)
+        states = [transport.read(bname, topic) for bname in sorted(transport.mapping_holders(topic))]
+        return [state.detail for state in states if state.detail is not None]
+
     def query_msg_by_key(self, topic: str, key: str, max_num: int = 64) -> list[MessageExt]:
         found: list[MessageExt] = []
+        details = self._static_details(topic)
         for name in self._broker_names_of(topic):
             addr = self.client.master_addr(topic, name)
             response = self._broker_call(f"query {topic} by key", addr, "QueryMessage",
                                          broker_pb2.QueryMessageRequest(topic=topic, key=key, max_num=max_num))
             if response.code == ResponseCode.SUCCESS:
-                found += decode_records(response.records)
+                found += to_logic_positions(decode_records(response.records), name, details)
             elif response.code != ResponseCode.QUERY_NOT_FOUND:
                 self._check(f"query {topic} by key", addr, response)
         return sorted(found, key=lambda m: m.store_timestamp)
 
-    def query_msg_by_id(self, msg_id: str) -> MessageExt:
+    def query_msg_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with ``msg_id``: an offset id (store host and commitlog offset, SendResult.offset_msg_id)
+        is read from its broker directly; otherwise the id is a unique key (SendResult.msg_id), looked up in the
+        index of ``topic``, or of every topic when none is given."""
         try:
             addr, offset = parse_message_id(msg_id)
-        except ValueError as exc:
-            raise MQClientError(str(exc)) from None
-        response = self._broker_call(f"view message {msg_id}", addr, "ViewMessageById",
-                                     broker_pb2.ViewMessageRequest(commit_log_offset=offset))
-        self._check(f"view message {msg_id}", addr, response)
-        return decode_records(response.records)[0]
+        except ValueError:
+            addr, offset = "", -1
+        names = {b.addr: b.broker_name for b in self.all_brokers()}
+        if addr and addr in names:
+            response = self._broker_call(f"view message {msg_id}", addr, "ViewMessageById",
+                                         broker_pb2.ViewMessageRequest(commit_log_offset=offset))
+            self._check(f"view message {msg_id}", addr, response)
+            msg = decode_records(response.records)[0]
+            return to_logic_positions([msg], names[addr], self._static_details(msg.topic))[0]
+        for name in [topic] if topic else [t for t in self.topic_list() if not is_system_topic(t)]:
+            found = [m for m in self.query_msg_by_key(name, msg_id) if m.unique_key == msg_id]
+            if found:
+                return found[0]
+        raise MQClientError(f"no message with id {msg_id} (neither an offset id of a live broker nor a unique key "
+                            f"found in {'topic ' + topic if topic else 'any topic'})")

@@ -10,7 +10,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -20,13 +20,26 @@ from client.grpc_errors import business_error, rpc_error
 from client.static_route import total_queues
 from common.kv_shard import KV_TOPIC, KvInputError, check_key, check_scan_limit, check_value, shard_of
 from common.response_code import ResponseCode
-from proto import broker_pb2, kv_pb2, kv_pb2_grpc
+from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
 
-T = TypeVar("T")
 Bytes = bytes | str
 RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
 RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
+PROVISION_TIMEOUT_S = 30.0  # creating the shards on first use: admin calls to every broker, then the route
 PRESENT = b"\x01"  # a get's raw state: 0x01 then the value
+
+
+class _Response(Protocol):
+    """What every KV response carries (the generated messages have these fields)."""
+
+    @property
+    def code(self) -> int: ...
+
+    @property
+    def remark(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Response)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,20 +81,48 @@ class KVClient:
 
     # -- routing -----------------------------------------------------------------------------------
     def shards(self, refresh: bool = False) -> int:
+        """How many shards the store has; on first use (no kvInit) the brokers create them."""
         try:
             total = total_queues(self._instance.route(KV_TOPIC, refresh=refresh))
-        except MQClientError as exc:
-            raise MQClientError(f"the KV store is not initialised ({exc}); run mqadmin kvInit") from None
+        except MQClientError:
+            self._provision()
+            total = total_queues(self._instance.route(KV_TOPIC, refresh=True))
         if total <= 0:
             raise MQClientError(f"topic {KV_TOPIC} is not a static topic: run mqadmin kvInit")
         return total
+
+    def _provision(self) -> None:
+        """Ask the first master by name that has KV on to create the shards: every client asks the same broker,
+        which makes concurrent first uses one creation. A broker with KV off answers SERVICE_NOT_AVAILABLE."""
+        info = self._instance.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
+            common_pb2.Empty(), timeout=self._timeout_s))
+        masters = sorted((name, data.broker_addrs[0]) for name, data in info.broker_addr_table.items()
+                         if 0 in data.broker_addrs)
+        deadline = time.monotonic() + PROVISION_TIMEOUT_S
+        for name, addr in masters:
+            while True:
+                stub = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
+                try:
+                    response = stub.Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
+                except grpc.RpcError as exc:
+                    raise rpc_error("KV store provisioning", addr, exc) from None
+                if response.code == ResponseCode.SUCCESS:
+                    self._instance.invalidate_route(KV_TOPIC)
+                    return
+                if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:  # KV off on this broker: ask the next
+                    break
+                if response.code not in RETRYABLE_CODES or time.monotonic() > deadline:
+                    raise business_error(f"KV store provisioning on {name}", addr, response.code, response.remark)
+                time.sleep(0.1)
+        raise MQClientError(f"the KV store is not initialised and no broker of {len(masters)} has kvEnable=true; "
+                            "enable it in broker.conf, or run mqadmin kvInit")
 
     def _stub(self, shard: int, refresh: bool) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
         addr = self._instance.leader_addr(KV_TOPIC, shard, refresh=refresh)
         return addr, kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
 
-    def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], T],
-                  retry_transport: bool = True) -> T:
+    def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R],
+                  retry_transport: bool = True) -> R:
         """``call`` on the shard's leader; refresh-and-retry on not-leader, busy and unreachable."""
         deadline = time.monotonic() + self._retry_s
         refresh, pause = False, 0.01
@@ -185,14 +226,15 @@ class KVClient:
         returned to resume)."""
         p, after = _b(prefix, "prefix"), _b(start_after, "start_after")
         _checked(check_scan_limit, limit)
-        per_shard = []
-        for shard in range(self.shards()):
-            request = kv_pb2.KvScanRequest(shard=shard, prefix=p, start_after=after, limit=limit,
-                                           addressing=broker_pb2.LOGIC)
-            response = self._on_shard(shard, f"KV scan of shard {shard}",
-                                      lambda stub, r=request: stub.Scan(r, timeout=self._timeout_s))
-            per_shard.append([(e.key, e.value) for e in response.entries])
+        per_shard = [self._scan_shard(shard, p, after, limit) for shard in range(self.shards())]
         return list(heapq.merge(*per_shard))[:limit]
+
+    def _scan_shard(self, shard: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        request = kv_pb2.KvScanRequest(shard=shard, prefix=prefix, start_after=start_after, limit=limit,
+                                       addressing=broker_pb2.LOGIC)
+        response = self._on_shard(shard, f"KV scan of shard {shard}",
+                                  lambda stub: stub.Scan(request, timeout=self._timeout_s))
+        return [(e.key, e.value) for e in response.entries]
 
     # -- snapshots ---------------------------------------------------------------------------------
     def export_snapshot(self, shard: int) -> list[kv_pb2.KvSnapshotChunk]:

@@ -23,12 +23,12 @@ from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import new_unique_key, wire_properties
-from client.results import SendResult
+from client.results import SendResult, SendStatus
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import Message
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
-from common.topic_validator import InvalidTopicError, validate_topic
+from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class Producer:
             raise MQClientError("a batch needs at least one message")
         topic = msgs[0].topic
         try:
-            validate_topic(topic)
+            validate_user_send_topic(topic)
         except InvalidTopicError as exc:
             raise MQClientError(f"cannot send: {exc}") from None
         if any(m.topic != topic for m in msgs):
@@ -164,7 +164,7 @@ class Producer:
 
         def done(call: grpc.Future) -> None:
             try:
-                future.set_result(self._result(mq, addr, call))
+                future.set_result(self._result(mq, addr, call, request))
             except MQClientError as exc:
                 fail(exc)
 
@@ -212,7 +212,7 @@ class Producer:
 
         def done(call: grpc.Future) -> None:
             try:
-                future.set_result(self._result(mq, addr, call, static=True))
+                future.set_result(self._result(mq, addr, call, request, static=True))
             except MQClientError as exc:
                 again(exc)
 
@@ -234,19 +234,22 @@ class Producer:
         return err
 
     @staticmethod
-    def _result(mq: MessageQueue, addr: str, call: grpc.Future, static: bool = False) -> SendResult:
+    def _result(mq: MessageQueue, addr: str, call: grpc.Future, request: broker_pb2.SendMessageRequest,
+                static: bool = False) -> SendResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
             raise Producer._rpc_failure(mq, addr, exc) from None
-        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
+        status = SendStatus.SEND_OK
+        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:  # RocketMQ's answer too: a result, not an error
             log.warning("send_flush_timeout queue=%s: stored, but not yet on disk", mq)
+            status = SendStatus.FLUSH_DISK_TIMEOUT
         elif response.code != ResponseCode.SUCCESS:
             err = business_error(f"send to {mq}", addr, response.code, response.remark)
             err.retryable = response.code in (STATIC_RETRYABLE_CODES if static  # type: ignore[attr-defined]
                                               else RETRYABLE_CODES)
             raise err
-        if static:  # the broker answers in logic terms: the logic queue and its logic offset (-1: undecided)
-            return SendResult(mq, response.queue_offset, response.store_host, tuple(response.physical_offsets))
-        return SendResult(MessageQueue(mq.topic, mq.broker_name, response.queue_id), response.queue_offset,
-                          response.store_host, tuple(response.physical_offsets))
+        # A static topic's broker answers in logic terms: the logic queue and its logic offset (-1: undecided).
+        queue = mq if static else MessageQueue(mq.topic, mq.broker_name, response.queue_id)
+        return SendResult(queue, response.queue_offset, response.store_host, tuple(response.physical_offsets),
+                          status, request.properties)

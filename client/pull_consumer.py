@@ -20,7 +20,7 @@ from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from proto import broker_pb2
 
-PULL_STATUS = {
+PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -47,7 +47,7 @@ class PullConsumer:
     def queues(self, topic: str) -> list[MessageQueue]:
         return self.client.subscribe_queues(topic, refresh=True)
 
-    def _target(self, mq: MessageQueue, refresh: bool = False) -> tuple[str, int]:
+    def _target(self, mq: MessageQueue, refresh: bool = False) -> tuple[str, broker_pb2.QueueAddressing]:
         """Address to ask about ``mq`` and how the request names it (logic queues: their leader, LOGIC)."""
         if is_logic_queue(mq):
             return self.client.leader_addr(mq.topic, mq.queue_id, refresh=refresh), broker_pb2.LOGIC

@@ -243,8 +243,10 @@ class GrpcMappingTransport:
 class StaticTopicAdmin:
     def __init__(self, transport: "MappingTransport | Admin", clock: Callable[[], int] = now_ms) -> None:
         """``transport``: how brokers are reached; an :class:`client.admin.Admin` means through its gRPC client."""
-        self.transport: MappingTransport = (transport if hasattr(transport, "read")
-                                            else GrpcMappingTransport(transport.client))
+        from client.admin import Admin  # not at the top: client.admin imports this module
+
+        self.transport: MappingTransport = (GrpcMappingTransport(transport.client) if isinstance(transport, Admin)
+                                            else transport)
         self.clock = clock
 
     # -- reading ------------------------------------------------------------------------------------------
@@ -382,6 +384,7 @@ class StaticTopicAdmin:
         holds a mapping for (a normal topic)."""
         clusters = self.transport.clusters()
         states: dict[str, BrokerTopicState] = {}
+        details: dict[str, TopicQueueMappingDetail] = {}  # the states' details
         unreachable: dict[str, str] = {}
         for bname in sorted({b for names in clusters.values() for b in names}):
             try:
@@ -391,13 +394,14 @@ class StaticTopicAdmin:
                 continue
             if state.detail is not None:
                 states[bname] = state
+                details[bname] = state.detail
         if not states:
             if unreachable:
                 raise MQClientError(next(iter(unreachable.values())))
             return None
-        totals = {s.detail.total_queues for s in states.values()}
+        totals = {d.total_queues for d in details.values()}
         total = max(totals)
-        epoch = max(s.detail.epoch for s in states.values())
+        epoch = max(d.epoch for d in details.values())
         chains = best_chains(states)
         stats: dict[str, dict[int, PhysicalQueueStats]] = {}
         for bname in sorted({i.bname for items in chains.values() for i in items} - set(unreachable)):
@@ -405,7 +409,7 @@ class StaticTopicAdmin:
                 stats[bname] = self.transport.queue_stats(bname, topic)
             except MQClientError as exc:
                 unreachable[bname] = str(exc)
-        status = StaticTopicStatus(topic, total, epoch, {b: s.detail.epoch for b, s in states.items()},
+        status = StaticTopicStatus(topic, total, epoch, {b: d.epoch for b, d in details.items()},
                                    unreachable=unreachable, missing=sorted(set(range(total)) - set(chains)))
         for gid in sorted(chains):
             status.queues.append(_queue_status(gid, chains[gid], stats))

@@ -115,8 +115,10 @@ def write_broker_conf(path: Path, settings: dict[str, object]) -> Path:
     return path
 
 
-def start_broker(workdir: Path, broker_name: str, namesrv_addr: str, **settings: object) -> Daemon:
-    """A master broker with its store under ``workdir/broker_name``; ``settings`` are broker.conf keys."""
+def start_broker(workdir: Path, broker_name: str, namesrv_addr: str, env: dict[str, str] | None = None,
+                 **settings: object) -> Daemon:
+    """A master broker with its store under ``workdir/broker_name``; ``settings`` are broker.conf keys, ``env``
+    extra environment (e.g. injected faults)."""
     conf = {
         "brokerClusterName": "DefaultCluster",
         "brokerName": broker_name,
@@ -128,7 +130,7 @@ def start_broker(workdir: Path, broker_name: str, namesrv_addr: str, **settings:
         **settings,
     }
     conf_path = write_broker_conf(workdir / broker_name / "broker.conf", conf)
-    return start_daemon(broker_name, "broker.main", ["-c", str(conf_path)], workdir / broker_name)
+    return start_daemon(broker_name, "broker.main", ["-c", str(conf_path)], workdir / broker_name, env=env)
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,

@@ -6,6 +6,7 @@ Under the data directory::
 
     conf/broker-a.conf, conf/broker-b.conf   written on every start (the brokers read them)
     store/broker-a/, store/broker-b/          each broker's storePathRootDir (kept between runs)
+    tiered/broker-a/, tiered/broker-b/        each broker's second tier (tiered storage on, posix backend)
     logs/namesrv.log, logs/broker-*.log       the children's stderr (appended to on every start)
 
 The launcher waits for each child's ``ready on HOST:PORT`` line, then prints the addresses and how to
@@ -25,6 +26,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from broker.store.store_lock import StoreLock, StoreLockedError
 
 PROG = "local_cluster"
 REPO = Path(__file__).resolve().parent.parent
@@ -70,9 +73,11 @@ class Child:
         return (self.other_output + text.splitlines())[-lines:]
 
 
-def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: Path) -> dict[str, object]:
-    """The broker.conf of one local broker (RocketMQ key names)."""
-    return {
+def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: Path,
+                tiered_dir: Path | None = None) -> dict[str, object]:
+    """The broker.conf of one local broker (RocketMQ key names); with ``tiered_dir``, tiered storage on (posix
+    backend in that directory)."""
+    conf: dict[str, object] = {
         "brokerClusterName": CLUSTER_NAME,
         "brokerName": name,
         "brokerId": 0,
@@ -84,6 +89,15 @@ def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: P
         "autoCreateTopicEnable": "true",
         "kvEnable": "true",
     }
+    if tiered_dir is not None:
+        conf |= {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix",
+                 "tieredStoreFilePath": tiered_dir}
+    return conf
+
+
+# Keys the launcher sets itself from its own options; --broker-conf may set any other broker.conf key.
+LAUNCHER_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerIP1", "listenPort",
+                           "storePathRootDir"})
 
 
 def write_conf(path: Path, settings: dict[str, object]) -> Path:
@@ -96,8 +110,10 @@ def write_conf(path: Path, settings: dict[str, object]) -> Path:
 
 class LocalCluster:
     def __init__(self, data_dir: Path, namesrv_port: int, broker_ports: tuple[int, int], host: str = "127.0.0.1",
-                 ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+                 ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
+                 extra_conf: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir.resolve()
+        self.extra_conf = dict(extra_conf or {})  # --broker-conf: on top of broker_conf()'s keys, both brokers
         self.namesrv_port = namesrv_port
         self.broker_ports = broker_ports
         self.host = host
@@ -168,7 +184,8 @@ class LocalCluster:
         self.wait_ready([self.namesrv])
         assert self.namesrv.addr is not None
         for name, port in zip(BROKER_NAMES, self.broker_ports, strict=True):
-            settings = broker_conf(name, port, self.namesrv.addr, self.host, self.data_dir / "store" / name)
+            settings = broker_conf(name, port, self.namesrv.addr, self.host, self.data_dir / "store" / name,
+                                   self.data_dir / "tiered" / name) | self.extra_conf
             conf = self.conf_paths[name] = write_conf(self.data_dir / "conf" / f"{name}.conf", settings)
             self.brokers.append(self.spawn(name, "broker.main", ["-c", str(conf)]))
         self.wait_ready(self.brokers)
@@ -220,9 +237,17 @@ def rel(path: Path) -> str:
         return str(path)
 
 
+def mqadmin_command() -> str:
+    """How to run mqadmin from here: the console script beside this interpreter (``.venv/bin/mqadmin`` under
+    ``make run``, which needs no activated venv), else plain ``mqadmin``."""
+    script = Path(sys.executable).parent / "mqadmin"
+    return rel(script) if script.exists() else "mqadmin"
+
+
 def banner(cluster: LocalCluster) -> str:
     assert cluster.namesrv is not None
     ns = cluster.namesrv.addr
+    mqadmin = mqadmin_command()
     rows = [f"  namesrv   {ns:<21} pid {cluster.namesrv.proc.pid:<7} log {rel(cluster.namesrv.log_path)}"]
     for broker in cluster.brokers:
         rows.append(f"  {broker.name:<9} {broker.addr:<21} pid {broker.proc.pid:<7} log {rel(broker.log_path)}"
@@ -230,11 +255,11 @@ def banner(cluster: LocalCluster) -> str:
     return "\n".join([
         f"{PROG}: cluster {CLUSTER_NAME} ready; name server {ns}",
         *rows,
-        f"  data under {rel(cluster.data_dir)} (store/<broker>: message stores, conf/: broker.conf files, "
-        "logs/: each process's stderr)",
+        f"  data under {rel(cluster.data_dir)} (store/<broker>: message stores, tiered/<broker>: second tiers, "
+        "conf/: broker.conf files, logs/: each process's stderr)",
         "",
         "Look at it:",
-        f"  mqadmin -n {ns} clusterList",
+        f"  {mqadmin} -n {ns} clusterList",
         "",
         "Produce and consume (Python SDK; a topic is created on its first send):",
         "  from client import Message, Producer, PullConsumer",
@@ -253,9 +278,11 @@ def banner(cluster: LocalCluster) -> str:
         "                  break",
         "              offset = result.next_begin_offset",
         "",
-        "Key-value store (once per data directory: kvInit creates its shards):",
-        f"  mqadmin -n {ns} kvInit -c {CLUSTER_NAME}",
-        f"  mqadmin -n {ns} kvPut -k greeting -v hello && mqadmin -n {ns} kvGet -k greeting",
+        "Key-value store (kvEnable=true: the first use creates its shards; kvInit only chooses their number):",
+        f"  {mqadmin} -n {ns} kvPut -k greeting -v hello && {mqadmin} -n {ns} kvGet -k greeting",
+        "",
+        f"Tiered storage (each broker's tier under {rel(cluster.data_dir / 'tiered')}):",
+        f"  {mqadmin} -n {ns} tieredStatus -t TestTopic",
         "",
         "Ctrl-C (or SIGTERM) stops the brokers, then the name server.",
     ])
@@ -291,6 +318,16 @@ def broker_ports(raw: str) -> tuple[int, int]:
     return a, b
 
 
+def conf_entry(raw: str) -> tuple[str, str]:
+    key, sep, value = raw.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key or not value:
+        raise argparse.ArgumentTypeError(f"{raw!r}: give KEY=VALUE, e.g. flushDiskType=SYNC_FLUSH")
+    if key in LAUNCHER_KEYS:
+        raise argparse.ArgumentTypeError(f"{key} is set by the launcher (see --data-dir, --broker-ports, --host)")
+    return key, value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m cluster.{PROG}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("run-data"),
@@ -303,12 +340,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="address every process listens on and advertises (default: %(default)s)")
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S,
                         help="seconds each start-up step may take (default: %(default)s)")
+    parser.add_argument("--broker-conf", type=conf_entry, action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker.conf key for both brokers, on top of the launcher's (repeatable), "
+                             "e.g. --broker-conf storeType=defaultRocksDB")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    cluster = LocalCluster(args.data_dir, args.namesrv_port, args.broker_ports, args.host, args.ready_timeout)
+    cluster = LocalCluster(args.data_dir, args.namesrv_port, args.broker_ports, args.host, args.ready_timeout,
+                           extra_conf=dict(args.broker_conf))
 
     def on_signal(signum: int, _frame: object) -> None:  # no printing here: it may interrupt a print
         cluster.stop_signal = cluster.stop_signal or signal.Signals(signum).name
@@ -316,8 +357,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    try:  # one launcher per data dir: a second would share its brokers' stores (each broker also locks its own)
+        launcher_lock = StoreLock(cluster.data_dir, owner="local cluster launcher").acquire()
+    except StoreLockedError as exc:
+        print(f"{PROG}: cannot start: {exc}", file=sys.stderr)
+        return 1
     try:
-        cluster.data_dir.mkdir(parents=True, exist_ok=True)
         cluster.start()
     except StartError as exc:
         print_failure(exc.child, str(exc))
@@ -340,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{PROG}: {cluster.stop_signal} received, stopping", flush=True)
     ok = cluster.stop()
     print(f"{PROG}: stopped" if ok else f"{PROG}: stopped, not all cleanly", flush=True)
+    launcher_lock.release()
     return 0 if ok else 1
 
 

@@ -80,5 +80,10 @@ class MessageExt:
 
     @property
     def msg_id(self) -> str:
+        """The id RocketMQ users know: the unique key its producer gave it, else its offset id."""
+        return self.unique_key or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
         """Store host and commitlog offset: enough to find the record again."""
         return make_message_id(self.raw_store_host, self.physical_offset)

@@ -14,6 +14,7 @@ Layout, big-endian; fixed header then the variable part::
 tail cut anywhere in a record always breaks either the structure or the CRC.
 """
 
+import mmap
 import struct
 import zlib
 from collections.abc import Sequence
@@ -123,7 +124,8 @@ def write_blank(buf: memoryview | bytearray, pos: int, remaining: int) -> None:
     BLANK.pack_into(buf, pos, remaining, BLANK_MAGIC)
 
 
-def check_record(buf: memoryview | bytes, pos: int, limit: int, expected_offset: int, verify_crc: bool) -> int:
+def check_record(buf: memoryview | bytes | mmap.mmap, pos: int, limit: int, expected_offset: int,
+                 verify_crc: bool) -> int:
     """Size of the valid record at ``pos``; 0 for an end-of-segment marker; -1 if it is not a whole,
     intact record (torn, corrupt, or unwritten zeros). ``expected_offset`` is its commitlog offset."""
     if pos + BLANK_MIN_LENGTH > limit:

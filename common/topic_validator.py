@@ -2,6 +2,8 @@
 
 import re
 
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+
 TOPIC_MAX_LENGTH = 127
 _VALID_TOPIC = re.compile(r"[%a-zA-Z0-9_-]+")
 
@@ -17,3 +19,24 @@ def validate_topic(topic: str) -> None:
         raise InvalidTopicError(f"topic is {len(topic)} chars, longer than {TOPIC_MAX_LENGTH}: {topic[:40]}...")
     if not _VALID_TOPIC.fullmatch(topic):
         raise InvalidTopicError(f"topic {topic!r} has characters outside [%a-zA-Z0-9_-]")
+
+
+# Topics the broker owns (as upstream's TopicValidator): the auto-create default route, retry and dead-letter
+# topics of consumer groups, and rmq_sys_* system topics (the KV store's operations, ...). Users do not send to
+# them as ordinary topics.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic.startswith(
+        (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX))
+
+
+def validate_user_send_topic(topic: str) -> None:
+    """A topic an ordinary send may name: valid, and not one the broker owns."""
+    validate_topic(topic)
+    if is_system_topic(topic):
+        raise InvalidTopicError(f"topic {topic} belongs to the broker (TBW102, %RETRY%*, %DLQ%* and rmq_sys_* are "
+                                "system topics): send to a topic of your own")

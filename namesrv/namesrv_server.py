@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from common.rpc_boundary import RequestDecoding
 from namesrv.namesrv_servicer import NamesrvServicer
 from namesrv.route_info_manager import RouteInfoManager
 from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
@@ -42,7 +43,7 @@ class NamesrvServer:
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
-        self._server = grpc.aio.server(options=[
+        self._server = grpc.aio.server(interceptors=[RequestDecoding()], options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             # gRPC sets SO_REUSEPORT by default: a second name server on the same port would bind "successfully"

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 
+from common.request_error import RequestError
 from namesrv.route_models import (
     BrokerData,
     ClusterInfo,
@@ -22,7 +23,7 @@ from proto import common_pb2, namesrv_pb2
 MAX_INFLATED_BODY_BYTES = 1 << 30
 
 
-class MalformedRequest(ValueError):
+class MalformedRequest(RequestError):
     """A request that breaks the protocol; the message says what was wrong (sent as INVALID_ARGUMENT)."""
 
 

@@ -151,3 +151,17 @@ class KvImportResponse(_message.Message):
     remark: str
     imported: int
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., imported: _Optional[int] = ...) -> None: ...
+
+class KvProvisionRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KvProvisionResponse(_message.Message):
+    __slots__ = ("code", "remark", "total_shards")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    total_shards: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., total_shards: _Optional[int] = ...) -> None: ...

@@ -59,6 +59,11 @@ class KvServiceStub:
                 request_serializer=proto_dot_kv__pb2.KvSnapshotChunk.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.KvImportResponse.FromString,
                 _registered_method=True)
+        self.Provision = channel.unary_unary(
+                '/rmq.KvService/Provision',
+                request_serializer=proto_dot_kv__pb2.KvProvisionRequest.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.KvProvisionResponse.FromString,
+                _registered_method=True)
 
 
 class KvServiceServicer:
@@ -99,6 +104,14 @@ class KvServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Provision(self, request, context):
+        """First use without kvInit: create the shards (the default count) on the cluster's masters that have
+        kvEnable=true, once. Clients ask the first such broker by name, which serializes concurrent first uses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KvServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +139,11 @@ def add_KvServiceServicer_to_server(servicer, server):
                     servicer.ImportSnapshot,
                     request_deserializer=proto_dot_kv__pb2.KvSnapshotChunk.FromString,
                     response_serializer=proto_dot_kv__pb2.KvImportResponse.SerializeToString,
+            ),
+            'Provision': grpc.unary_unary_rpc_method_handler(
+                    servicer.Provision,
+                    request_deserializer=proto_dot_kv__pb2.KvProvisionRequest.FromString,
+                    response_serializer=proto_dot_kv__pb2.KvProvisionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +281,33 @@ class KvService:
             '/rmq.KvService/ImportSnapshot',
             proto_dot_kv__pb2.KvSnapshotChunk.SerializeToString,
             proto_dot_kv__pb2.KvImportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Provision(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.KvService/Provision',
+            proto_dot_kv__pb2.KvProvisionRequest.SerializeToString,
+            proto_dot_kv__pb2.KvProvisionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import grpc
 
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from common.response_code import ResponseCode, code_name
 from proto import tiered_pb2, tiered_pb2_grpc
 
@@ -21,7 +22,7 @@ class TierJobError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class TierSnapshot:
     broker_name: str
-    provider: str
+    provider: TieredBackendServiceProvider
     root: Path
     segments: list[tiered_pb2.TieredSegment]
     snapshot_ms: int
@@ -60,7 +61,12 @@ class BrokerTier:
 
     def snapshot(self, topic: str = "") -> TierSnapshot:
         r = self._call("tiered metadata", "GetTieredMetadata", tiered_pb2.TieredMetadataRequest(topic=topic))
-        return TierSnapshot(r.broker_name, r.backend_provider, Path(r.backend_root), list(r.segments), r.snapshot_ms)
+        try:
+            provider = TieredBackendServiceProvider(r.backend_provider)
+        except ValueError:
+            raise TierJobError(f"broker {r.broker_name} at {self.addr} keeps its tier in an unknown backend "
+                               f"{r.backend_provider!r}") from None
+        return TierSnapshot(r.broker_name, provider, Path(r.backend_root), list(r.segments), r.snapshot_ms)
 
     def replace(self, old: list[tiered_pb2.TieredSegment], merged: tiered_pb2.TieredSegment) -> bool:
         """True if the broker swapped them; False if they changed since the snapshot (nothing done)."""

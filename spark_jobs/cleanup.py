@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from spark_jobs import tier_objects
 from spark_jobs.broker_tier import BrokerTier, TierJobError
 from spark_jobs.job_output import fail, summary
@@ -33,7 +34,7 @@ def run(broker: str, master: str | None) -> dict[str, float]:
         snapshot = tier.snapshot()
         expired = tier.mark_expired()
         freed = 0
-        if expired and snapshot.provider == "posix":
+        if expired and snapshot.provider is TieredBackendServiceProvider.POSIX:
             from spark_jobs.session import spark_session
 
             sc = spark_session("tiered-cleanup", master).sparkContext

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from proto import tiered_pb2
 from spark_jobs import tier_objects
 from spark_jobs.broker_tier import SEALED, BrokerTier, TierJobError, TierSnapshot
@@ -108,7 +109,7 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
     with BrokerTier(broker) as tier:
         gc_objects, gc_bytes = collect_garbage(tier, grace_s)
         snapshot = tier.snapshot(topic)
-        if snapshot.provider != "posix":
+        if snapshot.provider is not TieredBackendServiceProvider.POSIX:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: compaction "
                                "needs the posix backend (executors read and write its directory)")
         groups = plan(snapshot, small_bytes, target_bytes)

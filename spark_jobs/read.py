@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from common.message_codec import decode_record
 from common.statictopic.mapping_codec import detail_from_proto
 from proto import broker_pb2, broker_pb2_grpc
@@ -109,7 +110,7 @@ def tiered_dataframe(spark: SparkSession, brokers: str | list[str], topic: str) 
     for broker in [brokers] if isinstance(brokers, str) else brokers:
         with BrokerTier(broker) as tier:
             snapshot = tier.snapshot(topic)
-        if snapshot.provider != "posix":
+        if snapshot.provider is not TieredBackendServiceProvider.POSIX:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: reading "
                                "needs the posix backend")
         logic = _logic_map(broker, topic, snapshot.broker_name)

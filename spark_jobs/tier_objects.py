@@ -96,7 +96,7 @@ def garbage(root: Path, broker_name: str, referenced: set[str], grace_s: float,
     objects already gone are removed on the way."""
     now = now if now is not None else time.time()
     base = root / broker_name
-    out = []
+    out: list[str] = []
     if not base.exists():
         return out
     for file in base.rglob("*"):

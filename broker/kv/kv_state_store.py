@@ -13,6 +13,7 @@ whatever a crash leaves is consistent with it, and replaying the commitlog from 
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from enum import StrEnum
 
 PARTITION = struct.Struct(">I")
 
@@ -29,6 +30,13 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 def in_scan(key: bytes, prefix: bytes, start_after: bytes) -> bool:
     return key.startswith(prefix) and key > start_after
+
+
+class KvStoreType(StrEnum):
+    """``kvStoreType``: which :class:`KvStateStore` holds applied state."""
+
+    ROCKSDB = "rocksdb"
+    MEMORY = "memory"  # with periodic snapshots (``kvSnapshotInterval``)
 
 
 class KvStateStore(ABC):

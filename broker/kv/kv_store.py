@@ -8,20 +8,20 @@ from pathlib import Path
 from broker.kv.kv_apply_waiters import KvApplyWaiters
 from broker.kv.kv_chain_reader import KvChainReader
 from broker.kv.kv_dispatcher import KvCommitLogDispatcher
-from broker.kv.kv_state_store import KvStateStore
+from broker.kv.kv_state_store import KvStateStore, KvStoreType
 from broker.out.peer_brokers import PeerBrokers
 from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-KV_STORE_TYPES = ("rocksdb", "memory")
 
-
-def open_state_store(store_type: str, root: Path, snapshot_interval_s: float) -> KvStateStore:
-    if store_type == "memory":
+def open_state_store(store_type: KvStoreType, root: Path, snapshot_interval_s: float) -> KvStateStore:
+    if store_type is KvStoreType.MEMORY:
         from broker.kv.memory_kv_state_store import MemoryKvStateStore
 
         return MemoryKvStateStore(root, snapshot_interval_s)
+    if store_type is not KvStoreType.ROCKSDB:  # parsed once (broker.conf): a plain string is a caller's bug
+        raise TypeError(f"KvStoreType member expected, got {store_type!r}")
     from broker.kv.rocksdb_kv_state_store import RocksDBKvStateStore
 
     return RocksDBKvStateStore(root)
@@ -30,8 +30,7 @@ def open_state_store(store_type: str, root: Path, snapshot_interval_s: float) ->
 class KvStore:
     """Register with :meth:`attach` before the message store starts (recovery replays into it)."""
 
-    def __init__(self, store_type: str, root: Path, snapshot_interval_s: float, broker_name: str) -> None:
-        assert store_type in KV_STORE_TYPES, store_type
+    def __init__(self, store_type: KvStoreType, root: Path, snapshot_interval_s: float, broker_name: str) -> None:
         self.store_type = store_type
         self.state = open_state_store(store_type, root, snapshot_interval_s)
         self.broker_name = broker_name
@@ -43,6 +42,7 @@ class KvStore:
         self.dispatcher = KvCommitLogDispatcher(self.state, store.commit_log.read_at)
         self.waiters = KvApplyWaiters(loop)
         self.dispatcher.apply_listeners.append(self.waiters.on_applied)
+        store.running_flags.on_fail_stop(self.waiters.fail)
         self.reader = KvChainReader(self.state, peers, self.broker_name)
         store.register_dispatcher(self.dispatcher)
 

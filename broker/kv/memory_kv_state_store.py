@@ -80,7 +80,7 @@ class MemoryKvStateStore(KvStateStore):
             if keys is None:
                 keys = self._sorted[partition] = sorted(part)
             i = bisect.bisect_right(keys, start_after) if start_after >= prefix else bisect.bisect_left(keys, prefix)
-            out = []
+            out: list[tuple[bytes, bytes]] = []
             while i < len(keys) and len(out) < limit and in_scan(keys[i], prefix, start_after):
                 out.append((keys[i], part[keys[i]]))
                 i += 1

@@ -11,10 +11,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteBatch
 
 from broker.kv.kv_state_store import PARTITION, KvStateStore, StateWrites, prefix_end
+from broker.rocksdb_raw import raw_items, raw_keys, unlogged_write_options
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ def _data_key(partition: int, key: bytes) -> bytes:
     return DATA + PARTITION.pack(partition) + key
 
 
-def _snapshot_get(snap, key: bytes) -> bytes | None:
+def _snapshot_get(snap: Snapshot, key: bytes) -> bytes | None:
     try:
         return snap[key]
     except Exception:  # rocksdict raises a bare Exception for a missing key
@@ -39,8 +41,7 @@ class RocksDBKvStateStore(KvStateStore):
         self.root = root
         self.flush_interval_s = flush_interval_s
         self._db: Rdict | None = None
-        self._write_options = WriteOptions()
-        self._write_options.disable_wal = True
+        self._write_options = unlogged_write_options()
         self._applied = 0
         self._durable = 0
         self._last_flush = time.monotonic()
@@ -64,7 +65,7 @@ class RocksDBKvStateStore(KvStateStore):
 
     def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         head = DATA + PARTITION.pack(partition)
-        return self.db.get([head + k for k in keys])
+        return cast(list[bytes | None], self.db.get([head + k for k in keys]))  # a list of keys: a list back
 
     def scan(self, partition: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         return list(self._iterate(partition, prefix, start_after, limit))
@@ -77,7 +78,7 @@ class RocksDBKvStateStore(KvStateStore):
         options = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
         options.set_iterate_upper_bound(head + end if end is not None else DATA + PARTITION.pack(partition + 1))
         cut = len(head)
-        for n, (key, raw) in enumerate(self.db.items(from_key=start, read_opt=options), 1):
+        for n, (key, raw) in enumerate(raw_items(self.db, from_key=start, read_opt=options), 1):
             yield key[cut:], raw
             if limit is not None and n >= limit:
                 return
@@ -124,7 +125,7 @@ class RocksDBKvStateStore(KvStateStore):
         sizes: dict[int, int] = {}
         options = ReadOptions()
         options.set_iterate_upper_bound(bytes([DATA[0] + 1]))
-        for key in self.db.keys(from_key=DATA, read_opt=options):
+        for key in raw_keys(self.db, from_key=DATA, read_opt=options):
             partition = PARTITION.unpack_from(key, 1)[0]
             sizes[partition] = sizes.get(partition, 0) + 1
         return sizes

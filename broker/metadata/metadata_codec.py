@@ -208,5 +208,5 @@ GROUPS: MetadataTable[str, SubscriptionGroupConfig] = MetadataTable(
 OFFSETS: MetadataTable[OffsetKey, OffsetRecord] = MetadataTable(
     "offsets", "consumerOffset.json", b"o:", offset_key, encode_offset_key, encode_offset, decode_offsets,
     offsets_from_json, offsets_to_json)
-TABLES = (TOPICS, GROUPS, OFFSETS)
+TABLES: tuple[MetadataTable[Any, Any], ...] = (TOPICS, GROUPS, OFFSETS)
 META_PREFIX = b"m:"

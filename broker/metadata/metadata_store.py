@@ -22,12 +22,10 @@ from typing import Generic
 from broker.metadata.json_file import read_json, write_json_atomically
 from broker.metadata.metadata_codec import GROUPS, OFFSETS, TOPICS, K, MetadataTable, OffsetKey, OffsetRecord, V
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
+from broker.store.config import StoreType
 from common.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
-
-STORE_TYPE_JSON = "default"
-STORE_TYPE_ROCKSDB = "defaultRocksDB"
 
 
 class MetadataStore(ABC, Generic[K, V]):
@@ -101,14 +99,18 @@ class JsonMetadataStore(MetadataStore[K, V]):
         assert self._snapshot is not None, "JsonMetadataStore used before bind()"
         with self._write_lock:  # the timer and shutdown may flush at once: one writer of the temp file
             self._dirty = False  # before the snapshot: a change racing with it sets the flag again
-            write_json_atomically(self.path, self.table.to_json(self._snapshot()))
+            try:
+                write_json_atomically(self.path, self.table.to_json(self._snapshot()))
+            except BaseException:
+                self._dirty = True  # not written (a full disk): the next flush tries again
+                raise
 
 
 @dataclass
 class MetadataStores:
     """The three tables' stores of one broker, and how to close what they share."""
 
-    store_type: str
+    store_type: StoreType
     topics: MetadataStore[str, TopicConfig]
     groups: MetadataStore[str, SubscriptionGroupConfig]
     offsets: MetadataStore[OffsetKey, OffsetRecord]
@@ -116,18 +118,19 @@ class MetadataStores:
 
 
 def json_stores(config_dir: Path) -> MetadataStores:
-    return MetadataStores(STORE_TYPE_JSON, JsonMetadataStore(config_dir, TOPICS), JsonMetadataStore(config_dir, GROUPS),
+    return MetadataStores(StoreType.DEFAULT, JsonMetadataStore(config_dir, TOPICS),
+                          JsonMetadataStore(config_dir, GROUPS),
                           JsonMetadataStore(config_dir, OFFSETS, write_through=False))
 
 
-def open_metadata_stores(store_type: str, store_root: Path) -> MetadataStores:
+def open_metadata_stores(store_type: StoreType, store_root: Path) -> MetadataStores:
     """The stores ``storeType`` selects. RocksDB mode opens ``<store_root>/metadata`` (importing the JSON
     files of ``<store_root>/config`` once, into an empty database); raises OSError when it cannot."""
     config_dir = store_root / "config"
-    if store_type == STORE_TYPE_ROCKSDB:
+    if store_type is StoreType.DEFAULT_ROCKSDB:
         from broker.metadata.rocksdb_metadata_store import RocksDBMetadata
 
         return RocksDBMetadata.open(store_root / "metadata", config_dir).stores()
-    if store_type != STORE_TYPE_JSON:
-        raise ValueError(f"storeType {store_type!r} is not {STORE_TYPE_JSON} or {STORE_TYPE_ROCKSDB}")
+    if store_type is not StoreType.DEFAULT:  # parsed once (broker.conf): a plain string is a caller's bug
+        raise TypeError(f"StoreType member expected, got {store_type!r}")
     return json_stores(config_dir)

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
@@ -31,7 +32,9 @@ from broker.metadata.metadata_codec import (
     MetadataTable,
     V,
 )
-from broker.metadata.metadata_store import STORE_TYPE_ROCKSDB, MetadataStore, MetadataStores
+from broker.metadata.metadata_store import MetadataStore, MetadataStores
+from broker.rocksdb_raw import raw_items
+from broker.store.config import StoreType
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,7 @@ def scan(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
     # Referenced until the scan ends: the iterator points into this object's copy of the bound, and a
     # temporary ReadOptions ends scans early at random (seen: keys missing after a reopen).
     options = _bounded(prefix)
-    for key, value in db.items(from_key=prefix, read_opt=options):
+    for key, value in raw_items(db, from_key=prefix, read_opt=options):
         if not key.startswith(prefix):
             break
         yield key[cut:], value
@@ -149,7 +152,7 @@ class RocksDBMetadata:
         return metadata
 
     def _check_format(self) -> None:
-        version = int(self.db[FORMAT_KEY])
+        version = int(cast(bytes, self.db[FORMAT_KEY]))
         if version != FORMAT_VERSION:
             self.close()
             raise OSError(f"metadata RocksDB at {self.path} has format {version}; this broker reads {FORMAT_VERSION}")
@@ -197,7 +200,7 @@ class RocksDBMetadata:
         return count
 
     def stores(self) -> MetadataStores:
-        return MetadataStores(STORE_TYPE_ROCKSDB, self.topics, self.groups, self.offsets, self.close)
+        return MetadataStores(StoreType.DEFAULT_ROCKSDB, self.topics, self.groups, self.offsets, self.close)
 
     def close(self) -> None:
         if not self._closed:

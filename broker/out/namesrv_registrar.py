@@ -80,7 +80,7 @@ class NamesrvRegistrar(threading.Thread):
         acked = self._acked.get(addr)
         full = acked is None
         body = namesrv_pb2.RegisterBrokerBody()
-        if full:
+        if acked is None:
             configs = self.topics.all_configs()
         else:
             configs, deleted = self.topics.changes_since(acked)

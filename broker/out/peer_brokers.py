@@ -9,6 +9,8 @@ import time
 
 import grpc
 
+from common.refusal import Refusal
+from common.response_code import ResponseCode
 from proto import broker_pb2_grpc, common_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -17,8 +19,12 @@ REFRESH_AFTER_S = 30.0
 RPC_TIMEOUT_S = 10.0
 
 
-class PeerBrokerError(RuntimeError):
-    """Another broker could not be reached or named."""
+class PeerBrokerError(Refusal):
+    """Another broker could not be reached, named, or did not do what was asked. Unhandled, it answers the
+    request SYSTEM_BUSY: a passing condition (a peer restarting, a route not refreshed yet) that clients retry."""
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(ResponseCode.SYSTEM_BUSY, remark)
 
 
 class PeerBrokers:

@@ -4,11 +4,20 @@ import dataclasses
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
+from broker.broker_config import BrokerConfig
+from broker.broker_stats import BrokerStats
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_group, checked_topic
-from broker.request_error import RequestError
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.store.message_store import MessageStore
+from broker.store.message_store_reader import MessageStoreReader
+from common.kv_shard import KV_TOPIC
+from common.refusal import Refusal
+from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.statictopic.mapping_checks import MappingError
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
@@ -16,17 +25,28 @@ from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
 from proto import broker_pb2, common_pb2
 
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
-
 log = logging.getLogger(__name__)
 
 MAX_TOPICS_PER_BATCH = 50_000
 
 
 class AdminBrokerProcessor:
-    def __init__(self, controller: "BrokerController") -> None:
-        self.controller = controller
+    def __init__(self, *, config: BrokerConfig, broker_addr: str, topic_config_manager: TopicConfigManager,
+                 subscription_group_manager: SubscriptionGroupManager,
+                 consumer_offset_manager: ConsumerOffsetManager, mapping_manager: TopicQueueMappingManager,
+                 store: MessageStoreReader, local_store: MessageStore, stats: BrokerStats, boot_timestamp: int,
+                 on_topics_changed: Callable[[], None]) -> None:
+        self.config = config
+        self.broker_addr = broker_addr
+        self.topic_config_manager = topic_config_manager
+        self.subscription_group_manager = subscription_group_manager
+        self.consumer_offset_manager = consumer_offset_manager
+        self.mapping_manager = mapping_manager
+        self.store = store  # reads (the tiered facade when tiered storage is on)
+        self.local_store = local_store  # this broker's commitlog and consume queues
+        self.stats = stats
+        self.boot_timestamp = boot_timestamp
+        self.on_topics_changed = on_topics_changed  # re-register with the name servers
 
     # -- topics ------------------------------------------------------------------------------------
     def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
@@ -36,20 +56,20 @@ class AdminBrokerProcessor:
             config.validate()
         except ValueError as exc:
             raise RequestError(f"topic {p.topic_name[:130]!r}: {exc}") from None
-        if self.controller.topic_queue_mapping_manager.get(config.topic_name) is not None:
+        if self.mapping_manager.get(config.topic_name) is not None:
             raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic or "
                                "remappingStaticTopic, not updateTopic")
         return config
 
     def update_topic(self, request: broker_pb2.UpdateTopicRequest) -> common_pb2.CommandResponse:
-        self.controller.update_topic(self._normal_topic_config(request.config))
+        self.topic_config_manager.update(self._normal_topic_config(request.config))
+        self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def update_topics(self, request: broker_pb2.UpdateTopicListRequest) -> common_pb2.CommandResponse:
         """Create or update every topic of the request: all are checked first (one bad config and nothing
         changes), then written together (one RocksDB WriteBatch, or one rewrite of topics.json) as one
         change, and registered with the name servers once."""
-        c = self.controller
         count = len(request.configs)
         if count == 0:
             raise RequestError("no topic configs in the request")
@@ -63,16 +83,14 @@ class AdminBrokerProcessor:
                 raise RequestError(f"topic {config.topic_name} appears more than once in the request")
             names.add(config.topic_name)
             configs.append(config)
-        c.topic_config_manager.update_many(configs)
-        if c.registrar is not None:
-            c.registrar.trigger()
+        self.topic_config_manager.update_many(configs)
+        self.on_topics_changed()
         log.info("topics_updated count=%d first=%s last=%s", count, configs[0].topic_name, configs[-1].topic_name)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     # -- static topics -----------------------------------------------------------------------------
     def update_mapping(self, request: broker_pb2.UpdateTopicQueueMappingRequest) -> common_pb2.CommandResponse:
         """Apply this broker's detail (checked), then its topic config: the mapping is the source of truth."""
-        c = self.controller
         if not request.HasField("detail"):
             raise RequestError("no mapping detail in the request")
         detail = detail_from_proto(request.detail)
@@ -87,40 +105,48 @@ class AdminBrokerProcessor:
                 config.validate()
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
-        existing = c.topic_config_manager.select(detail.topic)
-        if existing is not None and c.topic_queue_mapping_manager.get(detail.topic) is None:
-            raise RequestError(f"topic {detail.topic} is a normal topic on broker {c.config.broker_name}: "
+        existing = self.topic_config_manager.select(detail.topic)
+        if existing is not None and self.mapping_manager.get(detail.topic) is None:
+            raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
         try:
-            c.topic_queue_mapping_manager.update(detail)
+            self.mapping_manager.update(detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
         if config is not None:
-            c.topic_config_manager.update(config)
-        if c.registrar is not None:
-            c.registrar.trigger()
+            self.topic_config_manager.update(config)
+        self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def get_mapping(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicQueueMappingResponse:
         topic = checked_topic(request.topic)
-        c = self.controller
         response = broker_pb2.TopicQueueMappingResponse(code=ResponseCode.SUCCESS)
-        detail = c.topic_queue_mapping_manager.get(topic)
+        detail = self.mapping_manager.get(topic)
         if detail is not None:
             response.detail.CopyFrom(detail_to_proto(detail))
-        config = c.topic_config_manager.select(topic)
+        config = self.topic_config_manager.select(topic)
         if config is not None:
             response.config.CopyFrom(topic_config_to_proto(config))
         return response
 
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
+        """The topic's config, static mapping, consume queues and consumer offsets (its commitlog records age
+        out with the commitlog)."""
         topic = checked_topic(request.topic)
-        if not self.controller.delete_topic(topic):
-            return common_pb2.CommandResponse(code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist")
+        # Its mapping is the KV store's shard table: deleting it would lose every key (as upstream refuses
+        # deleting system topics).
+        require(topic != KV_TOPIC, f"topic {KV_TOPIC} holds the KV store's shards: deleteTopic does not delete it")
+        had_mapping = self.mapping_manager.get(topic) is not None
+        if not self.topic_config_manager.delete(topic, announce=had_mapping) and not had_mapping:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+        self.mapping_manager.delete(topic)
+        self.local_store.consume_queue_store.delete_topic(topic)
+        self.consumer_offset_manager.delete_topic(topic)
+        self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def all_topic_configs(self) -> broker_pb2.TopicConfigList:
-        manager = self.controller.topic_config_manager
+        manager = self.topic_config_manager
         version = manager.data_version
         return broker_pb2.TopicConfigList(
             configs=[topic_config_to_proto(c) for c in manager.all_configs()],
@@ -128,10 +154,10 @@ class AdminBrokerProcessor:
 
     def topic_stats(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicStats:
         topic = checked_topic(request.topic)
-        config = self.controller.topic_config_manager.select(topic)
+        config = self.topic_config_manager.select(topic)
         if config is None:
-            return broker_pb2.TopicStats(code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist")
-        store = self.controller.store
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+        store = self.store
         queues = []
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             max_offset = store.max_offset(topic, queue_id)
@@ -143,64 +169,72 @@ class AdminBrokerProcessor:
     # -- groups ------------------------------------------------------------------------------------
     def update_group(self, request: broker_pb2.SubscriptionGroupConfig) -> common_pb2.CommandResponse:
         group = checked_group(request.group_name)
-        self.controller.subscription_group_manager.update(SubscriptionGroupConfig(
+        self.subscription_group_manager.update(SubscriptionGroupConfig(
             group, request.consume_enable, request.consume_broadcast_enable, request.retry_queue_nums,
             request.retry_max_times, request.broker_id))
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def delete_group(self, request: broker_pb2.GroupRequest) -> common_pb2.CommandResponse:
         group = checked_group(request.group_name)
-        if not self.controller.subscription_group_manager.delete(group):
-            return common_pb2.CommandResponse(code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                              remark=f"group {group} does not exist")
+        if not self.subscription_group_manager.delete(group):
+            raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def all_groups(self) -> broker_pb2.SubscriptionGroupList:
-        groups = self.controller.subscription_group_manager.subscription_group_table.values()
+        groups = self.subscription_group_manager.subscription_group_table.values()
         return broker_pb2.SubscriptionGroupList(groups=[
             broker_pb2.SubscriptionGroupConfig(**dataclasses.asdict(g)) for g in list(groups)])
 
     def consume_stats(self, request: broker_pb2.ConsumeStatsRequest) -> broker_pb2.ConsumeStats:
         group = checked_group(request.consumer_group)
-        c = self.controller
-        topics = [checked_topic(request.topic)] if request.topic else c.consumer_offset_manager.topics_of_group(group)
+        offsets = self.consumer_offset_manager
+        topics = [checked_topic(request.topic)] if request.topic else offsets.topics_of_group(group)
         queues = []
         for topic in topics:
-            config = c.topic_config_manager.select(topic)
+            config = self.topic_config_manager.select(topic)
             if config is None:
                 continue
-            times = c.consumer_offset_manager.commit_times.get((group, topic), {})
+            times = offsets.commit_times.get((group, topic), {})
             for queue_id in range(config.read_queue_nums):
                 queues.append(broker_pb2.QueueConsumeStats(
-                    topic=topic, queue_id=queue_id, broker_offset=c.store.max_offset(topic, queue_id),
-                    consumer_offset=c.consumer_offset_manager.query_offset(group, topic, queue_id),
+                    topic=topic, queue_id=queue_id, broker_offset=self.store.max_offset(topic, queue_id),
+                    consumer_offset=offsets.query_offset(group, topic, queue_id),
                     last_timestamp=times.get(queue_id, 0)))
         if not queues:
-            return broker_pb2.ConsumeStats(code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                           remark=f"group {group} has no offsets" + (
-                                               f" on topic {request.topic}" if request.topic else ""))
+            raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} has no offsets" + (
+                f" on topic {request.topic}" if request.topic else ""))
         return broker_pb2.ConsumeStats(code=ResponseCode.SUCCESS, queues=queues)
 
     # -- runtime -----------------------------------------------------------------------------------
     def runtime_info(self) -> broker_pb2.BrokerRuntimeInfo:
-        c = self.controller
-        store = c.store
+        c = self.config
+        store = self.local_store  # its commitlog and dispatch progress
         table = {
-            "brokerName": c.config.broker_name,
-            "brokerId": str(c.config.broker_id),
-            "brokerAddr": c.broker_addr,
-            "clusterName": c.config.broker_cluster_name,
-            "storeType": c.config.store_type,
-            "flushDiskType": c.config.flush_disk_type,
+            "brokerName": c.broker_name,
+            "brokerId": str(c.broker_id),
+            "brokerAddr": self.broker_addr,
+            "clusterName": c.broker_cluster_name,
+            "storeType": c.store_type.value,
+            "flushDiskType": c.flush_disk_type.value,
             "commitLogMinOffset": str(store.commit_log.min_offset()),
             "commitLogMaxOffset": str(store.commit_log.max_offset()),
             "commitLogConfirmOffset": str(store.commit_log.confirm_offset),
             "dispatchBehindBytes": str(store.commit_log.confirm_offset - store.reput.reput_from_offset),
-            "topicCount": str(len(c.topic_config_manager.topic_config_table)),
-            "bootTimestamp": str(c.boot_timestamp),
-            "uptimeMs": str(int(time.time() * 1000) - c.boot_timestamp),
+            "topicCount": str(len(self.topic_config_manager.topic_config_table)),
+            "bootTimestamp": str(self.boot_timestamp),
+            "uptimeMs": str(int(time.time() * 1000) - self.boot_timestamp),
             "pid": str(os.getpid()),
-            "putTps": f"{c.stats.put_tps():.1f}",
-            "getTps": f"{c.stats.get_tps():.1f}",
+            "putTps": f"{self.stats.put_tps():.1f}",
+            "getTps": f"{self.stats.get_tps():.1f}",
+            "kvEnable": str(c.kv_enable).lower(),
+            "storeWriteable": str(store.running_flags.writeable).lower(),
+            "storeRefusal": store.running_flags.write_refusal() or "",
+            "commitLogDiskRatio": _disk_ratio(store),
         }
         return broker_pb2.BrokerRuntimeInfo(table=table)
+
+
+def _disk_ratio(store: MessageStore) -> str:
+    """Upstream's ``commitLogDiskRatio``: how full the store's (fullest) disk was at the last measurement."""
+    usage = store.disk_watcher.latest
+    return f"{usage.used_percent / 100:.4f}" if usage is not None else ""

@@ -8,13 +8,16 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
 
+from broker.kv.kv_apply_waiters import StoreFailStopped
 from broker.kv.kv_chain_reader import Entries, to_entry
+from broker.kv.kv_provisioner import KvProvisioner, KvProvisionError
 from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord
-from broker.out.peer_brokers import PeerBrokerError
-from broker.request_error import RequestError, require
-from broker.statictopic.logic_queue_context import LogicQueueContext, NotLeaderError
+from broker.kv.kv_store import KvStore
+from broker.statictopic.logic_queue_context import LogicQueueContext
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.store.message_store import MessageStore
 from common.kv_shard import (
     KV_TOPIC,
     MAX_GET_KEYS,
@@ -24,12 +27,10 @@ from common.kv_shard import (
     check_value,
     shard_of,
 )
+from common.refusal import Refusal
+from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from proto import broker_pb2, kv_pb2
-
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
-    from broker.kv.kv_store import KvStore
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,6 @@ APPLY_TIMEOUT_S = 10.0
 SNAPSHOT_CHUNK_ENTRIES = 1000
 IMPORT_BATCH_ENTRIES = 1000
 _OPS = {kv_pb2.KV_PUT: KvOp.PUT, kv_pb2.KV_DELETE: KvOp.DELETE, kv_pb2.KV_CAS: KvOp.CAS}
-
-
-class KvRefusal(Exception):
-    """A business outcome that ends a KV request: a response code and a remark."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
 
 
 def checked(check: Callable[..., None], *args: object) -> None:
@@ -55,31 +48,48 @@ def checked(check: Callable[..., None], *args: object) -> None:
 
 
 class KvProcessor:
-    def __init__(self, controller: "BrokerController") -> None:
-        self.c = controller
+    """Raises RequestError for malformed requests and Refusal for ones it cannot serve (KV off, not
+    initialised, not the shard's leader, ...): the RPC boundary answers them."""
+
+    def __init__(self, broker_name: str, kv: KvStore | None, provisioner: KvProvisioner | None,
+                 mapping_manager: TopicQueueMappingManager, static_topics: StaticTopicService,
+                 store: MessageStore) -> None:
+        self.broker_name = broker_name
+        self.kv = kv  # None: kvEnable=false
+        self.provisioner = provisioner
+        self.mapping_manager = mapping_manager
+        self.static_topics = static_topics
+        self.store = store  # the local store: KV ops are written to this broker's commitlog
 
     # -- where a request goes ----------------------------------------------------------------------
-    def _kv(self) -> "KvStore":
-        kv = self.c.kv
-        if kv is None:
-            raise KvRefusal(ResponseCode.SERVICE_NOT_AVAILABLE,
-                            f"the KV store is off on broker {self.c.config.broker_name} (kvEnable=false)")
-        return kv
+    def _kv(self) -> KvStore:
+        if self.kv is None:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE,
+                          f"the KV store is off on broker {self.broker_name} (kvEnable=false)")
+        return self.kv
 
     def total_shards(self) -> int:
-        detail = self.c.topic_queue_mapping_manager.get(KV_TOPIC)
+        detail = self.mapping_manager.get(KV_TOPIC)
         if detail is None:
-            raise KvRefusal(ResponseCode.TOPIC_NOT_EXIST, f"the KV store is not initialised on broker "
-                            f"{self.c.config.broker_name}: run mqadmin kvInit")
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"the KV store is not initialised on broker "
+                          f"{self.broker_name}: run mqadmin kvInit")
         return detail.total_queues
 
     def _context(self, shard: int) -> LogicQueueContext:
-        try:
-            ctx = self.c.static_topics.context(KV_TOPIC, shard, broker_pb2.LOGIC)
-        except NotLeaderError as exc:
-            raise KvRefusal(ResponseCode.NOT_LEADER_FOR_QUEUE, str(exc)) from None
+        ctx = self.static_topics.context(KV_TOPIC, shard, broker_pb2.LOGIC)  # NotLeaderError off the leader
         assert ctx is not None
         return ctx
+
+    async def provision(self, request: kv_pb2.KvProvisionRequest) -> kv_pb2.KvProvisionResponse:
+        """Create the shards if there are none (first use without kvInit); answers their number."""
+        self._kv()
+        provisioner = self.provisioner
+        assert provisioner is not None, "kvEnable=true without a provisioner"
+        try:
+            total = await asyncio.to_thread(provisioner.provision)
+        except KvProvisionError as exc:  # retryable (the name server or a broker was not ready)
+            raise Refusal(ResponseCode.SYSTEM_BUSY, str(exc)) from None
+        return kv_pb2.KvProvisionResponse(code=ResponseCode.SUCCESS, total_shards=total)
 
     # -- write -------------------------------------------------------------------------------------
     async def write(self, request: kv_pb2.KvWriteRequest) -> kv_pb2.KvWriteResponse:
@@ -91,10 +101,7 @@ class KvProcessor:
         checked(check_value, request.value)
         if op is KvOp.CAS and not request.expect_absent:
             checked(check_value, request.expected, "expected value")
-        try:
-            return await self._write(op, request)
-        except KvRefusal as refusal:
-            return kv_pb2.KvWriteResponse(code=refusal.code, remark=str(refusal))
+        return await self._write(op, request)
 
     async def _write(self, op: KvOp, request: kv_pb2.KvWriteRequest) -> kv_pb2.KvWriteResponse:
         kv = self._kv()
@@ -103,17 +110,17 @@ class KvProcessor:
         ctx = self._context(shard)
         leader = ctx.leader
         if not leader.logic_offset_decided():  # mid-remap: the old leader may still take writes until fenced
-            raise KvRefusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} is moving to broker "
-                            f"{leader.bname}; retry")
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} is moving to broker "
+                          f"{leader.bname}; retry")
         record = KvRecord(op, key, request.value if op is not KvOp.DELETE else b"",
                           None if request.expect_absent else request.expected)
         if op is KvOp.CAS and len(ctx.chain) > 1 and kv.state.get(leader.queue_id, [key])[0] is None:
             record.base = (await self._older_get(kv, ctx, [key]))[0]
         props, body = record.encode()
-        result = self.c.store.put_messages(KV_TOPIC, leader.queue_id, [body], [props], body_limit=MAX_BODY_BYTES,
-                                           wait_flushed=False)
+        result = self.store.put_messages(KV_TOPIC, leader.queue_id, [body], [props], body_limit=MAX_BODY_BYTES,
+                                         wait_flushed=False)
         if not result.ok or result.append is None:
-            raise KvRefusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the write: {result.error}")
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the write: {result.error}")
         await self._applied(kv, result.append.end_offset)
         if op is not KvOp.CAS:
             return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=True)
@@ -124,12 +131,18 @@ class KvProcessor:
         return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=outcome.applied, exists=exists,
                                       current=current[1:] if exists and current else b"")
 
-    async def _older_get(self, kv: "KvStore", ctx: LogicQueueContext, keys: list[bytes],
+    @staticmethod
+    async def _older_get(kv: KvStore, ctx: LogicQueueContext, keys: list[bytes],
                          found: list[bytes | None] | None = None) -> list[bytes | None]:
-        try:
-            return await asyncio.to_thread(kv.reader.older_get, ctx.chain, keys, found or [None] * len(keys))
-        except PeerBrokerError as exc:
-            raise KvRefusal(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        """Older items of the chain, some on other brokers (PeerBrokerError when one cannot answer)."""
+        return await asyncio.to_thread(kv.reader.older_get, ctx.chain, keys, found or [None] * len(keys))
+
+    @staticmethod
+    def _partition(request: kv_pb2.KvGetRequest | kv_pb2.KvScanRequest) -> int:
+        """A PHYSICAL request's partition (the KV topic's physical queue id on this broker)."""
+        require(request.queue_id >= 0, f"queue id {request.queue_id} is negative: a PHYSICAL KV request names a "
+                                       "partition of this broker")
+        return request.queue_id
 
     # -- get ---------------------------------------------------------------------------------------
     async def get(self, request: kv_pb2.KvGetRequest) -> kv_pb2.KvGetResponse:
@@ -137,18 +150,15 @@ class KvProcessor:
         require(0 < len(keys) <= MAX_GET_KEYS, f"{len(keys)} keys: a get takes 1..{MAX_GET_KEYS}")
         for key in keys:
             checked(check_key, key)
-        try:
-            kv = self._kv()
-            if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
-                states = kv.state.get(request.queue_id, keys)
-                return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=[raw or b"" for raw in states])
-            states = await self._logic_get(kv, keys)
-        except KvRefusal as refusal:
-            return kv_pb2.KvGetResponse(code=refusal.code, remark=str(refusal))
+        kv = self._kv()
+        if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
+            states = kv.state.get(self._partition(request), keys)
+            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=[raw or b"" for raw in states])
+        states = await self._logic_get(kv, keys)
         return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS,
                                     states=[b"" if raw is None or raw == DELETED else raw for raw in states])
 
-    async def _logic_get(self, kv: "KvStore", keys: list[bytes]) -> list[bytes | None]:
+    async def _logic_get(self, kv: KvStore, keys: list[bytes]) -> list[bytes | None]:
         total = self.total_shards()
         by_shard: dict[int, list[int]] = {}
         for i, key in enumerate(keys):
@@ -169,23 +179,18 @@ class KvProcessor:
         checked(check_scan_limit, request.limit)
         if request.prefix:
             require(len(request.prefix) <= 1024, "prefix is longer than 1024 bytes")
-        try:
-            kv = self._kv()
-            if request.addressing == broker_pb2.PHYSICAL:
-                entries = kv.state.scan(request.queue_id, request.prefix, request.start_after, request.limit)
-                return self._scan_response(entries, len(entries) < request.limit)
-            total = self.total_shards()
-            require(0 <= request.shard < total, f"shard {request.shard} does not exist: shards are 0..{total - 1}")
-            ctx = self._context(request.shard)
-            args = (ctx.chain, request.shard, request.prefix, request.start_after, request.limit)
-            if len(ctx.chain) == 1:
-                entries, exhausted = kv.reader.scan(*args)
-            else:
-                entries, exhausted = await asyncio.to_thread(kv.reader.scan, *args)
-        except KvRefusal as refusal:
-            return kv_pb2.KvScanResponse(code=refusal.code, remark=str(refusal))
-        except PeerBrokerError as exc:
-            return kv_pb2.KvScanResponse(code=ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        kv = self._kv()
+        if request.addressing == broker_pb2.PHYSICAL:
+            entries = kv.state.scan(self._partition(request), request.prefix, request.start_after, request.limit)
+            return self._scan_response(entries, len(entries) < request.limit)
+        total = self.total_shards()
+        require(0 <= request.shard < total, f"shard {request.shard} does not exist: shards are 0..{total - 1}")
+        ctx = self._context(request.shard)
+        args = (ctx.chain, request.shard, request.prefix, request.start_after, request.limit)
+        if len(ctx.chain) == 1:
+            entries, exhausted = kv.reader.scan(*args)
+        else:  # older items may be on other brokers: off the event loop
+            entries, exhausted = await asyncio.to_thread(kv.reader.scan, *args)
         return self._scan_response(entries, exhausted)
 
     @staticmethod
@@ -202,7 +207,7 @@ class KvProcessor:
         ctx = self._context(request.shard)
         offset, local = kv.state.snapshot(ctx.leader.queue_id)
         header = kv_pb2.KvSnapshotHeader(shard=request.shard, total_shards=total,
-                                         broker_name=self.c.config.broker_name, commit_log_offset=offset,
+                                         broker_name=self.broker_name, commit_log_offset=offset,
                                          created_ms=int(time.time() * 1000))
         yield kv_pb2.KvSnapshotChunk(header=header)
         entries = kv.reader.merged_entries(ctx.chain, request.shard, local)
@@ -220,45 +225,47 @@ class KvProcessor:
         received = [chunk async for chunk in chunks]
         require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
         header = received[0].header
-        try:
-            kv = self._kv()
-            total = self.total_shards()
-            require(header.total_shards == total, f"the snapshot is of a KV store with {header.total_shards} "
-                    f"shards; this one has {total}")
-            require(0 <= header.shard < total, f"shard {header.shard} does not exist: shards are 0..{total - 1}")
-            entries = [e for chunk in received for e in chunk.entries]
-            for entry in entries:
-                checked(check_key, entry.key)
-                checked(check_value, entry.value)
-                require(shard_of(entry.key, total) == header.shard,
-                        f"key {entry.key[:40]!r} is not in shard {header.shard}")
-            ctx = self._context(header.shard)
-            if len(ctx.chain) > 1 or kv.state.scan(ctx.leader.queue_id, b"", b"", 1):
-                raise KvRefusal(ResponseCode.SYSTEM_ERROR, f"shard {header.shard} already holds data on broker "
-                                f"{self.c.config.broker_name}: import only into an empty shard")
-            for start in range(0, len(entries), IMPORT_BATCH_ENTRIES):
-                await self._import_batch(kv, ctx, entries[start : start + IMPORT_BATCH_ENTRIES])
-        except KvRefusal as refusal:
-            return kv_pb2.KvImportResponse(code=refusal.code, remark=str(refusal))
+        kv = self._kv()
+        total = self.total_shards()
+        require(header.total_shards == total, f"the snapshot is of a KV store with {header.total_shards} "
+                f"shards; this one has {total}")
+        require(0 <= header.shard < total, f"shard {header.shard} does not exist: shards are 0..{total - 1}")
+        entries = [e for chunk in received for e in chunk.entries]
+        for entry in entries:
+            checked(check_key, entry.key)
+            checked(check_value, entry.value)
+            require(shard_of(entry.key, total) == header.shard,
+                    f"key {entry.key[:40]!r} is not in shard {header.shard}")
+        ctx = self._context(header.shard)
+        if len(ctx.chain) > 1 or kv.state.scan(ctx.leader.queue_id, b"", b"", 1):
+            # The caller's choice of shard, not a broker fault: nothing was written.
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"shard {header.shard} already holds data on broker "
+                          f"{self.broker_name}: import only into an empty shard")
+        for start in range(0, len(entries), IMPORT_BATCH_ENTRIES):
+            await self._import_batch(kv, ctx, entries[start : start + IMPORT_BATCH_ENTRIES])
         log.info("kv_snapshot_imported shard=%d entries=%d from_broker=%s from_offset=%d", header.shard,
                  len(entries), header.broker_name, header.commit_log_offset)
         return kv_pb2.KvImportResponse(code=ResponseCode.SUCCESS, imported=len(entries))
 
-    async def _import_batch(self, kv: "KvStore", ctx: LogicQueueContext, entries: list[kv_pb2.KvEntry]) -> None:
+    async def _import_batch(self, kv: KvStore, ctx: LogicQueueContext, entries: list[kv_pb2.KvEntry]) -> None:
         encoded = [KvRecord(KvOp.PUT, e.key, e.value).encode() for e in entries]
-        result = self.c.store.put_messages(KV_TOPIC, ctx.leader.queue_id, [b for _, b in encoded],
-                                           [p for p, _ in encoded], body_limit=MAX_BODY_BYTES, wait_flushed=False)
+        result = self.store.put_messages(KV_TOPIC, ctx.leader.queue_id, [b for _, b in encoded],
+                                         [p for p, _ in encoded], body_limit=MAX_BODY_BYTES, wait_flushed=False)
         if not result.ok or result.append is None:
-            raise KvRefusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the import: {result.error}")
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the import: {result.error}")
         await self._applied(kv, result.append.end_offset)
 
-    async def _applied(self, kv: "KvStore", end_offset: int) -> None:
+    @staticmethod
+    async def _applied(kv: KvStore, end_offset: int) -> None:
         try:
             async with asyncio.timeout(APPLY_TIMEOUT_S):
                 await kv.waiters.wait(end_offset)
         except TimeoutError:
-            raise KvRefusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
-                            "the write may still apply") from None
+            # A system fault, and not SYSTEM_BUSY: clients retry that, and a retried CAS could see its own write.
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
+                          "the write may still apply") from None
+        except StoreFailStopped as exc:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"written but not applied: {exc}") from None
 
 
 def _take(entries, n: int) -> list[tuple[bytes, bytes]]:

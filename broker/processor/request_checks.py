@@ -1,14 +1,24 @@
 """Checks shared by processors: topic names, queue ids, and the topic's config."""
 
 from broker.metadata.topic_config_manager import TopicConfigManager
-from broker.request_error import RequestError, require
+from common.message_id import encode_host
+from common.request_error import RequestError, require
 from common.topic_config import TopicConfig
-from common.topic_validator import InvalidTopicError, validate_topic
+from common.topic_validator import InvalidTopicError, validate_topic, validate_user_send_topic
 
 
 def checked_topic(topic: str) -> str:
     try:
         validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise RequestError(str(exc)) from None
+    return topic
+
+
+def checked_send_topic(topic: str) -> str:
+    """A topic an ordinary send may name: valid, and not one the broker owns (TBW102, %RETRY%, %DLQ%, rmq_sys_)."""
+    try:
+        validate_user_send_topic(topic)
     except InvalidTopicError as exc:
         raise RequestError(str(exc)) from None
     return topic
@@ -21,6 +31,18 @@ def checked_group(group: str) -> str:
     except InvalidTopicError as exc:
         raise RequestError(str(exc).replace("topic", "group")) from None
     return group
+
+
+def checked_born_host(born_host: str) -> str:
+    """An ``ip:port`` a record can carry (IPv4, port 0..65535)."""
+    _, _, port = born_host.rpartition(":")
+    bad = f"born host {born_host[:64]!r} is not IPv4 'ip:port'"
+    require(port.isascii() and port.isdigit() and int(port) <= 65535, bad)
+    try:
+        encode_host(born_host)
+    except ValueError:
+        raise RequestError(bad) from None
+    return born_host
 
 
 def checked_queue_id(config: TopicConfig, queue_id: int, writing: bool) -> int:

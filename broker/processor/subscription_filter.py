@@ -3,8 +3,8 @@ The hash can collide; clients repeat the exact check."""
 
 from functools import lru_cache
 
-from broker.request_error import RequestError
 from common.message_properties import tags_code
+from common.request_error import RequestError
 from common.subscription import parse_sub_expression
 
 

@@ -1,17 +1,16 @@
 """Tiered storage requests: status per queue (and, for the Spark jobs, metadata snapshots and commits)."""
 
 import time
-from typing import TYPE_CHECKING
 
+from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_topic
-from broker.request_error import RequestError, require
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
+from broker.tiered.tiered_store import TieredStore
+from common.refusal import Refusal
+from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from proto import tiered_pb2
-
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
 
 
 def segment_to_proto(m: FileSegmentMetadata) -> tiered_pb2.TieredSegment:
@@ -31,70 +30,60 @@ def segment_from_proto(p: tiered_pb2.TieredSegment) -> FileSegmentMetadata:
 
 
 class TieredProcessor:
-    def __init__(self, controller: "BrokerController") -> None:
-        self.c = controller
+    def __init__(self, broker_name: str, tiered: TieredStore | None, topic_config_manager: TopicConfigManager) -> None:
+        self.broker_name = broker_name
+        self._tiered = tiered  # None: tieredStoreEnable=false
+        self.topic_config_manager = topic_config_manager
 
-    def _off(self, response_type: type):
-        name = self.c.config.broker_name
-        return response_type(code=ResponseCode.SERVICE_NOT_AVAILABLE,
-                             remark=f"tiered storage is off on broker {name} (tieredStoreEnable=false)")
+    def _on(self) -> TieredStore:
+        """The tiered store; a refusal when it is off."""
+        if self._tiered is None:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE,
+                          f"tiered storage is off on broker {self.broker_name} (tieredStoreEnable=false)")
+        return self._tiered
 
     # -- for the Spark jobs ------------------------------------------------------------------------------
     def metadata(self, request: tiered_pb2.TieredMetadataRequest) -> tiered_pb2.TieredMetadataResponse:
-        tiered = self.c.tiered
-        if tiered is None:
-            return self._off(tiered_pb2.TieredMetadataResponse)
+        tiered = self._on()
         topic = checked_topic(request.topic) if request.topic else None
         return tiered_pb2.TieredMetadataResponse(
-            code=ResponseCode.SUCCESS, broker_name=self.c.config.broker_name,
-            backend_provider=tiered.factory.provider, backend_root=str(tiered.backend_root.resolve()),
+            code=ResponseCode.SUCCESS, broker_name=self.broker_name,
+            backend_provider=tiered.factory.provider.value, backend_root=str(tiered.backend_root.resolve()),
             segments=[segment_to_proto(m) for m in tiered.segments(topic)], snapshot_ms=int(time.time() * 1000))
 
     def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:
-        tiered = self.c.tiered
-        if tiered is None:
-            return self._off(tiered_pb2.ReplaceSegmentsResponse)
+        tiered = self._on()
         old = [segment_from_proto(p) for p in request.old]
         require(len(old) >= 2, "a replacement needs at least two old segments")
         merged = segment_from_proto(request.merged)
         require(all((m.topic, m.queue_id, m.type) == (merged.topic, merged.queue_id, merged.type) for m in old),
                 "old and merged segments must be of one queue and type")
         if not tiered.replace_segments(old, merged):
-            return tiered_pb2.ReplaceSegmentsResponse(
-                code=ResponseCode.SYSTEM_BUSY, remark="the segments changed since the snapshot (or are not "
-                                                      "consecutive sealed ones): nothing replaced")
+            raise Refusal(ResponseCode.SYSTEM_BUSY, "the segments changed since the snapshot (or are not "
+                                                    "consecutive sealed ones): nothing replaced")
         return tiered_pb2.ReplaceSegmentsResponse(code=ResponseCode.SUCCESS)
 
     def mark_expired(self, request: tiered_pb2.MarkExpiredRequest) -> tiered_pb2.SegmentsResponse:
-        tiered = self.c.tiered
-        if tiered is None:
-            return self._off(tiered_pb2.SegmentsResponse)
+        tiered = self._on()
         expired = tiered.mark_expired(request.now_ms or None)
         return tiered_pb2.SegmentsResponse(code=ResponseCode.SUCCESS, segments=map(segment_to_proto, expired))
 
     def drop_segments(self, request: tiered_pb2.DropSegmentsRequest) -> tiered_pb2.DropSegmentsResponse:
-        tiered = self.c.tiered
-        if tiered is None:
-            return self._off(tiered_pb2.DropSegmentsResponse)
+        tiered = self._on()
         dropped = tiered.drop_segments([segment_from_proto(p) for p in request.segments])
         return tiered_pb2.DropSegmentsResponse(code=ResponseCode.SUCCESS, dropped=dropped)
 
     def status(self, request: tiered_pb2.TieredStatusRequest) -> tiered_pb2.TieredStatusResponse:
-        c = self.c
         topic = checked_topic(request.topic)
-        name = c.config.broker_name
-        if c.tiered is None:
-            off = self._off(tiered_pb2.TieredStatusResponse)
-            off.broker_name = name
-            return off
-        config = c.topic_config_manager.select(topic)
-        flat_files = c.tiered.flat_files
+        name = self.broker_name
+        tiered = self._on()
+        config = self.topic_config_manager.select(topic)
+        flat_files = tiered.flat_files
         queue_ids = set(range(config.read_queue_nums)) if config else set()
         queue_ids |= {f.queue_id for f in flat_files.queues_of(topic)}
         if not queue_ids:
-            return tiered_pb2.TieredStatusResponse(code=ResponseCode.TOPIC_NOT_EXIST, broker_name=name,
-                                                   remark=f"topic {topic} does not exist on broker {name}")
-        local = c.tiered.store.local
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on broker {name}")
+        local = tiered.store.local
         queues = []
         for queue_id in sorted(queue_ids):
             flat = flat_files.get(topic, queue_id)
@@ -110,4 +99,4 @@ class TieredProcessor:
                 status.upload_lag = max(0, local_max - flat.max_offset)
             queues.append(status)
         return tiered_pb2.TieredStatusResponse(code=ResponseCode.SUCCESS, broker_name=name,
-                                               storage_level=c.tiered.store.level, queues=queues)
+                                               storage_level=tiered.store.level.value, queues=queues)

@@ -2,12 +2,18 @@
 
 from dataclasses import dataclass, field
 
+from common.refusal import Refusal
+from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 
 
-class NotLeaderError(Exception):
-    """This broker does not lead the logic queue: the client answers NOT_LEADER_FOR_QUEUE (501)."""
+class NotLeaderError(Refusal):
+    """This broker does not lead the logic queue: answered NOT_LEADER_FOR_QUEUE (501); the client refreshes its
+    route and asks the leader."""
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(ResponseCode.NOT_LEADER_FOR_QUEUE, remark)
 
 
 @dataclass(slots=True)

@@ -5,37 +5,39 @@ An item that never held data is kept: consumer offsets committed in it (at its s
 through it, and dropping it would make such a group look as if it had never committed."""
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from broker.out.peer_brokers import PeerBrokerError
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.store_services import PeriodicService
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
-
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 
 
 class StaticTopicCleanService(PeriodicService):
-    def __init__(self, controller: "BrokerController", interval_ms: int) -> None:
+    def __init__(self, mapping_manager: TopicQueueMappingManager, static_topics: StaticTopicService,
+                 on_topics_changed: Callable[[], None], interval_ms: int) -> None:
         super().__init__("static-topic-clean", interval_ms / 1000)
-        self.c = controller
+        self.mapping_manager = mapping_manager
+        self.static_topics = static_topics
+        self.on_topics_changed = on_topics_changed  # re-register with the name servers
 
     def run_once(self) -> int:
         """One pass over every mapping; returns how many items and chains were dropped."""
         dropped = 0
-        for topic in list(self.c.topic_queue_mapping_manager.mapping_table):
-            detail = self.c.topic_queue_mapping_manager.get(topic)
+        for topic in list(self.mapping_manager.mapping_table):
+            detail = self.mapping_manager.get(topic)
             if detail is None:
                 continue
             trimmed, n = self._trim(detail)
             if n:
-                self.c.topic_queue_mapping_manager.replace(trimmed)
+                self.mapping_manager.replace(trimmed)
                 dropped += n
-        if dropped and self.c.registrar is not None:
-            self.c.registrar.trigger()
+        if dropped:
+            self.on_topics_changed()
         return dropped
 
     def _trim(self, detail: TopicQueueMappingDetail) -> tuple[TopicQueueMappingDetail, int]:
@@ -58,8 +60,8 @@ class StaticTopicCleanService(PeriodicService):
 
     def _holds_no_data(self, topic: str, item: LogicQueueMappingItem) -> bool:
         try:
-            lo = self.c.static_topics.physical_offset(item, "GetMinOffset", topic)
-            hi = self.c.static_topics.physical_offset(item, "GetMaxOffset", topic)
+            lo = self.static_topics.physical_offset(item, "GetMinOffset", topic)
+            hi = self.static_topics.physical_offset(item, "GetMaxOffset", topic)
         except PeerBrokerError as exc:
             log.warning("static_clean_skipped topic=%s broker=%s reason=%s", topic, item.bname, exc)
             return False

@@ -5,19 +5,18 @@ other brokers: the leader reads them there with PHYSICAL addressing. Rules: ../s
 """
 
 import logging
-from typing import TYPE_CHECKING
 
-from broker.out.peer_brokers import PeerBrokerError
-from broker.processor.pull_message_processor import PullOutcome
-from broker.request_error import RequestError
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.out.peer_brokers import PeerBrokerError, PeerBrokers
+from broker.processor.pull_outcome import DEFAULT_MAX_BYTES, PullOutcome, to_response
 from broker.statictopic.logic_queue_context import LogicQueueContext, NotLeaderError
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.message_store_reader import MessageStoreReader
+from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from proto import broker_pb2
-
-if TYPE_CHECKING:
-    from broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +24,23 @@ LOGIC, PHYSICAL, UNSPECIFIED = broker_pb2.LOGIC, broker_pb2.PHYSICAL, broker_pb2
 
 
 class StaticTopicService:
-    def __init__(self, controller: "BrokerController") -> None:
-        self.c = controller
+    """Raises RequestError for requests in the wrong terms, Refusal (NotLeaderError, PeerBrokerError) for
+    ones it cannot answer: the RPC boundary answers them."""
+
+    def __init__(self, broker_name: str, mapping_manager: TopicQueueMappingManager,
+                 consumer_offset_manager: ConsumerOffsetManager, store: MessageStoreReader,
+                 peer_brokers: PeerBrokers) -> None:
+        self.broker_name = broker_name
+        self.mapping_manager = mapping_manager
+        self.consumer_offset_manager = consumer_offset_manager
+        self.store = store
+        self.peer_brokers = peer_brokers
 
     # -- routing a request ------------------------------------------------------------------------
     def context(self, topic: str, queue_id: int, addressing: int) -> LogicQueueContext | None:
         """None for a request to serve as is (a normal topic, or a peer's PHYSICAL read); else the logic
         queue's context. Raises RequestError for a request in the wrong terms, NotLeaderError off the leader."""
-        detail = self.c.topic_queue_mapping_manager.get(topic)
+        detail = self.mapping_manager.get(topic)
         if addressing == PHYSICAL:
             return None
         if detail is None:
@@ -50,38 +58,48 @@ class StaticTopicService:
         return LogicQueueContext(detail, queue_id, detail.hosted_queues[queue_id])
 
     def is_local(self, item: LogicQueueMappingItem) -> bool:
-        return item.bname == self.c.config.broker_name
+        return item.bname == self.broker_name
 
     # -- physical operations, here or on the item's broker ----------------------------------------
-    def _physical_pull(self, item: LogicQueueMappingItem, request: broker_pb2.PullMessageRequest,
-                       physical: int) -> broker_pb2.PullMessageResponse:
+    def _physical_pull(self, item: LogicQueueMappingItem, request: broker_pb2.PullMessageRequest, physical: int,
+                       tags_codes: frozenset[int] | None) -> broker_pb2.PullMessageResponse:
+        """The item's physical queue from ``physical``: read from the store here (the logic request was checked
+        already), or pulled from the item's broker."""
+        if self.is_local(item):
+            result = self.store.get_message(request.topic, item.queue_id, physical, request.max_msg_nums,
+                                            request.max_bytes or DEFAULT_MAX_BYTES,
+                                            set(tags_codes) if tags_codes is not None else None)
+            return to_response(result, physical)
         sub = broker_pb2.PullMessageRequest()
         sub.CopyFrom(request)
         sub.queue_id, sub.queue_offset, sub.addressing = item.queue_id, physical, PHYSICAL
         sub.suspend_timeout_ms, sub.commit_offset = 0, -1
-        if self.is_local(item):
-            return self.c.pull_processor.pull(sub).response
-        return self.c.peer_brokers.call(item.bname, "PullMessage", sub)
+        return self.peer_brokers.call(item.bname, "PullMessage", sub)
 
     def physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
         if self.is_local(item):
-            store = self.c.store
+            store = self.store
             return (store.min_offset if method == "GetMinOffset" else store.max_offset)(topic, item.queue_id)
-        return self.c.peer_brokers.call(item.bname, method, broker_pb2.QueueRequest(
-            topic=topic, queue_id=item.queue_id, addressing=PHYSICAL)).offset
+        return self._peer_offset(item, method, broker_pb2.QueueRequest(
+            topic=topic, queue_id=item.queue_id, addressing=PHYSICAL))
+
+    def _peer_offset(self, item: LogicQueueMappingItem, method: str, request) -> int:
+        response = self.peer_brokers.call(item.bname, method, request)
+        if response.code != ResponseCode.SUCCESS:  # its offset field means nothing then
+            raise PeerBrokerError(f"{method} of {request.topic}/{item.queue_id} on broker {item.bname}: "
+                                  f"{response.remark}")
+        return response.offset
 
     # -- pull ---------------------------------------------------------------------------------------
-    def pull(self, ctx: LogicQueueContext, request: broker_pb2.PullMessageRequest) -> PullOutcome:
+    def pull(self, ctx: LogicQueueContext, request: broker_pb2.PullMessageRequest,
+             tags_codes: frozenset[int] | None) -> PullOutcome:
         logic = request.queue_offset
         decided = ctx.decided
         item = ctx.item_for(logic)
         if item is None:  # before every item: the consumer belongs at the earliest one's start
             return self._answer(ctx, ResponseCode.PULL_OFFSET_MOVED, decided[0].logic_offset, "before the first item")
         physical = item.physical_of(logic)
-        try:
-            response = self._physical_pull(item, request, physical)
-        except PeerBrokerError as exc:
-            return self._answer(ctx, ResponseCode.SYSTEM_ERROR, logic, str(exc))
+        response = self._physical_pull(item, request, physical, tags_codes)
         latest = item is decided[-1]
         code = response.code
         if code == ResponseCode.SUCCESS or code == ResponseCode.PULL_RETRY_IMMEDIATELY:
@@ -119,7 +137,7 @@ class StaticTopicService:
         latest = ctx.decided[-1]
         if latest.end_offset_decided() or not self.is_local(latest):
             return latest.max_logic_offset()
-        return latest.logic_strictly(self.c.store.max_offset(ctx.topic, latest.queue_id))
+        return latest.logic_strictly(self.store.max_offset(ctx.topic, latest.queue_id))
 
     # -- queue offsets ------------------------------------------------------------------------------
     def min_offset(self, ctx: LogicQueueContext) -> int:
@@ -148,9 +166,9 @@ class StaticTopicService:
     def _physical_search(self, topic: str, item: LogicQueueMappingItem, timestamp: int, upper: bool) -> int:
         if self.is_local(item):
             boundary = BoundaryType.UPPER if upper else BoundaryType.LOWER
-            return self.c.store.offset_by_time(topic, item.queue_id, timestamp, boundary)
-        return self.c.peer_brokers.call(item.bname, "SearchOffset", broker_pb2.SearchOffsetRequest(
-            topic=topic, queue_id=item.queue_id, timestamp=timestamp, upper=upper, addressing=PHYSICAL)).offset
+            return self.store.offset_by_time(topic, item.queue_id, timestamp, boundary)
+        return self._peer_offset(item, "SearchOffset", broker_pb2.SearchOffsetRequest(
+            topic=topic, queue_id=item.queue_id, timestamp=timestamp, upper=upper, addressing=PHYSICAL))
 
     # -- consumer offsets (double-read-check: nothing migrates on remap) ----------------------------
     def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
@@ -158,9 +176,9 @@ class StaticTopicService:
         item = ctx.item_for(logic) or ctx.decided[0]
         physical = max(item.physical_of(logic), item.start_offset)
         if self.is_local(item):
-            self.c.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
+            self.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
             return
-        response = self.c.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
+        response = self.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
             consumer_group=group, topic=ctx.topic, queue_id=item.queue_id, commit_offset=physical, addressing=PHYSICAL))
         if response.code != ResponseCode.SUCCESS:
             raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")
@@ -169,9 +187,9 @@ class StaticTopicService:
         """Newest item to oldest: the first broker holding an offset answers; -1 when none does."""
         for item in reversed(ctx.decided):
             if self.is_local(item):
-                physical = self.c.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
+                physical = self.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
             else:
-                response = self.c.peer_brokers.call(item.bname, "QueryConsumerOffset",
+                response = self.peer_brokers.call(item.bname, "QueryConsumerOffset",
                                                     broker_pb2.QueryConsumerOffsetRequest(
                                                         consumer_group=group, topic=ctx.topic, queue_id=item.queue_id,
                                                         addressing=PHYSICAL))

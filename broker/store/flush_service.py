@@ -1,7 +1,11 @@
 """Flushing the commitlog: a periodic flusher (ASYNC_FLUSH) or group commit (SYNC_FLUSH).
 
-Group commit: appenders wait until the flushed offset covers their batch; one fsync serves every
-append that arrived while the previous one ran.
+Group commit: appenders wait until the flushed offset covers their batch; one fsync serves every append that
+arrived while the previous one ran. Everything appended is flushed promptly, whether or not its writer waits:
+under SYNC_FLUSH the confirm offset follows the flush, so an append nobody flushed would never be dispatched.
+
+A failed fsync fail-stops the store (see ``running_flags``) and ends the flusher: it is not retried, because
+after a failed fsync Linux may report success for pages it already dropped. Waiting appenders are told at once.
 """
 
 import logging
@@ -9,6 +13,7 @@ import threading
 import time
 
 from broker.store.commit_log import CommitLog
+from broker.store.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)
 
@@ -16,15 +21,27 @@ log = logging.getLogger(__name__)
 class FlushService(threading.Thread):
     """Base: a daemon thread that flushes the commitlog and reports the flushed offset."""
 
-    def __init__(self, commit_log: CommitLog, name: str) -> None:
+    def __init__(self, commit_log: CommitLog, running_flags: RunningFlags, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self.commit_log = commit_log
+        self.running_flags = running_flags
         self._stopped = threading.Event()
         self._cond = threading.Condition()
         self.flushed_offset = commit_log.flushed_offset()
+        self.failed = False
 
     def flush_once(self) -> int:
-        flushed = self.commit_log.mapped_file_queue.flush()
+        """Flush what was written; on a failed fsync fail-stop the store and raise."""
+        if self.failed:
+            raise OSError("the commitlog flusher stopped after a failed fsync")
+        try:
+            flushed = self.commit_log.mapped_file_queue.flush()
+        except OSError as exc:
+            with self._cond:
+                self.failed = True
+                self._cond.notify_all()
+            self.running_flags.fail_stop(f"fsync of the commitlog failed: {exc}")
+            raise
         with self._cond:
             self.flushed_offset = flushed
             self._cond.notify_all()
@@ -33,62 +50,70 @@ class FlushService(threading.Thread):
 
     def shutdown(self) -> None:
         self._stopped.set()
-        self.wakeup()
+        self.request(0)
         if self.is_alive():
             self.join(timeout=10)
-        self.flush_once()
+        if not self.failed:
+            self.flush_once()
 
-    def wakeup(self) -> None:
+    def request(self, offset: int) -> None:
+        """An append ended at ``offset``: flush it soon (group commit), or at the next period."""
         with self._cond:
             self._cond.notify_all()
 
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
-        """True once ``offset`` is flushed; False on timeout (ASYNC_FLUSH callers never wait)."""
+        """True once ``offset`` is flushed; False on timeout or failure (ASYNC_FLUSH callers never wait)."""
         return True
 
 
 class PeriodicFlushService(FlushService):
     """ASYNC_FLUSH: sync dirty data every ``interval_ms``."""
 
-    def __init__(self, commit_log: CommitLog, interval_ms: int) -> None:
-        super().__init__(commit_log, "commitlog-flush")
+    def __init__(self, commit_log: CommitLog, running_flags: RunningFlags, interval_ms: int) -> None:
+        super().__init__(commit_log, running_flags, "commitlog-flush")
         self.interval_s = interval_ms / 1000
+
+    def request(self, offset: int) -> None:
+        pass  # the period decides
 
     def run(self) -> None:
         while not self._stopped.wait(self.interval_s):
             try:
                 self.flush_once()
-            except Exception:
-                log.exception("commitlog_flush_failed")
+            except OSError:
+                return  # fail-stopped; logged by the running flags
 
 
 class GroupCommitService(FlushService):
-    """SYNC_FLUSH: flush as soon as anything is waiting; all waiters covered by one fsync return."""
+    """SYNC_FLUSH: flush as soon as anything is unflushed; every waiter covered by one fsync returns."""
 
-    def __init__(self, commit_log: CommitLog) -> None:
-        super().__init__(commit_log, "commitlog-group-commit")
-        self._requested = 0
+    def __init__(self, commit_log: CommitLog, running_flags: RunningFlags) -> None:
+        super().__init__(commit_log, running_flags, "commitlog-group-commit")
 
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            if offset > self._requested:
-                self._requested = offset
-                self._cond.notify_all()
+            self._cond.notify_all()
             while self.flushed_offset < offset:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self.failed:
                     return False
                 self._cond.wait(left)
         return True
 
+    def _unflushed(self) -> bool:
+        return self.commit_log.max_offset() > self.flushed_offset
+
     def run(self) -> None:
         while not self._stopped.is_set():
             with self._cond:
-                while self._requested <= self.flushed_offset and not self._stopped.is_set():
+                # The timeout is a safety net: appends notify, but a writer that reaches the commitlog some
+                # other way is still flushed within 10 ms.
+                while not self._unflushed() and not self._stopped.is_set():
                     self._cond.wait(0.01)
+            if self._stopped.is_set():
+                return
             try:
                 self.flush_once()
-            except Exception:
-                log.exception("commitlog_group_commit_failed")
-                time.sleep(0.01)
+            except OSError:
+                return  # fail-stopped; logged by the running flags

@@ -5,10 +5,13 @@ through a mapping); reads copy out of a shared mapping of the same pages, so no 
 closed mapping. The descriptor is kept only while the file can still be written.
 """
 
+import errno
 import logging
 import mmap
 import os
 from pathlib import Path
+
+from broker.store.fault_points import check_fsync
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,13 @@ class MappedFile:
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         assert pos + len(data) <= self.file_size, f"write of {len(data)} at {pos} overflows {self.path.name}"
-        os.pwrite(self._writer(), data, pos)
+        fd = self._writer()
+        written = os.pwrite(fd, data, pos)
+        while written < len(data):  # a nearly full disk took part of it: the next call says why (ENOSPC)
+            more = os.pwrite(fd, memoryview(data)[written:], pos + written)
+            if more <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+            written += more
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the write position and advance it; returns where it went."""
@@ -67,6 +76,7 @@ class MappedFile:
         A full file is done with its descriptor after its last flush."""
         target = self.wrote_position
         if target > self.flushed_position and self._fd is not None:
+            check_fsync(self.path)
             os.fdatasync(self._fd)
         self.flushed_position = max(self.flushed_position, target)
         if self.is_full() and self._fd is not None:

@@ -148,6 +148,10 @@ class MappedFileQueue:
     def _retire(self, f: MappedFile) -> None:
         self._pending_close.append((time.monotonic() + self._close_grace_s, f))
 
+    def retired_bytes(self) -> int:
+        """Size of deleted segments whose mappings are still open: their disk space returns when they close."""
+        return sum(f.file_size for _due, f in self._pending_close)
+
     def close_retired(self, force: bool = False) -> None:
         now = time.monotonic()
         still: list[tuple[float, MappedFile]] = []

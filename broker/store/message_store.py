@@ -3,26 +3,30 @@ flush, recovery, expiry, and the read API. Pure storage: no network here."""
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.commit_log import CommitLog
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore
 from broker.store.consume_queue.file_consume_queue_store import FileConsumeQueueStore
+from broker.store.disk_usage_watcher import DiskUsageWatcher
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.reput_service import ReputMessageService
 from broker.store.flush_service import FlushService, GroupCommitService, PeriodicFlushService
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.index.index_service import IndexService
+from broker.store.message_store_reader import MessageStoreReader
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.store.recovery import mark_clean_shutdown, recover
+from broker.store.running_flags import RunningFlags
 from broker.store.store_services import CleanCommitLogService, DispatcherFlushService
 from common.message import MessageExt
 from common.message_codec import decode_record, prepare_batch
 from common.message_id import encode_host
 from common.message_properties import MAX_PROPERTIES_SIZE
+from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_validator import InvalidTopicError, validate_topic
 
 log = logging.getLogger(__name__)
@@ -30,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_SCAN_UNITS = 16_000  # units a filtered read may skip before it answers
 
 
-class MessageStore:
+class MessageStore(MessageStoreReader):
     def __init__(self, config: MessageStoreConfig, consume_queue_store: ConsumeQueueStore | None = None) -> None:
         self.config = config
         root = Path(config.store_path_root_dir)
@@ -44,22 +48,25 @@ class MessageStore:
             self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
             self.dispatchers.append(self.index_service)
         self.flushed_checkpoint = OffsetCheckpoint(root / "checkpoint" / "commitlog_flushed")
-        self.reput = ReputMessageService(self.commit_log, self.dispatchers)
+        self.running_flags = RunningFlags()
+        self.reput = ReputMessageService(self.commit_log, self.dispatchers, self.running_flags)
         self.flush_service: FlushService = (
-            GroupCommitService(self.commit_log)
+            GroupCommitService(self.commit_log, self.running_flags)
             if self.commit_log.confirm_follows_flush
-            else PeriodicFlushService(self.commit_log, config.flush_interval_commit_log_ms)
+            else PeriodicFlushService(self.commit_log, self.running_flags, config.flush_interval_commit_log_ms)
         )
         self.dispatcher_flush = DispatcherFlushService(
             self.commit_log, self.dispatchers, self.flushed_checkpoint, config.flush_interval_consume_queue_ms
         )
+        self.disk_watcher = DiskUsageWatcher(config, self.running_flags, self.commit_log.max_offset)
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
-                                                   self._on_commit_log_expired)
+                                                   self._on_commit_log_expired, self.disk_watcher)
+        self.disk_watcher.on_pressure(self.clean_service.wake)
         self.store_host = encode_host(config.store_host)
         self._running = False
 
     def _consume_queue_store(self, root: Path) -> ConsumeQueueStore:
-        if self.config.store_type == "defaultRocksDB":
+        if self.config.store_type is StoreType.DEFAULT_ROCKSDB:
             from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
 
             return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at)
@@ -78,7 +85,9 @@ class MessageStore:
 
     def start(self) -> None:
         recover(self)
-        for service in (self.flush_service, self.reput, self.dispatcher_flush, self.clean_service):
+        self.disk_watcher.check()  # a disk already too full refuses the very first write
+        for service in (self.flush_service, self.reput, self.dispatcher_flush, self.clean_service,
+                        self.disk_watcher):
             service.start()
         self._running = True
 
@@ -86,20 +95,29 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
-        self.clean_service.shutdown()
-        self.flush_service.shutdown()  # flushes: in SYNC_FLUSH that also confirms the tail
-        self.reput.do_reput()
-        self.reput.shutdown()
-        self.dispatcher_flush.shutdown()
+        failed_steps = run_shutdown_steps(self._shutdown_steps(), log)
+        clean = not failed_steps and self.running_flags.fail_stop_reason is None
+        if clean:
+            mark_clean_shutdown(Path(self.config.store_path_root_dir))
+        # After a fail-stop, or a step that could not write (a full disk), the next start is an abnormal one: it
+        # checks every record past the flushed checkpoint and replays the dispatch chain from its checkpoints.
+        log.info("store_shutdown commitlog_end=%d clean=%s failed_steps=%s", self.commit_log.max_offset(), clean,
+                 ",".join(failed_steps) or "none")
+
+    def _shutdown_steps(self) -> Iterator[ShutdownStep]:
+        yield "clean_service", self.clean_service.shutdown
+        yield "disk_watcher", self.disk_watcher.shutdown
+        yield "commitlog_flush", self.flush_service.shutdown  # in SYNC_FLUSH that also confirms the tail
+        yield "last_reput", self.reput.do_reput
+        yield "reput", self.reput.shutdown
+        yield "dispatcher_flush_service", self.dispatcher_flush.shutdown
         for dispatcher in self.dispatchers:
-            dispatcher.flush()
-        self.flushed_checkpoint.write(self.commit_log.flushed_offset())
-        self.consume_queue_store.shutdown()
+            yield f"flush_{dispatcher.name}", dispatcher.flush
+        yield "flushed_checkpoint", lambda: self.flushed_checkpoint.write(self.commit_log.flushed_offset())
+        yield "consume_queue", self.consume_queue_store.shutdown
         if self.index_service:
-            self.index_service.shutdown()
-        self.commit_log.shutdown()
-        mark_clean_shutdown(Path(self.config.store_path_root_dir))
-        log.info("store_shutdown commitlog_end=%d", self.commit_log.max_offset())
+            yield "index", self.index_service.shutdown
+        yield "commitlog", self.commit_log.shutdown
 
     # -- write -------------------------------------------------------------------------------------
     def put_messages(
@@ -130,12 +148,29 @@ class MessageStore:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
-        append = self.commit_log.append_batch(batch)
-        status = PutMessageStatus.PUT_OK
+        try:
+            append = self.commit_log.append_batch(batch)
+        except OSError as exc:
+            return self._append_failed(exc)
+        self.disk_watcher.after_append(append.end_offset)
+        self.flush_service.request(append.end_offset)
         timeout_s = self.config.sync_flush_timeout_ms / 1000
         if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(status, append=append, store_host=self.store_host)
+            refusal = self.running_flags.write_refusal()
+            # the fsync failed: never acknowledge what may not be on disk (a disk-full refusal set meanwhile is no
+            # reason: this record is stored and will be flushed)
+            if self.running_flags.fail_stop_reason is not None and refusal is not None:
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, append=append, store_host=self.store_host)
+        return PutMessageResult(PutMessageStatus.PUT_OK, append=append, store_host=self.store_host)
+
+    def _append_failed(self, exc: OSError) -> PutMessageResult:
+        """The commitlog refused bytes (a disk filled faster than the watcher measured, or an I/O error). Part of
+        the batch may be in the log without its queue offsets recorded, so no later write may reuse them: stop
+        taking writes; a restart recovers what is there."""
+        self.running_flags.fail_stop(f"writing the commitlog failed: {exc}")
+        self.disk_watcher.check()
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.running_flags.write_refusal() or str(exc))
 
     def _check(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                properties: Sequence[bytes], body_limit: int) -> PutMessageResult | None:
@@ -144,6 +179,9 @@ class MessageStore:
 
         if not self._running:
             return illegal("message store is not running", PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        refusal = self.running_flags.write_refusal()
+        if refusal is not None:
+            return illegal(refusal, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         try:
             validate_topic(topic)
         except InvalidTopicError as exc:
@@ -241,9 +279,11 @@ class MessageStore:
                        boundary: BoundaryType = BoundaryType.LOWER) -> int:
         return self.consume_queue_store.offset_by_time(topic, queue_id, timestamp, boundary)
 
+    def select_one_message_by_offset(self, physical_offset: int) -> bytes | None:
+        return self.commit_log.read_record(physical_offset)
+
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
-        """The message whose record starts at ``physical_offset`` (query by message id)."""
-        raw = self.commit_log.read_record(physical_offset)
+        raw = self.select_one_message_by_offset(physical_offset)
         return decode_record(raw) if raw is not None else None
 
     def query_message_records(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,

@@ -43,7 +43,10 @@ def recover(store: "MessageStore") -> None:
         dispatcher.truncate_dirty(end)
     reput_from = min(lowest, end)
     store.reput.start_from(reput_from)
-    replayed = store.reput.do_reput()
+    try:
+        replayed = store.reput.do_reput()
+    except Exception:  # e.g. a full disk: fail-stopped and logged; start anyway, serving what was dispatched
+        replayed = -1
     commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
     log.info(
         "store_recovered mode=%s commitlog_min=%d commitlog_end=%d reput_from=%d replayed=%d checkpoints=%s",

@@ -1,12 +1,11 @@
 """Background services of the store: flushing dispatcher state, deleting expired commitlog segments."""
 
 import logging
-import shutil
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.commit_log import CommitLog
@@ -15,23 +14,48 @@ from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import segment_age_hours
 
+if TYPE_CHECKING:
+    from broker.store.disk_usage_watcher import DiskUsage, DiskUsageWatcher
+
 log = logging.getLogger(__name__)
 
 
 class PeriodicService(ABC, threading.Thread):
-    """A daemon thread that calls :meth:`run_once` every ``interval_s`` until shut down."""
+    """A daemon thread that calls :meth:`run_once` every ``interval_s`` (or at once when woken) until shut down.
+    A failure is logged when it first happens, not at every pass while it lasts (a full disk fails each one)."""
 
     def __init__(self, name: str, interval_s: float) -> None:
         super().__init__(name=name, daemon=True)
         self.interval_s = interval_s
         self._stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._last_error = ""
 
     def run(self) -> None:
-        while not self._stopped.wait(self.interval_s):
+        while True:
+            self._wakeup.wait(self.interval_s)
+            self._wakeup.clear()
+            if self._stopped.is_set():
+                return
             try:
                 self.run_once()
-            except Exception:
-                log.exception("service_failed service=%s", self.name)
+                self._last_error = ""
+            except Exception as exc:
+                self._log_failure(exc)
+
+    def _log_failure(self, exc: Exception) -> None:
+        error = repr(exc)
+        if error == self._last_error:
+            return
+        self._last_error = error
+        if isinstance(exc, OSError):  # the disk said no: the reason is the whole story
+            log.error("service_failed service=%s error=%r", self.name, exc)
+        else:
+            log.exception("service_failed service=%s", self.name)
+
+    def wake(self) -> None:
+        """Run a pass now instead of at the end of the interval."""
+        self._wakeup.set()
 
     @abstractmethod
     def run_once(self) -> object:
@@ -39,6 +63,7 @@ class PeriodicService(ABC, threading.Thread):
 
     def shutdown(self) -> None:
         self._stopped.set()
+        self._wakeup.set()
         if self.is_alive():
             self.join(timeout=10)
 
@@ -65,43 +90,71 @@ class DispatcherFlushService(PeriodicService):
 
 
 class CleanCommitLogService(PeriodicService):
-    """Deletes commitlog segments older than ``fileReservedTime`` at the ``deleteWhen`` hours, or the
-    oldest ones at once when the disk is fuller than ``diskMaxUsedSpaceRatio``. Never the segment being
-    written, never one the dispatch chain has not passed. Then moves queues' min offsets past the gap."""
+    """Deletes commitlog segments, oldest first (upstream's rules; README "Disk usage"):
+
+    - past ``fileReservedTime``, at the ``deleteWhen`` hours;
+    - past ``fileReservedTime``, at any hour, while the disk is fuller than ``diskMaxUsedSpaceRatio``;
+    - expired or not, while the disk is fuller than ``diskSpaceCleanForciblyRatio`` (unless
+      ``cleanFileForciblyEnable=false``), and only until it no longer is.
+
+    Never the segment being written, never one the dispatch chain has not passed or a dispatcher that keeps the
+    commitlog (KV) has not made durable. Then moves queues' min offsets past the gap. A deleted segment's space
+    returns only when its mapping closes (``destroyMappedFileGrace`` later): until then it counts as freed, or
+    every pass of that grace would delete more."""
 
     MAX_DELETE_PER_PASS = 10
 
     def __init__(self, config: MessageStoreConfig, commit_log: CommitLog, dispatched_offset: Callable[[], int],
-                 on_deleted: Callable[[int], None]) -> None:
+                 on_deleted: Callable[[int], None], disk_watcher: "DiskUsageWatcher") -> None:
         super().__init__("clean-commitlog", config.clean_resource_interval_ms / 1000)
         self.config = config
         self.commit_log = commit_log
         self.dispatched_offset = dispatched_offset
         self.on_deleted = on_deleted
+        self.disk_watcher = disk_watcher
 
     def is_delete_hour(self) -> bool:
         hours = {h.strip() for h in self.config.delete_when.split(";") if h.strip()}
         return "*" in hours or time.strftime("%H") in hours or str(time.localtime().tm_hour) in hours
 
-    def disk_used_percent(self) -> float:
-        usage = shutil.disk_usage(Path(self.config.store_path_root_dir))
-        return 100.0 * usage.used / usage.total if usage.total else 0.0
-
     def run_once(self, ignore_delete_when: bool = False) -> int:
-        disk_full = self.disk_used_percent() > self.config.disk_max_used_space_ratio
+        usage = self.disk_watcher.check()
         mfq = self.commit_log.mapped_file_queue
+        retired = mfq.retired_bytes()
+        used = usage.percent_after_freeing(retired)
+        crowded = used > self.config.disk_max_used_space_ratio
         removed: list[MappedFile] = []
-        if disk_full or ignore_delete_when or self.is_delete_hour():
-            dispatched = self.dispatched_offset()
-            reserved_h = self.config.file_reserved_time_hours
-
-            def expired(f: MappedFile) -> bool:
-                return f.end_offset <= dispatched and (disk_full or segment_age_hours(f) >= reserved_h)
-
-            removed = mfq.delete_first(expired, self.MAX_DELETE_PER_PASS)
+        if crowded or ignore_delete_when or self.is_delete_hour():
+            removed = mfq.delete_first(self._deletable(usage, retired), self.MAX_DELETE_PER_PASS)
         if removed:
             min_offset = self.commit_log.min_offset()
-            log.info("commitlog_expired deleted=%d new_min_offset=%d disk_full=%s", len(removed), min_offset, disk_full)
+            log.info("commitlog_expired deleted=%d new_min_offset=%d disk_used_percent=%.1f", len(removed),
+                     min_offset, used)
             self.on_deleted(min_offset)
         mfq.close_retired()
+        if removed or retired:
+            self.disk_watcher.check()  # space may be back: take writes again without waiting for the next check
         return len(removed)
+
+    def _deletable(self, usage: "DiskUsage", retired: int) -> Callable[[MappedFile], bool]:
+        """Which leading segments may go: dispatched ones past their reserved time, and, while the disk stays
+        fuller than diskSpaceCleanForciblyRatio counting what was chosen so far as freed, unexpired ones too."""
+        config = self.config
+        dispatched = self.dispatched_offset()
+        freed = retired
+
+        def deletable(f: MappedFile) -> bool:
+            nonlocal freed
+            if f.end_offset > dispatched:
+                return False
+            if segment_age_hours(f) < config.file_reserved_time_hours:
+                left = usage.percent_after_freeing(freed)
+                if not (config.clean_file_forcibly_enable and left > config.disk_space_clean_forcibly_ratio):
+                    return False
+                log.warning("commitlog_deleting_unexpired file=%s disk_used_percent=%.1f "
+                            "level=diskSpaceCleanForciblyRatio=%d", f.path.name, left,
+                            config.disk_space_clean_forcibly_ratio)
+            freed += f.file_size
+            return True
+
+        return deletable

@@ -69,7 +69,7 @@ class TieredStore:
     # -- for the Spark jobs ----------------------------------------------------------------------------
     def segments(self, topic: str | None = None) -> list[FileSegmentMetadata]:
         """Every segment record (readable and expired) of ``topic`` or of all topics."""
-        out = []
+        out: list[FileSegmentMetadata] = []
         for (t, queue_id), _ in sorted(self.flat_files.files.items()):
             if topic is None or t == topic:
                 for file_type in FileSegmentType:

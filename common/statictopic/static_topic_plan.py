@@ -241,9 +241,9 @@ def _remap_updates(topic: str, total: int, states: dict[str, BrokerTopicState],
         old = states[bname].detail
         for gid, items in chains.items():
             leads_now = items[-1].bname == bname
-            held_before = old is not None and gid in old.hosted_queues
-            if only_gained and gid in moved_ids and not leads_now and held_before:
-                d.hosted_queues[gid] = old.hosted_queues[gid]  # not fenced yet: that is step 2
+            old_chain = old.hosted_queues.get(gid) if old is not None else None
+            if only_gained and gid in moved_ids and not leads_now and old_chain is not None:
+                d.hosted_queues[gid] = old_chain  # not fenced yet: that is step 2
             elif leads_now or (not only_gained and gid in moved_ids and any(i.bname == bname for i in items[:-1])):
                 # leaders keep whole chains; an old leader keeps the one it lost, but only from step 2 on: a
                 # gained detail must not carry a chain whose new leader may not have received it yet

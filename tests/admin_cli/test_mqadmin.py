@@ -26,7 +26,7 @@ TOPIC_STATUS_KEYS = {"broker_name", "queue_id", "min_offset", "max_offset", "las
 CLUSTER_KEYS = {"cluster", "broker_name", "broker_id", "addr", "put_tps", "get_tps", "topic_count", "uptime_ms",
                 "store_type", "status", "error"}
 PROGRESS_KEYS = {"topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "diff", "last_timestamp"}
-MESSAGE_KEYS = {"msg_id", "topic", "queue_id", "queue_offset", "commit_log_offset", "tags", "keys",
+MESSAGE_KEYS = {"msg_id", "offset_msg_id", "topic", "queue_id", "queue_offset", "commit_log_offset", "tags", "keys",
                 "store_timestamp", "born_timestamp", "store_host", "born_host", "reconsume_times", "properties",
                 "body_size", "body_preview"}
 
@@ -140,12 +140,18 @@ def test_query_messages_by_key_and_by_id(cluster: Cluster):
     assert table_lines(one, sent[1].msg_id, str(sent[1].queue.queue_id), str(sent[1].queue_offset), "TagA")
     assert "body 1\\nsecond line" in one and len(one.splitlines()) == 2  # header + one row, body on one line
 
-    for result in sent:
-        msg = ok_json(cluster.addr, "queryMsgById", "-i", result.msg_id)
-        assert set(msg) == MESSAGE_KEYS
-        assert (msg["topic"], msg["queue_id"], msg["queue_offset"]) == \
-            ("AdmMessages", result.queue.queue_id, result.queue_offset)
-        assert msg["keys"][1] == "shared-key" and msg["store_timestamp"] > 0
+    for result in sent:  # either id finds the message: the unique key (msgId) and the offset id
+        assert result.msg_id != result.offset_msg_id and str(result).startswith("SendResult [sendStatus=SEND_OK")
+        for msg_id in (result.msg_id, result.offset_msg_id):
+            msg = ok_json(cluster.addr, "queryMsgById", "-i", msg_id)
+            assert set(msg) == MESSAGE_KEYS
+            assert (msg["topic"], msg["queue_id"], msg["queue_offset"]) == \
+                ("AdmMessages", result.queue.queue_id, result.queue_offset)
+            assert (msg["msg_id"], msg["offset_msg_id"]) == (result.msg_id, result.offset_msg_id)
+            assert msg["keys"][1] == "shared-key" and msg["store_timestamp"] > 0
+    assert ok_json(cluster.addr, "queryMsgById", "-i", sent[0].msg_id, "-t", "AdmMessages")["msg_id"] == sent[0].msg_id
+    missing = mqadmin(cluster.addr, "queryMsgById", "-i", "0123456789ABCDEF0123456789AB")
+    assert missing.returncode == 1 and "no message with id" in missing.stderr and "Traceback" not in missing.stderr
     text = ok(cluster.addr, "queryMsgById", "-i", sent[2].msg_id)
     fields = {k.strip(): v for k, v in (line.split(": ", 1) for line in text.splitlines())}
     expected = {"Message ID": sent[2].msg_id, "Topic": "AdmMessages", "Queue ID": str(sent[2].queue.queue_id),

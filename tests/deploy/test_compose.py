@@ -14,6 +14,7 @@ import yaml
 
 from broker.broker_config import load_broker_config
 from broker.main import parse_args as broker_args
+from cluster.local_cluster import LAUNCHER_KEYS, broker_conf
 from namesrv.main import command as namesrv_command
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -122,6 +123,19 @@ def test_broker_conf_parses_without_unknown_keys(broker: str):
     assert conf.broker_id == 0
     assert conf.flush_disk_type == "ASYNC_FLUSH"
     assert conf.auto_create_topic_enable is True
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_broker_conf_turns_on_what_make_run_does(broker: str):
+    """The README says compose runs the same cluster as ``make run``: every key the launcher writes, other than
+    addresses and paths, has the same value here."""
+    path = broker_args(command(broker)[1:]).config
+    (bind,) = [m for m in mounts(broker) if m["target"] == path]
+    lines = (REPO / str(bind["source"])).read_text().splitlines()
+    here = dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+    local = broker_conf(broker, 0, "namesrv:9876", broker, Path("/store"), Path("/tiered"))
+    expected = {k: str(v) for k, v in local.items() if k not in LAUNCHER_KEYS and k != "tieredStoreFilePath"}
+    assert {k: here.get(k) for k in expected} == expected
 
 
 @pytest.mark.parametrize("broker", BROKERS)

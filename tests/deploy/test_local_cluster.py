@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.broker_config import load_broker_config
-from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus
+from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, PullStatus
 
 REPO = Path(__file__).resolve().parent.parent.parent
 UP = re.compile(r"cluster DefaultCluster ready; name server (\S+)")
@@ -111,8 +111,8 @@ def wait_until(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last}")
 
 
-def start_cluster(launchers: list[Launcher], data_dir: Path) -> tuple[Launcher, str]:
-    launcher = start(data_dir, "--namesrv-port", "0", "--broker-ports", "0,0")
+def start_cluster(launchers: list[Launcher], data_dir: Path, *extra: str) -> tuple[Launcher, str]:
+    launcher = start(data_dir, "--namesrv-port", "0", "--broker-ports", "0,0", *extra)
     launchers.append(launcher)
     namesrv = launcher.wait_for(UP, START_TIMEOUT_S).group(1)
     for line in launcher.lines:
@@ -180,10 +180,51 @@ def test_cluster_serves_an_auto_created_topic_and_stops_on_sigterm(tmp_path: Pat
         assert conf.auto_create_topic_enable and conf.namesrv_addrs == [namesrv]
         assert Path(conf.store_path_root_dir) == (data_dir / "store" / name).resolve()
         assert (Path(conf.store_path_root_dir) / "commitlog").is_dir()
+        # the README's KV and tiered examples run on this cluster as it comes
+        assert conf.kv_enable and conf.tiered_store_enable
+        assert conf.tiered_backend_service_provider.value == "posix"
+        assert Path(conf.tiered_store_file_path) == (data_dir / "tiered" / name).resolve()
     for name in ("namesrv", "broker-a", "broker-b"):
         assert (data_dir / "logs" / f"{name}.log").stat().st_size > 0
 
+    # tiered storage on: the message reaches its broker's tier (posix objects under <data-dir>/tiered/<broker>)
+    with Admin(namesrv) as admin:
+        def uploaded() -> bool:
+            (status,) = [r for r in admin.tiered_status(topic) if r.broker_name == sent.queue.broker_name]
+            queue = next(q for q in status.queues if q.queue_id == sent.queue.queue_id)
+            return queue.tiered_max_offset == sent.queue_offset + 1 and queue.upload_lag == 0
+        wait_until(uploaded, 30, f"{sent.queue} in the tier")
+    assert any(p.is_file() for p in (data_dir / "tiered" / sent.queue.broker_name).rglob("*"))
+    # KV on: the store provisions itself on first use, no kvInit
+    with KVClient(namesrv) as kv:
+        kv.put(b"local-cluster", body)
+        assert kv.get(b"local-cluster") == body
+
     stop_and_check(launcher)
+
+
+def test_broker_conf_option_reaches_both_brokers(tmp_path: Path, launchers: list[Launcher]):
+    launcher, namesrv = start_cluster(launchers, tmp_path / "data", "--broker-conf", "flushDiskType=SYNC_FLUSH",
+                                      "--broker-conf", "storeType=defaultRocksDB")
+    for name in ("broker-a", "broker-b"):
+        conf = load_broker_config((tmp_path / "data" / "conf" / f"{name}.conf").read_text())
+        assert conf.unknown_keys == [] and conf.tiered_store_enable  # on top of the launcher's keys
+    with Admin(namesrv) as admin:
+        brokers = wait_until(lambda: [b for b in admin.brokers("DefaultCluster")
+                                      if b.broker_name in ("broker-a", "broker-b")], 10, "both brokers")
+        infos = [admin.broker_runtime_info(b.addr) for b in brokers]
+    assert len(infos) == 2
+    assert {(i["flushDiskType"], i["storeType"]) for i in infos} == {("SYNC_FLUSH", "defaultRocksDB")}
+    stop_and_check(launcher)
+
+
+@pytest.mark.parametrize(("entry", "says"), [("listenPort=1", "listenPort is set by the launcher"),
+                                              ("flushDiskType", "give KEY=VALUE")])
+def test_broker_conf_option_refuses_launcher_keys_and_malformed_entries(tmp_path: Path, entry: str, says: str):
+    proc = subprocess.run([sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(tmp_path / "data"),
+                           "--broker-conf", entry], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything started
 
 
 def test_ctrl_c_stops_the_cluster_cleanly(tmp_path: Path, launchers: list[Launcher]):
@@ -226,3 +267,20 @@ def test_a_broker_that_dies_takes_the_cluster_down(tmp_path: Path, launchers: li
     assert code == 1, launcher.output()
     assert "broker-a exited on its own with code -9" in launcher.output()
     assert [name for name, pid in launcher.children.items() if alive(launcher, pid)] == []
+
+
+def test_a_second_launcher_on_the_same_data_dir_says_so_in_one_line(tmp_path: Path, launchers: list[Launcher]):
+    first, _ = start_cluster(launchers, tmp_path / "data")
+    second = start(tmp_path / "data", "--namesrv-port", "0", "--broker-ports", "0,0")
+    launchers.append(second)
+    try:
+        code = second.proc.wait(START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"second launcher still running:\n{second.output()}") from None
+    second._reader.join(10)  # type: ignore[attr-defined]
+    lines = [line for line in second.lines if line.strip()]
+    assert code == 1 and len(lines) == 1, second.output()
+    assert f"in use by pid {first.proc.pid}" in lines[0] and str(tmp_path / "data") in lines[0], lines
+    assert "Traceback" not in second.output()
+    assert all(alive(first, pid) for pid in first.children.values())  # the first cluster keeps serving
+    stop_and_check(first)

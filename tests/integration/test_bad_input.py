@@ -6,7 +6,12 @@ import socket
 import grpc
 import pytest
 
-from client import Message, Producer
+from broker.broker_config import ConfigError, load_broker_config
+from broker.kv.kv_state_store import KvStoreType
+from broker.store.config import FlushDiskType, StoreType
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
+from broker.tiered.tiered_storage_level import TieredStorageLevel
+from client import Message, MQClientError, Producer
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc
 from tests.cluster import DaemonStartError, start_daemon, write_broker_conf
@@ -58,6 +63,16 @@ def test_bad_send(broker_stub, request_, says):
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and says in err.value.details()
 
 
+@pytest.mark.parametrize("topic", ["TBW102", "%RETRY%g1", "%DLQ%g1", "rmq_sys_TRACE"])
+def test_system_topics_refuse_ordinary_sends(cluster: Cluster, broker_stub, topic: str):
+    with pytest.raises(grpc.RpcError) as err:
+        broker_stub.SendMessage(broker_pb2.SendMessageRequest(topic=topic, queue_id=0, bodies=[b"x"]), timeout=5)
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"topic {topic} belongs to the broker" in err.value.details(), err.value.details()
+    with Producer(cluster.addr) as producer, pytest.raises(MQClientError, match="belongs to the broker"):
+        producer.send(Message(topic, b"x"))
+
+
 def test_business_codes(broker_stub):
     missing = broker_stub.SendMessage(broker_pb2.SendMessageRequest(topic="NoSuchT", bodies=[b"x"]), timeout=5)
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchT" in missing.remark
@@ -91,3 +106,27 @@ def test_bad_broker_conf_refuses_to_start(tmp_path, key, value):
         start_daemon("bad", "broker.main", ["-c", str(conf)], tmp_path, ready_timeout=20)
     lines = [line for line in (tmp_path / "bad.log").read_text().splitlines() if line.strip()]
     assert len(lines) == 1 and key in lines[0] and "Traceback" not in lines[0], lines
+
+
+CHOICES = {"flushDiskType": "ASYNC_FLUSH, SYNC_FLUSH", "storeType": "default, defaultRocksDB",
+           "kvStoreType": "rocksdb, memory", "tieredBackendServiceProvider": "posix, memory",
+           "tieredStorageLevel": "DISABLE, NOT_IN_DISK, NOT_IN_MEM, FORCE"}
+
+
+@pytest.mark.parametrize("key", CHOICES)
+def test_bad_choice_names_the_key_and_the_allowed_values(key):
+    with pytest.raises(ConfigError) as raised:
+        load_broker_config(f"{key}=nope")
+    assert str(raised.value) == f"{key}: 'nope' is not one of {CHOICES[key]}"
+
+
+def test_choices_are_parsed_once_into_enum_members_that_print_as_spelled():
+    config = load_broker_config("flushDiskType=SYNC_FLUSH\nstoreType=defaultRocksDB\nkvStoreType=memory\n"
+                                "tieredBackendServiceProvider=memory\ntieredStorageLevel=FORCE")
+    parsed = (config.flush_disk_type, config.store_type, config.kv_store_type,
+              config.tiered_backend_service_provider, config.tiered_storage_level)
+    assert parsed == (FlushDiskType.SYNC_FLUSH, StoreType.DEFAULT_ROCKSDB, KvStoreType.MEMORY,
+                      TieredBackendServiceProvider.MEMORY, TieredStorageLevel.FORCE)
+    assert [f"{value}" for value in parsed] == ["SYNC_FLUSH", "defaultRocksDB", "memory", "memory", "FORCE"]
+    store_config = config.store_config("127.0.0.1:10911")
+    assert (store_config.flush_disk_type, store_config.store_type) == parsed[:2]

@@ -1,5 +1,6 @@
-"""KV store acceptance against real daemons, once per backend (kvStoreType=rocksdb and memory):
-linearizable compare-and-set under contention, durability across SIGKILL, snapshot export and import."""
+"""KV store acceptance against real daemons: linearizable compare-and-set under contention, durability across
+SIGKILL, snapshot export and import. Each runs in four modes that between them cover both backends
+(kvStoreType), both flush modes, both store types, and a store created by kvInit or on first use."""
 
 import random
 import re
@@ -13,24 +14,49 @@ from pathlib import Path
 import pytest
 
 from client import Admin, KVClient, MQClientError
-from common.kv_shard import shard_of
+from common.kv_shard import DEFAULT_KV_SHARDS, shard_of
 from tests.cluster import Cluster, Daemon, make_cluster, wait_until
 
-KV_TYPES = ("rocksdb", "memory")
-SHARDS = 4
+SHARDS = 4  # what kvInit creates here; a store made on first use has DEFAULT_KV_SHARDS
 SNAPSHOT_INTERVAL_MS = 500
 # Clusters that restart use small commitlog segments: a restart zero-fills the rest of the last segment (1 GiB
 # by default, seconds per restart), and the SIGKILL cycles then also recover across segment boundaries.
 RESTART_SEGMENT_BYTES = 256 * 1024
 
 
-def kv_settings(kv_type: str, **extra: object) -> dict[str, object]:
-    return {"kvEnable": "true", "kvStoreType": kv_type, "kvSnapshotInterval": SNAPSHOT_INTERVAL_MS,
-            "registerNameServerPeriod": 1000, **extra}
+@dataclass(frozen=True)
+class KvMode:
+    kv_type: str  # kvStoreType
+    flush: str  # flushDiskType
+    store_type: str  # storeType
+    kv_init: bool  # False: no kvInit, the store provisions itself on first use
+
+    @property
+    def shards(self) -> int:
+        return SHARDS if self.kv_init else DEFAULT_KV_SHARDS
+
+    def __str__(self) -> str:
+        return f"{self.kv_type}-{self.flush}-{self.store_type}-{'kvInit' if self.kv_init else 'firstUse'}"
 
 
-def start_kv_cluster(workdir: Path, kv_type: str, brokers: tuple[str, ...], **extra: object) -> Cluster:
-    cluster = make_cluster(workdir, brokers, **kv_settings(kv_type, **extra))
+KV_MODES = (
+    KvMode("rocksdb", "ASYNC_FLUSH", "default", kv_init=True),
+    KvMode("memory", "ASYNC_FLUSH", "defaultRocksDB", kv_init=False),
+    KvMode("rocksdb", "SYNC_FLUSH", "defaultRocksDB", kv_init=False),
+    KvMode("memory", "SYNC_FLUSH", "default", kv_init=True),
+)
+
+
+def kv_settings(mode: KvMode, **extra: object) -> dict[str, object]:
+    return {"kvEnable": "true", "kvStoreType": mode.kv_type, "kvSnapshotInterval": SNAPSHOT_INTERVAL_MS,
+            "flushDiskType": mode.flush, "storeType": mode.store_type, "registerNameServerPeriod": 1000, **extra}
+
+
+def start_kv_cluster(workdir: Path, mode: KvMode, brokers: tuple[str, ...], **extra: object) -> Cluster:
+    """Brokers with KV on; with ``mode.kv_init`` the shards are created up front, else by the first KV call."""
+    cluster = make_cluster(workdir, brokers, **kv_settings(mode, **extra))
+    if not mode.kv_init:
+        return cluster
     try:
         with Admin(cluster.addr) as admin:
             admin.kv_init(SHARDS, cluster="DefaultCluster")
@@ -64,14 +90,14 @@ def full_scan(kv: KVClient, prefix: bytes = b"", page: int = 337) -> list[tuple[
         after = got[-1][0]
 
 
-@pytest.fixture(scope="module", params=KV_TYPES)
-def kv_type(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(scope="module", params=KV_MODES, ids=str)
+def mode(request: pytest.FixtureRequest) -> KvMode:
     return request.param
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, kv_type: str) -> Iterator[Cluster]:
-    c = start_kv_cluster(tmp_path_factory.mktemp(f"kv-{kv_type}"), kv_type, ("broker-a", "broker-b"))
+def cluster(tmp_path_factory: pytest.TempPathFactory, mode: KvMode) -> Iterator[Cluster]:
+    c = start_kv_cluster(tmp_path_factory.mktemp(f"kv-{mode}"), mode, ("broker-a", "broker-b"))
     yield c
     c.stop()
 
@@ -189,8 +215,8 @@ def restart(cluster: Cluster, name: str) -> tuple[Daemon, str]:
 
 
 @pytest.mark.slow
-def test_acknowledged_puts_survive_sigkill(tmp_path: Path, kv_type: str):
-    cluster = start_kv_cluster(tmp_path, kv_type, ("broker-a",), mappedFileSizeCommitLog=RESTART_SEGMENT_BYTES)
+def test_acknowledged_puts_survive_sigkill(tmp_path: Path, mode: KvMode):
+    cluster = start_kv_cluster(tmp_path, mode, ("broker-a",), mappedFileSizeCommitLog=RESTART_SEGMENT_BYTES)
     model = WriteModel()
     rng = random.Random(0xC0FFEE)
     all_keys = [b"dur-%04d" % i for i in range(KILL_KEYS)]
@@ -237,7 +263,7 @@ def test_acknowledged_puts_survive_sigkill(tmp_path: Path, kv_type: str):
         with KVClient(cluster.addr) as kv:
             assert dict(full_scan(kv, b"dur-")) == model.acked
         assert len(model.acked) > KILL_KEYS // 2, f"only {len(model.acked)} keys were ever written"
-        if kv_type == "memory":  # at least one restart started from a snapshot rather than an empty map
+        if mode.kv_type == "memory":  # at least one restart started from a snapshot rather than an empty map
             loaded = [int(m.group(1)) for text in restart_logs for m in MEMORY_LOADED.finditer(text)]
             assert any(n > 0 for n in loaded), f"no restart loaded a memory snapshot: {loaded}"
     finally:
@@ -267,25 +293,27 @@ def load_snapshot_data(kv: KVClient) -> tuple[list[bytes], dict[bytes, bytes]]:
     return keys, model
 
 
-def test_snapshot_export_import(tmp_path: Path, cluster: Cluster, kv_type: str):
+def test_snapshot_export_import(tmp_path: Path, cluster: Cluster, mode: KvMode):
+    shards = mode.shards
     with KVClient(cluster.addr) as src:
         keys, model = load_snapshot_data(src)
         source_scan = full_scan(src)
         assert {k: v for k, v in source_scan if k.startswith(b"snap/")} == model
-        chunks = [src.export_snapshot(shard) for shard in range(SHARDS)]
+        assert src.shards() == shards
+        chunks = [src.export_snapshot(shard) for shard in range(shards)]
         exported = 0
         for shard, shard_chunks in enumerate(chunks):
             header = shard_chunks[0].header
-            assert shard_chunks[0].HasField("header") and header.shard == shard and header.total_shards == SHARDS
+            assert shard_chunks[0].HasField("header") and header.shard == shard and header.total_shards == shards
             entries = [e for c in shard_chunks[1:] for e in c.entries]
             assert [e.key for e in entries] == sorted(e.key for e in entries)
-            assert all(shard_of(e.key, SHARDS) == shard for e in entries)
+            assert all(shard_of(e.key, shards) == shard for e in entries)
             exported += len(entries)
         assert exported == len(source_scan)
         source_values = src.get_batch(keys)
     assert source_values == [model.get(k) for k in keys]
 
-    dest = start_kv_cluster(tmp_path / "dest", kv_type, ("broker-x",), mappedFileSizeCommitLog=RESTART_SEGMENT_BYTES)
+    dest = start_kv_cluster(tmp_path / "dest", mode, ("broker-x",), mappedFileSizeCommitLog=RESTART_SEGMENT_BYTES)
     try:
         with KVClient(dest.addr) as kv:
             assert full_scan(kv) == []

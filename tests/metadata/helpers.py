@@ -7,8 +7,9 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.metadata_store import MetadataStores, open_metadata_stores
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.store.config import StoreType
 
-BACKENDS = ("default", "defaultRocksDB")
+BACKENDS = tuple(StoreType)
 
 
 @dataclass
@@ -24,7 +25,7 @@ class Managers:
         self.stores.close()
 
 
-def open_managers(store_type: str, root: Path) -> Managers:
+def open_managers(store_type: StoreType, root: Path) -> Managers:
     stores = open_metadata_stores(store_type, root)
     m = Managers(stores, TopicConfigManager(stores.topics), SubscriptionGroupManager(stores.groups),
                  ConsumerOffsetManager(stores.offsets))

@@ -8,6 +8,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
+from broker.store.config import StoreType
 from common.topic_config import TopicConfig
 from tests.metadata.helpers import open_managers
 
@@ -17,7 +18,7 @@ IMPORTED = re.compile(r"metadata_imported from=\S+ to=\S+ topics=(\d+) groups=(\
 
 
 def write_json_store(root: Path) -> None:
-    m = open_managers("default", root)
+    m = open_managers(StoreType.DEFAULT, root)
     m.topics.update_many([TopicConfig(f"T{i}", 4, 4) for i in range(300)])
     m.topics.update(TopicConfig("Attr", 1, 2, perm=4, order=True, attributes={"queue.type": "BatchCQ"}))
     m.groups.update(SubscriptionGroupConfig("G1", retry_max_times=3))
@@ -37,7 +38,7 @@ def test_json_files_are_imported_once_then_renamed(tmp_path: Path, caplog: pytes
     config = tmp_path / "config"
     caplog.set_level(logging.INFO)
 
-    m = open_managers("defaultRocksDB", tmp_path)
+    m = open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)
     try:
         [line] = imported_lines(caplog)
         assert line.groups()[:3] == ("301", "2", "5")
@@ -58,11 +59,11 @@ def test_json_files_are_imported_once_then_renamed(tmp_path: Path, caplog: pytes
 
     # JSON mode writes the files again (say an operator switched back and forth): RocksDB holds the
     # metadata now, so they are ignored with a warning, neither imported nor renamed.
-    stale = open_managers("default", tmp_path)
+    stale = open_managers(StoreType.DEFAULT, tmp_path)
     stale.topics.update(TopicConfig("OnlyInJson"))
     stale.close()
     caplog.clear()
-    m = open_managers("defaultRocksDB", tmp_path)
+    m = open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)
     try:
         assert imported_lines(caplog) == []
         assert any("metadata_json_ignored" in r.getMessage() and "topics.json" in r.getMessage()
@@ -83,7 +84,7 @@ def test_an_interrupted_import_is_redone_from_scratch(tmp_path: Path, caplog: py
     db.put(b"t:Half", bytes(18))  # a half-imported topic (encoding version 0 would not even load)
     db.close()
     caplog.set_level(logging.INFO)
-    m = open_managers("defaultRocksDB", tmp_path)
+    m = open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)
     try:
         assert len(imported_lines(caplog)) == 1
         assert m.topics.select("Half") is None and len(m.topics.all_configs()) == 301
@@ -93,7 +94,7 @@ def test_an_interrupted_import_is_redone_from_scratch(tmp_path: Path, caplog: py
 
 def test_a_new_store_imports_nothing_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.INFO)
-    m = open_managers("defaultRocksDB", tmp_path)
+    m = open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)
     try:
         assert imported_lines(caplog) == []
         assert any("metadata_created" in r.getMessage() for r in caplog.records)
@@ -106,10 +107,10 @@ def test_a_corrupt_json_file_stops_the_import_and_imports_nothing(tmp_path: Path
     write_json_store(tmp_path)
     (tmp_path / "config" / "subscriptionGroup.json").write_text('{"groups": [{"group_name": "G", "bogus": 1}]}')
     with pytest.raises(OSError, match=r"subscriptionGroup\.json"):
-        open_managers("defaultRocksDB", tmp_path)
+        open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)
     assert (tmp_path / "config" / "topics.json").exists()  # nothing renamed
     (tmp_path / "config" / "subscriptionGroup.json").write_text('{"groups": []}')
-    m = open_managers("defaultRocksDB", tmp_path)  # fixed: the next start imports everything
+    m = open_managers(StoreType.DEFAULT_ROCKSDB, tmp_path)  # fixed: the next start imports everything
     try:
         assert len(m.topics.all_configs()) == 301 and m.groups.subscription_group_table == {}
     finally:

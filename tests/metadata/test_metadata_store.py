@@ -13,24 +13,25 @@ from broker.metadata.metadata_store import MetadataStore
 from broker.metadata.rocksdb_metadata_store import RocksDBMetadata, prefix_end
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.store.config import StoreType
 from common.topic_config import TopicConfig
 from tests.cluster import REPO
 from tests.metadata.helpers import BACKENDS, Managers, open_managers
 
 
 @pytest.fixture(params=BACKENDS)
-def store_type(request: pytest.FixtureRequest) -> str:
+def store_type(request: pytest.FixtureRequest) -> StoreType:
     return request.param
 
 
 @pytest.fixture
-def managers(store_type: str, tmp_path: Path) -> Iterator[Managers]:
+def managers(store_type: StoreType, tmp_path: Path) -> Iterator[Managers]:
     m = open_managers(store_type, tmp_path)
     yield m
     m.stores.close()
 
 
-def reopen(m: Managers, store_type: str, root: Path) -> Managers:
+def reopen(m: Managers, store_type: StoreType, root: Path) -> Managers:
     m.close()
     return open_managers(store_type, root)
 
@@ -40,7 +41,7 @@ def topics_of(m: Managers) -> dict[str, TopicConfig]:
 
 
 # -- topics ------------------------------------------------------------------------------------------------------
-def test_topics_survive_reopen(managers: Managers, store_type: str, tmp_path: Path):
+def test_topics_survive_reopen(managers: Managers, store_type: StoreType, tmp_path: Path):
     m = managers
     m.topics.update(TopicConfig("A", 4, 4))
     m.topics.update(TopicConfig("B", 2, 3, perm=2, topic_sys_flag=-7, order=True, attributes={"+k": "v", "x": ""}))
@@ -61,7 +62,7 @@ def test_topics_survive_reopen(managers: Managers, store_type: str, tmp_path: Pa
         m.stores.close()
 
 
-def test_loaded_topics_share_one_empty_attribute_map(managers: Managers, store_type: str, tmp_path: Path):
+def test_loaded_topics_share_one_empty_attribute_map(managers: Managers, store_type: StoreType, tmp_path: Path):
     managers.topics.update_many([TopicConfig(f"t{i}", attributes={}) for i in range(3)])
     m = reopen(managers, store_type, tmp_path)
     try:
@@ -74,7 +75,7 @@ def test_loaded_topics_share_one_empty_attribute_map(managers: Managers, store_t
         m.stores.close()
 
 
-def test_batch_is_validated_first_and_changes_nothing_when_one_is_bad(managers: Managers, store_type: str,
+def test_batch_is_validated_first_and_changes_nothing_when_one_is_bad(managers: Managers, store_type: StoreType,
                                                                       tmp_path: Path):
     m = managers
     m.topics.update(TopicConfig("keep", 1, 1))
@@ -134,7 +135,7 @@ def test_a_failed_write_leaves_the_table_as_it_was():
 
 
 # -- subscription groups -----------------------------------------------------------------------------------------
-def test_groups_survive_reopen(managers: Managers, store_type: str, tmp_path: Path):
+def test_groups_survive_reopen(managers: Managers, store_type: StoreType, tmp_path: Path):
     m = managers
     m.groups.update(SubscriptionGroupConfig("G1", consume_enable=False, retry_queue_nums=3, retry_max_times=5,
                                             broker_id=2))
@@ -151,7 +152,7 @@ def test_groups_survive_reopen(managers: Managers, store_type: str, tmp_path: Pa
 
 
 # -- offsets -----------------------------------------------------------------------------------------------------
-def test_offsets_survive_reopen_and_topic_delete_removes_only_that_topic(managers: Managers, store_type: str,
+def test_offsets_survive_reopen_and_topic_delete_removes_only_that_topic(managers: Managers, store_type: StoreType,
                                                                           tmp_path: Path):
     o = managers.offsets
     for topic in ("T", "T1", "T-2"):  # "T" is a prefix of the others' names: deleting it must spare them
@@ -179,9 +180,10 @@ KILL_CHILD = textwrap.dedent("""
     from pathlib import Path
     from broker.metadata.subscription_group_manager import SubscriptionGroupConfig
     from common.topic_config import TopicConfig
+    from broker.store.config import StoreType
     from tests.metadata.helpers import open_managers
 
-    m = open_managers(sys.argv[1], Path(sys.argv[2]))
+    m = open_managers(StoreType(sys.argv[1]), Path(sys.argv[2]))
     m.topics.update(TopicConfig("Killed", 3, 3))
     m.topics.update_many([TopicConfig(f"KB{i}") for i in range(100)])
     m.groups.update(SubscriptionGroupConfig("KG", retry_max_times=7))
@@ -192,7 +194,7 @@ KILL_CHILD = textwrap.dedent("""
 """)
 
 
-def test_changes_written_through_survive_a_kill(store_type: str, tmp_path: Path):
+def test_changes_written_through_survive_a_kill(store_type: StoreType, tmp_path: Path):
     """Topics and groups are on disk when the call returns in both backends; offsets only where the store
     writes through (RocksDB): the JSON backend keeps them for its timer, as it always did."""
     setup = open_managers(store_type, tmp_path)
@@ -207,7 +209,7 @@ def test_changes_written_through_survive_a_kill(store_type: str, tmp_path: Path)
         assert all(m.topics.select(f"KB{i}") is not None for i in range(100))
         assert m.groups.subscription_group_table["KG"].retry_max_times == 7
         written_through = m.stores.offsets.write_through
-        assert written_through == (store_type == "defaultRocksDB")
+        assert written_through == (store_type is StoreType.DEFAULT_ROCKSDB)
         expected = (1234, 5, -1) if written_through else (-1, -1, 1)
         assert (m.offsets.query_offset("KG", "Killed", 2), m.offsets.query_offset("KG", "Killed", 1),
                 m.offsets.query_offset("KG", "Gone", 0)) == expected

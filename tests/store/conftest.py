@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.store.message_store import MessageStore
 
 StoreFactory = Callable[..., MessageStore]
 
-STORE_TYPES = ("default", "defaultRocksDB")
+STORE_TYPES = tuple(StoreType)
 
 
 def store_config(root: Path, **overrides: object) -> MessageStoreConfig:
@@ -28,13 +28,13 @@ def store_config(root: Path, **overrides: object) -> MessageStoreConfig:
 
 
 @pytest.fixture(params=STORE_TYPES, ids=["files", "rocksdb"])
-def store_type(request: pytest.FixtureRequest) -> str:
+def store_type(request: pytest.FixtureRequest) -> StoreType:
     """The consume queue implementation (``storeType``): every store test runs against both."""
     return request.param
 
 
 @pytest.fixture
-def open_store(tmp_path: Path, store_type: str) -> Iterator[StoreFactory]:
+def open_store(tmp_path: Path, store_type: StoreType) -> Iterator[StoreFactory]:
     """Opens (and at the end shuts) stores on ``tmp_path / "store"``; reopen by calling again."""
     opened: list[MessageStore] = []
 

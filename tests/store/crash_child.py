@@ -22,7 +22,7 @@ import random
 import signal
 import sys
 
-from broker.store.config import FlushDiskType, MessageStoreConfig
+from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageStatus
 from common.message_properties import encode_properties
@@ -33,14 +33,15 @@ COMMIT_LOG_SEGMENT = 64 * 1024
 CONSUME_QUEUE_SEGMENT = 20 * 500
 
 
-def store_config(store_dir: str, checkpoint_interval_ms: int = 1000, store_type: str = "default") -> MessageStoreConfig:
+def store_config(store_dir: str, checkpoint_interval_ms: int = 1000,
+                 store_type: StoreType = StoreType.DEFAULT) -> MessageStoreConfig:
     return MessageStoreConfig(
         store_path_root_dir=store_dir,
         flush_disk_type=FlushDiskType.SYNC_FLUSH,
         mapped_file_size_commit_log=COMMIT_LOG_SEGMENT,
         mapped_file_size_consume_queue=CONSUME_QUEUE_SEGMENT,
         flush_interval_consume_queue_ms=checkpoint_interval_ms,
-        disk_max_used_space_ratio=95,  # a crowded disk must not expire what the test reads back
+        clean_file_forcibly_enable=False,  # a crowded disk must not delete what the test reads back
         store_type=store_type,
     )
 
@@ -58,12 +59,12 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=None, help="stop after this many acknowledged messages")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=1000,
                         help="how often dispatcher state and the flushed checkpoint are written")
-    parser.add_argument("--store-type", default="default", choices=("default", "defaultRocksDB"))
+    parser.add_argument("--store-type", type=StoreType, default=StoreType.DEFAULT, choices=list(StoreType))
     args = parser.parse_args()
 
     rng = random.Random(os.getpid())
     store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms, args.store_type))
-    if args.store_type == "defaultRocksDB":  # a RocksDB flush (and checkpoint) on every flush service run
+    if args.store_type is StoreType.DEFAULT_ROCKSDB:  # a RocksDB flush (and checkpoint) on every flush service run
         store.consume_queue_store.flush_interval_s = args.checkpoint_interval_ms / 1000
     ack_fd = os.open(args.ack_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     store.start()

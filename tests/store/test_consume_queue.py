@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.store.config import StoreType
 from broker.store.consume_queue.consume_queue_store import BoundaryType, CqUnit
 from broker.store.consume_queue.file_consume_queue import UNIT_SIZE
 from common.message_properties import encode_properties, tags_code
@@ -58,12 +59,12 @@ def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: 
     assert sum(len(v) for v in units.values()) == 600
     assert {u.tags_code for v in units.values() for u in v} == {0, tags_code("A"), tags_code("B")}
     times = None
-    if store_type == "defaultRocksDB":
+    if store_type is StoreType.DEFAULT_ROCKSDB:
         times = _store_times(store, units)
         assert times == {k: [store.commit_log.store_timestamp_at(u.physical_offset) for u in v]
                          for k, v in units.items()}
     store.shutdown()
-    if store_type == "default":
+    if store_type is StoreType.DEFAULT:
         cq_root = tmp_path / "store" / "consumequeue"
         original = _queue_bytes(cq_root)
         assert len(original) == 8 and all(original.values())
@@ -74,7 +75,7 @@ def test_rebuilt_consume_queue_is_identical(open_store: StoreFactory, tmp_path: 
     shutil.rmtree(cq_root)
     store = open_store()
     assert cq_root.is_dir()
-    if store_type == "default":
+    if store_type is StoreType.DEFAULT:
         assert _queue_bytes(cq_root) == original
     else:
         assert _store_times(store, units) == times

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.config import StoreType
 from broker.store.consume_queue.rocksdb_consume_queue_store import OFFSET, UNIT, open_db, read_durable_checkpoint
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
@@ -35,7 +36,7 @@ from tests.store.crash_child import CONSUME_QUEUE_SEGMENT, QUEUES, TOPIC, store_
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CQ_UNIT = struct.Struct(">qiq")
 START_TIMEOUT_S = 20.0
-ROCKSDB = "defaultRocksDB"
+ROCKSDB = StoreType.DEFAULT_ROCKSDB
 ROCKSDB_DIR = "consumequeue_rocksdb"
 
 Acks = dict[tuple[int, int], str]  # (queue id, queue offset) -> sha256 of the body

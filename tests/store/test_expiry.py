@@ -4,6 +4,7 @@ import os
 import time
 from pathlib import Path
 
+from broker.store.disk_usage_watcher import USAGE_FILE_ENV
 from broker.store.get_message_result import GetMessageStatus
 from common.message_codec import decode_record
 from tests.store.conftest import StoreFactory
@@ -66,14 +67,17 @@ def test_nothing_expires_before_its_time_or_outside_delete_hours(open_store: Sto
     assert store.delete_expired_files(ignore_delete_when=True) > 0
 
 
-def test_full_disk_deletes_oldest_at_once(open_store: StoreFactory, monkeypatch):
+def test_disk_above_clean_forcibly_ratio_deletes_oldest_at_once(open_store: StoreFactory, monkeypatch,
+                                                                 tmp_path: Path):
     hour = (time.localtime().tm_hour + 12) % 24
-    store = open_store(file_reserved_time_hours=1000, delete_when=f"{hour:02d}", disk_max_used_space_ratio=75)
+    store = open_store(file_reserved_time_hours=1000, delete_when=f"{hour:02d}")
     _fill(store, 200)
     before = store.commit_log.min_offset()
-    assert 0 < store.clean_service.disk_used_percent() < 100
+    assert 0 < store.disk_watcher.check().used_percent < 100
     assert store.delete_expired_files(ignore_delete_when=False) == 0
-    monkeypatch.setattr(store.clean_service, "disk_used_percent", lambda: 90.0)  # a disk we cannot really fill
+    usage_file = tmp_path / "disk-usage"
+    usage_file.write_text("87")  # above diskSpaceCleanForciblyRatio=85: a disk we cannot really fill
+    monkeypatch.setenv(USAGE_FILE_ENV, str(usage_file))
     assert store.delete_expired_files(ignore_delete_when=False) > 0
     assert store.commit_log.min_offset() > before
 

@@ -37,3 +37,15 @@ def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
     assert len(store.index_service._files) >= 3
     for i in (0, 63, 64, 199):
         assert len(store.query_message("RollK", f"k{i}")) == 1, i
+
+
+def test_properties_whose_names_end_like_keys_do_not_break_dispatch(open_store: StoreFactory):
+    """``MYKEYS``/``BIZ_UNIQ_KEY`` contain the needles ``KEYS\\x01``/``UNIQ_KEY\\x01`` but are other properties: the
+    index must skip them (it used to fail on them, which fail-stopped the store at every restart)."""
+    store = open_store()
+    props = encode_properties({"MYKEYS": "a b", "BIZ_UNIQ_KEY": "U1"})
+    r = store.put_messages("LookAlikeT", 0, [b"x"], [props])
+    assert store.wait_dispatched(r.append.end_offset, timeout_s=5)
+    assert store.running_flags.writeable
+    assert store.query_message("LookAlikeT", "a") == [] and store.query_message("LookAlikeT", "U1") == []
+    assert store.put_messages("LookAlikeT", 0, [b"y"], [b""]).ok

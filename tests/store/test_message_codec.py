@@ -33,7 +33,8 @@ def test_round_trip(topic, queue_id, body, props, queue_offset, physical_offset,
     assert (msg.topic, msg.queue_id, msg.body, msg.properties) == (topic, queue_id, body, props)
     assert (msg.queue_offset, msg.physical_offset, msg.store_timestamp) == (queue_offset, physical_offset, store_ts)
     assert msg.born_host == "10.1.2.3:4567" and msg.store_host == "127.0.0.1:10911"
-    assert parse_message_id(msg.msg_id) == ("127.0.0.1:10911", physical_offset)
+    assert parse_message_id(msg.offset_msg_id) == ("127.0.0.1:10911", physical_offset)
+    assert msg.msg_id == (msg.unique_key or msg.offset_msg_id)
     assert check_record(raw, 0, len(raw), physical_offset, verify_crc=True) == len(raw)
 
 

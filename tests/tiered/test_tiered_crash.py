@@ -12,7 +12,7 @@ import pytest
 
 from broker.tiered.file.flat_message_file import FlatMessageFile
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
-from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from client import Admin, Message, Producer, PullConsumer
 from client.errors import MQClientError
 from client.results import PullStatus
@@ -217,7 +217,8 @@ def tier_record(topic: str, queue_id: int, queue_offset: int, body: bytes, store
 
 def open_flat(root: Path, topic: str, queue_id: int) -> tuple[RocksDBTieredMetadataStore, FlatMessageFile]:
     metadata = RocksDBTieredMetadataStore(root / "metadata")
-    flat = FlatMessageFile(FileSegmentFactory("posix", root / "tier"), metadata, BROKER, topic, queue_id,
+    factory = FileSegmentFactory(TieredBackendServiceProvider.POSIX, root / "tier")
+    flat = FlatMessageFile(factory, metadata, BROKER, topic, queue_id,
                            commit_log_segment_size=4096, consume_queue_segment_size=28 * 16)
     queue = metadata.get_queue(topic, queue_id)
     flat.load(queue.min_offset if queue is not None else 0)

@@ -13,9 +13,11 @@ from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue.consume_queue_store import BoundaryType
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
+from broker.store.message_store_reader import MessageStoreReader
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
-from broker.tiered.provider.file_segment_factory import PROVIDERS
+from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
+from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.tiered.tiered_store import TieredStore
 from common.message_codec import decode_record
 
@@ -26,7 +28,8 @@ HOUR = 3600
 class Node:
     """A local store and its tiered store on ``root``, wired as the broker wires them."""
 
-    def __init__(self, root: Path, provider: str, group_commit_count: int = 1 << 20, level: str = "NOT_IN_DISK"):
+    def __init__(self, root: Path, provider: TieredBackendServiceProvider, group_commit_count: int = 1 << 20,
+                 level: TieredStorageLevel = TieredStorageLevel.NOT_IN_DISK):
         self.root = root
         config = BrokerConfig(store_path_root_dir=str(root), tiered_store_enable=True,
                               tiered_backend_service_provider=provider, tiered_storage_level=level,
@@ -36,7 +39,7 @@ class Node:
         self.local = MessageStore(MessageStoreConfig(
             str(root), mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 256,
             destroy_mapped_file_grace_ms=0, file_reserved_time_hours=1, delete_when="*",
-            disk_max_used_space_ratio=95, flush_interval_consume_queue_ms=3_600_000,
+            clean_file_forcibly_enable=False, flush_interval_consume_queue_ms=3_600_000,
             clean_resource_interval_ms=3_600_000, max_hash_slot_num=1024, max_index_num=4096))
         self.tiered = TieredStore(config, self.local)  # registers the uploader before the local store starts
         self.dispatcher = self.tiered.dispatcher
@@ -62,8 +65,8 @@ class Node:
         self.tiered.close()
 
 
-@pytest.fixture(params=PROVIDERS)
-def provider(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=list(TieredBackendServiceProvider))
+def provider(request: pytest.FixtureRequest) -> TieredBackendServiceProvider:
     return request.param
 
 
@@ -71,7 +74,7 @@ def provider(request: pytest.FixtureRequest) -> str:
 def nodes(tmp_path: Path):
     opened: list[Node] = []
 
-    def start(provider: str, **kwargs) -> Node:
+    def start(provider: TieredBackendServiceProvider, **kwargs) -> Node:
         node = Node(tmp_path / "store", provider, **kwargs)
         opened.append(node)
         return node
@@ -96,7 +99,7 @@ def tier_matches_local(node: Node, queue_id: int) -> int:
 
 
 # -- dispatcher ----------------------------------------------------------------------------------------------
-def test_checkpoint_is_the_oldest_record_not_yet_uploaded(nodes, provider: str):
+def test_checkpoint_is_the_oldest_record_not_yet_uploaded(nodes, provider: TieredBackendServiceProvider):
     node = nodes(provider, group_commit_count=3)
     d = node.dispatcher
     node.put(0, b"a0")
@@ -124,7 +127,7 @@ def test_checkpoint_is_the_oldest_record_not_yet_uploaded(nodes, provider: str):
     assert (d.uploaded_messages, d.uploaded_bytes) == (6, node.local.commit_log.max_offset())
 
 
-def test_local_segments_expire_only_below_the_tier_checkpoint(nodes, provider: str):
+def test_local_segments_expire_only_below_the_tier_checkpoint(nodes, provider: TieredBackendServiceProvider):
     node = nodes(provider)
     for i in range(300):
         node.put(i % 2, bytes([i % 256]) * 600)
@@ -141,7 +144,7 @@ def test_local_segments_expire_only_below_the_tier_checkpoint(nodes, provider: s
     assert node.local.min_offset(TOPIC, 0) > 0
 
 
-def test_replay_after_restart_skips_what_the_tier_has(nodes, provider: str):
+def test_replay_after_restart_skips_what_the_tier_has(nodes, provider: TieredBackendServiceProvider):
     node = nodes(provider)
     for i in range(10):
         node.put(i % 2, f"m{i}".encode() * 30)
@@ -163,7 +166,7 @@ def test_replay_after_restart_skips_what_the_tier_has(nodes, provider: str):
     assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (7, 7)
 
 
-def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: str):
+def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: TieredBackendServiceProvider):
     node = nodes(provider, group_commit_count=3)
     _, first = node.put(1, b"q1-0")  # queue 1's oldest record sits below queue 0's
     for i in range(3):
@@ -188,7 +191,7 @@ def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: 
 
 # -- the read facade -----------------------------------------------------------------------------------------
 @pytest.fixture
-def expired_node(nodes, provider: str) -> Node:
+def expired_node(nodes, provider: TieredBackendServiceProvider) -> Node:
     """600 messages over 2 queues, all in the tier; the oldest two local commitlog segments deleted."""
     node = nodes(provider)
     for i in range(600):
@@ -224,7 +227,7 @@ def local_position(node: Node, queue_id: int, q: int) -> int:
 def test_not_in_disk_reads_from_the_tier_only_what_the_local_store_lost(expired_node: Node):
     node = expired_node
     store = node.tiered.store
-    assert store.level == "NOT_IN_DISK"
+    assert store.level is TieredStorageLevel.NOT_IN_DISK
     local_min = node.local.min_offset(TOPIC, 0)
     assert store.min_offset(TOPIC, 0) == 0 and store.max_offset(TOPIC, 0) == 300
     status, nxt, got, tier = reads(store, 0, 0, 4)
@@ -242,7 +245,7 @@ def test_not_in_disk_reads_from_the_tier_only_what_the_local_store_lost(expired_
 
 def test_disable_never_reads_the_tier(expired_node: Node):
     node = expired_node
-    store = TieredMessageStore(node.local, node.tiered.flat_files, "DISABLE")
+    store = TieredMessageStore(node.local, node.tiered.flat_files, TieredStorageLevel.DISABLE)
     local_min = node.local.min_offset(TOPIC, 1)
     assert store.min_offset(TOPIC, 1) == local_min
     status, nxt, got, tier = reads(store, 1, 0, 4)
@@ -256,7 +259,7 @@ def test_disable_never_reads_the_tier(expired_node: Node):
 
 def test_force_reads_the_tier_whenever_it_has_the_offset(expired_node: Node):
     node = expired_node
-    store = TieredMessageStore(node.local, node.tiered.flat_files, "FORCE")
+    store = TieredMessageStore(node.local, node.tiered.flat_files, TieredStorageLevel.FORCE)
     local_min = node.local.min_offset(TOPIC, 0)
     status, nxt, got, tier = reads(store, 0, local_min - 2, 10)  # not cut at the local min
     assert (status, nxt, tier) == (GetMessageStatus.FOUND, local_min + 8, 10)
@@ -270,7 +273,7 @@ def test_force_reads_the_tier_whenever_it_has_the_offset(expired_node: Node):
 
 def test_not_in_mem_reads_the_tier_for_old_local_segments(expired_node: Node):
     node = expired_node
-    store = TieredMessageStore(node.local, node.tiered.flat_files, "NOT_IN_MEM")
+    store = TieredMessageStore(node.local, node.tiered.flat_files, TieredStorageLevel.NOT_IN_MEM)
     mfq = node.local.commit_log.mapped_file_queue
     newest = mfq.last().file_from_offset
     size = node.local.commit_log.mapped_file_size
@@ -283,3 +286,19 @@ def test_not_in_mem_reads_the_tier_for_old_local_segments(expired_node: Node):
     assert (got, tier) == ([(old[0], tier_position(node, 0, old[0]))], 1)
     _, _, got, tier = reads(store, 0, hot[0], 1)
     assert (got, tier) == ([(hot[0], local_position(node, 0, hot[0]))], 0)
+
+
+def test_facade_is_a_reader_only_and_looks_up_by_id_and_key_locally(expired_node: Node):
+    node = expired_node
+    store = node.tiered.store
+    assert isinstance(store, MessageStoreReader) and isinstance(node.local, MessageStoreReader)
+    for local_only in ("put_messages", "commit_log", "reput", "consume_queue_store", "start", "shutdown"):
+        assert not hasattr(store, local_only), local_only  # the local store's: reached as ``store.local``
+    local_min = node.local.min_offset(TOPIC, 0)
+    kept = local_position(node, 0, local_min)
+    assert store.select_one_message_by_offset(kept) == node.local.select_one_message_by_offset(kept) is not None
+    assert store.look_message_by_offset(kept).queue_offset == local_min
+    oldest = decode_record(store.get_message(TOPIC, 0, 0, 1).messages[0])  # served by the tier
+    assert oldest.queue_offset == 0 and oldest.physical_offset < node.local.commit_log.min_offset()
+    assert store.select_one_message_by_offset(oldest.physical_offset) is None  # by id: the local commitlog only
+    assert store.last_store_timestamp(TOPIC, 0) == node.local.last_store_timestamp(TOPIC, 0) > 0

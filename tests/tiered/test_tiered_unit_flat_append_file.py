@@ -9,7 +9,7 @@ from broker.tiered.file.flat_append_file import FlatAppendFile
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
-from broker.tiered.provider.file_segment_factory import PROVIDERS, FileSegmentFactory, segment_path
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider, segment_path
 
 CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
 Open = Callable[..., FlatAppendFile]
@@ -19,7 +19,7 @@ class Env:
     """A backend and a metadata store on a temp dir; ``restart`` reopens the metadata store (RocksDB) as a
     new process would, keeping the backend's objects (memory objects live as long as this process)."""
 
-    def __init__(self, provider: str, tmp_path: Path) -> None:
+    def __init__(self, provider: TieredBackendServiceProvider, tmp_path: Path) -> None:
         self.factory = FileSegmentFactory(provider, tmp_path / "tier")
         self.meta_root = tmp_path / "meta"
         self.metadata = RocksDBTieredMetadataStore(self.meta_root)
@@ -38,7 +38,7 @@ class Env:
         return list(self.metadata.iterate_segments("T", 0, file_type))
 
 
-@pytest.fixture(params=PROVIDERS)
+@pytest.fixture(params=list(TieredBackendServiceProvider))
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     e = Env(request.param, tmp_path)
     yield e

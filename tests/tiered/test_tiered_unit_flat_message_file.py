@@ -11,7 +11,7 @@ from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
-from broker.tiered.provider.file_segment_factory import PROVIDERS, FileSegmentFactory
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from common.message_codec import decode_record, encode_record
 
 TOPIC = "TierT"
@@ -20,7 +20,7 @@ CQ_SIZE = UNIT * 8
 
 
 class Env:
-    def __init__(self, provider: str, tmp_path: Path) -> None:
+    def __init__(self, provider: TieredBackendServiceProvider, tmp_path: Path) -> None:
         self.factory = FileSegmentFactory(provider, tmp_path / "tier")
         self.meta_root = tmp_path / "meta"
         self.metadata = RocksDBTieredMetadataStore(self.meta_root)
@@ -35,7 +35,7 @@ class Env:
         self.metadata = RocksDBTieredMetadataStore(self.meta_root)
 
 
-@pytest.fixture(params=PROVIDERS)
+@pytest.fixture(params=list(TieredBackendServiceProvider))
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     e = Env(request.param, tmp_path)
     yield e

@@ -14,14 +14,14 @@ from broker.tiered.metadata.tiered_metadata_store import (
     TopicMetadata,
 )
 from broker.tiered.provider.file_segment import FileSegmentType
-from broker.tiered.provider.file_segment_factory import PROVIDERS, FileSegmentFactory, segment_path
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider, segment_path
 from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 from broker.tiered.provider.posix_file_segment import PosixFileSegment
 
 CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
 
 
-@pytest.fixture(params=PROVIDERS)
+@pytest.fixture(params=list(TieredBackendServiceProvider))
 def factory(request: pytest.FixtureRequest, tmp_path: Path) -> FileSegmentFactory:
     return FileSegmentFactory(request.param, tmp_path / "tier")
 
@@ -47,7 +47,8 @@ def test_segment_path_names_the_queue_type_and_base_offset():
 
 def test_factory_builds_the_configured_backend(factory: FileSegmentFactory):
     s = factory.open("b/T/0/commitlog/00000000000000000000")
-    assert isinstance(s, MemoryFileSegment if factory.provider == "memory" else PosixFileSegment)
+    memory = factory.provider is TieredBackendServiceProvider.MEMORY
+    assert isinstance(s, MemoryFileSegment if memory else PosixFileSegment)
     assert s.path == "b/T/0/commitlog/00000000000000000000"
 
 
@@ -63,7 +64,7 @@ def test_segment_write_read_and_real_size(factory: FileSegmentFactory):
     assert s.read(11, 5) == b"" and s.read(50, 5) == b""
     again = factory.open(s.path)  # another handle on the same object sees the same bytes
     assert (again.real_size(), again.read(0, 5)) == (11, b"hello")
-    if factory.provider == "posix":
+    if factory.provider is TieredBackendServiceProvider.POSIX:
         assert (factory.root / s.path).read_bytes() == b"hello world"
 
 

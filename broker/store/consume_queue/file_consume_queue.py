@@ -21,16 +21,20 @@ class FileConsumeQueue:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def load(self) -> None:
-        """Find the written extent: units are never all-zero (size > 0), unwritten space is."""
+        """Find the written extent: units are never all-zero (size > 0), unwritten space is. Read with read(),
+        not through the mapping: on tmpfs a mapping's read of a hole allocates a page (all of a mostly empty
+        file, at every start), and on a full tmpfs it is SIGBUS."""
         mfq = self.mapped_file_queue
         mfq.load()
         files = mfq.files
         if not files:
             return
         last = files[-1]
-        used = len(last.mm[:].rstrip(b"\x00"))
+        last_bytes = last.path.read_bytes()
+        used = len(last_bytes.rstrip(b"\x00"))
         last.wrote_position = last.flushed_position = -(-used // UNIT_SIZE) * UNIT_SIZE
-        head = files[0].mm[: files[0].wrote_position]
+        first = files[0]
+        head = (last_bytes if first is last else first.path.read_bytes())[: first.wrote_position]
         lead = (len(head) - len(head.lstrip(b"\x00"))) // UNIT_SIZE * UNIT_SIZE
         self.min_offset = (files[0].file_from_offset + lead) // UNIT_SIZE
 
@@ -68,7 +72,13 @@ class FileConsumeQueue:
         while view:
             segment = mfq.last_writable()
             n = min(segment.remaining, len(view))
-            segment.append(view[:n])
+            try:
+                segment.append(view[:n])
+            except OSError:
+                # A full disk may have taken part of a unit past the written end; zero it, or the next start
+                # (which finds the end by the first zero bytes) would take it for a unit.
+                segment.truncate_to(segment.wrote_position)
+                raise
             view = view[n:]
 
     def read_units(self, offset: int, max_count: int) -> list[CqUnit]:

@@ -73,10 +73,14 @@ class FileConsumeQueueStore(ConsumeQueueStore):
     def flush(self) -> None:
         dispatched = self._dispatched_offset  # everything below it is in the files we flush now
         dirty, self._dirty = self._dirty, set()
-        for key in dirty:
-            cq = self._queues.get(key)
-            if cq is not None:
-                cq.flush()
+        try:
+            for key in dirty:
+                cq = self._queues.get(key)
+                if cq is not None:
+                    cq.flush()
+        except OSError:
+            self._dirty |= dirty  # flushed again next time: the checkpoint must not pass unflushed units
+            raise
         if dispatched > self._checkpoint:
             self._checkpoint_file.write(dispatched)
             self._checkpoint = dispatched

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
+from broker.rocksdb_raw import raw_items, unlogged_write_options
 from broker.store.consume_queue.consume_queue_store import (
     BoundaryType,
     ConsumeQueueStore,
@@ -113,8 +114,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         self.flush_interval_s = flush_interval_s
         self.flush_bytes = flush_bytes
         self._db: Rdict | None = None
-        self._write_options = WriteOptions()
-        self._write_options.disable_wal = True
+        self._write_options = unlogged_write_options()
         self._queues: dict[QueueKey, _Queue] = {}
         self._dispatched_offset = 0
         self._checkpoint = 0
@@ -138,7 +138,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         read_options = ReadOptions()
         read_options.set_iterate_upper_bound(bytes([META_PREFIX[0] + 1]))
         queues = {}
-        for key, value in db.items(from_key=META_PREFIX, read_opt=read_options):
+        for key, value in raw_items(db, from_key=META_PREFIX, read_opt=read_options):
             topic, queue_id = key[1:-5].decode(), QUEUE_ID.unpack_from(key, len(key) - 4)[0]
             low, high = META.unpack(value)
             queues[(topic, queue_id)] = _Queue(topic, queue_id, low, high)
@@ -247,7 +247,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
                 new_high = high
                 if low < high:
                     stop = queue.prefix + OFFSET.pack(low)
-                    for key, value in db.items(backwards=True, from_key=queue.prefix + OFFSET.pack(high - 1)):
+                    for key, value in raw_items(db, backwards=True, from_key=queue.prefix + OFFSET.pack(high - 1)):
                         if key < stop or UNIT.unpack(value)[0] < commit_log_end:
                             break
                         new_high -= 1
@@ -295,7 +295,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         read_options.set_iterate_upper_bound(prefix + OFFSET.pack(end))
         keys: list[bytes] = []
         values: list[bytes] = []
-        for key, value in self.db.items(from_key=start_key, read_opt=read_options):
+        for key, value in raw_items(self.db, from_key=start_key, read_opt=read_options):
             keys.append(key)
             values.append(value)
         # Keys are unique within [offset, end): they are contiguous if the first and the last are where

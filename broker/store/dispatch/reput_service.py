@@ -1,4 +1,8 @@
-"""Reput: reads the commitlog from the lowest dispatcher checkpoint and feeds the dispatch chain."""
+"""Reput: reads the commitlog from the lowest dispatcher checkpoint and feeds the dispatch chain.
+
+A failure while parsing or dispatching (a broken invariant: a record that is not where it should be, a
+dispatcher that cannot apply) fail-stops the store instead of being retried forever: writes that nobody could
+dispatch would otherwise keep being acknowledged. A restart recovers and replays from the checkpoints."""
 
 import logging
 import mmap
@@ -10,6 +14,8 @@ from collections.abc import Callable
 from broker.store.commit_log import CommitLog
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.store.fault_points import check_dispatch
+from broker.store.running_flags import RunningFlags
 from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
 from common.message_properties import TAGS_NEEDLE, find_property
 
@@ -51,10 +57,13 @@ def parse_records(
 
 
 class ReputMessageService(threading.Thread):
-    def __init__(self, commit_log: CommitLog, dispatchers: list[CommitLogDispatcher]) -> None:
+    def __init__(self, commit_log: CommitLog, dispatchers: list[CommitLogDispatcher],
+                 running_flags: RunningFlags) -> None:
         super().__init__(name="reput", daemon=True)
         self.commit_log = commit_log
         self.dispatchers = dispatchers
+        self.running_flags = running_flags
+        self.failed = False
         self.reput_from_offset = 0
         self.arrival_listeners: list[ArrivalListener] = []
         self._wakeup = threading.Event()
@@ -71,7 +80,13 @@ class ReputMessageService(threading.Thread):
         """Dispatch everything up to the confirm offset; returns how many records were dispatched. One pass at
         a time: shutdown runs a last pass from its own thread while the reput thread may still be in one."""
         with self._pass_lock:
-            return self._do_reput()
+            if self.failed:
+                return 0
+            try:
+                return self._do_reput()
+            except Exception as exc:
+                self._fail(exc)
+                raise
 
     def _do_reput(self) -> int:
         count = 0
@@ -95,7 +110,15 @@ class ReputMessageService(threading.Thread):
             count += len(requests)
         return count
 
+    def _fail(self, exc: Exception) -> None:
+        log.exception("reput_failed offset=%d", self.reput_from_offset)
+        with self._progress:
+            self.failed = True
+            self._progress.notify_all()
+        self.running_flags.fail_stop(f"dispatch failed at commitlog offset {self.reput_from_offset}: {exc!r}")
+
     def _dispatch(self, requests: list[DispatchRequest], end: int) -> None:
+        check_dispatch(self.reput_from_offset)
         for dispatcher in self.dispatchers:
             dispatcher.dispatch(requests, end)
         with self._progress:
@@ -106,12 +129,12 @@ class ReputMessageService(threading.Thread):
                 listener(requests)
 
     def wait_dispatched(self, offset: int, timeout_s: float) -> bool:
-        """Block until every record below ``offset`` was dispatched; False on timeout."""
+        """Block until every record below ``offset`` was dispatched; False on timeout or failure."""
         deadline = time.monotonic() + timeout_s
         with self._progress:
             while self.reput_from_offset < offset:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self.failed:
                     return False
                 self._progress.wait(left)
         return True
@@ -123,8 +146,7 @@ class ReputMessageService(threading.Thread):
             try:
                 self.do_reput()
             except Exception:
-                log.exception("reput_failed offset=%d", self.reput_from_offset)
-                time.sleep(0.1)
+                return  # fail-stopped (logged once); nothing more is dispatched until a restart
 
     def shutdown(self) -> None:
         self._stopped.set()

@@ -4,6 +4,11 @@ Layout: a 40-byte header (begin/end store time in ms, begin/end commitlog offset
 count), ``slot_num`` 4-byte slots holding the newest entry of their chain, then ``index_num`` 20-byte
 entries (key hash, commitlog offset, seconds since begin, previous entry). Entry 0 means "none".
 Hash collisions are expected: callers check the message itself.
+
+Entries are written through the mapping, so every block is allocated (``posix_fallocate``) before it is
+written: a write fault on a block the file system cannot allocate kills the process with SIGBUS, where
+``posix_fallocate`` says ENOSPC (an OSError: the dispatch fails and the store fail-stops, see ``running_flags``).
+The header and slots are allocated when the file is created, the entries ``RESERVE_STEP`` bytes at a time.
 """
 
 import mmap
@@ -17,6 +22,7 @@ SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
 HEADER_SIZE = HEADER.size
 ENTRY_SIZE = ENTRY.size
+RESERVE_STEP = 1 << 20  # bytes of entries allocated at once
 
 
 def key_hash(key: str) -> int:
@@ -28,18 +34,43 @@ class IndexFile:
         self.path = path
         self.slot_num = slot_num
         self.index_num = index_num
-        size = HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
+        self._entries_at = HEADER_SIZE + slot_num * SLOT.size
+        self._allocated = 0  # bytes from the start known to be allocated (a loaded file: checked when written)
+        self._size = self._entries_at + index_num * ENTRY_SIZE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size == 0:
-                os.ftruncate(fd, size)
-            self.mm = mmap.mmap(fd, os.fstat(fd).st_size)
+                self._create(fd)
+            self._size = os.fstat(fd).st_size
+            self.mm = mmap.mmap(fd, self._size)
         finally:
             os.close(fd)
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          _slots, self.index_count) = HEADER.unpack_from(self.mm, 0)
         self.index_count = max(self.index_count, 1)
-        self._entries_at = HEADER_SIZE + slot_num * SLOT.size
+
+    def _create(self, fd: int) -> None:
+        """Size a new file and allocate its header and slots; on a full disk remove it and raise."""
+        try:
+            os.ftruncate(fd, self._size)
+            self._reserve(fd, self._entries_at + ENTRY_SIZE)
+        except OSError:
+            self.path.unlink(missing_ok=True)
+            raise
+
+    def _reserve(self, fd: int | None, end: int) -> None:
+        """Allocate blocks up to ``end`` (rounded up by RESERVE_STEP) before anything is written there."""
+        if end <= self._allocated:
+            return
+        end = min(max(end, self._allocated + RESERVE_STEP), self._size)
+        own = fd is None
+        fd = os.open(self.path, os.O_RDWR) if fd is None else fd
+        try:
+            os.posix_fallocate(fd, self._allocated, end - self._allocated)
+        finally:
+            if own:
+                os.close(fd)
+        self._allocated = end
 
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
@@ -54,6 +85,7 @@ class IndexFile:
         mm, slot_num, count, begin = self.mm, self.slot_num, self.index_count, self.begin_timestamp
         slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         room = self.index_num - count
+        self._reserve(None, self._entries_at + (count + min(room, len(entries))) * ENTRY_SIZE)
         crc32 = zlib.crc32
         for key, physical_offset, store_ts in entries[:room]:
             h = crc32(key.encode()) & 0x7FFFFFFF
@@ -70,6 +102,7 @@ class IndexFile:
 
     def set_end(self, end_phy_offset: int) -> None:
         """Record progress: every record below ``end_phy_offset`` has been indexed (or had no key)."""
+        self._reserve(None, HEADER_SIZE)
         self.end_phy_offset = end_phy_offset
         HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                          self.end_phy_offset, self.slot_num, self.index_count)

@@ -55,13 +55,15 @@ class IndexService(CommitLogDispatcher):
             for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
                 if physical_offset < done or not props:
                     continue  # already indexed before a restart, or nothing to index
-                if KEYS_NEEDLE in props:
-                    for key in find_property(props, KEYS_NEEDLE).decode().split(KEY_SEPARATOR):
+                # The needle can also end a longer name ("MYKEYS"): find_property then finds no KEYS property.
+                keys = find_property(props, KEYS_NEEDLE) if KEYS_NEEDLE in props else None
+                if keys is not None:
+                    for key in keys.decode().split(KEY_SEPARATOR):
                         if key:
                             entries.append((f"{topic}#{key}", physical_offset, store_ts))
-                if UNIQUE_KEY_NEEDLE in props:
-                    entries.append((f"{topic}#{find_property(props, UNIQUE_KEY_NEEDLE).decode()}", physical_offset,
-                                    store_ts))
+                unique_key = find_property(props, UNIQUE_KEY_NEEDLE) if UNIQUE_KEY_NEEDLE in props else None
+                if unique_key is not None:
+                    entries.append((f"{topic}#{unique_key.decode()}", physical_offset, store_ts))
             while entries:
                 entries = self._writable().put_batch(entries)
             if end_offset > done:

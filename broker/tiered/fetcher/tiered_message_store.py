@@ -7,49 +7,61 @@ served from the tier by ``tieredStorageLevel``:
   longer in the page cache);
 - FORCE: from the tier whenever it has the offset.
 
-The queue's min offset is the lower of the two tiers'; its max is the local one (the tier lags behind it);
-search by time looks in the tier for what is older than the local queue. Everything else is the local store's.
+Which reads may come from the tier (the :class:`MessageStoreReader` methods):
+
+- ``get_message``: by the level above;
+- ``min_offset``: the lower of the two tiers' (unless DISABLE);
+- ``offset_by_time``: looks in the tier for what is older than the local queue (unless DISABLE).
+
+Which are the local store's alone:
+
+- ``max_offset`` and ``last_store_timestamp``: the tier only ever lags behind the local queue;
+- lookup by message id (``select_one_message_by_offset``, ``look_message_by_offset``) and by key
+  (``query_message_records``): they read only the local commitlog and index today, so a message whose local
+  segment expired is not found that way even when the tier still has it.
+
+Writes, lifecycle and the store's internals (commitlog, reput, consume queue store) are not here: they are the
+local :class:`MessageStore`'s (``self.local``, and the broker controller's ``local_store``).
 """
 
 import logging
-from typing import Any
 
 from broker.store.consume_queue.consume_queue_store import BoundaryType
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.message_store import MessageStore
+from broker.store.message_store_reader import DEFAULT_MAX_TOTAL_BYTES, MessageStoreReader
 from broker.tiered.file.flat_file_store import FlatFileStore
+from broker.tiered.tiered_storage_level import TieredStorageLevel
+from common.message import MessageExt
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("DISABLE", "NOT_IN_DISK", "NOT_IN_MEM", "FORCE")
 HOT_SEGMENTS = 2
 
 
-class TieredMessageStore:
-    def __init__(self, local: MessageStore, flat_files: FlatFileStore, level: str) -> None:
-        assert level in LEVELS, level
+class TieredMessageStore(MessageStoreReader):
+    def __init__(self, local: MessageStore, flat_files: FlatFileStore, level: TieredStorageLevel) -> None:
+        if not isinstance(level, TieredStorageLevel):  # parsed once (broker.conf)
+            raise TypeError(f"TieredStorageLevel member expected, got {level!r}")
         self.local = local
         self.flat_files = flat_files
         self.level = level
         self.tier_reads = 0
 
-    def __getattr__(self, name: str) -> Any:  # everything not about reading a queue is the local store's
-        return getattr(self.local, name)
-
     # -- which tier ----------------------------------------------------------------------------------
     def _from_tier(self, topic: str, queue_id: int, offset: int) -> bool:
-        if self.level == "DISABLE":
+        if self.level is TieredStorageLevel.DISABLE:
             return False
         flat = self.flat_files.get(topic, queue_id)
         if flat is None or not flat.min_offset <= offset < flat.max_offset:
             return False
         local = self.local
-        if self.level == "FORCE" or offset < local.min_offset(topic, queue_id):
+        if self.level is TieredStorageLevel.FORCE or offset < local.min_offset(topic, queue_id):
             return True
         units = local.consume_queue_store.read_units(topic, queue_id, offset, 1)
         if not units or units[0].physical_offset < local.commit_log.min_offset():
             return True  # its commitlog segment expired before the consume queue's min caught up
-        if self.level == "NOT_IN_MEM":
+        if self.level is TieredStorageLevel.NOT_IN_MEM:
             mfq = local.commit_log.mapped_file_queue
             segment, newest = mfq.find(units[0].physical_offset), mfq.last()
             if segment is not None and newest is not None:
@@ -57,13 +69,15 @@ class TieredMessageStore:
                 return newest.file_from_offset - segment.file_from_offset >= hot_bytes
         return False
 
-    # -- the read API ---------------------------------------------------------------------------------
+    # -- reads the tier may serve --------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    max_total_bytes: int = 4 * 1024 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
+                    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
+                    tags_codes: set[int] | None = None) -> GetMessageResult:
         flat = self.flat_files.get(topic, queue_id)
         if not self._from_tier(topic, queue_id, offset):
             result = self.local.get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes)
-            in_tier = flat is not None and flat.min_offset <= offset < flat.max_offset and self.level != "DISABLE"
+            in_tier = (flat is not None and flat.min_offset <= offset < flat.max_offset
+                       and self.level is not TieredStorageLevel.DISABLE)
             if result.messages or not in_tier or (result.status is GetMessageStatus.NO_MATCHED_MESSAGE and tags_codes):
                 result.min_offset = self.min_offset(topic, queue_id)
                 if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # below both tiers: the lower min
@@ -73,8 +87,8 @@ class TieredMessageStore:
         assert flat is not None
         local_min = self.local.min_offset(topic, queue_id)
         # NOT_IN_DISK stops where the local store takes over; the other levels prefer the tier for all it has
-        limit = min(max_msg_nums, local_min - offset) if self.level == "NOT_IN_DISK" and offset < local_min \
-            else max_msg_nums
+        stop_at_local = self.level is TieredStorageLevel.NOT_IN_DISK and offset < local_min
+        limit = min(max_msg_nums, local_min - offset) if stop_at_local else max_msg_nums
         messages, total, next_offset = flat.messages(offset, limit, max_total_bytes, tags_codes)
         self.tier_reads += len(messages)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
@@ -84,19 +98,18 @@ class TieredMessageStore:
     def min_offset(self, topic: str, queue_id: int) -> int:
         local = self.local.min_offset(topic, queue_id)
         flat = self.flat_files.get(topic, queue_id)
-        if self.level == "DISABLE" or flat is None or flat.max_offset <= flat.min_offset:
+        if self.level is TieredStorageLevel.DISABLE or flat is None or flat.max_offset <= flat.min_offset:
             return local
         return min(local, flat.min_offset)
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self.local.max_offset(topic, queue_id)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
                        boundary: BoundaryType = BoundaryType.LOWER) -> int:
         local = self.local.offset_by_time(topic, queue_id, timestamp, boundary)
         flat = self.flat_files.get(topic, queue_id)
         local_min = self.local.min_offset(topic, queue_id)
-        if self.level == "DISABLE" or flat is None or not flat.min_offset < min(local_min, flat.max_offset):
+        if self.level is TieredStorageLevel.DISABLE or flat is None:
+            return local
+        if not flat.min_offset < min(local_min, flat.max_offset):  # nothing in the tier older than the local queue
             return local
         tier = flat.offset_by_time(timestamp, boundary)
         if boundary is BoundaryType.LOWER:
@@ -109,3 +122,20 @@ class TieredMessageStore:
     def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
         units = self.local.consume_queue_store.read_units(topic, queue_id, offset, 1)
         return self.local.commit_log.store_timestamp_at(units[0].physical_offset) if units else -1
+
+    # -- reads the local store alone serves ----------------------------------------------------------
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.local.max_offset(topic, queue_id)
+
+    def last_store_timestamp(self, topic: str, queue_id: int) -> int:
+        return self.local.last_store_timestamp(topic, queue_id)
+
+    def select_one_message_by_offset(self, physical_offset: int) -> bytes | None:
+        return self.local.select_one_message_by_offset(physical_offset)
+
+    def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
+        return self.local.look_message_by_offset(physical_offset)
+
+    def query_message_records(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                              end_ms: int = 2**62) -> list[bytes]:
+        return self.local.query_message_records(topic, key, max_num, begin_ms, end_ms)

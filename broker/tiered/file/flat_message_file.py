@@ -131,7 +131,8 @@ class FlatMessageFile:
         units = self.units(queue_offset, max_nums)
         if not units:
             return [], 0, queue_offset
-        picked, total, next_offset = [], 0, queue_offset
+        picked: list[tuple[int, int]] = []  # (commitlog position, size)
+        total, next_offset = 0, queue_offset
         for position, size, tags_code, _ in units:
             if picked and (total + size > max_bytes or position + size - picked[0][0] > MAX_READ_BYTES):
                 break

@@ -1,10 +1,16 @@
 """Builds segments for the configured backend (``tieredBackendServiceProvider``)."""
 
+from enum import StrEnum
 from pathlib import Path
 
 from broker.tiered.provider.file_segment import FileSegment, FileSegmentType
 
-PROVIDERS = ("posix", "memory")
+
+class TieredBackendServiceProvider(StrEnum):
+    """``tieredBackendServiceProvider``: where the tier's objects live."""
+
+    POSIX = "posix"  # files under ``tieredStoreFilePath`` (the Spark jobs read and write these)
+    MEMORY = "memory"  # process memory: for tests, gone on restart
 
 
 def segment_path(broker_name: str, topic: str, queue_id: int, file_type: FileSegmentType, base_offset: int) -> str:
@@ -14,13 +20,14 @@ def segment_path(broker_name: str, topic: str, queue_id: int, file_type: FileSeg
 
 
 class FileSegmentFactory:
-    def __init__(self, provider: str, root: Path) -> None:
-        assert provider in PROVIDERS, provider
+    def __init__(self, provider: TieredBackendServiceProvider, root: Path) -> None:
+        if not isinstance(provider, TieredBackendServiceProvider):  # parsed once (broker.conf)
+            raise TypeError(f"TieredBackendServiceProvider member expected, got {provider!r}")
         self.provider = provider
         self.root = root
 
     def open(self, path: str) -> FileSegment:
-        if self.provider == "memory":
+        if self.provider is TieredBackendServiceProvider.MEMORY:
             from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 
             return MemoryFileSegment(str(self.root), path)

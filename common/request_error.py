@@ -1,4 +1,4 @@
-"""A malformed request: the servicer turns it into gRPC INVALID_ARGUMENT with this message."""
+"""A malformed request: the RPC boundary turns it into gRPC INVALID_ARGUMENT with this message."""
 
 
 class RequestError(ValueError):

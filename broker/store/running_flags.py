@@ -1,0 +1,52 @@
+"""Whether the store may take writes, and why not (RocketMQ's ``RunningFlags``).
+
+Two kinds of refusal:
+- fail-stop: a dispatcher invariant broke or an fsync failed, so the store can no longer promise what it would
+  acknowledge. It is never cleared while the process lives (after a failed fsync Linux may report success for
+  pages it already dropped, so retrying proves nothing); a restart recovers from the commitlog.
+- disk pressure: set and cleared by the disk watcher as usage crosses the refusal level.
+Reads never consult these flags: a fenced store still serves everything it holds.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class RunningFlags:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.fail_stop_reason: str | None = None
+        self.disk_full_reason: str | None = None
+        self._fail_stop_listeners: list[Callable[[str], None]] = []
+
+    def on_fail_stop(self, listener: Callable[[str], None]) -> None:
+        """Called once, from the failing thread, when the store fail-stops (e.g. to fail waiting writers)."""
+        self._fail_stop_listeners.append(listener)
+
+    def fail_stop(self, reason: str) -> None:
+        """Stop taking writes for the rest of the process's life; the first reason wins and is logged once."""
+        with self._lock:
+            if self.fail_stop_reason is not None:
+                return
+            self.fail_stop_reason = reason
+        log.error("store_fail_stop reason=%r action='writes refused until restart; restart recovers from the "
+                  "commitlog'", reason)
+        for listener in self._fail_stop_listeners:
+            listener(reason)
+
+    def set_disk_full(self, reason: str | None) -> None:
+        """``reason`` refuses writes for disk pressure; None takes writes again."""
+        self.disk_full_reason = reason
+
+    @property
+    def writeable(self) -> bool:
+        return self.fail_stop_reason is None and self.disk_full_reason is None
+
+    def write_refusal(self) -> str | None:
+        """Why a write is refused now (the text a writer sees), or None when writes are taken."""
+        if self.fail_stop_reason is not None:
+            return f"the store stopped taking writes: {self.fail_stop_reason}; restart the broker to recover"
+        return self.disk_full_reason

@@ -1,0 +1,200 @@
+"""A real broker daemon on a small disk (issue #13, item 5): SYNC_FLUSH, 1 MiB segments, 2 KiB messages, sent
+until refused.
+
+Where this process may mount (root), the store is on a 24 MiB tmpfs: writes are refused (code 14, "disk full")
+before the file system is full; then a filler file takes the rest, and every acknowledged message stays readable,
+by a consumer group the broker has never seen too; SIGTERM exits 0; once the tmpfs is remounted bigger a restart
+recovers every acknowledged message and takes writes again. The same story also runs on the broker's steered disk
+probe (``PYROCKETMQ_DISK_USAGE_FILE``, see ``broker/store/disk_usage_watcher.py``), and only on it where mounting
+is not allowed: the path is picked at run time, never skipped."""
+
+import errno
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker.store.disk_usage_watcher import USAGE_FILE_ENV
+from client import Admin, Message, MQClientError, Producer, PullConsumer
+from common.response_code import ResponseCode
+from tests.cluster import Cluster, make_cluster
+
+TOPIC = "DiskFull"
+QUEUES = 4
+BODY_SIZE = 2048
+BATCH = 16
+MIB = 1 << 20
+
+
+@dataclass
+class SmallDisk:
+    """The broker's store directory on a real 24 MiB tmpfs, or (``usage_file`` set) on a disk whose usage the
+    broker reads from that file."""
+
+    mount: Path
+    usage_file: Path | None = None
+
+    @property
+    def real(self) -> bool:
+        return self.usage_file is None
+
+    @property
+    def store(self) -> Path:
+        return self.mount / "store"
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.mount)
+        return st.f_bavail * st.f_frsize
+
+    def used_percent(self) -> float:
+        st = os.statvfs(self.mount)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        return 100 * used / (used + st.f_bavail * st.f_frsize)
+
+    def fill_up(self) -> None:
+        """Take every byte left (only a real disk): the broker's own headroom is gone too."""
+        fd = os.open(self.mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            while True:
+                os.write(fd, b"\0" * 65536)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        while self.free_bytes():  # the last partial page
+            try:
+                with (self.mount / "filler").open("ab", buffering=0) as f:
+                    f.write(b"\0")
+            except OSError:
+                break
+
+    def make_room(self) -> None:
+        if self.real:
+            (self.mount / "filler").unlink(missing_ok=True)
+            _run("mount", "-o", "remount,size=64m", str(self.mount))
+        else:
+            assert self.usage_file is not None
+            self.usage_file.write_text("50")
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def _try_mount(path: Path) -> bool:
+    if os.geteuid() != 0:
+        return False
+    return _run("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)).returncode == 0
+
+
+@pytest.fixture(params=["tmpfs", "probe"])
+def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
+    """``tmpfs``: a real 24 MiB file system where this process may mount one, else the probe; ``probe``: always
+    the steered usage file (so both paths run where mounting works)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if request.param == "tmpfs" and _try_mount(mount):
+        try:
+            yield SmallDisk(mount)
+        finally:
+            if _run("umount", str(mount)).returncode != 0:
+                _run("umount", "-l", str(mount))  # a daemon the test could not stop still holds it
+        return
+    usage_file = tmp_path / "disk-usage"
+    usage_file.write_text("50")
+    monkeypatch.setenv(USAGE_FILE_ENV, str(usage_file))  # the broker processes inherit it
+    yield SmallDisk(mount, usage_file)
+
+
+def _start(tmp_path: Path, disk: SmallDisk) -> Cluster:
+    cluster = make_cluster(tmp_path / "cluster", ("broker-a",), registerNameServerPeriod=1000,
+                           storePathRootDir=disk.store, flushDiskType="SYNC_FLUSH",
+                           mappedFileSizeCommitLog=MIB, cleanFileForciblyEnable="false")
+    cluster.create_topic(TOPIC, queues=QUEUES)
+    return cluster
+
+
+def _body(i: int) -> bytes:
+    return f"{i:08d}".encode().ljust(BODY_SIZE, b".")
+
+
+def _send_until_refused(producer: Producer, acked: dict[int, dict[int, bytes]], disk: SmallDisk) -> MQClientError:
+    """Send batches until the broker refuses one; records every acknowledged message by queue and offset."""
+    sent = sum(map(len, acked.values()))
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        bodies = [_body(sent + k) for k in range(BATCH)]
+        try:
+            result = producer.send_batch([Message(TOPIC, b) for b in bodies])
+        except MQClientError as exc:
+            return exc
+        for k, body in enumerate(bodies):
+            acked.setdefault(result.queue.queue_id, {})[result.queue_offset + k] = body
+        sent += BATCH
+        if not disk.real and sent == 50 * BATCH:
+            assert disk.usage_file is not None
+            disk.usage_file.write_text("95")  # the steered disk fills up now
+    raise AssertionError(f"no refusal after {sent} messages (disk {disk.used_percent():.1f}% used)")
+
+
+def _read_all(namesrv: str, group: str) -> dict[int, dict[int, bytes]]:
+    got: dict[int, dict[int, bytes]] = {}
+    with PullConsumer(namesrv, group=group) as consumer:
+        for mq in consumer.queues(TOPIC):
+            offset = 0
+            while True:
+                result = consumer.pull(mq, offset, max_nums=256)
+                if not result.messages:
+                    break
+                for msg in result.messages:
+                    got.setdefault(mq.queue_id, {})[msg.queue_offset] = msg.body
+                offset = result.next_begin_offset
+            consumer.commit(mq, offset)  # a commit on a full disk: kept in memory, written when it can be
+    return got
+
+
+def test_a_broker_on_a_small_disk_refuses_before_full_keeps_serving_and_recovers(
+        tmp_path: Path, small_disk: SmallDisk) -> None:
+    disk = small_disk
+    cluster = _start(tmp_path, disk)
+    try:
+        broker = cluster.brokers["broker-a"]
+        acked: dict[int, dict[int, bytes]] = {}
+        with Producer(cluster.addr) as producer:
+            refused = _send_until_refused(producer, acked, disk)
+        count = sum(map(len, acked.values()))
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, refused
+        assert "disk full:" in str(refused) and "above diskSpaceWarningLevelRatio=90" in str(refused), refused
+        assert count >= 50 * BATCH
+        if disk.real:  # refused for the real reason, and before the file system was full
+            assert disk.used_percent() > 90
+            assert disk.free_bytes() >= MIB, f"only {disk.free_bytes()} bytes left when writes stopped"
+        log = broker.log()
+        for bad in ("No space left", "Errno 28", "Traceback", "rpc_failed"):
+            assert bad not in log, f"{bad!r} in the broker log before the disk was full:\n{log[-3000:]}"
+        assert "disk_full_writes_refused" in log
+        with Admin(cluster.addr) as admin:
+            info = admin.broker_runtime_info(broker.addr)
+        assert info["storeWriteable"] == "false" and info["storeRefusal"].startswith("disk full:"), info
+        assert float(info["commitLogDiskRatio"]) > 0.9, info
+
+        if disk.real:
+            disk.fill_up()  # now truly full: reads must not need a single byte
+            assert disk.free_bytes() == 0
+        assert _read_all(cluster.addr, "never-seen-group") == acked
+        assert broker.stop() == 0, broker.log()[-3000:]
+        log = broker.log()
+        assert "Traceback" not in log and "cannot start" not in log, log[-3000:]
+
+        disk.make_room()
+        broker = cluster.start_broker("broker-a")
+        assert _read_all(cluster.addr, "group-after-restart") == acked
+        with Producer(cluster.addr) as producer:
+            assert producer.send(Message(TOPIC, b"after the disk grew")).queue_offset >= 0
+        assert "Traceback" not in broker.log()
+    finally:
+        cluster.stop()

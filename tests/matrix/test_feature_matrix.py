@@ -1,0 +1,360 @@
+"""The feature matrix (issue 13, item 7): every feature end to end under both flush modes and both store types.
+
+{ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV,
+tiered read after local expiry, query by key}. One cluster per (flush, store type) — a name server and two
+brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting in the same
+broker is the point — and one test function per feature (query by key has a second one, on a static topic
+across a remap). Local commitlog segments are small and expire about a second after they are sealed, so the
+tiered cell can drive its data out of the local store within seconds.
+"""
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from client import Admin, KVClient, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus
+from client.results import SendResult, SendStatus
+from common.statictopic.logic_queue_mapping_item import BLOCK_SIZE, LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
+from tests.cluster import Cluster, make_cluster, wait_until
+
+BROKERS = ("broker-a", "broker-b")
+SEGMENT_BYTES = 256 * 1024
+COMBOS = [(flush, store) for flush in ("ASYNC_FLUSH", "SYNC_FLUSH") for store in ("default", "defaultRocksDB")]
+
+
+def matrix_settings(flush: str, store_type: str) -> dict[str, object]:
+    return {
+        "flushDiskType": flush,
+        "storeType": store_type,
+        "registerNameServerPeriod": 1000,
+        "kvEnable": "true",
+        "tieredStoreEnable": "true",
+        "tieredBackendServiceProvider": "posix",  # under <storePathRootDir>/tiered, i.e. the test's temp dir
+        "mappedFileSizeCommitLog": SEGMENT_BYTES,
+        "fileReservedTime": "0.0003",  # ~1 s: a sealed segment expires about a second after its last write
+        "deleteWhen": "*",
+        "cleanResourceInterval": 200,
+        "tieredStoreGroupCommitAge": 100,
+        "tieredStoreCommitLogMaxSize": 1024 * 1024,
+        "tieredStoreConsumeQueueMaxSize": 28 * 1024,
+        "staticTopicCleanInterval": 500,  # the clean service runs while the tier serves expired links
+    }
+
+
+@pytest.fixture(scope="module", params=COMBOS, ids=lambda c: f"{c[0]}-{c[1]}")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    flush, store_type = request.param
+    c = make_cluster(tmp_path_factory.mktemp(f"matrix-{flush}-{store_type}"), BROKERS,
+                     **matrix_settings(flush, store_type))
+    try:
+        with Admin(c.addr) as admin:  # a silently ignored key would make every cell test less than it claims
+            brokers = wait_until(lambda: (lambda bs: bs if len(bs) == len(BROKERS) else None)(
+                admin.brokers("DefaultCluster")), what="both brokers registered")
+            for b in brokers:
+                info = admin.broker_runtime_info(b.addr)
+                assert (info["flushDiskType"], info["storeType"], info["kvEnable"]) == (flush, store_type, "true")
+        yield c
+    finally:
+        c.stop()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def unique(name: str) -> str:
+    return f"{name}{uuid.uuid4().hex[:6]}"
+
+
+def create_topic(cluster: Cluster, topic: str, queues: int, brokers: tuple[str, ...] = BROKERS) -> None:
+    """A normal topic on ``brokers``, returned once the name server routes it to all of them."""
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=list(brokers), read_queue_nums=queues, write_queue_nums=queues)
+        wait_until(lambda: topic in admin.topic_list()
+                   and {q.broker_name for q in admin.topic_route(topic).queue_datas} >= set(brokers),
+                   what=f"route of {topic}")
+
+
+def wait_route_epoch(cluster: Cluster, topic: str, epoch: int) -> None:
+    """Until the name server's route shows every broker of the static topic at ``epoch`` or later."""
+    with Admin(cluster.addr) as admin:
+        def ready() -> bool:
+            try:
+                infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
+            except MQClientError:  # not registered yet (brokers register every registerNameServerPeriod)
+                return False
+            return bool(infos) and min(i.epoch for i in infos) >= epoch
+        wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
+
+
+def record(sent: dict[MessageQueue, dict[int, bytes]], batch: list[Message], result: SendResult) -> None:
+    """Remember where the broker says each message of ``batch`` went; an offset acknowledged twice fails."""
+    assert result.status is SendStatus.SEND_OK, result
+    queue = sent.setdefault(result.queue, {})
+    for i, msg in enumerate(batch):
+        assert result.queue_offset + i not in queue, f"{result.queue} offset {result.queue_offset + i} sent twice"
+        queue[result.queue_offset + i] = msg.body
+
+
+def read_all(consumer: PullConsumer, mq: MessageQueue, start: int = 0) -> list[tuple[int, bytes]]:
+    """(offset, body) of every message of ``mq`` from ``start`` until the queue says there is nothing more."""
+    out: list[tuple[int, bytes]] = []
+    offset = start
+    while True:
+        result = consumer.pull(mq, offset=offset, max_nums=64)
+        if result.status is not PullStatus.FOUND:
+            assert result.status is PullStatus.NO_NEW_MSG, (mq, offset, result.status)
+            return out
+        out += [(m.queue_offset, m.body) for m in result.messages]
+        assert result.next_begin_offset > offset, (mq, offset, result.next_begin_offset)
+        offset = result.next_begin_offset
+
+
+# -- 1. normal topic: send, pull ----------------------------------------------------------------------------
+def test_normal_topic_send_and_pull(cluster: Cluster) -> None:
+    topic, queues = unique("MxNormal"), 4
+    create_topic(cluster, topic, queues)
+    sent: dict[MessageQueue, dict[int, bytes]] = {}
+    with Producer(cluster.addr) as producer:
+        for i in range(60):  # single sends, round robin over both brokers' queues
+            msg = Message(topic, b"single-%03d-" % i + bytes(range(256)), tags="A")
+            record(sent, [msg], producer.send(msg))
+        for i in range(20):  # batches
+            batch = [Message(topic, b"batch-%03d-%02d" % (i, j) + b"\x00\xff" * j) for j in range(10)]
+            record(sent, batch, producer.send_batch(batch))
+    assert sum(map(len, sent.values())) == 260
+    assert {mq.broker_name for mq in sent} == set(BROKERS)
+
+    with PullConsumer(cluster.addr, group=unique("mx-normal")) as consumer:
+        mqs = consumer.queues(topic)
+        assert len(mqs) == queues * len(BROKERS) and set(sent) <= set(mqs)
+        for mq in mqs:
+            want = sent.get(mq, {})
+            got = read_all(consumer, mq)
+            assert [o for o, _ in got] == list(range(len(want))), mq  # contiguous from 0
+            assert dict(got) == want, f"bytes differ on {mq}"
+            assert (consumer.min_offset(mq), consumer.max_offset(mq)) == (0, len(want))
+            consumer.commit(mq, len(want))
+        for mq in mqs:  # committed offsets read back (the broker writes them every flushConsumerOffsetInterval)
+            assert consumer.committed(mq) == len(sent.get(mq, {}))
+
+
+# -- 2. static topic: send, pull across a remap -------------------------------------------------------------
+def test_static_topic_offsets_continue_across_a_remap(cluster: Cluster) -> None:
+    topic, queues = unique("MxStatic"), 4
+    with Admin(cluster.addr) as admin:
+        created = admin.update_static_topic(topic, queues, brokers=["broker-a"])
+    wait_route_epoch(cluster, topic, created.epoch)
+    sent: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(queues)}  # logic queue -> (offset, body)
+
+    def produce(producer: Producer, tag: str, n: int) -> None:
+        for i in range(n):
+            body = f"{tag}-{i}".encode() + b"x" * 100
+            r = producer.send(Message(topic, body, keys=[f"{tag}-{i}"]), sharding_key=f"user-{i % 7}")
+            assert r.status is SendStatus.SEND_OK and r.queue.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
+            sent[r.queue.queue_id].append((r.queue_offset, body))
+
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group=unique("mx-static")) as consumer:
+        produce(producer, "before", 60)
+        before = {q: len(v) for q, v in sent.items()}
+        assert all(sent[q] and [o for o, _ in sent[q]] == list(range(before[q])) for q in range(queues)), sent
+        mqs = consumer.queues(topic)
+        assert mqs == [MessageQueue(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, q) for q in range(queues)]
+        half = {mq: before[mq.queue_id] // 2 for mq in mqs}
+        for mq in mqs:  # a group consumed half of each queue before the remap
+            consumer.commit(mq, half[mq])
+
+        with Admin(cluster.addr) as admin:
+            moved = admin.remap_static_topic(topic, brokers=["broker-b"])
+        assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
+        wait_route_epoch(cluster, topic, moved.epoch)
+        produce(producer, "after", 60)
+
+        for mq in mqs:
+            q = mq.queue_id
+            offsets = [o for o, _ in sent[q]]
+            after = offsets[before[q]:]
+            assert after, f"no message went to logic queue {q} after the remap"
+            # the new link starts at the next block of logic offsets and continues from there
+            assert after == list(range(block_round_up(before[q]), block_round_up(before[q]) + len(after))), q
+            got = read_all(consumer, mq)
+            assert got == sent[q], f"logic queue {q}: not every message exactly once, in order"
+            assert consumer.max_offset(mq) == after[-1] + 1
+            assert consumer.min_offset(mq) == 0
+            # the group resumes where it committed (the old link) and reads the rest exactly once
+            assert consumer.committed(mq) == half[mq]
+            assert read_all(consumer, mq, half[mq]) == sent[q][half[mq]:]
+    with Admin(cluster.addr) as admin:
+        status = admin.static_topic_status(topic)
+    assert status is not None and status.total_queues == queues and not status.missing
+
+
+# -- 3. KV: put, get, compare-and-set -----------------------------------------------------------------------
+def test_kv_put_get_and_cas(cluster: Cluster) -> None:
+    prefix = unique("mx-kv/").encode()
+    entries = {prefix + b"key-%03d" % i: b"value-%03d-" % i + bytes(range(256)) for i in range(64)}
+    with KVClient(cluster.addr) as kv:  # the first use provisions the shards (kvEnable=true, no kvInit)
+        for key, value in entries.items():
+            kv.put(key, value)
+        assert kv.shards() == 8
+        for key, value in entries.items():
+            assert kv.get(key) == value
+        assert kv.get_batch(list(entries)) == list(entries.values())
+        assert kv.scan(prefix, limit=1000) == sorted(entries.items())
+        assert kv.get(prefix + b"absent") is None
+
+        key = prefix + b"cas"
+        assert kv.cas(key, None, b"v1").applied  # expect-absent on an absent key
+        absent_again = kv.cas(key, None, b"other")
+        assert (absent_again.applied, absent_again.current) == (False, b"v1")
+        wrong = kv.cas(key, b"not-v1", b"v2")
+        assert (wrong.applied, wrong.current) == (False, b"v1")
+        assert kv.get(key) == b"v1"
+        right = kv.cas(key, b"v1", b"v2")
+        assert (right.applied, right.current) == (True, b"v2")
+        assert kv.compare_and_set(key, expected=b"v2", value=b"v3") is True
+        assert kv.compare_and_set(key, expected=b"v2", value=b"v4") is False
+        assert kv.get(key) == b"v3"
+
+        kv.put(key, b"overwritten")
+        assert kv.get(key) == b"overwritten"
+        kv.delete(key)
+        assert kv.get(key) is None
+        assert kv.compare_and_set(key, expected=None, value=b"again") is True  # absent after the delete
+        assert kv.get(key) == b"again"
+    with Admin(cluster.addr) as admin:  # shards on both brokers: the keys above went to both
+        status = admin.static_topic_status("rmq_sys_KV")
+    assert status is not None and status.total_queues == 8
+    assert {q.leader_broker for q in status.queues} == set(BROKERS)
+
+
+# -- 4. query by key ----------------------------------------------------------------------------------------
+def test_query_by_key_returns_exactly_the_sent_messages(cluster: Cluster) -> None:
+    topic = unique("MxQuery")
+    create_topic(cluster, topic, 2)
+    shared, other = unique("shared-"), unique("other-")
+    with Producer(cluster.addr) as producer:
+        results = [producer.send(Message(topic, b"query-%02d" % i, tags="Q", keys=[f"{shared}-{i}", shared]))
+                   for i in range(12)]
+        decoys = [producer.send(Message(topic, b"decoy-%02d" % i, keys=[other])) for i in range(3)]
+    assert {r.queue.broker_name for r in results} == set(BROKERS)
+    by_id = {r.msg_id: (r, b"query-%02d" % i) for i, r in enumerate(results)}
+
+    with Admin(cluster.addr) as admin:
+        # the index is built by the dispatch chain, asynchronously: poll until all are there
+        found = wait_until(lambda: (lambda m: m if len(m) >= len(results) else None)(
+            admin.query_msg_by_key(topic, shared)), timeout=15, what=f"{len(results)} messages indexed by {shared}")
+        assert sorted(m.msg_id for m in found) == sorted(by_id), "query by key: not exactly the sent messages"
+        for m in found:
+            result, body = by_id[m.msg_id]
+            i = int(body[-2:])
+            assert (m.topic, m.body, m.tags, m.keys) == (topic, body, "Q", [f"{shared}-{i}", shared])
+            assert (m.queue_id, m.queue_offset, m.offset_msg_id) == \
+                (result.queue.queue_id, result.queue_offset, result.offset_msg_id)
+        for i, r in enumerate(results):  # each own key: exactly its message
+            (one,) = admin.query_msg_by_key(topic, f"{shared}-{i}")
+            assert (one.msg_id, one.body) == (r.msg_id, b"query-%02d" % i)
+            for msg_id in (r.msg_id, r.offset_msg_id):  # and both ids find it
+                assert admin.query_msg_by_id(msg_id).body == b"query-%02d" % i
+        assert sorted(m.msg_id for m in admin.query_msg_by_key(topic, other)) == sorted(d.msg_id for d in decoys)
+        assert admin.query_msg_by_key(topic, unique("nobody-")) == []
+
+
+def test_query_by_key_on_a_static_topic_across_a_remap(cluster: Cluster) -> None:
+    """Both links of a static topic are searched, and what comes back carries logic queues and offsets (the
+    contract: messages returned to users always carry logic offsets)."""
+    topic, key = unique("MxQueryStatic"), unique("static-key-")
+    with Admin(cluster.addr) as admin:
+        created = admin.update_static_topic(topic, 2, brokers=["broker-a"])
+    wait_route_epoch(cluster, topic, created.epoch)
+    results: list[SendResult] = []
+    with Producer(cluster.addr) as producer:
+        results += [producer.send(Message(topic, b"first-%d" % i, keys=[key])) for i in range(4)]
+        with Admin(cluster.addr) as admin:
+            moved = admin.remap_static_topic(topic, brokers=["broker-b"])
+        wait_route_epoch(cluster, topic, moved.epoch)
+        results += [producer.send(Message(topic, b"second-%d" % i, keys=[key])) for i in range(4)]
+    want = sorted((r.msg_id, r.queue.queue_id, r.queue_offset) for r in results)
+    assert {o for _, _, o in want} & set(range(BLOCK_SIZE)) and max(o for _, _, o in want) >= BLOCK_SIZE
+
+    with Admin(cluster.addr) as admin:
+        found = wait_until(lambda: (lambda m: m if len(m) >= len(results) else None)(
+            admin.query_msg_by_key(topic, key)), timeout=15, what=f"{len(results)} messages indexed by {key}")
+        assert sorted((m.msg_id, m.queue_id, m.queue_offset) for m in found) == want
+        for r in results:  # by either id too
+            for msg_id in (r.msg_id, r.offset_msg_id):
+                m = admin.query_msg_by_id(msg_id)
+                assert (m.msg_id, m.queue_id, m.queue_offset) == (r.msg_id, r.queue.queue_id, r.queue_offset)
+
+
+# -- 5. tiered storage: read after local expiry -------------------------------------------------------------
+def local_segments(cluster: Cluster, broker: str) -> list[int]:
+    """Base offsets of the broker's local commitlog segments."""
+    return sorted(int(p.name) for p in (cluster.workdir / broker / "store" / "commitlog").iterdir())
+
+
+def test_tiered_read_after_local_expiry(cluster: Cluster) -> None:
+    """broker-a's commitlog segments holding a normal topic, the first link of a static topic (remapped to
+    broker-b since) and KV records all expire locally; everything still reads, the old data from the tier."""
+    topic, static_topic, queues = unique("MxTiered"), unique("MxTieredStatic"), 2
+    create_topic(cluster, topic, queues, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        created = admin.update_static_topic(static_topic, 2, brokers=["broker-a"])
+    wait_route_epoch(cluster, static_topic, created.epoch)
+
+    sent: dict[MessageQueue, dict[int, bytes]] = {}
+    static_sent: dict[MessageQueue, dict[int, bytes]] = {}
+    kv_entries = {unique("mx-tiered-kv/").encode() + b"%02d" % i: b"kv-%02d" % i for i in range(16)}
+    group = unique("mx-tiered")
+    with Producer(cluster.addr) as producer, KVClient(cluster.addr) as kv:
+        for i in range(3 * SEGMENT_BYTES // (20 * 1000)):  # ~3 segments of data, batches of 20 x 1 KB
+            batch = [Message(topic, b"tiered-%04d-%02d-" % (i, j) + bytes([i % 251]) * 1000, tags="T",
+                             keys=[f"t-{i}-{j}"]) for j in range(20)]
+            record(sent, batch, producer.send_batch(batch))
+        for i in range(20):  # the static topic's first link, on broker-a
+            msg = Message(static_topic, b"static-first-%02d" % i)
+            record(static_sent, [msg], producer.send(msg))
+        for key, value in kv_entries.items():
+            kv.put(key, value)
+        with PullConsumer(cluster.addr, group=group) as consumer:  # a commit inside the first link
+            for mq in consumer.queues(static_topic):
+                consumer.commit(mq, 1)
+        with Admin(cluster.addr) as admin:
+            moved = admin.remap_static_topic(static_topic, brokers=["broker-b"])
+        wait_route_epoch(cluster, static_topic, moved.epoch)
+        for i in range(10):  # the second link, on broker-b (stays local)
+            msg = Message(static_topic, b"static-second-%02d" % i)
+            record(static_sent, [msg], producer.send(msg))
+        with Admin(cluster.addr) as admin:
+            (a,) = [b for b in admin.brokers("DefaultCluster") if b.broker_name == "broker-a"]
+            written = int(admin.broker_runtime_info(a.addr)["commitLogMaxOffset"])
+        # roll broker-a past everything above: once sealed, those segments expire locally
+        filler = unique("MxFiller")
+        create_topic(cluster, filler, 1, brokers=("broker-a",))
+        for _ in range(2 * SEGMENT_BYTES // (16 * 4000) + 1):
+            producer.send_batch([Message(filler, b"f" * 4000) for _ in range(16)])
+    assert len(sent) == queues and len(static_sent) == 2
+    assert all(min(v) < BLOCK_SIZE <= max(v) for v in static_sent.values()), "a logic queue missed a link"
+
+    # every local segment holding a byte written before the filler is gone (the upload checkpoint bounds
+    # expiry, so the tier has all of it); the clean service meanwhile runs over the static topic's chains
+    wait_until(lambda: local_segments(cluster, "broker-a")[0] >= written, timeout=60, interval=0.2,
+               what=f"local expiry of broker-a's commitlog below {written}")
+    assert all(base >= written for base in local_segments(cluster, "broker-a"))
+    with Admin(cluster.addr) as admin:
+        (status,) = admin.tiered_status(topic)
+    assert all(q.local_min_offset > 0 and q.tiered_min_offset == 0 for q in status.queues), status
+
+    with PullConsumer(cluster.addr, group=group) as consumer:
+        for mq in consumer.queues(topic):
+            want = sent[mq]
+            assert consumer.min_offset(mq) == 0 and consumer.max_offset(mq) == len(want)
+            got = read_all(consumer, mq)
+            assert [o for o, _ in got] == list(range(len(want))), mq
+            assert dict(got) == want, f"tiered bytes differ on {mq}"
+        for mq in consumer.queues(static_topic):  # old link from broker-a's tier, new link local on broker-b
+            want = static_sent[mq]
+            assert consumer.min_offset(mq) == 0, mq
+            assert read_all(consumer, mq) == sorted(want.items()), mq
+            assert consumer.committed(mq) == 1
+            assert read_all(consumer, mq, 1) == sorted(want.items())[1:], mq
+    with KVClient(cluster.addr) as kv:  # KV state outlives the records it was built from
+        assert kv.get_batch(list(kv_entries)) == list(kv_entries.values())

@@ -1,0 +1,75 @@
+"""Metadata on a full disk: a read never needs a write (a group auto-created by a pull lives in memory and is
+written later), a failed write loses nothing that a later one cannot write, and leaves no partial file."""
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.metadata import json_file, metadata_store
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.subscription_group_manager import SubscriptionGroupManager
+from broker.store.config import StoreType
+from tests.metadata.helpers import BACKENDS, open_managers
+
+
+def _enospc(*_args: object, **_kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _fail_store_writes(monkeypatch: pytest.MonkeyPatch, store: object) -> None:
+    """Make the store's writes fail as a full disk does (RocksDB raises a plain Exception)."""
+    if isinstance(store, metadata_store.JsonMetadataStore):
+        monkeypatch.setattr(metadata_store, "write_json_atomically", _enospc)
+    else:
+        def refuse(*_args: object) -> None:
+            raise Exception("IO error: No space left on device: While appending to file")
+        monkeypatch.setattr(store, "put", refuse)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_group_first_seen_by_a_read_needs_no_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     backend: StoreType) -> None:
+    managers = open_managers(backend, tmp_path)
+    _fail_store_writes(monkeypatch, managers.groups.store)
+    cfg = managers.groups.find("fresh-group")
+    assert cfg is not None and cfg.group_name == "fresh-group" and cfg.consume_enable
+    assert managers.groups.find("fresh-group") is cfg
+    with pytest.raises(Exception):  # noqa: B017 - the retry fails while the disk is full
+        managers.groups.persist()
+    monkeypatch.undo()
+    managers.groups.persist()  # space is back: the deferred write happens
+    managers.close()
+    reopened = open_managers(backend, tmp_path)
+    assert "fresh-group" in reopened.groups.subscription_group_table
+    reopened.close()
+
+
+def test_a_failed_offsets_write_is_retried_by_the_next_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    offsets.commit_offset("g", "T", 0, 42)  # the JSON store defers writes: a commit needs no disk
+    monkeypatch.setattr(metadata_store, "write_json_atomically", _enospc)
+    with pytest.raises(OSError):
+        offsets.persist()
+    monkeypatch.undo()
+    offsets.persist()  # still dirty: written now
+    reloaded = ConsumerOffsetManager(tmp_path / "config")
+    reloaded.load()
+    assert reloaded.query_offset("g", "T", 0) == 42
+
+
+def test_a_json_write_the_disk_refuses_leaves_the_old_file_and_no_temp(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    groups = SubscriptionGroupManager(tmp_path / "config")
+    groups.find("before")
+    path = tmp_path / "config" / metadata_store.GROUPS.json_file
+    old = path.read_bytes()
+    monkeypatch.setattr(json_file.os, "fsync", _enospc)
+    groups.find("during")  # does not raise: persisted later
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    groups.persist()
+    assert "during" in json.dumps(json.loads(path.read_text()))
