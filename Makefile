@@ -42,6 +42,7 @@ venv: dev spark
 # PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite.
 test: venv
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The suite on each supported Python in its own venv (.venv-3.12, ...; PYTHON's version uses $(VENV)).
@@ -60,6 +61,7 @@ test-pythons:
 
 lint: dev
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # Quick mode (< 3 min); bench-full adds the scale scenarios. Tables print; JSON goes to bench/results/.
 # The test venv: the Spark scenario needs PySpark.

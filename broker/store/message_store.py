@@ -156,10 +156,10 @@ class MessageStore(MessageStoreReader):
         self.flush_service.request(append.end_offset)
         timeout_s = self.config.sync_flush_timeout_ms / 1000
         if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
-            refusal = self.running_flags.write_refusal()
-            # the fsync failed: never acknowledge what may not be on disk (a disk-full refusal set meanwhile is no
-            # reason: this record is stored and will be flushed)
-            if self.running_flags.fail_stop_reason is not None and refusal is not None:
+            # The fsync failed: never acknowledge what may not be on disk. (A disk-full refusal set meanwhile is no
+            # reason: this record is stored and will be flushed.)
+            if self.running_flags.fail_stop_reason is not None:
+                refusal = self.running_flags.write_refusal() or self.running_flags.fail_stop_reason
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
             return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, append=append, store_host=self.store_host)
         return PutMessageResult(PutMessageStatus.PUT_OK, append=append, store_host=self.store_host)
