@@ -8,9 +8,7 @@ recovers every acknowledged message and takes writes again. The same story also 
 probe (``PYROCKETMQ_DISK_USAGE_FILE``, see ``broker/store/disk_usage_watcher.py``), and only on it where mounting
 is not allowed: the path is picked at run time, never skipped."""
 
-import errno
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from broker.store.disk_usage_watcher import USAGE_FILE_ENV
 from client import Admin, Message, MQClientError, Producer, PullConsumer
 from common.response_code import ResponseCode
 from tests.cluster import Cluster, make_cluster
+from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
 
 TOPIC = "DiskFull"
 QUEUES = 4
@@ -47,8 +46,7 @@ class SmallDisk:
         return self.mount / "store"
 
     def free_bytes(self) -> int:
-        st = os.statvfs(self.mount)
-        return st.f_bavail * st.f_frsize
+        return free_bytes(self.mount)
 
     def used_percent(self) -> float:
         st = os.statvfs(self.mount)
@@ -57,38 +55,15 @@ class SmallDisk:
 
     def fill_up(self) -> None:
         """Take every byte left (only a real disk): the broker's own headroom is gone too."""
-        fd = os.open(self.mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            while True:
-                os.write(fd, b"\0" * 65536)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
-        while self.free_bytes():  # the last partial page
-            try:
-                with (self.mount / "filler").open("ab", buffering=0) as f:
-                    f.write(b"\0")
-            except OSError:
-                break
+        fill_file_system(self.mount)
 
     def make_room(self) -> None:
         if self.real:
-            (self.mount / "filler").unlink(missing_ok=True)
-            _run("mount", "-o", "remount,size=64m", str(self.mount))
+            remove_filler(self.mount)
+            remount_tmpfs(self.mount, "64m")
         else:
             assert self.usage_file is not None
             self.usage_file.write_text("50")
-
-
-def _run(*cmd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)
-
-
-def _try_mount(path: Path) -> bool:
-    if os.geteuid() != 0:
-        return False
-    return _run("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(path)).returncode == 0
 
 
 @pytest.fixture(params=["tmpfs", "probe"])
@@ -97,12 +72,11 @@ def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
     the steered usage file (so both paths run where mounting works)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    if request.param == "tmpfs" and _try_mount(mount):
+    if request.param == "tmpfs" and try_mount_tmpfs(mount, "24m"):
         try:
             yield SmallDisk(mount)
         finally:
-            if _run("umount", str(mount)).returncode != 0:
-                _run("umount", "-l", str(mount))  # a daemon the test could not stop still holds it
+            unmount(mount)
         return
     usage_file = tmp_path / "disk-usage"
     usage_file.write_text("50")

@@ -28,6 +28,7 @@ from broker.store.index.index_file import ENTRY_SIZE, HEADER_SIZE, RESERVE_STEP,
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageStatus
 from broker.store.recovery import ABORT_FILE
+from tests.disk.tmpfs import fill_file_system, remove_filler, try_mount_tmpfs, unmount
 from tests.store.conftest import StoreFactory, store_config
 
 TOPIC = "DiskT"
@@ -390,36 +391,23 @@ class TinyDisk:
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.root = root
         self.monkeypatch = monkeypatch
-        self.real = os.geteuid() == 0 and _run("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(root)) == 0
+        self.real = try_mount_tmpfs(root, "8m")
 
     def fill(self) -> None:
-        if not self.real:
+        if self.real:
+            fill_file_system(self.root)
+        else:
             self.monkeypatch.setattr(FileConsumeQueue, "put_units", _enospc)
-            return
-        fd = os.open(self.root / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
 
     def make_room(self) -> None:
         if self.real:
-            (self.root / "filler").unlink()
+            remove_filler(self.root)
         else:
             self.monkeypatch.undo()
 
     def unmount(self) -> None:
-        if self.real and _run("umount", str(self.root)) != 0:
-            _run("umount", "-l", str(self.root))
-
-
-def _run(*cmd: str) -> int:
-    import subprocess
-
-    return subprocess.run(cmd, capture_output=True, check=False).returncode
+        if self.real:
+            unmount(self.root)
 
 
 @pytest.fixture
