@@ -2,6 +2,7 @@
 boundary (``common/rpc_boundary.py``): refusals as response codes, bad input as INVALID_ARGUMENT."""
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from proto.broker_pb2 import LOGIC
 async def run(call: Callable[..., Any], *args: Any, in_thread: bool = False) -> Any:
     """A processor call: a coroutine function is awaited; ``in_thread`` for calls that block (a SYNC_FLUSH put
     waits for its fsync; a logic-queue request may call other brokers)."""
-    if asyncio.iscoroutinefunction(call):
+    if inspect.iscoroutinefunction(call):
         return await call(*args)
     return await asyncio.to_thread(call, *args) if in_thread else call(*args)
 
