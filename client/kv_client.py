@@ -93,14 +93,13 @@ class KVClient:
 
     def _provision(self) -> None:
         """Ask the first master by name that has KV on to create the shards: every client asks the same broker,
-        which makes concurrent first uses one creation. A broker with KV off answers SERVICE_NOT_AVAILABLE."""
-        info = self._instance.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
-            common_pb2.Empty(), timeout=self._timeout_s))
-        masters = sorted((name, data.broker_addrs[0]) for name, data in info.broker_addr_table.items()
-                         if 0 in data.broker_addrs)
+        which makes concurrent first uses one creation. A broker with KV off answers SERVICE_NOT_AVAILABLE (ask
+        the next); a busy answer (not ready, or "broker X creates it": this client saw fewer brokers) looks at
+        the cluster again."""
         deadline = time.monotonic() + PROVISION_TIMEOUT_S
-        for name, addr in masters:
-            while True:
+        while True:
+            masters = self._masters()
+            for name, addr in masters:
                 stub = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
                 try:
                     response = stub.Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
@@ -110,12 +109,21 @@ class KVClient:
                     self._instance.invalidate_route(KV_TOPIC)
                     return
                 if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:  # KV off on this broker: ask the next
-                    break
+                    continue
                 if response.code not in RETRYABLE_CODES or time.monotonic() > deadline:
                     raise business_error(f"KV store provisioning on {name}", addr, response.code, response.remark)
-                time.sleep(0.1)
-        raise MQClientError(f"the KV store is not initialised and no broker of {len(masters)} has kvEnable=true; "
-                            "enable it in broker.conf, or run mqadmin kvInit")
+                break
+            else:
+                raise MQClientError(f"the KV store is not initialised and no broker of {len(masters)} has "
+                                    "kvEnable=true; enable it in broker.conf, or run mqadmin kvInit")
+            time.sleep(0.1)
+
+    def _masters(self) -> list[tuple[str, str]]:
+        """(broker name, master address) of every broker with a live master, by name."""
+        info = self._instance.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
+            common_pb2.Empty(), timeout=self._timeout_s))
+        return sorted((name, data.broker_addrs[0]) for name, data in info.broker_addr_table.items()
+                      if 0 in data.broker_addrs)
 
     def _stub(self, shard: int, refresh: bool) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
         addr = self._instance.leader_addr(KV_TOPIC, shard, refresh=refresh)

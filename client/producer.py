@@ -251,5 +251,7 @@ class Producer:
             raise err
         # A static topic's broker answers in logic terms: the logic queue and its logic offset (-1: undecided).
         queue = mq if static else MessageQueue(mq.topic, mq.broker_name, response.queue_id)
+        # A tuple of the small property blocks: holding request.properties would keep the whole request (bodies
+        # included) alive as long as the result.
         return SendResult(queue, response.queue_offset, response.store_host, tuple(response.physical_offsets),
-                          status, request.properties)
+                          status, tuple(request.properties))

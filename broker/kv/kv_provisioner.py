@@ -43,8 +43,11 @@ class KvProvisioner:
         status = admin.static_topic_status(KV_TOPIC)
         if status is None:
             masters = admin.brokers(cluster=self.cluster_name)
-            names = [b.broker_name for b in masters if admin.broker_runtime_info(b.addr).get("kvEnable") == "true"]
-            admin.kv_init(DEFAULT_KV_SHARDS, brokers=sorted(names))
+            names = sorted(b.broker_name for b in masters
+                           if admin.broker_runtime_info(b.addr).get("kvEnable") == "true")
+            if names and names[0] != self.broker_name:  # a client that saw fewer brokers: send it on
+                raise KvProvisionError(f"broker {names[0]} creates the KV store, not {self.broker_name}; retry")
+            admin.kv_init(DEFAULT_KV_SHARDS, brokers=names)
             log.info("kv_provisioned shards=%d brokers=%s", DEFAULT_KV_SHARDS, ",".join(sorted(names)))
             total = DEFAULT_KV_SHARDS
         else:

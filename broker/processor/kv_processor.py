@@ -60,6 +60,7 @@ class KvProcessor:
         self.mapping_manager = mapping_manager
         self.static_topics = static_topics
         self.store = store  # the local store: KV ops are written to this broker's commitlog
+        self._provisioning: asyncio.Future[int] | None = None
 
     # -- where a request goes ----------------------------------------------------------------------
     def _kv(self) -> KvStore:
@@ -85,8 +86,11 @@ class KvProcessor:
         self._kv()
         provisioner = self.provisioner
         assert provisioner is not None, "kvEnable=true without a provisioner"
+        # Concurrent first uses share one provisioning run: one worker thread, not one blocked thread per caller.
+        if self._provisioning is None or self._provisioning.done():
+            self._provisioning = asyncio.ensure_future(asyncio.to_thread(provisioner.provision))
         try:
-            total = await asyncio.to_thread(provisioner.provision)
+            total = await asyncio.shield(self._provisioning)
         except KvProvisionError as exc:  # retryable (the name server or a broker was not ready)
             raise Refusal(ResponseCode.SYSTEM_BUSY, str(exc)) from None
         return kv_pb2.KvProvisionResponse(code=ResponseCode.SUCCESS, total_shards=total)
@@ -265,7 +269,8 @@ class KvProcessor:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
                           "the write may still apply") from None
         except StoreFailStopped as exc:
-            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"written but not applied: {exc}") from None
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"written, not applied yet, and the store stopped "
+                          f"taking writes: the write may still apply (after a restart); {exc}") from None
 
 
 def _take(entries, n: int) -> list[tuple[bytes, bytes]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from broker.out.peer_brokers import PeerBrokerError
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
-from broker.store.store_services import PeriodicService
+from broker.store.periodic_service import PeriodicService
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 

@@ -27,6 +27,10 @@ from common.message_codec import (
 log = logging.getLogger(__name__)
 
 
+class NothingAppended(OSError):
+    """The commitlog refused a batch before any of its records was written (e.g. ENOSPC): nothing changed."""
+
+
 class CommitLog:
     def __init__(self, store_dir: Path, mapped_file_size: int, close_grace_s: float = 30.0) -> None:
         self.mapped_file_queue = MappedFileQueue(store_dir, mapped_file_size, close_grace_s)
@@ -80,21 +84,27 @@ class CommitLog:
             now = max(int(time.time() * 1000), self._last_store_timestamp)
             self._last_store_timestamp = now
             i, n = 0, len(sizes)
-            while i < n:
-                segment = self.mapped_file_queue.last_writable()
-                room = segment.remaining - BLANK_MIN_LENGTH
-                j, chunk = i, 0
-                while j < n and chunk + sizes[j] <= room:
-                    chunk += sizes[j]
-                    j += 1
-                if j == i:
-                    assert segment.wrote_position > 0, f"record of {sizes[i]} bytes cannot fit an empty segment"
-                    self._end_segment(segment)
-                    continue
-                physical = segment.file_from_offset + segment.wrote_position
-                segment.append(batch.encode(i, j, queue_offset, physical, now, physical_offsets))
-                queue_offset += j - i
-                i = j
+            try:
+                while i < n:
+                    segment = self.mapped_file_queue.last_writable()
+                    room = segment.remaining - BLANK_MIN_LENGTH
+                    j, chunk = i, 0
+                    while j < n and chunk + sizes[j] <= room:
+                        chunk += sizes[j]
+                        j += 1
+                    if j == i:
+                        assert segment.wrote_position > 0, f"record of {sizes[i]} bytes cannot fit an empty segment"
+                        self._end_segment(segment)
+                        continue
+                    physical = segment.file_from_offset + segment.wrote_position
+                    segment.append(batch.encode(i, j, queue_offset, physical, now, physical_offsets))
+                    queue_offset += j - i
+                    i = j
+            except OSError as exc:
+                if i == 0:  # the write position did not move: the log is as it was
+                    raise NothingAppended(exc.errno or 0, f"nothing appended: {exc.strerror or exc}") from exc
+                self.topic_queue_table[key] = queue_offset  # the written part keeps its queue offsets
+                raise
             self.topic_queue_table[key] = queue_offset
             end = self.mapped_file_queue.max_offset()
             if not self.confirm_follows_flush:
@@ -168,8 +178,8 @@ class CommitLog:
             return -1
         return SIZE_MAGIC.unpack_from(segment.mm, physical_offset - segment.file_from_offset)[0]
 
-    def shutdown(self) -> None:
-        self.mapped_file_queue.shutdown()
+    def shutdown(self, flush: bool = True) -> None:
+        self.mapped_file_queue.shutdown(flush)
 
 
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.store.config import MessageStoreConfig
+from broker.store.periodic_service import PeriodicService
 from broker.store.running_flags import RunningFlags
-from broker.store.store_services import PeriodicService
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Faults a test injects into a real broker process, named in the environment.
 
-``PYROCKETMQ_FAULTS="fsync@3,dispatch@100"`` makes the 4th fsync of a commitlog segment fail with EIO and the
-101st dispatched batch break a dispatcher invariant. Unset (always, in production) every check is one dict
-lookup that finds nothing.
+``PYROCKETMQ_FAULTS="fsync@3,dispatch@100"`` makes the commitlog flusher's 4th flush fail with EIO (as an
+fsync would) and the 101st dispatched batch break a dispatcher invariant. Unset (always, in production) every
+check is one dict lookup that finds nothing.
 """
 
 import errno

@@ -13,6 +13,7 @@ import threading
 import time
 
 from broker.store.commit_log import CommitLog
+from broker.store.fault_points import check_fsync
 from broker.store.running_flags import RunningFlags
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,16 @@ class FlushService(threading.Thread):
         if self.failed:
             raise OSError("the commitlog flusher stopped after a failed fsync")
         try:
+            check_fsync("commitlog")
             flushed = self.commit_log.mapped_file_queue.flush()
-        except OSError as exc:
+        except Exception as exc:
+            # Fail-stop first, then wake the waiters: a waiter that wakes must find the reason set, or it would
+            # answer FLUSH_DISK_TIMEOUT (a stored result) for bytes that may never reach the disk.
+            self.running_flags.fail_stop(f"fsync of the commitlog failed: {exc}",
+                                         exc_info=None if isinstance(exc, OSError) else exc)
             with self._cond:
                 self.failed = True
                 self._cond.notify_all()
-            self.running_flags.fail_stop(f"fsync of the commitlog failed: {exc}")
             raise
         with self._cond:
             self.flushed_offset = flushed
@@ -80,7 +85,7 @@ class PeriodicFlushService(FlushService):
         while not self._stopped.wait(self.interval_s):
             try:
                 self.flush_once()
-            except OSError:
+            except Exception:
                 return  # fail-stopped; logged by the running flags
 
 
@@ -115,5 +120,5 @@ class GroupCommitService(FlushService):
                 return
             try:
                 self.flush_once()
-            except OSError:
+            except Exception:
                 return  # fail-stopped; logged by the running flags

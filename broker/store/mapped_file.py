@@ -11,8 +11,6 @@ import mmap
 import os
 from pathlib import Path
 
-from broker.store.fault_points import check_fsync
-
 log = logging.getLogger(__name__)
 
 
@@ -72,14 +70,14 @@ class MappedFile:
         return self.mm[pos : pos + size]
 
     def flush(self) -> int:
-        """fdatasync what was written since the last flush; returns the flushed position.
-        A full file is done with its descriptor after its last flush."""
+        """fdatasync what was written since the last flush; returns the flushed position (what was written when
+        the fsync began: an append racing it is flushed next time). A file is done with its descriptor once it is
+        flushed to its end (an append that filled it during the fsync still needs the descriptor)."""
         target = self.wrote_position
-        if target > self.flushed_position and self._fd is not None:
-            check_fsync(self.path)
-            os.fdatasync(self._fd)
-        self.flushed_position = max(self.flushed_position, target)
-        if self.is_full() and self._fd is not None:
+        if target > self.flushed_position:
+            os.fdatasync(self._writer())
+            self.flushed_position = target
+        if self.flushed_position >= self.file_size and self._fd is not None:
             os.close(self._fd)
             self._fd = None
         return self.flushed_position

@@ -74,8 +74,18 @@ class MappedFileQueue:
         return files[-1].file_from_offset + files[-1].wrote_position if files else 0
 
     def flushed_offset(self) -> int:
+        """Everything below is on disk: the flushed end of the oldest segment that still has unflushed data, or
+        the end of the last one. (After a roll the last segment alone would say nothing of the one before it.)"""
         files = self._files
-        return files[-1].file_from_offset + files[-1].flushed_position if files else 0
+        if not files:
+            return 0
+        offset = files[-1].file_from_offset + files[-1].flushed_position
+        for f in reversed(files):  # unflushed data sits only in the newest segments: stop at a flushed one
+            if f.flushed_position < f.wrote_position:
+                offset = f.file_from_offset + f.flushed_position
+            elif f is not files[-1]:
+                break
+        return offset
 
     # -- writing -----------------------------------------------------------------------------------
     def create_segment(self, start_offset: int) -> MappedFile:
@@ -168,8 +178,10 @@ class MappedFileQueue:
             f.close()
         self._set([])
 
-    def shutdown(self) -> None:
-        self.flush()
+    def shutdown(self, flush: bool = True) -> None:
+        """Close every segment; ``flush=False`` after a failed fsync (retrying one proves nothing)."""
+        if flush:
+            self.flush()
         for f in self._files:
             f.close()
         self.close_retired(force=True)

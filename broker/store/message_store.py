@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from broker.store.checkpoint import OffsetCheckpoint
-from broker.store.commit_log import CommitLog
+from broker.store.commit_log import CommitLog, NothingAppended
 from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore
 from broker.store.consume_queue.file_consume_queue_store import FileConsumeQueueStore
@@ -56,8 +56,8 @@ class MessageStore(MessageStoreReader):
             else PeriodicFlushService(self.commit_log, self.running_flags, config.flush_interval_commit_log_ms)
         )
         self.dispatcher_flush = DispatcherFlushService(
-            self.commit_log, self.dispatchers, self.flushed_checkpoint, config.flush_interval_consume_queue_ms
-        )
+            self.commit_log, self.dispatchers, self.flushed_checkpoint, self.running_flags,
+            config.flush_interval_consume_queue_ms)
         self.disk_watcher = DiskUsageWatcher(config, self.running_flags, self.commit_log.max_offset)
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
                                                    self._on_commit_log_expired, self.disk_watcher)
@@ -105,19 +105,22 @@ class MessageStore(MessageStoreReader):
                  ",".join(failed_steps) or "none")
 
     def _shutdown_steps(self) -> Iterator[ShutdownStep]:
+        # After a fail-stop (also one during these steps) nothing more is flushed or checkpointed (a retried fsync
+        # proves nothing): the next start recovers from the commitlog and the checkpoints as they were.
         yield "clean_service", self.clean_service.shutdown
         yield "disk_watcher", self.disk_watcher.shutdown
         yield "commitlog_flush", self.flush_service.shutdown  # in SYNC_FLUSH that also confirms the tail
         yield "last_reput", self.reput.do_reput
         yield "reput", self.reput.shutdown
         yield "dispatcher_flush_service", self.dispatcher_flush.shutdown
-        for dispatcher in self.dispatchers:
-            yield f"flush_{dispatcher.name}", dispatcher.flush
-        yield "flushed_checkpoint", lambda: self.flushed_checkpoint.write(self.commit_log.flushed_offset())
+        if self.running_flags.fail_stop_reason is None:
+            for dispatcher in self.dispatchers:
+                yield f"flush_{dispatcher.name}", dispatcher.flush
+            yield "flushed_checkpoint", lambda: self.flushed_checkpoint.write(self.commit_log.flushed_offset())
         yield "consume_queue", self.consume_queue_store.shutdown
         if self.index_service:
             yield "index", self.index_service.shutdown
-        yield "commitlog", self.commit_log.shutdown
+        yield "commitlog", lambda: self.commit_log.shutdown(flush=self.running_flags.fail_stop_reason is None)
 
     # -- write -------------------------------------------------------------------------------------
     def put_messages(
@@ -152,7 +155,10 @@ class MessageStore(MessageStoreReader):
             append = self.commit_log.append_batch(batch)
         except OSError as exc:
             return self._append_failed(exc)
-        self.disk_watcher.after_append(append.end_offset)
+        try:  # the record is in the log: a failed measurement must not turn it into an error (and a duplicate)
+            self.disk_watcher.after_append(append.end_offset)
+        except OSError:
+            log.exception("disk_usage_check_failed")
         self.flush_service.request(append.end_offset)
         timeout_s = self.config.sync_flush_timeout_ms / 1000
         if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
@@ -165,12 +171,14 @@ class MessageStore(MessageStoreReader):
         return PutMessageResult(PutMessageStatus.PUT_OK, append=append, store_host=self.store_host)
 
     def _append_failed(self, exc: OSError) -> PutMessageResult:
-        """The commitlog refused bytes (a disk filled faster than the watcher measured, or an I/O error). Part of
-        the batch may be in the log without its queue offsets recorded, so no later write may reuse them: stop
-        taking writes; a restart recovers what is there."""
-        self.running_flags.fail_stop(f"writing the commitlog failed: {exc}")
+        """The commitlog refused bytes (a disk filled faster than the watcher measured, or an I/O error). If none
+        of the batch was written the log is as it was: refuse this write and measure the disk again. If part of
+        it was, stop taking writes (that part was never acknowledged; a restart recovers what is there)."""
+        if not isinstance(exc, NothingAppended):
+            self.running_flags.fail_stop(f"writing the commitlog failed part-way through a batch: {exc}")
         self.disk_watcher.check()
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, self.running_flags.write_refusal() or str(exc))
+        reason = self.running_flags.write_refusal() or f"the commitlog refused the write: {exc}"
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason)
 
     def _check(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                properties: Sequence[bytes], body_limit: int) -> PutMessageResult | None:

@@ -26,14 +26,15 @@ class RunningFlags:
         """Called once, from the failing thread, when the store fail-stops (e.g. to fail waiting writers)."""
         self._fail_stop_listeners.append(listener)
 
-    def fail_stop(self, reason: str) -> None:
-        """Stop taking writes for the rest of the process's life; the first reason wins and is logged once."""
+    def fail_stop(self, reason: str, exc_info: BaseException | None = None) -> None:
+        """Stop taking writes for the rest of the process's life; the first reason wins and is logged once (with
+        ``exc_info``'s traceback when the cause is an unexpected exception)."""
         with self._lock:
             if self.fail_stop_reason is not None:
                 return
             self.fail_stop_reason = reason
         log.error("store_fail_stop reason=%r action='writes refused until restart; restart recovers from the "
-                  "commitlog'", reason)
+                  "commitlog'", reason, exc_info=exc_info)
         for listener in self._fail_stop_listeners:
             listener(reason)
 

@@ -1,9 +1,7 @@
 """Background services of the store: flushing dispatcher state, deleting expired commitlog segments."""
 
 import logging
-import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -13,6 +11,8 @@ from broker.store.config import MessageStoreConfig
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import segment_age_hours
+from broker.store.periodic_service import PeriodicService
+from broker.store.running_flags import RunningFlags
 
 if TYPE_CHECKING:
     from broker.store.disk_usage_watcher import DiskUsage, DiskUsageWatcher
@@ -20,69 +20,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class PeriodicService(ABC, threading.Thread):
-    """A daemon thread that calls :meth:`run_once` every ``interval_s`` (or at once when woken) until shut down.
-    A failure is logged when it first happens, not at every pass while it lasts (a full disk fails each one)."""
-
-    def __init__(self, name: str, interval_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.interval_s = interval_s
-        self._stopped = threading.Event()
-        self._wakeup = threading.Event()
-        self._last_error = ""
-
-    def run(self) -> None:
-        while True:
-            self._wakeup.wait(self.interval_s)
-            self._wakeup.clear()
-            if self._stopped.is_set():
-                return
-            try:
-                self.run_once()
-                self._last_error = ""
-            except Exception as exc:
-                self._log_failure(exc)
-
-    def _log_failure(self, exc: Exception) -> None:
-        error = repr(exc)
-        if error == self._last_error:
-            return
-        self._last_error = error
-        if isinstance(exc, OSError):  # the disk said no: the reason is the whole story
-            log.error("service_failed service=%s error=%r", self.name, exc)
-        else:
-            log.exception("service_failed service=%s", self.name)
-
-    def wake(self) -> None:
-        """Run a pass now instead of at the end of the interval."""
-        self._wakeup.set()
-
-    @abstractmethod
-    def run_once(self) -> object:
-        """One pass of the service's work."""
-
-    def shutdown(self) -> None:
-        self._stopped.set()
-        self._wakeup.set()
-        if self.is_alive():
-            self.join(timeout=10)
-
-
 class DispatcherFlushService(PeriodicService):
     """Makes every dispatcher's state durable and advances its checkpoint; records the commitlog's
     flushed offset (where an abnormal recovery may start checking)."""
 
     def __init__(self, commit_log: CommitLog, dispatchers: list[CommitLogDispatcher],
-                 flushed_checkpoint: OffsetCheckpoint, interval_ms: int) -> None:
+                 flushed_checkpoint: OffsetCheckpoint, running_flags: RunningFlags, interval_ms: int) -> None:
         super().__init__("dispatcher-flush", interval_ms / 1000)
         self.commit_log = commit_log
         self.dispatchers = dispatchers
         self.flushed_checkpoint = flushed_checkpoint
+        self.running_flags = running_flags
         self._last_flushed = -1
 
     def run_once(self) -> None:
         for dispatcher in self.dispatchers:
-            dispatcher.flush()
+            try:
+                dispatcher.flush()
+            except OSError as exc:
+                # A failed fsync is not retried (a retry may "succeed" for dropped pages, and the checkpoint
+                # would then move past state that is not on disk): fail-stop and stop flushing; a restart replays
+                # from the checkpoints this pass did not move.
+                self.running_flags.fail_stop(f"flushing the {dispatcher.name} failed: {exc}")
+                self._stopped.set()
+                raise
         flushed = self.commit_log.flushed_offset()
         if flushed != self._last_flushed:
             self.flushed_checkpoint.write(flushed)

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from broker.store.message_store import MessageStore
-from broker.store.store_services import PeriodicService
+from broker.store.periodic_service import PeriodicService
 from broker.tiered.dispatcher.tiered_dispatcher import GroupCommitPolicy, TieredDispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.file.flat_file_store import FlatFileStore

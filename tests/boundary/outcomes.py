@@ -10,7 +10,8 @@ from common.response_code import ResponseCode
 from common.rpc_boundary import refusal_response_class
 from tests.boundary.hostile_requests import method_id
 
-CODES = {int(c) for c in ResponseCode}
+# SYSTEM_ERROR is for faults of the system, never for what a caller sent: a hostile request must not get it.
+CODES = {int(c) for c in ResponseCode} - {int(ResponseCode.SYSTEM_ERROR)}
 
 
 @dataclass

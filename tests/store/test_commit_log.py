@@ -78,3 +78,50 @@ def test_message_id_finds_its_record(open_store: StoreFactory):
         assert msg is not None and msg.body == body
     assert store.look_message_by_offset(r.append.physical_offsets[0] + 1) is None
     assert store.look_message_by_offset(10**12) is None
+
+
+def test_flushed_offset_never_counts_an_unflushed_segment_behind_a_roll(tmp_path: Path):
+    """After a roll the new last segment is empty and flushed; the one before it may hold unflushed bytes. The
+    flushed offset (what SYNC_FLUSH acknowledges and the abnormal recovery starts checking from) must stop there."""
+    from broker.store.mapped_file_queue import MappedFileQueue
+
+    mfq = MappedFileQueue(tmp_path / "cl", 4096)
+    first = mfq.last_writable()
+    first.append(b"x" * 1000)
+    mfq.flush()
+    assert mfq.flushed_offset() == 1000
+    first.append(b"y" * (4096 - 1000))  # filled, not flushed
+    second = mfq.last_writable()
+    assert second is not first and second.file_from_offset == 4096
+    assert mfq.flushed_offset() == 1000, "the roll made the unflushed segment look flushed"
+    second.append(b"z" * 10)
+    assert mfq.flushed_offset() == 1000
+    assert mfq.flush() == 4096 + 10 and mfq.flushed_offset() == 4106
+    mfq.shutdown()
+
+
+def test_an_append_racing_the_fsync_is_flushed_next_time(tmp_path: Path, monkeypatch):
+    """``flush`` reports what was written when its fsync began; bytes appended during it (here: the rest of the
+    segment) stay unflushed, and the file keeps its descriptor until they are flushed too."""
+    import os
+
+    from broker.store import mapped_file
+    from broker.store.mapped_file_queue import MappedFileQueue
+
+    mfq = MappedFileQueue(tmp_path / "cl", 4096)
+    segment = mfq.last_writable()
+    segment.append(b"a" * 100)
+    real_fdatasync = os.fdatasync
+    synced: list[int] = []
+
+    def racing_fdatasync(fd: int) -> None:
+        if not synced:
+            segment.append(b"b" * (4096 - 100))  # another thread fills the segment meanwhile
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(mapped_file.os, "fdatasync", racing_fdatasync)
+    assert segment.flush() == 100
+    assert mfq.flushed_offset() == 100
+    assert segment.flush() == 4096 and len(synced) == 2, "the racing append was marked flushed without an fsync"
+    mfq.shutdown()

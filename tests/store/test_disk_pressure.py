@@ -291,6 +291,24 @@ def test_enospc_in_the_commit_log_refuses_with_the_reason(open_store: StoreFacto
     assert [b[-600:] for b in _read_all(store)] == bodies
 
 
+def test_enospc_before_anything_is_written_refuses_that_write_only(open_store: StoreFactory,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch the commitlog refused before writing any of it leaves the log as it was: no fail-stop, and the
+    next write (once there is room) takes the next queue offset."""
+    store = open_store()
+    bodies = _fill(store, 10)
+    segment = store.commit_log.mapped_file_queue.last_writable()
+    monkeypatch.setattr(segment, "append", _enospc)
+    refused = store.put_messages(TOPIC, 0, [b"x"], [b""])
+    assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "nothing appended" in refused.error
+    assert store.running_flags.fail_stop_reason is None
+    monkeypatch.undo()
+    accepted = store.put_messages(TOPIC, 0, [b"y" * 600], [b""])
+    assert accepted.ok and accepted.queue_offset == len(bodies)
+    assert accepted.append is not None and store.wait_dispatched(accepted.append.end_offset)
+    assert [b[-600:] for b in _read_all(store)] == [*bodies, b"y" * 600]
+
+
 def test_shutdown_that_cannot_write_carries_on_and_is_not_clean(
         open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)

@@ -111,11 +111,12 @@ class ReputMessageService(threading.Thread):
         return count
 
     def _fail(self, exc: Exception) -> None:
-        log.exception("reput_failed offset=%d", self.reput_from_offset)
+        # Fail-stop first: a writer woken by the notify must find the reason set.
+        self.running_flags.fail_stop(f"dispatch failed at commitlog offset {self.reput_from_offset}: {exc!r}",
+                                     exc_info=exc)
         with self._progress:
             self.failed = True
             self._progress.notify_all()
-        self.running_flags.fail_stop(f"dispatch failed at commitlog offset {self.reput_from_offset}: {exc!r}")
 
     def _dispatch(self, requests: list[DispatchRequest], end: int) -> None:
         check_dispatch(self.reput_from_offset)

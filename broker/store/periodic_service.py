@@ -1,0 +1,56 @@
+"""A daemon thread that runs one pass of its work every interval (the store's and the broker's background
+services)."""
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicService(ABC, threading.Thread):
+    """A daemon thread that calls :meth:`run_once` every ``interval_s`` (or at once when woken) until shut down.
+    A failure is logged when it first happens, not at every pass while it lasts (a full disk fails each one)."""
+
+    def __init__(self, name: str, interval_s: float) -> None:
+        super().__init__(name=name, daemon=True)
+        self.interval_s = interval_s
+        self._stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._last_error = ""
+
+    def run(self) -> None:
+        while True:
+            self._wakeup.wait(self.interval_s)
+            self._wakeup.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self.run_once()
+                self._last_error = ""
+            except Exception as exc:
+                self._log_failure(exc)
+
+    def _log_failure(self, exc: Exception) -> None:
+        error = repr(exc)
+        if error == self._last_error:
+            return
+        self._last_error = error
+        if isinstance(exc, OSError):  # the disk said no: the reason is the whole story
+            log.error("service_failed service=%s error=%r", self.name, exc)
+        else:
+            log.exception("service_failed service=%s", self.name)
+
+    def wake(self) -> None:
+        """Run a pass now instead of at the end of the interval."""
+        self._wakeup.set()
+
+    @abstractmethod
+    def run_once(self) -> object:
+        """One pass of the service's work."""
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        if self.is_alive():
+            self.join(timeout=10)
