@@ -57,12 +57,20 @@ class RequestDecoding(grpc.aio.ServerInterceptor):
     """Decodes requests without raising: bytes that do not parse become an :class:`UndecodableRequest`, which
     the guarded handler answers INVALID_ARGUMENT."""
 
+    def __init__(self) -> None:
+        self._handlers: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the lenient copy): made once
+
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        return handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+        method = handler_call_details.method
+        cached = self._handlers.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = handler, handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+            self._handlers[method] = cached
+        return cached[1]
 
 
 def _lenient(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:

@@ -3,6 +3,7 @@ or INTERNAL (logged once, with the RPC's name and the traceback). Driven through
 
 import asyncio
 import logging
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,7 +162,9 @@ def test_bytes_that_do_not_parse_are_invalid_argument(server, loop):
     async def continuation(details: Any) -> grpc.RpcMethodHandler:
         return grpc.unary_unary_rpc_method_handler(None, request_deserializer=kv_pb2.KvWriteRequest.FromString)
 
-    handler = asyncio.run_coroutine_threadsafe(RequestDecoding().intercept_service(continuation, None), loop).result()
+    details = types.SimpleNamespace(method="/rmq.KvService/Write", invocation_metadata=())
+    handler = asyncio.run_coroutine_threadsafe(RequestDecoding().intercept_service(continuation, details),
+                                               loop).result()
     decode = handler.request_deserializer
     request = decode(b"\xff")
     assert isinstance(request, UndecodableRequest) and decode(b"\x12\x01k") == kv_pb2.KvWriteRequest(key=b"k")
