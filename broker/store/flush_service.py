@@ -55,14 +55,14 @@ class FlushService(threading.Thread):
 
     def shutdown(self) -> None:
         self._stopped.set()
-        self.request(0)
+        self.request()
         if self.is_alive():
             self.join(timeout=10)
         if not self.failed:
             self.flush_once()
 
-    def request(self, offset: int) -> None:
-        """An append ended at ``offset``: flush it soon (group commit), or at the next period."""
+    def request(self) -> None:
+        """Something was appended: flush it soon (group commit), or at the next period."""
         with self._cond:
             self._cond.notify_all()
 
@@ -78,7 +78,7 @@ class PeriodicFlushService(FlushService):
         super().__init__(commit_log, running_flags, "commitlog-flush")
         self.interval_s = interval_ms / 1000
 
-    def request(self, offset: int) -> None:
+    def request(self) -> None:
         pass  # the period decides
 
     def run(self) -> None:

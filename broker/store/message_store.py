@@ -159,7 +159,7 @@ class MessageStore(MessageStoreReader):
             self.disk_watcher.after_append(append.end_offset)
         except OSError:
             log.exception("disk_usage_check_failed")
-        self.flush_service.request(append.end_offset)
+        self.flush_service.request()
         timeout_s = self.config.sync_flush_timeout_ms / 1000
         if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
             # The fsync failed: never acknowledge what may not be on disk. (A disk-full refusal set meanwhile is no

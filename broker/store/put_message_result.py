@@ -31,7 +31,7 @@ class PutMessageResult:
     error: str = ""
     append: AppendResult | None = None
     store_host: bytes = b""
-    _msg_ids: list[str] = field(default_factory=list)
+    _offset_msg_ids: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +46,8 @@ class PutMessageResult:
         return self.append.physical_offsets[0] if self.append else -1
 
     @property
-    def msg_ids(self) -> list[str]:
-        if not self._msg_ids and self.append:
-            self._msg_ids = [make_message_id(self.store_host, p) for p in self.append.physical_offsets]
-        return self._msg_ids
+    def offset_msg_ids(self) -> list[str]:
+        """Store host and commitlog offset of each record (RocketMQ's offsetMsgId)."""
+        if not self._offset_msg_ids and self.append:
+            self._offset_msg_ids = [make_message_id(self.store_host, p) for p in self.append.physical_offsets]
+        return self._offset_msg_ids

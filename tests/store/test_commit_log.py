@@ -40,13 +40,13 @@ def test_batch_gets_consecutive_queue_offsets_and_may_span_segments(open_store: 
     batch = [f"m{i}".encode() * 500 for i in range(64)]  # ~90 KiB: spills into the next segment
     r = store.put_messages("BatchT", 2, batch, [b""] * 64)
     assert r.ok and r.queue_offset == 1
-    assert len(r.msg_ids) == 64 and len(set(r.msg_ids)) == 64
+    assert len(r.offset_msg_ids) == 64 and len(set(r.offset_msg_ids)) == 64
     store.wait_dispatched(r.append.end_offset)
     got = store.get_message("BatchT", 2, 1, 64, max_total_bytes=10**9)
     msgs = [decode_record(m) for m in got.messages]
     assert [m.queue_offset for m in msgs] == list(range(1, 65))
     assert [m.body for m in msgs] == batch
-    assert [m.msg_id for m in msgs] == r.msg_ids
+    assert [m.offset_msg_id for m in msgs] == r.offset_msg_ids
     assert len({m.physical_offset // store.commit_log.mapped_file_size for m in msgs}) == 2
 
 
