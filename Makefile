@@ -6,7 +6,7 @@ PYPROJECT_HASH := $(shell md5sum < pyproject.toml | cut -c1-8)
 
 PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto
 
-.PHONY: venv base spark dev test test-pythons lint bench run proto clean
+.PHONY: venv base spark dev bench-extra test test-pythons lint bench run proto clean
 .NOTPARALLEL:  # the stamps install into one venv: one pip at a time
 
 # One venv, one stamp per part installed into it, so `make run` installs only what the cluster needs and
@@ -14,6 +14,7 @@ PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.pro
 BASE_STAMP := $(VENV)/.installed-base-$(PYPROJECT_HASH)
 SPARK_STAMP := $(VENV)/.installed-spark-$(PYPROJECT_HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(PYPROJECT_HASH)
+BENCH_STAMP := $(VENV)/.installed-bench-$(PYPROJECT_HASH)
 
 # $(call install,EXTRAS,STAMP-KIND): editable install of the package with those extras ("" for none).
 # compat mode: a plain path entry, which subprocesses (daemons, Spark's Python workers) see as well.
@@ -34,9 +35,13 @@ $(SPARK_STAMP): pyproject.toml
 $(DEV_STAMP): pyproject.toml
 	$(call install,[dev],dev)
 
+$(BENCH_STAMP): pyproject.toml
+	$(call install,[bench],bench)
+
 base: $(BASE_STAMP)
 spark: $(SPARK_STAMP)
 dev: $(DEV_STAMP)
+bench-extra: $(BENCH_STAMP)  # the peers the bench compares with (Redis, NATS): make bench only
 venv: dev spark
 
 # PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite.
@@ -64,12 +69,12 @@ lint: dev
 	$(PY) -m mypy
 
 # Quick mode (< 3 min); bench-full adds the scale scenarios. Tables print; JSON goes to bench/results/.
-# The test venv: the Spark scenario needs PySpark.
-bench: venv
+# The test venv (the Spark scenario needs PySpark) and the bench extra (the peers: Redis Streams, NATS JetStream).
+bench: venv bench-extra
 	$(PY) -m bench
 
 .PHONY: bench-full
-bench-full: venv
+bench-full: venv bench-extra
 	$(PY) -m bench --full
 
 # The cluster alone needs only the base package. SPARK=1 also installs PySpark, for the Spark jobs.

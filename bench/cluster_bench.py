@@ -6,14 +6,20 @@ this process, 1 KiB bodies, ``Config.window`` calls in flight from one thread (a
 - latency: one message every 1/rate s with synchronous sends, a long-polling consumer (suspend 1 s) records
   send-to-receive times; p50 / p99 beside the echo's round trip at the same rate (a send and a pull response
   are two hops, so about 2x the echo is the floor);
-- the broker's RSS at the end, beside the echo server's.
+- the broker's RSS at the end, beside the echo server's (issue 14's target: <= 200 MiB after the bench).
+
+``bench/peers_bench.py`` measures the SDK beside Redis and NATS with this module's ``one_broker``,
+``produce_rate`` and ``consume_rate``.
 """
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 
-from bench.daemons import start_broker, start_namesrv, stop_all, wait_until
+from bench.daemons import Daemon, start_broker, start_namesrv, stop_all, wait_until
 from bench.harness import BATCH, BODY, Config, Metric, Recorder, Target, paced, percentile, windowed_rate
 from client import Admin, Message, Producer, PullConsumer
 
@@ -27,7 +33,8 @@ METRICS = [
     Metric("cluster.latency_p50", "send-to-receive p50, long polling", "ms", echo="p50", issue=3),
     Metric("cluster.latency_p99", "send-to-receive p99, long polling", "ms", echo="p99",
            target=Target("<=", 5), issue=3),
-    Metric("cluster.broker_rss", "broker RSS after the above", "MiB", echo="rss", issue=3),
+    Metric("cluster.broker_rss", "broker RSS after the above", "MiB", echo="rss", target=Target("<=", 200),
+           issue=14),
 ]
 
 
@@ -84,17 +91,26 @@ def latency_ms(producer: Producer, consumer: PullConsumer, topic: str, cfg: Conf
     return percentile(samples, 50), percentile(samples, 99)
 
 
-def scenario(cfg: Config, rec: Recorder) -> None:
-    workdir = cfg.workdir / "cluster"
+@contextlib.contextmanager
+def one_broker(workdir: Path, topics: dict[str, int]) -> Iterator[tuple[Daemon, Daemon]]:
+    """A name server and ``broker-a`` (ASYNC_FLUSH) as processes under ``workdir``, with ``topics`` (name: queue
+    count) routed; yields (name server, broker) and stops both on the way out."""
     ns = start_namesrv(workdir)
     daemons = [ns]
     try:
         broker = start_broker(workdir, "broker-a", ns.addr, registerNameServerPeriod=1000)
         daemons.insert(0, broker)
         with Admin(ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=8, write_queue_nums=8)
-            admin.create_topic(LAT_TOPIC, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
-            wait_until(lambda: {TOPIC, LAT_TOPIC} <= set(admin.topic_list()), what="topic routes")
+            for topic, queues in topics.items():
+                admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=queues, write_queue_nums=queues)
+            wait_until(lambda: set(topics) <= set(admin.topic_list()), what="topic routes")
+        yield ns, broker
+    finally:
+        stop_all(daemons)
+
+
+def scenario(cfg: Config, rec: Recorder) -> None:
+    with one_broker(cfg.workdir / "cluster", {TOPIC: 8, LAT_TOPIC: 1}) as (ns, broker):
         with Producer(ns.addr) as producer, PullConsumer(ns.addr, group="bench") as consumer:
             rec.record("cluster.produce_batch", produce_rate(producer, TOPIC, cfg))
             rec.record("cluster.produce_single", produce_rate(producer, TOPIC, cfg, batch=1))
@@ -104,8 +120,6 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             rec.record("cluster.latency_p50", p50, note)
             rec.record("cluster.latency_p99", p99, note)
         rec.record("cluster.broker_rss", broker.rss_mib())
-    finally:
-        stop_all(daemons)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 A scenario is a group of metrics (``Metric``: id, label, unit, which echo figure it is divided by, target)
 and a function ``scenario(cfg, rec)`` that starts what it needs, records one value per metric id and stops
-everything it started. Built-in: ``store``, ``cluster``, ``static``.
+everything it started. Built-in: ``store``, ``cluster``, ``peers`` (Redis Streams and NATS JetStream beside
+our SDK, when the ``bench`` extra is installed), ``static``.
 
 Scenarios of issues not done yet are declared here with the metrics their issue asks for and run only once a
 module ``bench/<name>_bench.py`` exists (kv, metadata, tiered, spark). Such a module may provide either
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import cluster_bench, static_topic_bench, store_bench
+from bench import cluster_bench, peers_bench, static_topic_bench, store_bench
 from bench.harness import MET, NOT_MET, SCALED, Config, Metric, Recorder, Target
 
 
@@ -76,6 +77,8 @@ def builtin() -> list[Scenario]:
                  store_bench.scenario),
         Scenario("cluster", "cluster (issue 3): name server + 1 broker, SDK here", 3, cluster_bench.METRICS,
                  cluster_bench.scenario, aliases=("produce", "consume", "latency")),
+        Scenario("peers", "peers (issue 14): Redis Streams and NATS JetStream, same shape, beside our SDK", 14,
+                 peers_bench.METRICS, peers_bench.scenario, aliases=("redis", "nats")),
         Scenario("static", "static topics (issue 4): name server + 3 brokers, SDK here", 4,
                  static_topic_bench.METRICS, static_topic_bench.scenario, aliases=("remap",)),
     ]
