@@ -85,11 +85,10 @@ class DiskUsageWatcher(PeriodicService):
     """Measures the store's disk and sets or clears the disk-full refusal in the running flags; logs each change
     of state once (WARN when writes stop, INFO when they are taken again)."""
 
-    def __init__(self, config: MessageStoreConfig, running_flags: RunningFlags, written_offset: Callable[[], int],
-                 interval_s: float = CHECK_INTERVAL_S) -> None:
+    def __init__(self, config: MessageStoreConfig, running_flags: RunningFlags, commit_log_dir: Path,
+                 written_offset: Callable[[], int], interval_s: float = CHECK_INTERVAL_S) -> None:
         super().__init__("disk-usage-watcher", interval_s)
-        root = Path(config.store_path_root_dir)
-        self.paths = (root, root / "commitlog")
+        self.paths = (Path(config.store_path_root_dir), commit_log_dir)
         self.config = config
         self.running_flags = running_flags
         self.written_offset = written_offset

@@ -58,7 +58,8 @@ class MessageStore(MessageStoreReader):
         self.dispatcher_flush = DispatcherFlushService(
             self.commit_log, self.dispatchers, self.flushed_checkpoint, self.running_flags,
             config.flush_interval_consume_queue_ms)
-        self.disk_watcher = DiskUsageWatcher(config, self.running_flags, self.commit_log.max_offset)
+        self.disk_watcher = DiskUsageWatcher(config, self.running_flags, self.commit_log.mapped_file_queue.store_dir,
+                                             self.commit_log.max_offset)
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
                                                    self._on_commit_log_expired, self.disk_watcher)
         self.disk_watcher.on_pressure(self.clean_service.wake)
