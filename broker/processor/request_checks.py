@@ -1,5 +1,7 @@
 """Checks shared by processors: topic names, queue ids, and the topic's config."""
 
+from collections.abc import Callable
+
 from broker.metadata.topic_config_manager import TopicConfigManager
 from common.message_id import encode_host
 from common.request_error import RequestError, require
@@ -7,9 +9,9 @@ from common.topic_config import TopicConfig
 from common.topic_validator import InvalidTopicError, validate_topic, validate_user_send_topic
 
 
-def checked_topic(topic: str) -> str:
+def checked_topic(topic: str, validate: Callable[[str], None] = validate_topic) -> str:
     try:
-        validate_topic(topic)
+        validate(topic)
     except InvalidTopicError as exc:
         raise RequestError(str(exc)) from None
     return topic
@@ -17,11 +19,7 @@ def checked_topic(topic: str) -> str:
 
 def checked_send_topic(topic: str) -> str:
     """A topic an ordinary send may name: valid, and not one the broker owns (TBW102, %RETRY%, %DLQ%, rmq_sys_)."""
-    try:
-        validate_user_send_topic(topic)
-    except InvalidTopicError as exc:
-        raise RequestError(str(exc)) from None
-    return topic
+    return checked_topic(topic, validate_user_send_topic)
 
 
 def checked_group(group: str) -> str:
