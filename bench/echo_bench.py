@@ -3,6 +3,9 @@ process, like a broker) driven from this process with the same client concurrenc
 
 - unary: one 1 KiB payload per call, ``window`` calls in flight (calls/s);
 - batch: 64 x 1 KiB per call, ``window`` calls in flight (msgs/s);
+- stream: the same 64 x 1 KiB frames echoed on one bidirectional stream, ``window`` frames in flight, through
+  the SDK's own stream plumbing (``client/rpc_stream.py``; the frame is the payload of a message with a
+  request id) (msgs/s): the ceiling of the SDK's send and pull streams;
 - p50 / p99: round trip of one 1 KiB call, paced at the latency scenario's rate (ms);
 - rss: the echo server's resident memory after all that (MiB).
 
@@ -15,17 +18,22 @@ import time
 import grpc
 
 from bench.daemons import Daemon
-from bench.echo_server import METHOD
+from bench.echo_server import METHOD, STREAM_METHOD
 from bench.harness import BATCH, BODY, Config, Metric, paced, percentile, windowed_rate
+from client.rpc_stream import RpcStream
+from common.encoded_fields import bytes_field
+from proto import broker_pb2
 
 METRICS = [
     Metric("echo.unary", "gRPC echo, unary 1 KiB", "calls/s", echo="unary", short="echo unary"),
     Metric("echo.batch", "gRPC echo, batch of 64 x 1 KiB", "msgs/s", echo="batch", short="echo batch"),
+    Metric("echo.stream", "gRPC stream echo, frames of 64 x 1 KiB", "msgs/s", echo="stream", short="echo stream"),
     Metric("echo.p50", "gRPC echo round trip p50 at the latency rate", "ms", echo="p50", short="echo p50"),
     Metric("echo.p99", "gRPC echo round trip p99 at the latency rate", "ms", echo="p99", short="echo p99"),
     Metric("echo.rss", "gRPC echo server RSS", "MiB", echo="rss", short="echo RSS"),
 ]
-KEYS = ("unary", "batch", "p50", "p99", "rss")
+RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
+KEYS = ("unary", "batch", "stream", "p50", "p99", "rss")
 
 
 def measure(server: Daemon, cfg: Config) -> dict[str, float]:
@@ -38,6 +46,7 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
                                    cfg.warmup)
         batch_rate = windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, cfg.window,
                                    cfg.seconds, cfg.warmup)
+        stream_rate = _stream_rate(channel, batch, cfg)
         samples: list[float] = []
 
         def one(_: int) -> None:
@@ -46,10 +55,30 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
             samples.append((time.perf_counter() - t0) * 1000)
 
         paced(cfg.latency_rate, cfg.latency_seconds, one)
-        return {"unary": unary_rate, "batch": batch_rate, "p50": percentile(samples, 50),
+        return {"unary": unary_rate, "batch": batch_rate, "stream": stream_rate, "p50": percentile(samples, 50),
                 "p99": percentile(samples, 99), "rss": server.rss_mib()}
     finally:
         channel.close()
+
+
+def _stream_rate(channel: grpc.Channel, frame: bytes, cfg: Config) -> float:
+    """Requests echoed on one stream, as the SDK sends them: frames of requests, each with its request id and
+    the bytes as an encoded ``records`` field; each frame comes back as it went (read as one answer a request)."""
+    call = channel.stream_stream(STREAM_METHOD, request_serializer=None, response_deserializer=_as_answers)
+    stream = RpcStream(call, "echo-stream", window=cfg.window)
+    records = bytes_field(RECORDS_FIELD, frame)
+    try:
+        return windowed_rate(lambda: stream.call(broker_pb2.SendMessageRequest(), 10, records),
+                             lambda r: BATCH, cfg.window, cfg.seconds, cfg.warmup)
+    finally:
+        stream.close()
+
+
+def _as_answers(frame: bytes) -> broker_pb2.SendStreamAnswers:
+    # The echoed frame holds the requests themselves (records included): read it, answer each one by its id.
+    requests = broker_pb2.SendStreamFrame.FromString(frame).requests
+    return broker_pb2.SendStreamAnswers(responses=[broker_pb2.SendMessageResponse(request_id=r.request_id)
+                                                   for r in requests])
 
 
 def combine(runs: list[dict[str, float]]) -> dict[str, float]:

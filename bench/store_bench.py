@@ -1,4 +1,4 @@
-"""Message store benchmarks (issue 2), in-process, 1 KiB bodies, batches of 64.
+"""Message store benchmarks (issues 2 and 14), in-process, 1 KiB bodies, batches of 64.
 
 Each figure is the median of ``Config.store_repeat`` runs and is reported beside a ceiling measured in the same
 run: the bare cost of encoding such records and appending them to a file with one ``os.write`` per
@@ -19,6 +19,7 @@ from bench.harness import BATCH, Config, Metric, Recorder, Target
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.message_store import MessageStore
 from common.message_properties import encode_properties
+from common.wire_batch import WireBatch, encode_wire_batch
 
 BODY = os.urandom(1024)
 
@@ -83,6 +84,24 @@ def append_and_dispatch(total: int, workdir: str, unique_keys: bool) -> tuple[in
     return total, elapsed
 
 
+def append_wire_batches(total: int, workdir: str) -> tuple[int, float]:
+    """What a broker's store does for an SDK send: check the batch the producer encoded (sizes, topic, CRCs),
+    write queue id, offsets, store time and host in place, append it, dispatch. The producer's encoding is done
+    before the clock starts, as it happens in another process."""
+    store = _store(workdir, FlushDiskType.ASYNC_FLUSH)
+    records = encode_wire_batch(b"BenchW", [BODY] * BATCH, _props(BATCH, False), born_timestamp=1,
+                                born_host=bytes(8))
+    start = time.perf_counter()
+    r = None
+    for b in range(total // BATCH):
+        r = store.put_wire_batch(WireBatch.parse(records, b"BenchW", b % 8, store.store_host, BATCH))
+    assert r is not None and r.ok and r.append is not None
+    assert store.wait_dispatched(r.append.end_offset, 120)
+    elapsed = time.perf_counter() - start
+    _close(store)
+    return total, elapsed
+
+
 def sync_flush_concurrent(total: int, workdir: str, appenders: int = 16) -> tuple[int, float]:
     store = _store(workdir, FlushDiskType.SYNC_FLUSH)
     bodies, props = [BODY] * BATCH, _props(BATCH, False)
@@ -131,6 +150,8 @@ METRICS = [
            short="ceiling"),
     Metric("store.append_async", "store append+dispatch, ASYNC_FLUSH", "msgs/s", echo="batch", vs="store.ceiling",
            target=Target(">=", 400_000), issue=2),
+    Metric("store.append_wire", "store append+dispatch, batches as the SDK encodes them", "msgs/s", echo="batch",
+           vs="store.ceiling", target=Target(">=", 0.7, of="store.ceiling"), issue=14),
     Metric("store.append_async_keys", "store append+dispatch, unique keys indexed", "msgs/s", echo="batch",
            vs="store.ceiling", issue=2),
     Metric("store.append_sync16", "store append SYNC_FLUSH, 16 appenders", "msgs/s", echo="batch",
@@ -146,6 +167,7 @@ def scenario(cfg: Config, rec: Recorder) -> None:
     try:
         rec.record("store.ceiling", _median_rate(lambda: raw_append_ceiling(total, workdir), repeat))
         rec.record("store.append_async", _median_rate(lambda: append_and_dispatch(total, workdir, False), repeat))
+        rec.record("store.append_wire", _median_rate(lambda: append_wire_batches(total, workdir), repeat))
         rec.record("store.append_async_keys",
                    _median_rate(lambda: append_and_dispatch(total, workdir, True), repeat))
         rec.record("store.append_sync16", _median_rate(lambda: sync_flush_concurrent(total, workdir), repeat))

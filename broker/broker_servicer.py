@@ -15,6 +15,7 @@ from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from common.rpc_boundary import rpc_boundary
+from common.stream_answers import Answer, answer_frames
 from proto import broker_pb2, broker_pb2_grpc
 from proto.broker_pb2 import LOGIC
 
@@ -44,11 +45,33 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.sync_flush = sync_flush
 
     async def SendMessage(self, request, context):
+        return await self._send(request)
+
+    async def SendMessageStream(self, request_iterator, context):
+        # ASYNC_FLUSH appends on the event loop, in the order the batches came; SYNC_FLUSH waits for fsyncs in
+        # threads, so batches in flight together may be appended in either order (as unary calls would).
+        async for frame in answer_frames(request_iterator, self._send, broker_pb2.SendMessageResponse,
+                                         in_order=not self.sync_flush, rpc="SendMessageStream"):
+            yield frame
+
+    async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         response = await run(self.send.send, request, in_thread=self.sync_flush)
-        self.stats.put_count += len(request.bodies)
+        self.stats.put_count += len(response.physical_offsets)
         return response
 
     async def PullMessage(self, request, context):
+        return (await self._pull(request)).full_response()
+
+    async def PullMessageStream(self, request_iterator, context):
+        async for frame in answer_frames(request_iterator, self._pull_answer, broker_pb2.PullMessageResponse,
+                                         in_order=False, rpc="PullMessageStream"):
+            yield frame
+
+    async def _pull_answer(self, request: broker_pb2.PullMessageRequest) -> Answer:
+        outcome = await self._pull(request)
+        return outcome.response, outcome.encoded_records()
+
+    async def _pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         pull = self.pull.pull
         logic = request.addressing == LOGIC  # may read older items on other brokers: off the event loop
         outcome: PullOutcome = await run(pull, request, in_thread=logic)
@@ -61,7 +84,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     break
                 outcome = await run(pull, request, in_thread=logic)
         self.stats.get_count += 1
-        return outcome.response
+        return outcome
 
     # Logic-queue requests may call the brokers of older items: they run off the event loop.
     async def UpdateConsumerOffset(self, request, context):

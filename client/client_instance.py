@@ -5,18 +5,19 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
 from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
-from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,6 +50,7 @@ class ClientInstance:
         self.namesrv_addrs = namesrv_addrs(namesrv_addr)
         self.rpc_timeout_s = rpc_timeout_s
         self._channels: dict[str, grpc.Channel] = {}
+        self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         self._static_views: dict[str, tuple[common_pb2.TopicRouteData, int, dict[int, str]]] = {}
         self._lock = threading.Lock()
@@ -66,6 +68,30 @@ class ClientInstance:
 
     def broker(self, addr: str) -> broker_pb2_grpc.BrokerServiceStub:
         return broker_pb2_grpc.BrokerServiceStub(self.channel(addr))
+
+    def send_stream(self, addr: str) -> RpcStream:
+        """The long-lived send stream to the broker at ``addr`` (opened on first use, reopened after a break)."""
+        return self._stream(addr, "SendMessageStream", broker_pb2.SendStreamAnswers, DEFAULT_WINDOW)
+
+    def pull_stream(self, addr: str) -> RpcStream:
+        """Without a window: a parked long-polling pull holds its place until it is answered (a push consumer
+        parks one a queue); what a pull may bring back is bounded by the pull itself."""
+        return self._stream(addr, "PullMessageStream", broker_pb2.PullStreamAnswers, None)
+
+    def _stream(self, addr: str, method: str, answers_class: Any, window: int | None) -> RpcStream:
+        stream = self._streams.get((addr, method))
+        if stream is None:
+            open_call = self.open_stream(addr, method, answers_class)
+            with self._lock:
+                stream = self._streams.get((addr, method))
+                if stream is None:
+                    stream = self._streams[addr, method] = RpcStream(open_call, f"{method}-{addr}", window)
+        return stream
+
+    def open_stream(self, addr: str, method: str, answers_class: Any) -> Callable[..., Any]:
+        """A BrokerService stream method taking frames as the bytes ``RpcStream`` encodes."""
+        return self.channel(addr).stream_stream(f"/rmq.BrokerService/{method}", request_serializer=None,
+                                                response_deserializer=answers_class.FromString)
 
     def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         return namesrv_pb2_grpc.NamesrvServiceStub(self.channel(addr))
@@ -181,6 +207,9 @@ class ClientInstance:
 
     def close(self) -> None:
         with self._lock:
+            for stream in self._streams.values():
+                stream.close()
+            self._streams.clear()
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()

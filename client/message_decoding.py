@@ -1,10 +1,11 @@
 """Pulled records to messages, with the exact tag check the broker's hash filter cannot make."""
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from client.errors import MQClientError
+from client.pulled_messages import PulledMessages
 from common.message import MessageExt
-from common.message_codec import CorruptRecordError, decode_records
 from common.subscription import parse_sub_expression
 
 
@@ -16,17 +17,13 @@ def _tags(sub_expression: str) -> frozenset[str] | None:
         raise MQClientError(str(exc)) from None
 
 
-def decode_pulled(records: bytes, offset_delta: int, sub_expression: str) -> list[MessageExt]:
-    """Decode (CRC-checked), shift queue offsets by ``offset_delta`` (static topics: physical to logic),
-    and drop messages whose tag is not subscribed."""
-    try:
-        messages = decode_records(records)
-    except CorruptRecordError as exc:
-        raise MQClientError(f"pulled a corrupt record: {exc}") from None
-    if offset_delta:
-        for m in messages:
-            m.queue_offset += offset_delta
+def decode_pulled(records: bytes, offset_delta: int, sub_expression: str,
+                  queue_id: int | None = None) -> Sequence[MessageExt]:
+    """The pulled messages, decoded when read (CRC-checked then), queue offsets shifted by ``offset_delta`` and
+    queue ids set to ``queue_id`` (static topics: the logic queue and its offsets); with a tag expression, only
+    the messages whose tag is subscribed (the broker filters by tag hash, which can collide)."""
+    messages = PulledMessages(records, offset_delta, queue_id)
     tags = _tags(sub_expression)
-    if tags is not None:
-        messages = [m for m in messages if m.tags in tags]
-    return messages
+    if tags is None:
+        return messages
+    return [m for m in messages if m.tags in tags]

@@ -16,19 +16,23 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import grpc
 
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
-from client.message_encoding import new_unique_key, wire_properties
+from client.message_encoding import batch_wire_properties
 from client.results import SendResult, SendStatus
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
+from common.encoded_fields import bytes_field
 from common.message import Message
+from common.message_id import encode_host
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
+from common.wire_batch import encode_wire_batch
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
@@ -40,17 +44,21 @@ RETRYABLE_CODES = {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE,
                    ResponseCode.NO_PERMISSION, ResponseCode.TOPIC_NOT_EXIST}
 # Static topics also retry (the same logic queue, after a route refresh) when the broker no longer leads it.
 STATIC_RETRYABLE_CODES = RETRYABLE_CODES | {ResponseCode.NOT_LEADER_FOR_QUEUE}
+RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
 STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
 
 
 class Producer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_PRODUCER",
-                 send_timeout_ms: int = 3000, retry_times: int = 2) -> None:
+                 send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True) -> None:
+        """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream."""
         self.group = group
+        self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000)
         self.send_timeout_s = send_timeout_ms / 1000
         self.retry_times = retry_times
         self.born_host = f"{socket.gethostbyname('localhost')}:{os.getpid() % 65536}"
+        self._born_host = encode_host(self.born_host)
         self._round_robin = 0
         self._lock = threading.Lock()
 
@@ -79,21 +87,21 @@ class Producer:
     def send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
                          queue: MessageQueue | None = None) -> "Future[SendResult]":
         """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread."""
-        request = self._request(msgs)
-        topic = request.topic
+        send = self._request(msgs)
+        topic = send.topic
         future: Future[SendResult] = Future()
         if queue is None and sharding_key is not None:
             queue = self._queue_for_key(topic, sharding_key)
         may_move = queue is None
         mq = queue or self._next_queue(topic, None, refresh=False)
         if is_logic_queue(mq):
-            self._attempt_static(request, mq, may_move, 1 + self.retry_times, future)
+            self._attempt_static(send, mq, may_move, 1 + self.retry_times, future)
             return future
         attempts = 1 if not may_move else 1 + self.retry_times
-        self._attempt(request, mq, may_move, attempts, future)
+        self._attempt(send, mq, may_move, attempts, future)
         return future
 
-    def _request(self, msgs: Sequence[Message]) -> broker_pb2.SendMessageRequest:
+    def _request(self, msgs: Sequence[Message]) -> "_Send":
         if not msgs:
             raise MQClientError("a batch needs at least one message")
         topic = msgs[0].topic
@@ -106,10 +114,21 @@ class Producer:
         bodies = [m.body for m in msgs]
         if not all(bodies):
             raise MQClientError("cannot send an empty message body")
-        return broker_pb2.SendMessageRequest(
-            producer_group=self.group, topic=topic, bodies=bodies,
-            properties=[wire_properties(m, new_unique_key()) for m in msgs],
-            born_timestamp=int(time.time() * 1000), born_host=self.born_host, flag=msgs[0].flag)
+        properties = batch_wire_properties(msgs)
+        # The batch travels as the records the broker stores: encoded once, here.
+        records = encode_wire_batch(topic.encode(), bodies, properties, born_timestamp=int(time.time() * 1000),
+                                    born_host=self._born_host, flag=msgs[0].flag)
+        return _Send(self.group, topic, bytes_field(RECORDS_FIELD, records), tuple(properties))
+
+    def _call(self, addr: str, send: "_Send", queue_id: int, addressing: broker_pb2.QueueAddressing) -> Future:
+        """One attempt: its own request (a stream stamps each with its id while an earlier attempt may still be
+        in flight); the records go along encoded, copied once."""
+        request = broker_pb2.SendMessageRequest(producer_group=send.group, topic=send.topic, queue_id=queue_id,
+                                                addressing=addressing)
+        if self.use_streams:
+            return self.client.send_stream(addr).call(request, self.send_timeout_s, send.records_field)
+        request.records = send.records_field[1]
+        return self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
 
     # -- queue choice ------------------------------------------------------------------------------
     def _queue_for_key(self, topic: str, key: str) -> MessageQueue:
@@ -136,7 +155,7 @@ class Producer:
                 return mq
         return queues[start % len(queues)]
 
-    def _attempt(self, request: broker_pb2.SendMessageRequest, mq: MessageQueue, may_move: bool, attempts_left: int,
+    def _attempt(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
                  future: "Future[SendResult]") -> None:
         """One try on ``mq``; a retryable failure tries a queue of another broker while attempts remain."""
 
@@ -151,7 +170,7 @@ class Producer:
             except MQClientError as exc:
                 future.set_exception(exc)
                 return
-            self._attempt(request, next_mq, may_move, attempts_left - 1, future)
+            self._attempt(send, next_mq, may_move, attempts_left - 1, future)
 
         try:
             addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
@@ -159,18 +178,17 @@ class Producer:
             exc.retryable = True  # type: ignore[attr-defined]  # the broker left the route: try another
             fail(exc)
             return
-        request.queue_id = mq.queue_id
-        call = self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
+        call = self._call(addr, send, mq.queue_id, broker_pb2.ADDRESSING_UNSPECIFIED)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: Future) -> None:
             try:
-                future.set_result(self._result(mq, addr, call, request))
+                future.set_result(self._result(mq, addr, call, send))
             except MQClientError as exc:
                 fail(exc)
 
         call.add_done_callback(done)
 
-    def _attempt_static(self, request: broker_pb2.SendMessageRequest, mq: MessageQueue, may_move: bool,
+    def _attempt_static(self, send: "_Send", mq: MessageQueue, may_move: bool,
                         attempts_left: int, future: "Future[SendResult]", retry: int = 0) -> None:
         """One try on logic queue ``mq`` at its leader. A retryable failure refreshes the route and tries the
         same logic queue again while attempts remain; a logic queue without a leader fails the send, unless
@@ -184,7 +202,7 @@ class Producer:
             log.info("send_retry topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
             self.client.invalidate_route(topic)
             pause = 0.0 if retry == 0 else min(STATIC_RETRY_PAUSE_S * 2 ** (retry - 1), 1.0)
-            self._later(pause, lambda: self._attempt_static(request, mq, may_move, attempts_left - 1, future,
+            self._later(pause, lambda: self._attempt_static(send, mq, may_move, attempts_left - 1, future,
                                                             retry + 1))
 
         try:
@@ -204,15 +222,13 @@ class Producer:
             except MQClientError as exc2:
                 future.set_exception(exc2)
                 return
-            self._attempt_static(request, next_mq, may_move, attempts_left - 1, future, retry)
+            self._attempt_static(send, next_mq, may_move, attempts_left - 1, future, retry)
             return
-        request.queue_id = mq.queue_id
-        request.addressing = broker_pb2.LOGIC
-        call = self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
+        call = self._call(addr, send, mq.queue_id, broker_pb2.LOGIC)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: Future) -> None:
             try:
-                future.set_result(self._result(mq, addr, call, request, static=True))
+                future.set_result(self._result(mq, addr, call, send, static=True))
             except MQClientError as exc:
                 again(exc)
 
@@ -234,8 +250,7 @@ class Producer:
         return err
 
     @staticmethod
-    def _result(mq: MessageQueue, addr: str, call: grpc.Future, request: broker_pb2.SendMessageRequest,
-                static: bool = False) -> SendResult:
+    def _result(mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
@@ -251,7 +266,16 @@ class Producer:
             raise err
         # A static topic's broker answers in logic terms: the logic queue and its logic offset (-1: undecided).
         queue = mq if static else MessageQueue(mq.topic, mq.broker_name, response.queue_id)
-        # A tuple of the small property blocks: holding request.properties would keep the whole request (bodies
-        # included) alive as long as the result.
         return SendResult(queue, response.queue_offset, response.store_host, tuple(response.physical_offsets),
-                          status, tuple(request.properties))
+                          status, send.properties)
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    """A batch ready to go: its records encoded once (as the ``records`` field of a request), and the small
+    property blocks, kept apart so a result does not hold the records alive."""
+
+    group: str
+    topic: str
+    records_field: tuple[bytes, bytes]  # (field header, records)
+    properties: tuple[bytes, ...]

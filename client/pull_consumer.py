@@ -31,8 +31,10 @@ MAX_PULL_HOPS = 8  # static topics: "retry now" answers followed within one pull
 
 class PullConsumer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER",
-                 rpc_timeout_ms: int = 10_000) -> None:
+                 rpc_timeout_ms: int = 10_000, use_streams: bool = True) -> None:
+        """``use_streams=False`` pulls with unary calls instead of on the broker's pull stream."""
         self.group = group
+        self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
 
     def __enter__(self) -> "PullConsumer":
@@ -93,10 +95,9 @@ class PullConsumer:
             self._pull_static(mq, request, future, hops=0, leader_retries=1)
             return future
         addr = self.client.master_addr(mq.topic, mq.broker_name)
-        timeout_s = self.client.rpc_timeout_s + suspend_ms / 1000
-        call = self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
+        call = self._pull_call(addr, request)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: Future) -> None:
             try:
                 future.set_result(self._pull_result(mq, addr, sub_expression, call))
             except MQClientError as exc:
@@ -104,6 +105,12 @@ class PullConsumer:
 
         call.add_done_callback(done)
         return future
+
+    def _pull_call(self, addr: str, request: broker_pb2.PullMessageRequest) -> Future:
+        timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
+        if self.use_streams:
+            return self.client.pull_stream(addr).call(request, timeout_s)
+        return self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
 
     def _pull_static(self, mq: MessageQueue, request: broker_pb2.PullMessageRequest, future: "Future[PullResult]",
                      hops: int, leader_retries: int, refresh: bool = False) -> None:
@@ -117,10 +124,9 @@ class PullConsumer:
             future.set_exception(exc)
             return
         request.addressing = addressing
-        timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
-        call = self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
+        call = self._pull_call(addr, request)
 
-        def done(call: grpc.Future) -> None:
+        def done(call: Future) -> None:
             try:
                 response = call.result()
             except grpc.RpcError as exc:
@@ -138,18 +144,14 @@ class PullConsumer:
                 request.queue_offset = response.next_begin_offset
                 self._pull_static(mq, request, future, hops + 1, leader_retries)
                 return
-            try:
-                result = self._to_result(mq, addr, request.sub_expression, response)
+            try:  # the logic queue's id, as the offsets are logic offsets
+                future.set_result(self._to_result(mq, addr, request.sub_expression, response, mq.queue_id))
             except MQClientError as exc:
                 future.set_exception(exc)
-                return
-            for m in result.messages:
-                m.queue_id = mq.queue_id  # the logic queue, as the offsets are logic offsets
-            future.set_result(result)
 
         call.add_done_callback(done)
 
-    def _pull_result(self, mq: MessageQueue, addr: str, sub_expression: str, call: grpc.Future) -> PullResult:
+    def _pull_result(self, mq: MessageQueue, addr: str, sub_expression: str, call: Future) -> PullResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
@@ -158,12 +160,13 @@ class PullConsumer:
         return self._to_result(mq, addr, sub_expression, response)
 
     @staticmethod
-    def _to_result(mq: MessageQueue, addr: str, sub_expression: str,
-                   response: broker_pb2.PullMessageResponse) -> PullResult:
+    def _to_result(mq: MessageQueue, addr: str, sub_expression: str, response: broker_pb2.PullMessageResponse,
+                   queue_id: int | None = None) -> PullResult:
         status = PULL_STATUS.get(response.code)
         if status is None:
             raise business_error(f"pull {mq}", addr, response.code, response.remark)
-        messages = decode_pulled(response.records, response.offset_delta, sub_expression) if response.records else []
+        messages = (decode_pulled(response.records, response.offset_delta, sub_expression, queue_id)
+                    if response.records else [])
         if status is PullStatus.FOUND and not messages:
             status = PullStatus.NO_MATCHED_MSG  # the tag hash matched but the tag itself did not
         return PullResult(status, messages, response.next_begin_offset, response.min_offset, response.max_offset)

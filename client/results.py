@@ -73,7 +73,7 @@ class PullStatus(Enum):
 @dataclass(slots=True)
 class PullResult:
     status: PullStatus
-    messages: list[MessageExt] = field(default_factory=list)
+    messages: Sequence[MessageExt] = field(default_factory=list)  # decoded when read (client/pulled_messages.py)
     next_begin_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0

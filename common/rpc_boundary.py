@@ -55,7 +55,8 @@ class UndecodableRequest:
 
 class RequestDecoding(grpc.aio.ServerInterceptor):
     """Decodes requests without raising: bytes that do not parse become an :class:`UndecodableRequest`, which
-    the guarded handler answers INVALID_ARGUMENT."""
+    the guarded handler answers INVALID_ARGUMENT. On bidirectional streams it also lets already encoded answer
+    frames (bytes) through."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, tuple[Any, Any]] = {}  # method -> (its handler, the lenient copy): made once
@@ -68,7 +69,10 @@ class RequestDecoding(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         cached = self._handlers.get(method)
         if cached is None or cached[0] is not handler:
-            cached = handler, handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+            lenient = handler._replace(request_deserializer=_lenient(handler.request_deserializer))
+            if handler.request_streaming and handler.response_streaming and handler.response_serializer:
+                lenient = lenient._replace(response_serializer=_passing_bytes(handler.response_serializer))
+            cached = handler, lenient
             self._handlers[method] = cached
         return cached[1]
 
@@ -81,6 +85,15 @@ def _lenient(decode: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
             return UndecodableRequest(str(exc) or type(exc).__name__)
 
     return decoded
+
+
+def _passing_bytes(encode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A bidirectional stream may answer with frames it encoded itself (``common/stream_answers.py``)."""
+
+    def encoded(response: Any) -> bytes:
+        return response if type(response) is bytes else encode(response)
+
+    return encoded
 
 
 async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:

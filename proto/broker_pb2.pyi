@@ -18,7 +18,7 @@ LOGIC: QueueAddressing
 PHYSICAL: QueueAddressing
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag", "addressing")
+    __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag", "addressing", "records", "request_id")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,8 @@ class SendMessageRequest(_message.Message):
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
@@ -39,26 +41,54 @@ class SendMessageRequest(_message.Message):
     born_host: str
     sys_flag: int
     addressing: QueueAddressing
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
+    records: bytes
+    request_id: int
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., records: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets")
+    __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets", "request_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     queue_id: int
     queue_offset: int
     store_host: bytes
     physical_offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    request_id: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class SendStreamFrame(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[SendMessageRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[SendMessageRequest, _Mapping]]] = ...) -> None: ...
+
+class SendStreamAnswers(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[SendMessageResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[SendMessageResponse, _Mapping]]] = ...) -> None: ...
+
+class PullStreamFrame(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[PullMessageRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[PullMessageRequest, _Mapping]]] = ...) -> None: ...
+
+class PullStreamAnswers(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[PullMessageResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[PullMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes", "addressing")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes", "addressing", "request_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +99,7 @@ class PullMessageRequest(_message.Message):
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -79,10 +110,11 @@ class PullMessageRequest(_message.Message):
     commit_offset: int
     max_bytes: int
     addressing: QueueAddressing
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
+    request_id: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("code", "remark", "next_begin_offset", "min_offset", "max_offset", "records", "offset_delta")
+    __slots__ = ("code", "remark", "next_begin_offset", "min_offset", "max_offset", "records", "offset_delta", "request_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +122,7 @@ class PullMessageResponse(_message.Message):
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     next_begin_offset: int
@@ -97,7 +130,8 @@ class PullMessageResponse(_message.Message):
     max_offset: int
     records: bytes
     offset_delta: int
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., offset_delta: _Optional[int] = ...) -> None: ...
+    request_id: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., offset_delta: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset", "addressing")

@@ -45,6 +45,16 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_broker__pb2.PullMessageRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
+        self.SendMessageStream = channel.stream_stream(
+                '/rmq.BrokerService/SendMessageStream',
+                request_serializer=proto_dot_broker__pb2.SendStreamFrame.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.SendStreamAnswers.FromString,
+                _registered_method=True)
+        self.PullMessageStream = channel.stream_stream(
+                '/rmq.BrokerService/PullMessageStream',
+                request_serializer=proto_dot_broker__pb2.PullStreamFrame.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.PullStreamAnswers.FromString,
+                _registered_method=True)
         self.UpdateConsumerOffset = channel.unary_unary(
                 '/rmq.BrokerService/UpdateConsumerOffset',
                 request_serializer=proto_dot_broker__pb2.UpdateConsumerOffsetRequest.SerializeToString,
@@ -154,6 +164,24 @@ class BrokerServiceServicer:
     def PullMessage(self, request, context):
         """Long polling: with suspend_timeout_ms > 0 a pull that finds nothing waits for a message or the timeout.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendMessageStream(self, request_iterator, context):
+        """The same requests and answers on one long-lived stream, many in flight (what the SDK uses). A frame carries
+        the requests that were ready together, an answer frame the answers that were; each answer carries its
+        request's request_id. Sends of one stream are appended in the order they arrive (ASYNC_FLUSH); pulls are
+        answered as they complete (a long-polling pull does not hold up the others). A request's own failure is its
+        answer's code (a malformed one: INVALID_PARAMETER with what was wrong); only a frame that does not parse
+        ends the stream (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullMessageStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -288,6 +316,16 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.PullMessage,
                     request_deserializer=proto_dot_broker__pb2.PullMessageRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.PullMessageResponse.SerializeToString,
+            ),
+            'SendMessageStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendMessageStream,
+                    request_deserializer=proto_dot_broker__pb2.SendStreamFrame.FromString,
+                    response_serializer=proto_dot_broker__pb2.SendStreamAnswers.SerializeToString,
+            ),
+            'PullMessageStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PullMessageStream,
+                    request_deserializer=proto_dot_broker__pb2.PullStreamFrame.FromString,
+                    response_serializer=proto_dot_broker__pb2.PullStreamAnswers.SerializeToString,
             ),
             'UpdateConsumerOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateConsumerOffset,
@@ -439,6 +477,60 @@ class BrokerService:
             '/rmq.BrokerService/PullMessage',
             proto_dot_broker__pb2.PullMessageRequest.SerializeToString,
             proto_dot_broker__pb2.PullMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendMessageStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rmq.BrokerService/SendMessageStream',
+            proto_dot_broker__pb2.SendStreamFrame.SerializeToString,
+            proto_dot_broker__pb2.SendStreamAnswers.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullMessageStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rmq.BrokerService/PullMessageStream',
+            proto_dot_broker__pb2.PullStreamFrame.SerializeToString,
+            proto_dot_broker__pb2.PullStreamAnswers.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,9 +62,10 @@ class PullMessageProcessor:
         result = self.store.get_message(config.topic_name, request.queue_id, request.queue_offset,
                                         request.max_msg_nums, request.max_bytes or DEFAULT_MAX_BYTES,
                                         set(codes) if codes is not None else None)
-        response = to_response(result, request.queue_offset)
+        response = to_response(result, request.queue_offset, with_records=False)
         caught_up = response.code == ResponseCode.PULL_NOT_FOUND
-        return PullOutcome(response, (config.topic_name, request.queue_id, request.queue_offset) if caught_up else None)
+        return PullOutcome(response, (config.topic_name, request.queue_id, request.queue_offset) if caught_up else None,
+                           b"".join(result.messages))
 
 
 def _commit_on_pull(commit: Callable[[], None], group: str, request: broker_pb2.PullMessageRequest) -> None:

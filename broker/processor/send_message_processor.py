@@ -8,13 +8,15 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_born_host, checked_queue_id, checked_send_topic
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.store.message_store import MessageStore
-from broker.store.put_message_result import PutMessageStatus
+from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from common.kv_shard import KV_TOPIC
+from common.message_codec import CorruptRecordError
 from common.perm import is_writeable
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
+from common.wire_batch import WireBatch
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
@@ -42,18 +44,14 @@ class SendMessageProcessor:
         self.on_topics_changed = on_topics_changed
 
     def send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
-        bodies = list(request.bodies)
-        require(len(bodies) > 0, "batch is empty: no message bodies")
-        require(len(bodies) <= MAX_BATCH_MESSAGES, f"batch of {len(bodies)} messages exceeds {MAX_BATCH_MESSAGES}")
-        properties = list(request.properties) or [b""] * len(bodies)
-        require(len(properties) == len(bodies), f"{len(bodies)} bodies but {len(properties)} property blocks")
-        total = sum(map(len, bodies))
-        limit = self.limits.max_message_size
-        require(total <= limit, f"batch of {total} bytes exceeds maxMessageSize {limit}")
+        """A batch as commitlog records (``records``, what the SDK sends) or as bodies and properties."""
+        if request.records:  # checked record by record once the topic is known
+            require(not request.bodies, "a send carries records or bodies, not both")
+        else:
+            self._check_bodies(request)
         require(request.topic != KV_TOPIC, f"topic {KV_TOPIC} holds the KV store's operations: write it with a KV "
                 "client")
         topic = checked_send_topic(request.topic)
-        born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         # A static topic is answered by its mapping, even on a broker that holds none of its queues.
         ctx = self.static_topics.context(topic, request.queue_id, request.addressing)
         config = self.topic_config_manager.select(topic) or (None if ctx else self._auto_create(topic))
@@ -63,10 +61,7 @@ class SendMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, f"topic {config.topic_name} is not writeable here")
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
-        result = self.store.put_messages(config.topic_name, queue_id, bodies, properties,
-                                         born_timestamp=request.born_timestamp or None,
-                                         born_host=born_host, flag=request.flag,
-                                         sys_flag=request.sys_flag)
+        result = self._put(request, config.topic_name, queue_id)
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
@@ -78,6 +73,33 @@ class SendMessageProcessor:
         return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=queue_offset,
                                               store_host=result.store_host,
                                               physical_offsets=result.append.physical_offsets)
+
+    def _check_bodies(self, request: broker_pb2.SendMessageRequest) -> None:
+        count = len(request.bodies)
+        require(count > 0, "batch is empty: no message bodies")
+        require(count <= MAX_BATCH_MESSAGES, f"batch of {count} messages exceeds {MAX_BATCH_MESSAGES}")
+        require(len(request.properties) in (0, count), f"{count} bodies but {len(request.properties)} property "
+                "blocks")
+        self._check_total(sum(map(len, request.bodies)))
+
+    def _check_total(self, body_bytes: int) -> None:
+        limit = self.limits.max_message_size
+        require(body_bytes <= limit, f"batch of {body_bytes} bytes exceeds maxMessageSize {limit}")
+
+    def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int) -> PutMessageResult:
+        if request.records:
+            try:
+                batch = WireBatch.parse(request.records, topic.encode(), queue_id, self.store.store_host,
+                                        MAX_BATCH_MESSAGES)
+            except CorruptRecordError as exc:
+                raise RequestError(f"records of the batch: {exc}") from None
+            self._check_total(batch.body_bytes)
+            return self.store.put_wire_batch(batch)
+        born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
+        return self.store.put_messages(topic, queue_id, request.bodies,
+                                       request.properties or [b""] * len(request.bodies),
+                                       born_timestamp=request.born_timestamp or None, born_host=born_host,
+                                       flag=request.flag, sys_flag=request.sys_flag)
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

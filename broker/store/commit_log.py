@@ -23,6 +23,7 @@ from common.message_codec import (
     check_record,
     write_blank,
 )
+from common.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,9 @@ class CommitLog:
             self.advance_confirm_offset(flushed_offset)
 
     # -- append ------------------------------------------------------------------------------------
-    def append_batch(self, batch: EncodedBatch) -> AppendResult:
-        """Append a batch of one queue; its records get consecutive queue offsets."""
+    def append_batch(self, batch: EncodedBatch | WireBatch) -> AppendResult:
+        """Append a batch of one queue (encoded here, or as the producer encoded it); its records get
+        consecutive queue offsets."""
         physical_offsets: list[int] = []
         sizes = batch.sizes
         with self._lock:

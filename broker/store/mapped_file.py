@@ -3,8 +3,13 @@
 Writes go through ``os.pwrite`` (into the page cache: six times faster here than first-touch writes
 through a mapping); reads copy out of a shared mapping of the same pages, so no view outlives a
 closed mapping. The descriptor is kept only while the file can still be written.
+
+Every page a reader touches stays in the mapping, and so in the broker's RSS, until it is unmapped: the reput
+alone reads every record once, so RSS would grow with everything written. :meth:`MappedFile.release_pages`
+drops them again (the store's periodic services call it); the data stays in the page cache.
 """
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -12,6 +17,8 @@ import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
 
 
 def segment_name(start_offset: int) -> str:
@@ -68,6 +75,20 @@ class MappedFile:
 
     def read(self, pos: int, size: int) -> bytes:
         return self.mm[pos : pos + size]
+
+    def release_pages(self) -> None:
+        """Unmap the pages readers faulted in below the flushed position, so they stop counting in RSS.
+
+        On a shared file mapping MADV_DONTNEED only drops this process's page table entries: the pages stay in
+        the page cache (a dirty one stays dirty there), so the next read maps the same page again with a minor
+        fault and no I/O, and nothing written, flushed or not, is lost. Only the flushed part is released
+        because the unflushed tail is what the reput and tailing consumers read next, not for safety."""
+        end = self.flushed_position - self.flushed_position % PAGE_SIZE
+        if end <= 0:
+            return
+        # ValueError: closed meanwhile (a consume queue reset by the dispatcher), nothing left to unmap.
+        with contextlib.suppress(ValueError):
+            self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
 
     def flush(self) -> int:
         """fdatasync what was written since the last flush; returns the flushed position (what was written when

@@ -118,6 +118,13 @@ class MappedFileQueue:
                 f.flush()
         return self.flushed_offset()
 
+    def release_pages(self) -> None:
+        """Unmap what readers faulted in below each segment's flushed position (see MappedFile.release_pages).
+        Every segment, every time: a consumer catching up maps old ones again, and a pass over a segment
+        with nothing mapped costs about a microsecond."""
+        for f in self._files:
+            f.release_pages()
+
     # -- truncation and deletion -------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Make ``offset`` the end: zero the tail of its segment and delete segments after it."""

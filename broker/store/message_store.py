@@ -23,15 +23,20 @@ from broker.store.recovery import mark_clean_shutdown, recover
 from broker.store.running_flags import RunningFlags
 from broker.store.store_services import CleanCommitLogService, DispatcherFlushService
 from common.message import MessageExt
-from common.message_codec import decode_record, prepare_batch
+from common.message_codec import EncodedBatch, decode_record, prepare_batch
 from common.message_id import encode_host
 from common.message_properties import MAX_PROPERTIES_SIZE
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_validator import InvalidTopicError, validate_topic
+from common.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 
 MAX_SCAN_UNITS = 16_000  # units a filtered read may skip before it answers
+
+
+def _illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
+    return PutMessageResult(status, why)
 
 
 class MessageStore(MessageStoreReader):
@@ -149,6 +154,17 @@ class MessageStore(MessageStoreReader):
             born_timestamp=born_timestamp if born_timestamp is not None else int(time.time() * 1000),
             born_host=encode_host(born_host), store_host=self.store_host, flag=flag, sys_flag=sys_flag,
         )
+        return self._append(batch, wait_flushed)
+
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
+        """Append records the producer encoded (checked by ``WireBatch.parse``) as they came."""
+        error = self._check_running()
+        if error is None:
+            error = self._check_sizes(batch.topic.decode(), batch.queue_id, batch.max_body,
+                                      batch.max_properties, self.config.max_message_size)
+        return error or self._append(batch, wait_flushed)
+
+    def _append(self, batch: EncodedBatch | WireBatch, wait_flushed: bool) -> PutMessageResult:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
@@ -183,33 +199,40 @@ class MessageStore(MessageStoreReader):
 
     def _check(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                properties: Sequence[bytes], body_limit: int) -> PutMessageResult | None:
-        def illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
-            return PutMessageResult(status, why)
+        error = self._check_running()
+        if error is not None:
+            return error
+        if not bodies:
+            return _illegal("batch is empty")
+        if len(bodies) != len(properties):
+            return _illegal(f"{len(bodies)} bodies but {len(properties)} property blocks")
+        body_sizes = list(map(len, bodies))
+        if min(body_sizes) == 0:
+            return _illegal("message body is empty")
+        return self._check_sizes(topic, queue_id, max(body_sizes), max(map(len, properties)), body_limit)
 
+    def _check_running(self) -> PutMessageResult | None:
         if not self._running:
-            return illegal("message store is not running", PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            return _illegal("message store is not running", PutMessageStatus.SERVICE_NOT_AVAILABLE)
         refusal = self.running_flags.write_refusal()
         if refusal is not None:
-            return illegal(refusal, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            return _illegal(refusal, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        return None
+
+    @staticmethod
+    def _check_sizes(topic: str, queue_id: int, max_body: int, max_properties: int,
+                     body_limit: int) -> PutMessageResult | None:
         try:
             validate_topic(topic)
         except InvalidTopicError as exc:
-            return illegal(str(exc))
+            return _illegal(str(exc))
         if queue_id < 0:
-            return illegal(f"queue id {queue_id} is negative")
-        if not bodies:
-            return illegal("batch is empty")
-        if len(bodies) != len(properties):
-            return illegal(f"{len(bodies)} bodies but {len(properties)} property blocks")
-        body_sizes = list(map(len, bodies))
-        if min(body_sizes) == 0:
-            return illegal("message body is empty")
-        if max(body_sizes) > body_limit:
-            return illegal(f"message body of {max(body_sizes)} bytes exceeds maxMessageSize {body_limit}")
-        props_size = max(map(len, properties))
-        if props_size > MAX_PROPERTIES_SIZE:
-            return illegal(f"properties of {props_size} bytes exceed {MAX_PROPERTIES_SIZE}",
-                           PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+            return _illegal(f"queue id {queue_id} is negative")
+        if max_body > body_limit:
+            return _illegal(f"message body of {max_body} bytes exceeds maxMessageSize {body_limit}")
+        if max_properties > MAX_PROPERTIES_SIZE:
+            return _illegal(f"properties of {max_properties} bytes exceed {MAX_PROPERTIES_SIZE}",
+                            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
         return None
 
     # -- read --------------------------------------------------------------------------------------

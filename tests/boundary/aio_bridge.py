@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
 
 
 class AioContext:
@@ -57,13 +58,18 @@ class SyncServicer:
 
     def _bridge(self, handler: Callable[..., Any], method: MethodDescriptor) -> Callable[..., Any]:
         if method.server_streaming:
+            decode = GetMessageClass(method.output_type).FromString
+
             def streamed(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                if method.client_streaming:  # grpc_testing's request iterator blocks: drain it in this thread
+                    request = _aiter(list(request))
                 stream = handler(request, AioContext(context))
                 while True:
                     try:
-                        yield self._run(stream.__anext__())
+                        item = self._run(stream.__anext__())
                     except (StopAsyncIteration, grpc.aio.AbortError):  # done, or the status is recorded
                         return
+                    yield decode(item) if isinstance(item, bytes) else item  # answer frames leave encoded
 
             return streamed
 

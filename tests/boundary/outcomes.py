@@ -34,5 +34,8 @@ def check_outcome(method: MethodDescriptor, request: Any, outcome: Outcome) -> N
         return
     for response in outcome.responses:
         response.SerializeToString()  # what the wire would need (e.g. a remark that is not valid UTF-8 fails)
-        if "code" in response.DESCRIPTOR.fields_by_name:
-            assert response.code in CODES, f"{where}: response code {response.code} is not a ResponseCode"
+        # A stream's answer frame carries one response a request.
+        inner = response.responses if "responses" in response.DESCRIPTOR.fields_by_name else [response]
+        for answer in inner:
+            if "code" in answer.DESCRIPTOR.fields_by_name:
+                assert answer.code in CODES, f"{where}: response code {answer.code} is not a ResponseCode"

@@ -68,6 +68,9 @@ def call(channel: grpc.Channel, method: MethodDescriptor, request: Any) -> Outco
     path = f"/{method.containing_service.full_name}/{method.name}"
     decode = GetMessageClass(method.output_type).FromString
     try:
+        if method.client_streaming and method.server_streaming:
+            bidi = channel.stream_stream(path, request_serializer=_encode, response_deserializer=decode)
+            return Outcome(list(bidi(iter(request), timeout=CALL_TIMEOUT_S)), grpc.StatusCode.OK, "")
         if method.client_streaming:
             stub = channel.stream_unary(path, request_serializer=_encode, response_deserializer=decode)
             return Outcome([stub(iter(request), timeout=CALL_TIMEOUT_S)], grpc.StatusCode.OK, "")

@@ -70,6 +70,13 @@ def failures() -> Iterator[BoundaryFailures]:
 
 def invoke(server: Any, method: MethodDescriptor, request: Any) -> Outcome:
     """One call through grpcio-testing's server, as a client would see it."""
+    if method.client_streaming and method.server_streaming:
+        bidi = server.invoke_stream_stream(method, (), CALL_TIMEOUT_S)
+        for r in request:
+            bidi.send_request(r)
+        bidi.requests_closed()
+        _, code, details = bidi.termination()
+        return Outcome(_taken(bidi), code, details)
     if method.client_streaming:
         rpc = server.invoke_stream_unary(method, (), CALL_TIMEOUT_S)
         for r in request:
@@ -80,15 +87,19 @@ def invoke(server: Any, method: MethodDescriptor, request: Any) -> Outcome:
     if method.server_streaming:
         rpc = server.invoke_unary_stream(method, (), request, CALL_TIMEOUT_S)
         _, code, details = rpc.termination()
-        responses = []
-        while True:
-            try:
-                responses.append(rpc.take_response())
-            except ValueError:  # "No more responses!"
-                return Outcome(responses, code, details)
+        return Outcome(_taken(rpc), code, details)
     rpc = server.invoke_unary_unary(method, (), request, CALL_TIMEOUT_S)
     response, _, code, details = rpc.termination()
     return Outcome([response] if response is not None else [], code, details)
+
+
+def _taken(rpc: Any) -> list[Any]:
+    responses = []
+    while True:
+        try:
+            responses.append(rpc.take_response())
+        except ValueError:  # "No more responses!"
+            return responses
 
 
 @pytest.mark.parametrize("method", all_methods(), ids=method_id)

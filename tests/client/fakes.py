@@ -7,17 +7,25 @@ of logic queue chains (segments on brokers, logic offsets, leaders, "retry now" 
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
 from client.client_instance import ClientInstance
-from common.message_codec import encode_record
+from common.message_codec import decode_records, encode_record
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, namesrv_pb2
 
 Handler = Callable[[object], object]
+
+
+def bodies_of(request: broker_pb2.SendMessageRequest) -> list[bytes]:
+    """What a send carries: its records' bodies (the SDK), or its bodies (a unary client)."""
+    if request.records:
+        return [m.body for m in decode_records(request.records)]
+    return list(request.bodies)
 
 
 def addr_of(broker_name: str) -> str:
@@ -63,7 +71,20 @@ class FakeMethod:
         self.method = method
 
     def __call__(self, request: object, timeout: float | None = None) -> object:
+        if self.method.endswith("Stream"):  # the SDK's streams: answered one request at a time, as unary calls
+            return self._stream(request)  # type: ignore[arg-type]
         return self.broker.invoke(self.method, request)
+
+    def _stream(self, frames: Iterator[Any]) -> Iterator[Any]:
+        unary = self.method.removesuffix("Stream")
+        answers = broker_pb2.SendStreamAnswers if unary == "SendMessage" else broker_pb2.PullStreamAnswers
+        for frame in frames:
+            responses = []
+            for request in frame.requests:
+                response: Any = self.broker.invoke(unary, request)
+                response.request_id = request.request_id
+                responses.append(response)
+            yield answers(responses=responses)
 
     def future(self, request: object, timeout: float | None = None) -> DoneCall:
         return DoneCall(lambda: self.broker.invoke(self.method, request))
@@ -120,6 +141,12 @@ class FakeCluster:
     def install(self, client: ClientInstance) -> None:
         client._fetch_route = self.fetch_route  # type: ignore[method-assign]
         client.broker = self.stub  # type: ignore[method-assign]
+        client.open_stream = self.open_stream  # type: ignore[method-assign]
+
+    def open_stream(self, addr: str, method: str, answers_class: Any) -> Callable[..., Any]:
+        stub = self.stub(addr)
+        frame_class = broker_pb2.SendStreamFrame if method == "SendMessageStream" else broker_pb2.PullStreamFrame
+        return lambda frames: getattr(stub, method)(frame_class.FromString(f) for f in frames)
 
     def stub(self, addr: str) -> FakeStub:
         for broker in self.brokers.values():
@@ -246,9 +273,10 @@ class FakeStaticTopic:
             return broker_pb2.OffsetResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark=not_leader)
         chain = self.chains[req.queue_id]
         if method == "SendMessage":
-            offset = self.append(req.queue_id, *req.bodies)
+            bodies = bodies_of(req)
+            offset = self.append(req.queue_id, *bodies)
             return broker_pb2.SendMessageResponse(code=ResponseCode.SUCCESS, queue_id=req.queue_id,
-                                                  queue_offset=offset, physical_offsets=list(range(len(req.bodies))))
+                                                  queue_offset=offset, physical_offsets=list(range(len(bodies))))
         if method == "PullMessage":
             return self._pull(chain, req)
         if method == "UpdateConsumerOffset":

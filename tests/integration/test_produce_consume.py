@@ -40,6 +40,13 @@ def consume_all(consumer: PullConsumer, topic: str, start: dict[MessageQueue, in
     return out
 
 
+def wait_visible(consumer: PullConsumer, topic: str, total: int) -> None:
+    """An acknowledged send is in the commitlog; consumers see it once the reput dispatched it, a moment later
+    (longer on a busy machine): wait until the topic's queues hold ``total`` messages."""
+    wait_until(lambda: sum(consumer.max_offset(mq) for mq in consumer.queues(topic)) == total,
+               what=f"{total} messages of {topic} dispatched")
+
+
 def assert_in_order(per_queue: dict[MessageQueue, list[tuple[int, bytes]]]) -> None:
     for mq, items in per_queue.items():
         offsets = [o for o, _ in items]
@@ -56,6 +63,7 @@ def test_10k_messages_each_read_once_and_restart_resumes(cluster: Cluster):
     sent = produce(cluster.addr, topic, 10_000)
     with PullConsumer(cluster.addr, group="eo-group") as consumer:
         assert len(consumer.queues(topic)) == 8
+        wait_visible(consumer, topic, 10_000)
         first = consume_all(consumer, topic)
         assert_in_order(first)
         got = bodies(first)
@@ -67,6 +75,7 @@ def test_10k_messages_each_read_once_and_restart_resumes(cluster: Cluster):
     more = produce(cluster.addr, topic, 2_000, start=10_000)
     with PullConsumer(cluster.addr, group="eo-group") as consumer:
         wait_until(lambda: len(consumer.queues(topic)) == 8, what="broker-a back in the route")
+        wait_visible(consumer, topic, 12_000)
         second = consume_all(consumer, topic)
         assert_in_order(second)
         assert sorted(bodies(second)) == sorted(more)  # resumed from the committed offsets: nothing twice

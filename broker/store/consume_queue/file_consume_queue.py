@@ -46,6 +46,7 @@ class FileConsumeQueue:
 
     def flush(self) -> None:
         self.mapped_file_queue.flush()
+        self.mapped_file_queue.release_pages()  # units read by consumers: out of RSS once durable
 
     # -- units -------------------------------------------------------------------------------------
     def unit_at(self, offset: int) -> CqUnit:

@@ -71,7 +71,11 @@ class ReputMessageService(threading.Thread):
         self._progress = threading.Condition()
         self._pass_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
-        commit_log.add_confirm_listener(lambda _offset: self._wakeup.set())
+        commit_log.add_confirm_listener(self._on_confirmed)
+
+    def _on_confirmed(self, _offset: int) -> None:
+        if not self._wakeup.is_set():  # Event.set takes a lock and notifies even when already set
+            self._wakeup.set()
 
     def start_from(self, offset: int) -> None:
         self.reput_from_offset = max(offset, self.commit_log.min_offset())

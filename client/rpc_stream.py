@@ -1,0 +1,202 @@
+"""Many requests in flight on one long-lived bidirectional gRPC stream, answers matched by ``request_id``.
+
+A per-call gRPC round costs the broker more than the work of a batch; a stream pays it once, and a frame
+carries every request that was ready to go (the broker answers in frames the same way), so the busier the
+stream, the less each request pays. Flow control:
+at most ``window`` requests are outstanding on a stream (the request generator, run by gRPC's own thread,
+waits for answers before it hands over more; callers never block, so a callback may send again). A request
+not answered within its timeout fails with DEADLINE_EXCEEDED. When the stream breaks, every outstanding request
+fails with the stream's status (UNAVAILABLE when the broker went away) and the next call opens a new stream:
+callers retry as they would a failed unary call.
+"""
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+
+from common.encoded_fields import repeated_message_field
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 64
+UNLIMITED = 1 << 30
+FRAME_REQUESTS_FIELD = 1
+MAX_FRAME_REQUESTS = 64
+MAX_FRAME_RECORD_BYTES = 4 * 1024 * 1024
+REAP_INTERVAL_S = 0.1
+_CLOSE = object()
+
+
+class StreamRpcError(grpc.RpcError):
+    """A request of a stream that failed: the status the stream ended with, or a deadline."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class _Stream:
+    """One open stream: its outgoing queue, the requests waiting for answers, the thread that reads answers."""
+
+    def __init__(self, open_call: Callable[..., Any], window: int | None, name: str) -> None:
+        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pending: dict[int, tuple[Future[Any], float]] = {}
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(window or UNLIMITED)
+        self.broken: StreamRpcError | None = None
+        self.responses = open_call(self._requests())
+        self.reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self.reader.start()
+
+    def _requests(self) -> Iterator[bytes]:
+        """Encoded frames: the first request waits for a slot and for a request; those queued behind it (with
+        slots free) go along in the same frame."""
+        while True:
+            self.slots.acquire()
+            item = self.outgoing.get()
+            if item is _CLOSE:
+                return
+            frame = [item]
+            size = _size(item)
+            closing = False
+            while len(frame) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
+                try:
+                    item = self.outgoing.get_nowait()
+                except queue.Empty:
+                    self.slots.release()
+                    break
+                if item is _CLOSE:
+                    closing = True
+                    break
+                frame.append(item)
+                size += _size(item)
+            yield repeated_message_field(FRAME_REQUESTS_FIELD, frame)
+            if closing:
+                return
+
+    def _read(self) -> None:
+        try:
+            for answers in self.responses:
+                for response in answers.responses:
+                    with self.lock:
+                        entry = self.pending.pop(response.request_id, None)
+                    if entry is not None:  # None: it timed out, was failed and freed its slot already
+                        self.slots.release()
+                        _settle(entry[0], response)
+            error = StreamRpcError(grpc.StatusCode.UNAVAILABLE, "the broker closed the stream")
+        except grpc.RpcError as exc:
+            error = StreamRpcError(exc.code(), exc.details() or str(exc))
+        self.fail_all(error)
+
+    def fail_all(self, error: StreamRpcError) -> None:
+        with self.lock:
+            self.broken = error
+            failed = list(self.pending.values())
+            self.pending.clear()
+        self.slots.release(len(failed) + 1)  # a generator waiting for a slot gets to see the close
+        self.outgoing.put(_CLOSE)
+        for future, _ in failed:
+            _fail(future, error)
+
+    def expire(self, now: float) -> None:
+        with self.lock:
+            late = [rid for rid, (_, deadline) in self.pending.items() if deadline <= now]
+            expired = [self.pending.pop(rid)[0] for rid in late]
+        if expired:
+            self.slots.release(len(expired))  # a late answer frees nothing: the window does not shrink for good
+        for future in expired:
+            _fail(future, StreamRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
+
+
+class RpcStream:
+    """``call(request, timeout_s, tail)`` sends ``request`` on the stream (setting its ``request_id``) and returns
+    a future of its answer. ``open_call`` opens the stream: a stream-stream method that takes encoded frames
+    (bytes; field 1: the requests) and yields decoded answer frames (``responses``)."""
+
+    def __init__(self, open_call: Callable[..., Any], name: str, window: int | None = DEFAULT_WINDOW) -> None:
+        """``window=None``: no limit (pulls: a parked long-polling pull holds its place, and a push consumer parks
+        one a queue)."""
+        self._open_call = open_call
+        self._name = name
+        self._window = window
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stream: _Stream | None = None
+        self._closed = False
+        self._reaper = threading.Thread(target=self._reap, name=f"{name}-reaper", daemon=True)
+        self._reaper_started = False
+
+    def call(self, request: Any, timeout_s: float, tail: Sequence[bytes] = ()) -> "Future[Any]":
+        """``tail``: fields of the request already encoded (``common/encoded_fields.py``), e.g. a send's
+        records, so they are copied once, into the frame."""
+        future: Future[Any] = Future()
+        request_id = next(self._ids)
+        request.request_id = request_id
+        encoded = (request.SerializeToString(), *tail)
+        with self._lock:
+            if self._closed:
+                _fail(future, StreamRpcError(grpc.StatusCode.CANCELLED, "the client is closed"))
+                return future
+            stream = self._stream
+            if stream is None or stream.broken is not None:
+                stream = self._stream = _Stream(self._open_call, self._window, self._name)
+                if not self._reaper_started:
+                    self._reaper_started = True
+                    self._reaper.start()
+        with stream.lock:
+            if stream.broken is not None:
+                error = stream.broken
+            else:
+                error = None
+                stream.pending[request_id] = (future, time.monotonic() + timeout_s)
+        if error is not None:
+            _fail(future, error)
+            return future
+        stream.outgoing.put(encoded)
+        return future
+
+    def _reap(self) -> None:
+        while not self._closed:
+            time.sleep(REAP_INTERVAL_S)
+            stream = self._stream
+            if stream is not None:
+                stream.expire(time.monotonic())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.outgoing.put(_CLOSE)
+            stream.slots.release()
+            cancel = getattr(stream.responses, "cancel", None)
+            if cancel is not None:
+                cancel()
+
+
+def _size(encoded: Sequence[bytes]) -> int:
+    return sum(map(len, encoded))
+
+
+def _settle(future: "Future[Any]", response: Any) -> None:
+    if not future.done():
+        future.set_result(response)
+
+
+def _fail(future: "Future[Any]", error: StreamRpcError) -> None:
+    if not future.done():
+        future.set_exception(error)

@@ -1,0 +1,122 @@
+"""Answering many requests on one bidirectional stream. Requests come in frames (those the client had ready
+together) and answers leave in frames (those ready together): per-message gRPC work is paid per frame, and the
+busier the stream, the fuller the frames. Each request gets one answer carrying its ``request_id``; what a
+request's handler raises becomes that request's answer, never the stream's end (other requests are in flight on
+it):
+
+- ``Refusal``: its code and remark;
+- ``RequestError`` (a malformed request): INVALID_PARAMETER with what was wrong;
+- anything else: logged with its traceback, SYSTEM_ERROR naming the exception.
+
+A message that does not parse at all has no request id to answer: it ends the stream with INVALID_ARGUMENT
+(through the RPC boundary, ``common/rpc_boundary.py``). Answer frames leave encoded (``RequestDecoding`` lets
+bytes through a stream's response serializer), so big fields are copied once.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from common.encoded_fields import repeated_message_field
+from common.refusal import Refusal
+from common.request_error import RequestError
+from common.response_code import ResponseCode
+from common.rpc_boundary import UndecodableRequest
+
+log = logging.getLogger(__name__)
+
+# An answer: the response, or the response and more of its fields already encoded (common/encoded_fields.py:
+# a pull's records, copied once, into the frame).
+Answer = Message | tuple[Message, Sequence[bytes]]
+Handler = Callable[[Any], Awaitable[Answer]]
+Encoded = tuple[bytes, ...]
+ANSWERS_FIELD = 1  # responses, in every answer frame
+
+
+MAX_ANSWERS_PER_FRAME = 256
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # what one answer frame carries (each answer is below 4 MiB)
+
+
+async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: type[Message], *,
+                        in_order: bool, rpc: str) -> AsyncIterator[bytes]:
+    """Encoded answer frames (field 1: the responses) for request ``frames`` (messages with ``requests``).
+    ``in_order``: each request is handled to its end before the next one (sends: a stream's batches are appended
+    in the order they were sent); otherwise each is handled in its own task (pulls: one that long-polls holds up
+    no other)."""
+    answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(request: Any) -> None:
+        answers.put_nowait(await _answer(request, handle, response_class, rpc))
+
+    async def read() -> None:
+        try:
+            async for frame in frames:
+                if isinstance(frame, UndecodableRequest):
+                    raise RequestError(f"a frame does not parse: {frame.reason}")
+                for request in frame.requests:
+                    if in_order:
+                        await answer(request)
+                    else:
+                        task = asyncio.ensure_future(answer(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+            answers.put_nowait(None)
+        except BaseException as exc:  # the stream itself failed (or was cancelled): end the answers with it
+            answers.put_nowait(exc)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        ended = False
+        while not ended:
+            ready, ended, failure = _take_ready(await answers.get(), answers)
+            if ready:  # answers given before the stream failed still go out
+                yield repeated_message_field(ANSWERS_FIELD, ready)
+            if failure is not None:
+                raise failure
+    finally:
+        reader.cancel()
+        for task in list(tasks):
+            task.cancel()
+
+
+def _take_ready(first: Encoded | BaseException | None, answers: "asyncio.Queue[Encoded | BaseException | None]",
+                ) -> tuple[list[Encoded], bool, BaseException | None]:
+    """``first`` and the answers queued behind it, up to a frame's worth; whether the last answer was given (None
+    is queued once every request was answered); and the stream's failure if it came next."""
+    ready: list[Encoded] = []
+    size = 0
+    item = first
+    while True:
+        if isinstance(item, BaseException):
+            return ready, True, item
+        if item is None:
+            return ready, True, None
+        ready.append(item)
+        size += sum(map(len, item))
+        if answers.empty() or len(ready) >= MAX_ANSWERS_PER_FRAME or size >= MAX_FRAME_BYTES:
+            return ready, False, None
+        item = answers.get_nowait()
+
+
+async def _answer(request: Any, handle: Handler, response_class: type[Message], rpc: str) -> Encoded:
+    """The encoded answer to ``request``: its response with the request's id, then any encoded fields."""
+    tail: Sequence[bytes] = ()
+    try:
+        answer = await handle(request)
+        response, tail = answer if isinstance(answer, tuple) else (answer, ())
+    except Refusal as exc:
+        response = response_class(code=exc.code, remark=exc.remark)
+    except RequestError as exc:
+        response = response_class(code=ResponseCode.INVALID_PARAMETER, remark=str(exc))
+    except Exception as exc:
+        log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
+                  exc_info=exc)
+        response = response_class(code=ResponseCode.SYSTEM_ERROR, remark=f"{rpc} failed: {type(exc).__name__}: {exc}")
+    response.request_id = request.request_id  # type: ignore[attr-defined]
+    return (response.SerializeToString(), *tail)

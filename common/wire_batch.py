@@ -1,0 +1,125 @@
+"""A batch that travels as the commitlog stores it: the SDK encodes the records (``encode_wire_batch``), the
+broker checks them (``WireBatch.parse``) and writes what only it knows (queue id, queue offset, physical offset,
+store time, store host) at their fixed positions before appending the bytes as they came.
+
+The CRC covers only the variable part (topic, properties, body), so writing the header fields in place keeps
+it valid: a record's bytes are encoded once, by the producer, and are the bytes a consumer receives.
+"""
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common.message_codec import (
+    HEADER,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    CorruptRecordError,
+)
+
+OFFSET_QUEUE_ID = 12
+OFFSET_QUEUE_OFFSET = 20  # queue offset, physical offset, store time: three i64 side by side
+OFFSET_STORE_HOST = 64
+QUEUE_ID = struct.Struct(">i")
+ASSIGNED = struct.Struct(">qqq")
+HOST = struct.Struct(">8s")
+# What the broker checks of each record: size, magic, crc, then body/topic/properties lengths.
+CHECKED_FIELDS = struct.Struct(">iII72xiBH")
+assert CHECKED_FIELDS.size == HEADER_SIZE
+
+
+def encode_wire_batch(topic: bytes, bodies: Sequence[bytes], properties: Sequence[bytes], *, born_timestamp: int,
+                      born_host: bytes, flag: int = 0, sys_flag: int = 0) -> bytes:
+    """The SDK's side: records with zeros where the broker writes queue id, offsets, store time and host."""
+    crc32, pack = zlib.crc32, HEADER.pack
+    topic_crc, fixed, topic_len = crc32(topic), HEADER_SIZE + len(topic), len(topic)
+    no_host = bytes(8)
+    parts: list[bytes] = []
+    add = parts.extend
+    for body, props in zip(bodies, properties, strict=True):
+        add((pack(fixed + len(props) + len(body), MESSAGE_MAGIC, crc32(body, crc32(props, topic_crc)), 0, flag, 0,
+                  0, 0, sys_flag, born_timestamp, born_host, no_host, 0, 0, len(body), topic_len, len(props)),
+             topic, props, body))
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class WireBatch:
+    """Records of one topic checked and ready to append to one queue; quacks like ``EncodedBatch`` for
+    ``CommitLog.append_batch`` (``topic``, ``queue_id``, ``sizes``, ``encode``)."""
+
+    topic: bytes
+    queue_id: int
+    sizes: list[int]
+    body_bytes: int  # the bodies' total: a send's batch is limited by maxMessageSize as a whole
+    max_body: int
+    max_properties: int
+    buf: bytearray
+
+    @classmethod
+    def parse(cls, records: bytes, topic: bytes, queue_id: int, store_host: bytes, max_count: int) -> "WireBatch":
+        """Check every record (whole, its magic, sizes that add up, the topic, a body, its CRC) while writing the
+        queue id and store host into a copy. Raises :class:`CorruptRecordError` saying what is wrong and where."""
+        view = memoryview(records)
+        end = len(records)
+        unpack = CHECKED_FIELDS.unpack_from
+        crc32 = zlib.crc32
+        starts_with = records.startswith
+        buf = bytearray(records)
+        put_id, put_host = QUEUE_ID.pack_into, HOST.pack_into
+        topic_len = len(topic)
+        fixed = HEADER_SIZE + topic_len
+        sizes: list[int] = []
+        body_bytes = max_body = max_props = pos = 0
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                raise CorruptRecordError(f"record {len(sizes)} is cut: {end - pos} bytes < header {HEADER_SIZE}")
+            size, magic, crc, body_len, t_len, p_len = unpack(records, pos)
+            # One test for a good record (the common case); what is wrong is worked out only for a bad one.
+            if not (magic == MESSAGE_MAGIC and t_len == topic_len and size == fixed + p_len + body_len and body_len > 0
+                    and pos + size <= end and starts_with(topic, pos + HEADER_SIZE)
+                    and crc32(view[pos + HEADER_SIZE : pos + size]) == crc):
+                raise CorruptRecordError(_what_is_wrong(records, pos, len(sizes), topic))
+            put_id(buf, pos + OFFSET_QUEUE_ID, queue_id)
+            put_host(buf, pos + OFFSET_STORE_HOST, store_host)
+            sizes.append(size)
+            body_bytes += body_len
+            if body_len > max_body:
+                max_body = body_len
+            if p_len > max_props:
+                max_props = p_len
+            pos += size
+            if len(sizes) > max_count:
+                raise CorruptRecordError(f"batch holds more than {max_count} records")
+        if not sizes:
+            raise CorruptRecordError("batch is empty: no records")
+        return cls(topic, queue_id, sizes, body_bytes, max_body, max_props, buf)
+
+    def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
+               physical_offsets: list[int]) -> memoryview:
+        """Records i..j-1 with their offsets and store time written in; appends each record's offset."""
+        sizes, buf = self.sizes, self.buf
+        pack = ASSIGNED.pack_into
+        start = pos = sum(sizes[:i]) if i else 0
+        for k in range(i, j):
+            pack(buf, pos + OFFSET_QUEUE_OFFSET, queue_offset, physical_offset, store_timestamp)
+            physical_offsets.append(physical_offset)
+            queue_offset += 1
+            physical_offset += sizes[k]
+            pos += sizes[k]
+        return memoryview(buf)[start:pos]
+
+
+
+def _what_is_wrong(records: bytes, pos: int, n: int, topic: bytes) -> str:
+    size, magic, _crc, body_len, t_len, p_len = CHECKED_FIELDS.unpack_from(records, pos)
+    if magic != MESSAGE_MAGIC:
+        return f"record {n} has bad magic {magic:#x}"
+    if size != HEADER_SIZE + t_len + p_len + body_len or pos + size > len(records):
+        return f"record {n} has size {size} but its parts or the batch say otherwise"
+    if body_len <= 0:
+        return f"record {n} has an empty body"
+    if t_len != len(topic) or not records.startswith(topic, pos + HEADER_SIZE):
+        return f"record {n} is not of topic {topic.decode(errors='replace')}"
+    return f"record {n} fails its CRC"
