@@ -75,8 +75,9 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def put_batch(self, entries: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-        """Add (key, commitlog offset, store time) entries while there is room; returns the rest."""
+    def put_batch(self, entries: list[tuple[bytes, int, int]]) -> list[tuple[bytes, int, int]]:
+        """Add (key, commitlog offset, store time) entries while there is room; returns the rest. A key is the
+        encoded ``topic#key`` (``key_hash`` hashes the same bytes)."""
         if not entries:
             return entries
         if self.index_count == 1:
@@ -88,7 +89,7 @@ class IndexFile:
         self._reserve(None, self._entries_at + (count + min(room, len(entries))) * ENTRY_SIZE)
         crc32 = zlib.crc32
         for key, physical_offset, store_ts in entries[:room]:
-            h = crc32(key.encode()) & 0x7FFFFFFF
+            h = crc32(key) & 0x7FFFFFFF
             slot_pos = HEADER_SIZE + (h % slot_num) * 4
             entry_pack(mm, self._entries_at + count * ENTRY_SIZE, h, physical_offset,
                        max(0, (store_ts - begin) // 1000), slot_unpack(mm, slot_pos)[0])

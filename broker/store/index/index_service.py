@@ -14,6 +14,9 @@ from common.message_properties import KEY_SEPARATOR, KEYS_NEEDLE, UNIQUE_KEY_NEE
 log = logging.getLogger(__name__)
 
 
+KEY_SEPARATOR_BYTES = KEY_SEPARATOR.encode()
+
+
 def index_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
@@ -29,6 +32,7 @@ class IndexService(CommitLogDispatcher):
         self._checkpoint_file = OffsetCheckpoint(root / ".checkpoint")
         self._checkpoint = 0
         self._lock = threading.Lock()  # dispatch vs. lookup vs. expiry
+        self._key_prefixes: dict[str, bytes] = {}  # topic -> b"topic#"
 
     def load(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -51,19 +55,24 @@ class IndexService(CommitLogDispatcher):
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         with self._lock:
             done = self._indexed_end()
-            entries: list[tuple[str, int, int]] = []
+            entries: list[tuple[bytes, int, int]] = []
+            add = entries.append
+            prefixes = self._key_prefixes
             for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
                 if physical_offset < done or not props:
                     continue  # already indexed before a restart, or nothing to index
+                prefix = prefixes.get(topic)
+                if prefix is None:
+                    prefix = prefixes[topic] = index_key(topic, "").encode()
                 # The needle can also end a longer name ("MYKEYS"): find_property then finds no KEYS property.
                 keys = find_property(props, KEYS_NEEDLE) if KEYS_NEEDLE in props else None
                 if keys is not None:
-                    for key in keys.decode().split(KEY_SEPARATOR):
+                    for key in keys.split(KEY_SEPARATOR_BYTES):
                         if key:
-                            entries.append((f"{topic}#{key}", physical_offset, store_ts))
+                            add((prefix + key, physical_offset, store_ts))
                 unique_key = find_property(props, UNIQUE_KEY_NEEDLE) if UNIQUE_KEY_NEEDLE in props else None
                 if unique_key is not None:
-                    entries.append((f"{topic}#{unique_key.decode()}", physical_offset, store_ts))
+                    add((prefix + unique_key, physical_offset, store_ts))
             while entries:
                 entries = self._writable().put_batch(entries)
             if end_offset > done:
