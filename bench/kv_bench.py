@@ -10,7 +10,7 @@ every key, and the commitlog holds enough KV ops for the replay measurement.
 
 Callers work like the echo's: one thread here keeps N calls in flight with gRPC futures (``windowed_rate``) on
 the broker's ``KvService`` - the calls ``KVClient`` makes (``Write`` of one key, ``Get`` with LOGIC
-addressing), without its synchronous wrapper, which cannot keep calls in flight from one thread.
+addressing and packed states), without its synchronous wrapper, which cannot keep calls in flight from one thread.
 
 - put / get, 16 callers: 16 calls in flight. Their ceiling is the same bare gRPC echo server
   (``bench/echo_server.py``, its own process) driven here with 16 unary calls in flight (the run's own echo
@@ -52,6 +52,7 @@ from broker.kv.kv_record import MAX_BODY_BYTES, KvOp, KvRecord
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from client import Admin, KVClient
+from client.kv_client import response_states
 from common.kv_shard import KV_TOPIC, shard_of
 from common.response_code import ResponseCode
 from proto import broker_pb2, kv_pb2, kv_pb2_grpc
@@ -112,7 +113,8 @@ class Loader:
     def submit_get(self, n: int) -> Callable[[], Pending[kv_pb2.KvGetResponse]]:
         def submit() -> Pending[kv_pb2.KvGetResponse]:
             keys = [self.keys[self.rnd.randrange(len(self.keys))] for _ in range(n)]
-            return self.stub.Get.future(kv_pb2.KvGetRequest(keys=keys, addressing=broker_pb2.LOGIC), timeout=10)
+            request = kv_pb2.KvGetRequest(keys=keys, addressing=broker_pb2.LOGIC, pack_states=True)
+            return self.stub.Get.future(request, timeout=10)
 
         return submit
 
@@ -120,9 +122,10 @@ class Loader:
     def get_done(response: kv_pb2.KvGetResponse) -> int:
         if response.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"KV get failed: {response.code} {response.remark}")
-        if any(len(raw) != 1 + len(BODY) for raw in response.states):
+        states = response_states(response)
+        if any(len(raw) != 1 + len(BODY) for raw in states):
             raise RuntimeError("KV get: a key put before is missing or has the wrong value")
-        return len(response.states)
+        return len(states)
 
 
 def fill_in_process(store_root: Path, conf_path: Path, keys: list[bytes]) -> None:

@@ -7,9 +7,11 @@ route and retries until ``retry_timeout_ms``. A compare-and-set is not retried a
 """
 
 import heapq
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import accumulate, pairwise
 from typing import Protocol, TypeVar
 
 import grpc
@@ -27,6 +29,7 @@ RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
 RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
 PROVISION_TIMEOUT_S = 30.0  # creating the shards on first use: admin calls to every broker, then the route
 PRESENT = b"\x01"  # a get's raw state: 0x01 then the value
+_COUNT = struct.Struct(">I")  # a get's packed_states: the count of states, then each one's length, then the states
 
 
 class _Response(Protocol):
@@ -61,6 +64,23 @@ def _checked(check: Callable[..., None], *args: object) -> None:
         check(*args)
     except KvInputError as exc:
         raise MQClientError(str(exc)) from None
+
+
+def response_states(response: kv_pb2.KvGetResponse) -> list[bytes]:
+    """A get's raw states in key order: packed (asked for with ``pack_states``), or one field each from a broker
+    that predates packing."""
+    packed = response.packed_states
+    if not packed:
+        return list(response.states)
+    try:
+        (count,) = _COUNT.unpack_from(packed)
+        lengths = struct.unpack_from(f">{count}I", packed, _COUNT.size)
+    except struct.error:
+        raise MQClientError(f"KV get answered {len(packed)} packed bytes, too few for their own table") from None
+    ends = list(accumulate(lengths, initial=_COUNT.size * (1 + count)))
+    if ends[-1] != len(packed):
+        raise MQClientError(f"KV get answered {len(packed)} packed bytes; their table says {ends[-1]}")
+    return [packed[start:end] for start, end in pairwise(ends)]
 
 
 class KVClient:
@@ -212,7 +232,7 @@ class KVClient:
     def _get_from(self, addr: str, ks: list[bytes], slots: list[int], out: list[bytes | None],
                   deadline: float) -> bool:
         what = f"KV get of {len(slots)} keys"
-        request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC)
+        request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
         try:
             response = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr)).Get(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
@@ -225,7 +245,7 @@ class KVClient:
             return False
         if response.code != ResponseCode.SUCCESS:
             raise business_error(what, addr, response.code, response.remark)
-        for i, raw in zip(slots, response.states, strict=True):
+        for i, raw in zip(slots, response_states(response), strict=True):
             out[i] = raw[1:] if raw[:1] == PRESENT else None
         return True
 

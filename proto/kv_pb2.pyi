@@ -67,24 +67,28 @@ class KvEntry(_message.Message):
     def __init__(self, key: _Optional[bytes] = ..., state: _Optional[_Union[KvEntryState, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class KvGetRequest(_message.Message):
-    __slots__ = ("keys", "addressing", "queue_id")
+    __slots__ = ("keys", "addressing", "queue_id", "pack_states")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    PACK_STATES_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[bytes]
     addressing: _broker_pb2.QueueAddressing
     queue_id: int
-    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ...) -> None: ...
+    pack_states: bool
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ..., pack_states: _Optional[bool] = ...) -> None: ...
 
 class KvGetResponse(_message.Message):
-    __slots__ = ("code", "remark", "states")
+    __slots__ = ("code", "remark", "states", "packed_states")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_STATES_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     states: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., states: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    packed_states: bytes
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., states: _Optional[_Iterable[bytes]] = ..., packed_states: _Optional[bytes] = ...) -> None: ...
 
 class KvScanRequest(_message.Message):
     __slots__ = ("shard", "prefix", "start_after", "limit", "addressing", "queue_id")

@@ -1,9 +1,14 @@
 """Writers wait on the event loop until the KV dispatcher applied their record; the reput thread wakes them."""
 
 import asyncio
+import functools
 import heapq
 import itertools
 import threading
+from collections.abc import Callable
+
+# Called on the loop once the wait is over: None when applied, else why the store fail-stopped.
+Settle = Callable[[str | None], None]
 
 
 class StoreFailStopped(Exception):
@@ -13,7 +18,7 @@ class StoreFailStopped(Exception):
 class KvApplyWaiters:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._heap: list[tuple[int, int, Settle]] = []
         self._seq = itertools.count()
         self._applied = 0
         self._lock = threading.Lock()
@@ -22,14 +27,22 @@ class KvApplyWaiters:
     def wait(self, offset: int) -> "asyncio.Future[None]":
         """A future done once everything below commitlog ``offset`` is applied (call on the loop)."""
         future: asyncio.Future[None] = self._loop.create_future()
+        self.when_applied(offset, functools.partial(_settle_future, future))
+        return future
+
+    def when_applied(self, offset: int, settle: Settle) -> None:
+        """Call ``settle`` on the loop once everything below commitlog ``offset`` is applied, or the store
+        fail-stopped; from this call if either happened already (call on the loop). A callback rather than a
+        future: a group of writers is answered in the loop turn that learns of the apply, not one turn later."""
         with self._lock:
             if self._applied >= offset:
-                future.set_result(None)
+                reason = None
             elif self._failed is not None:
-                future.set_exception(StoreFailStopped(self._failed))
+                reason = self._failed
             else:
-                heapq.heappush(self._heap, (offset, next(self._seq), future))
-        return future
+                heapq.heappush(self._heap, (offset, next(self._seq), settle))
+                return
+        settle(reason)
 
     def on_applied(self, offset: int) -> None:
         """Called by the dispatcher (reput thread) after each apply."""
@@ -40,8 +53,7 @@ class KvApplyWaiters:
             while heap and heap[0][0] <= offset:
                 ready.append(heapq.heappop(heap)[2])
         if ready:
-            self._loop.call_soon_threadsafe(_resolve, ready)
-
+            self._loop.call_soon_threadsafe(_settle_all, ready, None)
 
     def fail(self, reason: str) -> None:
         """The store fail-stopped: nothing more will be applied, so every waiter learns it now."""
@@ -50,16 +62,18 @@ class KvApplyWaiters:
             waiting = [entry[2] for entry in self._heap]
             self._heap.clear()
         if waiting:
-            self._loop.call_soon_threadsafe(_reject, waiting, reason)
+            self._loop.call_soon_threadsafe(_settle_all, waiting, reason)
 
 
-def _reject(futures: list["asyncio.Future[None]"], reason: str) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_exception(StoreFailStopped(reason))
+def _settle_all(settles: list[Settle], reason: str | None) -> None:
+    for settle in settles:
+        settle(reason)
 
 
-def _resolve(futures: list["asyncio.Future[None]"]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
+def _settle_future(future: "asyncio.Future[None]", reason: str | None) -> None:
+    if future.done():  # cancelled (its caller gave up)
+        return
+    if reason is None:
+        future.set_result(None)
+    else:
+        future.set_exception(StoreFailStopped(reason))

@@ -8,6 +8,7 @@ remap); carrying it in the record keeps CAS decided at apply time and replayable
 """
 
 import base64
+import binascii
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -55,7 +56,7 @@ class KvRecord:
 
     def encode(self) -> tuple[bytes, bytes]:
         """``(properties, body)`` for the commitlog."""
-        props = b"KV_OP" + _SEP + self.op.value + _END + b"KV_KEY" + _SEP + base64.b64encode(self.key) + _END
+        props = _PROPERTIES_HEAD[self.op] + binascii.b2a_base64(self.key, newline=False) + _END
         if self.op is not KvOp.CAS:
             return props, FORMAT + self.value
         expected, base = self.expected, self.base
@@ -64,6 +65,8 @@ class KvRecord:
 
 
 _OPS = {op.value: op for op in KvOp}
+# Everything of the properties before the key, per op: encoded once (an enum's value is slow to read per put).
+_PROPERTIES_HEAD = {op: OP_NEEDLE + op.value + _END + KEY_NEEDLE for op in KvOp}
 # What KvRecord.encode writes: ``KV_OP\x01XXX\x02KV_KEY\x01<base64>\x02`` (read without searching).
 _OP_AT, _KEY_AT = len(OP_NEEDLE), len(OP_NEEDLE) + 3 + len(_END + KEY_NEEDLE)
 

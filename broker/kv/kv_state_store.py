@@ -50,6 +50,10 @@ class KvStateStore(ABC):
     def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         """Raw states of ``keys`` (None where the partition never saw the key)."""
 
+    def get_each(self, partitions: list[int], keys: list[bytes]) -> list[bytes | None]:
+        """Raw state of each ``keys[i]`` in ``partitions[i]``: a get over shards in one call, in request order."""
+        return [self.get(partition, [key])[0] for partition, key in zip(partitions, keys, strict=True)]
+
     @abstractmethod
     def scan(self, partition: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` (key, raw state) in key order: keys with ``prefix`` greater than ``start_after``,

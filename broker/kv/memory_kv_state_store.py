@@ -27,6 +27,7 @@ HEAD = struct.Struct(">8sq")
 ENTRY = struct.Struct(">IHI")
 CRC = struct.Struct(">I")
 SNAPSHOT_FILE = "memory.snapshot"
+_NOTHING: dict[bytes, bytes] = {}  # a partition never written (get_each reads without the lock)
 
 
 class MemoryKvStateStore(KvStateStore):
@@ -72,6 +73,10 @@ class MemoryKvStateStore(KvStateStore):
     def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         part = self._partitions.get(partition)
         return [part.get(k) for k in keys] if part else [None] * len(keys)
+
+    def get_each(self, partitions: list[int], keys: list[bytes]) -> list[bytes | None]:
+        parts = self._partitions
+        return [parts.get(p, _NOTHING).get(k) for p, k in zip(partitions, keys, strict=True)]
 
     def scan(self, partition: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         with self._lock:

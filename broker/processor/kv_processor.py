@@ -6,11 +6,14 @@ other brokers with PHYSICAL requests naming the partition (the physical queue). 
 
 import asyncio
 import logging
+import struct
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 
 from broker.kv.kv_apply_waiters import StoreFailStopped
 from broker.kv.kv_chain_reader import Entries, to_entry
+from broker.kv.kv_group_commit import KvGroupCommit
 from broker.kv.kv_provisioner import KvProvisioner, KvProvisionError
 from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord
 from broker.kv.kv_store import KvStore
@@ -18,9 +21,11 @@ from broker.statictopic.logic_queue_context import LogicQueueContext
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
+from broker.store.put_message_result import AppendResult
 from common.kv_shard import (
     KV_TOPIC,
     MAX_GET_KEYS,
+    MAX_KEY_BYTES,
     KvInputError,
     check_key,
     check_scan_limit,
@@ -47,6 +52,19 @@ def checked(check: Callable[..., None], *args: object) -> None:
         raise RequestError(str(exc)) from None
 
 
+def _check_keys(keys: list[bytes]) -> None:
+    """``check_key`` on each, without a call per key when all are fine (a get takes up to MAX_GET_KEYS)."""
+    lengths = list(map(len, keys))
+    if min(lengths) == 0 or max(lengths) > MAX_KEY_BYTES:
+        for key in keys:
+            checked(check_key, key)
+
+
+def pack_states(states: list[bytes]) -> bytes:
+    """``KvGetResponse.packed_states``: their count and each one's length (big-endian uint32s), then the states."""
+    return struct.pack(f">I{len(states)}I", len(states), *map(len, states)) + b"".join(states)
+
+
 class KvProcessor:
     """Raises RequestError for malformed requests and Refusal for ones it cannot serve (KV off, not
     initialised, not the shard's leader, ...): the RPC boundary answers them."""
@@ -61,6 +79,7 @@ class KvProcessor:
         self.static_topics = static_topics
         self.store = store  # the local store: KV ops are written to this broker's commitlog
         self._provisioning: asyncio.Future[int] | None = None
+        self._group_commit: KvGroupCommit | None = None  # made on the first write (it needs the running loop)
 
     # -- where a request goes ----------------------------------------------------------------------
     def _kv(self) -> KvStore:
@@ -98,8 +117,8 @@ class KvProcessor:
     # -- write -------------------------------------------------------------------------------------
     async def write(self, request: kv_pb2.KvWriteRequest) -> kv_pb2.KvWriteResponse:
         op = _OPS.get(request.op)
-        require(op is not None, f"KV op {request.op} is not PUT, DELETE or CAS")
-        assert op is not None
+        if op is None:  # not require(): its message would be formatted for every write
+            raise RequestError(f"KV op {request.op} is not PUT, DELETE or CAS")
         key = request.key
         checked(check_key, key)
         checked(check_value, request.value)
@@ -112,28 +131,50 @@ class KvProcessor:
         key = request.key
         shard = shard_of(key, self.total_shards())
         ctx = self._context(shard)
-        leader = ctx.leader
-        if not leader.logic_offset_decided():  # mid-remap: the old leader may still take writes until fenced
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} is moving to broker "
-                          f"{leader.bname}; retry")
+        queue_id = self._writable_queue(shard, ctx)
         record = KvRecord(op, key, request.value if op is not KvOp.DELETE else b"",
                           None if request.expect_absent else request.expected)
-        if op is KvOp.CAS and len(ctx.chain) > 1 and kv.state.get(leader.queue_id, [key])[0] is None:
+        if op is KvOp.CAS and len(ctx.chain) > 1 and kv.state.get(queue_id, [key])[0] is None:
             record.base = (await self._older_get(kv, ctx, [key]))[0]
         props, body = record.encode()
-        result = self.store.put_messages(KV_TOPIC, leader.queue_id, [body], [props], body_limit=MAX_BODY_BYTES,
-                                         wait_flushed=False)
-        if not result.ok or result.append is None:
-            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the write: {result.error}")
-        await self._applied(kv, result.append.end_offset)
+        physical = await self._committed(kv, shard, queue_id, props, body)
         if op is not KvOp.CAS:
             return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=True)
-        outcome = kv.dispatcher.take_outcome(result.append.physical_offsets[0])
+        outcome = kv.dispatcher.take_outcome(physical)
         assert outcome is not None, "CAS applied without an outcome"
         current = outcome.current
         exists = current is not None and current[0] == PRESENT_TAG
         return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=outcome.applied, exists=exists,
                                       current=current[1:] if exists and current else b"")
+
+    def _writable_queue(self, shard: int, ctx: LogicQueueContext) -> int:
+        """The physical queue this broker writes the shard's records to (Refusal when it cannot take writes)."""
+        leader = ctx.leader
+        if not leader.logic_offset_decided():  # mid-remap: the old leader may still take writes until fenced
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} is moving to broker "
+                          f"{leader.bname}; retry")
+        return leader.queue_id
+
+    async def _committed(self, kv: KvStore, shard: int, queue_id: int, props: bytes, body: bytes) -> int:
+        """Write one record through the group commit; its commitlog offset once applied."""
+        if self._group_commit is None:
+            self._group_commit = KvGroupCommit(kv.waiters, self._append_group, APPLY_TIMEOUT_S)
+        try:
+            return await self._group_commit.submit(shard, queue_id, props, body)
+        except TimeoutError:
+            raise _not_applied_in_time() from None
+        except StoreFailStopped as exc:
+            raise _store_stopped(exc) from None
+
+    def _append_group(self, shard: int, queue_id: int, properties: list[bytes], bodies: list[bytes]) -> AppendResult:
+        # Checked again: the record waited in the group commit, and a remap may have fenced the shard meanwhile.
+        if self._writable_queue(shard, self._context(shard)) != queue_id:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} moved; retry")
+        result = self.store.put_messages(KV_TOPIC, queue_id, bodies, properties, body_limit=MAX_BODY_BYTES,
+                                         wait_flushed=False)
+        if not result.ok or result.append is None:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"commitlog refused the write: {result.error}")
+        return result.append
 
     @staticmethod
     async def _older_get(kv: KvStore, ctx: LogicQueueContext, keys: list[bytes],
@@ -151,31 +192,33 @@ class KvProcessor:
     # -- get ---------------------------------------------------------------------------------------
     async def get(self, request: kv_pb2.KvGetRequest) -> kv_pb2.KvGetResponse:
         keys = list(request.keys)
-        require(0 < len(keys) <= MAX_GET_KEYS, f"{len(keys)} keys: a get takes 1..{MAX_GET_KEYS}")
-        for key in keys:
-            checked(check_key, key)
+        if not 0 < len(keys) <= MAX_GET_KEYS:
+            raise RequestError(f"{len(keys)} keys: a get takes 1..{MAX_GET_KEYS}")
+        _check_keys(keys)
         kv = self._kv()
         if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
-            states = kv.state.get(self._partition(request), keys)
-            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=[raw or b"" for raw in states])
-        states = await self._logic_get(kv, keys)
-        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS,
-                                    states=[b"" if raw is None or raw == DELETED else raw for raw in states])
+            states = [raw or b"" for raw in kv.state.get(self._partition(request), keys)]
+        else:
+            states = [b"" if raw is None or raw == DELETED else raw for raw in await self._logic_get(kv, keys)]
+        if request.pack_states:
+            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, packed_states=pack_states(states))
+        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=states)
 
     async def _logic_get(self, kv: KvStore, keys: list[bytes]) -> list[bytes | None]:
         total = self.total_shards()
-        by_shard: dict[int, list[int]] = {}
-        for i, key in enumerate(keys):
-            by_shard.setdefault(shard_of(key, total), []).append(i)
-        states: list[bytes | None] = [None] * len(keys)
-        for shard, slots in by_shard.items():
-            ctx = self._context(shard)
-            shard_keys = [keys[i] for i in slots]
-            found = kv.state.get(ctx.leader.queue_id, shard_keys)
-            if len(ctx.chain) > 1 and None in found:
-                found = await self._older_get(kv, ctx, shard_keys, found)
-            for i, raw in zip(slots, found, strict=True):
-                states[i] = raw
+        # shard_of(key, total) of each key, without a Python call per key (a get takes up to MAX_GET_KEYS)
+        shards = [crc % total for crc in map(zlib.crc32, keys)]
+        contexts = {shard: self._context(shard) for shard in dict.fromkeys(shards)}
+        queue_of = {shard: ctx.leader.queue_id for shard, ctx in contexts.items()}  # the partition read here
+        partitions = list(map(queue_of.__getitem__, shards))
+        states = kv.state.get_each(partitions, keys)  # one lookup for all shards
+        for shard, ctx in contexts.items():
+            if len(ctx.chain) > 1:  # a moved shard: what its leader does not hold may be on older items
+                missing = [i for i, raw in enumerate(states) if raw is None and shards[i] == shard]
+                if missing:
+                    older = await self._older_get(kv, ctx, [keys[i] for i in missing])
+                    for i, raw in zip(missing, older, strict=True):
+                        states[i] = raw
         return states
 
     # -- scan --------------------------------------------------------------------------------------
@@ -265,12 +308,20 @@ class KvProcessor:
             async with asyncio.timeout(APPLY_TIMEOUT_S):
                 await kv.waiters.wait(end_offset)
         except TimeoutError:
-            # A system fault, and not SYSTEM_BUSY: clients retry that, and a retried CAS could see its own write.
-            raise Refusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
-                          "the write may still apply") from None
+            raise _not_applied_in_time() from None
         except StoreFailStopped as exc:
-            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"written, not applied yet, and the store stopped "
-                          f"taking writes: the write may still apply (after a restart); {exc}") from None
+            raise _store_stopped(exc) from None
+
+
+def _not_applied_in_time() -> Refusal:
+    # A system fault, and not SYSTEM_BUSY: clients retry that, and a retried CAS could see its own write.
+    return Refusal(ResponseCode.SYSTEM_ERROR, f"written but not applied within {APPLY_TIMEOUT_S:.0f} s; "
+                   "the write may still apply")
+
+
+def _store_stopped(exc: StoreFailStopped) -> Refusal:
+    return Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"written, not applied yet, and the store stopped "
+                   f"taking writes: the write may still apply (after a restart); {exc}")
 
 
 def _take(entries, n: int) -> list[tuple[bytes, bytes]]:

@@ -121,3 +121,31 @@ def test_on_applied_without_waiters_does_not_touch_the_loop():
 
 async def _await_wait(waiters: KvApplyWaiters, offset: int) -> None:
     return await waiters.wait(offset)
+
+
+def test_when_applied_calls_back_on_the_loop_or_at_once():
+    async def main():
+        loop = asyncio.get_running_loop()
+        waiters = KvApplyWaiters(loop)
+        seen: list[tuple[str, str | None, bool]] = []
+
+        def settle(name: str):
+            return lambda reason: seen.append((name, reason, threading.current_thread() is threading.main_thread()))
+
+        waiters.on_applied(10)
+        waiters.when_applied(10, settle("at-once"))
+        assert seen == [("at-once", None, True)]  # already applied: from the call itself
+        waiters.when_applied(20, settle("later"))
+        waiters.when_applied(30, settle("failed"))
+        thread = threading.Thread(target=waiters.on_applied, args=(25,))
+        thread.start()
+        thread.join()
+        await asyncio.sleep(0.05)
+        assert seen[1:] == [("later", None, True)]  # on the loop's thread, not the applier's
+        waiters.fail("disk gone")
+        await asyncio.sleep(0.05)
+        assert seen[2:] == [("failed", "disk gone", True)]
+        waiters.when_applied(40, settle("after-fail"))
+        assert seen[3:] == [("after-fail", "disk gone", True)]
+
+    run(main())

@@ -392,3 +392,15 @@ def test_rocksdb_applied_offset_lags_until_flush(tmp_path: Path):
     assert again.get(0, [b"a"]) == [present(b"2")]
     again.close()
     again.close()  # idempotent
+
+
+def test_get_each_reads_keys_of_several_partitions_in_request_order(open_state: Opener):
+    state = open_state()
+    state.apply({(0, b"a"): present(b"0a"), (1, b"a"): present(b"1a"), (1, b"b"): DELETED,
+                 (7, b""): present(b"empty key")}, 10)
+    partitions = [1, 0, 2, 1, 7, 0, 1]
+    keys = [b"a", b"a", b"a", b"b", b"", b"b", b"a"]
+    expected = [present(b"1a"), present(b"0a"), None, DELETED, present(b"empty key"), None, present(b"1a")]
+    assert state.get_each(partitions, keys) == expected
+    assert state.get_each(partitions, keys) == [state.get(p, [k])[0] for p, k in zip(partitions, keys, strict=True)]
+    assert state.get_each([], []) == []
