@@ -38,7 +38,7 @@ from broker.store.message_store_reader import MessageStoreReader
 from broker.store.store_lock import StoreLock
 from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
-from common.rpc_boundary import RequestDecoding
+from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import broker_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
@@ -112,9 +112,10 @@ class BrokerController:
         if self.tiered is not None:
             self.tiered.start()
         self._wire_processors()
-        broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, server)
-        kv_pb2_grpc.add_KvServiceServicer_to_server(self.kv_servicer, server)
-        tiered_pb2_grpc.add_TieredServiceServicer_to_server(self.tiered_servicer, server)
+        handlers = GenericHandlersOnly(server)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, handlers)
+        kv_pb2_grpc.add_KvServiceServicer_to_server(self.kv_servicer, handlers)
+        tiered_pb2_grpc.add_TieredServiceServicer_to_server(self.tiered_servicer, handlers)
         await server.start()
         self._server = server
         if c.namesrv_addrs:
