@@ -6,6 +6,21 @@ from client.errors import MQClientError
 from common.response_code import code_name
 
 
+class StatusError(grpc.RpcError):
+    """A failure with a gRPC status that no call raised itself: a request of a broken or silent stream."""
+
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
 def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
     status = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from client.grpc_errors import StatusError
 from common.encoded_fields import repeated_message_field
 
 log = logging.getLogger(__name__)
@@ -34,21 +35,6 @@ REAP_INTERVAL_S = 0.1
 _CLOSE = object()
 
 
-class StreamRpcError(grpc.RpcError):
-    """A request of a stream that failed: the status the stream ended with, or a deadline."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 class _Stream:
     """One open stream: its outgoing queue, the requests waiting for answers, the thread that reads answers."""
 
@@ -57,7 +43,7 @@ class _Stream:
         self.pending: dict[int, tuple[Future[Any], float]] = {}
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(window or UNLIMITED)
-        self.broken: StreamRpcError | None = None
+        self.broken: StatusError | None = None
         self.responses = open_call(self._requests())
         self.reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
         self.reader.start()
@@ -97,12 +83,12 @@ class _Stream:
                     if entry is not None:  # None: it timed out, was failed and freed its slot already
                         self.slots.release()
                         _settle(entry[0], response)
-            error = StreamRpcError(grpc.StatusCode.UNAVAILABLE, "the broker closed the stream")
+            error = StatusError(grpc.StatusCode.UNAVAILABLE, "the broker closed the stream")
         except grpc.RpcError as exc:
-            error = StreamRpcError(exc.code(), exc.details() or str(exc))
+            error = StatusError(exc.code(), exc.details() or str(exc))
         self.fail_all(error)
 
-    def fail_all(self, error: StreamRpcError) -> None:
+    def fail_all(self, error: StatusError) -> None:
         with self.lock:
             self.broken = error
             failed = list(self.pending.values())
@@ -119,7 +105,7 @@ class _Stream:
         if expired:
             self.slots.release(len(expired))  # a late answer frees nothing: the window does not shrink for good
         for future in expired:
-            _fail(future, StreamRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
+            _fail(future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
 
 
 class RpcStream:
@@ -149,7 +135,7 @@ class RpcStream:
         encoded = (request.SerializeToString(), *tail)
         with self._lock:
             if self._closed:
-                _fail(future, StreamRpcError(grpc.StatusCode.CANCELLED, "the client is closed"))
+                _fail(future, StatusError(grpc.StatusCode.CANCELLED, "the client is closed"))
                 return future
             stream = self._stream
             if stream is None or stream.broken is not None:
@@ -197,6 +183,6 @@ def _settle(future: "Future[Any]", response: Any) -> None:
         future.set_result(response)
 
 
-def _fail(future: "Future[Any]", error: StreamRpcError) -> None:
+def _fail(future: "Future[Any]", error: StatusError) -> None:
     if not future.done():
         future.set_exception(error)

@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from client.client_instance import ClientInstance
+from client.grpc_errors import StatusError
 from common.message_codec import decode_records, encode_record
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, namesrv_pb2
@@ -32,17 +33,7 @@ def addr_of(broker_name: str) -> str:
     return f"{broker_name}:10911"
 
 
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str = "fake") -> None:
-        super().__init__(details)
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
+FakeRpcError = StatusError
 
 
 class DoneCall:

@@ -14,7 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from client.rpc_stream import RpcStream, StreamRpcError
+from client.grpc_errors import StatusError
+from client.rpc_stream import RpcStream
 from common.encoded_fields import bytes_field
 from proto import broker_pb2
 from tests.cluster import wait_until
@@ -113,9 +114,9 @@ def read_in_background(frames: Iterator[Any], on_request: Callable[[Request], No
     return thread
 
 
-def failure(future: "Future[Any]", timeout_s: float = 10.0) -> StreamRpcError:
+def failure(future: "Future[Any]", timeout_s: float = 10.0) -> StatusError:
     error = future.exception(timeout=timeout_s)
-    assert isinstance(error, StreamRpcError), f"expected a StreamRpcError, got {error!r}"
+    assert isinstance(error, StatusError), f"expected a StatusError, got {error!r}"
     return error
 
 
