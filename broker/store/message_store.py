@@ -21,7 +21,7 @@ from broker.store.message_store_reader import MessageStoreReader
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.store.recovery import mark_clean_shutdown, recover
 from broker.store.running_flags import RunningFlags
-from broker.store.store_services import CleanCommitLogService, DispatcherFlushService
+from broker.store.store_services import CleanCommitLogService, DispatcherFlushService, PageReleaseService
 from common.message import MessageExt
 from common.message_codec import EncodedBatch, decode_record, prepare_batch
 from common.message_id import encode_host
@@ -68,6 +68,7 @@ class MessageStore(MessageStoreReader):
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
                                                    self._on_commit_log_expired, self.disk_watcher)
         self.disk_watcher.on_pressure(self.clean_service.wake)
+        self.page_release = PageReleaseService(self.commit_log)
         self.store_host = encode_host(config.store_host)
         self._running = False
 
@@ -93,7 +94,7 @@ class MessageStore(MessageStoreReader):
         recover(self)
         self.disk_watcher.check()  # a disk already too full refuses the very first write
         for service in (self.flush_service, self.reput, self.dispatcher_flush, self.clean_service,
-                        self.disk_watcher):
+                        self.disk_watcher, self.page_release):
             service.start()
         self._running = True
 
@@ -114,6 +115,7 @@ class MessageStore(MessageStoreReader):
         # After a fail-stop (also one during these steps) nothing more is flushed or checkpointed (a retried fsync
         # proves nothing): the next start recovers from the commitlog and the checkpoints as they were.
         yield "clean_service", self.clean_service.shutdown
+        yield "page_release", self.page_release.shutdown
         yield "disk_watcher", self.disk_watcher.shutdown
         yield "commitlog_flush", self.flush_service.shutdown  # in SYNC_FLUSH that also confirms the tail
         yield "last_reput", self.reput.do_reput

@@ -65,7 +65,7 @@ def test_the_store_releases_what_readers_mapped(open_store: StoreFactory):
     read = [m for q in range(4) for m in store.get_message("PagesT", q, 0, 1000, max_total_bytes=10**9).messages]
     assert sum(mapped_rss_kib(s.path) for s in segments) >= len(bodies)  # ~1 KiB a record, read through mm
 
-    store.dispatcher_flush.run_once()  # the periodic pass
+    store.page_release.run_once()  # the periodic pass
 
     assert sum(mapped_rss_kib(s.path) for s in segments) <= len(segments) * PAGE_SIZE // 1024
     again = [m for q in range(4) for m in store.get_message("PagesT", q, 0, 1000, max_total_bytes=10**9).messages]
