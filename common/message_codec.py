@@ -18,7 +18,6 @@ import mmap
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from common.message import MessageExt
 
@@ -50,74 +49,34 @@ def record_size(topic_len: int, properties_len: int, body_len: int) -> int:
     return HEADER_SIZE + topic_len + properties_len + body_len
 
 
-@dataclass(slots=True)
-class EncodedBatch:
-    """A batch of one topic and queue with everything but what the commitlog assigns under its lock
-    (queue offset, physical offset, store time): CRCs and sizes are computed before the lock is taken."""
-
-    topic: bytes
-    queue_id: int
-    bodies: Sequence[bytes]
-    properties: Sequence[bytes]
-    crcs: list[int]
-    sizes: list[int]
-    born_timestamp: int
-    born_host: bytes
-    store_host: bytes
-    flag: int = 0
-    sys_flag: int = 0
-    reconsume_times: int = 0
-
-    def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
-               physical_offsets: list[int]) -> bytes:
-        """Records i..j-1, laid out back to back from ``physical_offset``; appends each record's offset."""
-        parts: list[bytes] = []
-        add = parts.extend
-        pack = HEADER.pack
-        topic, topic_len, sizes = self.topic, len(self.topic), self.sizes
-        for k in range(i, j):
-            body, props, size = self.bodies[k], self.properties[k], sizes[k]
-            add((pack(size, MESSAGE_MAGIC, self.crcs[k], self.queue_id, self.flag, queue_offset, physical_offset,
-                      store_timestamp, self.sys_flag, self.born_timestamp, self.born_host, self.store_host,
-                      self.reconsume_times, 0, len(body), topic_len, len(props)),
-                 topic, props, body))
-            physical_offsets.append(physical_offset)
-            queue_offset += 1
-            physical_offset += size
-        return b"".join(parts)
-
-
-def prepare_batch(
-    topic: bytes,
-    queue_id: int,
-    bodies: Sequence[bytes],
-    properties: Sequence[bytes],
-    *,
-    born_timestamp: int,
-    born_host: bytes,
-    store_host: bytes,
-    flag: int = 0,
-    sys_flag: int = 0,
-    reconsume_times: int = 0,
-) -> EncodedBatch:
-    crc32 = zlib.crc32
-    topic_crc = crc32(topic)
-    fixed = HEADER_SIZE + len(topic)
-    crcs = [crc32(body, crc32(props, topic_crc)) for body, props in zip(bodies, properties, strict=True)]
-    sizes = [fixed + len(props) + len(body) for body, props in zip(bodies, properties, strict=True)]
-    return EncodedBatch(topic, queue_id, bodies, properties, crcs, sizes, born_timestamp, born_host, store_host,
-                        flag, sys_flag, reconsume_times)
+def record_parts(topic: bytes, queue_id: int, bodies: Sequence[bytes], properties: Sequence[bytes], *,
+                 born_timestamp: int, born_host: bytes, store_host: bytes = bytes(8), flag: int = 0,
+                 sys_flag: int = 0, reconsume_times: int = 0, queue_offset: int = 0, physical_offset: int = 0,
+                 store_timestamp: int = 0) -> list[bytes]:
+    """The pieces of records back to back (header, topic, properties, body each), every record with the given
+    queue offset, physical offset and store time: the commitlog writes its own into them as it appends
+    (``common/wire_batch.py``). The one encoder of records: the SDK's batches, the store's own writes, tools."""
+    crc32, pack = zlib.crc32, HEADER.pack
+    topic_crc, fixed, topic_len = crc32(topic), HEADER_SIZE + len(topic), len(topic)
+    parts: list[bytes] = []
+    add = parts.extend
+    for body, props in zip(bodies, properties, strict=True):
+        add((pack(fixed + len(props) + len(body), MESSAGE_MAGIC, crc32(body, crc32(props, topic_crc)), queue_id,
+                  flag, queue_offset, physical_offset, store_timestamp, sys_flag, born_timestamp, born_host,
+                  store_host, reconsume_times, 0, len(body), topic_len, len(props)),
+             topic, props, body))
+    return parts
 
 
 def encode_record(topic: bytes, queue_id: int, body: bytes, properties: bytes, *, queue_offset: int = 0,
                   physical_offset: int = 0, store_timestamp: int = 0, born_timestamp: int = 0,
                   born_host: bytes = bytes(8), store_host: bytes = bytes(8), flag: int = 0, sys_flag: int = 0,
                   reconsume_times: int = 0) -> bytes:
-    """One whole record (tests, tools); the store appends through :class:`EncodedBatch`."""
-    batch = prepare_batch(topic, queue_id, [body], [properties], born_timestamp=born_timestamp,
-                          born_host=born_host, store_host=store_host, flag=flag, sys_flag=sys_flag,
-                          reconsume_times=reconsume_times)
-    return batch.encode(0, 1, queue_offset, physical_offset, store_timestamp, [])
+    """One whole record (tests, tools)."""
+    return b"".join(record_parts(topic, queue_id, [body], [properties], born_timestamp=born_timestamp,
+                                 born_host=born_host, store_host=store_host, flag=flag, sys_flag=sys_flag,
+                                 reconsume_times=reconsume_times, queue_offset=queue_offset,
+                                 physical_offset=physical_offset, store_timestamp=store_timestamp))
 
 
 def write_blank(buf: memoryview | bytearray, pos: int, remaining: int) -> None:

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.message_codec import (
-    HEADER,
     HEADER_SIZE,
     MESSAGE_MAGIC,
     CorruptRecordError,
+    record_parts,
 )
 
 OFFSET_QUEUE_ID = 12
@@ -32,22 +32,14 @@ assert CHECKED_FIELDS.size == HEADER_SIZE
 def encode_wire_batch(topic: bytes, bodies: Sequence[bytes], properties: Sequence[bytes], *, born_timestamp: int,
                       born_host: bytes, flag: int = 0, sys_flag: int = 0) -> bytes:
     """The SDK's side: records with zeros where the broker writes queue id, offsets, store time and host."""
-    crc32, pack = zlib.crc32, HEADER.pack
-    topic_crc, fixed, topic_len = crc32(topic), HEADER_SIZE + len(topic), len(topic)
-    no_host = bytes(8)
-    parts: list[bytes] = []
-    add = parts.extend
-    for body, props in zip(bodies, properties, strict=True):
-        add((pack(fixed + len(props) + len(body), MESSAGE_MAGIC, crc32(body, crc32(props, topic_crc)), 0, flag, 0,
-                  0, 0, sys_flag, born_timestamp, born_host, no_host, 0, 0, len(body), topic_len, len(props)),
-             topic, props, body))
-    return b"".join(parts)
+    return b"".join(record_parts(topic, 0, bodies, properties, born_timestamp=born_timestamp, born_host=born_host,
+                                 flag=flag, sys_flag=sys_flag))
 
 
 @dataclass(slots=True)
 class WireBatch:
-    """Records of one topic checked and ready to append to one queue; quacks like ``EncodedBatch`` for
-    ``CommitLog.append_batch`` (``topic``, ``queue_id``, ``sizes``, ``encode``)."""
+    """Records of one topic ready to append to one queue (``CommitLog.append_batch``): a producer's, checked by
+    :meth:`parse`, or the store's own writes, encoded by :meth:`of`."""
 
     topic: bytes
     queue_id: int
@@ -95,6 +87,18 @@ class WireBatch:
         if not sizes:
             raise CorruptRecordError("batch is empty: no records")
         return cls(topic, queue_id, sizes, body_bytes, max_body, max_props, buf)
+
+    @classmethod
+    def of(cls, topic: bytes, queue_id: int, bodies: Sequence[bytes], properties: Sequence[bytes], *,
+           born_timestamp: int, born_host: bytes, store_host: bytes, flag: int = 0, sys_flag: int = 0) -> "WireBatch":
+        """Records the store encodes itself (unary sends with bodies, KV, system topics)."""
+        buf = bytearray().join(record_parts(topic, queue_id, bodies, properties, born_timestamp=born_timestamp,
+                                            born_host=born_host, store_host=store_host, flag=flag,
+                                            sys_flag=sys_flag))
+        fixed = HEADER_SIZE + len(topic)
+        body_sizes = list(map(len, bodies))
+        sizes = [fixed + len(props) + n for props, n in zip(properties, body_sizes, strict=True)]
+        return cls(topic, queue_id, sizes, sum(body_sizes), max(body_sizes), max(map(len, properties)), buf)
 
     def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
                physical_offsets: list[int]) -> memoryview:

@@ -19,7 +19,6 @@ from common.message_codec import (
     OFFSET_STORE_TIMESTAMP,
     SIZE_MAGIC,
     STORE_TIMESTAMP,
-    EncodedBatch,
     check_record,
     write_blank,
 )
@@ -75,9 +74,8 @@ class CommitLog:
             self.advance_confirm_offset(flushed_offset)
 
     # -- append ------------------------------------------------------------------------------------
-    def append_batch(self, batch: EncodedBatch | WireBatch) -> AppendResult:
-        """Append a batch of one queue (encoded here, or as the producer encoded it); its records get
-        consecutive queue offsets."""
+    def append_batch(self, batch: WireBatch) -> AppendResult:
+        """Append a batch of one queue; its records get consecutive queue offsets."""
         physical_offsets: list[int] = []
         sizes = batch.sizes
         with self._lock:

@@ -23,7 +23,7 @@ from broker.store.recovery import mark_clean_shutdown, recover
 from broker.store.running_flags import RunningFlags
 from broker.store.store_services import CleanCommitLogService, DispatcherFlushService, PageReleaseService
 from common.message import MessageExt
-from common.message_codec import EncodedBatch, decode_record, prepare_batch
+from common.message_codec import decode_record
 from common.message_id import encode_host
 from common.message_properties import MAX_PROPERTIES_SIZE
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
@@ -151,7 +151,7 @@ class MessageStore(MessageStoreReader):
         error = self._check(topic, queue_id, bodies, properties, body_limit or self.config.max_message_size)
         if error is not None:
             return error
-        batch = prepare_batch(
+        batch = WireBatch.of(
             topic.encode(), queue_id, bodies, properties,
             born_timestamp=born_timestamp if born_timestamp is not None else int(time.time() * 1000),
             born_host=encode_host(born_host), store_host=self.store_host, flag=flag, sys_flag=sys_flag,
@@ -166,7 +166,7 @@ class MessageStore(MessageStoreReader):
                                       batch.max_properties, self.config.max_message_size)
         return error or self._append(batch, wait_flushed)
 
-    def _append(self, batch: EncodedBatch | WireBatch, wait_flushed: bool) -> PutMessageResult:
+    def _append(self, batch: WireBatch, wait_flushed: bool) -> PutMessageResult:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
