@@ -24,7 +24,12 @@ class StaticCluster(Cluster):
             def ready() -> bool:
                 infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
                 return bool(infos) and min(i.epoch for i in infos) >= epoch
-            wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
+            try:
+                wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
+            except TimeoutError as exc:  # say where each side stands: the route's epochs and the brokers' own
+                routed = {b: i.epoch for b, i in admin.topic_route(topic).topic_queue_mapping_by_broker.items()}
+                held = {b: self.mapping(b, topic).detail.epoch for b in self.brokers}
+                raise TimeoutError(f"{exc}; route epochs {routed}, broker epochs {held}") from exc
 
 
 def make_static_cluster(workdir: Path, **settings: object) -> StaticCluster:
