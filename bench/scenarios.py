@@ -63,11 +63,15 @@ METADATA_METRICS = [
 ]
 TIERED_METRICS: list[Metric] = []  # declared by bench/tiered_bench.py
 SPARK_METRICS: list[Metric] = []  # declared by bench/spark_bench.py
+TIMER_METRICS: list[Metric] = []  # declared by bench/timer_bench.py
+GROUP_METRICS: list[Metric] = []  # declared by bench/group_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),
     ("tiered", 7, "tiered storage", TIERED_METRICS, False),
     ("spark", 8, "Spark compaction", SPARK_METRICS, False),
+    ("timer", 15, "delayed and timed messages: name server + 1 broker, SDK here", TIMER_METRICS, False),
+    ("group", 15, "consumer groups: name server + 1 broker, consumers here", GROUP_METRICS, False),
 ]
 
 

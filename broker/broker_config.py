@@ -16,6 +16,7 @@ from broker.kv.kv_state_store import KvStoreType
 from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.tiered_storage_level import TieredStorageLevel
+from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ def _float_at_least(lo: float) -> Callable[[str], float]:
     return parse
 
 
+def _delay_levels(raw: str) -> str:
+    parse_delay_levels(raw)  # checked at start; kept as written
+    return raw
+
+
 def _name(raw: str) -> str:
     if not re.fullmatch(r"[%a-zA-Z0-9_-]{1,127}", raw):
         raise ValueError(f"{raw!r} must be 1-127 characters of [%a-zA-Z0-9_-]")
@@ -87,6 +93,7 @@ def _addresses(raw: str) -> str:
 _INT = int
 _STR = str
 MAX_PORT = 65535
+MAX_TIMER_DELAY_SEC = 10 * 365 * 86_400  # no wheel to size: the bound is only a sanity check
 
 # key -> (attribute, parser, default)
 # broker.conf key -> (BrokerConfig attribute, parser that raises ValueError on a bad value)
@@ -120,6 +127,8 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
     "cleanResourceInterval": ("clean_resource_interval", _int_in(10, 3_600_000)),
     "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
+    "channelExpiredTimeout": ("channel_expired_timeout", _int_in(100, 86_400_000)),
+    "rebalanceLockMaxLiveTime": ("rebalance_lock_max_live_time", _int_in(100, 86_400_000)),
     "storeType": ("store_type", _choice(StoreType)),
     "kvEnable": ("kv_enable", _bool),
     "kvStoreType": ("kv_store_type", _choice(KvStoreType)),
@@ -135,6 +144,8 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tieredStoreGroupCommitCount": ("tiered_store_group_commit_count", _int_in(1, 1 << 24)),
     "tieredStoreGroupCommitSize": ("tiered_store_group_commit_size", _int_in(1, 1 << 34)),
     "tieredStoreGroupCommitAge": ("tiered_store_group_commit_age", _int_in(1, 3_600_000)),
+    "messageDelayLevel": ("message_delay_level", _delay_levels),
+    "timerMaxDelaySec": ("timer_max_delay_sec", _int_in(1, MAX_TIMER_DELAY_SEC)),
 }
 
 
@@ -169,6 +180,8 @@ class BrokerConfig:
     long_polling_max_suspend_ms: int = 30_000
     clean_resource_interval: int = 10_000
     static_topic_clean_interval: int = 60_000
+    channel_expired_timeout: int = 30_000  # ms: a consumer silent this long leaves its groups
+    rebalance_lock_max_live_time: int = 60_000  # ms: an orderly queue lease not renewed this long ends
     store_type: StoreType = StoreType.DEFAULT
     kv_enable: bool = False
     kv_store_type: KvStoreType = KvStoreType.ROCKSDB  # applied KV state: RocksDB, or memory with snapshots
@@ -184,6 +197,8 @@ class BrokerConfig:
     tiered_store_group_commit_count: int = 2048  # a queue uploads once it has this many messages waiting,
     tiered_store_group_commit_size: int = 8 * 1024 * 1024  # or this many bytes,
     tiered_store_group_commit_age: int = 500  # or its oldest waited this many ms
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay level N = the Nth entry
+    timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC  # the furthest ahead a deliver_at_ms may be
     unknown_keys: list[str] = field(default_factory=list)
 
     @property

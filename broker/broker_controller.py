@@ -12,6 +12,9 @@ import grpc
 from broker.broker_config import BrokerConfig
 from broker.broker_servicer import BrokerServicer
 from broker.broker_stats import BrokerStats
+from broker.client.consumer_manager import ConsumerManager
+from broker.client.rebalance_lock_manager import RebalanceLockManager
+from broker.consumer_servicer import ConsumerServicer
 from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
 from broker.kv_servicer import KvServicer
@@ -23,11 +26,13 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
 from broker.out.peer_brokers import PeerBrokers
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
+from broker.processor.consumer_group_processor import ConsumerGroupProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.kv_processor import KvProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendLimits, SendMessageProcessor
+from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from broker.processor.tiered_processor import TieredProcessor
 from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.static_topic_service import StaticTopicService
@@ -38,10 +43,12 @@ from broker.store.message_store_reader import MessageStoreReader
 from broker.store.store_lock import StoreLock
 from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
+from broker.timer.delay_levels import parse_delay_levels
+from broker.timer.timer_service import TimerService
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
-from proto import broker_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
+from proto import broker_pb2_grpc, consumer_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,8 @@ class BrokerController:
         self.kv_provisioner = (KvProvisioner(config.namesrv_addrs, config.broker_cluster_name, config.broker_name)
                                if config.kv_enable else None)
         self.tiered: TieredStore | None = None
+        self.timer = TimerService(Path(config.store_path_root_dir) / "timer",
+                                  parse_delay_levels(config.message_delay_level), config.timer_max_delay_sec * 1000)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
@@ -84,6 +93,10 @@ class BrokerController:
         self.broker_servicer: BrokerServicer
         self.kv_servicer: KvServicer
         self.tiered_servicer: TieredServicer
+        self.consumer_servicer: ConsumerServicer
+        self.consumer_manager = ConsumerManager(config.channel_expired_timeout)
+        self.rebalance_locks = RebalanceLockManager(config.rebalance_lock_max_live_time)
+        self._housekeeping: asyncio.Task | None = None
         self.registrar: NamesrvRegistrar | None = None
         self._server: grpc.aio.Server | None = None
         self._offset_flusher = threading.Event()
@@ -108,7 +121,9 @@ class BrokerController:
         local_store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
             self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
+        self.timer.attach(local_store)  # the same: pending timers are replayed into it
         await asyncio.to_thread(self._load)
+        self.timer.start(local_store, self._queue_exists)
         if self.tiered is not None:
             self.tiered.start()
         self._wire_processors()
@@ -116,6 +131,7 @@ class BrokerController:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, handlers)
         kv_pb2_grpc.add_KvServiceServicer_to_server(self.kv_servicer, handlers)
         tiered_pb2_grpc.add_TieredServiceServicer_to_server(self.tiered_servicer, handlers)
+        consumer_pb2_grpc.add_ConsumerServiceServicer_to_server(self.consumer_servicer, handlers)
         await server.start()
         self._server = server
         if c.namesrv_addrs:
@@ -126,6 +142,7 @@ class BrokerController:
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
+        self._housekeeping = asyncio.create_task(self._expire_consumers())
         self.static_topic_clean_service = StaticTopicCleanService(
             self.topic_queue_mapping_manager, self.static_topics, self._announce, c.static_topic_clean_interval)
         self.static_topic_clean_service.start()
@@ -143,7 +160,7 @@ class BrokerController:
         limits = SendLimits(c.max_message_size, c.auto_create_topic_enable, c.default_topic_queue_nums)
         self.broker_servicer = BrokerServicer(
             send=SendMessageProcessor(limits, self.topic_config_manager, self.static_topics, self.local_store,
-                                      self._announce),
+                                      self._announce, delay_router=self.timer.router),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, self.static_topics, self.store),
             consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
@@ -154,7 +171,8 @@ class BrokerController:
                 subscription_group_manager=self.subscription_group_manager,
                 consumer_offset_manager=self.consumer_offset_manager,
                 mapping_manager=self.topic_queue_mapping_manager, store=self.store, local_store=self.local_store,
-                stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce),
+                stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce,
+                timer_info=self.timer.runtime_info),
             hold_service=self.hold_service, stats=self.stats,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
@@ -162,6 +180,26 @@ class BrokerController:
                                                   self.topic_queue_mapping_manager, self.static_topics,
                                                   self.local_store))
         self.tiered_servicer = TieredServicer(TieredProcessor(c.broker_name, self.tiered, self.topic_config_manager))
+        self.consumer_groups = ConsumerGroupProcessor(
+            broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
+            topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
+            consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
+            on_topics_changed=self._announce)
+        self.consumer_servicer = ConsumerServicer(self.consumer_groups, SendMsgBackProcessor(
+            self.topic_config_manager, self.subscription_group_manager, self.local_store, self.timer.router,
+            self._announce))
+
+    async def _expire_consumers(self) -> None:
+        """Members whose heartbeats stopped without their stream ending (a half-open connection) leave."""
+        interval_s = min(5.0, self.config.channel_expired_timeout / 3000)
+        while True:
+            await asyncio.sleep(interval_s)
+            self.consumer_groups.expire_members()
+
+    def _queue_exists(self, topic: str, queue_id: int) -> bool:
+        """Whether a due message can still go to this queue of this broker (the timer's delivery asks)."""
+        config = self.topic_config_manager.select(topic)
+        return config is not None and 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums)
 
     def _announce(self) -> None:
         """Topics or mappings changed: re-register with the name servers soon."""
@@ -201,6 +239,8 @@ class BrokerController:
     async def shutdown(self) -> None:
         """Stop accepting, finish in-flight calls, unregister, flush everything."""
         log.info("broker_stopping addr=%s", self.broker_addr)
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
         if self._server is not None:
             self.hold_service.wake_all()
             await self._server.stop(grace=5)
@@ -218,6 +258,7 @@ class BrokerController:
         run_shutdown_steps(self._shutdown_steps(), log)
 
     def _shutdown_steps(self) -> Iterator[ShutdownStep]:
+        yield "timer_delivery", self.timer.stop_delivery  # it writes to the store
         yield "peer_brokers", self.peer_brokers.close
         yield "consumer_offsets", self.consumer_offset_manager.persist
         yield "subscription_groups", self.subscription_group_manager.persist
@@ -229,5 +270,6 @@ class BrokerController:
             yield "tiered_close", self.tiered.close
         if self.kv is not None:
             yield "kv", self.kv.close
+        yield "timer", self.timer.close
         yield "store_lock", self.store_lock.release
 

@@ -1,6 +1,7 @@
 """The Python SDK: producers, consumers, admin and the key-value client."""
 
 from client.admin import Admin
+from client.consumer.consume_result import ConsumeResult
 from client.errors import MQClientError
 from client.kv_client import CasResult, KVClient
 from client.producer import Producer
@@ -13,6 +14,7 @@ from common.message_queue import MessageQueue
 __all__ = [
     "Admin",
     "CasResult",
+    "ConsumeResult",
     "KVClient",
     "MQClientError",
     "Message",

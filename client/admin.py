@@ -9,6 +9,7 @@ import grpc
 
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
+from client.group_admin import GroupAdmin, GroupMember
 from client.grpc_errors import business_error, rpc_error
 from client.static_query_positions import to_logic_positions
 from client.static_topic_admin import (
@@ -18,10 +19,12 @@ from client.static_topic_admin import (
     StaticTopicStatus,
     StaticTopicUpdate,
 )
+from common.group_topics import dlq_topic, retry_topic
 from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC
 from common.message import MessageExt
 from common.message_codec import decode_records
 from common.message_id import parse_message_id
+from common.message_queue import MessageQueue
 from common.perm import PERM_READ_WRITE
 from common.response_code import ResponseCode
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
@@ -188,14 +191,19 @@ class Admin:
                 if response.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
                     self._check(f"delete topic {topic}", addr, response)
                 deleted.append(bd.broker_name)
+        self._forget_topic(topic, cluster)
+        self.client.invalidate_route(topic)
+        return sorted(deleted)
+
+    def _forget_topic(self, topic: str, cluster: str) -> None:
+        """Drop ``topic``'s route for ``cluster`` on every name server (each holds routes); best effort: the
+        brokers' next registration says the same."""
         request = namesrv_pb2.DeleteTopicInNamesrvRequest(topic=topic, cluster_name=cluster)
-        for addr in self.client.namesrv_addrs:  # every name server holds routes
+        for addr in self.client.namesrv_addrs:
             try:
                 self.client.namesrv(addr).DeleteTopicInNamesrv(request, timeout=self.client.rpc_timeout_s)
             except grpc.RpcError as exc:
-                log.warning("namesrv_delete_failed namesrv=%s status=%s", addr, exc.code().name)
-        self.client.invalidate_route(topic)
-        return sorted(deleted)
+                log.warning("namesrv_delete_failed namesrv=%s topic=%s status=%s", addr, topic, exc.code().name)
 
     def topic_list(self) -> list[str]:
         response = self.client.call_namesrv("topic list", lambda s: s.GetAllTopicList(
@@ -316,6 +324,62 @@ class Admin:
         if not out:
             raise MQClientError(f"consumer group {group} has no offsets" + (f" on topic {topic}" if topic else ""))
         return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
+
+    def subscription_group(self, group: str) -> dict[str, broker_pb2.SubscriptionGroupConfig]:
+        """The group's config on each master that has it, by broker name."""
+        out = {}
+        for b in self.all_masters():
+            answer = self._broker_call("subscription groups", b.addr, "GetAllSubscriptionGroup", common_pb2.Empty())
+            for config in answer.groups:
+                if config.group_name == group:
+                    out[b.broker_name] = config
+        return out
+
+    def delete_subscription_group(self, group: str, cluster: str | None = None,
+                                  brokers: list[str] | None = None) -> dict[str, bool]:
+        """Delete the group's config on every target broker; per broker name, whether it had the group. Its
+        committed offsets stay (as upstream without removeOffset); a member still running creates it again."""
+        if (cluster is None) == (brokers is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        out = {}
+        for b in self.brokers(cluster, brokers):
+            response = self._broker_call(f"delete group {group}", b.addr, "DeleteSubscriptionGroup",
+                                         broker_pb2.GroupRequest(group_name=group))
+            if response.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                self._check(f"delete group {group} on {b.broker_name}", b.addr, response)
+            out[b.broker_name] = response.code == ResponseCode.SUCCESS
+        log.info("subscription_group_deleted group=%s brokers=%s", group, ",".join(n for n, had in out.items() if had))
+        return out
+
+    def delete_group_topics(self, group: str, cluster: str | None = None,
+                            brokers: list[str] | None = None) -> dict[str, dict[str, bool]]:
+        """Delete the group's retry and dead-letter topics on every target broker; per topic, per broker name,
+        whether the broker had it. Each broker re-registers without them; for a whole cluster the name servers
+        forget them at once as well (as deleteTopic does)."""
+        if (cluster is None) == (brokers is None):
+            raise MQClientError("give exactly one of a cluster or a broker list")
+        targets = self.brokers(cluster, brokers)
+        out: dict[str, dict[str, bool]] = {}
+        for topic in (retry_topic(group), dlq_topic(group)):
+            out[topic] = {}
+            for b in targets:
+                response = self._broker_call(f"delete topic {topic}", b.addr, "DeleteTopic",
+                                             broker_pb2.TopicRequest(topic=topic))
+                if response.code != ResponseCode.TOPIC_NOT_EXIST:
+                    self._check(f"delete topic {topic} on {b.broker_name}", b.addr, response)
+                out[topic][b.broker_name] = response.code == ResponseCode.SUCCESS
+            if cluster is not None and any(out[topic].values()):
+                self._forget_topic(topic, cluster)
+            self.client.invalidate_route(topic)
+        return out
+
+    def consumer_connection(self, group: str) -> list[GroupMember]:
+        """The group's members (client ids, subscriptions, the queues each consumes) as the brokers see them."""
+        return GroupAdmin(self.client).connection(group, [b.addr for b in self.all_masters()])
+
+    def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        addrs = [b.addr for b in self.brokers(broker_names=self._broker_names_of(topic))]
+        return GroupAdmin(self.client).reset_offset_by_time(group, topic, timestamp_ms, addrs)
 
     def all_masters(self) -> list[BrokerInfo]:
         return [b for b in self.all_brokers() if b.broker_id == 0]

@@ -9,9 +9,11 @@ from common.message import Message
 from common.message_properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQUE_KEY,
     encode_properties,
 )
@@ -31,10 +33,27 @@ def new_unique_key() -> str:
 
 
 def batch_wire_properties(msgs: Sequence[Message]) -> list[bytes]:
-    """Each message's wire properties with a new unique key; a plain message (no tags, keys or properties, the
-    common case of a high-rate producer) costs one format."""
-    return [_UNIQUE_ONLY(next(_counter)).encode() if not (m.tags or m.keys or m.properties)
-            else wire_properties(m, new_unique_key()) for m in msgs]
+    """Each message's wire properties with a new unique key; a plain message (no tags, keys, properties or delay,
+    the common case of a high-rate producer) costs one format, and a batch of them one more scan."""
+    out: list[bytes | None] = [_UNIQUE_ONLY(next(_counter)).encode()
+                               if not (m.tags or m.keys or m.properties or m.delay_level or m.deliver_at_ms)
+                               else None for m in msgs]
+    if None in out:
+        _fill_in(msgs, out)
+    return out  # type: ignore[return-value]  # every None was filled in
+
+
+def _fill_in(msgs: Sequence[Message], out: list[bytes | None]) -> None:
+    """The properties of the messages that are not plain. A batch is stored as one: all its messages are
+    delayed, or none (the broker refuses a mix too)."""
+    delayed = 0
+    for i, m in enumerate(msgs):
+        if out[i] is None:
+            out[i] = wire_properties(m, new_unique_key())
+            delayed += 1 if m.delay_level or m.deliver_at_ms else 0
+    if 0 < delayed < len(msgs):
+        raise MQClientError(f"a batch is all delayed or all immediate: {delayed} of {len(msgs)} messages have a "
+                            "delay_level or deliver_at_ms; send them as separate batches")
 
 
 def wire_properties(msg: Message, unique_key: str) -> bytes:
@@ -47,8 +66,27 @@ def wire_properties(msg: Message, unique_key: str) -> bytes:
         head += f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}{PROPERTY_SEPARATOR}"
     if keys:
         head += f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{keys}{PROPERTY_SEPARATOR}"
+    if msg.delay_level or msg.deliver_at_ms:
+        head += _delay_property(msg)
     try:
         user = encode_properties(msg.properties) if msg.properties else b""
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
     return head.encode() + user
+
+
+def _delay_property(msg: Message) -> str:
+    """DELAY or TIMER_DELIVER_MS; what the SDK can tell is wrong is refused here (the level's upper bound and
+    the longest delay are the broker's settings: it refuses those)."""
+    level, at = msg.delay_level, msg.deliver_at_ms
+    if not isinstance(level, int) or not isinstance(at, int) or isinstance(level, bool) or isinstance(at, bool):
+        raise MQClientError(f"delay_level and deliver_at_ms are integers, not {level!r} and {at!r}")
+    if level and at:
+        raise MQClientError(f"a message has a delay_level ({level}) or a deliver_at_ms ({at}), not both")
+    if level < 0:
+        raise MQClientError(f"delay_level {level} is negative: levels are 1..N (0: not delayed)")
+    if at < 0:
+        raise MQClientError(f"deliver_at_ms {at} is negative: it is a time in epoch milliseconds")
+    if level:
+        return f"{PROPERTY_DELAY}{NAME_VALUE_SEPARATOR}{level}{PROPERTY_SEPARATOR}"
+    return f"{PROPERTY_TIMER_DELIVER_MS}{NAME_VALUE_SEPARATOR}{at}{PROPERTY_SEPARATOR}"

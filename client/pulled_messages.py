@@ -25,6 +25,11 @@ class PulledMessages(Sequence[MessageExt]):
     def __len__(self) -> int:
         return len(self._positions)
 
+    @property
+    def nbytes(self) -> int:
+        """Size of the records as pulled."""
+        return len(self._view)
+
     @overload
     def __getitem__(self, index: int) -> MessageExt: ...
 

@@ -1,47 +1,105 @@
-"""Push consumer: a thread per queue long-polls the broker and hands each message to ``handler``.
+"""Push consumer: the members of a group share a topic's queues, and ``handler`` is called for each message.
 
-Offsets are committed to the broker every second and on close. A handler that raises gets the same
-message again after a pause (at-least-once). This consumer takes every queue of the topic: several
-push consumers of one group each receive all messages (there is no rebalancing between members yet).
+- Membership: a session with every broker of the topic (heartbeats; the broker tells the group when a member joins
+  or leaves, and the members rebalance at once; a periodic pass every 20 s is the safety net).
+- Rebalance (``client/consumer/rebalance_impl.py``): queues split by ``allocate`` (upstream's averaging by
+  default); ``message_model="BROADCASTING"`` gives every member every queue, with offsets kept by the member.
+- Consumption: one pull thread for all queues, a bounded pool of ``consume_threads`` for the handler; the
+  committed offset is the lowest message not yet done.
+- Failures: a handler that raises or returns ``ConsumeResult.LATER`` has its message retried through
+  ``%RETRY%<group>`` (10 s, 30 s, 1 m, ...) and after ``max_reconsume_times`` retries (None: the group's
+  retryMaxTimes, 16 unless ``updateSubGroup -r`` changed it) it goes to ``%DLQ%<group>``.
+  ``orderly=True``: one member holds a queue at a time (a broker lease) and consumes it in order, suspending the
+  queue on a failure instead of skipping the message.
 
-Static topics: the queues are the topic's logic queues; the pull consumer underneath follows each one's leader
-across remaps. A logic queue without a leader at start gets its start offset once it has one.
+Static topics: the queues are the topic's logic queues; the pull consumer underneath follows their leaders.
 """
 
+import contextlib
+import itertools
 import logging
+import os
+import socket
 import threading
-import time
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
+from client.consumer.allocate_strategy import AllocateStrategy, allocate_averagely
+from client.consumer.consume_concurrently_service import ConsumeConcurrentlyService, Handler
+from client.consumer.consume_orderly_service import ConsumeOrderlyService
+from client.consumer.consumer_sessions import ConsumerSessions
+from client.consumer.group_calls import GroupCalls, queue_ref
+from client.consumer.offset_store import OffsetStore, RemoteOffsetStore
+from client.consumer.process_queue import ProcessQueue, Run
+from client.consumer.pull_message_service import PullMessageService, PullSettings
+from client.consumer.rebalance_impl import RebalanceImpl, RebalanceSettings
 from client.errors import MQClientError
 from client.pull_consumer import PullConsumer
-from client.results import PullStatus
-from client.static_route import is_logic_queue
+from common.group_topics import is_retry_topic, retry_topic
 from common.message import MessageExt
-from common.message_queue import MessageQueue
+from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC
+from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[MessageExt], object]
-LONG_POLL_MS = 15_000
+REBALANCE_INTERVAL_S = 20.0
+REBALANCE_RETRY_S = 1.0
 COMMIT_INTERVAL_S = 1.0
-RETRY_PAUSE_S = 1.0
+LEASE_RENEW_S = 20.0
+DEFAULT_MAX_RECONSUME_TIMES = 16  # orderly consumers retry in place: the limit is theirs, not the group's
+MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
+_instances = itertools.count()
+
+
+def new_client_id() -> str:
+    """Unique per consumer: host address, process and a counter (upstream: ip@pid)."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    return f"{ip}@{os.getpid()}#{next(_instances)}"
 
 
 class PushConsumer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER", topic: str = "",
                  tags: str = "*", handler: Handler | None = None, consume_from_first: bool = False,
-                 pull_batch_size: int = 32) -> None:
+                 max_reconsume_times: int | None = None, orderly: bool = False, message_model: str = "CLUSTERING",
+                 pull_batch_size: int = 64, consume_threads: int = 16, allocate: AllocateStrategy = allocate_averagely,
+                 heartbeat_interval_ms: int = 10_000, long_poll_ms: int = 15_000) -> None:
         if not topic or handler is None:
             raise MQClientError("a push consumer needs a topic and a handler")
+        if message_model not in MESSAGE_MODELS:
+            raise MQClientError(f"message_model {message_model!r} is not one of {', '.join(MESSAGE_MODELS)}")
+        if max_reconsume_times is not None and max_reconsume_times < 0:
+            raise MQClientError(f"max_reconsume_times {max_reconsume_times} is negative")
+        self.group = group
         self.topic = topic
         self.tags = tags
         self.handler = handler
-        self.consume_from_first = consume_from_first
-        self.pull_batch_size = pull_batch_size
+        # None: the group's retryMaxTimes on the broker (16 unless ``updateSubGroup -r`` says otherwise)
+        self.max_reconsume_times = max_reconsume_times
+        self.orderly = orderly
+        self.broadcasting = message_model == "BROADCASTING"
+        self.client_id = new_client_id()
         self.consumer = PullConsumer(namesrv_addr, group)
-        self._offsets: dict[MessageQueue, int] = {}
-        self._committed: dict[MessageQueue, int] = {}
+        client = self.consumer.client
+        self.calls = GroupCalls(client, group, self.client_id)
+        self.offsets = OffsetStore() if self.broadcasting else RemoteOffsetStore(self.consumer)
+        self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
+        self.consume: ConsumeConcurrentlyService | ConsumeOrderlyService = (
+            ConsumeOrderlyService(self.handler, self._pool, self.offsets, self._dead_letter,
+                                  DEFAULT_MAX_RECONSUME_TIMES if max_reconsume_times is None else max_reconsume_times)
+            if orderly else ConsumeConcurrentlyService(self.handler, self._pool, self.offsets,
+                                                       None if self.broadcasting else self._send_back))
+        self.pull_service = PullMessageService(
+            self.consumer, PullSettings(batch_size=pull_batch_size, long_poll_ms=long_poll_ms), self._expression,
+            self._on_messages, self._on_offset_moved, orderly)
+        self.rebalance_impl = RebalanceImpl(
+            self.consumer, self.calls, self.offsets, allocate,
+            RebalanceSettings(self.client_id, self.broadcasting, orderly, consume_from_first),
+            self._topics, self.pull_service.pull_now)
+        self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000)
+        self._wakeup = threading.Event()
+        self._resets: set[tuple[str, str]] = set()  # (topic, broker name) whose offsets were reset
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -52,75 +110,115 @@ class PushConsumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- life --------------------------------------------------------------------------------------
     def start(self) -> None:
-        for mq in self.consumer.queues(self.topic):
-            try:
-                self._offsets[mq] = self._start_offset(mq)
-            except MQClientError as exc:
-                if not is_logic_queue(mq):
-                    raise
-                log.warning("push_start_deferred queue=%s error=%s", mq, exc)  # the pull loop retries
-            t = threading.Thread(target=self._pull_loop, args=(mq,), name=f"push-{mq}", daemon=True)
+        self.consumer.queues(self.topic)  # fails now, clearly, for a topic with no route
+        self._keep_sessions()
+        self.pull_service.start()
+        for name, target in (("rebalance", self._rebalance_loop), ("commit", self._commit_loop),
+                             ("lease", self._lease_loop)):
+            if name == "lease" and not self.orderly:
+                continue
+            t = threading.Thread(target=target, name=f"push-{name}-{self.group}", daemon=True)
             t.start()
             self._threads.append(t)
-        committer = threading.Thread(target=self._commit_loop, name="push-commit", daemon=True)
-        committer.start()
-        self._threads.append(committer)
+        log.info("push_consumer_started group=%s topic=%s client=%s model=%s orderly=%s", self.group, self.topic,
+                 self.client_id, "BROADCASTING" if self.broadcasting else "CLUSTERING", self.orderly)
 
-    def _start_offset(self, mq: MessageQueue) -> int:
-        committed = self.consumer.committed(mq)
-        if committed >= 0:
-            return committed
-        return self.consumer.min_offset(mq) if self.consume_from_first else self.consumer.max_offset(mq)
+    def close(self) -> None:
+        """Leave cleanly: stop pulling, let running handler calls finish, commit, then leave the group (the other
+        members take the queues over from the committed offsets at once)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._wakeup.set()
+        for t in self._threads:  # no rebalance, commit or lease renewal from here on
+            t.join(timeout=10)
+        self.pull_service.shutdown()
+        self.rebalance_impl.drop_all()
+        self.consume.shutdown()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.offsets.persist_all()
+        self.sessions.close()
+        self.consumer.close()
+        log.info("push_consumer_closed group=%s client=%s", self.group, self.client_id)
 
-    def _pull_loop(self, mq: MessageQueue) -> None:
+    # -- membership and rebalance ------------------------------------------------------------------
+    def _topics(self) -> list[str]:
+        return [self.topic] if self.broadcasting else [self.topic, retry_topic(self.group)]
+
+    def _expression(self, topic: str) -> str:
+        return "*" if is_retry_topic(topic) else self.tags
+
+    def _keep_sessions(self) -> None:
+        addrs: set[str] = set()
+        for topic in self._topics():
+            with contextlib.suppress(MQClientError):  # the retry topic before the first heartbeat created it
+                addrs.update(self.calls.broker_addrs(topic, refresh=True))
+        self.sessions.keep(addrs)
+
+    def _heartbeat(self) -> consumer_pb2.HeartbeatFrame:
+        data = consumer_pb2.ConsumerData(
+            group=self.group, consume_type=consumer_pb2.CONSUME_PASSIVELY,
+            message_model=consumer_pb2.BROADCASTING if self.broadcasting else consumer_pb2.CLUSTERING,
+            subscriptions=[consumer_pb2.Subscription(topic=t, expression=self._expression(t)) for t in self._topics()],
+            queues=[queue_ref(mq) for mq in self.rebalance_impl.held()], orderly=self.orderly)
+        return consumer_pb2.HeartbeatFrame(client_id=self.client_id, consumers=[data])
+
+    def _on_notice(self, notice: consumer_pb2.GroupNotice) -> None:
+        if notice.group != self.group:
+            return
+        if notice.kind == consumer_pb2.GroupNotice.OFFSETS_RESET:
+            self._resets.add((notice.topic, notice.broker_name))
+        self._wakeup.set()
+
+    def _rebalance_loop(self) -> None:
+        pause = 0.0
         while not self._stopped.is_set():
-            try:
-                if mq not in self._offsets:
-                    self._offsets[mq] = self._start_offset(mq)
-                result = self.consumer.pull(mq, self._offsets[mq], self.pull_batch_size, self.tags,
-                                            suspend_ms=LONG_POLL_MS)
-            except MQClientError as exc:
-                if self._stopped.is_set():
-                    return
-                log.warning("push_pull_failed queue=%s error=%s", mq, exc)
-                self._stopped.wait(RETRY_PAUSE_S)
-                continue
-            if result.status is PullStatus.OFFSET_ILLEGAL:
-                log.warning("push_offset_moved queue=%s from=%d to=%d", mq, self._offsets[mq], result.next_begin_offset)
-            for msg in result.messages:
-                while not self._consume(mq, msg):
-                    if self._stopped.wait(RETRY_PAUSE_S):
-                        return
-                self._offsets[mq] = msg.queue_offset + 1
-            self._offsets[mq] = max(self._offsets[mq], result.next_begin_offset)
+            self._wakeup.wait(pause)
+            self._wakeup.clear()
+            if self._stopped.is_set():
+                return
+            while self._resets:
+                self.rebalance_impl.restart_queues(*self._resets.pop())
+            self._keep_sessions()
+            before = self.rebalance_impl.held()
+            complete = self.rebalance_impl.rebalance()
+            if self.rebalance_impl.held() != before:
+                self.sessions.beat_now()  # the brokers show the new assignment (consumerConnection)
+            pause = REBALANCE_INTERVAL_S if complete else REBALANCE_RETRY_S
 
-    def _consume(self, mq: MessageQueue, msg: MessageExt) -> bool:
-        try:
-            self.handler(msg)
-            return True
-        except Exception:
-            log.exception("push_handler_failed queue=%s offset=%d", mq, msg.queue_offset)
-            return False
+    def _lease_loop(self) -> None:
+        while not self._stopped.wait(LEASE_RENEW_S):
+            for pq in self.rebalance_impl.renew_leases():  # a queue whose lease came back consumes what waits
+                assert isinstance(self.consume, ConsumeOrderlyService)
+                self.consume.submit(pq)
 
     def _commit_loop(self) -> None:
         while not self._stopped.wait(COMMIT_INTERVAL_S):
-            self._commit()
+            self.offsets.persist_all()
 
-    def _commit(self) -> None:
-        for mq, offset in list(self._offsets.items()):
-            if self._committed.get(mq) != offset:
-                try:
-                    self.consumer.commit(mq, offset)
-                    self._committed[mq] = offset
-                except MQClientError as exc:
-                    log.warning("push_commit_failed queue=%s error=%s", mq, exc)
+    # -- consumption -------------------------------------------------------------------------------
+    def _on_messages(self, pq: ProcessQueue, run: Run) -> None:
+        if is_retry_topic(pq.mq.topic):  # the handler sees a retried message as it was first sent
+            for msg in run.msgs:
+                props = msg.properties
+                msg.topic = props.get(PROPERTY_RETRY_TOPIC, msg.topic)
+                msg.reconsume_times = int(props.get(PROPERTY_RECONSUME_TIME, "0"))
+        self.consume.submit(pq, run)
 
-    def close(self) -> None:
-        self._stopped.set()
-        self.consumer.client.close()  # cancels the parked long polls; channels reopen on next use
-        deadline = time.monotonic() + 10
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        self._commit()
-        self.consumer.close()
+    def _on_offset_moved(self, pq: ProcessQueue, offset: int) -> None:
+        pq.reset(offset)
+        self.offsets.update(pq.mq, offset)
+
+    def _send_back(self, msg: MessageExt) -> None:
+        limit = -1 if self.max_reconsume_times is None else self.max_reconsume_times
+        self.calls.send_back(msg, msg.topic, 0, limit)
+
+    def _dead_letter(self, msg: MessageExt) -> None:
+        self.calls.send_back(msg, msg.topic, -1, -1)
+
+    # -- introspection -----------------------------------------------------------------------------
+    def assigned_queues(self) -> list:
+        """The queues this member consumes now."""
+        return self.rebalance_impl.held()

@@ -1,6 +1,6 @@
 """Messages as users see them: what a producer sends and what a consumer receives."""
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from common.message_id import decode_host, make_message_id
 from common.message_properties import (
@@ -14,7 +14,11 @@ from common.message_properties import (
 
 @dataclass(slots=True)
 class Message:
-    """A message to send. ``keys`` are indexed for query-by-key; ``tags`` filter on the broker."""
+    """A message to send. ``keys`` are indexed for query-by-key; ``tags`` filter on the broker.
+
+    Delayed: ``delay_level`` N (1..the broker's ``messageDelayLevel`` count, by default 18: 1s 5s 10s 30s 1m ...
+    2h; 0 = not delayed) or ``deliver_at_ms`` (an absolute time, epoch ms, at most ``timerMaxDelaySec`` ahead;
+    one in the past is delivered at once); at most one of the two. Consumers get it no earlier than that."""
 
     topic: str
     body: bytes
@@ -22,6 +26,9 @@ class Message:
     keys: list[str] | str | None = None
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    _: KW_ONLY
+    delay_level: int = 0
+    deliver_at_ms: int = 0
 
     def key_list(self) -> list[str]:
         if not self.keys:

@@ -5,7 +5,7 @@ so no dict is built per message on the hot path.
 """
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -16,6 +16,14 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQUE_KEY = "UNIQ_KEY"
 # Static topics: the SDK reads logic offsets back from these (set by the broker on pull).
 PROPERTY_STATIC_LOGIC_QUEUE = "__LOGIC_QUEUE"
+# Delayed and timed messages (upstream's names). Set by the producer: a delay level (1..levels of
+# messageDelayLevel; 0 or absent: not delayed) or an absolute delivery time in epoch ms.
+PROPERTY_DELAY = "DELAY"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# Set by the broker on the timer topic's record: where and when to deliver it.
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 
 MAX_PROPERTIES_SIZE = 32767
 
@@ -55,6 +63,17 @@ def find_property(raw: bytes, name: bytes) -> bytes | None:
 TAGS_NEEDLE = PROPERTY_TAGS.encode() + _B_NAME_VALUE
 KEYS_NEEDLE = PROPERTY_KEYS.encode() + _B_NAME_VALUE
 UNIQUE_KEY_NEEDLE = PROPERTY_UNIQUE_KEY.encode() + _B_NAME_VALUE
+DELAY_NEEDLE = PROPERTY_DELAY.encode() + _B_NAME_VALUE
+TIMER_DELIVER_MS_NEEDLE = PROPERTY_TIMER_DELIVER_MS.encode() + _B_NAME_VALUE
+REAL_TOPIC_NEEDLE = PROPERTY_REAL_TOPIC.encode() + _B_NAME_VALUE
+REAL_QID_NEEDLE = PROPERTY_REAL_QID.encode() + _B_NAME_VALUE
+TIMER_OUT_MS_NEEDLE = PROPERTY_TIMER_OUT_MS.encode() + _B_NAME_VALUE
+
+
+def strip_properties(raw: bytes, names: Collection[bytes]) -> bytes:
+    """``raw`` without the pairs named in ``names`` (bare names, as bytes), every kept pair ended by the separator."""
+    kept = [pair for pair in raw.split(_B_PROPERTY) if pair and pair.partition(_B_NAME_VALUE)[0] not in names]
+    return b"".join(pair + _B_PROPERTY for pair in kept)
 
 
 def tags_code(tags: bytes | str | None) -> int:
@@ -64,3 +83,8 @@ def tags_code(tags: bytes | str | None) -> int:
     if isinstance(tags, str):
         tags = tags.encode()
     return zlib.crc32(tags) or 1
+
+# Consumer groups: a retried or dead-lettered message keeps where it came from and how often it was retried.
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

@@ -100,6 +100,16 @@ class WireBatch:
         sizes = [fixed + len(props) + n for props, n in zip(properties, body_sizes, strict=True)]
         return cls(topic, queue_id, sizes, sum(body_sizes), max(body_sizes), max(map(len, properties)), buf)
 
+    @classmethod
+    def of_records(cls, topic: bytes, queue_id: int, records: Sequence[bytes]) -> "WireBatch":
+        """Whole records of ``topic`` and ``queue_id`` encoded elsewhere (``record_parts``), each with its own born
+        time, host and flag, and the store host written in: the timer topic's writes and its deliveries."""
+        unpack = CHECKED_FIELDS.unpack_from
+        fields = [unpack(r) for r in records]
+        bodies = [f[3] for f in fields]
+        return cls(topic, queue_id, [f[0] for f in fields], sum(bodies), max(bodies), max(f[5] for f in fields),
+                   bytearray().join(records))
+
     def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
                physical_offsets: list[int]) -> memoryview:
         """Records i..j-1 with their offsets and store time written in; appends each record's offset."""

@@ -35,7 +35,8 @@ class AdminBrokerProcessor:
                  subscription_group_manager: SubscriptionGroupManager,
                  consumer_offset_manager: ConsumerOffsetManager, mapping_manager: TopicQueueMappingManager,
                  store: MessageStoreReader, local_store: MessageStore, stats: BrokerStats, boot_timestamp: int,
-                 on_topics_changed: Callable[[], None]) -> None:
+                 on_topics_changed: Callable[[], None],
+                 timer_info: Callable[[], dict[str, str]] = dict) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -47,6 +48,7 @@ class AdminBrokerProcessor:
         self.stats = stats
         self.boot_timestamp = boot_timestamp
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
+        self.timer_info = timer_info  # pending, delivered and dropped delayed messages
 
     # -- topics ------------------------------------------------------------------------------------
     def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
@@ -230,6 +232,7 @@ class AdminBrokerProcessor:
             "storeWriteable": str(store.running_flags.writeable).lower(),
             "storeRefusal": store.running_flags.write_refusal() or "",
             "commitLogDiskRatio": _disk_ratio(store),
+            **self.timer_info(),
         }
         return broker_pb2.BrokerRuntimeInfo(table=table)
 

@@ -1,7 +1,9 @@
-"""Send: a single message or a batch to one queue."""
+"""Send: a single message or a batch to one queue. A delayed batch (every message with a delay level or a
+delivery time) is stored in the timer topic instead, and delivered to its queue when due (``broker/timer/``)."""
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.metadata.topic_config_manager import TopicConfigManager
@@ -9,12 +11,16 @@ from broker.processor.request_checks import checked_born_host, checked_queue_id,
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
+from broker.timer.delay_router import DelayRouter, is_delayed_needle_in
+from broker.timer.timer_batch import record_properties, timer_properties, timer_wire_batch
 from common.kv_shard import KV_TOPIC
 from common.message_codec import CorruptRecordError
 from common.perm import is_writeable
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
+from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
 from common.topic_config import TopicConfig
 from common.wire_batch import WireBatch
 from proto import broker_pb2
@@ -22,6 +28,7 @@ from proto import broker_pb2
 log = logging.getLogger(__name__)
 
 MAX_BATCH_MESSAGES = 4096
+DEFAULT_DELAY_ROUTER = DelayRouter(parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL), DEFAULT_TIMER_MAX_DELAY_SEC * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +43,13 @@ class SendLimits:
 class SendMessageProcessor:
     def __init__(self, limits: SendLimits, topic_config_manager: TopicConfigManager,
                  static_topics: StaticTopicService, store: MessageStore,
-                 on_topics_changed: Callable[[], None]) -> None:
+                 on_topics_changed: Callable[[], None], *, delay_router: DelayRouter = DEFAULT_DELAY_ROUTER) -> None:
         self.limits = limits
         self.topic_config_manager = topic_config_manager
         self.static_topics = static_topics
         self.store = store  # the local store: sends write there, whatever serves reads
         self.on_topics_changed = on_topics_changed
+        self.delay_router = delay_router  # the levels and longest delay of this broker (messageDelayLevel, ...)
 
     def send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         """A batch as commitlog records (``records``, what the SDK sends) or as bodies and properties."""
@@ -61,15 +69,18 @@ class SendMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, f"topic {config.topic_name} is not writeable here")
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
-        result = self._put(request, config.topic_name, queue_id)
+        # The real queue of a static topic's delayed message is the physical one here, where it is delivered.
+        result, delayed = self._put(request, config.topic_name, queue_id)
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, result.error)
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
         assert result.append is not None
-        # A static topic answers in logic terms (-1 while the new leader's logic offset is undecided).
-        queue_offset = ctx.leader.logic_loosely(result.queue_offset) if ctx is not None else result.queue_offset
+        # A static topic answers in logic terms (-1 while the new leader's logic offset is undecided). A delayed
+        # message has no offset in its queue until it is delivered: -1.
+        queue_offset = -1 if delayed else (ctx.leader.logic_loosely(result.queue_offset) if ctx is not None
+                                           else result.queue_offset)
         return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=queue_offset,
                                               store_host=result.store_host,
                                               physical_offsets=result.append.physical_offsets)
@@ -86,7 +97,9 @@ class SendMessageProcessor:
         limit = self.limits.max_message_size
         require(body_bytes <= limit, f"batch of {body_bytes} bytes exceeds maxMessageSize {limit}")
 
-    def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int) -> PutMessageResult:
+    def _put(self, request: broker_pb2.SendMessageRequest, topic: str,
+             queue_id: int) -> tuple[PutMessageResult, bool]:
+        """The put's result, and whether the batch was delayed (stored in the timer topic)."""
         if request.records:
             try:
                 batch = WireBatch.parse(request.records, topic.encode(), queue_id, self.store.store_host,
@@ -94,12 +107,22 @@ class SendMessageProcessor:
             except CorruptRecordError as exc:
                 raise RequestError(f"records of the batch: {exc}") from None
             self._check_total(batch.body_bytes)
-            return self.store.put_wire_batch(batch)
+            blocks = record_properties(request.records, batch.sizes)
+            if is_delayed_needle_in(b"".join(blocks)):
+                timer_batch = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
+                if timer_batch is not None:
+                    return self.store.put_wire_batch(timer_batch), True
+            return self.store.put_wire_batch(batch), False
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
-        return self.store.put_messages(topic, queue_id, request.bodies,
-                                       request.properties or [b""] * len(request.bodies),
+        properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
+        put_topic, put_queue_id, delayed = topic, queue_id, False
+        if request.properties and is_delayed_needle_in(b"".join(request.properties)):
+            timer_props = timer_properties(self.delay_router, properties, topic, queue_id, _now_ms())
+            if timer_props is not None:
+                put_topic, put_queue_id, properties, delayed = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props, True
+        return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
-                                       flag=request.flag, sys_flag=request.sys_flag)
+                                       flag=request.flag, sys_flag=request.sys_flag), delayed
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:
@@ -110,3 +133,8 @@ class SendMessageProcessor:
         self.on_topics_changed()
         log.info("topic_auto_created topic=%s queues=%d", topic, n)
         return config
+
+
+def _now_ms() -> int:
+    """The broker's wall clock: a delay level counts from here, and the timer delivers by the same clock."""
+    return int(time.time() * 1000)

@@ -166,6 +166,16 @@ class MessageStore(MessageStoreReader):
                                       batch.max_properties, self.config.max_message_size)
         return error or self._append(batch, wait_flushed)
 
+    def wait_flushed(self, offset: int) -> PutMessageStatus:
+        """After puts with ``wait_flushed=False``, one wait for them all (SYNC_FLUSH; at once otherwise): PUT_OK once
+        the commitlog is flushed past ``offset``, FLUSH_DISK_TIMEOUT after ``syncFlushTimeout`` (stored, not yet on
+        disk), SERVICE_NOT_AVAILABLE when the fsync failed (the store fail-stopped: what was put may be lost)."""
+        if self.flush_service.wait_flushed(offset, self.config.sync_flush_timeout_ms / 1000):
+            return PutMessageStatus.PUT_OK
+        if self.running_flags.fail_stop_reason is not None:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT
+
     def _append(self, batch: WireBatch, wait_flushed: bool) -> PutMessageResult:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,

@@ -25,7 +25,8 @@ BROKERS = ["broker-a", "broker-b"]
 TOPIC_STATUS_KEYS = {"broker_name", "queue_id", "min_offset", "max_offset", "last_update_timestamp"}
 CLUSTER_KEYS = {"cluster", "broker_name", "broker_id", "addr", "put_tps", "get_tps", "topic_count", "uptime_ms",
                 "store_type", "status", "error"}
-PROGRESS_KEYS = {"topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "diff", "last_timestamp"}
+PROGRESS_KEYS = {"topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "client_id", "diff",
+                 "last_timestamp"}
 MESSAGE_KEYS = {"msg_id", "offset_msg_id", "topic", "queue_id", "queue_offset", "commit_log_offset", "tags", "keys",
                 "store_timestamp", "born_timestamp", "store_host", "born_host", "reconsume_times", "properties",
                 "body_size", "body_preview"}

@@ -11,7 +11,7 @@ from bench.daemons import REPO
 from bench.harness import SCALED
 
 BUILT_IN = {"echo", "store", "cluster", "static"}
-PLACEHOLDERS = {"kv", "metadata", "tiered", "spark"}
+PLACEHOLDERS = {"kv", "metadata", "tiered", "spark", "timer"}
 
 
 def test_every_scenario_runs_at_smoke_size(tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ class AioContext:
             self._sync.abort(code, details)
         raise grpc.aio.AbortError()
 
+    def peer(self) -> str:  # grpc_testing's context has none
+        return "ipv4:127.0.0.1:0"
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sync, name)
 

@@ -17,7 +17,7 @@ from broker.broker_config import load_broker_config
 from broker.broker_controller import BrokerController
 from namesrv.namesrv_server import NamesrvConfig, NamesrvServer
 from namesrv.namesrv_servicer import NamesrvServicer
-from proto import broker_pb2, kv_pb2, namesrv_pb2, tiered_pb2
+from proto import broker_pb2, consumer_pb2, kv_pb2, namesrv_pb2, tiered_pb2
 from tests.boundary.aio_bridge import SyncServicer
 from tests.boundary.protected_data import ProtectedData
 
@@ -85,6 +85,7 @@ def start_in_process_cluster(root: Path, store_type: str, kv_store_type: str) ->
         broker_pb2.DESCRIPTOR.services_by_name["BrokerService"]: broker.broker_servicer,
         kv_pb2.DESCRIPTOR.services_by_name["KvService"]: broker.kv_servicer,
         tiered_pb2.DESCRIPTOR.services_by_name["TieredService"]: broker.tiered_servicer,
+        consumer_pb2.DESCRIPTOR.services_by_name["ConsumerService"]: broker.consumer_servicer,
         # a servicer of its own over the running name server's route table (the server keeps its instance inside)
         namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"]: NamesrvServicer(namesrv.manager,
                                                                                    namesrv.runtime_info),

@@ -1,13 +1,14 @@
 """The feature matrix (issue 13, item 7): every feature end to end under both flush modes and both store types.
 
 {ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV,
-tiered read after local expiry, query by key}. One cluster per (flush, store type) — a name server and two
-brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting in the same
-broker is the point — and one test function per feature (query by key has a second one, on a static topic
-across a remap). Local commitlog segments are small and expire about a second after they are sealed, so the
+tiered read after local expiry, query by key, delayed messages}. One cluster per (flush, store type) — a name
+server and two brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting
+in the same broker is the point — and one test function per feature (query by key has a second one, on a static
+topic across a remap). Local commitlog segments are small and expire about a second after they are sealed, so the
 tiered cell can drive its data out of the local store within seconds.
 """
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -358,3 +359,28 @@ def test_tiered_read_after_local_expiry(cluster: Cluster) -> None:
             assert read_all(consumer, mq, 1) == sorted(want.items())[1:], mq
     with KVClient(cluster.addr) as kv:  # KV state outlives the records it was built from
         assert kv.get_batch(list(kv_entries)) == list(kv_entries.values())
+
+
+# -- 6. delayed messages: a level and a time, on both brokers ----------------------------------------------
+def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None:
+    topic = unique("MxDelay")
+    create_topic(cluster, topic, 2)
+    sent_at = int(time.time() * 1000)
+    with Producer(cluster.addr) as producer:
+        for broker in BROKERS:
+            queue = MessageQueue(topic, broker, 1)
+            by_level = producer.send(Message(topic, b"level-" + broker.encode(), delay_level=1), queue=queue)
+            by_time = producer.send(Message(topic, b"time-" + broker.encode(), deliver_at_ms=sent_at + 1200),
+                                    queue=queue)
+            assert by_level.status is by_time.status is SendStatus.SEND_OK
+    with PullConsumer(cluster.addr, group=unique("mx-delay")) as consumer:
+        got: dict[bytes, int] = {}
+
+        def arrived() -> bool:
+            for broker in BROKERS:
+                mq = MessageQueue(topic, broker, 1)
+                got.update((m.body, m.store_timestamp) for m in consumer.pull(mq, 0, 16, suspend_ms=200).messages)
+            return len(got) == 4
+
+        wait_until(arrived, timeout=10, what="4 delayed messages")
+    assert all(stored >= sent_at + 1000 for stored in got.values()), got  # never early, by the broker's store time

@@ -22,11 +22,14 @@ from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
 from broker.tiered.file.flat_message_file import UNIT
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
 from common.kv_shard import KV_TOPIC
+from common.timer_topic import TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
 ReadAt = Callable[[int, int], bytes]
-NOT_TIERED = (KV_TOPIC,)  # the KV store's ops: state lives in RocksDB, replaying them from a tier is not a use
+# The KV store's ops and pending delayed messages: their state lives in RocksDB (the timer's holds copies of its
+# records), replaying them from a tier is not a use.
+NOT_TIERED = (KV_TOPIC, TIMER_TOPIC)
 MAX_RUN_BYTES = 4 * 1024 * 1024  # one local read and one tier append per run of contiguous records
 
 

@@ -1,0 +1,80 @@
+"""Clients' sessions with this broker and the notices they receive (the broker side of ``ConsumerSession``).
+
+A session is one client's stream. Its heartbeats update the :class:`ConsumerManager`; when a group's members
+change, every session with a member in that group gets an IDS_CHANGED notice, so members rebalance within a
+round trip instead of at their next periodic pass. Runs on the broker's event loop: notices are queued with
+``put_nowait`` from the loop's thread only.
+"""
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Iterable
+
+from broker.client.consumer_manager import ConsumerInfo, ConsumerManager
+from broker.client.rebalance_lock_manager import RebalanceLockManager
+from proto import consumer_pb2
+
+log = logging.getLogger(__name__)
+
+CLOSED = None  # queued when the session's request side ended
+
+
+class Session:
+    def __init__(self, session_id: int, addr: str) -> None:
+        self.session_id = session_id
+        self.addr = addr
+        self.client_id = ""
+        self.notices: asyncio.Queue[consumer_pb2.GroupNotice | None] = asyncio.Queue()
+
+
+def consumer_infos(frame: consumer_pb2.HeartbeatFrame) -> list[ConsumerInfo]:
+    return [ConsumerInfo(group=c.group, consume_type=c.consume_type, message_model=c.message_model,
+                         subscriptions=tuple((s.topic, s.expression) for s in c.subscriptions),
+                         queues=tuple((q.topic, q.broker_name, q.queue_id) for q in c.queues), orderly=c.orderly)
+            for c in frame.consumers]
+
+
+class ConsumerSessions:
+    def __init__(self, manager: ConsumerManager, locks: RebalanceLockManager) -> None:
+        self.manager = manager
+        self.locks = locks
+        self._sessions: dict[int, Session] = {}
+        self._ids = itertools.count(1)
+
+    def open(self, addr: str) -> Session:
+        session = Session(next(self._ids), addr)
+        self._sessions[session.session_id] = session
+        return session
+
+    def heartbeat(self, session: Session, frame: consumer_pb2.HeartbeatFrame) -> None:
+        session.client_id = frame.client_id
+        before = self.manager.clients_of_session(session.session_id)
+        changed = self.manager.heartbeat(session.session_id, frame.client_id, session.addr, consumer_infos(frame))
+        for group, client_id in before - self.manager.clients_of_session(session.session_id):
+            self.locks.release_client(group, client_id)
+        self.notify_ids_changed(changed)
+
+    def close(self, session: Session) -> None:
+        self._sessions.pop(session.session_id, None)
+        held = self.manager.clients_of_session(session.session_id)
+        changed = self.manager.close_session(session.session_id)
+        for group, client_id in held:
+            released = self.locks.release_client(group, client_id)
+            if released:
+                log.info("queue_locks_released group=%s client=%s queues=%d", group, client_id, released)
+        self.notify_ids_changed(changed)
+
+    def expire(self) -> None:
+        changed = self.manager.scan_expired()
+        self.notify_ids_changed(changed)
+
+    def notify_ids_changed(self, groups: Iterable[str]) -> None:
+        for group in groups:
+            self.notify(consumer_pb2.GroupNotice(kind=consumer_pb2.GroupNotice.IDS_CHANGED, group=group))
+
+    def notify(self, notice: consumer_pb2.GroupNotice) -> None:
+        for session_id in self.manager.sessions_of(notice.group):
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.notices.put_nowait(notice)

@@ -1,0 +1,176 @@
+"""Consumer groups: members' sessions and heartbeats, member lists, orderly queue leases, the group's
+connection view, and offsets reset by time."""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from broker.client.consumer_manager import ConsumerManager, QueueRef
+from broker.client.consumer_sessions import CLOSED, ConsumerSessions, Session
+from broker.client.rebalance_lock_manager import RebalanceLockManager
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.subscription_group_manager import SubscriptionGroupManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.request_checks import checked_group, checked_topic
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.message_store_reader import MessageStoreReader
+from common.group_topics import retry_topic
+from common.perm import PERM_READ_WRITE
+from common.refusal import Refusal
+from common.request_error import RequestError, require
+from common.response_code import ResponseCode
+from common.rpc_boundary import UndecodableRequest
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from common.topic_config import TopicConfig
+from proto import common_pb2, consumer_pb2
+from proto.broker_pb2 import LOGIC
+
+log = logging.getLogger(__name__)
+
+
+def ensure_group_topic(topics: TopicConfigManager, name: str, on_changed: Callable[[], None]) -> TopicConfig:
+    """A group's retry or dead-letter topic on this broker (one queue, read-write), created on first use."""
+    config = topics.select(name)
+    if config is None:
+        config = TopicConfig(name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ_WRITE)
+        topics.update(config)
+        on_changed()
+        log.info("group_topic_created topic=%s", name)
+    return config
+
+
+def queue_refs(queues: list[consumer_pb2.QueueRef]) -> list[QueueRef]:
+    return [(q.topic, q.broker_name, q.queue_id) for q in queues]
+
+
+def to_queue_ref(queue: QueueRef) -> consumer_pb2.QueueRef:
+    return consumer_pb2.QueueRef(topic=queue[0], broker_name=queue[1], queue_id=queue[2])
+
+
+class ConsumerGroupProcessor:
+    def __init__(self, *, broker_name: str, manager: ConsumerManager, locks: RebalanceLockManager,
+                 topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
+                 consumer_offset_manager: ConsumerOffsetManager, static_topics: StaticTopicService,
+                 store: MessageStoreReader, on_topics_changed: Callable[[], None]) -> None:
+        self.broker_name = broker_name
+        self.manager = manager
+        self.locks = locks
+        self.sessions = ConsumerSessions(manager, locks)
+        self.topics = topic_config_manager
+        self.groups = subscription_group_manager
+        self.offsets = consumer_offset_manager
+        self.static_topics = static_topics
+        self.store = store
+        self.on_topics_changed = on_topics_changed
+
+    # -- sessions ----------------------------------------------------------------------------------
+    async def session(self, frames: AsyncIterator[consumer_pb2.HeartbeatFrame],
+                      peer: str) -> AsyncIterator[consumer_pb2.GroupNotice]:
+        """Heartbeats in, notices out; the stream's end (either side) ends the client's membership."""
+        session = self.sessions.open(peer)
+        reader = asyncio.create_task(self._read_heartbeats(frames, session))
+        try:
+            while (notice := await session.notices.get()) is not CLOSED:
+                yield notice
+            await reader  # a frame that did not parse: its RequestError ends the stream INVALID_ARGUMENT
+        finally:
+            reader.cancel()
+            self.sessions.close(session)
+
+    async def _read_heartbeats(self, frames: AsyncIterator[consumer_pb2.HeartbeatFrame], session: Session) -> None:
+        try:
+            async for frame in frames:
+                if isinstance(frame, UndecodableRequest):
+                    raise RequestError(f"a heartbeat frame does not parse: {frame.reason}")
+                self._check_heartbeat(frame)
+                self._prepare_groups(frame)
+                self.sessions.heartbeat(session, frame)
+        finally:
+            session.notices.put_nowait(CLOSED)
+
+    @staticmethod
+    def _check_heartbeat(frame: consumer_pb2.HeartbeatFrame) -> None:
+        require(bool(frame.client_id), "a heartbeat names no client id")
+        for consumer in frame.consumers:
+            checked_group(consumer.group)
+            for sub in consumer.subscriptions:
+                checked_topic(sub.topic)
+
+    def _prepare_groups(self, frame: consumer_pb2.HeartbeatFrame) -> None:
+        """As upstream: the group exists and, in clustering mode, so does its retry topic, which the members
+        subscribe to at once."""
+        for consumer in frame.consumers:
+            config = self.groups.find(consumer.group)
+            if config is not None and consumer.message_model == consumer_pb2.CLUSTERING:
+                ensure_group_topic(self.topics, retry_topic(consumer.group), self.on_topics_changed)
+
+    def expire_members(self) -> None:
+        self.sessions.expire()
+
+    # -- queries -----------------------------------------------------------------------------------
+    def consumer_list(self, request: consumer_pb2.ConsumerListRequest) -> consumer_pb2.ConsumerList:
+        return consumer_pb2.ConsumerList(client_ids=self.manager.client_ids(checked_group(request.group)))
+
+    def connection(self, request: consumer_pb2.ConsumerListRequest) -> consumer_pb2.ConsumerConnection:
+        group = checked_group(request.group)
+        members = [consumer_pb2.MemberInfo(
+            client_id=m.client_id, addr=m.addr, consume_type=m.info.consume_type,  # type: ignore[arg-type]
+            message_model=m.info.message_model,  # type: ignore[arg-type]
+            subscriptions=[consumer_pb2.Subscription(topic=t, expression=e) for t, e in m.info.subscriptions],
+            queues=[to_queue_ref(q) for q in m.info.queues], last_heartbeat_ms=m.wall_heartbeat_ms,
+            orderly=m.info.orderly) for m in self.manager.members(group)]
+        return consumer_pb2.ConsumerConnection(members=members)
+
+    # -- orderly leases ----------------------------------------------------------------------------
+    def lock_batch(self, request: consumer_pb2.LockBatchRequest) -> consumer_pb2.LockBatchResponse:
+        group = checked_group(request.group)
+        require(bool(request.client_id), "a lock request names no client id")
+        granted = self.locks.try_lock(group, request.client_id, queue_refs(list(request.queues)))
+        return consumer_pb2.LockBatchResponse(locked=[to_queue_ref(q) for q in granted])
+
+    def unlock_batch(self, request: consumer_pb2.LockBatchRequest) -> common_pb2.CommandResponse:
+        group = checked_group(request.group)
+        self.locks.unlock(group, request.client_id, queue_refs(list(request.queues)))
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    # -- reset -------------------------------------------------------------------------------------
+    def reset_offset_by_time(self, request: consumer_pb2.ResetOffsetRequest) -> consumer_pb2.ResetOffsetResponse:
+        """Commit, for every queue of the topic this broker serves (a static topic: the logic queues it leads),
+        the offset of the first message stored at or after the time. Called off the event loop (a static topic
+        may ask other brokers); the members are told by :meth:`announce_reset`."""
+        group, topic = checked_group(request.group), checked_topic(request.topic)
+        require(request.timestamp >= 0, f"timestamp {request.timestamp} is negative")
+        offsets: list[consumer_pb2.QueueOffset] = []
+        detail = self.static_topics.mapping_manager.get(topic)
+        if detail is not None:
+            for logic_id in detail.led_queues():
+                ctx = self.static_topics.context(topic, logic_id, LOGIC)
+                assert ctx is not None
+                offset = self.static_topics.search_offset(ctx, request.timestamp, False)
+                self.static_topics.commit_offset(ctx, group, offset)
+                offsets.append(self._queue_offset(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, logic_id, offset))
+        else:
+            config = self.topics.select(topic)
+            if config is None:
+                raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
+            for queue_id in range(config.read_queue_nums):
+                offset = self.store.offset_by_time(topic, queue_id, request.timestamp, BoundaryType.LOWER)
+                self.offsets.commit_offset(group, topic, queue_id, offset)
+                offsets.append(self._queue_offset(topic, self.broker_name, queue_id, offset))
+        log.info("offsets_reset group=%s topic=%s timestamp=%d queues=%d", group, topic, request.timestamp,
+                 len(offsets))
+        return consumer_pb2.ResetOffsetResponse(code=ResponseCode.SUCCESS, offsets=offsets)
+
+    def announce_reset(self, request: consumer_pb2.ResetOffsetRequest) -> None:
+        """Tell the group's members which queues to restart: this broker's (each broker announces its own, so a
+        member restarts each queue once, after its offset changed)."""
+        static = self.static_topics.mapping_manager.get(request.topic) is not None
+        self.sessions.notify(consumer_pb2.GroupNotice(
+            kind=consumer_pb2.GroupNotice.OFFSETS_RESET, group=request.group, topic=request.topic,
+            broker_name=LOGICAL_QUEUE_MOCK_BROKER_NAME if static else self.broker_name))
+
+    @staticmethod
+    def _queue_offset(topic: str, broker_name: str, queue_id: int, offset: int) -> consumer_pb2.QueueOffset:
+        return consumer_pb2.QueueOffset(queue=consumer_pb2.QueueRef(topic=topic, broker_name=broker_name,
+                                                                    queue_id=queue_id), offset=offset)

@@ -1,0 +1,109 @@
+"""A message its consumer failed (upstream's consumerSendMsgBack): retried later through the group's retry topic,
+or dead-lettered.
+
+Rules (upstream's): a message retried ``reconsume_times`` times so far goes to ``%DLQ%<group>`` once that count
+reaches the limit (the consumer's ``max_reconsume_times``, else the group's retryMaxTimes; 16 by default), or at
+once when the consumer asks (delay level < 0). Otherwise it is stored for ``%RETRY%<group>`` with delay level
+3 + reconsume times (10 s, 30 s, 1 m, ...) and its count raised by one. The message keeps its original topic
+(RETRY_TOPIC), its first id (ORIGIN_MESSAGE_ID), keys, tags and unique key; the count travels as RECONSUME_TIME.
+
+The consumer sends the message itself rather than its commitlog offset: the send-back then works for messages
+read from the tier, from an older broker of a static topic, or from a broker that is down.
+"""
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from broker.metadata.subscription_group_manager import SubscriptionGroupManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.consumer_group_processor import ensure_group_topic
+from broker.processor.request_checks import checked_born_host, checked_group, checked_topic
+from broker.store.message_store import MessageStore
+from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.timer.delay_router import DelayRouter
+from common.group_topics import dlq_topic, is_retry_topic, retry_topic
+from common.message_properties import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    decode_properties,
+    encode_properties,
+)
+from common.refusal import Refusal
+from common.request_error import RequestError, require
+from common.response_code import ResponseCode
+from common.timer_topic import TIMER_TOPIC
+from proto import consumer_pb2
+
+log = logging.getLogger(__name__)
+
+RETRY_BASE_LEVEL = 3  # the first retry waits level 3 (10 s), as upstream
+
+
+class SendMsgBackProcessor:
+    def __init__(self, topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
+                 store: MessageStore, delay_router: DelayRouter, on_topics_changed: Callable[[], None]) -> None:
+        self.topics = topic_config_manager
+        self.groups = subscription_group_manager
+        self.store = store
+        self.delay_router = delay_router
+        self.on_topics_changed = on_topics_changed
+
+    def send_back(self, request: consumer_pb2.SendMsgBackRequest) -> consumer_pb2.SendMsgBackResponse:
+        """Blocks until the message is stored (a SYNC_FLUSH fsync): call it off the event loop."""
+        group = checked_group(request.group)
+        checked_topic(request.topic)
+        require(len(request.body) > 0, "the message to send back has an empty body")
+        born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
+        config = self.groups.find(group)
+        if config is None:
+            raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist on this broker")
+        try:
+            props = decode_properties(request.properties)
+        except UnicodeDecodeError:
+            raise RequestError("the message's properties are not UTF-8") from None
+        times = _reconsume_times(props)
+        limit = request.max_reconsume_times if request.max_reconsume_times >= 0 else config.retry_max_times
+        if not is_retry_topic(request.topic):
+            props.setdefault(PROPERTY_RETRY_TOPIC, request.topic)
+        if request.msg_id:
+            props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.msg_id)
+        if request.delay_level < 0 or times >= limit:
+            props[PROPERTY_RECONSUME_TIME] = str(times)
+            target = ensure_group_topic(self.topics, dlq_topic(group), self.on_topics_changed)
+            result = self._put(target.topic_name, 0, request, encode_properties(props), born_host)
+            log.info("message_dead_lettered group=%s topic=%s msg_id=%s reconsume_times=%d", group,
+                     props.get(PROPERTY_RETRY_TOPIC, request.topic), request.msg_id, times)
+            return self._answer(result, target.topic_name, times)
+        props[PROPERTY_RECONSUME_TIME] = str(times + 1)
+        target = ensure_group_topic(self.topics, retry_topic(group), self.on_topics_changed)
+        level = request.delay_level or RETRY_BASE_LEVEL + times
+        due = int(time.time() * 1000) + self.delay_router.delay_of_level(level)
+        queue_id = random.randrange(target.write_queue_nums)
+        timer_props = self.delay_router.timer_properties(encode_properties(props), target.topic_name, queue_id, due)
+        result = self._put(TIMER_TOPIC, 0, request, timer_props, born_host)
+        return self._answer(result, target.topic_name, times + 1)
+
+    def _put(self, topic: str, queue_id: int, request: consumer_pb2.SendMsgBackRequest, props: bytes,
+             born_host: str) -> PutMessageResult:
+        return self.store.put_messages(topic, queue_id, [request.body], [props],
+                                       born_timestamp=request.born_timestamp or None, born_host=born_host,
+                                       flag=request.flag)
+
+    @staticmethod
+    def _answer(result: PutMessageResult, topic: str, times: int) -> consumer_pb2.SendMsgBackResponse:
+        if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+            raise RequestError(result.error)
+        if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, result.error)
+        code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
+        return consumer_pb2.SendMsgBackResponse(code=code, topic=topic, reconsume_times=times)
+
+
+def _reconsume_times(props: dict[str, str]) -> int:
+    raw = props.get(PROPERTY_RECONSUME_TIME, "0")
+    if not raw.isascii() or not raw.isdigit():
+        raise RequestError(f"property {PROPERTY_RECONSUME_TIME}={raw[:32]!r} is not a count")
+    return int(raw)

@@ -1,0 +1,194 @@
+"""Puts due messages back into their real topic and queue: the timer's one thread.
+
+It sleeps until the earliest pending due time (at most ``max_sleep_s``; a dispatch of an earlier timer wakes it),
+takes up to ``batch_size`` due timers in due order, re-encodes each as the message it was (its real topic and
+queue, its own properties without the delay and routing ones, the same body, flag, born time and host), appends
+them grouped by queue with one put each, waits once for them to be flushed (SYNC_FLUSH: one group commit for the
+whole batch, not one per queue), then deletes the delivered timers in one WriteBatch. A crash between the put
+and the delete delivers those messages again after the restart: at-least-once, never lost.
+
+Never early: a timer is taken only when its due time is at or before the broker's wall clock, and the store time
+of the delivered message is taken after that. A timer whose real topic no longer exists here (or whose queue id
+is beyond the topic's queues) is dropped with a warning: nobody could read it, and keeping it would retry
+forever. So is one the store refuses as illegal (maxMessageSize lowered since the send). A store that refuses
+writes (disk full, fail-stop), or an fsync that failed after the put, keeps the timers pending; delivery retries
+every second (after a fail-stop, that is after the restart).
+"""
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Protocol
+
+from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.timer.delay_router import delivered_properties, timer_target
+from broker.timer.timer_message_store import TimerMessageStore
+from common.message import MessageExt
+from common.message_codec import CorruptRecordError, decode_record, record_parts
+from common.wire_batch import WireBatch
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryStore(Protocol):
+    """What the delivery needs of the message store."""
+
+    store_host: bytes
+
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult: ...
+
+    def wait_flushed(self, offset: int) -> PutMessageStatus: ...
+
+
+QueueExists = Callable[[str, int], bool]
+Clock = Callable[[], int]
+ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+RETRY_PAUSE_S = 1.0
+_NEVER = 1 << 62
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TimerDeliveryService(threading.Thread):
+    def __init__(self, timers: TimerMessageStore, store: DeliveryStore, queue_exists: QueueExists, *,
+                 clock_ms: Clock = wall_clock_ms, batch_size: int = 1024, max_sleep_s: float = 0.1) -> None:
+        super().__init__(name="timer-delivery", daemon=True)
+        self.timers = timers
+        self.store = store
+        self.queue_exists = queue_exists
+        self.store_host = store.store_host
+        self.clock_ms = clock_ms
+        self.batch_size = batch_size
+        self.max_sleep_s = max_sleep_s
+        self.delivered = 0
+        self.dropped = 0
+        self._wakeup = threading.Event()
+        self._stopped = threading.Event()
+        self._next_due = 0  # the due time this thread sleeps until (0 while it looks: any dispatch wakes it)
+        self._refused_since: float | None = None
+        timers.due_listeners.append(self.on_dispatched)
+
+    def on_dispatched(self, first_due_ms: int) -> None:
+        """A dispatch stored timers, the earliest due at ``first_due_ms`` (reput thread)."""
+        if first_due_ms < self._next_due and not self._wakeup.is_set():
+            self._wakeup.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                taken = self.deliver_due()
+            except Exception:
+                log.exception("timer_delivery_failed")
+                self._stopped.wait(RETRY_PAUSE_S)
+                continue
+            if taken < self.batch_size:  # a full batch: more may be due at once
+                self._sleep()
+
+    def _sleep(self) -> None:
+        self._wakeup.clear()
+        self._next_due = 0
+        first = self.timers.first_due()
+        self._next_due = _NEVER if first is None else first
+        wait_s = self.max_sleep_s if first is None else min(self.max_sleep_s, (first - self.clock_ms()) / 1000)
+        if wait_s > 0:
+            self._wakeup.wait(wait_s)
+
+    def deliver_due(self) -> int:
+        """Deliver the timers due now (up to ``batch_size``); returns how many were taken."""
+        timers = self.timers.take_due(self.clock_ms(), self.batch_size)
+        if not timers:
+            return 0
+        groups: dict[tuple[str, int], list[tuple[bytes, MessageExt]]] = defaultdict(list)
+        done: list[bytes] = []
+        for key, record in timers:
+            try:
+                msg = decode_record(record)
+            except CorruptRecordError as exc:
+                self._drop("?", -1, 1, f"stored record is corrupt: {exc}")
+                done.append(key)
+                continue
+            target = timer_target(msg.raw_properties)
+            if target is None:
+                self._drop("?", -1, 1, f"timer record at commitlog offset {msg.physical_offset} lacks REAL_TOPIC, "
+                           "REAL_QID or TIMER_OUT_MS")
+                done.append(key)
+                continue
+            groups[target.topic, target.queue_id].append((key, msg))
+        kept: list[bytes] = []
+        put: list[bytes] = []  # in the commitlog, to be flushed
+        end_offset = 0
+        try:
+            for (topic, queue_id), items in groups.items():
+                keys = [k for k, _ in items]
+                result = self._put(topic, queue_id, [m for _, m in items])
+                if result is None:
+                    done.extend(keys)  # dropped
+                elif result.append is not None:
+                    put.extend(keys)
+                    end_offset = max(end_offset, result.append.end_offset)
+                else:
+                    kept.extend(keys)
+        except Exception:
+            # Nothing of them put yet: taken again next time. Some put: they stay stored (not taken again before
+            # a restart, which delivers them once more) rather than be put again every second.
+            if not put:
+                self.timers.give_back(timers[0][0])
+            raise
+        if put:
+            flushed = self.store.wait_flushed(end_offset)
+            if flushed is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                kept.extend(put)  # the fsync failed: they may be lost; delivered again after the restart
+            else:
+                if flushed is PutMessageStatus.FLUSH_DISK_TIMEOUT:  # as a send answers: stored, not yet on disk
+                    log.warning("timer_delivery_flush_timeout count=%d", len(put))
+                self.delivered += len(put)
+                done.extend(put)
+        self.timers.remove(done)
+        if kept:
+            self._refused(len(kept))
+            self.timers.give_back(min(kept))
+            self._stopped.wait(RETRY_PAUSE_S)
+        elif self._refused_since is not None:
+            log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
+            self._refused_since = None
+        return len(timers)
+
+    def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
+        """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result
+        without an append is a refusal: retry later."""
+        if not self.queue_exists(topic, queue_id):
+            self._drop(topic, queue_id, len(messages), "the topic or queue no longer exists on this broker")
+            return None
+        raw_topic = topic.encode()
+        records = [b"".join(record_parts(raw_topic, queue_id, [m.body], [delivered_properties(m.raw_properties)],
+                                         born_timestamp=m.born_timestamp, born_host=m.raw_born_host,
+                                         store_host=self.store_host, flag=m.flag, sys_flag=m.sys_flag,
+                                         reconsume_times=m.reconsume_times))
+                   for m in messages]
+        result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, records), wait_flushed=False)
+        if result.status in ILLEGAL:
+            self._drop(topic, queue_id, len(messages), f"refused by the store: {result.error}")
+            return None
+        return result
+
+    def _drop(self, topic: str, queue_id: int, count: int, reason: str) -> None:
+        self.dropped += count
+        log.warning("timer_message_dropped topic=%s queue_id=%d count=%d reason=%r", topic, queue_id, count, reason)
+
+    def _refused(self, count: int) -> None:
+        if self._refused_since is None:  # once while it lasts
+            self._refused_since = time.monotonic()
+            log.warning("timer_delivery_refused pending=%d waiting=%d: the store takes no writes; retrying every %g s",
+                        self.timers.pending, count, RETRY_PAUSE_S)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._wakeup.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        log.info("timer_delivery_stopped delivered=%d dropped=%d pending=%d", self.delivered, self.dropped,
+                 self.timers.pending)

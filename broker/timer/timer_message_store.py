@@ -1,0 +1,224 @@
+"""Pending timers in RocksDB, filled by the commitlog's dispatch chain from the timer topic's records.
+
+Keys (raw bytes, so RocksDB keeps them in due order)::
+
+    timer       >QQ due time (epoch ms), commitlog offset of the timer-topic record  ->  the record's bytes
+    checkpoint  b"\\xffcheckpoint"                                                    ->  >q commitlog offset
+
+A timer holds a copy of its record, so a pending timer never depends on commitlog retention (a delay of weeks
+outlives ``fileReservedTime``). The WAL is on: one dispatch is one WriteBatch of its timers and the checkpoint,
+so after a process kill RocksDB holds a prefix of the batches consistent with the checkpoint beside it, and the
+chain replays the rest from the commitlog; records below the checkpoint are skipped, so a replay never brings
+back a timer that was delivered. The WAL is synced at each ``flush`` (the dispatcher flush service, every
+``flushIntervalConsumeQueue``), and only then does :meth:`checkpoint` move: the commitlog below it may expire.
+
+Due times fit in 7 bytes (any time before the year 2 million), so the checkpoint's 0xff key sorts after every
+timer. Deleted timers leave tombstones at the front of the key space until compaction: scans start at a floor
+below which no timer is pending, not at the first key.
+"""
+
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+
+from broker.rocksdb_raw import raw_items, raw_keys
+from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.dispatch_request import DispatchRequest
+from common.message_properties import TIMER_OUT_MS_NEEDLE, find_property
+from common.timer_topic import TIMER_TOPIC
+
+log = logging.getLogger(__name__)
+
+TIMER_KEY = struct.Struct(">QQ")  # due ms, physical offset
+OFFSET = struct.Struct(">q")
+CHECKPOINT_KEY = b"\xffcheckpoint"
+META_START = b"\xff"  # every timer key sorts below it
+
+ReadAt = Callable[[int, int], bytes]
+StartOffset = Callable[[], int]
+DueListener = Callable[[int], None]
+Timer = tuple[bytes, bytes]  # key, record
+
+
+def timer_key(due_ms: int, physical_offset: int) -> bytes:
+    return TIMER_KEY.pack(due_ms, physical_offset)
+
+
+def due_of_key(key: bytes) -> int:
+    return TIMER_KEY.unpack(key)[0]
+
+
+class TimerMessageStore(CommitLogDispatcher):
+    name = "timer"
+    keeps_commit_log = True  # timers dispatched after the last WAL sync are rebuilt only by replay
+
+    def __init__(self, root: Path, read_at: ReadAt, fresh_start: StartOffset = lambda: 0) -> None:
+        self.root = root
+        self._read_at = read_at
+        # Where a new timer store starts: no timer record is older than the timer store, so a store that had none
+        # (one from before delayed messages) is not replayed whole for it.
+        self._fresh_start = fresh_start
+        self._db: Rdict | None = None
+        self._applied = 0  # commitlog offset after the last record looked at
+        self._stored = 0  # the checkpoint as written in RocksDB
+        self._durable = 0  # the checkpoint as of the last WAL sync
+        self._apply_lock = threading.Lock()  # dispatch (reput thread) and flush (flush thread) write the checkpoint
+        self._floor_lock = threading.Lock()
+        self._floor = b""  # no pending timer sorts below it
+        self._pending = 0
+        self.due_listeners: list[DueListener] = []  # told the earliest due time of each dispatch that added timers
+
+    @property
+    def db(self) -> Rdict:
+        assert self._db is not None, "timer store is not loaded"
+        return self._db
+
+    @property
+    def pending(self) -> int:
+        """Timers stored and not yet delivered."""
+        return self._pending
+
+    # -- dispatch chain ----------------------------------------------------------------------------
+    def load(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_keep_log_file_num(2)
+        options.set_max_background_jobs(2)
+        self._db = Rdict(str(self.root), options)
+        raw = self._db.get(CHECKPOINT_KEY)
+        if raw is None:
+            start = self._fresh_start()
+            self._db.put(CHECKPOINT_KEY, OFFSET.pack(start))
+            self._db.flush_wal(True)
+            log.info("timer_store_created path=%s checkpoint=%d", self.root, start)
+            raw = OFFSET.pack(start)
+        self._applied = self._stored = self._durable = OFFSET.unpack(raw)[0]
+        read = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
+        read.set_iterate_upper_bound(META_START)
+        self._pending = sum(1 for _ in raw_keys(self._db, read_opt=read))
+        first = self.first_due()
+        log.info("timer_loaded pending=%d checkpoint=%d first_due_ms=%s", self._pending, self._applied,
+                 first if first is not None else "none")
+
+    def checkpoint(self) -> int:
+        return self._durable
+
+    def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
+        with self._apply_lock:
+            first_due = self._dispatch(requests, end_offset)
+        if first_due is not None:
+            for listener in self.due_listeners:
+                listener(first_due)
+
+    def _dispatch(self, requests: list[DispatchRequest], end_offset: int) -> int | None:
+        if end_offset <= self._applied:
+            return None  # re-dispatch of what was stored before a restart
+        applied_from = self._applied
+        batch: WriteBatch | None = None
+        first_key = META_START
+        added = 0
+        for topic, _, _, physical, size, _, _, props in requests:
+            if topic != TIMER_TOPIC or physical < applied_from:
+                continue
+            key = timer_key(self._due_of(props, physical), physical)
+            if batch is None:
+                batch = WriteBatch(raw_mode=True)
+            batch.put(key, self._read_at(physical, size))
+            first_key = min(first_key, key)
+            added += 1
+        self._applied = end_offset
+        if batch is None:
+            return None
+        batch.put(CHECKPOINT_KEY, OFFSET.pack(end_offset))
+        self.db.write(batch)
+        self._stored = end_offset
+        with self._floor_lock:
+            self._pending += added
+            self._floor = min(self._floor, first_key)
+        return due_of_key(first_key)
+
+    @staticmethod
+    def _due_of(props: bytes, physical: int) -> int:
+        raw = find_property(props, TIMER_OUT_MS_NEEDLE)
+        if raw is None or not raw.isdigit() or len(raw) > 16:
+            # Only the broker writes this topic: a record without its due time is another version's or a bug's.
+            # Due at once: its delivery then says what is missing, rather than it waiting forever.
+            log.warning("timer_record_without_due physical_offset=%d", physical)
+            return 0
+        return int(raw)
+
+    def flush(self) -> None:
+        with self._apply_lock:
+            applied = self._applied
+            if applied > self._stored:  # records since the last timer were other topics': move the mark
+                self.db.put(CHECKPOINT_KEY, OFFSET.pack(applied))
+                self._stored = applied
+        self.db.flush_wal(True)
+        self._durable = applied
+
+    def truncate_dirty(self, commit_log_end: int) -> None:
+        if self._applied <= commit_log_end:
+            return
+        # Only after a machine crash with ASYNC_FLUSH: the commitlog lost records this store had taken. Their
+        # timers stay (delivered as acknowledged); new records at those offsets must not be skipped.
+        log.error("timer_applied_past_commitlog_end applied=%d commitlog_end=%d", self._applied, commit_log_end)
+        with self._apply_lock:
+            self.db.put(CHECKPOINT_KEY, OFFSET.pack(commit_log_end))
+            self._applied = self._stored = self._durable = commit_log_end
+
+    # -- delivery ----------------------------------------------------------------------------------
+    def first_due(self) -> int | None:
+        """The earliest due time pending, or None."""
+        with self._floor_lock:
+            floor = self._floor
+        for key in raw_keys(self.db, from_key=floor):
+            return due_of_key(key) if key < META_START else None
+        return None
+
+    def take_due(self, now_ms: int, limit: int) -> list[Timer]:
+        """Up to ``limit`` timers due at ``now_ms`` or before, earliest first. They stay stored until
+        :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered."""
+        with self._floor_lock:
+            start = self._floor
+            self._floor = META_START  # timers dispatched from now on lower it again
+        upper = timer_key(now_ms + 1, 0)
+        read = ReadOptions()
+        read.set_iterate_upper_bound(upper)
+        taken: list[Timer] = []
+        for item in raw_items(self.db, from_key=start, read_opt=read):
+            taken.append(item)
+            if len(taken) >= limit:
+                break
+        resume = taken[-1][0] + b"\x00" if len(taken) >= limit else upper  # every timer below it was taken
+        with self._floor_lock:
+            self._floor = min(self._floor, resume)
+        return taken
+
+    def give_back(self, first_key: bytes) -> None:
+        """Timers taken but not delivered, the first of them at ``first_key``: the next scan starts there."""
+        with self._floor_lock:
+            self._floor = min(self._floor, first_key)
+
+    def remove(self, keys: list[bytes]) -> None:
+        """Delete delivered timers, in one WriteBatch."""
+        if not keys:
+            return
+        batch = WriteBatch(raw_mode=True)
+        for key in keys:
+            batch.delete(key)
+        self.db.write(batch)
+        with self._floor_lock:
+            self._pending -= len(keys)
+
+    def close(self) -> None:
+        """After the message store shut down (its last dispatch and flush are in)."""
+        if self._db is None:
+            return
+        self._db.close()
+        self._db = None
+        log.info("timer_closed pending=%d checkpoint=%d", self._pending, self._stored)

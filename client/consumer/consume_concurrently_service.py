@@ -1,0 +1,104 @@
+"""Concurrent consumption: the pulled messages of every queue go to one bounded thread pool, a task per pulled run.
+
+A message the handler fails (LATER or an exception) is sent back to the broker, which retries it later through the
+group's retry topic (or dead-letters it): the messages behind it go on. While the send-back fails the message
+stays in its process queue (holding the commit point) and is tried again here after a pause.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from client.consumer.consume_result import ConsumeResult
+from client.consumer.offset_store import OffsetStore
+from client.consumer.process_queue import ProcessQueue, Run
+from client.errors import MQClientError
+from common.message import MessageExt
+
+log = logging.getLogger(__name__)
+
+LOCAL_RETRY_PAUSE_S = 5.0
+TASK_MESSAGES = 64
+
+Handler = Callable[[MessageExt], object]
+SendBack = Callable[[MessageExt], None]  # raises MQClientError when no broker took the message
+
+
+def handled(handler: Handler, msg: MessageExt) -> bool:
+    """True when the handler finished the message; False for LATER or an exception (logged)."""
+    try:
+        return handler(msg) is not ConsumeResult.LATER
+    except Exception:
+        _log_failure(msg)
+        return False
+
+
+def _log_failure(msg: MessageExt) -> None:
+    log.exception("consume_failed topic=%s queue_id=%d offset=%d msg_id=%s reconsume_times=%d", msg.topic,
+                  msg.queue_id, msg.queue_offset, msg.msg_id, msg.reconsume_times)
+
+
+class ConsumeConcurrentlyService:
+    def __init__(self, handler: Handler, pool: ThreadPoolExecutor, offsets: OffsetStore,
+                 send_back: SendBack | None) -> None:
+        """``send_back=None`` (broadcasting): a failed message is logged and skipped, as upstream."""
+        self.handler = handler
+        self.pool = pool
+        self.offsets = offsets
+        self.send_back = send_back
+        self._stopped = threading.Event()
+
+    def submit(self, pq: ProcessQueue, run: Run) -> None:
+        for i in range(0, len(run.msgs), TASK_MESSAGES):
+            self.pool.submit(self._run, pq, run, i, min(i + TASK_MESSAGES, len(run.msgs)))
+
+    def _run(self, pq: ProcessQueue, run: Run, start: int, end: int) -> None:
+        if not pq.begin():
+            return  # the queue left this member: its new owner reads these from the committed offset
+        done: list[int] = []
+        failed: list[int] = []
+        try:  # handled() inlined: this loop is the consumer's hot path
+            msgs, handler, later = run.msgs, self.handler, ConsumeResult.LATER
+            for i in range(start, end):
+                if pq.dropped:
+                    break
+                try:
+                    ok = handler(msgs[i]) is not later
+                except Exception:
+                    ok = False
+                    _log_failure(msgs[i])
+                (done if ok else failed).append(i)
+        finally:
+            pq.end()
+        for i in failed:
+            if self._sent_back(run.msgs[i]):
+                done.append(i)
+            else:
+                self._retry_later(pq, run, i)
+        if done:
+            self.offsets.update(pq.mq, pq.finish(run, done))
+
+    def _sent_back(self, msg: MessageExt) -> bool:
+        if self.send_back is None:
+            log.warning("consume_failed_skipped topic=%s offset=%d msg_id=%s (broadcasting: no retry)", msg.topic,
+                        msg.queue_offset, msg.msg_id)
+            return True
+        try:
+            self.send_back(msg)
+            return True
+        except MQClientError as exc:
+            log.warning("send_back_failed msg_id=%s error=%s retry_in_s=%.0f", msg.msg_id, exc, LOCAL_RETRY_PAUSE_S)
+            return False
+
+    def _retry_later(self, pq: ProcessQueue, run: Run, index: int) -> None:
+        def again() -> None:
+            if not self._stopped.is_set() and not pq.dropped:
+                self.pool.submit(self._run, pq, run, index, index + 1)
+
+        timer = threading.Timer(LOCAL_RETRY_PAUSE_S, again)
+        timer.daemon = True
+        timer.start()
+
+    def shutdown(self) -> None:
+        self._stopped.set()

@@ -1,0 +1,77 @@
+"""Where a push consumer keeps its progress: the brokers for a clustering group (the group shares it), this client's
+memory for a broadcasting one (each member reads every message; its progress is its own)."""
+
+import logging
+import threading
+
+from client.errors import MQClientError
+from client.pull_consumer import PullConsumer
+from common.message_queue import MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+class OffsetStore:
+    """In-memory offsets; :meth:`persist` writes the changed ones somewhere durable (nowhere, here)."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, int] = {}
+        self._lock = threading.Lock()
+
+    def track(self, mq: MessageQueue, offset: int) -> None:
+        """``mq`` is this member's now, starting at ``offset``."""
+        with self._lock:
+            self._offsets[mq] = offset
+
+    def update(self, mq: MessageQueue, offset: int) -> None:
+        """Progress on a queue this member holds (a call finishing after its queue left changes nothing)."""
+        with self._lock:
+            if mq in self._offsets:
+                self._offsets[mq] = offset
+
+    def read(self, mq: MessageQueue) -> int:
+        """The offset to start ``mq`` at; -1 when none was kept."""
+        with self._lock:
+            return self._offsets.get(mq, -1)
+
+    def persist(self, mq: MessageQueue) -> None:
+        with self._lock:
+            offset = self._offsets.get(mq)
+            if offset is None or self._persisted.get(mq) == offset:
+                return
+        self._write(mq, offset)
+        with self._lock:
+            self._persisted[mq] = offset
+
+    def persist_all(self) -> None:
+        with self._lock:
+            mqs = list(self._offsets)
+        for mq in mqs:
+            try:
+                self.persist(mq)
+            except MQClientError as exc:
+                log.warning("offset_persist_failed queue=%s error=%s", mq, exc)
+
+    def remove(self, mq: MessageQueue) -> None:
+        """``mq`` left this member: later updates from calls still running must not be written."""
+        with self._lock:
+            self._offsets.pop(mq, None)
+            self._persisted.pop(mq, None)
+
+    def _write(self, mq: MessageQueue, offset: int) -> None:
+        pass
+
+
+class RemoteOffsetStore(OffsetStore):
+    """A clustering group's offsets, committed to the broker serving each queue."""
+
+    def __init__(self, consumer: PullConsumer) -> None:
+        super().__init__()
+        self.consumer = consumer
+
+    def read(self, mq: MessageQueue) -> int:
+        return self.consumer.committed(mq)
+
+    def _write(self, mq: MessageQueue, offset: int) -> None:
+        self.consumer.commit(mq, offset)

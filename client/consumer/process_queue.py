@@ -1,0 +1,126 @@
+"""The messages of one queue a push consumer has pulled and not yet finished (upstream's ProcessQueue).
+
+Messages are kept as the runs the pulls returned (a run: consecutive offsets), each with a done mark per message,
+so the bookkeeping is a few operations per run, not per message. The offset to commit is the lowest message not
+yet done (or the next pull's offset when all are): a slow or failing message holds the commit point back and
+never lets a later one be committed past it. Flow control reads the cached count and bytes. Orderly consumption
+also keeps the queue's broker lease here.
+"""
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from common.message import MessageExt
+from common.message_queue import MessageQueue
+
+
+class Run:
+    """Messages of one pull, in offset order (decoded when first read, by the thread that handles them); ``low`` is
+    the first one not done; ``bytes`` what they weigh for flow control."""
+
+    __slots__ = ("bytes", "done", "left", "low", "msgs")
+
+    def __init__(self, msgs: Sequence[MessageExt], size: int) -> None:
+        self.msgs = msgs
+        self.done = bytearray(len(msgs))
+        self.low = 0
+        self.left = len(msgs)
+        self.bytes = size
+
+
+class ProcessQueue:
+    def __init__(self, mq: MessageQueue, next_offset: int) -> None:
+        self.mq = mq
+        self.next_offset = next_offset  # where the next pull starts
+        self.dropped = False
+        self.locked = False  # orderly: this member holds the queue's lease
+        self.last_lock_s = 0.0
+        self.in_flight = 0  # handler calls (tasks) running now
+        self._runs: deque[Run] = deque()
+        self._count = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    def put(self, msgs: Sequence[MessageExt], size: int) -> Run:
+        run = Run(msgs, size)
+        with self._lock:
+            self._runs.append(run)
+            self._count += len(msgs)
+            self._bytes += run.bytes
+        return run
+
+    def finish(self, run: Run, indexes: Iterable[int]) -> int:
+        """Mark messages of ``run`` done; returns the offset to commit now."""
+        with self._lock:
+            done = run.done
+            for i in indexes:
+                if not done[i]:
+                    done[i] = 1
+                    run.left -= 1
+                    self._count -= 1
+            while run.low < len(done) and done[run.low]:
+                run.low += 1
+            runs = self._runs
+            while runs and not runs[0].left:
+                self._bytes -= runs.popleft().bytes
+            return self._commit_offset()
+
+    def commit_offset(self) -> int:
+        with self._lock:
+            return self._commit_offset()
+
+    def _commit_offset(self) -> int:
+        if not self._runs:
+            return self.next_offset
+        run = self._runs[0]
+        return run.msgs[run.low].queue_offset
+
+    def first(self) -> tuple[Run, int] | None:
+        """Orderly: the next message not done, in queue order (its run and index)."""
+        with self._lock:
+            if not self._runs:
+                return None
+            run = self._runs[0]
+            return run, run.low
+
+    def cached(self) -> tuple[int, int]:
+        """Messages and body bytes waiting or in progress."""
+        with self._lock:
+            return self._count, self._bytes
+
+    def reset(self, next_offset: int) -> None:
+        """Offsets moved: forget what was pulled, start again at ``next_offset``."""
+        with self._lock:
+            self._runs.clear()
+            self._count = self._bytes = 0
+            self.next_offset = next_offset
+
+    # -- handler calls, so a dropped queue can wait for the ones running ------------------------
+    def begin(self) -> bool:
+        """A task starts; False when the queue was dropped (the task must not run)."""
+        with self._lock:
+            if self.dropped:
+                return False
+            self.in_flight += 1
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.notify_all()
+
+    def drop_and_wait(self, timeout_s: float) -> bool:
+        """Stop handing out messages; wait for the tasks running now. False if they outlasted ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self.dropped = True
+            while self.in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True

@@ -1,0 +1,140 @@
+"""One thread keeps a long-polling pull in flight for every queue a push consumer holds (upstream's
+PullMessageService): pulls are asynchronous, their answers come back to this thread, which caches the messages in
+the queue's process queue, hands them to the consume service and pulls again. A queue over its cache limits waits
+(flow control) instead of pulling; a failed pull is tried again after a pause."""
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from client.consumer.process_queue import ProcessQueue, Run
+from client.errors import MQClientError
+from client.pull_consumer import PullConsumer
+from client.pulled_messages import PulledMessages
+from client.results import PullResult, PullStatus
+from common.message import MessageExt
+
+log = logging.getLogger(__name__)
+
+
+def records_size(msgs: Sequence[MessageExt]) -> int:
+    """Bytes of a pull's records (without decoding them when they are still raw)."""
+    if isinstance(msgs, PulledMessages):
+        return msgs.nbytes
+    return sum(len(m.body) for m in msgs)
+
+FLOW_CONTROL_PAUSE_S = 0.05
+PULL_FAILURE_PAUSE_S = 1.0
+NOT_LOCKED_PAUSE_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PullSettings:
+    batch_size: int = 32
+    long_poll_ms: int = 15_000
+    cached_messages_limit: int = 1000  # per queue (upstream's pullThresholdForQueue)
+    cached_bytes_limit: int = 100 * 1024 * 1024  # per queue (pullThresholdSizeForQueue, MiB)
+
+
+class PullMessageService(threading.Thread):
+    def __init__(self, consumer: PullConsumer, settings: PullSettings, expression: Callable[[str], str],
+                 on_messages: Callable[[ProcessQueue, Run], None],
+                 on_offset_moved: Callable[[ProcessQueue, int], None], orderly: bool) -> None:
+        super().__init__(name="push-pull", daemon=True)
+        self.consumer = consumer
+        self.settings = settings
+        self.expression = expression
+        self.on_messages = on_messages
+        self.on_offset_moved = on_offset_moved
+        self.orderly = orderly
+        self._events: queue.Queue[tuple[ProcessQueue, Future | None] | None] = queue.Queue()
+        self._delayed: list[tuple[float, int, ProcessQueue]] = []
+        self._seq = itertools.count()
+        self._stopped = threading.Event()
+
+    def pull_now(self, pq: ProcessQueue) -> None:
+        self._events.put((pq, None))
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            timeout = self._delayed[0][0] - time.monotonic() if self._delayed else None
+            try:
+                event = self._events.get(timeout=max(0.0, timeout) if timeout is not None else None)
+            except queue.Empty:
+                event = None
+            if event is None and self._stopped.is_set():
+                return
+            self._due()
+            if event is not None:
+                pq, answer = event
+                if answer is None:
+                    self._pull(pq)
+                else:
+                    self._answered(pq, answer)
+
+    def _due(self) -> None:
+        now = time.monotonic()
+        while self._delayed and self._delayed[0][0] <= now:
+            self._pull(heapq.heappop(self._delayed)[2])
+
+    def _later(self, pq: ProcessQueue, pause_s: float) -> None:
+        heapq.heappush(self._delayed, (time.monotonic() + pause_s, next(self._seq), pq))
+
+    def _pull(self, pq: ProcessQueue) -> None:
+        if pq.dropped or self._stopped.is_set():
+            return
+        count, size = pq.cached()
+        if count >= self.settings.cached_messages_limit or size >= self.settings.cached_bytes_limit:
+            self._later(pq, FLOW_CONTROL_PAUSE_S)
+            return
+        if self.orderly and not pq.locked:
+            self._later(pq, NOT_LOCKED_PAUSE_S)
+            return
+        s = self.settings
+        try:
+            future = self.consumer.pull_async(pq.mq, pq.next_offset, s.batch_size, self.expression(pq.mq.topic),
+                                              suspend_ms=s.long_poll_ms)
+        except MQClientError as exc:
+            self._failed(pq, exc)
+            return
+        future.add_done_callback(lambda f: self._events.put((pq, f)))
+
+    def _answered(self, pq: ProcessQueue, answer: Future) -> None:
+        if pq.dropped or self._stopped.is_set():
+            return
+        try:
+            result: PullResult = answer.result()
+        except MQClientError as exc:
+            self._failed(pq, exc)
+            return
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("pull_offset_moved queue=%s from=%d to=%d", pq.mq, pq.next_offset, result.next_begin_offset)
+            self.on_offset_moved(pq, result.next_begin_offset)
+            self._pull(pq)
+            return
+        pq.next_offset = result.next_begin_offset
+        if result.status is not PullStatus.FOUND:
+            self._pull(pq)
+            return
+        # The run is cached before the next pull goes out (flow control counts it), and handed to the consumers
+        # after: the next pull's round trip overlaps their work.
+        run = pq.put(result.messages, records_size(result.messages))
+        self._pull(pq)
+        self.on_messages(pq, run)
+
+    def _failed(self, pq: ProcessQueue, exc: MQClientError) -> None:
+        if not self._stopped.is_set():
+            log.warning("pull_failed queue=%s error=%s retry_in_s=%.1f", pq.mq, exc, PULL_FAILURE_PAUSE_S)
+            self._later(pq, PULL_FAILURE_PAUSE_S)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._events.put(None)
+        if self.is_alive():
+            self.join(timeout=5)

@@ -1,0 +1,160 @@
+"""Which queues this member consumes (upstream's RebalanceImpl), recomputed when the group's members change, on a
+period, and soon again while the picture is incomplete.
+
+Clustering: every member sorts the topic's queues and the group's client ids and takes its share by the
+strategy; all compute the same split with no coordination. A queue that leaves is dropped after the handler calls
+running on it finish, and its offset is committed before it is forgotten; a queue that arrives starts at the
+group's committed offset (else first or last, as configured; a retry topic from its start). Orderly consumers also
+need the queue's lease before taking it. Broadcasting: every member takes every queue.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from client.consumer.allocate_strategy import AllocateStrategy
+from client.consumer.group_calls import GroupCalls
+from client.consumer.offset_store import OffsetStore
+from client.consumer.process_queue import ProcessQueue
+from client.errors import MQClientError
+from client.pull_consumer import PullConsumer
+from common.group_topics import is_retry_topic
+from common.message_queue import MessageQueue
+
+log = logging.getLogger(__name__)
+
+DROP_WAIT_S = 10.0  # a dropped queue's running handler calls get this long to finish before its offset is kept
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceSettings:
+    client_id: str
+    broadcasting: bool
+    orderly: bool
+    consume_from_first: bool
+
+
+class RebalanceImpl:
+    def __init__(self, consumer: PullConsumer, calls: GroupCalls, offsets: OffsetStore, strategy: AllocateStrategy,
+                 settings: RebalanceSettings, topics: Callable[[], list[str]],
+                 on_added: Callable[[ProcessQueue], None]) -> None:
+        self.consumer = consumer
+        self.calls = calls
+        self.offsets = offsets
+        self.strategy = strategy
+        self.settings = settings
+        self.topics = topics
+        self.on_added = on_added
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._lock = threading.Lock()  # one rebalance at a time
+
+    def rebalance(self) -> bool:
+        """Bring the held queues in line with the split; False while something was missing (a route, this member
+        not yet in the broker's list, a lease), so the caller tries again soon."""
+        with self._lock:
+            complete = True
+            for topic in self.topics():
+                try:
+                    complete &= self._rebalance_topic(topic)
+                except MQClientError as exc:
+                    if not is_retry_topic(topic):  # a retry topic is created by the first heartbeat
+                        log.warning("rebalance_failed topic=%s error=%s", topic, exc)
+                    complete = False
+            return complete
+
+    def _rebalance_topic(self, topic: str) -> bool:
+        queues = sorted(self.consumer.queues(topic))
+        if self.settings.broadcasting:
+            mine, complete = queues, True
+        else:
+            members = self.calls.consumer_list(topic)
+            mine = self.strategy(self.settings.client_id, queues, members)
+            complete = self.settings.client_id in members
+        self._drop([mq for mq in self.process_queues if mq.topic == topic and mq not in mine])
+        added = [mq for mq in mine if mq not in self.process_queues]
+        if self.settings.orderly and added:
+            granted = self.calls.lock(added)
+            complete &= len(granted) == len(added)
+            added = [mq for mq in added if mq in granted]
+        for mq in added:
+            complete &= self._add(mq)
+        return complete
+
+    def _add(self, mq: MessageQueue) -> bool:
+        try:
+            offset = self._start_offset(mq)
+        except MQClientError as exc:  # e.g. a logic queue without a leader right now: taken on a later pass
+            log.warning("queue_start_deferred queue=%s error=%s", mq, exc)
+            if self.settings.orderly:
+                self.calls.unlock(mq)
+            return False
+        pq = ProcessQueue(mq, offset)
+        if self.settings.orderly:
+            pq.locked, pq.last_lock_s = True, time.monotonic()
+        self.offsets.track(mq, offset)
+        self.process_queues[mq] = pq
+        log.info("queue_assigned queue=%s offset=%d client=%s", mq, offset, self.settings.client_id)
+        self.on_added(pq)
+        return True
+
+    def _start_offset(self, mq: MessageQueue) -> int:
+        committed = self.offsets.read(mq)
+        if committed >= 0:
+            return committed
+        if self.settings.consume_from_first or is_retry_topic(mq.topic):
+            return self.consumer.min_offset(mq)
+        return self.consumer.max_offset(mq)
+
+    def _drop(self, mqs: list[MessageQueue]) -> None:
+        """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases)."""
+        pqs = [self.process_queues[mq] for mq in mqs]
+        deadline = time.monotonic() + DROP_WAIT_S
+        for pq in pqs:
+            if not pq.drop_and_wait(max(0.0, deadline - time.monotonic())):
+                log.warning("queue_drop_timed_out queue=%s in_flight=%d", pq.mq, pq.in_flight)
+        for pq in pqs:
+            self.offsets.update(pq.mq, pq.commit_offset())
+            try:
+                self.offsets.persist(pq.mq)
+            except MQClientError as exc:
+                log.warning("offset_persist_failed queue=%s error=%s", pq.mq, exc)
+            self.offsets.remove(pq.mq)
+            if self.settings.orderly:
+                self.calls.unlock(pq.mq)
+            del self.process_queues[pq.mq]
+            log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
+                     self.settings.client_id)
+
+    def renew_leases(self) -> list[ProcessQueue]:
+        """Orderly: renew every held lease; a queue whose lease was lost stops until it is regained. Returns the
+        queues that hold their lease now."""
+        with self._lock:
+            pqs = dict(self.process_queues)
+        held = self.calls.lock(list(pqs))
+        now = time.monotonic()
+        for mq, pq in pqs.items():
+            pq.locked = mq in held
+            if pq.locked:
+                pq.last_lock_s = now
+            else:
+                log.warning("queue_lease_lost queue=%s client=%s", mq, self.settings.client_id)
+        return [pq for pq in pqs.values() if pq.locked]
+
+    def drop_all(self) -> None:
+        with self._lock:
+            self._drop(list(self.process_queues))
+
+    def restart_queues(self, topic: str, broker_name: str) -> None:
+        """The group's offsets on the broker's queues of ``topic`` were reset: drop them without keeping their
+        offsets, then take them again from the (new) committed offsets."""
+        with self._lock:
+            for mq in [mq for mq in self.process_queues if mq.topic == topic and mq.broker_name == broker_name]:
+                pq = self.process_queues.pop(mq)
+                pq.drop_and_wait(DROP_WAIT_S)
+                self.offsets.remove(mq)
+        self.rebalance()
+
+    def held(self) -> list[MessageQueue]:
+        return sorted(self.process_queues)

@@ -1,0 +1,136 @@
+"""Consumer groups through real daemons: a name server and two brokers, members in this process (and, for kills,
+in child processes)."""
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from client import Admin, Message, MessageQueue, Producer, PushConsumer
+from tests.cluster import Cluster, make_cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = make_cluster(tmp_path_factory.mktemp("groups"), registerNameServerPeriod=1000)
+    yield c
+    c.stop()
+
+
+class Collector:
+    """A handler that records every delivery (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, msg) -> None:
+        with self._lock:
+            self.bodies.append(msg.body)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.bodies)
+
+
+def send(cluster: Cluster, topic: str, n: int, tag: str = "m") -> list[bytes]:
+    bodies = [f"{tag}-{i}".encode() for i in range(n)]
+    with Producer(cluster.addr) as producer:
+        for i in range(0, n, 64):
+            producer.send_batch([Message(topic, b) for b in bodies[i:i + 64]])
+    return bodies
+
+
+def held(consumer: PushConsumer, topic: str) -> list:
+    return [q for q in consumer.assigned_queues() if q.topic == topic]
+
+
+def members_of(cluster: Cluster, group: str) -> list[str]:
+    with Admin(cluster.addr) as admin:
+        return [m.client_id for m in admin.consumer_connection(group)]
+
+
+def test_members_of_a_group_share_the_queues_each_message_once(cluster: Cluster):
+    topic, group = "GroupShareT", "share"
+    cluster.create_topic(topic, queues=4)
+    handlers = [Collector() for _ in range(2)]
+    consumers = [PushConsumer(cluster.addr, group=group, topic=topic, handler=h, consume_from_first=True)
+                 for h in handlers]
+    for c in consumers:
+        c.start()
+    try:
+        wait_until(lambda: sorted(q for c in consumers for q in held(c, topic)) ==
+                   sorted(consumers[0].consumer.queues(topic)) and all(held(c, topic) for c in consumers),
+                   timeout=10, what="the two members to split the 8 queues")
+        sent = send(cluster, topic, 2000)
+        wait_until(lambda: sum(h.count() for h in handlers) >= len(sent), timeout=20, what="all messages")
+        time.sleep(0.5)  # anything delivered twice would show now
+        got = Counter(b for h in handlers for b in h.bodies)
+        assert set(got) == set(sent) and max(got.values()) == 1
+        assert all(h.count() > 0 for h in handlers)
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_a_clean_leave_hands_the_queues_over_within_two_seconds(cluster: Cluster):
+    topic, group = "GroupLeaveT", "leave"
+    cluster.create_topic(topic, queues=4)
+    a, b = Collector(), Collector()
+    first = PushConsumer(cluster.addr, group=group, topic=topic, handler=a, consume_from_first=True)
+    second = PushConsumer(cluster.addr, group=group, topic=topic, handler=b, consume_from_first=True)
+    first.start()
+    second.start()
+    all_queues = sorted(first.consumer.queues(topic))
+    try:
+        wait_until(lambda: len(held(first, topic)) == 4 and len(held(second, topic)) == 4, timeout=10,
+                   what="a 4/4 split")
+        sent = send(cluster, topic, 500, "before")
+        wait_until(lambda: a.count() + b.count() >= len(sent), timeout=20, what="the first messages")
+        second.close()
+        started = time.monotonic()
+        wait_until(lambda: held(first, topic) == all_queues, timeout=5, what="the survivor to take all")
+        assert time.monotonic() - started <= 2.0
+        more = send(cluster, topic, 500, "after")
+        wait_until(lambda: set(more) <= set(a.bodies), timeout=20, what="the survivor to consume the rest")
+        assert members_of(cluster, group) == [first.client_id]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_orderly_failure_suspends_only_its_queue(cluster: Cluster):
+    topic, group = "OrderlySuspendT", "orderly-suspend"
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    order: list[tuple[int, str]] = []
+    failures = {"a-1": 3}  # a-1 fails three times, then succeeds
+    lock = threading.Lock()
+
+    def handler(msg):
+        body = msg.body.decode()
+        with lock:
+            order.append((msg.queue_id, body))
+            if failures.get(body, 0) > 0:
+                failures[body] -= 1
+                raise RuntimeError("not yet")
+
+    with PushConsumer(cluster.addr, group=group, topic=topic, handler=handler, consume_from_first=True,
+                      orderly=True) as consumer:
+        wait_until(lambda: len(held(consumer, topic)) == 2, timeout=10, what="both queues locked")
+        with Producer(cluster.addr) as producer:
+            for i in range(5):
+                producer.send(Message(topic, f"a-{i}".encode()), queue=MessageQueue(topic, "broker-a", 0))
+            for i in range(5):
+                producer.send(Message(topic, f"b-{i}".encode()), queue=MessageQueue(topic, "broker-a", 1))
+        wait_until(lambda: [b for _, b in order if b.startswith("b")] == [f"b-{i}" for i in range(5)], timeout=10,
+                   what="the other queue to go on")
+        with lock:
+            assert "a-2" not in [b for _, b in order], "the failing message holds its queue"
+        wait_until(lambda: [b for _, b in order if b.startswith("a")][-1:] == ["a-4"], timeout=20,
+                   what="the suspended queue to finish")
+    a_seen = [b for _, b in order if b.startswith("a")]
+    assert a_seen == ["a-0", "a-1", "a-1", "a-1", "a-1", "a-2", "a-3", "a-4"]

@@ -1,0 +1,69 @@
+"""A consumer group on a static topic: members split the logic queues, and keep consuming across a remap."""
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from client import Admin, Message, Producer, PushConsumer
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from tests.cluster import wait_until
+from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
+from tests.statictopic.test_static_topic_cluster import create, remap
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StaticCluster]:
+    c = make_static_cluster(tmp_path_factory.mktemp("static-group"))
+    yield c
+    c.stop()
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, msg) -> None:
+        assert msg.topic == "StaticGroupT"
+        with self._lock:
+            self.bodies.append(msg.body)
+
+
+def test_members_split_logic_queues_and_follow_a_remap(cluster: StaticCluster):
+    topic, group = "StaticGroupT", "static-members"
+    create(cluster, topic, 4, ["broker-a", "broker-b"])
+    handlers = [Collector(), Collector()]
+    members = [PushConsumer(cluster.addr, group=group, topic=topic, handler=h, consume_from_first=True)
+               for h in handlers]
+    for m in members:
+        m.start()
+    try:
+        def logic_held(m: PushConsumer) -> list[int]:
+            return sorted(q.queue_id for q in m.assigned_queues() if q.topic == topic)
+
+        wait_until(lambda: [logic_held(m) for m in members] == [[0, 1], [2, 3]] or
+                   [logic_held(m) for m in members] == [[2, 3], [0, 1]], timeout=15, what="a 2/2 split")
+        assert all(q.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME for m in members for q in m.assigned_queues()
+                   if q.topic == topic)
+        sent: list[bytes] = []
+        with Producer(cluster.addr) as producer:
+            def produce(tag: str) -> None:
+                for i in range(200):
+                    body = f"{tag}-{i}".encode()
+                    producer.send(Message(topic, body), sharding_key=str(i))
+                    sent.append(body)
+
+            produce("before")
+            remap(cluster, topic, ["broker-c"])
+            produce("after")
+        wait_until(lambda: len(handlers[0].bodies) + len(handlers[1].bodies) >= len(sent), timeout=30,
+                   what="every message")
+        got = Counter(b for h in handlers for b in h.bodies)
+        assert set(got) == set(sent) and max(got.values()) == 1
+        with Admin(cluster.addr) as admin:
+            assert sorted(m.client_id for m in admin.consumer_connection(group)) == sorted(m.client_id for m in members)
+    finally:
+        for m in members:
+            m.close()

@@ -1,0 +1,246 @@
+"""Delayed and timed messages through real daemons: a name server, broker-a (SYNC_FLUSH, file consume queue) and
+broker-b (ASYNC_FLUSH, storeType=defaultRocksDB). Never early, p99 lateness printed; a SIGKILL with ~10,000
+timers pending loses none; out-of-range delays refused by the SDK and the broker; a static topic."""
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+from bench.harness import percentile
+from client import Admin, Message, MQClientError, Producer, PullConsumer, PullResult
+from client.message_encoding import batch_wire_properties
+from common.message import MessageExt
+from common.message_id import encode_host
+from common.message_queue import MessageQueue
+from common.response_code import ResponseCode
+from common.wire_batch import encode_wire_batch
+from proto import broker_pb2
+from tests.cluster import start_broker, wait_until
+from tests.statictopic.cluster_fixture import StaticCluster
+
+BROKERS = ("broker-a", "broker-b")
+PER_BROKER = {"broker-a": {"flushDiskType": "SYNC_FLUSH"}, "broker-b": {"storeType": "defaultRocksDB"}}
+LEVEL_MS = {1: 1000, 2: 5000, 3: 10_000}  # the first three of the default messageDelayLevel
+
+
+class DelayCluster(StaticCluster):
+    def start_broker(self, name: str):
+        self.brokers[name] = start_broker(self.workdir, name, self.addr, **self.settings, **PER_BROKER[name])
+        return self.brokers[name]
+
+    def runtime(self, name: str) -> dict[str, str]:
+        with Admin(self.addr) as admin:
+            return admin.broker_runtime_info(self.brokers[name].addr)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DelayCluster]:
+    from tests.cluster import make_cluster
+
+    c = make_cluster(tmp_path_factory.mktemp("delayed"), BROKERS, cls=DelayCluster, registerNameServerPeriod=1000)
+    assert isinstance(c, DelayCluster)
+    yield c
+    c.stop()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Receiver:
+    """Long-polls every queue of a topic at once and notes when each message came in."""
+
+    consumer: PullConsumer
+    queues: list[MessageQueue]
+    got: dict[bytes, list[tuple[float, MessageExt]]] = field(default_factory=dict)
+
+    def until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        offsets = {mq: 0 for mq in self.queues}
+        pulls: dict[MessageQueue, Future[PullResult]] = {}
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}: {len(self.got)} received")
+            for mq in self.queues:
+                if mq not in pulls:
+                    pulls[mq] = self.consumer.pull_async(mq, offsets[mq], 256, suspend_ms=300)
+            wait(list(pulls.values()), timeout=1, return_when=FIRST_COMPLETED)
+            arrived = time.time() * 1000
+            for mq, pull in list(pulls.items()):
+                if pull.done():
+                    del pulls[mq]
+                    result = pull.result()
+                    for m in result.messages:
+                        self.got.setdefault(m.body, []).append((arrived, m))
+                    offsets[mq] = result.next_begin_offset
+        for pull in pulls.values():
+            pull.result()
+
+
+def test_ten_thousand_delayed_messages_arrive_never_early(cluster: DelayCluster):
+    topic = "DelayMixT"
+    cluster.create_topic(topic, queues=4)
+    rng = random.Random(15)
+    due: dict[bytes, tuple[str, int]] = {}  # body -> (kind, earliest time it may arrive)
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-mix") as consumer:
+        sends = []
+        for b in range(100):  # 100 batches of 100: half by level, half by time (batches are all delayed anyway)
+            sent_at = now_ms()
+            msgs = []
+            for j in range(100):
+                body = b"%d" % (b * 100 + j)
+                if (b + j) % 2:
+                    level = rng.randint(1, 3)
+                    msgs.append(Message(topic, body, keys=[body.decode()], delay_level=level))
+                    due[body] = ("level", sent_at + LEVEL_MS[level])  # the broker's clock at send is later
+                else:
+                    at = sent_at + rng.randint(1000, 8000)
+                    msgs.append(Message(topic, body, deliver_at_ms=at))
+                    due[body] = ("time", at)
+            sends.append(producer.send_batch_async(msgs))
+        results = [s.result(timeout=30) for s in sends]
+        assert {r.queue.broker_name for r in results} == set(BROKERS)  # SYNC_FLUSH and RocksDB brokers both
+        assert all(r.queue_offset == -1 for r in results)  # no offset in the real queue until delivered
+        receiver = Receiver(consumer, consumer.queues(topic))
+        receiver.until(lambda: len(receiver.got) >= len(due), timeout_s=30, what="10,000 delayed messages")
+
+    assert set(receiver.got) == set(due)
+    early = [(body, kind, arrived - at) for body, arrivals in receiver.got.items() for arrived, m in arrivals
+             for kind, at in [due[body]] if arrived < at or m.store_timestamp < at]
+    assert not early, f"{len(early)} delivered early, e.g. {early[:5]}"
+    lateness = [arrived - due[body][1] for body, arrivals in receiver.got.items() for arrived, _ in arrivals[:1]]
+    stored_late = [m.store_timestamp - due[body][1] for body, arrivals in receiver.got.items()
+                   for _, m in arrivals[:1]]
+    duplicates = sum(len(a) - 1 for a in receiver.got.values())
+    print(f"\ndelayed 10,000: lateness at the consumer p50={percentile(lateness, 50):.0f} ms "
+          f"p99={percentile(lateness, 99):.0f} ms max={max(lateness):.0f} ms; store time past due "
+          f"p99={percentile(stored_late, 99):.0f} ms; duplicates={duplicates}")
+    assert duplicates == 0
+    assert percentile(lateness, 99) < 3000  # generous: two cores shared with other work; the bench measures it
+    sample = receiver.got[b"1"][0][1]  # a level message: its keys and unique key came along
+    assert sample.keys == ["1"] and sample.unique_key and "DELAY" not in sample.properties
+    assert "REAL_TOPIC" not in sample.properties and "TIMER_OUT_MS" not in sample.properties
+
+
+def test_refused_delays(cluster: DelayCluster):
+    topic = "DelayBadT"
+    cluster.create_topic(topic, queues=2)
+    far = now_ms() + 4 * 86_400_000
+    with Producer(cluster.addr, use_streams=False) as unary, Producer(cluster.addr) as streams:
+        with pytest.raises(MQClientError, match="invalid argument: delay level 19 is out of range: this broker "
+                           r"has levels 1\.\.18"):
+            unary.send(Message(topic, b"x", delay_level=19))
+        with pytest.raises(MQClientError, match=r"invalid argument: .* beyond timerMaxDelaySec=259200") as refused:
+            unary.send(Message(topic, b"x", deliver_at_ms=far))
+        assert refused.value.code is None  # gRPC INVALID_ARGUMENT, not a response code
+        with pytest.raises(MQClientError, match="INVALID_PARAMETER: delay level 19 is out of range") as refused:
+            streams.send(Message(topic, b"x", delay_level=19))  # on a stream, the request's own answer
+        assert refused.value.code == ResponseCode.INVALID_PARAMETER
+        # what the SDK can tell: refused before anything is sent
+        for msg in (Message(topic, b"x", delay_level=1, deliver_at_ms=far), Message(topic, b"x", delay_level=-1)):
+            with pytest.raises(MQClientError, match=r"not both|negative"):
+                streams.send(msg)
+        with pytest.raises(MQClientError, match="all delayed or all immediate"):
+            streams.send_batch([Message(topic, b"a"), Message(topic, b"b", delay_level=1)])
+
+    # a client that does not check: the broker refuses a mixed batch (INVALID_ARGUMENT), and stores nothing of it
+    with Admin(cluster.addr) as admin:
+        addr = admin.topic_route(topic).broker_datas[0].broker_addrs[0]
+    properties = batch_wire_properties([Message(topic, b"a")]) + batch_wire_properties(
+        [Message(topic, b"b", delay_level=1)])
+    records = encode_wire_batch(topic.encode(), [b"a", b"b"], properties, born_timestamp=now_ms(),
+                                born_host=encode_host("127.0.0.1:1"))
+    stub = cluster.stub(next(n for n, d in cluster.brokers.items() if d.addr == addr))
+    for request in (broker_pb2.SendMessageRequest(topic=topic, queue_id=0, records=records),
+                    broker_pb2.SendMessageRequest(topic=topic, queue_id=0, bodies=[b"a", b"b"],
+                                                  properties=properties)):
+        with pytest.raises(grpc.RpcError) as error:
+            stub.SendMessage(request, timeout=5)
+        assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "all delayed or all immediate: 1 of 2 messages are delayed" in error.value.details()
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_round_trip_in_each_flush_mode_and_store_type(cluster: DelayCluster, broker: str):
+    """broker-a: SYNC_FLUSH (the send's ack waits for its fsync as a normal send's does); broker-b: RocksDB."""
+    topic = f"DelayRoundT-{broker}"
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=[broker], read_queue_nums=2, write_queue_nums=2)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    with Producer(cluster.addr) as producer, Producer(cluster.addr, use_streams=False) as unary, \
+            PullConsumer(cluster.addr, group="delay-round") as consumer, Admin(cluster.addr) as admin:
+        queue = MessageQueue(topic, broker, 1)
+        sent_at = now_ms()
+        level = producer.send(Message(topic, b"level", keys=["k-level"], delay_level=1), queue=queue)
+        timed = unary.send(Message(topic, b"timed", keys=["k-timed"], deliver_at_ms=sent_at + 1500), queue=queue)
+        past = producer.send(Message(topic, b"past", deliver_at_ms=sent_at - 60_000), queue=queue)
+        for result in (level, timed, past):
+            assert result.status.name == "SEND_OK" and result.queue == queue and result.queue_offset == -1
+        receiver = Receiver(consumer, [queue])
+        receiver.until(lambda: len(receiver.got) == 3, timeout_s=10, what="3 delayed messages")
+        arrived = {body: a[0][0] for body, a in receiver.got.items()}
+        assert arrived[b"past"] - sent_at < 1000  # a time in the past: at once
+        assert arrived[b"level"] >= sent_at + 1000 and arrived[b"timed"] >= sent_at + 1500
+        # the delivered message is found by its key and its id (the unique key) in its real topic
+        assert [m.body for m in admin.query_msg_by_key(topic, "k-timed")] == [b"timed"]
+        found = admin.query_msg_by_id(level.msg_id, topic)
+        assert (found.topic, found.body, found.queue_id) == (topic, b"level", 1)
+    info = cluster.runtime(broker)
+    assert int(info["timerDelivered"]) >= 3 and info["timerMaxDelaySec"] == "259200"
+
+
+def test_static_topic(cluster: DelayCluster):
+    topic = "DelayStaticT"
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, 2, brokers=["broker-a"])
+    cluster.wait_route_epoch(topic, 1)
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-static") as consumer:
+        sent_at = now_ms()
+        result = producer.send(Message(topic, b"static", delay_level=1), sharding_key="user-1")
+        assert result.queue.broker_name != "broker-a" and result.queue_offset == -1  # a logic queue
+        receiver = Receiver(consumer, [result.queue])
+        receiver.until(lambda: b"static" in receiver.got, timeout_s=10, what="the static topic's message")
+        arrived, msg = receiver.got[b"static"][0]
+        assert arrived >= sent_at + 1000 and msg.queue_offset == 0  # its logic offset
+
+
+def test_sigkill_with_ten_thousand_pending_timers_loses_none(cluster: DelayCluster):
+    broker = "broker-b"
+    topic = "DelayKillT"
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=[broker], read_queue_nums=4, write_queue_nums=4)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    info = cluster.runtime(broker)
+    pending_before, delivered_before = int(info["timerPending"]), int(info["timerDelivered"])
+    bodies = {b"kill-%d" % i for i in range(10_000)}
+    with Producer(cluster.addr) as producer:
+        start = now_ms() + 2500  # every timer pending once all are sent; then due over the next 3 s
+        sends = [producer.send_batch_async([Message(topic, b"kill-%d" % (b * 100 + j),
+                                                    deliver_at_ms=start + (b * 100 + j) * 3000 // 10_000)
+                                            for j in range(100)]) for b in range(100)]
+        for s in sends:
+            s.result(timeout=30)
+    wait_until(lambda: int(cluster.runtime(broker)["timerPending"]) - pending_before == 10_000, timeout=10,
+               what="10,000 timers pending")
+    # killed while it delivers: some are out, the rest pending (at-least-once for those between put and delete)
+    wait_until(lambda: int(cluster.runtime(broker)["timerDelivered"]) > delivered_before, timeout=10, interval=0.005,
+               what="deliveries started")
+    cluster.brokers[broker].kill()
+    cluster.start_broker(broker)
+    log = cluster.brokers[broker].log()
+    loaded = [line for line in log.splitlines() if "timer_loaded pending=" in line][-1]
+    print(f"\nrestart after SIGKILL: {loaded.split(' ', 4)[-1]}")
+    with PullConsumer(cluster.addr, group="delay-kill") as consumer:
+        wait_until(lambda: len(consumer.queues(topic)) == 4, what="route after restart")
+        receiver = Receiver(consumer, consumer.queues(topic))
+        receiver.until(lambda: bodies <= set(receiver.got), timeout_s=30, what="every message after the restart")
+    assert set(receiver.got) == bodies
+    duplicates = sum(len(a) - 1 for a in receiver.got.values())
+    print(f"delivered after SIGKILL: {len(receiver.got)} of 10,000, duplicates (at-least-once) {duplicates}")
+    assert duplicates <= 1024  # at most the batch in flight between put and delete

@@ -1,0 +1,303 @@
+"""The timer store in a real message store's dispatch chain and its delivery with an injected clock: timers kept
+by due time, idempotent replay (delivered timers never come back), delivery in due order and never early, drops,
+refusals kept for later, the delivery thread's wake-up, both flush modes."""
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.store.config import FlushDiskType, StoreType
+from broker.store.message_store import MessageStore
+from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.timer import timer_delivery_service
+from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from broker.timer.delay_router import DelayRouter
+from broker.timer.timer_delivery_service import TimerDeliveryService, wall_clock_ms
+from broker.timer.timer_message_store import TimerMessageStore, due_of_key
+from common.message import MessageExt
+from common.message_codec import decode_record
+from common.message_properties import encode_properties
+from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
+from common.wire_batch import WireBatch
+from tests.store.conftest import store_config
+
+NOW = 1_700_000_000_000
+ROUTER = DelayRouter(parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL), 259_200_000)
+
+
+class Node:
+    """A message store on ``root/store`` with the timer store in its chain; the delivery is driven by the test
+    (``deliver``) with the clock it sets (``now``), unless started."""
+
+    def __init__(self, root: Path, queue_exists: Callable[[str, int], bool] = lambda t, q: True,
+                 **overrides: object) -> None:
+        # the dispatcher flush service stays quiet unless a test flushes
+        self.store = MessageStore(store_config(root / "store", flush_interval_consume_queue_ms=600_000, **overrides))
+        self.timers = TimerMessageStore(root / "timer", self.store.commit_log.read_at,
+                                        fresh_start=lambda: self.store.flushed_checkpoint.read() or 0)
+        self.store.register_dispatcher(self.timers)
+        self.store.start()
+        self.now = NOW
+        self.delivery = TimerDeliveryService(self.timers, self.store, queue_exists, clock_ms=lambda: self.now)
+        self._sent = 0
+
+    def send(self, dues: list[int], topic: str = "Real", queue_id: int = 1) -> list[int]:
+        """Timer records as the send path writes them, one per due time; their commitlog offsets."""
+        bodies = [b"m%d" % (self._sent + i) for i in range(len(dues))]
+        props = [ROUTER.timer_properties(encode_properties({"UNIQ_KEY": body.decode(), "DELAY": "1"}), topic,
+                                         queue_id, due) for body, due in zip(bodies, dues, strict=True)]
+        self._sent += len(dues)
+        result = self.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, bodies, props, born_timestamp=NOW - 5,
+                                         born_host="10.1.2.3:99", flag=5)
+        assert result.ok and self.store.wait_dispatched(result.append.end_offset)
+        return result.append.physical_offsets
+
+    def deliver(self) -> int:
+        return self.delivery.deliver_due()
+
+    def delivered(self, topic: str = "Real", queue_id: int = 1) -> list[MessageExt]:
+        self.store.wait_dispatched(self.store.commit_log.max_offset())
+        got = self.store.get_message(topic, queue_id, 0, 10_000)
+        return [decode_record(r) for r in got.messages]
+
+    def pending_dues(self) -> list[int]:
+        return [due_of_key(k) for k, _ in self.timers.take_due(1 << 55, 1 << 20)]
+
+    def stop(self) -> None:
+        self.delivery.shutdown()
+        self.store.shutdown()
+        self.timers.close()
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    started: list[Node] = []
+    yield started
+    for node in started:
+        node.stop()
+
+
+def start(nodes: list[Node], root: Path, **kw) -> Node:
+    node = Node(root, **kw)
+    nodes.append(node)
+    return node
+
+
+def bodies(msgs: list[MessageExt]) -> list[bytes]:
+    return [m.body for m in msgs]
+
+
+# -- the store -------------------------------------------------------------------------------------------
+def test_timers_are_kept_by_due_time_with_their_records(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    offsets = node.send([NOW + 300, NOW + 100, NOW + 200])
+    node.store.put_messages("Other", 0, [b"not a timer"], [b""])
+    node.send([NOW + 100])
+    assert node.timers.pending == 4 and node.timers.first_due() == NOW + 100
+    taken = node.timers.take_due(NOW + 1000, 10)
+    assert [due_of_key(k) for k, _ in taken] == [NOW + 100, NOW + 100, NOW + 200, NOW + 300]
+    assert decode_record(taken[2][1]).physical_offset == offsets[2]  # the record's bytes, copied
+    assert node.timers.take_due(NOW + 99, 10) == []
+
+
+def test_replay_skips_what_was_stored_and_never_brings_back_delivered_timers(tmp_path: Path):
+    node = Node(tmp_path)
+    node.send([NOW + 10, NOW + 20, NOW + 30])
+    node.now = NOW + 20
+    assert node.deliver() == 2
+    node.send([NOW + 40])
+    node.stop()
+    # the consume queue forgets everything: the whole commitlog is dispatched again on the next start
+    shutil.rmtree(tmp_path / "store" / "consumequeue")
+    again = Node(tmp_path)
+    try:
+        assert again.store.reput.reput_from_offset == again.store.commit_log.max_offset()
+        assert again.timers.pending == 2 and again.pending_dues() == [NOW + 30, NOW + 40]
+        assert bodies(again.delivered()) == [b"m0", b"m1"]  # replayed into the consume queue, not re-delivered
+    finally:
+        again.stop()
+
+
+def test_checkpoint_moves_with_timers_and_on_flush(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    node.send([NOW])
+    stored = node.timers._stored
+    assert stored == node.store.commit_log.max_offset()
+    result = node.store.put_messages("Other", 0, [b"x"], [b""])
+    assert node.store.wait_dispatched(result.append.end_offset)
+    assert node.timers._stored == stored  # no write for other topics' records ...
+    node.timers.flush()  # ... until a flush moves the mark (and syncs the WAL)
+    assert node.timers._stored == node.timers.checkpoint() == result.append.end_offset
+
+
+def test_timers_need_no_clean_close(tmp_path: Path):
+    """The timer store dropped without close or flush still has every timer (the WAL is on). A process kill is
+    tests/integration/test_delayed_messages.py's."""
+    node = Node(tmp_path)
+    node.send([NOW + i for i in range(100)])
+    node.store.shutdown()  # the commitlog's own stop; the timer store is dropped without close or flush
+    node.timers._db = None
+    again = Node(tmp_path)
+    try:
+        assert again.timers.pending == 100
+    finally:
+        again.stop()
+
+
+def test_a_new_timer_store_on_an_old_store_starts_at_its_flushed_end(tmp_path: Path):
+    """A store from before delayed messages is not replayed whole for a timer store that cannot need it."""
+    old = MessageStore(store_config(tmp_path / "store"))
+    old.start()
+    for _ in range(20):
+        assert old.put_messages("Old", 0, [b"x" * 1000] * 10, [b""] * 10).ok
+    old.shutdown()
+    node = Node(tmp_path)
+    try:
+        end = node.store.commit_log.max_offset()
+        assert node.timers.checkpoint() == end and node.timers.pending == 0
+        assert node.store.reput.reput_from_offset == end
+    finally:
+        node.stop()
+
+
+def test_a_pending_timer_outlives_its_commitlog_segment(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path, file_reserved_time_hours=0)  # every sealed segment has expired
+    (offset,) = node.send([NOW + 50])
+    for _ in range(20):  # 160 KB of other messages: the 64 KiB segment holding the timer record is sealed
+        assert node.store.put_messages("Other", 0, [b"x" * 8000], [b""]).ok
+    assert node.store.wait_dispatched(node.store.commit_log.max_offset())
+    assert node.store.delete_expired_files() == 0  # the timer store's durable checkpoint is still below it
+    node.timers.flush()
+    assert node.store.delete_expired_files() > 0
+    assert node.store.commit_log.min_offset() > offset and node.store.commit_log.read_record(offset) is None
+    node.now = NOW + 50
+    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0"]
+
+
+# -- delivery ----------------------------------------------------------------------------------------------
+def test_delivery_in_due_order_never_early(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    node.send([NOW + 300, NOW + 100, NOW + 200, NOW + 100])  # m0..m3
+    node.now = NOW + 99
+    assert node.deliver() == 0 and node.delivered() == []
+    node.now = NOW + 100
+    assert node.deliver() == 2
+    assert bodies(node.delivered()) == [b"m1", b"m3"]  # equal due times: in commitlog order
+    node.now = NOW + 1000
+    assert node.deliver() == 2
+    delivered = node.delivered()
+    assert bodies(delivered) == [b"m1", b"m3", b"m2", b"m0"]
+    assert node.timers.pending == 0 and node.delivery.delivered == 4
+    m = delivered[0]
+    assert (m.topic, m.queue_id, m.born_timestamp, m.born_host, m.flag) == ("Real", 1, NOW - 5, "10.1.2.3:99", 5)
+    assert m.properties == {"UNIQ_KEY": "m1"}  # no DELAY, REAL_TOPIC, REAL_QID, TIMER_OUT_MS
+    assert node.store.query_message("Real", "m1")[0].body == b"m1"  # indexed under its real topic
+
+
+def test_delivery_takes_a_batch_at_a_time_and_groups_by_queue(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    node.delivery.batch_size = 3
+    node.send([NOW + i for i in range(4)], queue_id=0)
+    node.send([NOW + 10 + i for i in range(3)], topic="Second", queue_id=2)
+    node.now = NOW + 100
+    assert [node.deliver() for _ in range(4)] == [3, 3, 1, 0]
+    assert bodies(node.delivered(queue_id=0)) == [b"m0", b"m1", b"m2", b"m3"]
+    assert bodies(node.delivered("Second", 2)) == [b"m4", b"m5", b"m6"]
+
+
+def test_a_timer_dispatched_below_the_scan_floor_is_found(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    node.send([NOW + 10, NOW + 500])
+    node.now = NOW + 100
+    assert node.deliver() == 1
+    node.send([NOW + 50])  # due before where the last scan ended (a time in the past at send)
+    assert node.timers.first_due() == NOW + 50
+    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0", b"m2"]
+
+
+def test_timers_of_a_gone_topic_are_dropped_with_a_warning(tmp_path: Path, nodes: list[Node],
+                                                           caplog: pytest.LogCaptureFixture):
+    node = start(nodes, tmp_path, queue_exists=lambda topic, queue_id: topic != "Gone")
+    node.send([NOW, NOW], topic="Gone", queue_id=0)
+    node.send([NOW])
+    with caplog.at_level(logging.WARNING):
+        assert node.deliver() == 3
+    assert "timer_message_dropped topic=Gone queue_id=0 count=2" in caplog.text
+    assert node.delivery.dropped == 2 and node.delivery.delivered == 1 and node.timers.pending == 0
+    assert bodies(node.delivered()) == [b"m2"]
+
+
+def test_a_store_that_refuses_writes_keeps_the_timers(tmp_path: Path, nodes: list[Node],
+                                                     monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(timer_delivery_service, "RETRY_PAUSE_S", 0)
+    node = start(nodes, tmp_path)
+    refuse = [True]
+    put_wire_batch = node.store.put_wire_batch
+
+    def put(batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
+        if refuse[0]:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "disk full")
+        return put_wire_batch(batch, wait_flushed=wait_flushed)
+
+    monkeypatch.setattr(node.store, "put_wire_batch", put)
+    node.send([NOW, NOW + 1])
+    node.now = NOW + 10
+    assert node.deliver() == 2
+    assert node.timers.pending == 2 and node.delivered() == []
+    refuse[0] = False
+    assert node.deliver() == 2  # taken again: the floor went back to them
+    assert bodies(node.delivered()) == [b"m0", b"m1"] and node.timers.pending == 0
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+@pytest.mark.parametrize("store_type", list(StoreType))
+def test_the_delivery_thread_wakes_for_an_earlier_timer(tmp_path: Path, nodes: list[Node], flush: FlushDiskType,
+                                                        store_type: StoreType):
+    node = start(nodes, tmp_path, flush_disk_type=flush, store_type=store_type)
+    node.delivery.clock_ms = wall_clock_ms
+    node.delivery.max_sleep_s = 30  # it sleeps towards the far timer: only the dispatch of the near one wakes it
+    node.send([wall_clock_ms() + 60_000])
+    node.delivery.start()
+    time.sleep(0.05)
+    due = wall_clock_ms() + 200
+    node.send([due])
+    deadline = time.monotonic() + 5
+    while not node.delivered() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    delivered = node.delivered()
+    assert bodies(delivered) == [b"m1"]
+    assert delivered[0].store_timestamp >= due  # never early
+    assert delivered[0].store_timestamp - due < 1000
+
+
+@pytest.mark.parametrize(("flushed", "kept"), [(PutMessageStatus.FLUSH_DISK_TIMEOUT, False),
+                                               (PutMessageStatus.SERVICE_NOT_AVAILABLE, True)])
+def test_a_failed_flush_keeps_the_timers_a_slow_one_does_not(tmp_path: Path, nodes: list[Node],
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              flushed: PutMessageStatus, kept: bool):
+    """A timeout is a send's FLUSH_DISK_TIMEOUT (stored, not yet on disk); a failed fsync fail-stops the store and
+    may have lost the put: the timers stay, to be delivered after the restart."""
+    monkeypatch.setattr(timer_delivery_service, "RETRY_PAUSE_S", 0)
+    node = start(nodes, tmp_path)
+    monkeypatch.setattr(node.store, "wait_flushed", lambda offset: flushed)
+    node.send([NOW, NOW + 1])
+    node.now = NOW + 10
+    assert node.deliver() == 2
+    assert node.timers.pending == (2 if kept else 0) and node.delivery.delivered == (0 if kept else 2)
+
+
+def test_a_put_that_raises_leaves_the_timers_to_be_taken_again(tmp_path: Path, nodes: list[Node],
+                                                                monkeypatch: pytest.MonkeyPatch):
+    node = start(nodes, tmp_path)
+    node.send([NOW, NOW + 1])
+    node.now = NOW + 10
+    put_wire_batch = node.store.put_wire_batch
+    monkeypatch.setattr(node.store, "put_wire_batch", lambda batch, wait_flushed=True: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        node.deliver()
+    monkeypatch.setattr(node.store, "put_wire_batch", put_wire_batch)
+    assert node.deliver() == 2 and bodies(node.delivered()) == [b"m0", b"m1"]
