@@ -60,10 +60,7 @@ class SendMsgBackProcessor:
         config = self.groups.find(group)
         if config is None:
             raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist on this broker")
-        try:
-            props = decode_properties(request.properties)
-        except UnicodeDecodeError:
-            raise RequestError("the message's properties are not UTF-8") from None
+        props = _decoded(request.properties)
         times = _reconsume_times(props)
         limit = request.max_reconsume_times if request.max_reconsume_times >= 0 else config.retry_max_times
         if not is_retry_topic(request.topic):
@@ -100,6 +97,16 @@ class SendMsgBackProcessor:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, result.error)
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT
         return consumer_pb2.SendMsgBackResponse(code=code, topic=topic, reconsume_times=times)
+
+
+def _decoded(raw: bytes) -> dict[str, str]:
+    """The message's properties, checked to encode again as they were (names non-empty, no separators)."""
+    try:
+        props = decode_properties(raw)
+        encode_properties(props)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RequestError(f"the message's properties are not in wire form: {exc}") from None
+    return props
 
 
 def _reconsume_times(props: dict[str, str]) -> int:

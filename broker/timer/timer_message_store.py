@@ -219,6 +219,9 @@ class TimerMessageStore(CommitLogDispatcher):
         """After the message store shut down (its last dispatch and flush are in)."""
         if self._db is None:
             return
-        self._db.close()
-        self._db = None
+        db, self._db = self._db, None
+        try:
+            db.close()
+        except Exception as exc:  # rocksdict's error for an I/O failure (a full disk): the WAL keeps what was synced
+            raise OSError(f"closing the timer store: {exc}") from None
         log.info("timer_closed pending=%d checkpoint=%d", self._pending, self._stored)

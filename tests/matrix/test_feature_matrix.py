@@ -1,20 +1,32 @@
 """The feature matrix (issue 13, item 7): every feature end to end under both flush modes and both store types.
 
 {ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV,
-tiered read after local expiry, query by key, delayed messages}. One cluster per (flush, store type) — a name
+tiered read after local expiry, query by key, delayed messages, a consumer group with a retry and a dead
+letter}. One cluster per (flush, store type) — a name
 server and two brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting
 in the same broker is the point — and one test function per feature (query by key has a second one, on a static
 topic across a remap). Local commitlog segments are small and expire about a second after they are sealed, so the
 tiered cell can drive its data out of the local store within seconds.
 """
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, KVClient, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus
+from client import (
+    Admin,
+    KVClient,
+    Message,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+)
 from client.results import SendResult, SendStatus
 from common.statictopic.logic_queue_mapping_item import BLOCK_SIZE, LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from tests.cluster import Cluster, make_cluster, wait_until
@@ -40,6 +52,7 @@ def matrix_settings(flush: str, store_type: str) -> dict[str, object]:
         "tieredStoreCommitLogMaxSize": 1024 * 1024,
         "tieredStoreConsumeQueueMaxSize": 28 * 1024,
         "staticTopicCleanInterval": 500,  # the clean service runs while the tier serves expired links
+        "messageDelayLevel": "1s 1s 1s 2s",  # retries (level 3 + n) wait a second, not 10 s
     }
 
 
@@ -384,3 +397,46 @@ def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None
 
         wait_until(arrived, timeout=10, what="4 delayed messages")
     assert all(stored >= sent_at + 1000 for stored in got.values()), got  # never early, by the broker's store time
+
+
+def test_consumer_group_shares_retries_and_dead_letters(cluster: Cluster) -> None:
+    topic, group = unique("MxGroup"), unique("mx-group")
+    create_topic(cluster, topic, 2)
+    seen: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(msg) -> None:
+        with lock:
+            seen.append(msg.body)
+        if msg.body == b"bad":
+            raise RuntimeError("always fails")
+
+    members = [PushConsumer(cluster.addr, group=group, topic=topic, handler=handler, consume_from_first=True,
+                            max_reconsume_times=1) for _ in range(2)]
+    for m in members:
+        m.start()
+    try:
+        wait_until(lambda: all(any(q.topic == topic for q in m.assigned_queues()) for m in members),
+                   what="both members to hold queues")
+        bodies = [f"ok-{i}".encode() for i in range(100)]
+        with Producer(cluster.addr) as producer:
+            producer.send(Message(topic, b"bad", keys="mx-bad"))
+            for body in bodies:
+                producer.send(Message(topic, body))
+        wait_until(lambda: set(bodies) <= set(seen) and seen.count(b"bad") == 2, timeout=20,
+                   what="every message, and the bad one retried once")
+
+        def dead() -> list:
+            with PullConsumer(cluster.addr, group=unique("mx-dlq")) as reader:
+                try:
+                    queues = reader.queues(f"%DLQ%{group}")
+                except MQClientError:
+                    return []
+                return [m for mq in queues for m in reader.pull(mq, 0, 8).messages]
+
+        [dead_letter] = wait_until(dead, timeout=20, what="the dead letter")
+        assert dead_letter.body == b"bad" and dead_letter.keys == ["mx-bad"]
+        assert sorted(b for b in seen if b != b"bad") == sorted(bodies)  # each once
+    finally:
+        for m in members:
+            m.close()
