@@ -56,28 +56,28 @@ class ConsumeConcurrentlyService:
     def _run(self, pq: ProcessQueue, run: Run, start: int, end: int) -> None:
         if not pq.begin():
             return  # the queue left this member: its new owner reads these from the committed offset
-        done: list[int] = []
         failed: list[int] = []
+        stop = start
         try:  # handled() inlined: this loop is the consumer's hot path
             msgs, handler, later = run.msgs, self.handler, ConsumeResult.LATER
-            for i in range(start, end):
+            for stop in range(start, end):
                 if pq.dropped:
                     break
                 try:
-                    ok = handler(msgs[i]) is not later
+                    if handler(msgs[stop]) is later:
+                        failed.append(stop)
                 except Exception:
-                    ok = False
-                    _log_failure(msgs[i])
-                (done if ok else failed).append(i)
+                    failed.append(stop)
+                    _log_failure(msgs[stop])
+            else:
+                stop = end
         finally:
             pq.end()
-        for i in failed:
-            if self._sent_back(run.msgs[i]):
-                done.append(i)
-            else:
-                self._retry_later(pq, run, i)
-        if done:
-            self.offsets.update(pq.mq, pq.finish(run, done))
+        kept = [i for i in failed if not self._sent_back(run.msgs[i])]  # still to do: retried here later
+        for i in kept:
+            self._retry_later(pq, run, i)
+        if stop > start:
+            self.offsets.update(pq.mq, pq.finish(run, start, stop, kept))
 
     def _sent_back(self, msg: MessageExt) -> bool:
         if self.send_back is None:

@@ -10,7 +10,7 @@ also keeps the queue's broker lease here.
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 from common.message import MessageExt
 from common.message_queue import MessageQueue
@@ -52,17 +52,22 @@ class ProcessQueue:
             self._bytes += run.bytes
         return run
 
-    def finish(self, run: Run, indexes: Iterable[int]) -> int:
-        """Mark messages of ``run`` done; returns the offset to commit now."""
+    def finish(self, run: Run, start: int, stop: int, kept: Collection[int] = ()) -> int:
+        """Mark messages ``start..stop-1`` of ``run`` done, except ``kept``; returns the offset to commit now."""
         with self._lock:
             done = run.done
-            for i in indexes:
-                if not done[i]:
-                    done[i] = 1
-                    run.left -= 1
-                    self._count -= 1
-            while run.low < len(done) and done[run.low]:
-                run.low += 1
+            if not kept and not any(done[start:stop]):  # the common case: a whole task's messages, once
+                done[start:stop] = b"\x01" * (stop - start)
+                run.left -= stop - start
+                self._count -= stop - start
+            else:
+                for i in range(start, stop):
+                    if not done[i] and i not in kept:
+                        done[i] = 1
+                        run.left -= 1
+                        self._count -= 1
+            low = done.find(0, run.low)
+            run.low = len(done) if low < 0 else low
             runs = self._runs
             while runs and not runs[0].left:
                 self._bytes -= runs.popleft().bytes
