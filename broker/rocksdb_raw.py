@@ -6,9 +6,21 @@ item) instead of at every use.
 """
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
-from rocksdict import Rdict, ReadOptions, WriteOptions
+from rocksdict import Options, Rdict, ReadOptions, WriteOptions
+
+
+def open_raw(path: Path) -> Rdict:
+    """A raw-mode database at ``path`` (created if missing) with the small-footprint settings the broker's own
+    stores use: two info logs kept, two background jobs."""
+    path.mkdir(parents=True, exist_ok=True)
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_keep_log_file_num(2)
+    options.set_max_background_jobs(2)
+    return Rdict(str(path), options)
 
 
 def raw_items(db: Rdict, from_key: bytes | None = None, read_opt: ReadOptions | None = None,

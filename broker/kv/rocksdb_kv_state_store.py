@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
-from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteBatch
+from rocksdict import Rdict, ReadOptions, Snapshot, WriteBatch
 
 from broker.kv.kv_state_store import PARTITION, KvStateStore, StateWrites, prefix_end
-from broker.rocksdb_raw import raw_items, raw_keys, unlogged_write_options
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys, unlogged_write_options
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,7 @@ class RocksDBKvStateStore(KvStateStore):
         return self._db
 
     def load(self) -> int:
-        self.root.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.set_keep_log_file_num(2)
-        options.set_max_background_jobs(2)
-        self._db = Rdict(str(self.root), options)
+        self._db = open_raw(self.root)
         raw = self._db.get(APPLIED_KEY)
         self._applied = self._durable = OFFSET.unpack(raw)[0] if raw is not None else 0
         return self._applied

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from broker.rocksdb_raw import raw_items, raw_keys
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from common.message_properties import TIMER_OUT_MS_NEEDLE, find_property
@@ -84,12 +84,7 @@ class TimerMessageStore(CommitLogDispatcher):
 
     # -- dispatch chain ----------------------------------------------------------------------------
     def load(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.set_keep_log_file_num(2)
-        options.set_max_background_jobs(2)
-        self._db = Rdict(str(self.root), options)
+        self._db = open_raw(self.root)
         raw = self._db.get(CHECKPOINT_KEY)
         if raw is None:
             start = self._fresh_start()
