@@ -27,7 +27,8 @@ def broker_row(admin: Admin, broker: BrokerInfo) -> Row:
         error = None
     except MQClientError as exc:
         runtime, error = {}, str(exc)
-    row.update(put_tps=_number(runtime, "putTps", float), get_tps=_number(runtime, "getTps", float),
+    row.update(role=runtime.get("brokerRole") or ("MASTER" if broker.broker_id == 0 else "SLAVE"),
+               put_tps=_number(runtime, "putTps", float), get_tps=_number(runtime, "getTps", float),
                topic_count=_number(runtime, "topicCount", int), uptime_ms=_number(runtime, "uptimeMs", int),
                store_type=runtime.get("storeType"), status=STATUS_NO_ANSWER if error else STATUS_OK, error=error)
     return row
@@ -40,7 +41,7 @@ def cluster_list() -> None:
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(brokers)))) as pool:  # a silent broker costs one timeout
         rows = list(pool.map(lambda b: broker_row(admin, b), brokers))
     emit_tables(as_json(), Table([Column("cluster", "Cluster"), Column("broker_name", "Broker"),
-                                  Column("broker_id", "BID"), Column("addr", "Address"),
+                                  Column("broker_id", "BID"), Column("addr", "Address"), Column("role", "Role"),
                                   Column("put_tps", "Put TPS"), Column("get_tps", "Get TPS"),
                                   Column("topic_count", "Topics"), Column("uptime_ms", "Uptime", format_duration),
                                   Column("store_type", "Store"), Column("status", "Status")], rows))

@@ -65,6 +65,7 @@ TIERED_METRICS: list[Metric] = []  # declared by bench/tiered_bench.py
 SPARK_METRICS: list[Metric] = []  # declared by bench/spark_bench.py
 TIMER_METRICS: list[Metric] = []  # declared by bench/timer_bench.py
 GROUP_METRICS: list[Metric] = []  # declared by bench/group_bench.py
+HA_METRICS: list[Metric] = []  # declared by bench/ha_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),
@@ -72,6 +73,7 @@ OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("spark", 8, "Spark compaction", SPARK_METRICS, False),
     ("timer", 15, "delayed and timed messages: name server + 1 broker, SDK here", TIMER_METRICS, False),
     ("group", 15, "consumer groups: name server + 1 broker, consumers here", GROUP_METRICS, False),
+    ("ha", 16, "replication: a master and its slaves, SDK here", HA_METRICS, False),
 ]
 
 

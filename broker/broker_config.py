@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.ha.broker_role import BrokerRole
 from broker.kv.kv_state_store import KvStoreType
 from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
@@ -127,6 +128,9 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
     "cleanResourceInterval": ("clean_resource_interval", _int_in(10, 3_600_000)),
     "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
+    "brokerRole": ("broker_role", _choice(BrokerRole)),
+    "haListenPort": ("ha_listen_port", _int_in(0, MAX_PORT)),
+    "haMasterAddress": ("ha_master_address", _addresses),
     "channelExpiredTimeout": ("channel_expired_timeout", _int_in(100, 86_400_000)),
     "rebalanceLockMaxLiveTime": ("rebalance_lock_max_live_time", _int_in(100, 86_400_000)),
     "storeType": ("store_type", _choice(StoreType)),
@@ -180,6 +184,9 @@ class BrokerConfig:
     long_polling_max_suspend_ms: int = 30_000
     clean_resource_interval: int = 10_000
     static_topic_clean_interval: int = 60_000
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    ha_listen_port: int = 0  # replication (masters): 0 = a free port, shown as haServerAddr in the runtime info
+    ha_master_address: str = ""  # a slave's master's replication address (host:haListenPort)
     channel_expired_timeout: int = 30_000  # ms: a consumer silent this long leaves its groups
     rebalance_lock_max_live_time: int = 60_000  # ms: an orderly queue lease not renewed this long ends
     store_type: StoreType = StoreType.DEFAULT
@@ -260,4 +267,16 @@ def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> Br
             setattr(config, attr, parse(raw))
         except ValueError as exc:
             raise ConfigError(f"{key}: {exc}") from None
+    _check_role(config)
     return config
+
+
+def _check_role(config: BrokerConfig) -> None:
+    """A broker group's replicas: the master is brokerId 0, a slave another id and its master's address."""
+    if config.broker_role is BrokerRole.SLAVE:
+        if config.broker_id == 0:
+            raise ConfigError("brokerRole=SLAVE: brokerId must be 1 or more (0 is the master's)")
+        if not config.ha_master_address:
+            raise ConfigError("brokerRole=SLAVE: haMasterAddress (the master's host:haListenPort) is required")
+    elif config.broker_id != 0:
+        raise ConfigError(f"brokerRole={config.broker_role}: brokerId must be 0 (a master)")

@@ -15,6 +15,9 @@ from broker.broker_stats import BrokerStats
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
 from broker.consumer_servicer import ConsumerServicer
+from broker.ha.ha_client import HAClient
+from broker.ha.ha_service import GroupIdentity, HAService
+from broker.ha.ha_servicer import HaServicer
 from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
 from broker.kv_servicer import KvServicer
@@ -48,7 +51,7 @@ from broker.timer.timer_service import TimerService
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
-from proto import broker_pb2_grpc, consumer_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
+from proto import broker_pb2_grpc, consumer_pb2_grpc, ha_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,10 @@ class BrokerController:
         self._housekeeping: asyncio.Task | None = None
         self.registrar: NamesrvRegistrar | None = None
         self._server: grpc.aio.Server | None = None
+        self.ha: HAService | None = None  # a master's replication
+        self.ha_client: HAClient | None = None  # a slave's
+        self._ha_server: grpc.aio.Server | None = None
+        self.ha_server_addr = ""
         self._offset_flusher = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -122,10 +129,20 @@ class BrokerController:
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
             self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
         self.timer.attach(local_store)  # the same: pending timers are replayed into it
+        identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
+                                 c.mapped_file_size_commit_log)
+        if c.broker_role.is_master:  # before the store starts: a SYNC_MASTER's confirm offset waits for acks
+            self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop())
+        else:
+            local_store.commit_log.replication_gated = True  # a slave shows only what its master confirmed
         await asyncio.to_thread(self._load)
-        self.timer.start(local_store, self._queue_exists)
-        if self.tiered is not None:
-            self.tiered.start()
+        if c.broker_role.is_master:  # a slave never writes: its master delivers timers and uploads to the tier
+            self.timer.start(local_store, self._queue_exists)
+            if self.tiered is not None:
+                self.tiered.start()
+        else:
+            self.ha_client = HAClient(c.ha_master_address, identity, local_store.commit_log)
+            self.ha_client.start()
         self._wire_processors()
         handlers = GenericHandlersOnly(server)
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, handlers)
@@ -134,6 +151,8 @@ class BrokerController:
         consumer_pb2_grpc.add_ConsumerServiceServicer_to_server(self.consumer_servicer, handlers)
         await server.start()
         self._server = server
+        if self.ha is not None:
+            await self._start_ha_server()
         if c.namesrv_addrs:
             self.registrar = NamesrvRegistrar(
                 BrokerIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr),
@@ -151,6 +170,31 @@ class BrokerController:
                  len(self.topic_config_manager.topic_config_table))
         return self.broker_addr
 
+    def _ha_info(self) -> dict[str, str]:
+        info = {"brokerRole": self.config.broker_role.value, "haServerAddr": self.ha_server_addr}
+        if self.ha is not None:
+            info["haReplicatedOffset"] = str(self.ha.replicated_offset())
+            info["haSlaves"] = str(len(self.ha.slave_acks()))
+        if self.ha_client is not None:
+            info["haMasterAddress"] = self.ha_client.master_ha_addr
+        return info
+
+    async def _start_ha_server(self) -> None:
+        """Replication on its own port (haListenPort; 0 = a free one), so bulk catch-up never queues behind
+        clients' calls."""
+        assert self.ha is not None
+        c = self.config
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestDecoding()])
+        try:
+            port = server.add_insecure_port(f"{c.broker_ip1}:{c.ha_listen_port}")
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for replication on {c.broker_ip1}:{c.ha_listen_port}: {exc}") from None
+        ha_pb2_grpc.add_HaServiceServicer_to_server(HaServicer(self.ha), GenericHandlersOnly(server))
+        await server.start()
+        self._ha_server = server
+        self.ha_server_addr = f"{c.broker_ip1}:{port}"
+        log.info("ha_listening addr=%s role=%s", self.ha_server_addr, c.broker_role)
+
     def _wire_processors(self) -> None:
         """Processors and services get the collaborators they use (none gets the controller), and the
         servicers get the processors."""
@@ -160,7 +204,8 @@ class BrokerController:
         limits = SendLimits(c.max_message_size, c.auto_create_topic_enable, c.default_topic_queue_nums)
         self.broker_servicer = BrokerServicer(
             send=SendMessageProcessor(limits, self.topic_config_manager, self.static_topics, self.local_store,
-                                      self._announce, delay_router=self.timer.router),
+                                      self._announce, delay_router=self.timer.router,
+                                      slave=not c.broker_role.is_master),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, self.static_topics, self.store),
             consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
@@ -172,8 +217,9 @@ class BrokerController:
                 consumer_offset_manager=self.consumer_offset_manager,
                 mapping_manager=self.topic_queue_mapping_manager, store=self.store, local_store=self.local_store,
                 stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce,
-                timer_info=self.timer.runtime_info),
-            hold_service=self.hold_service, stats=self.stats,
+                timer_info=self.timer.runtime_info, ha_info=self._ha_info),
+            hold_service=self.hold_service, stats=self.stats, ha=self.ha,
+            commit_log_end=self.local_store.commit_log.max_offset, sync_slave_timeout_s=c.sync_flush_timeout / 1000,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
         self.kv_servicer = KvServicer(KvProcessor(c.broker_name, self.kv, self.kv_provisioner,
@@ -244,6 +290,10 @@ class BrokerController:
         if self._server is not None:
             self.hold_service.wake_all()
             await self._server.stop(grace=5)
+        if self._ha_server is not None:
+            await self._ha_server.stop(grace=1)
+        if self.ha_client is not None:
+            await asyncio.to_thread(self.ha_client.shutdown)
         self._offset_flusher.set()
         if self.static_topic_clean_service is not None:
             self.static_topic_clean_service.shutdown()

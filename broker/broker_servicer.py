@@ -3,10 +3,11 @@ boundary (``common/rpc_boundary.py``): refusals as response codes, bad input as 
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.broker_stats import BrokerStats
+from broker.ha.ha_service import HAService
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
@@ -14,6 +15,7 @@ from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
 from common.stream_answers import Answer, answer_frames
 from proto import broker_pb2, broker_pb2_grpc
@@ -33,7 +35,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, *, send: SendMessageProcessor, pull: PullMessageProcessor,
                  consumer_manage: ConsumerManageProcessor, query: QueryMessageProcessor, admin: AdminBrokerProcessor,
                  hold_service: PullRequestHoldService, stats: BrokerStats, long_polling_max_suspend_ms: int,
-                 sync_flush: bool) -> None:
+                 sync_flush: bool, ha: HAService | None = None, commit_log_end: Callable[[], int] = lambda: 0,
+                 sync_slave_timeout_s: float = 3.0) -> None:
         self.send = send
         self.pull = pull
         self.consumer_manage = consumer_manage
@@ -43,21 +46,43 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.stats = stats
         self.max_suspend_ms = long_polling_max_suspend_ms
         self.sync_flush = sync_flush
+        self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
+        self.commit_log_end = commit_log_end
+        self.sync_slave_timeout_s = sync_slave_timeout_s
 
     async def SendMessage(self, request, context):
-        return await self._send(request)
+        response = await self._send(request)
+        await self._replicated(response)
+        return response
 
     async def SendMessageStream(self, request_iterator, context):
         # ASYNC_FLUSH appends on the event loop, in the order the batches came; SYNC_FLUSH waits for fsyncs in
-        # threads, so batches in flight together may be appended in either order (as unary calls would).
+        # threads, so batches in flight together may be appended in either order (as unary calls would). A
+        # SYNC_MASTER's wait for its slaves runs beside the next appends.
         async for frame in answer_frames(request_iterator, self._send, broker_pb2.SendMessageResponse,
-                                         in_order=not self.sync_flush, rpc="SendMessageStream"):
+                                         in_order=not self.sync_flush, rpc="SendMessageStream",
+                                         settle=self._replicated if self.ha is not None else None):
             yield frame
 
     async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         response = await run(self.send.send, request, in_thread=self.sync_flush)
         self.stats.put_count += len(response.physical_offsets)
         return response
+
+    def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None]:
+        """Called right after the send was stored: a SYNC_MASTER answers it once its slaves have the commitlog up
+        to its end now (at or past the send's own end); an ASYNC_MASTER at once."""
+        return self._await_replication(response, self.commit_log_end())
+
+    async def _await_replication(self, response: broker_pb2.SendMessageResponse, end: int) -> None:
+        if self.ha is None or response.code != ResponseCode.SUCCESS:
+            return
+        code = await self.ha.wait_replicated(end, self.sync_slave_timeout_s)
+        if code != ResponseCode.SUCCESS:
+            response.code = code
+            response.remark = ("no slave is connected: the message is stored on the master only"
+                               if code == ResponseCode.SLAVE_NOT_AVAILABLE else
+                               "the slave did not confirm in time: the message is stored on the master")
 
     async def PullMessage(self, request, context):
         return (await self._pull(request)).full_response()

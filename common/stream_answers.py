@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # a pull's records, copied once, into the frame).
 Answer = Message | tuple[Message, Sequence[bytes]]
 Handler = Callable[[Any], Awaitable[Answer]]
+Settle = Callable[[Any], Awaitable[None]]
 Encoded = tuple[bytes, ...]
 ANSWERS_FIELD = 1  # responses, in every answer frame
 
@@ -41,16 +42,32 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024  # what one answer frame carries (each answer
 
 
 async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: type[Message], *,
-                        in_order: bool, rpc: str) -> AsyncIterator[bytes]:
+                        in_order: bool, rpc: str, settle: Settle | None = None) -> AsyncIterator[bytes]:
     """Encoded answer frames (field 1: the responses) for request ``frames`` (messages with ``requests``).
     ``in_order``: each request is handled to its end before the next one (sends: a stream's batches are appended
     in the order they were sent); otherwise each is handled in its own task (pulls: one that long-polls holds up
-    no other)."""
+    no other). ``settle(response)``: called as soon as an in-order request is handled, what it returns is awaited
+    in a task of its own so the next request goes on (a SYNC_MASTER's send: its replication); it may change the
+    response's code."""
     answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
 
+    def spawn(work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
     async def answer(request: Any) -> None:
-        answers.put_nowait(await _answer(request, handle, response_class, rpc))
+        answers.put_nowait(_encode(request, *await _respond(request, handle, response_class, rpc)))
+
+    async def settled(request: Any, response: Message, tail: Sequence[bytes], pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        except Exception as exc:  # the request was handled: say what failed after
+            log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
+                      exc_info=exc)
+            response = response_class(code=ResponseCode.SYSTEM_ERROR, remark=f"{rpc} failed: {exc!r}")
+        answers.put_nowait(_encode(request, response, tail))
 
     async def read() -> None:
         try:
@@ -58,12 +75,13 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
                 if isinstance(frame, UndecodableRequest):
                     raise RequestError(f"a frame does not parse: {frame.reason}")
                 for request in frame.requests:
-                    if in_order:
+                    if not in_order:
+                        spawn(answer(request))
+                    elif settle is None:
                         await answer(request)
                     else:
-                        task = asyncio.ensure_future(answer(request))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+                        response, tail = await _respond(request, handle, response_class, rpc)
+                        spawn(settled(request, response, tail, settle(response)))  # settle sees it now
             if tasks:
                 await asyncio.gather(*tasks)
             answers.put_nowait(None)
@@ -104,8 +122,9 @@ def _take_ready(first: Encoded | BaseException | None, answers: "asyncio.Queue[E
         item = answers.get_nowait()
 
 
-async def _answer(request: Any, handle: Handler, response_class: type[Message], rpc: str) -> Encoded:
-    """The encoded answer to ``request``: its response with the request's id, then any encoded fields."""
+async def _respond(request: Any, handle: Handler, response_class: type[Message],
+                   rpc: str) -> tuple[Message, Sequence[bytes]]:
+    """The response to ``request`` (what its handler raised, answered), and any fields already encoded."""
     tail: Sequence[bytes] = ()
     try:
         answer = await handle(request)
@@ -118,5 +137,10 @@ async def _answer(request: Any, handle: Handler, response_class: type[Message], 
         log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
                   exc_info=exc)
         response = response_class(code=ResponseCode.SYSTEM_ERROR, remark=f"{rpc} failed: {type(exc).__name__}: {exc}")
+    return response, tail
+
+
+def _encode(request: Any, response: Message, tail: Sequence[bytes]) -> Encoded:
+    """The encoded answer: the response with the request's id, then any encoded fields."""
     response.request_id = request.request_id  # type: ignore[attr-defined]
     return (response.SerializeToString(), *tail)

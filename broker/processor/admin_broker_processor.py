@@ -36,7 +36,8 @@ class AdminBrokerProcessor:
                  consumer_offset_manager: ConsumerOffsetManager, mapping_manager: TopicQueueMappingManager,
                  store: MessageStoreReader, local_store: MessageStore, stats: BrokerStats, boot_timestamp: int,
                  on_topics_changed: Callable[[], None],
-                 timer_info: Callable[[], dict[str, str]] = dict) -> None:
+                 timer_info: Callable[[], dict[str, str]] = dict,
+                 ha_info: Callable[[], dict[str, str]] = dict) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -49,6 +50,7 @@ class AdminBrokerProcessor:
         self.boot_timestamp = boot_timestamp
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
+        self.ha_info = ha_info  # role, replication address and progress
 
     # -- topics ------------------------------------------------------------------------------------
     def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
@@ -233,6 +235,7 @@ class AdminBrokerProcessor:
             "storeRefusal": store.running_flags.write_refusal() or "",
             "commitLogDiskRatio": _disk_ratio(store),
             **self.timer_info(),
+            **self.ha_info(),
         }
         return broker_pb2.BrokerRuntimeInfo(table=table)
 

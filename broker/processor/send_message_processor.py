@@ -43,16 +43,21 @@ class SendLimits:
 class SendMessageProcessor:
     def __init__(self, limits: SendLimits, topic_config_manager: TopicConfigManager,
                  static_topics: StaticTopicService, store: MessageStore,
-                 on_topics_changed: Callable[[], None], *, delay_router: DelayRouter = DEFAULT_DELAY_ROUTER) -> None:
+                 on_topics_changed: Callable[[], None], *, delay_router: DelayRouter = DEFAULT_DELAY_ROUTER,
+                 slave: bool = False) -> None:
         self.limits = limits
         self.topic_config_manager = topic_config_manager
         self.static_topics = static_topics
         self.store = store  # the local store: sends write there, whatever serves reads
         self.on_topics_changed = on_topics_changed
         self.delay_router = delay_router  # the levels and longest delay of this broker (messageDelayLevel, ...)
+        self.slave = slave  # brokerRole=SLAVE: writes go to the master
 
     def send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         """A batch as commitlog records (``records``, what the SDK sends) or as bodies and properties."""
+        if self.slave:
+            raise Refusal(ResponseCode.NO_PERMISSION, f"broker {self.store.config.store_host} is a slave "
+                          "(brokerRole=SLAVE): send to its group's master")
         if request.records:  # checked record by record once the topic is known
             require(not request.bodies, "a send carries records or bodies, not both")
         else:

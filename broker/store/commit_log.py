@@ -37,10 +37,16 @@ class CommitLog:
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._last_store_timestamp = 0
-        # What dispatchers may read up to; moved by appends (ASYNC_FLUSH) or by flushes (SYNC_FLUSH).
+        # What dispatchers may read up to; moved by appends (ASYNC_FLUSH) or by flushes (SYNC_FLUSH), and, when
+        # ``replication_gated`` (a SYNC_MASTER, a slave), never past what the replicas have (``replicated``).
         self.confirm_offset = 0
         self.confirm_follows_flush = False
+        self.replication_gated = False
+        self._local_confirm = 0
+        self._replicated = 0
+        self._confirm_lock = threading.Lock()
         self._confirm_listeners: list[Callable[[int], None]] = []
+        self._append_listeners: list[Callable[[int], None]] = []
 
     # -- geometry ----------------------------------------------------------------------------------
     @property
@@ -63,11 +69,31 @@ class CommitLog:
     def add_confirm_listener(self, listener: Callable[[int], None]) -> None:
         self._confirm_listeners.append(listener)
 
+    def add_append_listener(self, listener: Callable[[int], None]) -> None:
+        """Called with the new end after every append (replication wakes its senders)."""
+        self._append_listeners.append(listener)
+
     def advance_confirm_offset(self, offset: int) -> None:
-        if offset > self.confirm_offset:
-            self.confirm_offset = offset
-            for listener in self._confirm_listeners:
-                listener(offset)
+        """What this store alone would confirm (appended, or flushed under SYNC_FLUSH)."""
+        if offset > self._local_confirm:
+            self._local_confirm = offset
+            self._publish_confirm()
+
+    def set_replicated_offset(self, offset: int) -> None:
+        """The replicas have everything below ``offset`` (a master: its in-sync slaves' acks; a slave: what its
+        master confirmed)."""
+        if offset > self._replicated:
+            self._replicated = offset
+            self._publish_confirm()
+
+    def _publish_confirm(self) -> None:
+        with self._confirm_lock:  # appends and acks publish from different threads: the offset only grows
+            target = min(self._local_confirm, self._replicated) if self.replication_gated else self._local_confirm
+            if target <= self.confirm_offset:
+                return
+            self.confirm_offset = target
+        for listener in self._confirm_listeners:
+            listener(target)
 
     def on_flushed(self, flushed_offset: int) -> None:
         if self.confirm_follows_flush:
@@ -109,7 +135,35 @@ class CommitLog:
             end = self.mapped_file_queue.max_offset()
             if not self.confirm_follows_flush:
                 self.advance_confirm_offset(end)
+        for listener in self._append_listeners:
+            listener(end)
         return AppendResult(physical_offsets, first_queue_offset, now, end)
+
+    # -- replication -------------------------------------------------------------------------------
+    def read_replica(self, offset: int, max_bytes: int) -> memoryview:
+        """Stored bytes from ``offset`` (a master's end of what a slave has): at most ``max_bytes``, never across a
+        segment (a slave's segments start where the master's do). Empty when nothing is there yet."""
+        segment = self.mapped_file_queue.find(offset)
+        if segment is None:
+            return memoryview(b"")
+        pos = offset - segment.file_from_offset
+        end = min(segment.wrote_position, pos + max_bytes)
+        return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
+
+    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+        """A slave appends its master's bytes where they were on the master; returns the new end. The bytes are
+        whole records and end-of-segment markers of one segment (the master cut them so)."""
+        with self._lock:
+            end = self.mapped_file_queue.max_offset()
+            assert offset == end, f"replica bytes for offset {offset}, but this commitlog ends at {end}"
+            segment = self.mapped_file_queue.last_writable()
+            assert segment.file_from_offset + segment.wrote_position == offset, "replica segments follow the master's"
+            assert len(data) <= segment.remaining, f"replica bytes cross the segment ending at {segment.end_offset}"
+            segment.append(data)
+            end = offset + len(data)
+            if not self.confirm_follows_flush:
+                self.advance_confirm_offset(end)
+        return end
 
     @staticmethod
     def _end_segment(segment: MappedFile) -> None:
@@ -170,7 +224,8 @@ class CommitLog:
         for segment in self.mapped_file_queue.files:
             if segment.end_offset <= end:
                 segment.wrote_position = segment.flushed_position = segment.file_size
-        self.confirm_offset = end
+        # What survived a restart counts as confirmed, replicated or not (replicas catch up from here).
+        self.confirm_offset = self._local_confirm = self._replicated = end
 
     def record_size_at(self, physical_offset: int) -> int:
         segment = self.mapped_file_queue.find(physical_offset)

@@ -26,6 +26,7 @@ class MappedFileQueue:
         self._pending_close: list[tuple[float, MappedFile]] = []
         # Guards changes of the segment list: the writer adds segments while the cleaner removes old ones.
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
 
     # -- loading and lookup ------------------------------------------------------------------------
     def load(self) -> None:
@@ -112,10 +113,12 @@ class MappedFileQueue:
             return self._create(last.end_offset) if last.is_full() else last
 
     def flush(self) -> int:
-        """Flush every segment with unflushed data; returns the flushed offset."""
-        for f in self._files:
-            if f.flushed_position < f.wrote_position:
-                f.flush()
+        """Flush every segment with unflushed data; returns the flushed offset. One flusher at a time (a slave's
+        replication flushes beside the flush service, and a full segment's descriptor is closed by its flush)."""
+        with self._flush_lock:
+            for f in self._files:
+                if f.flushed_position < f.wrote_position:
+                    f.flush()
         return self.flushed_offset()
 
     def release_pages(self) -> None:

@@ -23,7 +23,7 @@ from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 
 BROKERS = ["broker-a", "broker-b"]
 TOPIC_STATUS_KEYS = {"broker_name", "queue_id", "min_offset", "max_offset", "last_update_timestamp"}
-CLUSTER_KEYS = {"cluster", "broker_name", "broker_id", "addr", "put_tps", "get_tps", "topic_count", "uptime_ms",
+CLUSTER_KEYS = {"cluster", "broker_name", "broker_id", "addr", "role", "put_tps", "get_tps", "topic_count", "uptime_ms",
                 "store_type", "status", "error"}
 PROGRESS_KEYS = {"topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "client_id", "diff",
                  "last_timestamp"}
@@ -227,6 +227,7 @@ def test_cluster_list_lists_both_brokers(cluster: Cluster):
     assert [(r["broker_name"], r["addr"], r["status"], r["error"]) for r in rows] == \
         [(b, cluster.brokers[b].addr, "OK", None) for b in BROKERS]
     assert all(isinstance(r["topic_count"], int) and isinstance(r["put_tps"], float) for r in rows)
+    assert {r["role"] for r in rows} == {"ASYNC_MASTER"}
 
 
 def test_cluster_list_tolerates_a_broker_that_does_not_answer(tmp_path: Path):

@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 
+from client import Admin
 from tests.boundary.hostile_requests import all_methods, method_id, requests_for
 from tests.boundary.outcomes import Outcome, check_outcome
 from tests.boundary.protected_data import KNOWN_NAMES, ProtectedData
@@ -52,7 +53,10 @@ def protected(cluster: Cluster) -> ProtectedData:
 @pytest.fixture(scope="module")
 def channels(cluster: Cluster) -> Iterator[dict[str, grpc.Channel]]:
     options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+    with Admin(cluster.addr) as admin:  # replication listens on a port of its own
+        ha_addr = admin.broker_runtime_info(cluster.brokers[BROKER].addr)["haServerAddr"]
     opened = {"NamesrvService": grpc.insecure_channel(cluster.addr, options=options),
+              "HaService": grpc.insecure_channel(ha_addr, options=options),
               "broker": grpc.insecure_channel(cluster.brokers[BROKER].addr, options=options)}
     yield opened
     for channel in opened.values():

@@ -1,0 +1,96 @@
+"""The slave's side of replication: one stream to the master's haListenPort; the master's commitlog bytes are
+appended at the same offsets, and a flusher thread acknowledges what is durable: it fsyncs whatever arrived while
+the previous fsync ran (a group commit), so receiving never waits for the disk. The slave's confirm offset follows
+the master's (it never shows what the master has not confirmed). A broken stream is reopened after a pause, from
+where the commitlog ends."""
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+
+import grpc
+
+from broker.ha.ha_service import GroupIdentity
+from broker.store.commit_log import CommitLog
+from proto import ha_pb2, ha_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+REOPEN_PAUSE_S = 1.0
+_CLOSE = -1
+
+
+class HAClient(threading.Thread):
+    def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog) -> None:
+        super().__init__(name="ha-client", daemon=True)
+        self.master_ha_addr = master_ha_addr
+        self.identity = identity
+        self.commit_log = commit_log
+        self.master_addr = ""  # the master's broker address, from its welcome
+        self._channel = grpc.insecure_channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self._stopped = threading.Event()
+        self._acks: queue.Queue[int] = queue.Queue()
+        self._call: grpc.Future | None = None
+        self._written = threading.Condition()
+        self._flusher = threading.Thread(target=self._flush_loop, name="ha-flusher", daemon=True)
+
+    def run(self) -> None:
+        self._flusher.start()
+        while not self._stopped.is_set():
+            try:
+                self._follow()
+            except grpc.RpcError as exc:
+                if self._stopped.is_set():
+                    return
+                log.warning("replication_broken master=%s status=%s detail=%s", self.master_ha_addr,
+                            exc.code().name, exc.details())
+            self._acks.put(_CLOSE)
+            if self._stopped.wait(REOPEN_PAUSE_S):
+                return
+
+    def _frames(self, acks: "queue.Queue[int]") -> Iterator[ha_pb2.ReplicaFrame]:
+        me = self.identity
+        yield ha_pb2.ReplicaFrame(handshake=ha_pb2.ReplicaHandshake(
+            cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
+            commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size))
+        while (offset := acks.get()) != _CLOSE:
+            yield ha_pb2.ReplicaFrame(ack_offset=offset)
+
+    def _follow(self) -> None:
+        acks: queue.Queue[int] = queue.Queue()
+        self._acks = acks
+        call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks))
+        self._call = call
+        log.info("replication_started master=%s from_offset=%d", self.master_ha_addr, self.commit_log.max_offset())
+        for frame in call:
+            if frame.master_addr:
+                self.master_addr = frame.master_addr
+            if frame.data:
+                self.commit_log.append_replica(frame.offset, frame.data)
+            self.commit_log.set_replicated_offset(frame.confirm_offset)
+            with self._written:
+                self._written.notify()
+
+    def _flush_loop(self) -> None:
+        """Acknowledge what is on disk: one fsync covers every frame that arrived during the one before."""
+        mfq = self.commit_log.mapped_file_queue
+        acked = -1
+        while not self._stopped.is_set():
+            with self._written:
+                if mfq.max_offset() == acked:
+                    self._written.wait(1.0)  # at least once a second: an ack is also the link's heartbeat
+            flushed = mfq.flush()
+            self.commit_log.on_flushed(flushed)
+            self._acks.put(flushed)
+            acked = flushed
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._acks.put(_CLOSE)
+        call = self._call
+        if call is not None:
+            call.cancel()
+        if self.is_alive():
+            self.join(timeout=5)
+        self._channel.close()

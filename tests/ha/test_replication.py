@@ -1,0 +1,145 @@
+"""Replication in a broker group (issue 16, first part): a master and a slave of one brokerName as real processes.
+SYNC_MASTER: an acknowledged message is in the slave's commitlog at the same offset, byte for byte."""
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import Admin, Message, MQClientError, Producer, PullConsumer
+from client.results import SendStatus
+from common.response_code import ResponseCode
+from proto import ha_pb2, ha_pb2_grpc
+from tests.admin_cli.helpers import ok_json
+from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
+
+SEGMENT = 1024 * 1024  # small segments: replication crosses several
+TOPIC = "HaT"
+
+
+def runtime(ns: str, broker: Daemon) -> dict[str, str]:
+    with Admin(ns) as admin:
+        return admin.broker_runtime_info(broker.addr)
+
+
+def commit_log_bytes(store: Path, end: int) -> bytes:
+    files = sorted((store / "commitlog").iterdir())
+    return b"".join(f.read_bytes() for f in files)[:end]
+
+
+class Group:
+    def __init__(self, workdir: Path, role: str) -> None:
+        self.workdir = workdir
+        self.ns = start_namesrv(workdir / "namesrv")
+        self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000}
+        self.master = start_broker(workdir / "master", "broker-a", self.ns.addr, brokerRole=role, **self.settings)
+        self.ha_addr = runtime(self.ns.addr, self.master)["haServerAddr"]
+        self.slave = self.start_slave()
+
+    def start_slave(self) -> Daemon:
+        return start_broker(self.workdir / "slave", "broker-a", self.ns.addr, brokerId=1, brokerRole="SLAVE",
+                            haMasterAddress=self.ha_addr, **self.settings)
+
+    def ends(self) -> tuple[int, int]:
+        m, s = runtime(self.ns.addr, self.master), runtime(self.ns.addr, self.slave)
+        return int(m["commitLogMaxOffset"]), int(s["commitLogMaxOffset"])
+
+    def stop(self) -> None:
+        for d in (self.slave, self.master, self.ns):
+            if d.alive:
+                d.stop(strict=False)
+
+
+@pytest.fixture
+def sync_group(tmp_path: Path) -> Iterator[Group]:
+    g = Group(tmp_path, "SYNC_MASTER")
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "1", what="the slave to connect")
+        yield g
+    finally:
+        g.stop()
+
+
+def test_sync_master_acknowledges_what_the_slave_has_byte_for_byte(sync_group: Group):
+    g = sync_group
+    with Producer(g.ns.addr) as producer:
+        for i in range(0, 5000, 50):  # ~5 MB: several segments
+            result = producer.send_batch([Message(TOPIC, f"m{j}".encode() * 100) for j in range(i, i + 50)])
+            assert result.status is SendStatus.SEND_OK
+    master_end = int(runtime(g.ns.addr, g.master)["commitLogMaxOffset"])
+    wait_until(lambda: g.ends()[1] >= master_end, what="the slave to hold everything acknowledged")
+    assert master_end > 2 * SEGMENT
+    master_bytes = commit_log_bytes(g.workdir / "master" / "broker-a" / "store", master_end)
+    slave_bytes = commit_log_bytes(g.workdir / "slave" / "broker-a" / "store", master_end)
+    assert slave_bytes == master_bytes
+    info = runtime(g.ns.addr, g.master)
+    assert int(info["commitLogConfirmOffset"]) == master_end  # confirmed = replicated
+    with PullConsumer(g.ns.addr, group="ha-reader") as consumer:
+        total = sum(consumer.max_offset(mq) for mq in consumer.queues(TOPIC))
+    assert total == 5000
+
+
+def test_a_slave_refuses_sends_and_a_stranger_is_refused(sync_group: Group):
+    g = sync_group
+    from proto import broker_pb2, broker_pb2_grpc
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+    answer = stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[b"x"]), timeout=5)
+    assert answer.code == ResponseCode.NO_PERMISSION and "slave" in answer.remark
+    ha = ha_pb2_grpc.HaServiceStub(grpc.insecure_channel(g.ha_addr))
+    hello = ha_pb2.ReplicaHandshake(cluster_name="DefaultCluster", broker_name="broker-z", broker_id=1,
+                                    commit_log_end=0, mapped_file_size=SEGMENT)
+    with pytest.raises(grpc.RpcError) as err:
+        list(ha.Replicate(iter([ha_pb2.ReplicaFrame(handshake=hello)]), timeout=5))
+    assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION and "broker-z" in err.value.details()
+
+
+def test_without_its_slave_a_sync_master_fails_sends_fast_and_confirms_nothing_more(sync_group: Group):
+    g = sync_group
+    with Producer(g.ns.addr, retry_times=0) as producer:
+        producer.send(Message(TOPIC, b"before"))
+        confirmed = int(runtime(g.ns.addr, g.master)["commitLogConfirmOffset"])
+        g.slave.stop(signal.SIGKILL)
+        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "0", what="the master to see the slave go")
+        with pytest.raises(MQClientError) as err:
+            producer.send(Message(TOPIC, b"while the slave is down"))
+        assert "SLAVE_NOT_AVAILABLE" in str(err.value)
+        assert int(runtime(g.ns.addr, g.master)["commitLogConfirmOffset"]) == confirmed
+        g.slave = g.start_slave()  # it catches up, and what waited becomes visible
+        wait_until(lambda: int(runtime(g.ns.addr, g.master)["commitLogConfirmOffset"]) > confirmed,
+                   what="the returning slave to confirm the stored message")
+        assert producer.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
+
+
+def test_cluster_list_shows_the_group_with_roles(sync_group: Group):
+    g = sync_group
+    with Admin(g.ns.addr) as admin:
+        wait_until(lambda: len(admin.all_brokers()) == 2, what="both replicas registered")
+    rows = ok_json(g.ns.addr, "clusterList")
+    assert [(r["broker_name"], r["broker_id"], r["addr"], r["role"]) for r in rows] == [
+        ("broker-a", 0, g.master.addr, "SYNC_MASTER"), ("broker-a", 1, g.slave.addr, "SLAVE")]
+
+
+def test_an_async_master_acknowledges_at_once_and_its_slave_follows(tmp_path: Path):
+    g = Group(tmp_path, "ASYNC_MASTER")
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        g.slave.stop(signal.SIGKILL)
+        with Producer(g.ns.addr) as producer:
+            for i in range(200):
+                assert producer.send(Message(TOPIC, f"a{i}".encode())).status is SendStatus.SEND_OK
+        g.slave = g.start_slave()
+        master_end = g.ends()[0]
+        wait_until(lambda: g.ends()[1] == master_end, what="the slave to catch up")
+        store = g.workdir / "{}" / "broker-a" / "store"
+        assert commit_log_bytes(Path(str(store).format("slave")), master_end) == \
+            commit_log_bytes(Path(str(store).format("master")), master_end)
+    finally:
+        g.stop()
+
