@@ -18,6 +18,7 @@ from broker.consumer_servicer import ConsumerServicer
 from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import GroupIdentity, HAService
 from broker.ha.ha_servicer import HaServicer
+from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
 from broker.kv_servicer import KvServicer
@@ -104,6 +105,7 @@ class BrokerController:
         self._server: grpc.aio.Server | None = None
         self.ha: HAService | None = None  # a master's replication
         self.ha_client: HAClient | None = None  # a slave's
+        self.slave_sync: SlaveSynchronize | None = None
         self._ha_server: grpc.aio.Server | None = None
         self.ha_server_addr = ""
         self._offset_flusher = threading.Event()
@@ -143,6 +145,10 @@ class BrokerController:
         else:
             self.ha_client = HAClient(c.ha_master_address, identity, local_store.commit_log)
             self.ha_client.start()
+            client = self.ha_client
+            self.slave_sync = SlaveSynchronize(lambda: client.master_addr, self.topic_config_manager,
+                                               self.subscription_group_manager, self._announce)
+            self.slave_sync.start()
         self._wire_processors()
         handlers = GenericHandlersOnly(server)
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, handlers)
@@ -294,6 +300,8 @@ class BrokerController:
             await self._ha_server.stop(grace=1)
         if self.ha_client is not None:
             await asyncio.to_thread(self.ha_client.shutdown)
+        if self.slave_sync is not None:
+            await asyncio.to_thread(self.slave_sync.shutdown)
         self._offset_flusher.set()
         if self.static_topic_clean_service is not None:
             self.static_topic_clean_service.shutdown()

@@ -57,6 +57,7 @@ class HAService:
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
         commit_log.replication_gated = role is BrokerRole.SYNC_MASTER
         commit_log.add_append_listener(self._on_append)
+        commit_log.add_confirm_listener(self._on_append)  # slaves learn a new confirm offset at once
 
     # -- the send path ----------------------------------------------------------------------------
     async def wait_replicated(self, offset: int, timeout_s: float) -> int:
@@ -130,21 +131,21 @@ class HAService:
         try:
             yield ha_pb2.ReplicationFrame(offset=hello.commit_log_end, confirm_offset=self.commit_log.confirm_offset,
                                           master_addr=self.identity.broker_addr)
-            position = hello.commit_log_end
+            position, told = hello.commit_log_end, -1
             while not acks.done():
                 data = self.commit_log.read_replica(position, FRAME_BYTES)
-                if data:
-                    yield ha_pb2.ReplicationFrame(offset=position, data=bytes(data),
-                                                  confirm_offset=self.commit_log.confirm_offset)
-                    position += len(data)
+                confirm = self.commit_log.confirm_offset
+                if data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
+                    yield ha_pb2.ReplicationFrame(offset=position, data=bytes(data), confirm_offset=confirm)
+                    position, told = position + len(data), confirm
                     continue
                 appended.clear()
-                if self.commit_log.read_replica(position, 1):
-                    continue  # appended between the read and the clear
+                if self.commit_log.read_replica(position, 1) or self.commit_log.confirm_offset != told:
+                    continue  # changed between the read and the clear
                 try:
                     await asyncio.wait_for(appended.wait(), HEARTBEAT_S)
                 except TimeoutError:
-                    yield ha_pb2.ReplicationFrame(offset=position, confirm_offset=self.commit_log.confirm_offset)
+                    yield ha_pb2.ReplicationFrame(offset=position, confirm_offset=told)
         finally:
             acks.cancel()
             self._appended.discard(appended)

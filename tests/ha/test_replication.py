@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client import Admin, Message, MQClientError, Producer, PullConsumer
+from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer
 from client.results import SendStatus
 from common.response_code import ResponseCode
 from proto import ha_pb2, ha_pb2_grpc
@@ -143,3 +143,20 @@ def test_an_async_master_acknowledges_at_once_and_its_slave_follows(tmp_path: Pa
     finally:
         g.stop()
 
+
+
+def test_a_slave_holds_its_masters_topics_and_serves_pulls_of_replicated_messages(sync_group: Group):
+    g = sync_group
+    from proto import broker_pb2, broker_pb2_grpc, common_pb2
+    with Producer(g.ns.addr) as producer:
+        for i in range(20):
+            producer.send(Message(TOPIC, f"s{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", 0))
+    slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+    wait_until(lambda: TOPIC in {c.topic_name for c in slave.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs},
+               what="the slave to copy the master's topics")
+    answer = slave.PullMessage(broker_pb2.PullMessageRequest(consumer_group="slave-reader", topic=TOPIC, queue_id=0,
+                                                             queue_offset=0, max_msg_nums=64), timeout=5)
+    assert answer.code == ResponseCode.SUCCESS
+    from client.pulled_messages import PulledMessages
+    # every acknowledged message at once: the master tells the slave its new confirm offset as it moves
+    assert [m.body for m in PulledMessages(answer.records)] == [f"s{i}".encode() for i in range(20)]
