@@ -131,6 +131,7 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "brokerRole": ("broker_role", _choice(BrokerRole)),
     "haListenPort": ("ha_listen_port", _int_in(0, MAX_PORT)),
     "haMasterAddress": ("ha_master_address", _addresses),
+    "slaveReadEnable": ("slave_read_enable", _bool),
     "channelExpiredTimeout": ("channel_expired_timeout", _int_in(100, 86_400_000)),
     "rebalanceLockMaxLiveTime": ("rebalance_lock_max_live_time", _int_in(100, 86_400_000)),
     "storeType": ("store_type", _choice(StoreType)),
@@ -187,6 +188,7 @@ class BrokerConfig:
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     ha_listen_port: int = 0  # replication (masters): 0 = a free port, shown as haServerAddr in the runtime info
     ha_master_address: str = ""  # a slave's master's replication address (host:haListenPort)
+    slave_read_enable: bool = False  # a slave serves pulls (of what its master confirmed)
     channel_expired_timeout: int = 30_000  # ms: a consumer silent this long leaves its groups
     rebalance_lock_max_live_time: int = 60_000  # ms: an orderly queue lease not renewed this long ends
     store_type: StoreType = StoreType.DEFAULT

@@ -213,7 +213,10 @@ class BrokerController:
                                       self._announce, delay_router=self.timer.router,
                                       slave=not c.broker_role.is_master),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
-                                      self.consumer_offset_manager, self.static_topics, self.store),
+                                      self.consumer_offset_manager, self.static_topics, self.store,
+                                      refusal=None if c.broker_role.is_master or c.slave_read_enable else
+                                      f"broker {self.broker_addr} is a slave and slaveReadEnable=false: pull from "
+                                      "its master"),
             consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
                                                     self.static_topics, self.store),
             query=QueryMessageProcessor(self.store),

@@ -145,6 +145,15 @@ class ClientInstance:
                     return bd.broker_addrs[0]
         raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
 
+    def read_addr(self, topic: str, broker_name: str) -> str:
+        """Where to read ``broker_name``'s queues of ``topic``: its master, or while the group has none (the name
+        server dropped it) its lowest-id slave, which serves what the master had confirmed (slaveReadEnable)."""
+        for attempt in range(2):
+            for bd in self.route(topic, refresh=attempt > 0).broker_datas:
+                if bd.broker_name == broker_name and bd.broker_addrs:
+                    return bd.broker_addrs[min(bd.broker_addrs)]
+        raise MQClientError(f"broker {broker_name} of topic {topic} has no live replica")
+
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""
         route = self.route(topic, refresh, for_publish=True)

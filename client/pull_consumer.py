@@ -53,7 +53,7 @@ class PullConsumer:
         """Address to ask about ``mq`` and how the request names it (logic queues: their leader, LOGIC)."""
         if is_logic_queue(mq):
             return self.client.leader_addr(mq.topic, mq.queue_id, refresh=refresh), broker_pb2.LOGIC
-        return self.client.master_addr(mq.topic, mq.broker_name), broker_pb2.ADDRESSING_UNSPECIFIED
+        return self.client.read_addr(mq.topic, mq.broker_name), broker_pb2.ADDRESSING_UNSPECIFIED
 
     def _call(self, what: str, mq: MessageQueue, method: str, request, timeout_s: float | None = None):
         """Unary call about ``mq``; on a logic queue, a NOT_LEADER_FOR_QUEUE answer or an unreachable leader
@@ -94,7 +94,7 @@ class PullConsumer:
         if is_logic_queue(mq):
             self._pull_static(mq, request, future, hops=0, leader_retries=1)
             return future
-        addr = self.client.master_addr(mq.topic, mq.broker_name)
+        addr = self.client.read_addr(mq.topic, mq.broker_name)
         call = self._pull_call(addr, request)
 
         def done(call: Future) -> None:

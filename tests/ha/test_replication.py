@@ -33,7 +33,8 @@ class Group:
     def __init__(self, workdir: Path, role: str) -> None:
         self.workdir = workdir
         self.ns = start_namesrv(workdir / "namesrv")
-        self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000}
+        self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000,
+                         "brokerNotActiveTimeoutMillis": 3000, "slaveReadEnable": "true"}
         self.master = start_broker(workdir / "master", "broker-a", self.ns.addr, brokerRole=role, **self.settings)
         self.ha_addr = runtime(self.ns.addr, self.master)["haServerAddr"]
         self.slave = self.start_slave()
@@ -160,3 +161,26 @@ def test_a_slave_holds_its_masters_topics_and_serves_pulls_of_replicated_message
     from client.pulled_messages import PulledMessages
     # every acknowledged message at once: the master tells the slave its new confirm offset as it moves
     assert [m.body for m in PulledMessages(answer.records)] == [f"s{i}".encode() for i in range(20)]
+
+
+def test_with_its_master_gone_a_group_is_read_from_its_slave(sync_group: Group):
+    g = sync_group
+    with Producer(g.ns.addr) as producer:
+        sent = [f"f{i}".encode() for i in range(100)]
+        for body in sent:
+            producer.send(Message(TOPIC, body))
+    wait_until(lambda: int(runtime(g.ns.addr, g.slave)["topicCount"]) > 0, what="the slave to copy the topics")
+    g.master.stop(signal.SIGKILL)
+    with PullConsumer(g.ns.addr, group="failover-reader") as consumer:
+        def read_all() -> list[bytes]:
+            got: list[bytes] = []
+            try:
+                for mq in consumer.queues(TOPIC):
+                    got += [m.body for m in consumer.pull(mq, 0, 64).messages]
+            except MQClientError:
+                return []  # the master still in the route: refused or unreachable until the name server drops it
+            return got
+
+        got = wait_until(read_all, timeout=20, what="the slave to serve the group's queues")
+    assert sorted(got) == sorted(sent)
+
