@@ -94,6 +94,12 @@ class HAService:
         if offset <= self._acks.get(slave_id, -1):
             return
         self._acks[slave_id] = offset
+        self._settle()
+
+    def _settle(self) -> None:
+        """Move the replicated offset to what every connected slave has, and answer the sends below it."""
+        if not self._acks:
+            return
         replicated = self.replicated_offset()
         self.commit_log.set_replicated_offset(replicated)
         while self._waiters and self._waiters[0][0] <= replicated:
@@ -150,6 +156,7 @@ class HAService:
             acks.cancel()
             self._appended.discard(appended)
             self._acks.pop(slave_id, None)
+            self._settle()  # the slaves left may have everything a send waits for
             log.warning("slave_disconnected broker=%s slave_id=%d", hello.broker_name, slave_id)
 
     def _check(self, hello: ha_pb2.ReplicaHandshake) -> None:
