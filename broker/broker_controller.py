@@ -147,7 +147,8 @@ class BrokerController:
             self.ha_client.start()
             client = self.ha_client
             self.slave_sync = SlaveSynchronize(lambda: client.master_addr, self.topic_config_manager,
-                                               self.subscription_group_manager, self._announce)
+                                               self.subscription_group_manager, self.consumer_offset_manager,
+                                               self._announce)
             self.slave_sync.start()
         self._wire_processors()
         handlers = GenericHandlersOnly(server)

@@ -154,6 +154,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetAllSubscriptionGroup(self, request, context):
         return await run(self.admin.all_groups)
 
+    async def GetAllConsumerOffsets(self, request, context):
+        return await run(self.admin.all_consumer_offsets)
+
     async def GetTopicStatsInfo(self, request, context):
         return await run(self.admin.topic_stats, request)
 

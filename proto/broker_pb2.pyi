@@ -363,3 +363,21 @@ class TopicQueueMappingResponse(_message.Message):
     detail: _common_pb2.TopicQueueMappingDetail
     config: _common_pb2.TopicConfig
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., detail: _Optional[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class ConsumerOffsetEntry(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerOffsetList(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ...) -> None: ...

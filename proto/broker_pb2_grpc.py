@@ -125,6 +125,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.SubscriptionGroupList.FromString,
                 _registered_method=True)
+        self.GetAllConsumerOffsets = channel.unary_unary(
+                '/rmq.BrokerService/GetAllConsumerOffsets',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ConsumerOffsetList.FromString,
+                _registered_method=True)
         self.GetTopicStatsInfo = channel.unary_unary(
                 '/rmq.BrokerService/GetTopicStatsInfo',
                 request_serializer=proto_dot_broker__pb2.TopicRequest.SerializeToString,
@@ -272,6 +277,13 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAllConsumerOffsets(self, request, context):
+        """Every committed offset this broker keeps (a slave copies its master's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetTopicStatsInfo(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -396,6 +408,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetAllSubscriptionGroup,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_broker__pb2.SubscriptionGroupList.SerializeToString,
+            ),
+            'GetAllConsumerOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllConsumerOffsets,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_broker__pb2.ConsumerOffsetList.SerializeToString,
             ),
             'GetTopicStatsInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTopicStatsInfo,
@@ -909,6 +926,33 @@ class BrokerService:
             '/rmq.BrokerService/GetAllSubscriptionGroup',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_broker__pb2.SubscriptionGroupList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllConsumerOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetAllConsumerOffsets',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_broker__pb2.ConsumerOffsetList.FromString,
             options,
             channel_credentials,
             insecure,

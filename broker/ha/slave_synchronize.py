@@ -1,6 +1,7 @@
-"""A slave copies its master's topic configs and subscription groups (upstream's SlaveSynchronize): every
-``SYNC_INTERVAL_S`` and as soon as the master's address is known. What the master no longer has is deleted here
-too. Consumer offsets are not copied yet: a slave promoted by hand starts groups from their defaults."""
+"""A slave copies its master's topic configs, subscription groups and consumer offsets (upstream's
+SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics the master no
+longer has are deleted here too. Offsets are as of the last copy: a consumer reading from the slave while the
+master is down may read again what was committed since (at-least-once)."""
 
 import logging
 import threading
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 import grpc
 
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
@@ -22,11 +24,12 @@ RPC_TIMEOUT_S = 30.0
 
 class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 on_topics_changed: Callable[[], None]) -> None:
+                 offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None]) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
         self.groups = groups
+        self.offsets = offsets
         self.on_topics_changed = on_topics_changed
         self._stopped = threading.Event()
         self._synced_from = ""
@@ -47,6 +50,7 @@ class SlaveSynchronize(threading.Thread):
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             configs = stub.GetAllTopicConfig(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).configs
             groups = stub.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).groups
+            offsets = stub.GetAllConsumerOffsets(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).offsets
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}
         changed = [c for name, c in masters.items() if mine.get(name) != c]
@@ -60,6 +64,9 @@ class SlaveSynchronize(threading.Thread):
                                              g.retry_queue_nums, g.retry_max_times, g.broker_id)
             if self.groups.subscription_group_table.get(g.group_name) != config:
                 self.groups.update(config)
+        for o in offsets:
+            if self.offsets.query_offset(o.group, o.topic, o.queue_id) != o.offset and o.offset >= 0:
+                self.offsets.commit_offset(o.group, o.topic, o.queue_id, o.offset)
         if changed or gone:
             log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d", addr, len(changed),
                      len(gone), len(groups))

@@ -26,6 +26,10 @@ class ConsumerOffsetManager:
         self._lock = threading.RLock()
         self.store.bind(self._snapshot)
 
+    def all_offsets(self) -> list[OffsetRecord]:
+        """Every committed offset as (group, topic, queue id, offset)."""
+        return self._snapshot()
+
     def _snapshot(self) -> list[OffsetRecord]:
         with self._lock:
             return [(group, topic, queue_id, offset) for (group, topic), queues in self.offset_table.items()

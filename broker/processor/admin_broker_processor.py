@@ -184,6 +184,11 @@ class AdminBrokerProcessor:
             raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
+    def all_consumer_offsets(self) -> broker_pb2.ConsumerOffsetList:
+        return broker_pb2.ConsumerOffsetList(offsets=[
+            broker_pb2.ConsumerOffsetEntry(group=g, topic=t, queue_id=q, offset=o)
+            for g, t, q, o in self.consumer_offset_manager.all_offsets()])
+
     def all_groups(self) -> broker_pb2.SubscriptionGroupList:
         groups = self.subscription_group_manager.subscription_group_table.values()
         return broker_pb2.SubscriptionGroupList(groups=[

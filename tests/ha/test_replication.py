@@ -184,3 +184,17 @@ def test_with_its_master_gone_a_group_is_read_from_its_slave(sync_group: Group):
         got = wait_until(read_all, timeout=20, what="the slave to serve the group's queues")
     assert sorted(got) == sorted(sent)
 
+
+
+def test_a_slave_copies_its_masters_consumer_offsets(sync_group: Group):
+    g = sync_group
+    from proto import broker_pb2, broker_pb2_grpc
+    with PullConsumer(g.ns.addr, group="offsets-group") as consumer:
+        consumer.commit(MessageQueue(TOPIC, "broker-a", 2), 7)
+    slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+
+    def slave_offset() -> int:
+        return slave.QueryConsumerOffset(broker_pb2.QueryConsumerOffsetRequest(
+            consumer_group="offsets-group", topic=TOPIC, queue_id=2), timeout=5).offset
+
+    wait_until(lambda: slave_offset() == 7, timeout=25, what="the slave to copy the committed offset (every 10 s)")
