@@ -134,9 +134,14 @@ class BrokerController:
         identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                                  c.mapped_file_size_commit_log)
         if c.broker_role.is_master:  # before the store starts: a SYNC_MASTER's confirm offset waits for acks
-            self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop())
+            self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
+                                c.sync_flush_timeout / 1000)
         else:
             local_store.commit_log.replication_gated = True  # a slave shows only what its master confirmed
+            # Any put (a KV write, a sent-back message, ...) would break the byte-for-byte copy: refused below the
+            # processors, once for all of them.
+            local_store.running_flags.set_replica(f"broker {self.broker_addr} is a slave (brokerRole=SLAVE): its "
+                                                  "commitlog is its master's copy; write to the master")
         await asyncio.to_thread(self._load)
         if c.broker_role.is_master:  # a slave never writes: its master delivers timers and uploads to the tier
             self.timer.start(local_store, self._queue_exists)
@@ -229,7 +234,6 @@ class BrokerController:
                 stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce,
                 timer_info=self.timer.runtime_info, ha_info=self._ha_info),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha,
-            commit_log_end=self.local_store.commit_log.max_offset, sync_slave_timeout_s=c.sync_flush_timeout / 1000,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
         self.kv_servicer = KvServicer(KvProcessor(c.broker_name, self.kv, self.kv_provisioner,
@@ -243,7 +247,7 @@ class BrokerController:
             on_topics_changed=self._announce)
         self.consumer_servicer = ConsumerServicer(self.consumer_groups, SendMsgBackProcessor(
             self.topic_config_manager, self.subscription_group_manager, self.local_store, self.timer.router,
-            self._announce))
+            self._announce), self.ha)
 
     async def _expire_consumers(self) -> None:
         """Members whose heartbeats stopped without their stream ending (a half-open connection) leave."""

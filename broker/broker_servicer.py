@@ -15,7 +15,6 @@ from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
-from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
 from common.stream_answers import Answer, answer_frames
 from proto import broker_pb2, broker_pb2_grpc
@@ -35,8 +34,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, *, send: SendMessageProcessor, pull: PullMessageProcessor,
                  consumer_manage: ConsumerManageProcessor, query: QueryMessageProcessor, admin: AdminBrokerProcessor,
                  hold_service: PullRequestHoldService, stats: BrokerStats, long_polling_max_suspend_ms: int,
-                 sync_flush: bool, ha: HAService | None = None, commit_log_end: Callable[[], int] = lambda: 0,
-                 sync_slave_timeout_s: float = 3.0) -> None:
+                 sync_flush: bool, ha: HAService | None = None) -> None:
         self.send = send
         self.pull = pull
         self.consumer_manage = consumer_manage
@@ -47,8 +45,6 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.max_suspend_ms = long_polling_max_suspend_ms
         self.sync_flush = sync_flush
         self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
-        self.commit_log_end = commit_log_end
-        self.sync_slave_timeout_s = sync_slave_timeout_s
 
     async def SendMessage(self, request, context):
         response = await self._send(request)
@@ -70,19 +66,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return response
 
     def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None]:
-        """Called right after the send was stored: a SYNC_MASTER answers it once its slaves have the commitlog up
-        to its end now (at or past the send's own end); an ASYNC_MASTER at once."""
-        return self._await_replication(response, self.commit_log_end())
-
-    async def _await_replication(self, response: broker_pb2.SendMessageResponse, end: int) -> None:
-        if self.ha is None or response.code != ResponseCode.SUCCESS:
-            return
-        code = await self.ha.wait_replicated(end, self.sync_slave_timeout_s)
-        if code != ResponseCode.SUCCESS:
-            response.code = code
-            response.remark = ("no slave is connected: the message is stored on the master only"
-                               if code == ResponseCode.SLAVE_NOT_AVAILABLE else
-                               "the slave did not confirm in time: the message is stored on the master")
+        """A SYNC_MASTER answers a stored send once its slaves have it (``HAService.acknowledged``)."""
+        return self.ha.acknowledged(response) if self.ha is not None else _done()
 
     async def PullMessage(self, request, context):
         return (await self._pull(request)).full_response()
@@ -171,3 +156,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def GetTopicQueueMapping(self, request, context):
         return await run(self.admin.get_mapping, request)
+
+
+async def _done() -> None:
+    """Nothing to wait for."""

@@ -2,6 +2,7 @@
 raises is answered by the RPC boundary (``common/rpc_boundary.py``)."""
 
 from broker.broker_servicer import run
+from broker.ha.ha_service import HAService
 from broker.processor.consumer_group_processor import ConsumerGroupProcessor
 from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from common.rpc_boundary import rpc_boundary
@@ -10,9 +11,11 @@ from proto import consumer_pb2, consumer_pb2_grpc
 
 @rpc_boundary(consumer_pb2.DESCRIPTOR.services_by_name["ConsumerService"])
 class ConsumerServicer(consumer_pb2_grpc.ConsumerServiceServicer):
-    def __init__(self, groups: ConsumerGroupProcessor, send_back: SendMsgBackProcessor) -> None:
+    def __init__(self, groups: ConsumerGroupProcessor, send_back: SendMsgBackProcessor,
+                 ha: HAService | None = None) -> None:
         self.groups = groups
         self.send_back = send_back
+        self.ha = ha  # a SYNC_MASTER answers a sent-back message once its slaves have it, as a send
 
     async def ConsumerSession(self, request_iterator, context):
         async for notice in self.groups.session(request_iterator, context.peer()):
@@ -28,7 +31,10 @@ class ConsumerServicer(consumer_pb2_grpc.ConsumerServiceServicer):
         return self.groups.unlock_batch(request)
 
     async def ConsumerSendMsgBack(self, request, context):
-        return await run(self.send_back.send_back, request, in_thread=True)
+        response = await run(self.send_back.send_back, request, in_thread=True)
+        if self.ha is not None:
+            await self.ha.acknowledged(response)
+        return response
 
     async def GetConsumerConnection(self, request, context):
         return self.groups.connection(request)

@@ -139,20 +139,26 @@ class ClientInstance:
         self._routes.pop(topic, None)
 
     def master_addr(self, topic: str, broker_name: str, for_publish: bool = False) -> str:
-        for attempt in range(2):
-            for bd in self.route(topic, refresh=attempt > 0, for_publish=for_publish).broker_datas:
-                if bd.broker_name == broker_name and 0 in bd.broker_addrs:
-                    return bd.broker_addrs[0]
-        raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
+        addr = self._replica_addr(topic, broker_name, for_publish, masters_only=True)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
+        return addr
 
     def read_addr(self, topic: str, broker_name: str) -> str:
         """Where to read ``broker_name``'s queues of ``topic``: its master, or while the group has none (the name
         server dropped it) its lowest-id slave, which serves what the master had confirmed (slaveReadEnable)."""
+        addr = self._replica_addr(topic, broker_name, False, masters_only=False)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name} of topic {topic} has no live replica")
+        return addr
+
+    def _replica_addr(self, topic: str, broker_name: str, for_publish: bool, masters_only: bool) -> str | None:
+        """The lowest-id live replica of the group (id 0: its master), from the cached route, then a fresh one."""
         for attempt in range(2):
-            for bd in self.route(topic, refresh=attempt > 0).broker_datas:
-                if bd.broker_name == broker_name and bd.broker_addrs:
+            for bd in self.route(topic, refresh=attempt > 0, for_publish=for_publish).broker_datas:
+                if bd.broker_name == broker_name and bd.broker_addrs and (0 in bd.broker_addrs or not masters_only):
                     return bd.broker_addrs[min(bd.broker_addrs)]
-        raise MQClientError(f"broker {broker_name} of topic {topic} has no live replica")
+        return None
 
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""

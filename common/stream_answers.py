@@ -46,9 +46,9 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
     """Encoded answer frames (field 1: the responses) for request ``frames`` (messages with ``requests``).
     ``in_order``: each request is handled to its end before the next one (sends: a stream's batches are appended
     in the order they were sent); otherwise each is handled in its own task (pulls: one that long-polls holds up
-    no other). ``settle(response)``: called as soon as an in-order request is handled, what it returns is awaited
-    in a task of its own so the next request goes on (a SYNC_MASTER's send: its replication); it may change the
-    response's code."""
+    no other). ``settle(response)``: called as soon as a request is handled, and what it returns awaited before the
+    answer leaves (a SYNC_MASTER's send: its replication); it may change the response's code. In order, that
+    wait runs in a task of its own, so the next request goes on."""
     answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
 
@@ -58,7 +58,11 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
         task.add_done_callback(tasks.discard)
 
     async def answer(request: Any) -> None:
-        answers.put_nowait(_encode(request, *await _respond(request, handle, response_class, rpc)))
+        response, tail = await _respond(request, handle, response_class, rpc)
+        if settle is None:
+            answers.put_nowait(_encode(request, response, tail))
+        else:
+            await settled(request, response, tail, settle(response))
 
     async def settled(request: Any, response: Message, tail: Sequence[bytes], pending: Awaitable[None]) -> None:
         try:
@@ -76,7 +80,7 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
                     raise RequestError(f"a frame does not parse: {frame.reason}")
                 for request in frame.requests:
                     if not in_order:
-                        spawn(answer(request))
+                        spawn(answer(request))  # settled in the same task
                     elif settle is None:
                         await answer(request)
                     else:

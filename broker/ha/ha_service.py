@@ -14,8 +14,9 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import Any
 
 from broker.ha.broker_role import BrokerRole
 from broker.store.commit_log import CommitLog
@@ -43,8 +44,9 @@ class GroupIdentity:
 
 class HAService:
     def __init__(self, role: BrokerRole, identity: GroupIdentity, commit_log: CommitLog,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, slave_timeout_s: float = 3.0) -> None:
         self.role = role
+        self.slave_timeout_s = slave_timeout_s  # syncFlushTimeout: how long a send waits for its slaves
         self.identity = identity
         self.commit_log = commit_log
         self._loop = loop
@@ -60,6 +62,22 @@ class HAService:
         commit_log.add_confirm_listener(self._on_append)  # slaves learn a new confirm offset at once
 
     # -- the send path ----------------------------------------------------------------------------
+    def acknowledged(self, response: Any) -> Awaitable[None]:
+        """Call right after a write was stored (``response`` has ``code`` and ``remark``): what it returns
+        completes once the slaves have the commitlog up to its end now (at or past the write's own end), and turns
+        a SUCCESS into SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT when they do not. At once for an ASYNC_MASTER."""
+        return self._acknowledged(response, self.commit_log.max_offset())
+
+    async def _acknowledged(self, response: Any, end: int) -> None:
+        if response.code != ResponseCode.SUCCESS:
+            return
+        code = await self.wait_replicated(end, self.slave_timeout_s)
+        if code != ResponseCode.SUCCESS:
+            response.code = code
+            response.remark = ("no slave is connected: stored on the master only" if code ==
+                               ResponseCode.SLAVE_NOT_AVAILABLE else "the slave did not confirm in time: stored on "
+                               "the master")
+
     async def wait_replicated(self, offset: int, timeout_s: float) -> int:
         """A response code for a send whose bytes end at ``offset``: SUCCESS once replicated (at once for an
         ASYNC_MASTER)."""

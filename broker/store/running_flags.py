@@ -4,7 +4,8 @@ Two kinds of refusal:
 - fail-stop: a dispatcher invariant broke or an fsync failed, so the store can no longer promise what it would
   acknowledge. It is never cleared while the process lives (after a failed fsync Linux may report success for
   pages it already dropped, so retrying proves nothing); a restart recovers from the commitlog.
-- disk pressure: set and cleared by the disk watcher as usage crosses the refusal level.
+- disk pressure: set and cleared by the disk watcher as usage crosses the refusal level;
+- a replica: a slave's commitlog is written by replication only (``CommitLog.append_replica``), never by a put.
 Reads never consult these flags: a fenced store still serves everything it holds.
 """
 
@@ -20,6 +21,7 @@ class RunningFlags:
         self._lock = threading.Lock()
         self.fail_stop_reason: str | None = None
         self.disk_full_reason: str | None = None
+        self.replica_reason: str | None = None
         self._fail_stop_listeners: list[Callable[[str], None]] = []
 
     def on_fail_stop(self, listener: Callable[[str], None]) -> None:
@@ -42,12 +44,16 @@ class RunningFlags:
         """``reason`` refuses writes for disk pressure; None takes writes again."""
         self.disk_full_reason = reason
 
+    def set_replica(self, reason: str) -> None:
+        """Refuse every put for the process's life: this store copies another's log byte for byte."""
+        self.replica_reason = reason
+
     @property
     def writeable(self) -> bool:
-        return self.fail_stop_reason is None and self.disk_full_reason is None
+        return self.fail_stop_reason is None and self.disk_full_reason is None and self.replica_reason is None
 
     def write_refusal(self) -> str | None:
         """Why a write is refused now (the text a writer sees), or None when writes are taken."""
         if self.fail_stop_reason is not None:
             return f"the store stopped taking writes: {self.fail_stop_reason}; restart the broker to recover"
-        return self.disk_full_reason
+        return self.disk_full_reason or self.replica_reason

@@ -30,11 +30,11 @@ def commit_log_bytes(store: Path, end: int) -> bytes:
 
 
 class Group:
-    def __init__(self, workdir: Path, role: str) -> None:
+    def __init__(self, workdir: Path, role: str, **settings: str) -> None:
         self.workdir = workdir
         self.ns = start_namesrv(workdir / "namesrv")
         self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000,
-                         "brokerNotActiveTimeoutMillis": 3000, "slaveReadEnable": "true"}
+                         "brokerNotActiveTimeoutMillis": 3000, "slaveReadEnable": "true", **settings}
         self.master = start_broker(workdir / "master", "broker-a", self.ns.addr, brokerRole=role, **self.settings)
         self.ha_addr = runtime(self.ns.addr, self.master)["haServerAddr"]
         self.slave = self.start_slave()
@@ -53,9 +53,12 @@ class Group:
                 d.stop(strict=False)
 
 
-@pytest.fixture
-def sync_group(tmp_path: Path) -> Iterator[Group]:
-    g = Group(tmp_path, "SYNC_MASTER")
+# Both flush modes (a SYNC_FLUSH stream answers sends out of order: each must still wait for the slave) and both
+# store types.
+@pytest.fixture(params=[("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")], ids=lambda p: "-".join(p))
+def sync_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Group]:
+    flush, store_type = request.param
+    g = Group(tmp_path, "SYNC_MASTER", flushDiskType=flush, storeType=store_type)
     try:
         with Admin(g.ns.addr) as admin:
             admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
@@ -91,6 +94,11 @@ def test_a_slave_refuses_sends_and_a_stranger_is_refused(sync_group: Group):
     stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
     answer = stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[b"x"]), timeout=5)
     assert answer.code == ResponseCode.NO_PERMISSION and "slave" in answer.remark
+    from proto import consumer_pb2, consumer_pb2_grpc  # any other write is refused by the slave's store itself
+    back = consumer_pb2_grpc.ConsumerServiceStub(grpc.insecure_channel(g.slave.addr)).ConsumerSendMsgBack(
+        consumer_pb2.SendMsgBackRequest(group="g", topic=TOPIC, body=b"x", max_reconsume_times=-1), timeout=5)
+    assert back.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in back.remark
+    assert runtime(g.ns.addr, g.slave)["storeWriteable"] == "false"
     ha = ha_pb2_grpc.HaServiceStub(grpc.insecure_channel(g.ha_addr))
     hello = ha_pb2.ReplicaHandshake(cluster_name="DefaultCluster", broker_name="broker-z", broker_id=1,
                                     commit_log_end=0, mapped_file_size=SEGMENT)
