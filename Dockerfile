@@ -1,7 +1,8 @@
 # pyrocketmq daemons. The default command runs the name server; pass a command to run something else:
 #   docker run -p 9876:9876 IMAGE                                   # mqnamesrv --host 0.0.0.0 -p 9876
 #   docker run -v ./deploy/broker-a.conf:/etc/rocketmq/broker.conf:ro IMAGE mqbroker -c /etc/rocketmq/broker.conf
-# docker-compose.yml runs one name server and two brokers from this image.
+# docker-compose.yml runs one name server (with the replication controller) and three brokers from this image:
+# broker-a as a group of two replicas, and broker-b.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \

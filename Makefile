@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYPROJECT_HASH := $(shell md5sum < pyproject.toml | cut -c1-8)
 
-PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto proto/consumer.proto proto/ha.proto
+PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto proto/consumer.proto proto/ha.proto proto/controller.proto
 
 .PHONY: venv base spark dev bench-extra test test-pythons lint bench run proto clean
 .NOTPARALLEL:  # the stamps install into one venv: one pip at a time
@@ -78,8 +78,9 @@ bench-full: venv bench-extra
 	$(PY) -m bench --full
 
 # The cluster alone needs only the base package. SPARK=1 also installs PySpark, for the Spark jobs.
+# SLAVE=1 runs broker-a as a two-replica group under the name server's controller (broker-a and broker-a-s).
 run: base $(if $(filter 1 true yes,$(SPARK)),spark)
-	$(PY) -m cluster.local_cluster --data-dir run-data
+	$(PY) -m cluster.local_cluster --data-dir run-data$(if $(filter 1 true yes,$(SLAVE)), --with-slave)
 
 # Generated code is committed so a plain install needs no protoc; tests check it matches the sources.
 proto: dev

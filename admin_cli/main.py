@@ -13,6 +13,7 @@ from admin_cli import (
     group_commands,
     kv_commands,
     message_commands,
+    replication_commands,
     static_topic_commands,
     tiered_commands,
     topic_commands,
@@ -66,7 +67,7 @@ def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool) -> None:
 
 
 for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands, kv_commands,
-                tiered_commands):
+                tiered_commands, replication_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

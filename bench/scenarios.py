@@ -66,6 +66,7 @@ SPARK_METRICS: list[Metric] = []  # declared by bench/spark_bench.py
 TIMER_METRICS: list[Metric] = []  # declared by bench/timer_bench.py
 GROUP_METRICS: list[Metric] = []  # declared by bench/group_bench.py
 HA_METRICS: list[Metric] = []  # declared by bench/ha_bench.py
+FAILOVER_METRICS: list[Metric] = []  # declared by bench/failover_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),
@@ -74,6 +75,8 @@ OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("timer", 15, "delayed and timed messages: name server + 1 broker, SDK here", TIMER_METRICS, False),
     ("group", 15, "consumer groups: name server + 1 broker, consumers here", GROUP_METRICS, False),
     ("ha", 16, "replication: a master and its slaves, SDK here", HA_METRICS, False),
+    ("failover", 16, "controller failover under load: 2 replicas + a plain broker, SDK here", FAILOVER_METRICS,
+     False),
 ]
 
 

@@ -132,6 +132,13 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "haListenPort": ("ha_listen_port", _int_in(0, MAX_PORT)),
     "haMasterAddress": ("ha_master_address", _addresses),
     "slaveReadEnable": ("slave_read_enable", _bool),
+    "enableControllerMode": ("enable_controller_mode", _bool),
+    "controllerAddr": ("controller_addr", _addresses),
+    "controllerHeartBeatTimeoutMills": ("controller_heart_beat_timeout_mills", _int_in(1000, 600_000)),
+    "haMaxTimeSlaveNotCatchup": ("ha_max_time_slave_not_catchup", _int_in(100, 3_600_000)),
+    "brokerElectionPriority": ("broker_election_priority", _int_in(0, 1 << 30)),
+    "allAckInSyncStateSet": ("all_ack_in_sync_state_set", _bool),
+    "inSyncReplicas": ("in_sync_replicas", _int_in(0, 64)),
     "channelExpiredTimeout": ("channel_expired_timeout", _int_in(100, 86_400_000)),
     "rebalanceLockMaxLiveTime": ("rebalance_lock_max_live_time", _int_in(100, 86_400_000)),
     "storeType": ("store_type", _choice(StoreType)),
@@ -189,6 +196,15 @@ class BrokerConfig:
     ha_listen_port: int = 0  # replication (masters): 0 = a free port, shown as haServerAddr in the runtime info
     ha_master_address: str = ""  # a slave's master's replication address (host:haListenPort)
     slave_read_enable: bool = False  # a slave serves pulls (of what its master confirmed)
+    # Controller mode: the controller (a name server with --enable-controller) names the master; brokerRole and
+    # haMasterAddress are not used.
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    controller_heart_beat_timeout_mills: int = 10_000  # silence before an election; the lease is a bit shorter
+    ha_max_time_slave_not_catchup: int = 15_000  # ms behind before a slave leaves the in-sync set
+    broker_election_priority: int = 0  # lower wins among equally up-to-date replicas
+    all_ack_in_sync_state_set: bool = True  # a send waits for every in-sync replica (the only mode built)
+    in_sync_replicas: int = 0  # static SYNC_MASTER: replicas (master included) a send needs; 0: every connected one
     channel_expired_timeout: int = 30_000  # ms: a consumer silent this long leaves its groups
     rebalance_lock_max_live_time: int = 60_000  # ms: an orderly queue lease not renewed this long ends
     store_type: StoreType = StoreType.DEFAULT
@@ -274,7 +290,20 @@ def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> Br
 
 
 def _check_role(config: BrokerConfig) -> None:
-    """A broker group's replicas: the master is brokerId 0, a slave another id and its master's address."""
+    """A broker group's replicas: the master is brokerId 0, a slave another id and its master's address
+    (controller mode: every replica 1 or more, and the controller's address)."""
+    if config.enable_controller_mode:
+        if config.broker_id < 1:
+            raise ConfigError("enableControllerMode=true: brokerId must be 1 or more (it names the replica; the "
+                              "master is shown as 0)")
+        if not config.controller_addr:
+            raise ConfigError("enableControllerMode=true: controllerAddr (a name server started with "
+                              "--enable-controller) is required")
+        if not config.all_ack_in_sync_state_set or config.in_sync_replicas:
+            raise ConfigError("enableControllerMode=true: a send waits for every in-sync replica (allAckInSyncStateSet"
+                              "=true; inSyncReplicas applies to brokerRole=SYNC_MASTER only): an election may pick "
+                              "any member, so each must hold every acknowledged message")
+        return
     if config.broker_role is BrokerRole.SLAVE:
         if config.broker_id == 0:
             raise ConfigError("brokerRole=SLAVE: brokerId must be 1 or more (0 is the master's)")

@@ -4,7 +4,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -15,9 +15,13 @@ from broker.broker_stats import BrokerStats
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
 from broker.consumer_servicer import ConsumerServicer
+from broker.ha.epoch_file import FILE_NAME as EPOCH_FILE_NAME
+from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import GroupIdentity, HAService
 from broker.ha.ha_servicer import HaServicer
+from broker.ha.replica_services import ReplicaServices
+from broker.ha.replicas_manager import ReplicaIdentity, ReplicasManager
 from broker.ha.slave_synchronize import SlaveSynchronize
 from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
@@ -106,9 +110,13 @@ class BrokerController:
         self.ha: HAService | None = None  # a master's replication
         self.ha_client: HAClient | None = None  # a slave's
         self.slave_sync: SlaveSynchronize | None = None
+        self.replicas: ReplicasManager | None = None  # controller mode
+        self.replica_services: ReplicaServices | None = None
         self._ha_server: grpc.aio.Server | None = None
         self.ha_server_addr = ""
         self._offset_flusher = threading.Event()
+        self.rejoin_reason = ""  # controller mode: set when this replica must restart to follow a new master
+        self.on_rejoin: Callable[[], None] = lambda: None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -133,9 +141,16 @@ class BrokerController:
         self.timer.attach(local_store)  # the same: pending timers are replayed into it
         identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                                  c.mapped_file_size_commit_log)
-        if c.broker_role.is_master:  # before the store starts: a SYNC_MASTER's confirm offset waits for acks
+        epochs = EpochFile(Path(c.store_path_root_dir) / EPOCH_FILE_NAME)
+        if c.enable_controller_mode:  # every replica may serve slaves; what it is comes from the controller
+            local_store.keeps_confirm_checkpoint = True
             self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
-                                c.sync_flush_timeout / 1000)
+                                c.sync_flush_timeout / 1000, epochs=epochs,
+                                max_not_catchup_ms=c.ha_max_time_slave_not_catchup)
+            local_store.running_flags.set_replica("this replica waits for the controller to name its role")
+        elif c.broker_role.is_master:  # before the store starts: a SYNC_MASTER's confirm offset waits for acks
+            self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
+                                c.sync_flush_timeout / 1000, in_sync_replicas=c.in_sync_replicas)
         else:
             local_store.commit_log.replication_gated = True  # a slave shows only what its master confirmed
             # Any put (a KV write, a sent-back message, ...) would break the byte-for-byte copy: refused below the
@@ -143,17 +158,15 @@ class BrokerController:
             local_store.running_flags.set_replica(f"broker {self.broker_addr} is a slave (brokerRole=SLAVE): its "
                                                   "commitlog is its master's copy; write to the master")
         await asyncio.to_thread(self._load)
-        if c.broker_role.is_master:  # a slave never writes: its master delivers timers and uploads to the tier
-            self.timer.start(local_store, self._queue_exists)
-            if self.tiered is not None:
-                self.tiered.start()
+        if c.enable_controller_mode:
+            pass  # master services start when the controller names this replica master
+        elif c.broker_role.is_master:  # a slave never writes: its master delivers timers and uploads to the tier
+            self._start_master_services()
         else:
             self.ha_client = HAClient(c.ha_master_address, identity, local_store.commit_log)
             self.ha_client.start()
             client = self.ha_client
-            self.slave_sync = SlaveSynchronize(lambda: client.master_addr, self.topic_config_manager,
-                                               self.subscription_group_manager, self.consumer_offset_manager,
-                                               self._announce)
+            self.slave_sync = self._slave_synchronize(lambda: client.master_addr)
             self.slave_sync.start()
         self._wire_processors()
         handlers = GenericHandlersOnly(server)
@@ -172,6 +185,8 @@ class BrokerController:
                 c.broker_not_active_timeout_millis, self.topic_queue_mapping_manager.infos)
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
+        if c.enable_controller_mode:
+            self._start_replicas_manager(identity, epochs)
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
         self._housekeeping = asyncio.create_task(self._expire_consumers())
         self.static_topic_clean_service = StaticTopicCleanService(
@@ -182,6 +197,40 @@ class BrokerController:
                  len(self.topic_config_manager.topic_config_table))
         return self.broker_addr
 
+    def _pull_refusal(self) -> str | None:
+        c = self.config
+        if c.slave_read_enable:
+            return None
+        is_master = self.replicas.role == "MASTER" if self.replicas is not None else c.broker_role.is_master
+        return None if is_master else (f"broker {self.broker_addr} is a slave and slaveReadEnable=false: pull "
+                                       "from its master")
+
+    def _start_master_services(self) -> None:
+        self.timer.start(self.local_store, self._queue_exists)
+        if self.tiered is not None:
+            self.tiered.start()
+
+    def _start_replicas_manager(self, identity: GroupIdentity, epochs: EpochFile) -> None:
+        c = self.config
+        assert self.ha is not None
+        self.replica_services = ReplicaServices(
+            identity, self.local_store, epochs, self._slave_synchronize, self._start_master_services,
+            lambda: self.registrar, self._rejoin)
+        self.replicas = ReplicasManager(
+            ReplicaIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
+                            c.broker_election_priority),
+            self.local_store, self.ha, epochs, [a.strip() for a in c.controller_addr.split(";") if a.strip()],
+            c.controller_heart_beat_timeout_mills, self.replica_services, lambda: self.ha_server_addr)
+        self.replicas.start()
+
+    def _slave_synchronize(self, master_addr: Callable[[], str]) -> SlaveSynchronize:
+        return SlaveSynchronize(master_addr, self.topic_config_manager, self.subscription_group_manager,
+                                self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager)
+
+    def _rejoin(self, why: str) -> None:
+        self.rejoin_reason = why
+        self.on_rejoin()
+
     def _ha_info(self) -> dict[str, str]:
         info = {"brokerRole": self.config.broker_role.value, "haServerAddr": self.ha_server_addr}
         if self.ha is not None:
@@ -189,6 +238,13 @@ class BrokerController:
             info["haSlaves"] = str(len(self.ha.slave_acks()))
         if self.ha_client is not None:
             info["haMasterAddress"] = self.ha_client.master_ha_addr
+        if self.replicas is not None:
+            info.update(self.replicas.info())
+            info["brokerRole"] = self.replicas.role  # MASTER, SLAVE, or FENCED while the controller decides
+            following = self.replica_services.ha_client if self.replica_services is not None else None
+            if following is not None:
+                info["haMasterAddress"] = following.master_ha_addr
+                info["haRefusal"] = following.refusal
         return info
 
     async def _start_ha_server(self) -> None:
@@ -205,7 +261,8 @@ class BrokerController:
         await server.start()
         self._ha_server = server
         self.ha_server_addr = f"{c.broker_ip1}:{port}"
-        log.info("ha_listening addr=%s role=%s", self.ha_server_addr, c.broker_role)
+        log.info("ha_listening addr=%s role=%s", self.ha_server_addr,
+                 "controller-assigned" if c.enable_controller_mode else c.broker_role)
 
     def _wire_processors(self) -> None:
         """Processors and services get the collaborators they use (none gets the controller), and the
@@ -220,9 +277,7 @@ class BrokerController:
                                       slave=not c.broker_role.is_master),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, self.static_topics, self.store,
-                                      refusal=None if c.broker_role.is_master or c.slave_read_enable else
-                                      f"broker {self.broker_addr} is a slave and slaveReadEnable=false: pull from "
-                                      "its master"),
+                                      refusal=self._pull_refusal),
             consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
                                                     self.static_topics, self.store),
             query=QueryMessageProcessor(self.store),
@@ -244,7 +299,8 @@ class BrokerController:
             broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
-            on_topics_changed=self._announce)
+            on_topics_changed=self._announce,
+            takes_writes=lambda: self.local_store.running_flags.replica_reason is None)
         self.consumer_servicer = ConsumerServicer(self.consumer_groups, SendMsgBackProcessor(
             self.topic_config_manager, self.subscription_group_manager, self.local_store, self.timer.router,
             self._announce), self.ha)
@@ -290,6 +346,8 @@ class BrokerController:
             try:
                 self.consumer_offset_manager.persist()
                 self.subscription_group_manager.persist()  # groups a pull created while the disk was full
+                if self.local_store.keeps_confirm_checkpoint:
+                    self.local_store.write_confirm_checkpoint()
                 last_error = ""
             except Exception as exc:  # OSError from a file, a plain Exception from RocksDB
                 if repr(exc) != last_error:  # once while it lasts (a full disk fails every pass)
@@ -306,6 +364,10 @@ class BrokerController:
             await self._server.stop(grace=5)
         if self._ha_server is not None:
             await self._ha_server.stop(grace=1)
+        if self.replicas is not None:
+            await self.replicas.close()
+        if self.replica_services is not None:
+            await asyncio.to_thread(self.replica_services.stop_following)
         if self.ha_client is not None:
             await asyncio.to_thread(self.ha_client.shutdown)
         if self.slave_sync is not None:

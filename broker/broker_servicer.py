@@ -157,6 +157,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetTopicQueueMapping(self, request, context):
         return await run(self.admin.get_mapping, request)
 
+    async def GetAllTopicQueueMapping(self, request, context):
+        return await run(self.admin.all_mappings)
+
 
 async def _done() -> None:
     """Nothing to wait for."""

@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -29,19 +30,39 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         except OSError as exc:
             raise ConfigError(f"cannot read {args.config}: {exc.strerror}") from None
     overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
+    rejoin_ports = os.environ.pop(REJOIN_PORTS_ENV, "")
+    if rejoin_ports:  # a replica restarting to follow a new master keeps the addresses the group knows
+        listen, ha = rejoin_ports.split(",")
+        overrides |= {"listenPort": listen, "haListenPort": ha}
     return load_broker_config(text, overrides)
 
 
-async def serve(config: BrokerConfig) -> None:
+REJOIN_PORTS_ENV = "MQBROKER_REJOIN_PORTS"
+
+
+async def serve(config: BrokerConfig) -> str:
+    """Run until a signal; returns why the broker must restart (controller mode: a deposed master), or ''."""
     controller = BrokerController(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    controller.on_rejoin = stop.set
     addr = await controller.start()
     print(f"mqbroker {config.broker_name} ready on {addr}", flush=True)
     await stop.wait()
     await controller.shutdown()
+    if controller.rejoin_reason:
+        os.environ[REJOIN_PORTS_ENV] = f"{addr.rsplit(':', 1)[1]},{controller.ha_server_addr.rsplit(':', 1)[1]}"
+    return controller.rejoin_reason
+
+
+def rejoin(why: str) -> None:
+    """Start afresh in this process (same pid, same arguments, same ports): recovery, then follow the master."""
+    log.warning("broker_restarting reason=%r", why)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,13 +75,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
     try:
-        asyncio.run(serve(config))
+        rejoin_reason = asyncio.run(serve(config))
     except (ConfigError, MappingError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
     except OSError as exc:
         print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
+    if rejoin_reason:
+        rejoin(rejoin_reason)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import grpc
 
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
 from common.message_queue import MessageQueue
@@ -24,6 +25,11 @@ T = TypeVar("T")
 
 ROUTE_TTL_S = 30.0
 DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one soon after the first send
+# While a group has no live master, reads come from a slave: a route this old is fetched again, so they return to
+# the master (or a newly promoted one) soon after the name server names it, without a fetch per read. Short: a
+# controller promotes within tens of milliseconds, and a route fetched just before that would otherwise keep
+# keyed sends on the dead master for as long as it is cached.
+DEGRADED_ROUTE_MAX_AGE_S = 0.2
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
@@ -46,9 +52,11 @@ def borrowed_route(default: common_pb2.TopicRouteData) -> common_pb2.TopicRouteD
 
 
 class ClientInstance:
-    def __init__(self, namesrv_addr: str | None, rpc_timeout_s: float = 10.0) -> None:
+    def __init__(self, namesrv_addr: str | None, rpc_timeout_s: float = 10.0,
+                 down: DownAddresses | None = None) -> None:
         self.namesrv_addrs = namesrv_addrs(namesrv_addr)
         self.rpc_timeout_s = rpc_timeout_s
+        self.down = down or DownAddresses()  # broker addresses that just failed as dead ones do
         self._channels: dict[str, grpc.Channel] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
@@ -112,11 +120,12 @@ class ClientInstance:
         raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
 
     # -- routes ------------------------------------------------------------------------------------
-    def route(self, topic: str, refresh: bool = False, for_publish: bool = False) -> common_pb2.TopicRouteData:
-        """The topic's route (cached for 30 s). ``for_publish``: a topic the name server does not know
-        borrows the route of TBW102, served by brokers that create topics on first send."""
+    def route(self, topic: str, refresh: bool = False, for_publish: bool = False,
+              max_age_s: float = ROUTE_TTL_S) -> common_pb2.TopicRouteData:
+        """The topic's route (cached for 30 s, or ``max_age_s``). ``for_publish``: a topic the name server does
+        not know borrows the route of TBW102, served by brokers that create topics on first send."""
         cached = self._routes.get(topic)
-        if cached is not None and not refresh and time.monotonic() - cached[0] < ROUTE_TTL_S:
+        if cached is not None and not refresh and time.monotonic() - cached[0] < max_age_s:
             return cached[1]
         response = self._fetch_route(topic)
         if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
@@ -138,27 +147,65 @@ class ClientInstance:
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
+    # -- replicas ----------------------------------------------------------------------------------
+    def report_failure(self, addr: str, status: grpc.StatusCode | None) -> bool:
+        """A call to ``addr`` failed with ``status``. When that says the broker is gone, ``addr`` is marked down
+        for a while (reads go to the group's next replica, sends to another group): True then."""
+        if not unreachable(status, lambda: channel_connected(self.channel(addr))):
+            return False
+        if not self.down.is_down(addr):
+            log.info("broker_marked_down addr=%s status=%s", addr, status.name if status else "?")
+        self.down.mark(addr)
+        return True
+
+    def report_answer(self, addr: str) -> None:
+        """``addr`` answered: whatever failed there before, it is up now."""
+        self.down.clear(addr)
+
+    def group_addrs(self, topic: str, broker_name: str, for_publish: bool = False,
+                    max_age_s: float = ROUTE_TTL_S) -> dict[int, str]:
+        """{broker id: address} of ``broker_name``'s live replicas in the topic's route (empty: not in it)."""
+        for bd in self.route(topic, for_publish=for_publish, max_age_s=max_age_s).broker_datas:
+            if bd.broker_name == broker_name:
+                return dict(bd.broker_addrs)
+        return {}
+
+    def has_live_master(self, topic: str, broker_name: str, for_publish: bool = False) -> bool:
+        """Whether the cached route names a master of ``broker_name`` that is not marked down."""
+        return live_master(self.group_addrs(topic, broker_name, for_publish), self.down.is_down) is not None
+
     def master_addr(self, topic: str, broker_name: str, for_publish: bool = False) -> str:
-        addr = self._replica_addr(topic, broker_name, for_publish, masters_only=True)
-        if addr is None:
-            raise MQClientError(f"broker {broker_name} of topic {topic} has no live master")
-        return addr
+        """The group's master (id 0), where every write goes. A master marked down is returned all the same
+        (after a look at a fresher route): the caller has no other replica to write to, and the mark may be
+        stale; choosing another group is the caller's business (see :meth:`has_live_master`)."""
+        addrs = self._group_with_master(topic, broker_name, for_publish, writing=True)
+        if 0 not in addrs:
+            err = MQClientError(f"broker {broker_name} of topic {topic} has no live master")
+            err.no_master = True  # type: ignore[attr-defined]  # a failover: a new master may register soon
+            raise err
+        return addrs[0]
 
     def read_addr(self, topic: str, broker_name: str) -> str:
-        """Where to read ``broker_name``'s queues of ``topic``: its master, or while the group has none (the name
-        server dropped it) its lowest-id slave, which serves what the master had confirmed (slaveReadEnable)."""
-        addr = self._replica_addr(topic, broker_name, False, masters_only=False)
+        """Where to read ``broker_name``'s queues of ``topic``: its master; while the group has none (the name
+        server dropped it) or its master is marked down, its lowest-id live slave, which serves what the master
+        had confirmed (slaveReadEnable)."""
+        addr = read_replica(self._group_with_master(topic, broker_name, False, writing=False), self.down.is_down)
         if addr is None:
             raise MQClientError(f"broker {broker_name} of topic {topic} has no live replica")
         return addr
 
-    def _replica_addr(self, topic: str, broker_name: str, for_publish: bool, masters_only: bool) -> str | None:
-        """The lowest-id live replica of the group (id 0: its master), from the cached route, then a fresh one."""
-        for attempt in range(2):
-            for bd in self.route(topic, refresh=attempt > 0, for_publish=for_publish).broker_datas:
-                if bd.broker_name == broker_name and bd.broker_addrs and (0 in bd.broker_addrs or not masters_only):
-                    return bd.broker_addrs[min(bd.broker_addrs)]
-        return None
+    def _group_with_master(self, topic: str, broker_name: str, for_publish: bool, writing: bool) -> dict[int, str]:
+        """The group's replicas, from the cached route while it names a live master. Else from a fresher one:
+        fetched at once when the group is missing or a write finds no master (as before failover existed); at
+        most every :data:`DEGRADED_ROUTE_MAX_AGE_S` while the master is only marked down or a read has slaves to
+        go to (a fetch per call would load the name server for as long as the master stays dead)."""
+        addrs = self.group_addrs(topic, broker_name, for_publish)
+        if live_master(addrs, self.down.is_down) is not None:
+            return addrs
+        if addrs and (0 in addrs or not writing):
+            return self.group_addrs(topic, broker_name, for_publish, max_age_s=DEGRADED_ROUTE_MAX_AGE_S)
+        self.route(topic, refresh=True, for_publish=for_publish)
+        return self.group_addrs(topic, broker_name, for_publish)
 
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""
@@ -199,15 +246,32 @@ class ClientInstance:
         return view[2]
 
     def leader_addr(self, topic: str, logic_id: int, for_publish: bool = False, refresh: bool = False) -> str:
-        """Master address of the broker leading logic queue ``logic_id`` of static topic ``topic``. A miss
-        (nobody leads it, or its leader has no master) refreshes the route once before failing."""
+        """Master address of the broker leading logic queue ``logic_id`` of static topic ``topic`` (where its
+        writes go). A miss (nobody leads it, or its leader has no master) refreshes the route once before failing."""
+        return self._leader_replica(topic, logic_id, for_publish, refresh, master_of, "has no live master")
+
+    def leader_read_addr(self, topic: str, logic_id: int, refresh: bool = False) -> str:
+        """Where to read logic queue ``logic_id``: its leader's master, or while that is missing or marked down,
+        the leader group's lowest-id live slave (slaveReadEnable)."""
+        return self._leader_replica(topic, logic_id, False, refresh, self._read_replica_of, "has no live replica")
+
+    def _read_replica_of(self, route: common_pb2.TopicRouteData, broker_name: str) -> str | None:
+        for bd in route.broker_datas:
+            if bd.broker_name == broker_name:
+                return read_replica(bd.broker_addrs, self.down.is_down)
+        return None
+
+    def _leader_replica(self, topic: str, logic_id: int, for_publish: bool, refresh: bool,
+                        choose: Callable[[common_pb2.TopicRouteData, str], str | None], missing: str) -> str:
+        """The replica ``choose`` picks in the group leading logic queue ``logic_id`` (route refreshed once on a
+        miss). The error of a miss says ``no_leader``, and ``no_master`` when a group leads it but has no master."""
         for attempt in range(1 if refresh else 2):
             view = self._leaders(topic, refresh or attempt > 0, for_publish)
             if view is None:
                 raise MQClientError(f"topic {topic} is not a static topic: it has no logic queue {logic_id}")
             route, total, leaders = view
             name = leaders.get(logic_id, VIRTUAL_BROKER_NAME)
-            addr = master_of(route, name) if name != VIRTUAL_BROKER_NAME else None
+            addr = choose(route, name) if name != VIRTUAL_BROKER_NAME else None
             if addr is not None:
                 return addr
         if not 0 <= logic_id < total:
@@ -216,7 +280,8 @@ class ClientInstance:
             err = MQClientError(f"logic queue {logic_id} of topic {topic} has no leader right now")
         else:
             err = MQClientError(f"logic queue {logic_id} of topic {topic} has no leader right now: its leader {name} "
-                                "has no live master")
+                                f"{missing}")
+            err.no_master = True  # type: ignore[attr-defined]  # a failover: its group may get a master again
         err.no_leader = True  # type: ignore[attr-defined]  # an unkeyed send may pick another logic queue
         raise err
 

@@ -4,6 +4,12 @@ Keys hash to the shards of the system static topic ``rmq_sys_KV``; each call goe
 key's shard. While a shard moves (remap) its brokers answer "not leader" or "busy": the client refreshes the
 route and retries until ``retry_timeout_ms``. A compare-and-set is not retried after a transport failure
 (it may have applied); that surfaces as an MQClientError.
+
+Broker groups: writes go to the master of the shard's leader group only. While that group has no master (its
+master died, a slave answers NO_PERMISSION, or the route names none yet) a write waits for one, retrying until
+``retry_timeout_ms``; a put or delete retried after its answer was lost may apply twice (at least once).
+Reads (get, scan) go to the master, or while it is missing or marked down (``client/replica_health.py``) to the
+group's lowest-id live slave, which serves the state as of what the master had confirmed.
 """
 
 import heapq
@@ -27,6 +33,7 @@ from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
 Bytes = bytes | str
 RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
 RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
+RETRY_PAUSE_MAX_S = 0.2  # retries back off to this: a write waiting out a failover looks at the route this often
 PROVISION_TIMEOUT_S = 30.0  # creating the shards on first use: admin calls to every broker, then the route
 PRESENT = b"\x01"  # a get's raw state: 0x01 then the value
 _COUNT = struct.Struct(">I")  # a get's packed_states: the count of states, then each one's length, then the states
@@ -64,6 +71,13 @@ def _checked(check: Callable[..., None], *args: object) -> None:
         check(*args)
     except KvInputError as exc:
         raise MQClientError(str(exc)) from None
+
+
+def retryable_answer(response: _Response) -> bool:
+    """Not leader or busy (a shard moving), or a slave refusing a write (nothing applied: the route that named it
+    master is stale, a failover is under way)."""
+    return response.code in RETRYABLE_CODES or (response.code == ResponseCode.NO_PERMISSION
+                                                and "slave" in response.remark.lower())
 
 
 def response_states(response: kv_pb2.KvGetResponse) -> list[bytes]:
@@ -145,30 +159,49 @@ class KVClient:
         return sorted((name, data.broker_addrs[0]) for name, data in info.broker_addr_table.items()
                       if 0 in data.broker_addrs)
 
-    def _stub(self, shard: int, refresh: bool) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
-        addr = self._instance.leader_addr(KV_TOPIC, shard, refresh=refresh)
-        return addr, kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
+    def _stub(self, shard: int, refresh: bool, read: bool = False) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
+        instance = self._instance
+        addr = (instance.leader_read_addr(KV_TOPIC, shard, refresh=refresh) if read
+                else instance.leader_addr(KV_TOPIC, shard, refresh=refresh))
+        return addr, kv_pb2_grpc.KvServiceStub(instance.channel(addr))
 
     def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R],
-                  retry_transport: bool = True) -> R:
-        """``call`` on the shard's leader; refresh-and-retry on not-leader, busy and unreachable."""
+                  retry_transport: bool = True, read: bool = False) -> R:
+        """``call`` on the shard's leader (a read: on its read replica); refresh-and-retry on not-leader, busy,
+        unreachable and a failover, until the retry timeout."""
         deadline = time.monotonic() + self._retry_s
         refresh, pause = False, 0.01
         while True:
-            addr, stub = self._stub(shard, refresh)
-            try:
-                response = call(stub)
-            except grpc.RpcError as exc:
-                if not (retry_transport and exc.code() in RETRYABLE_STATUS) or time.monotonic() > deadline:
-                    raise rpc_error(what, addr, exc) from None
-            else:
-                if response.code == ResponseCode.SUCCESS:
-                    return response
-                if response.code not in RETRYABLE_CODES or time.monotonic() > deadline:
-                    raise business_error(what, addr, response.code, response.remark)
+            response = self._shard_call(shard, what, call, refresh, read, retry_transport, deadline)
+            if response is not None:
+                return response
             refresh = True
             time.sleep(pause)
-            pause = min(pause * 2, 0.2)
+            pause = min(pause * 2, RETRY_PAUSE_MAX_S)
+
+    def _shard_call(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R], refresh: bool,
+                    read: bool, retry_transport: bool, deadline: float) -> R | None:
+        """One try: the successful response, or None when another try is worth it (raises otherwise)."""
+        late = time.monotonic() > deadline
+        try:
+            addr, stub = self._stub(shard, refresh, read)
+        except MQClientError as exc:
+            if getattr(exc, "no_master", False) and not late:
+                return None  # a failover: its group has no master in the route yet; nothing was sent
+            raise
+        try:
+            response = call(stub)
+        except grpc.RpcError as exc:
+            down = self._instance.report_failure(addr, exc.code())  # a read then asks the group's next replica
+            if not (retry_transport and (exc.code() in RETRYABLE_STATUS or (read and down))) or late:
+                raise rpc_error(what, addr, exc) from None
+            return None
+        self._instance.report_answer(addr)
+        if response.code == ResponseCode.SUCCESS:
+            return response
+        if not retryable_answer(response) or late:
+            raise business_error(what, addr, response.code, response.remark)
+        return None
 
     # -- writes ------------------------------------------------------------------------------------
     def _write(self, request: kv_pb2.KvWriteRequest, what: str, retry_transport: bool = True) -> kv_pb2.KvWriteResponse:
@@ -220,7 +253,7 @@ class KVClient:
             total = self.shards(refresh)
             by_broker: dict[str, list[int]] = {}
             for i in pending:
-                addr = self._instance.leader_addr(KV_TOPIC, shard_of(ks[i], total), refresh=refresh)
+                addr = self._instance.leader_read_addr(KV_TOPIC, shard_of(ks[i], total), refresh=refresh)
                 by_broker.setdefault(addr, []).append(i)
             pending = []
             for addr, slots in by_broker.items():
@@ -236,10 +269,12 @@ class KVClient:
         try:
             response = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr)).Get(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
-            if exc.code() in RETRYABLE_STATUS and time.monotonic() < deadline:
+            down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
+            if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 return False
             raise rpc_error(what, addr, exc) from None
+        self._instance.report_answer(addr)
         if response.code in RETRYABLE_CODES and time.monotonic() < deadline:
             time.sleep(0.01)
             return False
@@ -261,7 +296,7 @@ class KVClient:
         request = kv_pb2.KvScanRequest(shard=shard, prefix=prefix, start_after=start_after, limit=limit,
                                        addressing=broker_pb2.LOGIC)
         response = self._on_shard(shard, f"KV scan of shard {shard}",
-                                  lambda stub: stub.Scan(request, timeout=self._timeout_s))
+                                  lambda stub: stub.Scan(request, timeout=self._timeout_s), read=True)
         return [(e.key, e.value) for e in response.entries]
 
     # -- snapshots ---------------------------------------------------------------------------------

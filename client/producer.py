@@ -6,6 +6,18 @@ goes to the current leader of its logic queue, addressed LOGIC. A key hashes ove
 keeps its logic queue across remaps. A failure (not the leader any more, broker unavailable, ...) refreshes the
 route and retries the same logic queue: a logic queue's order matters. Only an unkeyed send whose logic queue
 has no leader moves to another logic queue.
+
+Broker groups: a send goes only to a group's master (broker id 0). A master that turns out unreachable is marked
+down for a few seconds (``client/replica_health.py``) and sends prefer groups whose master is not marked down, so
+while one group's master is dead its queues are skipped instead of each send paying for a failed try. A failover
+(the master unreachable, a slave answering NO_PERMISSION because the route is stale, or no master in the route) is
+retried within the send's budget: on another group for a normal topic; for a static topic the logic queue's
+leader group is fixed, so the send waits for that group to have a master again, looking at the route every
+:data:`MASTER_POLL_S`, until the send timeout.
+
+Delivery is at least once: a send whose answer was lost (the broker died after storing it), or that a master
+stored without its slave confirming (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: delivered once replicated), and is
+then retried, may be stored twice. A send never succeeds unless a master answered that it stored the message.
 """
 
 import logging
@@ -37,15 +49,21 @@ from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
+# Stored on the master but not confirmed by a slave (none connected yet, or too slow): transient during a failover.
+# A retry stores the message again: a normal topic retries only on another group; a static topic, whose group is
+# fixed, within its retry budget.
+ELSEWHERE_CODES = {ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT}
 # Outcomes worth another broker: the broker is gone, overloaded or not serving.
 RETRYABLE_STATUS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 RETRYABLE_CODES = {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-                   ResponseCode.NO_PERMISSION, ResponseCode.TOPIC_NOT_EXIST}
+                   ResponseCode.NO_PERMISSION, ResponseCode.TOPIC_NOT_EXIST, *ELSEWHERE_CODES}
 # Static topics also retry (the same logic queue, after a route refresh) when the broker no longer leads it.
-STATIC_RETRYABLE_CODES = RETRYABLE_CODES | {ResponseCode.NOT_LEADER_FOR_QUEUE}
+STATIC_RETRYABLE_CODES = RETRYABLE_CODES | ELSEWHERE_CODES | {ResponseCode.NOT_LEADER_FOR_QUEUE}
 RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
 STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
+MASTER_POLL_S = 0.2  # a static send waiting for its leader group's master looks at the route this often
+MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long, even past the send timeout
 
 
 class Producer:
@@ -86,7 +104,8 @@ class Producer:
 
     def send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
                          queue: MessageQueue | None = None) -> "Future[SendResult]":
-        """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread."""
+        """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread. A send that
+        fails over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
         send = self._request(msgs)
         topic = send.topic
         future: Future[SendResult] = Future()
@@ -95,7 +114,8 @@ class Producer:
         may_move = queue is None
         mq = queue or self._next_queue(topic, None, refresh=False)
         if is_logic_queue(mq):
-            self._attempt_static(send, mq, may_move, 1 + self.retry_times, future)
+            deadline = time.monotonic() + self.send_timeout_s
+            self._attempt_static(send, mq, may_move, 1 + self.retry_times, future, deadline)
             return future
         attempts = 1 if not may_move else 1 + self.retry_times
         self._attempt(send, mq, may_move, attempts, future)
@@ -120,15 +140,17 @@ class Producer:
                                     born_host=self._born_host, flag=msgs[0].flag)
         return _Send(self.group, topic, bytes_field(RECORDS_FIELD, records), tuple(properties))
 
-    def _call(self, addr: str, send: "_Send", queue_id: int, addressing: broker_pb2.QueueAddressing) -> Future:
+    def _call(self, addr: str, send: "_Send", queue_id: int, addressing: broker_pb2.QueueAddressing,
+              timeout_s: float | None = None) -> Future:
         """One attempt: its own request (a stream stamps each with its id while an earlier attempt may still be
         in flight); the records go along encoded, copied once."""
         request = broker_pb2.SendMessageRequest(producer_group=send.group, topic=send.topic, queue_id=queue_id,
                                                 addressing=addressing)
+        timeout_s = timeout_s or self.send_timeout_s
         if self.use_streams:
-            return self.client.send_stream(addr).call(request, self.send_timeout_s, send.records_field)
+            return self.client.send_stream(addr).call(request, timeout_s, send.records_field)
         request.records = send.records_field[1]
-        return self.client.broker(addr).SendMessage.future(request, timeout=self.send_timeout_s)
+        return self.client.broker(addr).SendMessage.future(request, timeout=timeout_s)
 
     # -- queue choice ------------------------------------------------------------------------------
     def _queue_for_key(self, topic: str, key: str) -> MessageQueue:
@@ -149,11 +171,30 @@ class Producer:
         with self._lock:
             self._round_robin += 1
             start = self._round_robin
+        return self._pick(topic, queues, start, avoid_broker)
+
+    def _pick(self, topic: str, queues: list[MessageQueue], start: int, avoid_broker: str | None) -> MessageQueue:
+        """Round robin from ``start``, skipping ``avoid_broker``; a group whose master is dead (marked down) or
+        missing would fail the send, so its queues are taken only when no other group has a live master."""
+        live: dict[str, bool] = {}  # per group, asked once: usually the first queue looked at is taken
+        fallback: MessageQueue | None = None
         for i in range(len(queues)):
             mq = queues[(start + i) % len(queues)]
-            if mq.broker_name != avoid_broker:
+            if mq.broker_name == avoid_broker:
+                continue
+            fallback = fallback or mq
+            group = self._group_of(topic, mq)
+            if group not in live:
+                live[group] = self.client.has_live_master(topic, group, for_publish=True)
+            if live[group]:
                 return mq
-        return queues[start % len(queues)]
+        return fallback or queues[start % len(queues)]
+
+    def _group_of(self, topic: str, mq: MessageQueue) -> str:
+        """The broker group a send to ``mq`` goes to (a logic queue's: its leader's)."""
+        if is_logic_queue(mq):
+            return self.client.logic_leaders(topic, for_publish=True).get(mq.queue_id, VIRTUAL_BROKER_NAME)
+        return mq.broker_name
 
     def _attempt(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
                  future: "Future[SendResult]") -> None:
@@ -169,6 +210,9 @@ class Producer:
                 next_mq = self._next_queue(mq.topic, mq.broker_name, refresh=True)
             except MQClientError as exc:
                 future.set_exception(exc)
+                return
+            if getattr(error, "elsewhere_only", False) and next_mq.broker_name == mq.broker_name:
+                future.set_exception(error)  # stored there already: another copy on the same group helps nobody
                 return
             self._attempt(send, next_mq, may_move, attempts_left - 1, future)
 
@@ -188,14 +232,24 @@ class Producer:
 
         call.add_done_callback(done)
 
-    def _attempt_static(self, send: "_Send", mq: MessageQueue, may_move: bool,
-                        attempts_left: int, future: "Future[SendResult]", retry: int = 0) -> None:
+    def _attempt_static(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
+                        future: "Future[SendResult]", deadline: float, retry: int = 0) -> None:
         """One try on logic queue ``mq`` at its leader. A retryable failure refreshes the route and tries the
-        same logic queue again while attempts remain; a logic queue without a leader fails the send, unless
-        ``may_move`` (unkeyed, no queue given): then another logic queue that has one is tried."""
+        same logic queue again while attempts remain; a failover (its leader group's master unreachable, or none
+        in the route) waits for the group to have a master again, until ``deadline``, trying every
+        :data:`MASTER_POLL_S`. A logic queue without a leader fails the send, unless ``may_move`` (unkeyed, no
+        queue given): then another logic queue that has one is tried."""
         topic = mq.topic
 
         def again(error: MQClientError) -> None:
+            if getattr(error, "failover", False):  # bounded by the send timeout, not by the retry count
+                if time.monotonic() + MASTER_POLL_S >= deadline:
+                    future.set_exception(error)
+                    return
+                log.info("send_wait_master topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
+                self._later(0.0 if retry == 0 else MASTER_POLL_S, lambda: self._attempt_static(
+                    send, mq, may_move, attempts_left, future, deadline, retry + 1))
+                return
             if attempts_left <= 1 or not getattr(error, "retryable", False):
                 future.set_exception(error)
                 return
@@ -203,28 +257,25 @@ class Producer:
             self.client.invalidate_route(topic)
             pause = 0.0 if retry == 0 else min(STATIC_RETRY_PAUSE_S * 2 ** (retry - 1), 1.0)
             self._later(pause, lambda: self._attempt_static(send, mq, may_move, attempts_left - 1, future,
-                                                            retry + 1))
+                                                            deadline, retry + 1))
 
         try:
             addr = self.client.leader_addr(topic, mq.queue_id, for_publish=True, refresh=retry > 0)
         except MQClientError as exc:
             no_leader = getattr(exc, "no_leader", False)
-            if no_leader and retry > 0 and not may_move:  # mid-remap: the new leader may not be registered yet
+            if no_leader and may_move and attempts_left > 1:
+                self._move_static(send, mq, attempts_left, future, deadline, retry, exc)
+                return
+            if no_leader and (retry > 0 or getattr(exc, "no_master", False)):
+                # mid-remap the new leader may not be registered yet; mid-failover its group has no master yet
                 exc.retryable = True  # type: ignore[attr-defined]
+                exc.failover = getattr(exc, "no_master", False)  # type: ignore[attr-defined]
                 again(exc)
                 return
-            if not (may_move and attempts_left > 1 and no_leader):
-                future.set_exception(exc)
-                return
-            log.info("send_move topic=%s from_logic_queue=%d reason=%s", topic, mq.queue_id, exc)
-            try:
-                next_mq = self._next_queue(topic, None, refresh=False)  # leader_addr just refreshed the route
-            except MQClientError as exc2:
-                future.set_exception(exc2)
-                return
-            self._attempt_static(send, next_mq, may_move, attempts_left - 1, future, retry)
+            future.set_exception(exc)
             return
-        call = self._call(addr, send, mq.queue_id, broker_pb2.LOGIC)
+        timeout_s = min(self.send_timeout_s, max(deadline - time.monotonic(), MIN_ATTEMPT_TIMEOUT_S))
+        call = self._call(addr, send, mq.queue_id, broker_pb2.LOGIC, timeout_s)
 
         def done(call: Future) -> None:
             try:
@@ -233,6 +284,18 @@ class Producer:
                 again(exc)
 
         call.add_done_callback(done)
+
+    def _move_static(self, send: "_Send", mq: MessageQueue, attempts_left: int, future: "Future[SendResult]",
+                     deadline: float, retry: int, error: MQClientError) -> None:
+        """An unkeyed send whose logic queue has no leader (or whose leader group has no master) tries another
+        logic queue, preferring one whose leader group has a live master."""
+        log.info("send_move topic=%s from_logic_queue=%d reason=%s", mq.topic, mq.queue_id, error)
+        try:
+            next_mq = self._next_queue(mq.topic, None, refresh=False)  # leader_addr just refreshed the route
+        except MQClientError as exc:
+            future.set_exception(exc)
+            return
+        self._attempt_static(send, next_mq, True, attempts_left - 1, future, deadline, retry)
 
     @staticmethod
     def _later(delay_s: float, fn: Callable[[], None]) -> None:
@@ -243,31 +306,43 @@ class Producer:
         timer.daemon = True
         timer.start()
 
-    @staticmethod
-    def _rpc_failure(mq: MessageQueue, addr: str, exc: grpc.RpcError) -> MQClientError:
+    def _rpc_failure(self, mq: MessageQueue, addr: str, exc: grpc.RpcError) -> MQClientError:
         err = rpc_error(f"send to {mq}", addr, exc)
         err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
+        # The broker is gone: marked down, so sends pick other groups; a static send waits for a new master.
+        err.failover = self.client.report_failure(addr, exc.code())  # type: ignore[attr-defined]
         return err
 
-    @staticmethod
-    def _result(mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
+    def _result(self, mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
         try:
             response = call.result()
         except grpc.RpcError as exc:
-            raise Producer._rpc_failure(mq, addr, exc) from None
+            raise self._rpc_failure(mq, addr, exc) from None
+        self.client.report_answer(addr)
         status = SendStatus.SEND_OK
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:  # RocketMQ's answer too: a result, not an error
             log.warning("send_flush_timeout queue=%s: stored, but not yet on disk", mq)
             status = SendStatus.FLUSH_DISK_TIMEOUT
         elif response.code != ResponseCode.SUCCESS:
-            err = business_error(f"send to {mq}", addr, response.code, response.remark)
-            err.retryable = response.code in (STATIC_RETRYABLE_CODES if static  # type: ignore[attr-defined]
-                                              else RETRYABLE_CODES)
-            raise err
+            raise self._refusal(mq, addr, response, static)
         # A static topic's broker answers in logic terms: the logic queue and its logic offset (-1: undecided).
         queue = mq if static else MessageQueue(mq.topic, mq.broker_name, response.queue_id)
         return SendResult(queue, response.queue_offset, response.store_host, tuple(response.physical_offsets),
                           status, send.properties)
+
+    @staticmethod
+    def _refusal(mq: MessageQueue, addr: str, response: broker_pb2.SendMessageResponse,
+                 static: bool) -> MQClientError:
+        """The error of a send the broker did not store (or stored without its slave confirming), marked with
+        how it may be retried."""
+        err = business_error(f"send to {mq}", addr, response.code, response.remark)
+        err.retryable = response.code in (STATIC_RETRYABLE_CODES if static  # type: ignore[attr-defined]
+                                          else RETRYABLE_CODES)
+        err.elsewhere_only = response.code in ELSEWHERE_CODES  # type: ignore[attr-defined]
+        # A slave refuses writes: the route that named it master is stale (a failover under way).
+        err.failover = (response.code == ResponseCode.NO_PERMISSION  # type: ignore[attr-defined]
+                        and "slave" in response.remark.lower())
+        return err
 
 
 @dataclass(frozen=True, slots=True)

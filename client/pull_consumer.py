@@ -4,6 +4,11 @@ Static topics: ``queues(topic)`` are the N logic queues ``MessageQueue(topic, "_
 every call on one goes to the logic queue's current leader, addressed LOGIC, in logic offsets. A broker that no
 longer leads the queue (NOT_LEADER_FOR_QUEUE) makes the SDK refresh the route and try once more; a pull that
 drained an older link of the queue's chain ("retry now") is followed at once to the next link's offset.
+
+Broker groups: reads (pulls, offset queries) go to the group's master; one that turns out unreachable is marked
+down for a few seconds (``client/replica_health.py``) and the read goes to the group's next replica, a slave that
+serves what the master had confirmed (slaveReadEnable), until the master answers again. A commit is a write: it
+goes to the master only, and fails while the group has none (a push consumer keeps the offset and commits later).
 """
 
 from concurrent.futures import Future
@@ -27,6 +32,7 @@ PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 MAX_PULL_HOPS = 8  # static topics: "retry now" answers followed within one pull
+READ_FAILOVERS = 2  # a read whose replica turned out unreachable asks the group's next one, this many times at most
 
 
 class PullConsumer:
@@ -49,33 +55,48 @@ class PullConsumer:
     def queues(self, topic: str) -> list[MessageQueue]:
         return self.client.subscribe_queues(topic, refresh=True)
 
-    def _target(self, mq: MessageQueue, refresh: bool = False) -> tuple[str, broker_pb2.QueueAddressing]:
-        """Address to ask about ``mq`` and how the request names it (logic queues: their leader, LOGIC)."""
+    def _target(self, mq: MessageQueue, refresh: bool = False,
+                write: bool = False) -> tuple[str, broker_pb2.QueueAddressing]:
+        """Address to ask about ``mq`` and how the request names it (logic queues: their leader, LOGIC). A read
+        goes to the group's master or, while that is missing or marked down, to a slave; a write to the master."""
+        client = self.client
         if is_logic_queue(mq):
-            return self.client.leader_addr(mq.topic, mq.queue_id, refresh=refresh), broker_pb2.LOGIC
-        return self.client.read_addr(mq.topic, mq.broker_name), broker_pb2.ADDRESSING_UNSPECIFIED
+            addr = (client.leader_addr(mq.topic, mq.queue_id, refresh=refresh) if write
+                    else client.leader_read_addr(mq.topic, mq.queue_id, refresh=refresh))
+            return addr, broker_pb2.LOGIC
+        addr = client.master_addr(mq.topic, mq.broker_name) if write else client.read_addr(mq.topic, mq.broker_name)
+        return addr, broker_pb2.ADDRESSING_UNSPECIFIED
 
-    def _call(self, what: str, mq: MessageQueue, method: str, request, timeout_s: float | None = None):
-        """Unary call about ``mq``; on a logic queue, a NOT_LEADER_FOR_QUEUE answer or an unreachable leader
-        refreshes the route and tries the (new) leader once more."""
+    def _call(self, what: str, mq: MessageQueue, method: str, request, write: bool = False):
+        """Unary call about ``mq``. A read whose replica turns out unreachable (marked down) asks the group's next
+        replica; on a logic queue, a NOT_LEADER_FOR_QUEUE answer or an unreachable leader refreshes the route and
+        tries the (new) leader once more. A write to a normal queue is tried at its master once."""
         static = is_logic_queue(mq)
-        for attempt in range(2 if static else 1):
-            addr, addressing = self._target(mq, refresh=attempt > 0)
+        retries = 1 if static else 0 if write else READ_FAILOVERS
+        tried: set[str] = set()
+        failure: MQClientError | None = None
+        for attempt in range(1 + retries):
+            addr, addressing = self._target(mq, refresh=static and attempt > 0, write=write)
+            if failure is not None and not static and addr in tried:
+                break  # the group has no other replica to ask
+            tried.add(addr)
             if static:
                 request.addressing = addressing
             try:
-                response = getattr(self.client.broker(addr), method)(request, timeout=timeout_s or
-                                                                      self.client.rpc_timeout_s)
+                response = getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
             except grpc.RpcError as exc:
                 self.client.invalidate_route(mq.topic)
-                if attempt == 0 and static and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                failure = rpc_error(f"{what} {mq}", addr, exc)
+                if self.client.report_failure(addr, exc.code()):
                     continue
-                raise rpc_error(f"{what} {mq}", addr, exc) from None
-            if attempt == 0 and static and response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:
+                raise failure from None
+            self.client.report_answer(addr)
+            if attempt < retries and static and response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:
                 self.client.invalidate_route(mq.topic)
                 continue
             return addr, response
-        raise AssertionError("unreachable")
+        assert failure is not None
+        raise failure
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*",
              suspend_ms: int = 0, commit_offset: int = -1) -> PullResult:
@@ -94,17 +115,46 @@ class PullConsumer:
         if is_logic_queue(mq):
             self._pull_static(mq, request, future, hops=0, leader_retries=1)
             return future
-        addr = self.client.read_addr(mq.topic, mq.broker_name)
+        self._pull_plain(mq, request, future, READ_FAILOVERS, set())
+        return future
+
+    def _pull_plain(self, mq: MessageQueue, request: broker_pb2.PullMessageRequest, future: "Future[PullResult]",
+                    failovers: int, tried: set[str]) -> None:
+        """Pull a normal queue at the group's read replica; one that turns out unreachable is marked down and the
+        pull goes to the group's next replica at once (``failovers`` times at most), so a dead master costs a
+        push consumer no pause."""
+        try:
+            addr = self.client.read_addr(mq.topic, mq.broker_name)
+        except MQClientError as exc:
+            future.set_exception(exc)
+            return
+        tried.add(addr)
         call = self._pull_call(addr, request)
 
         def done(call: Future) -> None:
             try:
-                future.set_result(self._pull_result(mq, addr, sub_expression, call))
+                response = call.result()
+            except grpc.RpcError as exc:
+                self.client.invalidate_route(mq.topic)
+                if self.client.report_failure(addr, exc.code()) and failovers > 0 and self._another_replica(mq, tried):
+                    self._pull_plain(mq, request, future, failovers - 1, tried)
+                    return
+                future.set_exception(rpc_error(f"pull {mq}", addr, exc))
+                return
+            self.client.report_answer(addr)
+            try:
+                future.set_result(self._to_result(mq, addr, request.sub_expression, response))
             except MQClientError as exc:
                 future.set_exception(exc)
 
         call.add_done_callback(done)
-        return future
+
+    def _another_replica(self, mq: MessageQueue, tried: set[str]) -> bool:
+        """Whether a read of ``mq`` would now go somewhere not tried yet (a group of one has nowhere else)."""
+        try:
+            return self.client.read_addr(mq.topic, mq.broker_name) not in tried
+        except MQClientError:
+            return False
 
     def _pull_call(self, addr: str, request: broker_pb2.PullMessageRequest) -> Future:
         timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
@@ -131,11 +181,12 @@ class PullConsumer:
                 response = call.result()
             except grpc.RpcError as exc:
                 self.client.invalidate_route(mq.topic)
-                if leader_retries > 0 and exc.code() is grpc.StatusCode.UNAVAILABLE:
+                if self.client.report_failure(addr, exc.code()) and leader_retries > 0:
                     self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
                     return
                 future.set_exception(rpc_error(f"pull {mq}", addr, exc))
                 return
+            self.client.report_answer(addr)
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE and leader_retries > 0:
                 self.client.invalidate_route(mq.topic)
                 self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
@@ -150,14 +201,6 @@ class PullConsumer:
                 future.set_exception(exc)
 
         call.add_done_callback(done)
-
-    def _pull_result(self, mq: MessageQueue, addr: str, sub_expression: str, call: Future) -> PullResult:
-        try:
-            response = call.result()
-        except grpc.RpcError as exc:
-            self.client.invalidate_route(mq.topic)
-            raise rpc_error(f"pull {mq}", addr, exc) from None
-        return self._to_result(mq, addr, sub_expression, response)
 
     @staticmethod
     def _to_result(mq: MessageQueue, addr: str, sub_expression: str, response: broker_pb2.PullMessageResponse,
@@ -176,7 +219,7 @@ class PullConsumer:
             raise MQClientError(f"cannot commit negative offset {offset} on {mq}")
         request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
                                                          queue_id=mq.queue_id, commit_offset=offset)
-        addr, response = self._call("commit", mq, "UpdateConsumerOffset", request)
+        addr, response = self._call("commit", mq, "UpdateConsumerOffset", request, write=True)
         if response.code != ResponseCode.SUCCESS:
             raise business_error(f"commit {mq}", addr, response.code, response.remark)
 

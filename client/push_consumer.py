@@ -154,7 +154,7 @@ class PushConsumer:
         addrs: set[str] = set()
         for topic in self._topics():
             with contextlib.suppress(MQClientError):  # the retry topic before the first heartbeat created it
-                addrs.update(self.calls.broker_addrs(topic, refresh=True))
+                addrs.update(self.calls.session_addrs(topic, refresh=True))
         self.sessions.keep(addrs)
 
     def _heartbeat(self) -> consumer_pb2.HeartbeatFrame:

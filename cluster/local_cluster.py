@@ -9,10 +9,16 @@ Under the data directory::
     tiered/broker-a/, tiered/broker-b/        each broker's second tier (tiered storage on, posix backend)
     logs/namesrv.log, logs/broker-*.log       the children's stderr (appended to on every start)
 
-The launcher waits for each child's ``ready on HOST:PORT`` line, then prints the addresses and how to
-produce and consume. SIGINT (Ctrl-C) or SIGTERM stops the brokers, then the name server, each with SIGTERM,
-and exits 0 once all have exited cleanly. A child that fails to start, or dies while the cluster runs,
-gets its last log lines printed; the others are stopped and the launcher exits 1.
+With ``--with-slave`` (``make run SLAVE=1``) broker-a is a replica group in controller mode: the name server runs
+the replication controller (its store in ``controller/``), and two processes serve broker-a, ``broker-a``
+(brokerId 1, its usual port) and ``broker-a-s`` (brokerId 2, ``--slave-port``), each with a fixed haListenPort
+(its listenPort + 1) and slaveReadEnable=true; the controller elects the master. broker-b is unchanged.
+
+The launcher waits for each child's ``ready on HOST:PORT`` line (and, with ``--with-slave``, for broker-a's group
+to have a master and its slave routed), then prints the addresses and how to produce and consume. SIGINT
+(Ctrl-C) or SIGTERM stops the brokers, then the name server, each with SIGTERM, and exits 0 once all have exited
+cleanly. A child that fails to start, or dies while the cluster runs (a replica too), gets its last log lines
+printed; the others are stopped and the launcher exits 1.
 """
 
 import argparse
@@ -27,7 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.broker_config import load_broker_config
 from broker.store.store_lock import StoreLock, StoreLockedError
+from client import Admin, MQClientError
 
 PROG = "local_cluster"
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +44,10 @@ CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORTS = (10911, 10921)
+# --with-slave: broker-a's second replica (a process of its own, brokerName broker-a) and its listenPort.
+GROUP_NAME = "broker-a"
+SLAVE_NAME = "broker-a-s"
+DEFAULT_SLAVE_PORT = 10915
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 TAIL_LINES = 20
@@ -73,10 +85,26 @@ class Child:
         return (self.other_output + text.splitlines())[-lines:]
 
 
+@dataclass(frozen=True)
+class Replica:
+    """Controller mode: this broker is replica ``broker_id`` (1 or more) of its group, the controller at
+    ``controller_addr`` elects the group's master, and replication listens on ``ha_port``."""
+    broker_id: int
+    controller_addr: str
+    ha_port: int
+
+
+def ha_port(listen_port: int) -> int:
+    """A replica's haListenPort: the port after its listenPort (RocketMQ's 10911/10912), or 0 (a free one) when
+    the listenPort is 0."""
+    return listen_port + 1 if listen_port else 0
+
+
 def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: Path,
-                tiered_dir: Path | None = None) -> dict[str, object]:
+                tiered_dir: Path | None = None, replica: Replica | None = None) -> dict[str, object]:
     """The broker.conf of one local broker (RocketMQ key names); with ``tiered_dir``, tiered storage on (posix
-    backend in that directory)."""
+    backend in that directory); with ``replica``, a replica of group ``name`` in controller mode, serving reads
+    while it is a slave."""
     conf: dict[str, object] = {
         "brokerClusterName": CLUSTER_NAME,
         "brokerName": name,
@@ -92,12 +120,36 @@ def broker_conf(name: str, port: int, namesrv_addr: str, host: str, store_dir: P
     if tiered_dir is not None:
         conf |= {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix",
                  "tieredStoreFilePath": tiered_dir}
+    if replica is not None:
+        conf |= {"brokerId": replica.broker_id, "enableControllerMode": "true",
+                 "controllerAddr": replica.controller_addr, "haListenPort": replica.ha_port,
+                 "slaveReadEnable": "true"}
     return conf
 
 
 # Keys the launcher sets itself from its own options; --broker-conf may set any other broker.conf key.
 LAUNCHER_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerIP1", "listenPort",
                            "storePathRootDir"})
+# ... and, with --with-slave, these as well (broker-a's replicas need them; broker-b gets none of them).
+REPLICA_KEYS = frozenset({"enableControllerMode", "controllerAddr", "haListenPort"})
+
+
+@dataclass(frozen=True)
+class BrokerPlan:
+    """One broker process: its name (the log's, conf's and store's), brokerName, listenPort and replica role."""
+    name: str
+    broker_name: str
+    port: int
+    replica_id: int = 0  # 0: a plain broker; 1 or more: a controller-mode replica of broker_name
+
+
+def broker_plan(broker_ports: tuple[int, int], slave_port: int | None = None) -> list[BrokerPlan]:
+    """The brokers to start: broker-a and broker-b, and with ``slave_port`` broker-a's second replica."""
+    (a, port_a), (b, port_b) = zip(BROKER_NAMES, broker_ports, strict=True)
+    if slave_port is None:
+        return [BrokerPlan(a, a, port_a), BrokerPlan(b, b, port_b)]
+    return [BrokerPlan(a, GROUP_NAME, port_a, 1), BrokerPlan(SLAVE_NAME, GROUP_NAME, slave_port, 2),
+            BrokerPlan(b, b, port_b)]
 
 
 def write_conf(path: Path, settings: dict[str, object]) -> Path:
@@ -111,11 +163,13 @@ def write_conf(path: Path, settings: dict[str, object]) -> Path:
 class LocalCluster:
     def __init__(self, data_dir: Path, namesrv_port: int, broker_ports: tuple[int, int], host: str = "127.0.0.1",
                  ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
-                 extra_conf: dict[str, str] | None = None) -> None:
+                 extra_conf: dict[str, str] | None = None, slave_port: int | None = None) -> None:
         self.data_dir = data_dir.resolve()
-        self.extra_conf = dict(extra_conf or {})  # --broker-conf: on top of broker_conf()'s keys, both brokers
+        self.extra_conf = dict(extra_conf or {})  # --broker-conf: on top of broker_conf()'s keys, every broker
         self.namesrv_port = namesrv_port
         self.broker_ports = broker_ports
+        self.plan = broker_plan(broker_ports, slave_port)
+        self.with_slave = slave_port is not None
         self.host = host
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -124,6 +178,11 @@ class LocalCluster:
         self.namesrv: Child | None = None
         self.brokers: list[Child] = []
         self.conf_paths: dict[str, Path] = {}
+        self.roles: dict[str, str] = {}  # --with-slave: child name -> MASTER or SLAVE, as routed at start-up
+
+    @property
+    def controller_store(self) -> Path:
+        return self.data_dir / "controller"
 
     @property
     def log_dir(self) -> Path:
@@ -179,16 +238,56 @@ class LocalCluster:
                 raise StartError(child, f"exited with code {code} before its ready line")
 
     def start(self) -> None:
-        """Start the name server, then both brokers; return once all three have printed their ready line."""
-        self.namesrv = self.spawn("namesrv", "namesrv.main", ["--host", self.host, "-p", str(self.namesrv_port)])
+        """Start the name server, then the brokers; return once all have printed their ready line (and, with a
+        slave, once broker-a's group has a master and a slave)."""
+        namesrv_args = ["--host", self.host, "-p", str(self.namesrv_port)]
+        if self.with_slave:
+            namesrv_args += ["--enable-controller", "--controller-store-path", str(self.controller_store)]
+        self.namesrv = self.spawn("namesrv", "namesrv.main", namesrv_args)
         self.wait_ready([self.namesrv])
         assert self.namesrv.addr is not None
-        for name, port in zip(BROKER_NAMES, self.broker_ports, strict=True):
-            settings = broker_conf(name, port, self.namesrv.addr, self.host, self.data_dir / "store" / name,
-                                   self.data_dir / "tiered" / name) | self.extra_conf
-            conf = self.conf_paths[name] = write_conf(self.data_dir / "conf" / f"{name}.conf", settings)
-            self.brokers.append(self.spawn(name, "broker.main", ["-c", str(conf)]))
+        deadline = time.monotonic() + self.ready_timeout_s
+        for plan in self.plan:
+            replica = (Replica(plan.replica_id, self.namesrv.addr, ha_port(plan.port)) if plan.replica_id
+                       else None)
+            settings = broker_conf(plan.broker_name, plan.port, self.namesrv.addr, self.host,
+                                   self.data_dir / "store" / plan.name, self.data_dir / "tiered" / plan.name,
+                                   replica) | self.extra_conf
+            conf = self.conf_paths[plan.name] = write_conf(self.data_dir / "conf" / f"{plan.name}.conf", settings)
+            self.brokers.append(self.spawn(plan.name, "broker.main", ["-c", str(conf)]))
+            if plan.replica_id == 1:
+                # The first replica up is the one the controller elects, so broker-a (at its usual port) is the
+                # master of a fresh group: start its slave once it serves.
+                self.wait_ready(self.brokers[-1:])
         self.wait_ready(self.brokers)
+        if self.with_slave:
+            self.wait_group(deadline)
+
+    def wait_group(self, deadline: float) -> None:
+        """Wait until the name server routes broker-a's group with a master (broker id 0) and its slave; note
+        which replica is which (a group that ran before keeps the master it had)."""
+        assert self.namesrv is not None and self.namesrv.addr is not None
+        replicas = [child for child, plan in zip(self.brokers, self.plan, strict=True) if plan.replica_id]
+        addrs = {child.name: child.addr for child in replicas if child.addr is not None}  # all: each was ready
+        with Admin(self.namesrv.addr, rpc_timeout_ms=2000) as admin:
+            while True:
+                try:
+                    routed = {b.addr: b.broker_id for b in admin.all_brokers() if b.broker_name == GROUP_NAME}
+                except MQClientError:
+                    routed = {}
+                if (len(addrs) == len(replicas) and all(addr in routed for addr in addrs.values())
+                        and any(routed[addr] == 0 for addr in addrs.values())):
+                    self.roles = {name: "MASTER" if routed[addr] == 0 else "SLAVE" for name, addr in addrs.items()}
+                    return
+                for child in self.children:
+                    if child.proc.poll() is not None:
+                        raise StartError(child, f"exited with code {child.proc.returncode} while {GROUP_NAME}'s "
+                                                "group was forming")
+                if self.stop_requested.wait(0.1):
+                    raise Interrupted
+                if time.monotonic() > deadline:
+                    raise StartError(replicas[0], f"and {SLAVE_NAME}: no master of {GROUP_NAME} with its slave "
+                                                  f"routed within {self.ready_timeout_s:g}s")
 
     # -- run and stop --------------------------------------------------------------------------------------
     def wait(self) -> Child | None:
@@ -244,22 +343,52 @@ def mqadmin_command() -> str:
     return rel(script) if script.exists() else "mqadmin"
 
 
+def heartbeat_timeout_s(cluster: LocalCluster) -> float:
+    """How long the controller waits before replacing a silent master: broker-a's controllerHeartBeatTimeoutMills
+    (--broker-conf may set it), as the broker reads it."""
+    conf = load_broker_config(cluster.conf_paths[GROUP_NAME].read_text())
+    return conf.controller_heart_beat_timeout_mills / 1000
+
+
+def replica_group_lines(cluster: LocalCluster, mqadmin: str) -> list[str]:
+    """--with-slave: what the group is and how to watch a failover (under the launcher a process that exits stops
+    everything, so pause the master instead)."""
+    assert cluster.namesrv is not None
+    roles = ", ".join(f"{name} {role}" for name, role in cluster.roles.items())
+    master = next(child for child in cluster.brokers if cluster.roles.get(child.name) == "MASTER")
+    return [
+        f"{GROUP_NAME} is a replica group: {roles} at start (the route shows the master as broker id 0).",
+        f"The controller replaces a master silent for {heartbeat_timeout_s(cluster):g}s with an in-sync slave; to "
+        f"watch it, pause the master (kill -STOP {master.proc.pid}, later kill -CONT {master.proc.pid}: it rejoins "
+        "as a slave).",
+        f"  {mqadmin} -n {cluster.namesrv.addr} getSyncStateSet -b {GROUP_NAME}",
+    ]
+
+
 def banner(cluster: LocalCluster) -> str:
     assert cluster.namesrv is not None
     ns = cluster.namesrv.addr
     mqadmin = mqadmin_command()
-    rows = [f"  namesrv   {ns:<21} pid {cluster.namesrv.proc.pid:<7} log {rel(cluster.namesrv.log_path)}"]
-    for broker in cluster.brokers:
-        rows.append(f"  {broker.name:<9} {broker.addr:<21} pid {broker.proc.pid:<7} log {rel(broker.log_path)}"
-                    f"  conf {rel(cluster.conf_paths[broker.name])}")
+    width = max(len(child.name) for child in cluster.children)
+    rows = [f"  {'namesrv':<{width}} {ns:<21} pid {cluster.namesrv.proc.pid:<7} log {rel(cluster.namesrv.log_path)}"
+            + ("  (runs the replication controller)" if cluster.with_slave else "")]
+    for broker, plan in zip(cluster.brokers, cluster.plan, strict=True):
+        role = cluster.roles.get(broker.name)
+        rows.append(f"  {broker.name:<{width}} {broker.addr:<21} pid {broker.proc.pid:<7} log {rel(broker.log_path)}"
+                    f"  conf {rel(cluster.conf_paths[broker.name])}"
+                    + (f"  {plan.broker_name} replica {plan.replica_id}: {role}" if role else ""))
+    group = replica_group_lines(cluster, mqadmin) if cluster.with_slave else []
+    data = (f"  data under {rel(cluster.data_dir)} (store/<broker>: message stores, tiered/<broker>: second tiers, "
+            "conf/: broker.conf files, logs/: each process's stderr"
+            + (", controller/: the controller's decisions)" if cluster.with_slave else ")"))
     return "\n".join([
         f"{PROG}: cluster {CLUSTER_NAME} ready; name server {ns}",
         *rows,
-        f"  data under {rel(cluster.data_dir)} (store/<broker>: message stores, tiered/<broker>: second tiers, "
-        "conf/: broker.conf files, logs/: each process's stderr)",
+        data,
         "",
         "Look at it:",
         f"  {mqadmin} -n {ns} clusterList",
+        *group,
         "",
         "Produce and consume (Python SDK; a topic is created on its first send):",
         "  from client import Message, Producer, PullConsumer",
@@ -318,6 +447,24 @@ def broker_ports(raw: str) -> tuple[int, int]:
     return a, b
 
 
+def check_slave_ports(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--with-slave: broker-a and broker-a-s listen on their ports and the next ones (replication); every fixed
+    port must be free of the others."""
+    if args.slave_port is None:
+        return
+    ports = [("--namesrv-port", args.namesrv_port), ("--broker-ports (broker-b)", args.broker_ports[1])]
+    for what, value in (("--broker-ports (broker-a)", args.broker_ports[0]), ("--slave-port", args.slave_port)):
+        ports += [(what, value), (f"{what} + 1 (its haListenPort)", ha_port(value))]
+    for what, value in ports:
+        if value > 65535:
+            parser.error(f"{what} is {value}: outside 0..65535")
+    seen: dict[int, str] = {}
+    for what, value in ports:
+        if value and value in seen:
+            parser.error(f"{seen[value]} and {what} are both {value}; with --with-slave each needs its own port")
+        seen.setdefault(value, what)
+
+
 def conf_entry(raw: str) -> tuple[str, str]:
     key, sep, value = raw.partition("=")
     key, value = key.strip(), value.strip()
@@ -341,15 +488,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S,
                         help="seconds each start-up step may take (default: %(default)s)")
     parser.add_argument("--broker-conf", type=conf_entry, action="append", default=[], metavar="KEY=VALUE",
-                        help="a broker.conf key for both brokers, on top of the launcher's (repeatable), "
+                        help="a broker.conf key for every broker, on top of the launcher's (repeatable), "
                              "e.g. --broker-conf storeType=defaultRocksDB")
-    return parser.parse_args(argv)
+    parser.add_argument("--with-slave", action="store_true",
+                        help=f"run {GROUP_NAME} as a two-replica group in controller mode: the name server runs "
+                             f"the controller, {SLAVE_NAME} is the second replica; each replica's haListenPort is "
+                             "its listenPort + 1 (make run SLAVE=1)")
+    parser.add_argument("--slave-port", type=port, default=None,
+                        help=f"with --with-slave, the listenPort of {SLAVE_NAME}; 0 picks a free one "
+                             f"(default: {DEFAULT_SLAVE_PORT})")
+    args = parser.parse_args(argv)
+    if args.slave_port is not None and not args.with_slave:
+        parser.error("--slave-port needs --with-slave")
+    if args.with_slave:
+        args.slave_port = DEFAULT_SLAVE_PORT if args.slave_port is None else args.slave_port
+        refused = sorted({key for key, _ in args.broker_conf} & REPLICA_KEYS)
+        if refused:
+            parser.error(f"--broker-conf: {', '.join(refused)} is set by the launcher with --with-slave")
+    check_slave_ports(parser, args)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cluster = LocalCluster(args.data_dir, args.namesrv_port, args.broker_ports, args.host, args.ready_timeout,
-                           extra_conf=dict(args.broker_conf))
+                           extra_conf=dict(args.broker_conf), slave_port=args.slave_port)
 
     def on_signal(signum: int, _frame: object) -> None:  # no printing here: it may interrupt a print
         cluster.stop_signal = cluster.stop_signal or signal.Signals(signum).name

@@ -2,12 +2,14 @@
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
 import click
 
-from namesrv.namesrv_server import BindError, NamesrvConfig, NamesrvServer
+from namesrv.controller.controller_store import ControllerStoreError
+from namesrv.namesrv_server import DEFAULT_CONTROLLER_STORE_PATH, BindError, NamesrvConfig, NamesrvServer
 from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
 
 PROG = "mqnamesrv"
@@ -22,15 +24,25 @@ log = logging.getLogger("namesrv.main")
               show_default=True, help="Drop a broker silent for this long (unless it registered its own timeout).")
 @click.option("--scan-interval-ms", type=click.IntRange(min=1), default=5000, show_default=True,
               help="How often to look for silent brokers.")
-def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int) -> None:
-    """The name server: broker registry and topic routes."""
+@click.option("--enable-controller", is_flag=True,
+              help="Also run the replication controller (enableControllerInNamesrv) on this port.")
+@click.option("--controller-store-path", default=DEFAULT_CONTROLLER_STORE_PATH, show_default=True,
+              help="Where the controller persists its decisions (controllerStorePath).")
+@click.option("--enable-elect-unclean-master", is_flag=True,
+              help="Let the controller elect a replica outside the in-sync set when no member is alive "
+                   "(enableElectUncleanMaster; may lose committed messages).")
+def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int, enable_controller: bool,
+            controller_store_path: str, enable_elect_unclean_master: bool) -> None:
+    """The name server: broker registry and topic routes (and, optionally, the replication controller)."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = NamesrvConfig(host=host, port=port, broker_expiry_ms=broker_expiry_ms,
-                           scan_interval_ms=scan_interval_ms)
+                           scan_interval_ms=scan_interval_ms, enable_controller=enable_controller,
+                           controller_store_path=os.path.expanduser(controller_store_path),
+                           enable_elect_unclean_master=enable_elect_unclean_master)
     try:
         asyncio.run(serve(config))
-    except BindError as e:
+    except (BindError, ControllerStoreError) as e:
         raise click.ClickException(str(e)) from None
 
 

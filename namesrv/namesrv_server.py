@@ -5,18 +5,24 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from common.rpc_boundary import RequestDecoding
+from namesrv.controller.controller_service import ControllerService
+from namesrv.controller.controller_servicer import ControllerServicer
+from namesrv.controller.controller_store import ControllerStore
+from namesrv.controller.replicas_info_manager import ReplicasInfoManager
 from namesrv.namesrv_servicer import NamesrvServicer
 from namesrv.route_info_manager import RouteInfoManager
 from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
-from proto import namesrv_pb2_grpc
+from proto import controller_pb2_grpc, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # a full registration of a million topics is tens of MiB
+DEFAULT_CONTROLLER_STORE_PATH = "~/store/controller"
 
 
 class BindError(RuntimeError):
@@ -30,6 +36,11 @@ class NamesrvConfig:
     broker_expiry_ms: int = DEFAULT_BROKER_EXPIRY_MS
     scan_interval_ms: int = 5000
     shutdown_grace_s: float = 5.0
+    # The replication controller (enableControllerInNamesrv): served on this same port when on, absent otherwise
+    # (its RPCs then answer UNIMPLEMENTED, which tells mqadmin to ask the next name server).
+    enable_controller: bool = False
+    controller_store_path: str = DEFAULT_CONTROLLER_STORE_PATH  # "~" is expanded
+    enable_elect_unclean_master: bool = False
 
 
 class NamesrvServer:
@@ -40,6 +51,7 @@ class NamesrvServer:
         self._started_at = time.monotonic()
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self.controller: ControllerService | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
@@ -57,26 +69,45 @@ class NamesrvServer:
             self.port = self._server.add_insecure_port(address)
         except RuntimeError as e:  # gRPC's only signal for a failed bind
             raise BindError(f"cannot listen on {address}: {e}") from None
+        if self.config.enable_controller:  # after the bind: a name server that cannot serve must not lock the store
+            self.controller = self._open_controller()
+            controller_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(self.controller),
+                                                                        self._server)
         await self._server.start()
+        if self.controller is not None:
+            await self.controller.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="scan-not-active-brokers")
         log.info("namesrv_started host=%s port=%d broker_expiry_ms=%d scan_interval_ms=%d", self.config.host,
                  self.port, self.config.broker_expiry_ms, self.config.scan_interval_ms)
         return self.port
 
+    def _open_controller(self) -> ControllerService:
+        """Lock and load the controller store; raises ControllerStoreError (one line for the operator)."""
+        store_path = Path(self.config.controller_store_path).expanduser()
+        manager = ReplicasInfoManager(ControllerStore(store_path), self.config.enable_elect_unclean_master)
+        log.info("controller_started store=%s groups=%d enable_elect_unclean_master=%s", store_path,
+                 manager.group_count, self.config.enable_elect_unclean_master)
+        return ControllerService(manager)
+
     async def stop(self) -> None:
         """Stop accepting calls, let in-flight ones finish within the grace period, stop the scan."""
+        if self.controller is not None:  # first: its streams never end by themselves
+            await self.controller.stop()
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
+        if self.controller is not None:
+            self.controller.manager.close()
         log.info("namesrv_stopped port=%d", self.port)
 
     def runtime_info(self) -> dict[str, str]:
         return {
             "broker_expiry_ms": str(self.config.broker_expiry_ms),
             "scan_interval_ms": str(self.config.scan_interval_ms),
+            "controller_enabled": str(self.config.enable_controller).lower(),
             "uptime_ms": str(int((time.monotonic() - self._started_at) * 1000)),
         }
 

@@ -30,7 +30,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
                              context: grpc.aio.ServicerContext) -> namesrv_pb2.RegisterBrokerResponse:
         def register() -> namesrv_pb2.RegisterBrokerResponse:
             result = self.manager.register_broker(route_codec.register_request_from_proto(request))
-            return namesrv_pb2.RegisterBrokerResponse(code=ResponseCode.SUCCESS, remark=result.remark,
+            code = ResponseCode.NO_PERMISSION if result.refused else ResponseCode.SUCCESS
+            return namesrv_pb2.RegisterBrokerResponse(code=code, remark=result.remark,
                                                       need_full=result.need_full)
 
         return await asyncio.to_thread(register)  # decoding a large compressed body belongs off the loop too

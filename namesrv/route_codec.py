@@ -55,6 +55,7 @@ def register_request_from_proto(request: namesrv_pb2.RegisterBrokerRequest) -> R
         # Unset on a delta means "relative to nothing": never matches, so the broker is asked for a full one.
         base_version=data_version_from_proto(request.base_version) if request.HasField("base_version") else None,
         heartbeat_timeout_ms=request.heartbeat_timeout_ms,
+        master_epoch=request.master_epoch,
     )
 
 

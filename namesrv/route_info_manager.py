@@ -56,6 +56,7 @@ class BrokerLiveInfo:
     broker_addr: str
     heartbeat_timeout_ms: int
     data_version: DataVersion = field(default_factory=DataVersion)
+    master_epoch: int = 0  # controller mode: the epoch it registered at
     last_update_ms: int = 0  # the manager's (monotonic) clock: expiry must not jump with the wall clock
     last_update_timestamp: int = 0  # wall clock, only reported to operators
     topic_queue: dict[str, QueueData] = field(default_factory=dict)
@@ -105,6 +106,9 @@ class RouteInfoManager:
             refusal = self._delta_refusal(info, request)
             if refusal is not None:
                 return self._need_full(request, refusal)
+            stale = self._stale_master_claim(request)
+            if stale is not None:
+                return RegisterBrokerResult(refused=True, remark=stale)
             if info is not None and not info.same_identity(request):  # a full registration takes the address
                 self._remove_broker(info)
                 log.info("broker_replaced addr=%s old_broker=%s old_id=%d", info.broker_addr, info.broker_name,
@@ -119,6 +123,7 @@ class RouteInfoManager:
                 self._apply_delta(info, request.topic_configs, request.deleted_topics,
                                   request.topic_queue_mapping_infos)
             info.data_version = request.data_version
+            info.master_epoch = request.master_epoch
             info.heartbeat_timeout_ms = request.heartbeat_timeout_ms or self.broker_expiry_ms
             info.last_update_ms = self._clock()
             info.last_update_timestamp = self._wall_clock()
@@ -226,6 +231,20 @@ class RouteInfoManager:
         if request.base_version != info.data_version:
             return f"holding version {_fmt(info.data_version)}, delta based on {_fmt(request.base_version)}"
         return None
+
+    def _stale_master_claim(self, request: RegisterBrokerRequest) -> str | None:
+        """Why a claim to be a group's master (id 0) is not taken: the registered master is of a newer epoch."""
+        if request.broker_id != 0:
+            return None
+        holder_addr = self.broker_addr_table.get(request.broker_name, BrokerData("", "")).broker_addrs.get(0)
+        holder = self.broker_live_table.get(holder_addr) if holder_addr is not None else None
+        if holder is None or holder.broker_addr == request.broker_addr or holder.master_epoch <= request.master_epoch:
+            return None
+        log.warning("stale_master_refused broker=%s addr=%s epoch=%d master=%s master_epoch=%d",
+                    request.broker_name, request.broker_addr, request.master_epoch, holder.broker_addr,
+                    holder.master_epoch)
+        return (f"{request.broker_addr} claims master of {request.broker_name} at epoch {request.master_epoch}; "
+                f"{holder.broker_addr} is master at epoch {holder.master_epoch}")
 
     def _need_full(self, request: RegisterBrokerRequest, why: str) -> RegisterBrokerResult:
         log.info("broker_need_full broker=%s id=%d addr=%s reason=%r", request.broker_name, request.broker_id,

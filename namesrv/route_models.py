@@ -96,12 +96,14 @@ class RegisterBrokerRequest:
     topic_queue_mapping_infos: Mapping[str, TopicQueueMappingInfo] = field(default_factory=dict)
     base_version: DataVersion | None = None
     heartbeat_timeout_ms: int = 0  # 0: the name server's default
+    master_epoch: int = 0  # controller mode: the master epoch the broker knows
 
 
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerResult:
     need_full: bool = False
     remark: str = ""
+    refused: bool = False  # a deposed master's claim to the group (NO_PERMISSION, remark says why)
 
 
 @dataclass(frozen=True, slots=True)

@@ -376,6 +376,12 @@ class ConsumerOffsetEntry(_message.Message):
     offset: int
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
+class TopicQueueMappingList(_message.Message):
+    __slots__ = ("details",)
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    details: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicQueueMappingDetail]
+    def __init__(self, details: _Optional[_Iterable[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]]] = ...) -> None: ...
+
 class ConsumerOffsetList(_message.Message):
     __slots__ = ("offsets",)
     OFFSETS_FIELD_NUMBER: _ClassVar[int]

@@ -155,6 +155,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_broker__pb2.TopicRequest.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.TopicQueueMappingResponse.FromString,
                 _registered_method=True)
+        self.GetAllTopicQueueMapping = channel.unary_unary(
+                '/rmq.BrokerService/GetAllTopicQueueMapping',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.TopicQueueMappingList.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -316,6 +321,13 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAllTopicQueueMapping(self, request, context):
+        """Every static topic mapping this broker holds (a slave copies them: a promoted slave routes static topics).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -438,6 +450,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetTopicQueueMapping,
                     request_deserializer=proto_dot_broker__pb2.TopicRequest.FromString,
                     response_serializer=proto_dot_broker__pb2.TopicQueueMappingResponse.SerializeToString,
+            ),
+            'GetAllTopicQueueMapping': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllTopicQueueMapping,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_broker__pb2.TopicQueueMappingList.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1088,6 +1105,33 @@ class BrokerService:
             '/rmq.BrokerService/GetTopicQueueMapping',
             proto_dot_broker__pb2.TopicRequest.SerializeToString,
             proto_dot_broker__pb2.TopicQueueMappingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllTopicQueueMapping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetAllTopicQueueMapping',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_broker__pb2.TopicQueueMappingList.FromString,
             options,
             channel_credentials,
             insecure,

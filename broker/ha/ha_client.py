@@ -2,15 +2,21 @@
 appended at the same offsets, and a flusher thread acknowledges what is durable: it fsyncs whatever arrived while
 the previous fsync ran (a group commit), so receiving never waits for the disk. The slave's confirm offset follows
 the master's (it never shows what the master has not confirmed). A broken stream is reopened after a pause, from
-where the commitlog ends."""
+where the commitlog ends.
+
+Controller mode (``epochs`` given): the handshake names this replica's newest epoch and the master epoch the
+controller announced; the master's welcome says where this log stops agreeing with the master's, and the tail
+past it is cut before anything is appended (only a tail that was never dispatched: otherwise replication stops
+and says why). Each epoch's start is recorded in the epoch file before its first bytes are appended."""
 
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
+from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.ha_service import GroupIdentity
 from broker.store.commit_log import CommitLog
 from proto import ha_pb2, ha_pb2_grpc
@@ -22,9 +28,15 @@ _CLOSE = -1
 
 
 class HAClient(threading.Thread):
-    def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog) -> None:
+    def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog,
+                 epochs: EpochFile | None = None, master_epoch: int = 0,
+                 truncate: Callable[[int], None] | None = None) -> None:
         super().__init__(name="ha-client", daemon=True)
         self.master_ha_addr = master_ha_addr
+        self.epochs = epochs
+        self.master_epoch = master_epoch
+        self.truncate = truncate  # MessageStore.truncate_diverged_tail
+        self.refusal = ""  # why this replica stopped following (a tail it must not cut)
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
@@ -45,6 +57,10 @@ class HAClient(threading.Thread):
                     return
                 log.warning("replication_broken master=%s status=%s detail=%s", self.master_ha_addr,
                             exc.code().name, exc.details())
+            except ValueError as exc:  # a divergent tail it must not cut: an operator decides
+                self.refusal = str(exc)
+                log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal)
+                self._stopped.set()
             self._acks.put(_CLOSE)
             if self._stopped.wait(REOPEN_PAUSE_S):
                 return
@@ -53,7 +69,8 @@ class HAClient(threading.Thread):
         me = self.identity
         yield ha_pb2.ReplicaFrame(handshake=ha_pb2.ReplicaHandshake(
             cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
-            commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size))
+            commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size,
+            last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch))
         while (offset := acks.get()) != _CLOSE:
             yield ha_pb2.ReplicaFrame(ack_offset=offset)
 
@@ -63,14 +80,31 @@ class HAClient(threading.Thread):
         call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks))
         self._call = call
         log.info("replication_started master=%s from_offset=%d", self.master_ha_addr, self.commit_log.max_offset())
+        welcome = True
         for frame in call:
-            if frame.master_addr:
-                self.master_addr = frame.master_addr
+            if welcome:
+                self._on_welcome(frame)
+                welcome = False
             if frame.data:
+                if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
+                    self.epochs.assign(frame.epoch, frame.epoch_start_offset)  # before the epoch's bytes
                 self.commit_log.append_replica(frame.offset, frame.data)
             self.commit_log.set_replicated_offset(frame.confirm_offset)
             with self._written:
                 self._written.notify()
+
+    def _on_welcome(self, frame: ha_pb2.ReplicationFrame) -> None:
+        self.master_addr = frame.master_addr
+        if self.epochs is None:
+            return
+        end = self.commit_log.max_offset()
+        if frame.truncate_to < end:
+            assert self.truncate is not None
+            log.warning("replica_diverged master=%s epoch=%d local_end=%d master_agrees_to=%d", self.master_ha_addr,
+                        self.epochs.last_epoch(), end, frame.truncate_to)
+            self.truncate(frame.truncate_to)
+            self.epochs.truncate_from(frame.truncate_to)
+        self.epochs.replace([EpochEntry(e.epoch, e.start_offset) for e in frame.epochs], frame.truncate_to)
 
     def _flush_loop(self) -> None:
         """Acknowledge what is on disk: one fsync covers every frame that arrived during the one before."""

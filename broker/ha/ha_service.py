@@ -6,6 +6,13 @@ tiered uploads see only replicated data), and a send is acknowledged once its by
 for an ack: a send awaits a future that the ack resolves. With no slave connected a send fails at once
 (SLAVE_NOT_AVAILABLE); a slave too slow for ``syncFlushTimeout`` fails it with FLUSH_SLAVE_TIMEOUT (the message is
 stored and is delivered once the slave has it). Runs on the broker's event loop.
+
+Controller mode (``epochs`` given): the slaves that count are the in-sync set's (``SyncStateSet``), whether
+connected or not: a member away freezes the replicated offset until the controller accepts its removal. A set of
+the master alone commits at once. Nothing is acknowledged while the controller's lease is not valid
+(``lease_valid``), so a master cut off from the controller never acknowledges what a new master may lack. Frames
+carry their epoch and never cross an epoch's start; a replica's handshake names its newest epoch and is told
+where its log stops agreeing with the master's (the leader-epoch rule): it cuts its tail there.
 """
 
 import asyncio
@@ -14,11 +21,13 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from broker.ha.broker_role import BrokerRole
+from broker.ha.epoch_file import EpochFile
+from broker.ha.sync_state_set import SetProposal, SyncStateSet
 from broker.store.commit_log import CommitLog
 from common.refusal import Refusal
 from common.request_error import RequestError
@@ -44,8 +53,16 @@ class GroupIdentity:
 
 class HAService:
     def __init__(self, role: BrokerRole, identity: GroupIdentity, commit_log: CommitLog,
-                 loop: asyncio.AbstractEventLoop, slave_timeout_s: float = 3.0) -> None:
+                 loop: asyncio.AbstractEventLoop, slave_timeout_s: float = 3.0, epochs: EpochFile | None = None,
+                 max_not_catchup_ms: int = 15000, in_sync_replicas: int = 0) -> None:
         self.role = role
+        self.epochs = epochs  # controller mode
+        # Static SYNC_MASTER: replicas (the master included) a send needs; 0: every connected one; 1: none waits.
+        self.in_sync_replicas = in_sync_replicas
+        self.master_epoch = 0  # controller mode: the epoch this broker is master at; 0 while it is not master
+        self.sync_state_set = SyncStateSet(identity.broker_id, max_not_catchup_ms)
+        self.lease_valid: Callable[[], bool] = lambda: True
+        self._member_acks: dict[int, int] = {}  # controller mode: the last ack of every slave, kept when it leaves
         self.slave_timeout_s = slave_timeout_s  # syncFlushTimeout: how long a send waits for its slaves
         self.identity = identity
         self.commit_log = commit_log
@@ -57,7 +74,7 @@ class HAService:
         self._loop_thread = threading.get_ident()
         self._seq = itertools.count()
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
-        commit_log.replication_gated = role is BrokerRole.SYNC_MASTER
+        commit_log.replication_gated = self._waits_for_slaves() or epochs is not None
         commit_log.add_append_listener(self._on_append)
         commit_log.add_confirm_listener(self._on_append)  # slaves learn a new confirm offset at once
 
@@ -74,16 +91,16 @@ class HAService:
         code = await self.wait_replicated(end, self.slave_timeout_s)
         if code != ResponseCode.SUCCESS:
             response.code = code
-            response.remark = ("no slave is connected: stored on the master only" if code ==
-                               ResponseCode.SLAVE_NOT_AVAILABLE else "the slave did not confirm in time: stored on "
-                               "the master")
+            response.remark = _NOT_REPLICATED[code]
 
     async def wait_replicated(self, offset: int, timeout_s: float) -> int:
         """A response code for a send whose bytes end at ``offset``: SUCCESS once replicated (at once for an
         ASYNC_MASTER)."""
-        if self.role is not BrokerRole.SYNC_MASTER or self.replicated_offset() >= offset:
+        if not self.lease_valid():
+            return ResponseCode.SERVICE_NOT_AVAILABLE
+        if not self._waits_for_slaves() or self.replicated_offset() >= offset:
             return ResponseCode.SUCCESS
-        if not self._acks:
+        if self.epochs is None and len(self._acks) < max(1, self.in_sync_replicas - 1):
             return ResponseCode.SLAVE_NOT_AVAILABLE
         future: asyncio.Future[int] = self._loop.create_future()
         heapq.heappush(self._waiters, (offset, next(self._seq), future))
@@ -104,19 +121,67 @@ class HAService:
     def slave_acks(self) -> dict[int, int]:
         return dict(self._acks)
 
+    def _waits_for_slaves(self) -> bool:
+        if self.epochs is None:
+            return self.role is BrokerRole.SYNC_MASTER and self.in_sync_replicas != 1
+        return bool(self.sync_state_set.counted())
+
     def replicated_offset(self) -> int:
-        """What every connected slave has (the in-sync set is the connected slaves)."""
-        return min(self._acks.values()) if self._acks else 0
+        """What every counted slave has: static mode, every connected one or, with ``inSyncReplicas`` = N, the N-1
+        slaves furthest ahead; controller mode, the in-sync set's members."""
+        if self.epochs is None:
+            acks = sorted(self._acks.values(), reverse=True)
+            needed = self.in_sync_replicas - 1 if self.in_sync_replicas > 0 else len(acks)
+            return acks[needed - 1] if acks and 0 < needed <= len(acks) else 0
+        counted = self.sync_state_set.counted()
+        if not counted:
+            return self.commit_log.max_offset()
+        return min(self._member_acks.get(m, 0) for m in counted)
 
     def _on_ack(self, slave_id: int, offset: int) -> None:
         if offset <= self._acks.get(slave_id, -1):
             return
         self._acks[slave_id] = offset
+        self._member_acks[slave_id] = offset
         self._settle()
 
+    # -- controller mode ---------------------------------------------------------------------------
+    def become_master(self, epoch: int, sync_state_set: list[int], set_epoch: int) -> None:
+        """Serve slaves as the master of ``epoch`` (its entry is in the epoch file already)."""
+        assert self.epochs is not None and epoch >= self.master_epoch, "master epochs never decrease"
+        self.master_epoch = epoch
+        self._member_acks.clear()
+        self.accept_sync_state_set(sync_state_set, set_epoch)
+
+    def accept_sync_state_set(self, ids: list[int], set_epoch: int) -> None:
+        """The controller's set for this master: gate on it, and answer what it no longer waits for."""
+        self.sync_state_set.accept(ids, set_epoch)
+        self._on_set_changed()
+
+    def _on_set_changed(self) -> None:
+        self.commit_log.replication_gated = bool(self.sync_state_set.counted())
+        self.commit_log.republish_confirm()  # an ungated confirm may move now
+        self._settle()
+
+    def check_sync_state_set(self, now_ms: int) -> SetProposal | None:
+        """A change the controller should be asked for (the in-sync set's rules), or None."""
+        start = self.epochs.epoch_at(self.commit_log.max_offset()) if self.epochs is not None else None
+        proposal = self.sync_state_set.check(now_ms, dict(self._acks), self.commit_log.max_offset(),
+                                             start.start_offset if start is not None else 0)
+        if proposal is not None:
+            self._on_set_changed()  # a joining member counts from now on
+        return proposal
+
+    def proposal_failed(self) -> None:
+        self.sync_state_set.proposal_failed()
+        self._on_set_changed()
+
     def _settle(self) -> None:
-        """Move the replicated offset to what every connected slave has, and answer the sends below it."""
-        if not self._acks:
+        """Move the replicated offset to what every counted slave has, and answer the sends below it."""
+        if self.epochs is not None:
+            if not self.lease_valid():
+                return  # fenced: acknowledge nothing
+        elif not self._acks:
             return
         replicated = self.replicated_offset()
         self.commit_log.set_replicated_offset(replicated)
@@ -145,23 +210,23 @@ class HAService:
             raise RequestError("a replica's first frame is its handshake")
         hello = first.handshake
         self._check(hello)
+        start = self._agreed_end(hello)
         slave_id = hello.broker_id
         acks = asyncio.create_task(self._read_acks(frames, slave_id))
         appended = asyncio.Event()
         self._appended.add(appended)
-        self._acks[slave_id] = hello.commit_log_end
-        log.info("slave_connected broker=%s slave_id=%d from_offset=%d", hello.broker_name, slave_id,
-                 hello.commit_log_end)
+        self._acks[slave_id] = self._member_acks[slave_id] = start
+        log.info("slave_connected broker=%s slave_id=%d from_offset=%d slave_end=%d epoch=%d", hello.broker_name,
+                 slave_id, start, hello.commit_log_end, self.master_epoch)
         try:
-            yield ha_pb2.ReplicationFrame(offset=hello.commit_log_end, confirm_offset=self.commit_log.confirm_offset,
-                                          master_addr=self.identity.broker_addr)
-            position, told = hello.commit_log_end, -1
+            yield self._welcome(start)
+            position, told = start, -1
             while not acks.done():
-                data = self.commit_log.read_replica(position, FRAME_BYTES)
-                confirm = self.commit_log.confirm_offset
-                if data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
-                    yield ha_pb2.ReplicationFrame(offset=position, data=bytes(data), confirm_offset=confirm)
-                    position, told = position + len(data), confirm
+                frame = self._frame_at(position)
+                confirm = frame.confirm_offset
+                if frame.data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
+                    yield frame
+                    position, told = position + len(frame.data), confirm
                     continue
                 appended.clear()
                 if self.commit_log.read_replica(position, 1) or self.commit_log.confirm_offset != told:
@@ -177,9 +242,46 @@ class HAService:
             self._settle()  # the slaves left may have everything a send waits for
             log.warning("slave_disconnected broker=%s slave_id=%d", hello.broker_name, slave_id)
 
+    def _welcome(self, start: int) -> ha_pb2.ReplicationFrame:
+        welcome = ha_pb2.ReplicationFrame(offset=start, confirm_offset=self.commit_log.confirm_offset,
+                                          master_addr=self.identity.broker_addr, truncate_to=start,
+                                          epoch=self.master_epoch)
+        if self.epochs is not None:
+            welcome.epochs.extend(ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
+                                  for e in self.epochs.entries())
+        return welcome
+
+    def _frame_at(self, position: int) -> ha_pb2.ReplicationFrame:
+        """The bytes from ``position``: at most a frame's worth, within one segment and one epoch."""
+        limit = FRAME_BYTES
+        frame = ha_pb2.ReplicationFrame(offset=position)
+        if self.epochs is not None:
+            entry = self.epochs.epoch_at(position)
+            if entry is not None:
+                frame.epoch, frame.epoch_start_offset = entry.epoch, entry.start_offset
+                next_start = self.epochs.next_start_after(entry.epoch)
+                if next_start is not None:
+                    limit = min(limit, next_start - position)
+        # Read the confirm offset before the bytes: a frame never says more is confirmed than it carries.
+        frame.confirm_offset = self.commit_log.confirm_offset
+        frame.data = bytes(self.commit_log.read_replica(position, limit))
+        return frame
+
+    def _agreed_end(self, hello: ha_pb2.ReplicaHandshake) -> int:
+        """Where the replica's log stops being this master's: its end (static mode), or by the leader-epoch rule
+        the end of our newest epoch not newer than its newest (controller mode)."""
+        if self.epochs is None:
+            return hello.commit_log_end
+        end = min(hello.commit_log_end, self.epochs.end_offset_for(hello.last_epoch, self.commit_log.max_offset()))
+        if end < self.commit_log.min_offset():
+            _refuse(f"replica {hello.broker_id} agrees with this master only below {end}, before the master's "
+                    f"oldest record at {self.commit_log.min_offset()}: empty its store to copy the log afresh")
+        return end
+
     def _check(self, hello: ha_pb2.ReplicaHandshake) -> None:
         """A replica of this group, with segments like ours, whose commitlog ends within ours (FAILED_PRECONDITION
-        naming what is wrong otherwise: a stranger never reads the log)."""
+        naming what is wrong otherwise: a stranger never reads the log). Controller mode: this broker is the
+        master of the epoch the replica was told, and the replica's end may pass ours (a tail to cut)."""
         me = self.identity
         if (hello.cluster_name, hello.broker_name) != (me.cluster_name, me.broker_name):
             _refuse(f"replica {hello.cluster_name}/{hello.broker_name} is not of group "
@@ -191,6 +293,11 @@ class HAService:
                     "(mappedFileSizeCommitLog must match)")
         if hello.broker_id in self._acks:
             _refuse(f"replica {hello.broker_id} is already connected")
+        if self.epochs is not None:
+            if self.master_epoch == 0 or hello.master_epoch != self.master_epoch:
+                _refuse(f"replica {hello.broker_id} follows master epoch {hello.master_epoch}; this broker is "
+                        + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))
+            return
         low, end = self.commit_log.min_offset(), self.commit_log.max_offset()
         if not low <= hello.commit_log_end <= end:
             _refuse(f"replica commitlog ends at {hello.commit_log_end}, outside the master's {low}..{end}")
@@ -200,6 +307,14 @@ class HAService:
             if isinstance(frame, UndecodableRequest):
                 return
             self._on_ack(slave_id, frame.ack_offset)
+
+
+_NOT_REPLICATED: dict[int, str] = {
+    ResponseCode.SLAVE_NOT_AVAILABLE: "no slave is connected: stored on the master only",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "the slave did not confirm in time: stored on the master",
+    ResponseCode.SERVICE_NOT_AVAILABLE: "this master's controller lease ended (another may be elected): stored "
+                                        "here, not acknowledged; send again",
+}
 
 
 def _refuse(why: str) -> None:

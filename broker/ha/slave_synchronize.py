@@ -1,7 +1,13 @@
-"""A slave copies its master's topic configs, subscription groups and consumer offsets (upstream's
-SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics the master no
-longer has are deleted here too. Offsets are as of the last copy: a consumer reading from the slave while the
-master is down may read again what was committed since (at-least-once)."""
+"""A slave copies its master's topic configs, static topic mappings, subscription groups and consumer offsets
+(upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics and
+mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from the
+slave while the master is down, or from a promoted slave, may read again what was committed since (at-least-once).
+
+Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
+whatever happened before (a slave that missed changes, a restored store), and the commitlog's byte-for-byte copy
+stays free of records only the broker itself reads. The cost is the window between copies: a change made in the
+last ``SYNC_INTERVAL_S`` before a master dies is not on the new master (a topic created then is created again by
+the next ``updateTopic``; a mapping change is re-applied by the operator's retried command, which is idempotent)."""
 
 import logging
 import threading
@@ -13,24 +19,29 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from common.statictopic.mapping_codec import detail_from_proto
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
 from proto import broker_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 
-SYNC_INTERVAL_S = 10.0
+SYNC_INTERVAL_S = 5.0  # upstream's syncBrokerMetadataPeriod in controller mode
 RPC_TIMEOUT_S = 30.0
 
 
 class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
-                 offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None]) -> None:
+                 offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None],
+                 mappings: TopicQueueMappingManager | None = None) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
         self.on_topics_changed = on_topics_changed
+        self.mappings = mappings
         self._stopped = threading.Event()
         self._synced_from = ""
 
@@ -51,6 +62,8 @@ class SlaveSynchronize(threading.Thread):
             configs = stub.GetAllTopicConfig(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).configs
             groups = stub.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).groups
             offsets = stub.GetAllConsumerOffsets(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).offsets
+            details = stub.GetAllTopicQueueMapping(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).details
+        mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}
         changed = [c for name, c in masters.items() if mine.get(name) != c]
@@ -67,10 +80,23 @@ class SlaveSynchronize(threading.Thread):
         for o in offsets:
             if self.offsets.query_offset(o.group, o.topic, o.queue_id) != o.offset and o.offset >= 0:
                 self.offsets.commit_offset(o.group, o.topic, o.queue_id, o.offset)
-        if changed or gone:
-            log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d", addr, len(changed),
-                     len(gone), len(groups))
+        if changed or gone or mappings_changed:
+            log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
+                     addr, len(changed), len(gone), len(groups), mappings_changed)
             self.on_topics_changed()
+
+    def _copy_mappings(self, masters: list[TopicQueueMappingDetail]) -> int:
+        if self.mappings is None:
+            return 0
+        table = self.mappings.mapping_table
+        theirs = {d.topic: d for d in masters}
+        changed = [d for d in masters if table.get(d.topic) != d]
+        for detail in changed:
+            self.mappings.replace(detail)
+        gone = [topic for topic in list(table) if topic not in theirs]
+        for topic in gone:
+            self.mappings.delete(topic)
+        return len(changed) + len(gone)
 
     def shutdown(self) -> None:
         self._stopped.set()

@@ -55,8 +55,16 @@ class NamesrvRegistrar(threading.Thread):
         self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
         self._trigger = threading.Event()
         self._stopped = threading.Event()
+        self.master_epoch = 0  # controller mode
 
     def trigger(self) -> None:
+        self._trigger.set()
+
+    def register_as(self, broker_id: int, master_epoch: int) -> None:
+        """Controller mode: the replica's role changed (id 0 while it is master): register afresh, at once."""
+        self.identity.broker_id = broker_id
+        self.master_epoch = master_epoch
+        self._acked.clear()  # a full registration: the name server files the address under its new id
         self._trigger.set()
 
     def run(self) -> None:
@@ -92,7 +100,7 @@ class NamesrvRegistrar(threading.Thread):
             cluster_name=self.identity.cluster_name, broker_name=self.identity.broker_name,
             broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr,
             data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter),
-            full=full, heartbeat_timeout_ms=self.heartbeat_timeout_ms)
+            full=full, heartbeat_timeout_ms=self.heartbeat_timeout_ms, master_epoch=self.master_epoch)
         if not full:
             request.base_version.CopyFrom(common_pb2.DataVersion(state_version=version.state_version, counter=acked))
         raw = body.SerializeToString()

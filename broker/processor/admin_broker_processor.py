@@ -133,6 +133,10 @@ class AdminBrokerProcessor:
             response.config.CopyFrom(topic_config_to_proto(config))
         return response
 
+    def all_mappings(self) -> broker_pb2.TopicQueueMappingList:
+        return broker_pb2.TopicQueueMappingList(
+            details=[detail_to_proto(d) for d in list(self.mapping_manager.mapping_table.values())])
+
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
         """The topic's config, static mapping, consume queues and consumer offsets (its commitlog records age
         out with the commitlog)."""

@@ -52,7 +52,8 @@ class ConsumerGroupProcessor:
     def __init__(self, *, broker_name: str, manager: ConsumerManager, locks: RebalanceLockManager,
                  topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
                  consumer_offset_manager: ConsumerOffsetManager, static_topics: StaticTopicService,
-                 store: MessageStoreReader, on_topics_changed: Callable[[], None]) -> None:
+                 store: MessageStoreReader, on_topics_changed: Callable[[], None],
+                 takes_writes: Callable[[], bool] = lambda: True) -> None:
         self.broker_name = broker_name
         self.manager = manager
         self.locks = locks
@@ -63,6 +64,7 @@ class ConsumerGroupProcessor:
         self.static_topics = static_topics
         self.store = store
         self.on_topics_changed = on_topics_changed
+        self.takes_writes = takes_writes  # a slave creates no topics: it copies its master's
 
     # -- sessions ----------------------------------------------------------------------------------
     async def session(self, frames: AsyncIterator[consumer_pb2.HeartbeatFrame],
@@ -99,7 +101,9 @@ class ConsumerGroupProcessor:
 
     def _prepare_groups(self, frame: consumer_pb2.HeartbeatFrame) -> None:
         """As upstream: the group exists and, in clustering mode, so does its retry topic, which the members
-        subscribe to at once."""
+        subscribe to at once. A slave (members heartbeat to it too) leaves that to its master."""
+        if not self.takes_writes():
+            return
         for consumer in frame.consumers:
             config = self.groups.find(consumer.group)
             if config is not None and consumer.message_model == consumer_pb2.CLUSTERING:

@@ -25,18 +25,19 @@ MAX_PULL_NUMS = 1024
 class PullMessageProcessor:
     def __init__(self, topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
                  consumer_offset_manager: ConsumerOffsetManager, static_topics: StaticTopicService,
-                 store: MessageStoreReader, *, refusal: str | None = None) -> None:
+                 store: MessageStoreReader, *, refusal: Callable[[], str | None] = lambda: None) -> None:
         self.topic_config_manager = topic_config_manager
         self.subscription_group_manager = subscription_group_manager
         self.consumer_offset_manager = consumer_offset_manager
         self.static_topics = static_topics
         self.store = store
-        self.refusal = refusal  # why this broker serves no pulls (a slave without slaveReadEnable)
+        self.refusal = refusal  # why this broker serves no pulls now (a slave without slaveReadEnable)
 
     def pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         """Raises RequestError for a malformed pull, Refusal for one that cannot be served here."""
-        if self.refusal is not None:
-            raise Refusal(ResponseCode.NO_PERMISSION, self.refusal)
+        refusal = self.refusal()
+        if refusal is not None:
+            raise Refusal(ResponseCode.NO_PERMISSION, refusal)
         group = checked_group(request.consumer_group)
         require(request.queue_offset >= 0, f"queue offset {request.queue_offset} is negative")
         require(1 <= request.max_msg_nums <= MAX_PULL_NUMS,

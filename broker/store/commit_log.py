@@ -86,6 +86,10 @@ class CommitLog:
             self._replicated = offset
             self._publish_confirm()
 
+    def republish_confirm(self) -> None:
+        """``replication_gated`` changed: the confirm offset may move now."""
+        self._publish_confirm()
+
     def _publish_confirm(self) -> None:
         with self._confirm_lock:  # appends and acks publish from different threads: the offset only grows
             target = min(self._local_confirm, self._replicated) if self.replication_gated else self._local_confirm
@@ -226,6 +230,21 @@ class CommitLog:
                 segment.wrote_position = segment.flushed_position = segment.file_size
         # What survived a restart counts as confirmed, replicated or not (replicas catch up from here).
         self.confirm_offset = self._local_confirm = self._replicated = end
+
+    def truncate_tail(self, end: int) -> None:
+        """A replica cuts the tail its master does not have (never what was dispatched: the caller checks)."""
+        with self._lock:
+            assert end >= self.confirm_offset, f"cutting at {end}, below the confirm offset {self.confirm_offset}"
+            self.mapped_file_queue.truncate_to(end)
+            self._local_confirm = min(self._local_confirm, end)
+            self._replicated = min(self._replicated, end)
+
+    def cap_recovered_confirm(self, confirmed: int) -> None:
+        """After recovery, when replicated: only what was confirmed before the crash is shown (the rest may be a
+        tail the group's next master does not have); confirmation resumes from the group."""
+        with self._confirm_lock:
+            self._replicated = min(self._replicated, confirmed)
+            self.confirm_offset = min(self.confirm_offset, confirmed)
 
     def record_size_at(self, physical_offset: int) -> int:
         segment = self.mapped_file_queue.find(physical_offset)

@@ -130,18 +130,20 @@ class MappedFileQueue:
 
     # -- truncation and deletion -------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
-        """Make ``offset`` the end: zero the tail of its segment and delete segments after it."""
+        """Make ``offset`` the end: zero the tail of its segment (made durable first, so a crash midway recovers to
+        ``offset``) and delete segments after it."""
         keep: list[MappedFile] = []
-        for f in self._files:
-            if f.end_offset <= offset:
-                keep.append(f)
-            elif f.file_from_offset <= offset:
-                f.truncate_to(offset - f.file_from_offset)
-                keep.append(f)
-            else:
-                f.destroy()
-                self._retire(f)
-        self._set(keep)
+        with self._flush_lock:  # a replica's flusher may be flushing the segments cut here
+            for f in self._files:
+                if f.end_offset <= offset:
+                    keep.append(f)
+                elif f.file_from_offset <= offset:
+                    f.truncate_to(offset - f.file_from_offset)
+                    keep.append(f)
+                else:
+                    f.destroy()
+                    self._retire(f)
+            self._set(keep)
 
     def reset_start(self, offset: int) -> MappedFile:
         """An empty queue that starts at ``offset`` (its head was deleted): one segment holding it."""

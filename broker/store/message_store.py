@@ -53,6 +53,9 @@ class MessageStore(MessageStoreReader):
             self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num)
             self.dispatchers.append(self.index_service)
         self.flushed_checkpoint = OffsetCheckpoint(root / "checkpoint" / "commitlog_flushed")
+        # Controller mode: the confirm offset survives a restart (what lies above it may be cut on rejoining).
+        self.keeps_confirm_checkpoint = False
+        self.confirm_checkpoint = OffsetCheckpoint(root / "checkpoint" / "confirm_offset")
         self.running_flags = RunningFlags()
         self.reput = ReputMessageService(self.commit_log, self.dispatchers, self.running_flags)
         self.flush_service: FlushService = (
@@ -125,6 +128,8 @@ class MessageStore(MessageStoreReader):
             for dispatcher in self.dispatchers:
                 yield f"flush_{dispatcher.name}", dispatcher.flush
             yield "flushed_checkpoint", lambda: self.flushed_checkpoint.write(self.commit_log.flushed_offset())
+            if self.keeps_confirm_checkpoint:
+                yield "confirm_checkpoint", self.write_confirm_checkpoint
         yield "consume_queue", self.consume_queue_store.shutdown
         if self.index_service:
             yield "index", self.index_service.shutdown
@@ -360,6 +365,29 @@ class MessageStore(MessageStoreReader):
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         """Block until the dispatch chain has passed ``offset`` (e.g. a put's end offset)."""
         return self.reput.wait_dispatched(offset, timeout_s)
+
+    # -- replication -------------------------------------------------------------------------------
+    def write_confirm_checkpoint(self) -> None:
+        """Behind the true confirm offset is safe (a restart shows less until the group confirms again)."""
+        self.confirm_checkpoint.write(self.commit_log.confirm_offset)
+
+    def truncate_diverged_tail(self, end: int) -> None:
+        """A replica's log past ``end`` is not its master's (written by an old master, never acknowledged): cut it.
+        Refused (ValueError) when dispatch already went past ``end``: that data was visible, and cutting it would
+        need every derived store rebuilt; an operator decides."""
+        if end >= self.commit_log.max_offset():
+            return
+        dispatched = self.reput.reput_from_offset
+        if end < dispatched:
+            raise ValueError(f"the master's log diverges at {end}, below what this replica dispatched ({dispatched})"
+                             ": refusing to cut visible data (after an unclean election, empty this replica's "
+                             "store to copy the log afresh)")
+        cut = self.commit_log.max_offset() - end
+        self.commit_log.truncate_tail(end)
+        for dispatcher in self.dispatchers:
+            dispatcher.truncate_dirty(end)
+        self.flushed_checkpoint.write(min(end, self.commit_log.flushed_offset()))
+        log.warning("commitlog_truncated end=%d bytes_cut=%d reason=diverged_from_master", end, cut)
 
     # -- expiry ------------------------------------------------------------------------------------
     def delete_expired_files(self, ignore_delete_when: bool = True) -> int:

@@ -38,6 +38,8 @@ def recover(store: "MessageStore") -> None:
         last = commit_log.mapped_file_queue.last()
         end = commit_log.scan_valid_end(last.file_from_offset if last else 0, verify_crc=False)
     commit_log.recover_to(end)
+    if store.keeps_confirm_checkpoint:
+        commit_log.cap_recovered_confirm(store.confirm_checkpoint.read() or 0)
     commit_log.mapped_file_queue.flush()
     for dispatcher in store.dispatchers:
         dispatcher.truncate_dirty(end)
@@ -49,8 +51,9 @@ def recover(store: "MessageStore") -> None:
         replayed = -1
     commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
     log.info(
-        "store_recovered mode=%s commitlog_min=%d commitlog_end=%d reput_from=%d replayed=%d checkpoints=%s",
-        "abnormal" if abnormal else "normal", commit_log.min_offset(), end, reput_from, replayed, checkpoints,
+        "store_recovered mode=%s commitlog_min=%d commitlog_end=%d confirm=%d reput_from=%d replayed=%d "
+        "checkpoints=%s", "abnormal" if abnormal else "normal", commit_log.min_offset(), end,
+        commit_log.confirm_offset, reput_from, replayed, checkpoints,
     )
     root.mkdir(parents=True, exist_ok=True)
     abort.touch()

@@ -5,7 +5,8 @@ Two kinds of refusal:
   acknowledge. It is never cleared while the process lives (after a failed fsync Linux may report success for
   pages it already dropped, so retrying proves nothing); a restart recovers from the commitlog.
 - disk pressure: set and cleared by the disk watcher as usage crosses the refusal level;
-- a replica: a slave's commitlog is written by replication only (``CommitLog.append_replica``), never by a put.
+- a replica: a slave's commitlog is written by replication only (``CommitLog.append_replica``), never by a put
+  (controller mode: also a master without a valid lease).
 Reads never consult these flags: a fenced store still serves everything it holds.
 """
 
@@ -44,8 +45,9 @@ class RunningFlags:
         """``reason`` refuses writes for disk pressure; None takes writes again."""
         self.disk_full_reason = reason
 
-    def set_replica(self, reason: str) -> None:
-        """Refuse every put for the process's life: this store copies another's log byte for byte."""
+    def set_replica(self, reason: str | None) -> None:
+        """Refuse every put: this store copies another's log byte for byte (a slave, or in controller mode a
+        replica that is not the master now or whose lease ended). None takes writes again."""
         self.replica_reason = reason
 
     @property

@@ -37,15 +37,32 @@ class GroupCalls:
         route = self.client.route(topic, refresh=refresh)
         return sorted(b.broker_addrs[0] for b in route.broker_datas if 0 in b.broker_addrs)
 
+    def session_addrs(self, topic: str, refresh: bool = False) -> list[str]:
+        """Every replica of the groups serving ``topic``, masters and slaves (upstream's consumers heartbeat to
+        both): a slave that serves a group's reads while its master is down then knows the group's members."""
+        route = self.client.route(topic, refresh=refresh)
+        return sorted(addr for b in route.broker_datas for addr in b.broker_addrs.values())
+
+    def member_list_addrs(self, topic: str) -> list[str]:
+        """Whom to ask for the group's members: the masters (sorted: every member asks the same one first), then
+        the slaves, which know them too (``session_addrs``); addresses marked down last."""
+        route = self.client.route(topic)
+        ranked = sorted((broker_id != 0, addr) for b in route.broker_datas for broker_id, addr in
+                        b.broker_addrs.items())
+        addrs = [addr for _, addr in ranked]
+        is_down = self.client.down.is_down
+        return [a for a in addrs if not is_down(a)] + [a for a in addrs if is_down(a)]
+
     def consumer_list(self, topic: str) -> list[str]:
         """The group's members as the first reachable broker of ``topic`` knows them."""
         last: grpc.RpcError | None = None
-        addrs = self.broker_addrs(topic)
+        addrs = self.member_list_addrs(topic)
         for addr in addrs:
             try:
                 return list(self._stub(addr).GetConsumerList(
                     consumer_pb2.ConsumerListRequest(group=self.group), timeout=self.client.rpc_timeout_s).client_ids)
             except grpc.RpcError as exc:
+                self.client.report_failure(addr, exc.code())  # asked last next time, while it stays down
                 last = exc
         if last is None:
             raise MQClientError(f"no broker serves topic {topic}")

@@ -1,5 +1,6 @@
 """``python -m cluster.local_cluster`` (what ``make run`` starts), run as a subprocess like a user would."""
 
+import json
 import os
 import re
 import signal
@@ -17,10 +18,11 @@ import pytest
 
 from broker.broker_config import load_broker_config
 from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, PullStatus
+from cluster.local_cluster import broker_plan, ha_port, parse_args
 
 REPO = Path(__file__).resolve().parent.parent.parent
 UP = re.compile(r"cluster DefaultCluster ready; name server (\S+)")
-ROW = re.compile(r"^\s+(namesrv|broker-a|broker-b)\s+(\S+)\s+pid (\d+)")
+ROW = re.compile(r"^\s+(namesrv|broker-a-s|broker-a|broker-b)\s+(\S+)\s+pid (\d+)")
 STOPPING = re.compile(r"stopping (\S+) \(pid (\d+)\)")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -111,14 +113,15 @@ def wait_until(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last}")
 
 
-def start_cluster(launchers: list[Launcher], data_dir: Path, *extra: str) -> tuple[Launcher, str]:
+def start_cluster(launchers: list[Launcher], data_dir: Path, *extra: str,
+                  brokers: tuple[str, ...] = ("broker-a", "broker-b")) -> tuple[Launcher, str]:
     launcher = start(data_dir, "--namesrv-port", "0", "--broker-ports", "0,0", *extra)
     launchers.append(launcher)
     namesrv = launcher.wait_for(UP, START_TIMEOUT_S).group(1)
     for line in launcher.lines:
         if m := ROW.match(line):
             launcher.remember(m.group(1), int(m.group(3)))
-    assert set(launcher.children) == {"namesrv", "broker-a", "broker-b"}, launcher.output()
+    assert set(launcher.children) == {"namesrv", *brokers}, launcher.output()
     for name, pid in launcher.children.items():
         stat = Path(f"/proc/{pid}/stat").read_text()
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -128,7 +131,8 @@ def start_cluster(launchers: list[Launcher], data_dir: Path, *extra: str) -> tup
     return launcher, namesrv
 
 
-def stop_and_check(launcher: Launcher, sig: int = signal.SIGTERM) -> None:
+def stop_and_check(launcher: Launcher, sig: int = signal.SIGTERM,
+                   brokers: tuple[str, ...] = ("broker-a", "broker-b")) -> None:
     launcher.proc.send_signal(sig)
     try:
         code = launcher.proc.wait(STOP_TIMEOUT_S)
@@ -139,7 +143,7 @@ def stop_and_check(launcher: Launcher, sig: int = signal.SIGTERM) -> None:
     left = [name for name, pid in launcher.children.items() if alive(launcher, pid)]
     assert left == [], f"still running after the launcher exited: {left}"
     order = [m.group(1) for line in launcher.lines if (m := STOPPING.search(line))]
-    assert sorted(order[:2]) == ["broker-a", "broker-b"] and order[2:] == ["namesrv"], launcher.output()
+    assert sorted(order[:-1]) == sorted(brokers) and order[-1:] == ["namesrv"], launcher.output()
 
 
 # ---- tests ------------------------------------------------------------------------------------------------------
@@ -284,3 +288,112 @@ def test_a_second_launcher_on_the_same_data_dir_says_so_in_one_line(tmp_path: Pa
     assert "Traceback" not in second.output()
     assert all(alive(first, pid) for pid in first.children.values())  # the first cluster keeps serving
     stop_and_check(first)
+
+
+# ---- --with-slave (make run SLAVE=1): broker-a as a replica group under the name server's controller ------------
+WITH_SLAVE = ("broker-a", "broker-a-s", "broker-b")
+
+
+def mqadmin_json(*args: str) -> object:
+    proc = subprocess.run([sys.executable, "-m", "admin_cli.main", *args, "--json"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_with_slave_runs_broker_a_as_a_master_and_a_slave(tmp_path: Path, launchers: list[Launcher]):
+    data_dir = tmp_path / "data"
+    launcher, namesrv = start_cluster(launchers, data_dir, "--with-slave", "--slave-port", "0", "--broker-conf",
+                                      "controllerHeartBeatTimeoutMills=4000", brokers=WITH_SLAVE)
+    output = launcher.output()
+    addr = {m.group(1): m.group(2) for line in launcher.lines if (m := ROW.match(line))}
+    # the status table shows each replica's role: broker-a (started first) is a fresh group's master
+    assert re.search(r"^\s+broker-a\s.*broker-a replica 1: MASTER$", output, re.M), output
+    assert re.search(r"^\s+broker-a-s\s.*broker-a replica 2: SLAVE$", output, re.M), output
+    assert re.search(r"^\s+namesrv\s.*runs the replication controller", output, re.M), output
+    assert f"-n {namesrv} getSyncStateSet -b broker-a" in output
+    assert "a master silent for 4s with an in-sync slave; to watch it, pause the master " \
+           f"(kill -STOP {launcher.children['broker-a']}" in output
+
+    # the broker.conf files it wrote: two replicas of broker-a under the controller, broker-b as without the flag
+    confs = {name: load_broker_config((data_dir / "conf" / f"{name}.conf").read_text()) for name in WITH_SLAVE}
+    for name, broker_id in (("broker-a", 1), ("broker-a-s", 2)):
+        conf = confs[name]
+        assert conf.unknown_keys == [] and conf.broker_name == "broker-a" and conf.broker_id == broker_id
+        assert conf.enable_controller_mode and conf.controller_addr == namesrv and conf.slave_read_enable
+        assert conf.ha_listen_port == 0  # --broker-ports 0,0 and --slave-port 0: free ports
+        assert Path(conf.store_path_root_dir) == (data_dir / "store" / name).resolve()
+        assert conf.kv_enable and conf.tiered_store_enable  # the same keys as every make run broker
+    assert not confs["broker-b"].enable_controller_mode and confs["broker-b"].broker_id == 0
+    # --broker-conf reaches every broker, the replica too
+    assert {c.controller_heart_beat_timeout_mills for c in confs.values()} == {4000}
+    assert (data_dir / "controller" / "replicas.json").is_file()  # the controller's store, under the data dir
+
+    # mqadmin clusterList: broker-a's master as broker id 0, its slave under its own id; broker-b unchanged
+    rows = mqadmin_json("-n", namesrv, "clusterList")
+    assert isinstance(rows, list)
+    routed = sorted((r["broker_name"], r["broker_id"], r["addr"], r["status"]) for r in rows)
+    assert routed == [("broker-a", 0, addr["broker-a"], "OK"), ("broker-a", 2, addr["broker-a-s"], "OK"),
+                      ("broker-b", 0, addr["broker-b"], "OK")], rows
+    with Admin(namesrv) as admin:
+        roles = {name: admin.broker_runtime_info(addr[name]).get("replicaRole") for name in ("broker-a", "broker-a-s")}
+    assert roles == {"broker-a": "MASTER", "broker-a-s": "SLAVE"}
+
+    # the controller's view: master 1, and the slave joins the in-sync set
+    def group() -> dict | None:
+        data = mqadmin_json("-n", namesrv, "getSyncStateSet", "-b", "broker-a")
+        assert isinstance(data, dict)
+        return data if data["sync_state_set"] == [1, 2] else None
+
+    data = wait_until(group, 30, "broker-a-s in broker-a's sync state set")
+    assert (data["master_id"], data["master_addr"]) == (1, addr["broker-a"])
+
+    stop_and_check(launcher, brokers=WITH_SLAVE)
+
+
+def test_with_slave_a_replica_that_dies_takes_the_cluster_down(tmp_path: Path, launchers: list[Launcher]):
+    launcher, _ = start_cluster(launchers, tmp_path / "data", "--with-slave", "--slave-port", "0", brokers=WITH_SLAVE)
+    os.kill(launcher.children["broker-a-s"], signal.SIGKILL)
+    try:
+        code = launcher.proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"launcher still running after broker-a-s died:\n{launcher.output()}") from None
+    launcher._reader.join(10)  # type: ignore[attr-defined]
+    assert code == 1, launcher.output()
+    assert "broker-a-s exited on its own with code -9" in launcher.output()
+    assert [name for name, pid in launcher.children.items() if alive(launcher, pid)] == []
+
+
+def test_with_slave_gives_every_replica_fixed_ports_by_default():
+    args = parse_args(["--with-slave"])
+    plan = [(p.name, p.broker_name, p.port, p.replica_id, ha_port(p.port) if p.replica_id else None)
+            for p in broker_plan(args.broker_ports, args.slave_port)]
+    assert plan == [("broker-a", "broker-a", 10911, 1, 10912), ("broker-a-s", "broker-a", 10915, 2, 10916),
+                    ("broker-b", "broker-b", 10921, 0, None)]
+    assert broker_plan(parse_args([]).broker_ports) == broker_plan((10911, 10921))  # without it: two brokers
+    assert [p.name for p in broker_plan((10911, 10921))] == ["broker-a", "broker-b"]
+
+
+def test_make_run_slave_1_passes_the_flag():
+    def recipe(*variables: str) -> str:
+        proc = subprocess.run(["make", "-n", "run", *variables], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert recipe().endswith("-m cluster.local_cluster --data-dir run-data")
+    assert recipe("SLAVE=1").endswith("-m cluster.local_cluster --data-dir run-data --with-slave")
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--slave-port", "10915"], "--slave-port needs --with-slave"),
+    (["--with-slave", "--broker-conf", "haListenPort=1"], "haListenPort is set by the launcher with --with-slave"),
+    (["--with-slave", "--broker-conf", "controllerAddr=x:1"], "controllerAddr is set by the launcher"),
+    (["--with-slave", "--broker-ports", "10911,10912"], "are both 10912"),
+    (["--with-slave", "--slave-port", "10911"], "are both 10911"),
+    (["--with-slave", "--slave-port", "65535"], "outside 0..65535"),
+])
+def test_with_slave_refuses_keys_and_ports_the_replicas_need(tmp_path: Path, args: list[str], says: str):
+    proc = subprocess.run([sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(tmp_path / "data"),
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything started

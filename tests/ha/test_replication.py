@@ -206,3 +206,25 @@ def test_a_slave_copies_its_masters_consumer_offsets(sync_group: Group):
             consumer_group="offsets-group", topic=TOPIC, queue_id=2), timeout=5).offset
 
     wait_until(lambda: slave_offset() == 7, timeout=25, what="the slave to copy the committed offset (every 10 s)")
+
+
+def test_in_sync_replicas_lets_a_send_complete_with_any_n_minus_one_slaves(tmp_path: Path):
+    g = Group(tmp_path, "SYNC_MASTER", inSyncReplicas=2)  # the master and one slave, whichever is ahead
+    second = start_broker(tmp_path / "slave2", "broker-a", g.ns.addr, brokerId=2, brokerRole="SLAVE",
+                          haMasterAddress=g.ha_addr, **g.settings)
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "2", what="both slaves to connect")
+        with Producer(g.ns.addr, retry_times=0) as producer:
+            g.slave.stop(signal.SIGKILL)
+            assert producer.send(Message(TOPIC, b"one slave is enough")).status is SendStatus.SEND_OK
+            second.stop(signal.SIGKILL)
+            wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "0", what="the master to see both go")
+            with pytest.raises(MQClientError, match="SLAVE_NOT_AVAILABLE"):
+                producer.send(Message(TOPIC, b"none is not"))
+    finally:
+        if second.alive:
+            second.stop(strict=False)
+        g.stop()

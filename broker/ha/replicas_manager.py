@@ -1,0 +1,211 @@
+"""Controller mode: this replica does what the controller's assignment says (upstream's ReplicasManager).
+
+A replica starts fenced (no writes) and stays so until the controller names a master:
+- itself: it records the new epoch at its commitlog's end (epoch file, fsynced), lets dispatch reach that end,
+  rebuilds the next queue offsets from the consume queues (the tail a slave copied was never appended here), starts
+  what only a master runs (timer delivery, tiered upload), registers as broker id 0 and takes writes while its lease
+  holds;
+- another replica: it follows that master (cutting a divergent tail first) and registers under its own id;
+- none: it waits, fenced.
+A master told that another replica is master now (or that the group has none at a newer epoch) restarts into a
+replica (``rejoin``): demotion is rare, and a fresh start is the one path that is surely clean.
+The master also keeps the in-sync set: it proposes changes to the controller and counts them as
+``SyncStateSet`` says.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from broker.ha.controller_link import ControllerLink
+from broker.ha.epoch_file import EpochFile
+from broker.ha.ha_service import HAService
+from broker.store.message_store import MessageStore
+from proto import controller_pb2
+
+log = logging.getLogger(__name__)
+
+SET_CHECK_INTERVAL_S = 1.0
+PROMOTION_DISPATCH_TIMEOUT_S = 60.0
+
+
+class RoleHooks(Protocol):
+    """What the broker does when its role changes (implemented by the BrokerController)."""
+
+    def fence(self, reason: str | None) -> None: ...  # None: take writes
+
+    def follow(self, master_ha_addr: str, master_epoch: int) -> None: ...  # (re)start replicating from a master
+
+    def stop_following(self) -> None: ...
+
+    def start_master_services(self) -> None: ...
+
+    def register_as(self, broker_id: int, master_epoch: int) -> None: ...
+
+    def rejoin(self, why: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaIdentity:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+    election_priority: int
+
+
+class ReplicasManager:
+    def __init__(self, identity: ReplicaIdentity, store: MessageStore, ha: HAService, epochs: EpochFile,
+                 controller_addrs: list[str], timeout_ms: int, hooks: RoleHooks,
+                 ha_addr: Callable[[], str]) -> None:
+        self.identity = identity
+        self.store = store
+        self.ha = ha
+        self.epochs = epochs
+        self.hooks = hooks
+        self.ha_addr = ha_addr
+        self.role = "FENCED"  # FENCED | MASTER | SLAVE | REJOINING (a deposed master restarting)
+        self.master_id = 0
+        self.master_epoch = 0
+        self.master_ha_addr = ""
+        self.sync_state_set: list[int] = []  # as the controller last said
+        self.link = ControllerLink(controller_addrs, self._heartbeat, self._on_assignment, timeout_ms)
+        # A deposed master's renewed lease (its controller answered: someone else is master) must not count.
+        ha.lease_valid = lambda: self.role == "MASTER" and self.link.lease_valid()
+        self._changing = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._master_services_started = False
+
+    def start(self) -> None:
+        self.hooks.fence(f"replica {self.identity.broker_id} of {self.identity.broker_name} waits for the "
+                         "controller to name the group's master")
+        self.link.start()
+        self._tasks.append(asyncio.create_task(self._keep_master(), name="replicas-manager"))
+
+    def info(self) -> dict[str, str]:
+        return {"replicaRole": self.role, "masterEpoch": str(self.master_epoch), "masterId": str(self.master_id),
+                "syncStateSet": ",".join(str(i) for i in self.sync_state_set),
+                "leaseRemainingMs": str(max(0, int(self.link.lease_remaining_s() * 1000)))}
+
+    def _heartbeat(self) -> controller_pb2.BrokerHeartbeat:
+        me, log_ = self.identity, self.store.commit_log
+        return controller_pb2.BrokerHeartbeat(
+            cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
+            broker_addr=me.broker_addr, ha_addr=self.ha_addr(), master_epoch=self.epochs.last_epoch(),
+            max_offset=log_.max_offset(), confirm_offset=log_.confirm_offset,
+            election_priority=me.election_priority)
+
+    # -- assignments -------------------------------------------------------------------------------
+    async def _on_assignment(self, a: controller_pb2.ReplicaAssignment) -> None:
+        async with self._changing:
+            if self.role == "REJOINING" or a.master_epoch < self.master_epoch:
+                return  # restarting anyway, or older news
+            self.sync_state_set = sorted(a.sync_state_set)
+            me = self.identity.broker_id
+            if a.master_id == me:
+                if self.role != "MASTER" or a.master_epoch != self.master_epoch:
+                    await self._become_master(a)
+                else:
+                    self.ha.accept_sync_state_set(list(a.sync_state_set), a.sync_state_set_epoch)
+                self._refresh_fence()
+                return
+            if self.role == "MASTER":
+                if a.master_epoch > self.master_epoch:
+                    self.role = "REJOINING"
+                    self.hooks.fence("another replica is master now: restarting as its replica")
+                    self.hooks.rejoin(f"the controller moved the master to {a.master_id} at epoch {a.master_epoch}")
+                return
+            if a.master_id == 0:
+                self.master_id, self.master_epoch = 0, a.master_epoch
+                return
+            if (a.master_id, a.master_epoch, a.master_ha_addr) != (self.master_id, self.master_epoch,
+                                                                  self.master_ha_addr):
+                self._become_slave(a)
+
+    async def _become_master(self, a: controller_pb2.ReplicaAssignment) -> None:
+        started = time.monotonic()
+        was = self.role
+        self.hooks.fence(f"becoming master at epoch {a.master_epoch}")
+        if was == "SLAVE":
+            await asyncio.to_thread(self.hooks.stop_following)
+        commit_log = self.store.commit_log
+        end = commit_log.max_offset()
+        await asyncio.to_thread(self.epochs.assign, a.master_epoch, end)
+        self.role, self.master_id, self.master_epoch = "MASTER", a.master_id, a.master_epoch
+        self.ha.become_master(a.master_epoch, list(a.sync_state_set), a.sync_state_set_epoch)
+        # Everything copied so far is this master's now: let dispatch reach it, then appends continue each
+        # queue where its consume queue ends.
+        if not await asyncio.to_thread(self.store.wait_dispatched, end, PROMOTION_DISPATCH_TIMEOUT_S):
+            log.error("promotion_dispatch_slow end=%d dispatched=%d", end, self.store.reput.reput_from_offset)
+        commit_log.topic_queue_table = self.store.consume_queue_store.queue_max_offsets()
+        if not self._master_services_started:
+            self._master_services_started = True
+            self.hooks.start_master_services()
+        self.hooks.register_as(0, a.master_epoch)
+        log.warning("role_changed role=MASTER broker=%s id=%d epoch=%d epoch_start=%d was=%s took_ms=%d",
+                    self.identity.broker_name, self.identity.broker_id, a.master_epoch, end, was,
+                    (time.monotonic() - started) * 1000)
+
+    def _become_slave(self, a: controller_pb2.ReplicaAssignment) -> None:
+        self.role, self.master_id, self.master_epoch = "SLAVE", a.master_id, a.master_epoch
+        self.master_ha_addr = a.master_ha_addr
+        self.hooks.fence(f"broker {self.identity.broker_addr} is a slave of {a.master_addr} (master epoch "
+                         f"{a.master_epoch}): write to the master")
+        self.hooks.follow(a.master_ha_addr, a.master_epoch)
+        self.hooks.register_as(self.identity.broker_id, a.master_epoch)
+        log.warning("role_changed role=SLAVE broker=%s id=%d master_id=%d master=%s epoch=%d",
+                    self.identity.broker_name, self.identity.broker_id, a.master_id, a.master_addr, a.master_epoch)
+
+    def _refresh_fence(self) -> None:
+        """A master takes writes exactly while its lease holds."""
+        if self.role != "MASTER":
+            return
+        if self.link.lease_valid():
+            self.hooks.fence(None)
+        else:
+            self.hooks.fence(f"master {self.identity.broker_addr} lost its lease: the controller has not answered "
+                             "in time (it may be electing another master)")
+
+    # -- while master ------------------------------------------------------------------------------
+    async def _keep_master(self) -> None:
+        """Every second (and at once when the lease ends): the fence follows the lease, and the in-sync set
+        follows the slaves."""
+        while True:
+            remaining = self.link.lease_remaining_s()
+            await asyncio.sleep(min(SET_CHECK_INTERVAL_S, remaining) if remaining > 0 else SET_CHECK_INTERVAL_S)
+            if self.role != "MASTER":
+                continue
+            self._refresh_fence()
+            if not self.link.lease_valid():
+                continue
+            proposal = self.ha.check_sync_state_set(int(time.monotonic() * 1000))
+            if proposal is not None:
+                await self._propose(sorted(proposal.members | {self.identity.broker_id}), proposal.based_on_epoch)
+
+    async def _propose(self, members: list[int], based_on: int) -> None:
+        request = controller_pb2.AlterSyncStateSetRequest(
+            broker_name=self.identity.broker_name, master_id=self.identity.broker_id, master_epoch=self.master_epoch,
+            sync_state_set_epoch=based_on, new_sync_state_set=members)
+        try:
+            a = await self.link.alter_sync_state_set(request)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("sync_state_set_refused proposed=%s status=%s detail=%s", members, exc.code().name,
+                        exc.details())
+            self.ha.proposal_failed()
+            return
+        async with self._changing:
+            if a.master_id == self.identity.broker_id and a.master_epoch == self.master_epoch:
+                self.ha.accept_sync_state_set(list(a.sync_state_set), a.sync_state_set_epoch)
+                self.sync_state_set = sorted(a.sync_state_set)
+                log.info("sync_state_set_changed broker=%s set=%s set_epoch=%d", self.identity.broker_name,
+                         sorted(a.sync_state_set), a.sync_state_set_epoch)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.link.close()

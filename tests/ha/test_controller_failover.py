@@ -1,0 +1,298 @@
+"""Controller mode (issue 16): a name server with --enable-controller elects the master of a broker group; a master
+that dies or is cut off is replaced by an in-sync replica, nothing acknowledged is lost, and the old master rejoins
+as a replica, cutting the tail the new master never had, until both commitlogs are byte-identical."""
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import Admin, MessageQueue, PullConsumer
+from client.results import PullStatus
+from common.response_code import ResponseCode
+from proto import broker_pb2, broker_pb2_grpc, common_pb2
+from tests.admin_cli.helpers import fails, ok, ok_json
+from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
+
+SEGMENT = 256 * 1024  # small segments: the copies and the cut cross several
+TOPIC = "FailoverT"
+QUEUES = 2
+
+
+def runtime(ns: str, broker: Daemon) -> dict[str, str]:
+    with Admin(ns) as admin:
+        return admin.broker_runtime_info(broker.addr)
+
+
+def runtime_or_none(ns: str, broker: Daemon) -> dict[str, str] | None:
+    try:
+        return runtime(ns, broker)
+    except Exception:  # a restarting replica: not answering for a moment
+        return None
+
+
+def commit_log_bytes(store: Path, end: int) -> bytes:
+    files = sorted((store / "commitlog").iterdir())
+    return b"".join(f.read_bytes() for f in files)[:end]
+
+
+def send(addr: str, queue_id: int, bodies: list[bytes], timeout: float = 10.0) -> broker_pb2.SendMessageResponse:
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    return stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=queue_id, bodies=bodies),
+                            timeout=timeout)
+
+
+class ReplicaGroup:
+    """broker-a: two replicas under a controller; broker-b: a plain broker beside them."""
+
+    def __init__(self, workdir: Path, **settings: object) -> None:
+        self.workdir = workdir
+        self.ns = start_namesrv(workdir / "namesrv", "--enable-controller", "--controller-store-path",
+                                str(workdir / "controller"))
+        self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000,
+                         "brokerNotActiveTimeoutMillis": 3000, "slaveReadEnable": "true",
+                         "enableControllerMode": "true", "controllerAddr": self.ns.addr,
+                         "controllerHeartBeatTimeoutMills": 3000, "haMaxTimeSlaveNotCatchup": 15000,
+                         "syncFlushTimeout": 1000, **settings}
+        self.replicas: dict[int, Daemon] = {}
+        self.start(1)
+        wait_until(lambda: self.role(1) == "MASTER", timeout=15, what="replica 1 to be elected master")
+        self.start(2)
+        self.plain = start_broker(workdir / "plain", "broker-b", self.ns.addr, registerNameServerPeriod=1000)
+
+    def start(self, broker_id: int) -> Daemon:
+        self.replicas[broker_id] = start_broker(self.workdir / f"r{broker_id}", "broker-a", self.ns.addr,
+                                                brokerId=broker_id, **self.settings)
+        return self.replicas[broker_id]
+
+    def info(self, broker_id: int) -> dict[str, str] | None:
+        return runtime_or_none(self.ns.addr, self.replicas[broker_id])
+
+    def role(self, broker_id: int) -> str:
+        info = self.info(broker_id)
+        return info.get("replicaRole", "") if info else ""
+
+    def end(self, broker_id: int) -> int:
+        info = self.info(broker_id)
+        return int(info["commitLogMaxOffset"]) if info else -1
+
+    def store(self, broker_id: int) -> Path:
+        return self.workdir / f"r{broker_id}" / "broker-a" / "store"
+
+    def in_sync(self, master: int, members: str) -> bool:
+        info = self.info(master)
+        return bool(info) and info.get("replicaRole") == "MASTER" and info.get("syncStateSet") == members
+
+    def byte_identical(self, a: int, b: int) -> bool:
+        end_a, end_b = self.end(a), self.end(b)
+        return end_a == end_b > 0 and commit_log_bytes(self.store(a), end_a) == commit_log_bytes(self.store(b), end_b)
+
+    def stop(self) -> None:
+        for d in [*self.replicas.values(), self.plain, self.ns]:
+            if d.alive:
+                os.kill(d.proc.pid, signal.SIGCONT)
+                d.stop(strict=False)
+
+
+def started_group(tmp_path: Path, **settings: object) -> Iterator[ReplicaGroup]:
+    g = ReplicaGroup(tmp_path, **settings)
+    try:
+        wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="replica 2 to join the in-sync set")
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a", "broker-b"], read_queue_nums=QUEUES,
+                               write_queue_nums=QUEUES)
+        # The slave copies topics every few seconds: a promoted slave serves the topics it copied.
+        wait_until(lambda: _has_topic(g.replicas[2].addr), timeout=20, what="the slave to copy the topic")
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[ReplicaGroup]:
+    yield from started_group(tmp_path)
+
+
+# Failover under both flush modes (SYNC_FLUSH: a replica acknowledges what it fsynced, the master confirms what it
+# flushed) and both store types (the RocksDB consume queue is rebuilt on promotion the same way).
+@pytest.fixture(params=[("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")], ids=lambda p: "-".join(p))
+def any_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReplicaGroup]:
+    flush, store_type = request.param
+    yield from started_group(tmp_path, flushDiskType=flush, storeType=store_type)
+
+
+def _has_topic(addr: str) -> bool:
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    return any(c.topic_name == TOPIC for c in stub.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs)
+
+
+def consumed_bodies(ns: str) -> list[bytes]:
+    bodies: list[bytes] = []
+    with PullConsumer(ns, group="failover-reader") as consumer:
+        for queue_id in range(QUEUES):
+            mq, offset = MessageQueue(TOPIC, "broker-a", queue_id), 0
+            while True:
+                result = consumer.pull(mq, offset, 64)
+                if result.status is not PullStatus.FOUND:
+                    break
+                bodies += [m.body for m in result.messages]
+                offset = result.next_begin_offset
+    return bodies
+
+
+def all_acknowledged_consumable(ns: str, acked: list[bytes], what: str) -> None:
+    """Every acknowledged message is consumable exactly once; on timeout, say which are missing or extra."""
+    seen: list[bytes] = []
+
+    def check() -> bool:
+        seen[:] = consumed_bodies(ns)
+        return sorted(seen) == sorted(acked)
+
+    try:
+        wait_until(check, timeout=15, what=what)
+    except TimeoutError:
+        missing, extra = set(acked) - set(seen), set(seen) - set(acked)
+        raise AssertionError(f"{what}: consumed {len(seen)} of {len(acked)}; missing {len(missing)} "
+                             f"{sorted(missing)[:3]}, extra {len(extra)} {sorted(extra)[:3]}") from None
+
+
+def send_acknowledged(g: ReplicaGroup, master: int, prefix: str, n: int) -> list[bytes]:
+    acked = []
+    for i in range(0, n, 10):
+        bodies = [f"{prefix}-{j}".encode() * 20 for j in range(i, i + 10)]
+        answer = send(g.replicas[master].addr, i % QUEUES, bodies)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        acked += bodies
+    return acked
+
+
+def first_acknowledged_send(addr: str, deadline_s: float) -> float:
+    """Seconds until a send to ``addr`` is acknowledged."""
+    started = time.monotonic()
+
+    def attempt() -> bool:
+        try:
+            return send(addr, 0, [b"probe"], timeout=2).code == ResponseCode.SUCCESS
+        except grpc.RpcError:
+            return False
+
+    wait_until(attempt, timeout=deadline_s, interval=0.1, what=f"a send acknowledged by {addr}")
+    return time.monotonic() - started
+
+
+def send_unacknowledged(g: ReplicaGroup, master: int, batches: int) -> list[bytes]:
+    """Sends the master stores and cannot get acknowledged (its slave is paused): more bytes than the replication
+    stream holds in flight, so the master's log gets a tail the slave never received."""
+    def one(i: int) -> list[bytes]:
+        bodies = [b"unacked-%d-%d-" % (i, j) + b"x" * 10_000 for j in range(10)]
+        answer = send(g.replicas[master].addr, i % QUEUES, bodies)
+        assert answer.code != ResponseCode.SUCCESS, "acknowledged without its in-sync slave"
+        return bodies
+
+    with ThreadPoolExecutor(16) as pool:
+        return [body for bodies in pool.map(one, range(batches)) for body in bodies]
+
+
+def test_master_killed_an_in_sync_replica_takes_over_and_the_old_master_cuts_its_tail(any_group: ReplicaGroup):
+    g = any_group
+    acked = send_acknowledged(g, 1, "before", 300)
+    os.kill(g.replicas[2].proc.pid, signal.SIGSTOP)
+    unacked = send_unacknowledged(g, 1, 120)
+    diverged_end = g.end(1)
+    g.replicas[1].kill()
+    os.kill(g.replicas[2].proc.pid, signal.SIGCONT)
+
+    took = first_acknowledged_send(g.replicas[2].addr, deadline_s=10)
+    assert g.role(2) == "MASTER" and took < 10
+    assert g.end(2) < diverged_end - 1_000_000  # the old master's tail was never replicated
+    acked += [b"probe"]
+    acked += send_acknowledged(g, 2, "after", 100)
+    # Every acknowledged message, once; of the unacknowledged, those that reached the slave before it paused.
+    seen = consumed_bodies(g.ns.addr)
+    assert len(seen) == len(set(seen)) and set(acked) <= set(seen) <= set(acked) | set(unacked)
+    acked = seen
+
+    g.start(1)  # the old master rejoins: a replica now, cutting what replica 2 never had
+    wait_until(lambda: g.role(1) == "SLAVE", timeout=15, what="the old master to rejoin as a slave")
+    wait_until(lambda: g.byte_identical(1, 2), timeout=15, what="the two commitlogs to be byte-identical")
+    assert "commitlog_truncated" in g.replicas[1].log()
+
+    # And once more: the new master dies too, the rejoined replica (in sync again) takes over; nothing is lost.
+    wait_until(lambda: g.in_sync(2, "1,2"), timeout=20, what="replica 1 to rejoin the in-sync set")
+    acked += send_acknowledged(g, 2, "third", 50)
+    g.replicas[2].kill()
+    first_acknowledged_send(g.replicas[1].addr, deadline_s=10)
+    acked += [b"probe"]
+    all_acknowledged_consumable(g.ns.addr, acked, "every acknowledged message after the second failover")
+
+
+def test_a_master_paused_past_its_lease_acknowledges_nothing_and_steps_down(group: ReplicaGroup):
+    g = group
+    acked = send_acknowledged(g, 1, "before", 50)
+    os.kill(g.replicas[1].proc.pid, signal.SIGSTOP)
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=15)
+    acked += [b"probe"]
+
+    answers: list[object] = []
+
+    def late_send() -> None:  # queued in the paused master's socket: it runs when the master resumes
+        try:
+            answers.append(send(g.replicas[1].addr, 1, [b"sent-to-the-deposed-master"], timeout=20).code)
+        except grpc.RpcError as exc:
+            answers.append(exc.code())
+
+    sender = threading.Thread(target=late_send)
+    sender.start()
+    time.sleep(0.3)  # let the request reach the paused process's socket before it resumes
+    os.kill(g.replicas[1].proc.pid, signal.SIGCONT)
+    sender.join(30)
+    assert answers and answers[0] != ResponseCode.SUCCESS, answers
+    wait_until(lambda: g.role(1) == "SLAVE", timeout=20, what="the deposed master to step down and follow")
+    wait_until(lambda: g.byte_identical(1, 2), timeout=15, what="the two commitlogs to be byte-identical")
+    assert b"sent-to-the-deposed-master" not in consumed_bodies(g.ns.addr)
+    assert sorted(consumed_bodies(g.ns.addr)) == sorted(acked)
+
+
+def test_an_operator_moves_the_master_with_electMaster(group: ReplicaGroup):
+    g = group
+    acked = send_acknowledged(g, 1, "before", 100)
+    data = ok_json(g.ns.addr, "getSyncStateSet", "-b", "broker-a")
+    assert data["master_id"] == 1 and data["sync_state_set"] == [1, 2]
+    assert [r["broker_id"] for r in data["replicas"] if r["alive"] and r["in_sync_state_set"]] == [1, 2]
+    ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=10)
+    acked += [b"probe"]
+    wait_until(lambda: g.role(1) == "SLAVE", timeout=20, what="the old master to follow the new one")
+    wait_until(lambda: g.byte_identical(1, 2), timeout=15, what="the two commitlogs to be byte-identical")
+    all_acknowledged_consumable(g.ns.addr, acked, "every acknowledged message after the switch")
+
+    def roles() -> list[tuple[int, str, str]]:
+        rows = ok_json(g.ns.addr, "clusterList")
+        return sorted((r["broker_id"], r["addr"], r["role"]) for r in rows if r["broker_name"] == "broker-a")
+
+    wait_until(lambda: roles() == [(0, g.replicas[2].addr, "MASTER"), (1, g.replicas[1].addr, "SLAVE")],
+               timeout=10, what="clusterList to show the new master as id 0 and the old one as replica 1")
+    assert "7" in fails(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "7")  # no such replica: one line
+
+
+def test_a_killed_slave_leaves_the_in_sync_set_and_rejoins_once_caught_up(group: ReplicaGroup):
+    g = group
+    send_acknowledged(g, 1, "before", 50)
+    confirmed = int(g.info(1)["commitLogConfirmOffset"])
+    g.replicas[2].kill()
+    # Until the set shrinks a send waits for the dead member and times out: never acknowledged, never visible.
+    answer = send(g.replicas[1].addr, 0, [b"while-the-slave-is-in-the-set"])
+    if answer.code != ResponseCode.SUCCESS:
+        assert answer.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, answer.remark
+        assert int(g.info(1)["commitLogConfirmOffset"]) in (confirmed, g.end(1))
+    wait_until(lambda: g.in_sync(1, "1"), timeout=10, what="the master to drop the dead slave from the set")
+    send_acknowledged(g, 1, "alone", 50)  # a set of the master alone commits at once
+    g.start(2)
+    wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="the slave to rejoin the set once caught up")
+    wait_until(lambda: g.byte_identical(1, 2), timeout=15, what="the two commitlogs to be byte-identical")
