@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ReplicaHandshake(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class ReplicaHandshake(_message.Message):
     MAPPED_FILE_SIZE_FIELD_NUMBER: _ClassVar[int]
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -22,7 +23,8 @@ class ReplicaHandshake(_message.Message):
     mapped_file_size: int
     last_epoch: int
     master_epoch: int
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ...) -> None: ...
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ...) -> None: ...
 
 class EpochEntry(_message.Message):
     __slots__ = ("epoch", "start_offset")

@@ -109,7 +109,11 @@ class ControllerLink:
         async for assignment in call:
             if assignment.heartbeat_seq:
                 self._renew(assignment.heartbeat_seq)
-            await self.on_assignment(assignment)
+            try:
+                await self.on_assignment(assignment)
+            except Exception:  # a failed role change (a full disk, a broken invariant) must not end the session
+                log.exception("assignment_failed broker=%s master_id=%d epoch=%d", assignment.broker_name,
+                              assignment.master_id, assignment.master_epoch)
 
     async def alter_sync_state_set(self, request: controller_pb2.AlterSyncStateSetRequest
                                    ) -> controller_pb2.ReplicaAssignment:

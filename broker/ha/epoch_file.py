@@ -4,15 +4,15 @@ start were written by the master of ``epoch``. A replica rejoining a new master 
 stops agreeing with its own (the leader-epoch rule, KIP-101) instead of trusting its own end, which is how a
 divergent unacknowledged tail is found.
 
-On disk: a count line, a crc32 line, then ``epoch-start`` lines; written to a temp file, fsynced, renamed, and
-the directory fsynced, so a crash leaves the old file or the new one, never a torn one.
+On disk: a count line, a crc32 line, then ``epoch-start`` lines, replaced atomically (common/atomic_file.py).
 """
 
-import os
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from common.atomic_file import write_file_atomically
 
 FILE_NAME = "epochFileCheckpoint"
 
@@ -52,6 +52,22 @@ class EpochFile:
         """Where the epoch after ``epoch`` starts (a replication frame must stop there), None for the newest."""
         with self._lock:
             return next((e.start_offset for e in self._entries if e.epoch > epoch), None)
+
+    def agreed_end(self, log_end: int, replica: list[EpochEntry], replica_end: int) -> int:
+        """Where a replica's log (``replica`` epochs, ending at ``replica_end``) stops agreeing with this one
+        (ending at ``log_end``): the leader-epoch rule with both sides' ends (KIP-101 as refined by KIP-279). Take
+        our newest epoch not newer than the replica's newest; the logs agree up to where that epoch ends here and
+        where it ends on the replica (a replica may hold an epoch we never had right after it)."""
+        if not replica:
+            return min(replica_end, self.end_offset_for(0, log_end))
+        end_here = self.end_offset_for(replica[-1].epoch, log_end)
+        with self._lock:
+            found = [e for e in self._entries if e.epoch <= replica[-1].epoch]
+        if not found:
+            return min(replica_end, end_here)
+        epoch = found[-1].epoch
+        end_there = next((e.start_offset for e in replica if e.epoch > epoch), replica_end)
+        return min(replica_end, end_here, end_there)
 
     def end_offset_for(self, epoch: int, log_end: int) -> int:
         """The leader-epoch rule, asked of a master by a replica whose newest epoch is ``epoch``: where the master's
@@ -94,18 +110,7 @@ class EpochFile:
     def _write(self, entries: list[EpochEntry]) -> None:
         lines = "".join(f"{e.epoch}-{e.start_offset}\n" for e in entries)
         text = f"{len(entries)}\n{zlib.crc32(lines.encode())}\n{lines}"
-        temp = self.path.with_name(self.path.name + ".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temp, "w", encoding="ascii") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_file_atomically(self.path, text.encode("ascii"))
         self._entries = entries
 
 

@@ -42,7 +42,10 @@ class HAClient(threading.Thread):
         self.master_addr = ""  # the master's broker address, from its welcome
         self._channel = grpc.insecure_channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
         self._stopped = threading.Event()
-        self._acks: queue.Queue[int] = queue.Queue()
+        self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)
+        # Held by the flusher from its fsync to its ack, and while a stream's welcome is applied: an ack measured
+        # before a cut never reaches the stream that follows it.
+        self._ack_lock = threading.Lock()
         self._call: grpc.Future | None = None
         self._written = threading.Condition()
         self._flusher = threading.Thread(target=self._flush_loop, name="ha-flusher", daemon=True)
@@ -57,9 +60,10 @@ class HAClient(threading.Thread):
                     return
                 log.warning("replication_broken master=%s status=%s detail=%s", self.master_ha_addr,
                             exc.code().name, exc.details())
-            except ValueError as exc:  # a divergent tail it must not cut: an operator decides
-                self.refusal = str(exc)
-                log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal)
+            except Exception as exc:  # a tail it must not cut, a full disk, a broken invariant: an operator decides
+                self.refusal = str(exc) or repr(exc)
+                log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal,
+                          exc_info=not isinstance(exc, ValueError))
                 self._stopped.set()
             self._acks.put(_CLOSE)
             if self._stopped.wait(REOPEN_PAUSE_S):
@@ -70,20 +74,29 @@ class HAClient(threading.Thread):
         yield ha_pb2.ReplicaFrame(handshake=ha_pb2.ReplicaHandshake(
             cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
             commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size,
-            last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch))
+            last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch,
+            epochs=[ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
+                    for e in (self.epochs.entries() if self.epochs is not None else [])]))
         while (offset := acks.get()) != _CLOSE:
             yield ha_pb2.ReplicaFrame(ack_offset=offset)
 
     def _follow(self) -> None:
         acks: queue.Queue[int] = queue.Queue()
-        self._acks = acks
         call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks))
         self._call = call
         log.info("replication_started master=%s from_offset=%d", self.master_ha_addr, self.commit_log.max_offset())
+        try:
+            self._receive(call, acks)
+        finally:
+            acks.put(_CLOSE)  # ends this stream's request side, whether or not its welcome came
+
+    def _receive(self, call: Iterator[ha_pb2.ReplicationFrame], acks: "queue.Queue[int]") -> None:
         welcome = True
         for frame in call:
             if welcome:
-                self._on_welcome(frame)
+                with self._ack_lock:  # acks go to this stream only from where its welcome left the log
+                    self._on_welcome(frame)
+                    self._acks = acks
                 welcome = False
             if frame.data:
                 if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
@@ -114,9 +127,10 @@ class HAClient(threading.Thread):
             with self._written:
                 if mfq.max_offset() == acked:
                     self._written.wait(1.0)  # at least once a second: an ack is also the link's heartbeat
-            flushed = mfq.flush()
-            self.commit_log.on_flushed(flushed)
-            self._acks.put(flushed)
+            with self._ack_lock:
+                flushed = mfq.flush()
+                self.commit_log.on_flushed(flushed)
+                self._acks.put(flushed)
             acked = flushed
 
     def shutdown(self) -> None:
@@ -125,6 +139,11 @@ class HAClient(threading.Thread):
         call = self._call
         if call is not None:
             call.cancel()
+        # To the end, both threads: a promoted replica must not have an old stream append after its epoch starts.
         if self.is_alive():
-            self.join(timeout=5)
+            self.join()
+        with self._written:
+            self._written.notify()
+        if self._flusher.is_alive():
+            self._flusher.join()
         self._channel.close()

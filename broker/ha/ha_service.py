@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.ha.broker_role import BrokerRole
-from broker.ha.epoch_file import EpochFile
+from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.sync_state_set import SetProposal, SyncStateSet
 from broker.store.commit_log import CommitLog
 from common.refusal import Refusal
@@ -167,14 +167,18 @@ class HAService:
         """A change the controller should be asked for (the in-sync set's rules), or None."""
         start = self.epochs.epoch_at(self.commit_log.max_offset()) if self.epochs is not None else None
         proposal = self.sync_state_set.check(now_ms, dict(self._acks), self.commit_log.max_offset(),
-                                             start.start_offset if start is not None else 0)
-        if proposal is not None:
-            self._on_set_changed()  # a joining member counts from now on
+                                             start.start_offset if start is not None else 0,
+                                             self.commit_log.confirm_offset)
+        self._on_set_changed()  # a slave counted from now on, or one no longer
         return proposal
 
-    def proposal_failed(self) -> None:
-        self.sync_state_set.proposal_failed()
+    def proposal_failed(self, now_ms: int, refused: bool) -> None:
+        self.sync_state_set.proposal_failed(now_ms, refused)
         self._on_set_changed()
+
+    def resettle(self) -> None:
+        """The lease is valid again: answer what the acks that came meanwhile cover."""
+        self._settle()
 
     def _settle(self) -> None:
         """Move the replicated offset to what every counted slave has, and answer the sends below it."""
@@ -212,10 +216,14 @@ class HAService:
         self._check(hello)
         start = self._agreed_end(hello)
         slave_id = hello.broker_id
-        acks = asyncio.create_task(self._read_acks(frames, slave_id))
+        sent = [start]  # the end of what this stream carried: an ack past it is not about this stream's bytes
+        acks = asyncio.create_task(self._read_acks(frames, slave_id, sent))
         appended = asyncio.Event()
         self._appended.add(appended)
-        self._acks[slave_id] = self._member_acks[slave_id] = start
+        # Controller mode counts only what the replica said is durable (its flusher acks within a second); static
+        # mode takes its end as acknowledged, as upstream does.
+        initial = start if self.epochs is None else min(start, self._member_acks.get(slave_id, 0))
+        self._acks[slave_id] = self._member_acks[slave_id] = initial
         log.info("slave_connected broker=%s slave_id=%d from_offset=%d slave_end=%d epoch=%d", hello.broker_name,
                  slave_id, start, hello.commit_log_end, self.master_epoch)
         try:
@@ -227,6 +235,7 @@ class HAService:
                 if frame.data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
                     yield frame
                     position, told = position + len(frame.data), confirm
+                    sent[0] = position
                     continue
                 appended.clear()
                 if self.commit_log.read_replica(position, 1) or self.commit_log.confirm_offset != told:
@@ -272,7 +281,8 @@ class HAService:
         the end of our newest epoch not newer than its newest (controller mode)."""
         if self.epochs is None:
             return hello.commit_log_end
-        end = min(hello.commit_log_end, self.epochs.end_offset_for(hello.last_epoch, self.commit_log.max_offset()))
+        replica = [EpochEntry(e.epoch, e.start_offset) for e in hello.epochs]
+        end = self.epochs.agreed_end(self.commit_log.max_offset(), replica, hello.commit_log_end)
         if end < self.commit_log.min_offset():
             _refuse(f"replica {hello.broker_id} agrees with this master only below {end}, before the master's "
                     f"oldest record at {self.commit_log.min_offset()}: empty its store to copy the log afresh")
@@ -302,10 +312,14 @@ class HAService:
         if not low <= hello.commit_log_end <= end:
             _refuse(f"replica commitlog ends at {hello.commit_log_end}, outside the master's {low}..{end}")
 
-    async def _read_acks(self, frames: AsyncIterator[ha_pb2.ReplicaFrame], slave_id: int) -> None:
+    async def _read_acks(self, frames: AsyncIterator[ha_pb2.ReplicaFrame], slave_id: int, sent: list[int]) -> None:
         async for frame in frames:
             if isinstance(frame, UndecodableRequest):
                 return
+            if frame.ack_offset > sent[0]:
+                log.warning("ack_ignored slave_id=%d ack=%d sent_to=%d reason=past_what_this_stream_sent", slave_id,
+                            frame.ack_offset, sent[0])
+                continue
             self._on_ack(slave_id, frame.ack_offset)
 
 

@@ -69,7 +69,7 @@ class ReplicasManager:
         self.epochs = epochs
         self.hooks = hooks
         self.ha_addr = ha_addr
-        self.role = "FENCED"  # FENCED | MASTER | SLAVE | REJOINING (a deposed master restarting)
+        self.role = "FENCED"  # FENCED | PROMOTING | MASTER | SLAVE | REJOINING (a deposed master restarting)
         self.master_id = 0
         self.master_epoch = 0
         self.master_ha_addr = ""
@@ -136,13 +136,16 @@ class ReplicasManager:
         commit_log = self.store.commit_log
         end = commit_log.max_offset()
         await asyncio.to_thread(self.epochs.assign, a.master_epoch, end)
-        self.role, self.master_id, self.master_epoch = "MASTER", a.master_id, a.master_epoch
+        # PROMOTING, not MASTER yet: the fence stays up (and nothing is acknowledged) until appends can take
+        # their queue offsets from complete consume queues.
+        self.role, self.master_id, self.master_epoch = "PROMOTING", a.master_id, a.master_epoch
         self.ha.become_master(a.master_epoch, list(a.sync_state_set), a.sync_state_set_epoch)
         # Everything copied so far is this master's now: let dispatch reach it, then appends continue each
-        # queue where its consume queue ends.
-        if not await asyncio.to_thread(self.store.wait_dispatched, end, PROMOTION_DISPATCH_TIMEOUT_S):
-            log.error("promotion_dispatch_slow end=%d dispatched=%d", end, self.store.reput.reput_from_offset)
+        # queue where its consume queue ends (a replica's own table never saw the copied records).
+        while not await asyncio.to_thread(self.store.wait_dispatched, end, PROMOTION_DISPATCH_TIMEOUT_S):
+            log.error("promotion_waits_for_dispatch end=%d dispatched=%d", end, self.store.reput.reput_from_offset)
         commit_log.topic_queue_table = self.store.consume_queue_store.queue_max_offsets()
+        self.role = "MASTER"
         if not self._master_services_started:
             self._master_services_started = True
             self.hooks.start_master_services()
@@ -167,6 +170,7 @@ class ReplicasManager:
             return
         if self.link.lease_valid():
             self.hooks.fence(None)
+            self.ha.resettle()  # acks that came while the lease was out
         else:
             self.hooks.fence(f"master {self.identity.broker_addr} lost its lease: the controller has not answered "
                              "in time (it may be electing another master)")
@@ -194,9 +198,11 @@ class ReplicasManager:
         try:
             a = await self.link.alter_sync_state_set(request)
         except grpc.aio.AioRpcError as exc:
-            log.warning("sync_state_set_refused proposed=%s status=%s detail=%s", members, exc.code().name,
-                        exc.details())
-            self.ha.proposal_failed()
+            refused = exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
+                                     grpc.StatusCode.INVALID_ARGUMENT)
+            log.warning("sync_state_set_not_changed proposed=%s refused=%s status=%s detail=%s", members, refused,
+                        exc.code().name, exc.details())
+            self.ha.proposal_failed(int(time.monotonic() * 1000), refused)
             return
         async with self._changing:
             if a.master_id == self.identity.broker_id and a.master_epoch == self.master_epoch:

@@ -10,7 +10,6 @@ key, state; ``>I`` CRC32 of everything before it at the end.
 
 import bisect
 import logging
-import os
 import struct
 import threading
 import time
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.kv.kv_state_store import KvStateStore, StateWrites, in_scan
+from common.atomic_file import write_file_atomically
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +124,7 @@ class MemoryKvStateStore(KvStateStore):
             for key, raw in part.items():
                 chunks += (pack(partition, len(key), len(raw)), key, raw)
         data = b"".join(chunks)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.write(CRC.pack(zlib.crc32(data)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.root, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_file_atomically(self.path, data + CRC.pack(zlib.crc32(data)))
         log.info("kv_memory_snapshot_written applied=%d bytes=%d", applied, len(data))
 
     def snapshot(self, partition: int) -> tuple[int, Iterator[tuple[bytes, bytes]]]:

@@ -1,9 +1,10 @@
 """A small durable file holding one commitlog offset: where a dispatcher's applied state is safe up to."""
 
-import os
 import struct
 import zlib
 from pathlib import Path
+
+from common.atomic_file import write_file_atomically
 
 _FORMAT = struct.Struct(">qI")
 
@@ -26,13 +27,5 @@ class OffsetCheckpoint:
 
     def write(self, offset: int) -> None:
         assert offset >= 0, f"checkpoint offset {offset} is negative"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
         head = struct.pack(">q", offset)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, head + struct.pack(">I", zlib.crc32(head)))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_file_atomically(self.path, head + struct.pack(">I", zlib.crc32(head)))

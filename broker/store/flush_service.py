@@ -53,6 +53,11 @@ class FlushService(threading.Thread):
         self.commit_log.on_flushed(flushed)
         return flushed
 
+    def on_truncated(self, end: int) -> None:
+        """The commitlog was cut at ``end``: what is appended there next is not flushed yet."""
+        with self._cond:
+            self.flushed_offset = min(self.flushed_offset, end)
+
     def shutdown(self) -> None:
         self._stopped.set()
         self.request()

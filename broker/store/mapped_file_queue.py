@@ -3,6 +3,7 @@
 import bisect
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -133,6 +134,7 @@ class MappedFileQueue:
         """Make ``offset`` the end: zero the tail of its segment (made durable first, so a crash midway recovers to
         ``offset``) and delete segments after it."""
         keep: list[MappedFile] = []
+        deleted = False
         with self._flush_lock:  # a replica's flusher may be flushing the segments cut here
             for f in self._files:
                 if f.end_offset <= offset:
@@ -143,7 +145,14 @@ class MappedFileQueue:
                 else:
                     f.destroy()
                     self._retire(f)
+                    deleted = True
             self._set(keep)
+        if deleted:  # the unlinks are durable too: a deleted segment never comes back after a crash
+            directory = os.open(self.store_dir, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
 
     def reset_start(self, offset: int) -> MappedFile:
         """An empty queue that starts at ``offset`` (its head was deleted): one segment holding it."""

@@ -377,16 +377,18 @@ class MessageStore(MessageStoreReader):
         need every derived store rebuilt; an operator decides."""
         if end >= self.commit_log.max_offset():
             return
-        dispatched = self.reput.reput_from_offset
-        if end < dispatched:
-            raise ValueError(f"the master's log diverges at {end}, below what this replica dispatched ({dispatched})"
-                             ": refusing to cut visible data (after an unclean election, empty this replica's "
-                             "store to copy the log afresh)")
+        shown = max(self.reput.reput_from_offset, self.commit_log.confirm_offset)
+        if end < shown:
+            raise ValueError(f"the master's log diverges at {end}, below what this replica confirmed or dispatched "
+                             f"({shown}): refusing to cut visible data (after an unclean election, empty this "
+                             "replica's store to copy the log afresh)")
         cut = self.commit_log.max_offset() - end
+        # The checkpoint first: a crash mid-cut must not leave recovery scanning from a segment the cut deletes.
+        self.flushed_checkpoint.write(min(end, self.commit_log.flushed_offset()))
         self.commit_log.truncate_tail(end)
+        self.flush_service.on_truncated(end)
         for dispatcher in self.dispatchers:
             dispatcher.truncate_dirty(end)
-        self.flushed_checkpoint.write(min(end, self.commit_log.flushed_offset()))
         log.warning("commitlog_truncated end=%d bytes_cut=%d reason=diverged_from_master", end, cut)
 
     # -- expiry ------------------------------------------------------------------------------------

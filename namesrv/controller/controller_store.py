@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from common.atomic_file import write_file_atomically
 from namesrv.controller.replica_models import GroupState
 
 log = logging.getLogger(__name__)
@@ -60,22 +61,7 @@ class ControllerStore:
         """Replace the document with ``groups``; returns once it is durable (raises OSError otherwise)."""
         document: dict[str, Any] = {"format": FORMAT,
                                     "groups": [groups[name].to_json() for name in sorted(groups)]}
-        data = json.dumps(document, indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(STATE_FILE + ".tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # a full disk took part of it: keep the old document, free the space
-            raise
-        os.replace(tmp, self.path)
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file_atomically(self.path, json.dumps(document, indent=1, sort_keys=True).encode())
 
     def _lock(self) -> None:
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

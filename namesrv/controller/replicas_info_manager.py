@@ -107,6 +107,10 @@ class ReplicasInfoManager:
             if group is not None and hb.cluster_name and group.cluster_name and hb.cluster_name != group.cluster_name:
                 raise ControllerRefusal(f"broker {hb.broker_name} belongs to cluster {group.cluster_name}, "
                                         f"not {hb.cluster_name}")
+            old = self._live.get(hb.broker_name, {}).get(hb.broker_id)
+            if (session_id and old is not None and old.session_id == session_id and not old.session_open
+                    and old.gone_reason == SESSION_ENDED and group is not None):
+                return self._assignment(group)  # decided in a worker thread after its stream had already ended
             self._live.setdefault(hb.broker_name, {})[hb.broker_id] = ReplicaLiveness(
                 session_open=True, last_heartbeat_ms=now,
                 heartbeat_timeout_ms=hb.heartbeat_timeout_ms or DEFAULT_HEARTBEAT_TIMEOUT_MS,
@@ -141,7 +145,9 @@ class ReplicasInfoManager:
                 return
             self._mark_gone(broker_name, broker_id, live, SESSION_ENDED, now)
             group = self._groups.get(broker_name)
-            if group is not None and group.master_id == broker_id:
+            # Unclean elections wait out the master's lease (the scan elects then): the in-sync set, which fences
+            # a deposed master otherwise, does not bound who may be elected.
+            if group is not None and group.master_id == broker_id and not self.enable_elect_unclean_master:
                 self._commit(group, self._master_gone(group, now, "master_session_ended"))
 
     def scan(self, now: int | None = None) -> None:
@@ -170,6 +176,8 @@ class ReplicasInfoManager:
             return "master_silent" if now - self._started_ms > DEFAULT_HEARTBEAT_TIMEOUT_MS else None
         if live.session_open:
             return None
+        if self.enable_elect_unclean_master and now - live.last_heartbeat_ms <= live.heartbeat_timeout_ms:
+            return None  # its lease may still run
         # A session end whose election could not be persisted is retried here, under its own reason.
         return f"master_{live.gone_reason}"
 

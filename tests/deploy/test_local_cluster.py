@@ -376,7 +376,8 @@ def test_with_slave_gives_every_replica_fixed_ports_by_default():
 
 def test_make_run_slave_1_passes_the_flag():
     def recipe(*variables: str) -> str:
-        proc = subprocess.run(["make", "-n", "run", *variables], cwd=REPO, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(["make", "--no-print-directory", "-n", "run", *variables], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip().splitlines()[-1]
 

@@ -51,28 +51,54 @@ def test_a_replica_adopts_the_masters_epochs_only_as_far_as_its_log_goes(tmp_pat
     assert EpochFile(f.path).last_epoch() == 2
 
 
-def test_the_in_sync_set_counts_a_joiner_at_once_and_a_leaver_until_accepted():
+def test_a_joiner_counts_at_once_is_proposed_once_it_holds_everything_confirmed():
     s = SyncStateSet(master_id=1, max_not_catchup_ms=15_000)
     s.accept([1], epoch=1)
     assert s.counted() == frozenset()
-    s.check(0, {2: 0}, end=100, epoch_start=0)  # the first check only records the end
-    proposal = s.check(1000, {2: 100}, end=150, epoch_start=0)  # caught up to the end of the last check
-    assert proposal is not None and proposal.members == {2} and s.counted() == {2}
-    assert s.check(2000, {2: 150}, end=150, epoch_start=0) is None  # nothing new while one is pending
-    s.accept([1, 2], epoch=2)
+    assert s.check(0, {2: 0}, end=100, epoch_start=0, confirm=100) is None  # the first check only records the end
+    # Caught up with the end of the last check: counted from now on, but it lacks what was confirmed since.
+    assert s.check(1000, {2: 100}, end=150, epoch_start=0, confirm=150) is None
     assert s.counted() == {2}
-    proposal = s.check(3000, {}, end=200, epoch_start=0)  # its stream closed
+    proposal = s.check(2000, {2: 150}, end=150, epoch_start=0, confirm=150)  # it holds everything confirmed
+    assert proposal is not None and proposal.members == {2} and s.counted() == {2}
+    s.accept([1], epoch=1)  # a heartbeat answer computed before the proposal: it still counts
+    assert s.counted() == {2}
+    s.accept([1, 2], epoch=2)
+    assert s.counted() == {2} and s.pending is None
+    proposal = s.check(3000, {}, end=200, epoch_start=0, confirm=150)  # its stream closed
     assert proposal is not None and proposal.members == frozenset() and s.counted() == {2}
     s.accept([1], epoch=3)
     assert s.counted() == frozenset()
 
 
+def test_a_proposal_whose_outcome_is_unknown_counts_until_the_controller_shows_it_was_not_applied():
+    s = SyncStateSet(master_id=1, max_not_catchup_ms=15_000)
+    s.accept([1], epoch=1)
+    s.check(0, {2: 100}, end=100, epoch_start=0, confirm=100)
+    s.check(1000, {2: 100}, end=100, epoch_start=0, confirm=100)
+    assert s.pending is not None
+    s.proposal_failed(1000, refused=False)  # a deadline: the controller may have applied it
+    assert s.check(2000, {2: 100}, end=100, epoch_start=0, confirm=100) is None and s.counted() == {2}
+    assert s.check(4500, {2: 100}, end=100, epoch_start=0, confirm=100) is not None  # still epoch 1: ask again
+    s.proposal_failed(4500, refused=True)
+    assert s.pending is None
+
+
 def test_a_member_left_behind_too_long_is_proposed_for_removal():
     s = SyncStateSet(master_id=1, max_not_catchup_ms=5_000)
     s.accept([1, 2], epoch=1)
-    s.check(0, {2: 100}, end=100, epoch_start=0)
-    assert s.check(1000, {2: 100}, end=500, epoch_start=0) is None  # caught up to the previous check's end
+    assert s.check(0, {2: 100}, end=100, epoch_start=0, confirm=100) is None
+    assert s.check(1000, {2: 100}, end=500, epoch_start=0, confirm=100) is None  # caught up to the last end
     for now in range(2000, 7000, 1000):
-        assert s.check(now, {2: 120}, end=900 + now, epoch_start=0) is None  # behind, not for long enough yet
-    proposal = s.check(7000, {2: 130}, end=9000, epoch_start=0)
+        assert s.check(now, {2: 120}, end=900 + now, epoch_start=0, confirm=120) is None  # not long enough yet
+    proposal = s.check(7000, {2: 130}, end=9000, epoch_start=0, confirm=130)
     assert proposal is not None and proposal.members == frozenset()
+
+
+def test_the_agreed_end_uses_both_logs_epochs(tmp_path: Path):
+    master = epochs(tmp_path, (1, 0), (3, 500))
+    # The replica led epoch 2 (an unclean election) from 400: only epoch 1's records below 400 are shared.
+    assert master.agreed_end(800, [EpochEntry(1, 0), EpochEntry(2, 400)], replica_end=700) == 400
+    assert master.agreed_end(800, [EpochEntry(1, 0)], replica_end=650) == 500  # its epoch-1 tail past 500 diverges
+    assert master.agreed_end(800, [EpochEntry(1, 0), EpochEntry(3, 500)], replica_end=650) == 650  # a prefix
+    assert master.agreed_end(800, [], replica_end=0) == 0

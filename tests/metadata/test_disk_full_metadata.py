@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.metadata import json_file, metadata_store
+from broker.metadata import metadata_store
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.store.config import StoreType
+from common import atomic_file
 from tests.metadata.helpers import BACKENDS, open_managers
 
 
@@ -66,7 +67,7 @@ def test_a_json_write_the_disk_refuses_leaves_the_old_file_and_no_temp(tmp_path:
     groups.find("before")
     path = tmp_path / "config" / metadata_store.GROUPS.json_file
     old = path.read_bytes()
-    monkeypatch.setattr(json_file.os, "fsync", _enospc)
+    monkeypatch.setattr(atomic_file.os, "fsync", _enospc)
     groups.find("during")  # does not raise: persisted later
     monkeypatch.undo()
     assert path.read_bytes() == old
