@@ -120,11 +120,16 @@ def group(tmp_path: Path) -> Iterator[ReplicaGroup]:
 
 
 # Failover under both flush modes (SYNC_FLUSH: a replica acknowledges what it fsynced, the master confirms what it
-# flushed) and both store types (the RocksDB consume queue is rebuilt on promotion the same way).
-@pytest.fixture(params=[("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")], ids=lambda p: "-".join(p))
+# flushed), both store types (the RocksDB consume queue is rebuilt on promotion the same way), and with the KV store
+# and tiered storage on (a promoted replica starts uploading; reads go through the tiered facade).
+@pytest.fixture(params=[("ASYNC_FLUSH", "default", False), ("SYNC_FLUSH", "defaultRocksDB", False),
+                        ("ASYNC_FLUSH", "default", True)],
+                ids=["ASYNC_FLUSH-default", "SYNC_FLUSH-defaultRocksDB", "kv-tiered"])
 def any_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReplicaGroup]:
-    flush, store_type = request.param
-    yield from started_group(tmp_path, flushDiskType=flush, storeType=store_type)
+    flush, store_type, features = request.param
+    extra = {"kvEnable": "true", "tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix"} if features \
+        else {}
+    yield from started_group(tmp_path, flushDiskType=flush, storeType=store_type, **extra)
 
 
 def _has_topic(addr: str) -> bool:
