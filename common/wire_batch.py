@@ -10,6 +10,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from common.message_codec import (
     HEADER_SIZE,
@@ -115,14 +116,16 @@ class WireBatch:
         """Records i..j-1 with their offsets and store time written in; appends each record's offset."""
         sizes, buf = self.sizes, self.buf
         pack = ASSIGNED.pack_into
-        start = pos = sum(sizes[:i]) if i else 0
-        for k in range(i, j):
-            pack(buf, pos + OFFSET_QUEUE_OFFSET, queue_offset, physical_offset, store_timestamp)
-            physical_offsets.append(physical_offset)
-            queue_offset += 1
-            physical_offset += sizes[k]
-            pos += sizes[k]
-        return memoryview(buf)[start:pos]
+        start = sum(sizes[:i]) if i else 0
+        offsets = list(accumulate(sizes[i:j - 1], initial=physical_offset))
+        delta = start + OFFSET_QUEUE_OFFSET - physical_offset  # a record's position in ``buf``, from its offset
+        for offset_in_queue, physical in enumerate(offsets, queue_offset):
+            pack(buf, physical + delta, offset_in_queue, physical, store_timestamp)
+        physical_offsets += offsets
+        return memoryview(buf)[start:start + offsets[-1] - physical_offset + sizes[j - 1]]
+
+    def total_size(self) -> int:
+        return len(self.buf)
 
 
 

@@ -118,10 +118,13 @@ class CommitLog:
                 while i < n:
                     segment = self.mapped_file_queue.last_writable()
                     room = segment.remaining - BLANK_MIN_LENGTH
-                    j, chunk = i, 0
-                    while j < n and chunk + sizes[j] <= room:
-                        chunk += sizes[j]
-                        j += 1
+                    if i == 0 and batch.total_size() <= room:  # the common case: the whole batch fits
+                        j = n
+                    else:
+                        j, chunk = i, 0
+                        while j < n and chunk + sizes[j] <= room:
+                            chunk += sizes[j]
+                            j += 1
                     if j == i:
                         assert segment.wrote_position > 0, f"record of {sizes[i]} bytes cannot fit an empty segment"
                         self._end_segment(segment)

@@ -54,12 +54,15 @@ class FileConsumeQueueStore(ConsumeQueueStore):
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         runs: dict[QueueKey, tuple[int, list[bytes]]] = {}
         pack = UNIT.pack
+        last_topic, last_queue_id, units = "", -1, []  # records come in runs of one queue: one lookup per run
         for topic, queue_id, queue_offset, physical_offset, size, tags_code, _ts, _props in requests:
-            key = (topic, queue_id)
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = (queue_offset, [])
-            run[1].append(pack(physical_offset, size, tags_code))
+            if queue_id != last_queue_id or topic != last_topic:
+                last_topic, last_queue_id = topic, queue_id
+                run = runs.get((topic, queue_id))
+                if run is None:
+                    run = runs[(topic, queue_id)] = (queue_offset, [])
+                units = run[1]
+            units.append(pack(physical_offset, size, tags_code))
         for (topic, queue_id), (first, units) in runs.items():
             cq = self._queue(topic, queue_id, create=True)
             assert cq is not None

@@ -30,11 +30,20 @@ def parse_records(
 ) -> tuple[list[DispatchRequest], int, bool]:
     """Parse up to ``max_count`` whole records in ``mm[pos:limit]`` (``base`` = commitlog offset of
     ``mm[0]``; ``limit`` is a record boundary). Returns the requests, the position after the last one,
-    and whether an end-of-segment marker was hit."""
+    and whether an end-of-segment marker was hit.
+
+    Records come in runs (a producer's batch: one topic, often the same properties): a record whose topic or
+    properties equal the previous one's reuses its decoded topic, its properties object and its tags code, so
+    the common case costs a compare instead of a decode, a search and a CRC (and dispatchers can recognise
+    repeated properties by identity)."""
     out: list[DispatchRequest] = []
     append = out.append
     unpack = DISPATCH_FIELDS.unpack_from
     crc32 = zlib.crc32
+    find = mm.find
+    raw_topic, topic = b"", ""
+    props_seen: bytes | None = None
+    tags_code = 0
     while pos < limit and len(out) < max_count:
         if limit - pos < HEADER_SIZE:  # too short for a record: only an end-of-segment marker fits here
             assert SIZE_MAGIC.unpack_from(mm, pos)[1] == BLANK_MAGIC, f"no record at commitlog offset {base + pos}"
@@ -45,13 +54,17 @@ def parse_records(
         assert magic == MESSAGE_MAGIC and physical == base + pos, f"no record at commitlog offset {base + pos}"
         t0 = pos + HEADER_SIZE
         t1 = t0 + topic_len
-        raw_topic = mm[t0:t1]
-        topic = topics.get(raw_topic)
-        if topic is None:
-            topic = topics[raw_topic] = raw_topic.decode()
+        if topic_len != len(raw_topic) or find(raw_topic, t0, t1) != t0:  # another topic than the last record's
+            raw_topic = mm[t0:t1]
+            topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode())
         props = mm[t1 : t1 + props_len]
-        tags = find_property(props, TAGS_NEEDLE) if TAGS_NEEDLE in props else None
-        append((topic, queue_id, queue_offset, physical, size, (crc32(tags) or 1) if tags else 0, store_ts, props))
+        if props == props_seen:
+            props = props_seen
+        else:
+            props_seen = props
+            tags = find_property(props, TAGS_NEEDLE) if TAGS_NEEDLE in props else None
+            tags_code = (crc32(tags) or 1) if tags else 0
+        append((topic, queue_id, queue_offset, physical, size, tags_code, store_ts, props))
         pos += size
     return out, pos, False
 

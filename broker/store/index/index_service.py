@@ -58,21 +58,21 @@ class IndexService(CommitLogDispatcher):
             entries: list[tuple[bytes, int, int]] = []
             add = entries.append
             prefixes = self._key_prefixes
+            # Reput hands records of a run that share properties the same object: their keys are found once.
+            seen_props: bytes | None = None
+            seen_keys: list[bytes] = []
             for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
                 if physical_offset < done or not props:
                     continue  # already indexed before a restart, or nothing to index
+                if props is not seen_props:
+                    seen_props, seen_keys = props, _keys_of(props)
+                if not seen_keys:
+                    continue
                 prefix = prefixes.get(topic)
                 if prefix is None:
                     prefix = prefixes[topic] = index_key(topic, "").encode()
-                # The needle can also end a longer name ("MYKEYS"): find_property then finds no KEYS property.
-                keys = find_property(props, KEYS_NEEDLE) if KEYS_NEEDLE in props else None
-                if keys is not None:
-                    for key in keys.split(KEY_SEPARATOR_BYTES):
-                        if key:
-                            add((prefix + key, physical_offset, store_ts))
-                unique_key = find_property(props, UNIQUE_KEY_NEEDLE) if UNIQUE_KEY_NEEDLE in props else None
-                if unique_key is not None:
-                    add((prefix + unique_key, physical_offset, store_ts))
+                for key in seen_keys:
+                    add((prefix + key, physical_offset, store_ts))
             while entries:
                 entries = self._writable().put_batch(entries)
             if end_offset > done:
@@ -126,3 +126,14 @@ class IndexService(CommitLogDispatcher):
         self.flush()
         for f in self._files:
             f.close()
+
+
+def _keys_of(props: bytes) -> list[bytes]:
+    """A record's index keys: each of its KEYS, then its unique key. The needle can also end a longer name
+    ("MYKEYS"): find_property then finds no KEYS property."""
+    keys = find_property(props, KEYS_NEEDLE) if KEYS_NEEDLE in props else None
+    found = [key for key in keys.split(KEY_SEPARATOR_BYTES) if key] if keys is not None else []
+    unique_key = find_property(props, UNIQUE_KEY_NEEDLE) if UNIQUE_KEY_NEEDLE in props else None
+    if unique_key is not None:
+        found.append(unique_key)
+    return found
