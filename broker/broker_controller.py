@@ -17,7 +17,6 @@ from broker.client.rebalance_lock_manager import RebalanceLockManager
 from broker.consumer_servicer import ConsumerServicer
 from broker.ha.epoch_file import FILE_NAME as EPOCH_FILE_NAME
 from broker.ha.epoch_file import EpochFile
-from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import GroupIdentity, HAService
 from broker.ha.ha_servicer import HaServicer
 from broker.ha.replica_services import ReplicaServices
@@ -108,10 +107,8 @@ class BrokerController:
         self.registrar: NamesrvRegistrar | None = None
         self._server: grpc.aio.Server | None = None
         self.ha: HAService | None = None  # a master's replication
-        self.ha_client: HAClient | None = None  # a slave's
-        self.slave_sync: SlaveSynchronize | None = None
         self.replicas: ReplicasManager | None = None  # controller mode
-        self.replica_services: ReplicaServices | None = None
+        self.replica_services: ReplicaServices  # a slave's replication and metadata copy, in either mode
         self._ha_server: grpc.aio.Server | None = None
         self.ha_server_addr = ""
         self._offset_flusher = threading.Event()
@@ -142,6 +139,9 @@ class BrokerController:
         identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                                  c.mapped_file_size_commit_log)
         epochs = EpochFile(Path(c.store_path_root_dir) / EPOCH_FILE_NAME)
+        self.replica_services = ReplicaServices(
+            identity, local_store, epochs if c.enable_controller_mode else None, self._slave_synchronize,
+            self._start_master_services, lambda: self.registrar, self._rejoin)
         if c.enable_controller_mode:  # every replica may serve slaves; what it is comes from the controller
             local_store.keeps_confirm_checkpoint = True
             self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
@@ -163,11 +163,7 @@ class BrokerController:
         elif c.broker_role.is_master:  # a slave never writes: its master delivers timers and uploads to the tier
             self._start_master_services()
         else:
-            self.ha_client = HAClient(c.ha_master_address, identity, local_store.commit_log)
-            self.ha_client.start()
-            client = self.ha_client
-            self.slave_sync = self._slave_synchronize(lambda: client.master_addr)
-            self.slave_sync.start()
+            self.replica_services.follow(c.ha_master_address, master_epoch=0)
         self._wire_processors()
         handlers = GenericHandlersOnly(server)
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.broker_servicer, handlers)
@@ -186,7 +182,7 @@ class BrokerController:
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         if c.enable_controller_mode:
-            self._start_replicas_manager(identity, epochs)
+            self._start_replicas_manager(epochs)
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
         self._housekeeping = asyncio.create_task(self._expire_consumers())
         self.static_topic_clean_service = StaticTopicCleanService(
@@ -210,12 +206,9 @@ class BrokerController:
         if self.tiered is not None:
             self.tiered.start()
 
-    def _start_replicas_manager(self, identity: GroupIdentity, epochs: EpochFile) -> None:
+    def _start_replicas_manager(self, epochs: EpochFile) -> None:
         c = self.config
         assert self.ha is not None
-        self.replica_services = ReplicaServices(
-            identity, self.local_store, epochs, self._slave_synchronize, self._start_master_services,
-            lambda: self.registrar, self._rejoin)
         self.replicas = ReplicasManager(
             ReplicaIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                             c.broker_election_priority),
@@ -236,15 +229,13 @@ class BrokerController:
         if self.ha is not None:
             info["haReplicatedOffset"] = str(self.ha.replicated_offset())
             info["haSlaves"] = str(len(self.ha.slave_acks()))
-        if self.ha_client is not None:
-            info["haMasterAddress"] = self.ha_client.master_ha_addr
+        following = self.replica_services.ha_client
+        if following is not None:
+            info["haMasterAddress"] = following.master_ha_addr
+            info["haRefusal"] = following.refusal
         if self.replicas is not None:
             info.update(self.replicas.info())
             info["brokerRole"] = self.replicas.role  # MASTER, SLAVE, or FENCED while the controller decides
-            following = self.replica_services.ha_client if self.replica_services is not None else None
-            if following is not None:
-                info["haMasterAddress"] = following.master_ha_addr
-                info["haRefusal"] = following.refusal
         return info
 
     async def _start_ha_server(self) -> None:
@@ -366,12 +357,7 @@ class BrokerController:
             await self._ha_server.stop(grace=1)
         if self.replicas is not None:
             await self.replicas.close()
-        if self.replica_services is not None:
-            await asyncio.to_thread(self.replica_services.stop_following)
-        if self.ha_client is not None:
-            await asyncio.to_thread(self.ha_client.shutdown)
-        if self.slave_sync is not None:
-            await asyncio.to_thread(self.slave_sync.shutdown)
+        await asyncio.to_thread(self.replica_services.stop_following)
         self._offset_flusher.set()
         if self.static_topic_clean_service is not None:
             self.static_topic_clean_service.shutdown()

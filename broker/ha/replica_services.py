@@ -1,5 +1,6 @@
-"""Controller mode: what changes in a broker when its role does (the ``RoleHooks`` the ReplicasManager calls).
-Each step names the collaborator it touches; none needs the whole broker."""
+"""What changes in a broker when its role does (the ``RoleHooks`` the controller mode's ReplicasManager calls;
+a static slave uses ``follow`` once, without epochs). Each step names the collaborator it touches; none needs the
+whole broker."""
 
 import logging
 from collections.abc import Callable
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class ReplicaServices:
-    def __init__(self, identity: GroupIdentity, store: MessageStore, epochs: EpochFile,
+    def __init__(self, identity: GroupIdentity, store: MessageStore, epochs: EpochFile | None,
                  make_slave_sync: Callable[[Callable[[], str]], SlaveSynchronize],
                  start_master_services: Callable[[], None], registrar: Callable[[], NamesrvRegistrar | None],
                  on_rejoin: Callable[[str], None]) -> None:

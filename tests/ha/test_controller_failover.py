@@ -19,15 +19,11 @@ from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 from tests.admin_cli.helpers import fails, ok, ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
+from tests.ha.test_replication import commit_log_bytes, runtime
 
 SEGMENT = 256 * 1024  # small segments: the copies and the cut cross several
 TOPIC = "FailoverT"
 QUEUES = 2
-
-
-def runtime(ns: str, broker: Daemon) -> dict[str, str]:
-    with Admin(ns) as admin:
-        return admin.broker_runtime_info(broker.addr)
 
 
 def runtime_or_none(ns: str, broker: Daemon) -> dict[str, str] | None:
@@ -35,11 +31,6 @@ def runtime_or_none(ns: str, broker: Daemon) -> dict[str, str] | None:
         return runtime(ns, broker)
     except Exception:  # a restarting replica: not answering for a moment
         return None
-
-
-def commit_log_bytes(store: Path, end: int) -> bytes:
-    files = sorted((store / "commitlog").iterdir())
-    return b"".join(f.read_bytes() for f in files)[:end]
 
 
 def send(addr: str, queue_id: int, bodies: list[bytes], timeout: float = 10.0) -> broker_pb2.SendMessageResponse:
