@@ -1,8 +1,8 @@
 # pyrocketmq daemons. The default command runs the name server; pass a command to run something else:
 #   docker run -p 9876:9876 IMAGE                                   # mqnamesrv --host 0.0.0.0 -p 9876
 #   docker run -v ./deploy/broker-a.conf:/etc/rocketmq/broker.conf:ro IMAGE mqbroker -c /etc/rocketmq/broker.conf
-# docker-compose.yml runs one name server (with the replication controller) and three brokers from this image:
-# broker-a as a group of two replicas, and broker-b.
+# docker-compose.yml runs one name server (with the replication controller), three brokers (broker-a as a group of
+# two replicas, and broker-b) and the RocketMQ 5 proxy (mqproxy) from this image.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \
@@ -22,6 +22,6 @@ RUN pip install /opt/pyrocketmq \
 # a fresh named volume takes the directory's ownership from the image, so the rocketmq user can write to it.
 USER rocketmq
 WORKDIR /home/rocketmq
-EXPOSE 9876 10911
+EXPOSE 9876 10911 8081
 STOPSIGNAL SIGTERM
 CMD ["mqnamesrv", "--host", "0.0.0.0", "-p", "9876"]

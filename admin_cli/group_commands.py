@@ -25,16 +25,20 @@ QueueKey = tuple[str, str, int]  # topic, broker name, queue id
               help="Whether the group may consume.")
 @click.option("-r", "--retryMaxTimes", "retry_max_times", type=click.IntRange(min=0), default=16,
               show_default=True, help="Redeliveries before a message goes to the dead-letter queue.")
+@click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=False, show_default=True,
+              help="FIFO: POP consumers get a message group's messages one after another, in order.")
 def update_sub_group(group: str, cluster: str | None, brokers: str | None, consume_enable: bool,
-                     retry_max_times: int) -> None:
+                     retry_max_times: int, orderly: bool) -> None:
     cluster_name, broker_names = resolve_targets(cluster, brokers)
     done = open_admin().update_subscription_group(group, cluster=cluster_name, brokers=broker_names,
-                                                  consume_enable=consume_enable, retry_max_times=retry_max_times)
-    rows = [{"group": group, "broker_name": b, "consume_enable": consume_enable, "retry_max_times": retry_max_times}
-            for b in done]
+                                                  consume_enable=consume_enable, retry_max_times=retry_max_times,
+                                                  consume_message_orderly=orderly)
+    rows = [{"group": group, "broker_name": b, "consume_enable": consume_enable, "retry_max_times": retry_max_times,
+             "consume_message_orderly": orderly} for b in done]
     emit_tables(as_json(), Table([Column("group", "Group"), Column("broker_name", "Broker"),
                                   Column("consume_enable", "Consume Enable"),
-                                  Column("retry_max_times", "Retry Max Times")], rows))
+                                  Column("retry_max_times", "Retry Max Times"),
+                                  Column("consume_message_orderly", "Orderly")], rows))
 
 
 # -- deleteSubGroup -----------------------------------------------------------------------------------------

@@ -158,6 +158,9 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tieredStoreGroupCommitAge": ("tiered_store_group_commit_age", _int_in(1, 3_600_000)),
     "messageDelayLevel": ("message_delay_level", _delay_levels),
     "timerMaxDelaySec": ("timer_max_delay_sec", _int_in(1, MAX_TIMER_DELAY_SEC)),
+    "transactionTimeOut": ("transaction_time_out", _int_in(1, 86_400_000)),
+    "transactionCheckInterval": ("transaction_check_interval", _int_in(10, 86_400_000)),
+    "transactionCheckMax": ("transaction_check_max", _int_in(0, 10_000)),
 }
 
 
@@ -224,6 +227,9 @@ class BrokerConfig:
     tiered_store_group_commit_age: int = 500  # or its oldest waited this many ms
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay level N = the Nth entry
     timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC  # the furthest ahead a deliver_at_ms may be
+    transaction_time_out: int = 6000  # ms after its store time before a half message nobody ended is first checked
+    transaction_check_interval: int = 30_000  # ms between checks of one half message (upstream's check period)
+    transaction_check_max: int = 15  # checks before a half message is moved to TRANS_CHECK_MAX_TIME_TOPIC
     unknown_keys: list[str] = field(default_factory=list)
 
     @property

@@ -32,10 +32,14 @@ from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.out.namesrv_registrar import BrokerIdentity, NamesrvRegistrar
 from broker.out.peer_brokers import PeerBrokers
+from broker.pop.pop_service import PopService
+from broker.pop.pop_state_store import PopStateStore
+from broker.pop_servicer import PopServicer
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.processor.consumer_group_processor import ConsumerGroupProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.kv_processor import KvProcessor
+from broker.processor.pop_message_processor import PopMessageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendLimits, SendMessageProcessor
@@ -52,10 +56,20 @@ from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
 from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
+from broker.transaction.transaction_service import TransactionConfig, TransactionService
+from broker.transaction_servicer import TransactionServicer
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
-from proto import broker_pb2_grpc, consumer_pb2_grpc, ha_pb2_grpc, kv_pb2_grpc, tiered_pb2_grpc
+from proto import (
+    broker_pb2_grpc,
+    consumer_pb2_grpc,
+    ha_pb2_grpc,
+    kv_pb2_grpc,
+    pop_pb2_grpc,
+    tiered_pb2_grpc,
+    transaction_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +104,9 @@ class BrokerController:
         self.tiered: TieredStore | None = None
         self.timer = TimerService(Path(config.store_path_root_dir) / "timer",
                                   parse_delay_levels(config.message_delay_level), config.timer_max_delay_sec * 1000)
+        self.transactions = TransactionService(config.broker_name, TransactionConfig(
+            config.transaction_time_out, config.transaction_check_interval, config.transaction_check_max),
+            config.channel_expired_timeout)
         self.stats = BrokerStats()
         self.boot_timestamp = int(time.time() * 1000)
         self.broker_addr = ""
@@ -101,6 +118,9 @@ class BrokerController:
         self.kv_servicer: KvServicer
         self.tiered_servicer: TieredServicer
         self.consumer_servicer: ConsumerServicer
+        self.transaction_servicer: TransactionServicer
+        self.pop_servicer: PopServicer
+        self.pop_state: PopStateStore | None = None
         self.consumer_manager = ConsumerManager(config.channel_expired_timeout)
         self.rebalance_locks = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self._housekeeping: asyncio.Task | None = None
@@ -170,6 +190,8 @@ class BrokerController:
         kv_pb2_grpc.add_KvServiceServicer_to_server(self.kv_servicer, handlers)
         tiered_pb2_grpc.add_TieredServiceServicer_to_server(self.tiered_servicer, handlers)
         consumer_pb2_grpc.add_ConsumerServiceServicer_to_server(self.consumer_servicer, handlers)
+        transaction_pb2_grpc.add_TransactionServiceServicer_to_server(self.transaction_servicer, handlers)
+        pop_pb2_grpc.add_PopServiceServicer_to_server(self.pop_servicer, handlers)
         await server.start()
         self._server = server
         if self.ha is not None:
@@ -203,6 +225,8 @@ class BrokerController:
 
     def _start_master_services(self) -> None:
         self.timer.start(self.local_store, self._queue_exists)
+        self.transactions.start(self.local_store, self.consumer_offset_manager, self.topic_config_manager,
+                                self._announce)
         if self.tiered is not None:
             self.tiered.start()
 
@@ -278,7 +302,8 @@ class BrokerController:
                 consumer_offset_manager=self.consumer_offset_manager,
                 mapping_manager=self.topic_queue_mapping_manager, store=self.store, local_store=self.local_store,
                 stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce,
-                timer_info=self.timer.runtime_info, ha_info=self._ha_info),
+                timer_info=lambda: {**self.timer.runtime_info(), **self.transactions.runtime_info()},
+                ha_info=self._ha_info),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
@@ -292,9 +317,38 @@ class BrokerController:
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
             on_topics_changed=self._announce,
             takes_writes=lambda: self.local_store.running_flags.replica_reason is None)
-        self.consumer_servicer = ConsumerServicer(self.consumer_groups, SendMsgBackProcessor(
-            self.topic_config_manager, self.subscription_group_manager, self.local_store, self.timer.router,
-            self._announce), self.ha)
+        send_back = SendMsgBackProcessor(self.topic_config_manager, self.subscription_group_manager,
+                                         self.local_store, self.timer.router, self._announce)
+        self.consumer_servicer = ConsumerServicer(self.consumer_groups, send_back, self.ha)
+        self.transaction_servicer = TransactionServicer(self.transactions.processor(
+            self.local_store, self.topic_config_manager), self.transactions.producers, self.ha)
+        self.pop_servicer = self._pop_servicer(send_back)
+
+    def _pop_servicer(self, send_back: SendMsgBackProcessor) -> PopServicer:
+        """POP: its in-flight state in its own RocksDB, dead letters through the consumer groups' path."""
+        c = self.config
+        sync = c.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.pop_state = PopStateStore(Path(c.store_path_root_dir) / "pop", sync=sync)
+        processor = PopMessageProcessor(
+            topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
+            consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
+            pop=PopService(c.broker_name, self.pop_state, self.store, lambda *a: processor.dead_letter(*a),
+                           self._pop_progress),
+            send_back=send_back, refusal=self._pop_refusal)
+        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, in_thread=sync)
+
+    def _pop_progress(self, group: str, topic: str, queue_id: int, consumed: int) -> None:
+        """POP's progress is the group's committed offset too (lag, consumerProgress, a failover's restart)."""
+        if self.consumer_offset_manager.query_offset(group, topic, queue_id) != consumed:
+            self.consumer_offset_manager.commit_offset(group, topic, queue_id, consumed)
+
+    def _pop_refusal(self) -> str | None:
+        c = self.config
+        is_master = self.replicas.role == "MASTER" if self.replicas is not None else c.broker_role.is_master
+        if not is_master or self.local_store.running_flags.replica_reason is not None:
+            return (f"broker {c.broker_name} is not its group's master: POP state lives on the master "
+                    "(pop from the broker the route names as id 0)")
+        return None
 
     async def _expire_consumers(self) -> None:
         """Members whose heartbeats stopped without their stream ending (a half-open connection) leave."""
@@ -302,6 +356,7 @@ class BrokerController:
         while True:
             await asyncio.sleep(interval_s)
             self.consumer_groups.expire_members()
+            self.transactions.producers.expire()
 
     def _queue_exists(self, topic: str, queue_id: int) -> bool:
         """Whether a due message can still go to this queue of this broker (the timer's delivery asks)."""
@@ -372,11 +427,14 @@ class BrokerController:
         run_shutdown_steps(self._shutdown_steps(), log)
 
     def _shutdown_steps(self) -> Iterator[ShutdownStep]:
+        yield "transaction_check", self.transactions.shutdown  # it writes to the store
         yield "timer_delivery", self.timer.stop_delivery  # it writes to the store
         yield "peer_brokers", self.peer_brokers.close
         yield "consumer_offsets", self.consumer_offset_manager.persist
         yield "subscription_groups", self.subscription_group_manager.persist
         yield "metadata", self.metadata.close
+        if self.pop_state is not None:
+            yield "pop_state", self.pop_state.close
         if self.tiered is not None:
             yield "tiered", self.tiered.shutdown
         yield "store", self.local_store.shutdown

@@ -8,6 +8,8 @@ from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 from client.results import PullResult, PullStatus, SendResult, SendStatus
+from client.simple_consumer import SimpleConsumer
+from client.transaction import Transaction, TransactionResolution
 from common.message import Message, MessageExt
 from common.message_queue import MessageQueue
 
@@ -27,4 +29,7 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
+    "Transaction",
+    "TransactionResolution",
 ]

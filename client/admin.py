@@ -298,13 +298,15 @@ class Admin:
 
     # -- groups ------------------------------------------------------------------------------------
     def update_subscription_group(self, group: str, cluster: str | None = None, brokers: list[str] | None = None,
-                                  consume_enable: bool = True, retry_max_times: int = 16) -> list[str]:
+                                  consume_enable: bool = True, retry_max_times: int = 16,
+                                  consume_message_orderly: bool = False) -> list[str]:
         if (cluster is None) == (brokers is None):
             raise MQClientError("give exactly one of a cluster or a broker list")
         targets = self.brokers(cluster, brokers)
         request = broker_pb2.SubscriptionGroupConfig(group_name=group, consume_enable=consume_enable,
                                                      consume_broadcast_enable=True, retry_queue_nums=1,
-                                                     retry_max_times=retry_max_times)
+                                                     retry_max_times=retry_max_times,
+                                                     consume_message_orderly=consume_message_orderly)
         for b in targets:
             response = self._broker_call(f"update group {group}", b.addr, "UpdateAndCreateSubscriptionGroup", request)
             self._check(f"update group {group} on {b.broker_name}", b.addr, response)

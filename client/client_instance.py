@@ -18,7 +18,7 @@ from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
-from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc, pop_pb2
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,19 +86,29 @@ class ClientInstance:
         parks one a queue); what a pull may bring back is bounded by the pull itself."""
         return self._stream(addr, "PullMessageStream", broker_pb2.PullStreamAnswers, None)
 
-    def _stream(self, addr: str, method: str, answers_class: Any, window: int | None) -> RpcStream:
+    def pop_stream(self, addr: str) -> RpcStream:
+        """POP's stream: like pulls, a long-polling pop holds its place until it is answered."""
+        return self._stream(addr, "PopMessageStream", pop_pb2.PopStreamAnswers, None, service="rmq.PopService")
+
+    def ack_stream(self, addr: str) -> RpcStream:
+        return self._stream(addr, "AckMessageStream", pop_pb2.AckStreamAnswers, DEFAULT_WINDOW,
+                            service="rmq.PopService")
+
+    def _stream(self, addr: str, method: str, answers_class: Any, window: int | None,
+                service: str = "rmq.BrokerService") -> RpcStream:
         stream = self._streams.get((addr, method))
         if stream is None:
-            open_call = self.open_stream(addr, method, answers_class)
+            open_call = self.open_stream(addr, method, answers_class, service)
             with self._lock:
                 stream = self._streams.get((addr, method))
                 if stream is None:
                     stream = self._streams[addr, method] = RpcStream(open_call, f"{method}-{addr}", window)
         return stream
 
-    def open_stream(self, addr: str, method: str, answers_class: Any) -> Callable[..., Any]:
-        """A BrokerService stream method taking frames as the bytes ``RpcStream`` encodes."""
-        return self.channel(addr).stream_stream(f"/rmq.BrokerService/{method}", request_serializer=None,
+    def open_stream(self, addr: str, method: str, answers_class: Any,
+                    service: str = "rmq.BrokerService") -> Callable[..., Any]:
+        """A stream method (of BrokerService unless said) taking frames as the bytes ``RpcStream`` encodes."""
+        return self.channel(addr).stream_stream(f"/{service}/{method}", request_serializer=None,
                                                 response_deserializer=answers_class.FromString)
 
     def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:

@@ -45,11 +45,12 @@ def batch_wire_properties(msgs: Sequence[Message]) -> list[bytes]:
 
 def _fill_in(msgs: Sequence[Message], out: list[bytes | None]) -> None:
     """The properties of the messages that are not plain. A batch is stored as one: all its messages are
-    delayed, or none (the broker refuses a mix too)."""
+    delayed, or none (the broker refuses a mix too). A unique key the message already carries (a ``UNIQ_KEY``
+    property: the v2 proxy passes on its client's message id) is kept, as upstream's MessageClientIDSetter does."""
     delayed = 0
     for i, m in enumerate(msgs):
         if out[i] is None:
-            out[i] = wire_properties(m, new_unique_key())
+            out[i] = wire_properties(m, m.properties.get(PROPERTY_UNIQUE_KEY) or new_unique_key())
             delayed += 1 if m.delay_level or m.deliver_at_ms else 0
     if 0 < delayed < len(msgs):
         raise MQClientError(f"a batch is all delayed or all immediate: {delayed} of {len(msgs)} messages have a "
@@ -68,8 +69,11 @@ def wire_properties(msg: Message, unique_key: str) -> bytes:
         head += f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{keys}{PROPERTY_SEPARATOR}"
     if msg.delay_level or msg.deliver_at_ms:
         head += _delay_property(msg)
+    properties = msg.properties
+    if PROPERTY_UNIQUE_KEY in properties:  # written once, first (see _fill_in)
+        properties = {name: value for name, value in properties.items() if name != PROPERTY_UNIQUE_KEY}
     try:
-        user = encode_properties(msg.properties) if msg.properties else b""
+        user = encode_properties(properties) if properties else b""
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
     return head.encode() + user

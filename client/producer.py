@@ -36,14 +36,17 @@ from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import batch_wire_properties
+from client.producer_sessions import ProducerSessions, new_client_id
 from client.results import SendResult, SendStatus
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
+from client.transaction import Transaction, TransactionChecker
 from common.encoded_fields import bytes_field
 from common.message import Message
 from common.message_id import encode_host
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
+from common.transaction_topic import TRANSACTION_PREPARED_TYPE
 from common.wire_batch import encode_wire_batch
 from proto import broker_pb2
 
@@ -68,8 +71,12 @@ MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long
 
 class Producer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_PRODUCER",
-                 send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True) -> None:
-        """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream."""
+                 send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True,
+                 transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = ()) -> None:
+        """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream.
+        ``transaction_checker``: what the brokers ask about this group's transactions nobody ended (see
+        ``client/transaction.py``); the producer then keeps a session with the masters of ``topics`` and of every
+        topic it sends half messages to."""
         self.group = group
         self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000)
@@ -79,6 +86,9 @@ class Producer:
         self._born_host = encode_host(self.born_host)
         self._round_robin = 0
         self._lock = threading.Lock()
+        self.client_id = new_client_id()
+        self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
+                          if transaction_checker is not None else None)
 
     def __enter__(self) -> "Producer":
         return self
@@ -87,6 +97,8 @@ class Producer:
         self.close()
 
     def close(self) -> None:
+        if self._sessions is not None:
+            self._sessions.close()
         self.client.close()
 
     # -- API ---------------------------------------------------------------------------------------
@@ -121,7 +133,28 @@ class Producer:
         self._attempt(send, mq, may_move, attempts, future)
         return future
 
-    def _request(self, msgs: Sequence[Message]) -> "_Send":
+    def begin_transaction(self) -> Transaction:
+        """A transaction: half messages sent with ``tx.send(msg)``, ended by ``tx.commit()`` or ``tx.rollback()``."""
+        if self._sessions is None:
+            raise MQClientError("begin_transaction needs Producer(..., transaction_checker=fn): the brokers ask it "
+                                "about transactions nobody ended")
+        return Transaction(self)
+
+    def _send_half(self, msg: Message) -> SendResult:
+        """A half message (its TRAN_MSG and PGROUP set by the transaction) to a queue of its topic; the result's
+        queue offset is its offset in the broker's half queue."""
+        send = self._request([msg], sys_flag=TRANSACTION_PREPARED_TYPE)
+        mq = self._next_queue(send.topic, None, refresh=False)
+        if is_logic_queue(mq):
+            raise MQClientError(f"topic {send.topic} is a static topic: transactional messages on static topics are "
+                                "not supported")
+        assert self._sessions is not None
+        self._sessions.add_topic(send.topic)  # sessions with its brokers before any check can be due
+        future: Future[SendResult] = Future()
+        self._attempt(send, mq, True, 1 + self.retry_times, future)
+        return future.result()
+
+    def _request(self, msgs: Sequence[Message], sys_flag: int = 0) -> "_Send":
         if not msgs:
             raise MQClientError("a batch needs at least one message")
         topic = msgs[0].topic
@@ -137,7 +170,7 @@ class Producer:
         properties = batch_wire_properties(msgs)
         # The batch travels as the records the broker stores: encoded once, here.
         records = encode_wire_batch(topic.encode(), bodies, properties, born_timestamp=int(time.time() * 1000),
-                                    born_host=self._born_host, flag=msgs[0].flag)
+                                    born_host=self._born_host, flag=msgs[0].flag, sys_flag=sys_flag)
         return _Send(self.group, topic, bytes_field(RECORDS_FIELD, records), tuple(properties))
 
     def _call(self, addr: str, send: "_Send", queue_id: int, addressing: broker_pb2.QueueAddressing,

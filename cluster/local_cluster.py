@@ -1,13 +1,15 @@
 """``python -m cluster.local_cluster``: a local cluster in the foreground (what ``make run`` starts).
 
-One name server and two brokers (broker-a, broker-b of DefaultCluster) as child processes, each started
-through the same module as its console command (``python -m namesrv.main``, ``python -m broker.main -c``).
+One name server, two brokers (broker-a, broker-b of DefaultCluster) and the RocketMQ 5 proxy (``mqproxy``, for
+the official clients; ``--proxy-port``) as child processes, each started through the same module as its console
+command (``python -m namesrv.main``, ``python -m broker.main -c``, ``python -m proxy.main``).
 Under the data directory::
 
     conf/broker-a.conf, conf/broker-b.conf   written on every start (the brokers read them)
     store/broker-a/, store/broker-b/          each broker's storePathRootDir (kept between runs)
     tiered/broker-a/, tiered/broker-b/        each broker's second tier (tiered storage on, posix backend)
-    logs/namesrv.log, logs/broker-*.log       the children's stderr (appended to on every start)
+    logs/namesrv.log, logs/broker-*.log,      the children's stderr (appended to on every start)
+    logs/mqproxy.log
 
 With ``--with-slave`` (``make run SLAVE=1``) broker-a is a replica group in controller mode: the name server runs
 the replication controller (its store in ``controller/``), and two processes serve broker-a, ``broker-a``
@@ -16,9 +18,9 @@ the replication controller (its store in ``controller/``), and two processes ser
 
 The launcher waits for each child's ``ready on HOST:PORT`` line (and, with ``--with-slave``, for broker-a's group
 to have a master and its slave routed), then prints the addresses and how to produce and consume. SIGINT
-(Ctrl-C) or SIGTERM stops the brokers, then the name server, each with SIGTERM, and exits 0 once all have exited
-cleanly. A child that fails to start, or dies while the cluster runs (a replica too), gets its last log lines
-printed; the others are stopped and the launcher exits 1.
+(Ctrl-C) or SIGTERM stops the proxy, then the brokers, then the name server, each with SIGTERM, and exits 0 once
+all have exited cleanly. A child that fails to start, or dies while the cluster runs (a replica too), gets its last
+log lines printed; the others are stopped and the launcher exits 1.
 """
 
 import argparse
@@ -48,6 +50,8 @@ DEFAULT_BROKER_PORTS = (10911, 10921)
 GROUP_NAME = "broker-a"
 SLAVE_NAME = "broker-a-s"
 DEFAULT_SLAVE_PORT = 10915
+PROXY_NAME = "mqproxy"
+DEFAULT_PROXY_PORT = 8081  # the RocketMQ 5 proxy's port by convention
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 TAIL_LINES = 20
@@ -163,7 +167,8 @@ def write_conf(path: Path, settings: dict[str, object]) -> Path:
 class LocalCluster:
     def __init__(self, data_dir: Path, namesrv_port: int, broker_ports: tuple[int, int], host: str = "127.0.0.1",
                  ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
-                 extra_conf: dict[str, str] | None = None, slave_port: int | None = None) -> None:
+                 extra_conf: dict[str, str] | None = None, slave_port: int | None = None,
+                 proxy_port: int = DEFAULT_PROXY_PORT) -> None:
         self.data_dir = data_dir.resolve()
         self.extra_conf = dict(extra_conf or {})  # --broker-conf: on top of broker_conf()'s keys, every broker
         self.namesrv_port = namesrv_port
@@ -171,12 +176,14 @@ class LocalCluster:
         self.plan = broker_plan(broker_ports, slave_port)
         self.with_slave = slave_port is not None
         self.host = host
+        self.proxy_port = proxy_port
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.stop_requested = threading.Event()
         self.stop_signal: str | None = None
         self.namesrv: Child | None = None
         self.brokers: list[Child] = []
+        self.proxy: Child | None = None
         self.conf_paths: dict[str, Path] = {}
         self.roles: dict[str, str] = {}  # --with-slave: child name -> MASTER or SLAVE, as routed at start-up
 
@@ -190,7 +197,7 @@ class LocalCluster:
 
     @property
     def children(self) -> list[Child]:
-        return [*self.brokers, *([self.namesrv] if self.namesrv else [])]
+        return [*([self.proxy] if self.proxy else []), *self.brokers, *([self.namesrv] if self.namesrv else [])]
 
     # -- start ---------------------------------------------------------------------------------------------
     def spawn(self, name: str, module: str, args: list[str]) -> Child:
@@ -238,8 +245,8 @@ class LocalCluster:
                 raise StartError(child, f"exited with code {code} before its ready line")
 
     def start(self) -> None:
-        """Start the name server, then the brokers; return once all have printed their ready line (and, with a
-        slave, once broker-a's group has a master and a slave)."""
+        """Start the name server, then the brokers, then the proxy; return once all have printed their ready line
+        (and, with a slave, once broker-a's group has a master and a slave)."""
         namesrv_args = ["--host", self.host, "-p", str(self.namesrv_port)]
         if self.with_slave:
             namesrv_args += ["--enable-controller", "--controller-store-path", str(self.controller_store)]
@@ -262,6 +269,9 @@ class LocalCluster:
         self.wait_ready(self.brokers)
         if self.with_slave:
             self.wait_group(deadline)
+        self.proxy = self.spawn(PROXY_NAME, "proxy.main",
+                                ["-n", self.namesrv.addr, "--host", self.host, "-p", str(self.proxy_port)])
+        self.wait_ready([self.proxy])
 
     def wait_group(self, deadline: float) -> None:
         """Wait until the name server routes broker-a's group with a master (broker id 0) and its slave; note
@@ -299,8 +309,10 @@ class LocalCluster:
         return None
 
     def stop(self) -> bool:
-        """SIGTERM the brokers, wait for them, then the name server. True if every child exited with 0."""
-        ok = self._stop_all(self.brokers)
+        """SIGTERM the proxy (its clients' calls go to the brokers), then the brokers, wait for them, then the name
+        server. True if every child exited with 0."""
+        ok = self._stop_all([self.proxy]) if self.proxy is not None else True
+        ok = self._stop_all(self.brokers) and ok
         if self.namesrv is not None:
             ok = self._stop_all([self.namesrv]) and ok
         return ok
@@ -377,6 +389,9 @@ def banner(cluster: LocalCluster) -> str:
         rows.append(f"  {broker.name:<{width}} {broker.addr:<21} pid {broker.proc.pid:<7} log {rel(broker.log_path)}"
                     f"  conf {rel(cluster.conf_paths[broker.name])}"
                     + (f"  {plan.broker_name} replica {plan.replica_id}: {role}" if role else ""))
+    if cluster.proxy is not None:
+        rows.append(f"  {cluster.proxy.name:<{width}} {cluster.proxy.addr:<21} pid {cluster.proxy.proc.pid:<7} "
+                    f"log {rel(cluster.proxy.log_path)}  (RocketMQ 5 proxy for the official clients)")
     group = replica_group_lines(cluster, mqadmin) if cluster.with_slave else []
     data = (f"  data under {rel(cluster.data_dir)} (store/<broker>: message stores, tiered/<broker>: second tiers, "
             "conf/: broker.conf files, logs/: each process's stderr"
@@ -407,14 +422,27 @@ def banner(cluster: LocalCluster) -> str:
         "                  break",
         "              offset = result.next_begin_offset",
         "",
+        *proxy_lines(cluster),
         "Key-value store (kvEnable=true: the first use creates its shards; kvInit only chooses their number):",
         f"  {mqadmin} -n {ns} kvPut -k greeting -v hello && {mqadmin} -n {ns} kvGet -k greeting",
         "",
         f"Tiered storage (each broker's tier under {rel(cluster.data_dir / 'tiered')}):",
         f"  {mqadmin} -n {ns} tieredStatus -t TestTopic",
         "",
-        "Ctrl-C (or SIGTERM) stops the brokers, then the name server.",
+        "Ctrl-C (or SIGTERM) stops the proxy, then the brokers, then the name server.",
     ])
+
+
+def proxy_lines(cluster: LocalCluster) -> list[str]:
+    """How to point an official RocketMQ 5 client at the proxy."""
+    if cluster.proxy is None:
+        return []
+    return [
+        f"RocketMQ 5 clients (official SDKs, e.g. pip install rocketmq-python-client): endpoint {cluster.proxy.addr}",
+        "  from rocketmq import ClientConfiguration, Credentials, Message, Producer",
+        f'  producer = Producer(ClientConfiguration("{cluster.proxy.addr}", Credentials()), ("TestTopic",))',
+        "",
+    ]
 
 
 def print_failure(child: Child, reason: str) -> None:
@@ -490,6 +518,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker-conf", type=conf_entry, action="append", default=[], metavar="KEY=VALUE",
                         help="a broker.conf key for every broker, on top of the launcher's (repeatable), "
                              "e.g. --broker-conf storeType=defaultRocksDB")
+    parser.add_argument("--proxy-port", type=port, default=DEFAULT_PROXY_PORT,
+                        help="port of the RocketMQ 5 proxy (mqproxy, for the official clients); 0 picks a free one "
+                             "(default: %(default)s)")
     parser.add_argument("--with-slave", action="store_true",
                         help=f"run {GROUP_NAME} as a two-replica group in controller mode: the name server runs "
                              f"the controller, {SLAVE_NAME} is the second replica; each replica's haListenPort is "
@@ -512,7 +543,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cluster = LocalCluster(args.data_dir, args.namesrv_port, args.broker_ports, args.host, args.ready_timeout,
-                           extra_conf=dict(args.broker_conf), slave_port=args.slave_port)
+                           extra_conf=dict(args.broker_conf), slave_port=args.slave_port, proxy_port=args.proxy_port)
 
     def on_signal(signum: int, _frame: object) -> None:  # no printing here: it may interrupt a print
         cluster.stop_signal = cluster.stop_signal or signal.Signals(signum).name

@@ -57,6 +57,7 @@ class MessageExt:
     prepared_transaction_offset: int = 0
     body_crc: int = 0
     _properties: dict[str, str] | None = None
+    receipt_handle: str = ""  # POP (SimpleConsumer): what acks this delivery (common/receipt_handle.py)
 
     @property
     def properties(self) -> dict[str, str]:

@@ -87,4 +87,6 @@ def tags_code(tags: bytes | str | None) -> int:
 # Consumer groups: a retried or dead-lettered message keeps where it came from and how often it was retried.
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+# A FIFO message's message group (upstream's sharding key; the v2 proxy maps message_group to it)
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

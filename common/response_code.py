@@ -25,6 +25,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
     NOT_LEADER_FOR_QUEUE = 501
+    INVALID_RECEIPT_HANDLE = 40013  # remoting has none: apache.rocketmq.v2.Code's number
 
 
 def code_name(code: int) -> str:

@@ -3,6 +3,7 @@
 import re
 
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+from common.transaction_topic import SYSTEM_TOPICS as TRANSACTION_TOPICS
 
 TOPIC_MAX_LENGTH = 127
 _VALID_TOPIC = re.compile(r"[%a-zA-Z0-9_-]+")
@@ -23,14 +24,14 @@ def validate_topic(topic: str) -> None:
 
 # Topics the broker owns (as upstream's TopicValidator): the auto-create default route, retry and dead-letter
 # topics of consumer groups, and rmq_sys_* system topics (the KV store's operations, ...). Users do not send to
-# them as ordinary topics.
+# them as ordinary topics. Transactions' topics (RMQ_SYS_TRANS_HALF_TOPIC, ...) keep upstream's names.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 
 def is_system_topic(topic: str) -> bool:
-    return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic.startswith(
+    return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic in TRANSACTION_TOPICS or topic.startswith(
         (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX))
 
 

@@ -256,20 +256,22 @@ class TopicConfigList(_message.Message):
     def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class SubscriptionGroupConfig(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id")
+    __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
     RETRY_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_broadcast_enable: bool
     retry_queue_nums: int
     retry_max_times: int
     broker_id: int
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ...) -> None: ...
+    consume_message_orderly: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class SubscriptionGroupList(_message.Message):
     __slots__ = ("groups",)

@@ -74,7 +74,8 @@ class SlaveSynchronize(threading.Thread):
             self.topics.delete(name)
         for g in groups:
             config = SubscriptionGroupConfig(g.group_name, g.consume_enable, g.consume_broadcast_enable,
-                                             g.retry_queue_nums, g.retry_max_times, g.broker_id)
+                                             g.retry_queue_nums, g.retry_max_times, g.broker_id,
+                                             g.consume_message_orderly)
             if self.groups.subscription_group_table.get(g.group_name) != config:
                 self.groups.update(config)
         for o in offsets:

@@ -21,25 +21,35 @@ class PullRequestHoldService:
 
     async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """True once the queue holds a message at ``offset`` or later; False on timeout."""
-        if self.max_offset(topic, queue_id) > offset:
+        return await self.wait_for_any(topic, {queue_id: offset}, timeout_s)
+
+    async def wait_for_any(self, topic: str, offsets: dict[int, int], timeout_s: float) -> bool:
+        """True once any of the queues (queue id -> offset) holds a message at its offset or later; False on
+        timeout (a POP of any queue of a topic waits on them all)."""
+        if self._arrived(topic, offsets):
             return True
         future: asyncio.Future[None] = self.loop.create_future()
-        key = (topic, queue_id)
-        self._waiters.setdefault(key, []).append(future)
+        keys = [(topic, queue_id) for queue_id in offsets]
+        for key in keys:
+            self._waiters.setdefault(key, []).append(future)
         try:
-            if self.max_offset(topic, queue_id) > offset:
+            if self._arrived(topic, offsets):
                 return True
             await asyncio.wait_for(future, timeout_s)
             return True
         except TimeoutError:
             return False
         finally:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                if future in waiters:
-                    waiters.remove(future)
-                if not waiters:
-                    del self._waiters[key]
+            for key in keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    if future in waiters:
+                        waiters.remove(future)
+                    if not waiters:
+                        del self._waiters[key]
+
+    def _arrived(self, topic: str, offsets: dict[int, int]) -> bool:
+        return any(self.max_offset(topic, queue_id) > offset for queue_id, offset in offsets.items())
 
     def on_arrivals(self, requests: list[DispatchRequest]) -> None:
         """Called on the reput thread after each dispatch batch."""

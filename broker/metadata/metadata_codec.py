@@ -102,11 +102,12 @@ def topics_to_json(configs: Iterable[TopicConfig]) -> Any:
 
 # -- subscription groups ---------------------------------------------------------------------------------------
 _GROUP = struct.Struct("<B??iiq")  # version, consume enable, broadcast enable, retry queues, retry max, broker id
+_GROUP_ORDERLY = struct.Struct("<?")  # consume message orderly: after _GROUP (records written before it lack it)
 
 
 def encode_group(g: SubscriptionGroupConfig) -> bytes:
     return _GROUP.pack(FORMAT_VERSION, g.consume_enable, g.consume_broadcast_enable, g.retry_queue_nums,
-                       g.retry_max_times, g.broker_id)
+                       g.retry_max_times, g.broker_id) + _GROUP_ORDERLY.pack(g.consume_message_orderly)
 
 
 def decode_groups(items: Iterable[tuple[bytes, bytes]]) -> Iterator[SubscriptionGroupConfig]:
@@ -114,7 +115,8 @@ def decode_groups(items: Iterable[tuple[bytes, bytes]]) -> Iterator[Subscription
         f = _GROUP.unpack_from(value)
         name = key.decode()
         _check_version(f[0], "group", name)
-        yield SubscriptionGroupConfig(name, *f[1:])
+        orderly = len(value) > _GROUP.size and _GROUP_ORDERLY.unpack_from(value, _GROUP.size)[0]
+        yield SubscriptionGroupConfig(name, f[1], f[2], f[3], f[4], f[5], consume_message_orderly=bool(orderly))
 
 
 def groups_from_json(doc: Any) -> Iterator[SubscriptionGroupConfig]:

@@ -11,3 +11,6 @@ class SubscriptionGroupConfig:
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     broker_id: int = 0
+    # FIFO (upstream's consumeMessageOrderly): POP hands out a message group's next message only once the one
+    # before it is acked or dead-lettered
+    consume_message_orderly: bool = False

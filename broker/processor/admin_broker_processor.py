@@ -179,7 +179,7 @@ class AdminBrokerProcessor:
         group = checked_group(request.group_name)
         self.subscription_group_manager.update(SubscriptionGroupConfig(
             group, request.consume_enable, request.consume_broadcast_enable, request.retry_queue_nums,
-            request.retry_max_times, request.broker_id))
+            request.retry_max_times, request.broker_id, request.consume_message_orderly))
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def delete_group(self, request: broker_pb2.GroupRequest) -> common_pb2.CommandResponse:

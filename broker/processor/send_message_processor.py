@@ -1,5 +1,6 @@
 """Send: a single message or a batch to one queue. A delayed batch (every message with a delay level or a
-delivery time) is stored in the timer topic instead, and delivered to its queue when due (``broker/timer/``)."""
+delivery time) is stored in the timer topic instead, and delivered to its queue when due (``broker/timer/``); a
+transaction's half message in the half topic, until its transaction ends (``broker/transaction/``)."""
 
 import logging
 import time
@@ -14,6 +15,7 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from broker.timer.delay_router import DelayRouter, is_delayed_needle_in
 from broker.timer.timer_batch import record_properties, timer_properties, timer_wire_batch
+from broker.transaction.half_message import half_properties, half_wire_batch, is_half_needle_in
 from common.kv_shard import KV_TOPIC
 from common.message_codec import CorruptRecordError
 from common.perm import is_writeable
@@ -22,6 +24,7 @@ from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
 from common.topic_config import TopicConfig
+from common.transaction_topic import HALF_QUEUE_ID, HALF_TOPIC, TRANSACTION_PREPARED_TYPE, with_transaction_type
 from common.wire_batch import WireBatch
 from proto import broker_pb2
 
@@ -75,7 +78,7 @@ class SendMessageProcessor:
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
         # The real queue of a static topic's delayed message is the physical one here, where it is delivered.
-        result, delayed = self._put(request, config.topic_name, queue_id)
+        result, delayed = self._put(request, config.topic_name, queue_id, static=ctx is not None)
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
@@ -102,9 +105,10 @@ class SendMessageProcessor:
         limit = self.limits.max_message_size
         require(body_bytes <= limit, f"batch of {body_bytes} bytes exceeds maxMessageSize {limit}")
 
-    def _put(self, request: broker_pb2.SendMessageRequest, topic: str,
-             queue_id: int) -> tuple[PutMessageResult, bool]:
-        """The put's result, and whether the batch was delayed (stored in the timer topic)."""
+    def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int,
+             static: bool = False) -> tuple[PutMessageResult, bool]:
+        """The put's result, and whether the batch was delayed (stored in the timer topic). A half message answers
+        its offset in the half queue (a transaction id names it)."""
         if request.records:
             try:
                 batch = WireBatch.parse(request.records, topic.encode(), queue_id, self.store.store_host,
@@ -113,21 +117,31 @@ class SendMessageProcessor:
                 raise RequestError(f"records of the batch: {exc}") from None
             self._check_total(batch.body_bytes)
             blocks = record_properties(request.records, batch.sizes)
-            if is_delayed_needle_in(b"".join(blocks)):
+            joined = b"".join(blocks)
+            if is_half_needle_in(joined):
+                half_batch = half_wire_batch(batch, blocks, topic, queue_id, static)
+                if half_batch is not None:
+                    return self.store.put_wire_batch(half_batch), False
+            if is_delayed_needle_in(joined):
                 timer_batch = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
                 if timer_batch is not None:
                     return self.store.put_wire_batch(timer_batch), True
             return self.store.put_wire_batch(batch), False
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
-        put_topic, put_queue_id, delayed = topic, queue_id, False
-        if request.properties and is_delayed_needle_in(b"".join(request.properties)):
+        put_topic, put_queue_id, delayed, sys_flag = topic, queue_id, False, request.sys_flag
+        half_props = (half_properties(properties, topic, queue_id, static)
+                      if request.properties and is_half_needle_in(b"".join(request.properties)) else None)
+        if half_props is not None:
+            put_topic, put_queue_id, properties = HALF_TOPIC, HALF_QUEUE_ID, half_props
+            sys_flag = with_transaction_type(sys_flag, TRANSACTION_PREPARED_TYPE)
+        elif request.properties and is_delayed_needle_in(b"".join(request.properties)):
             timer_props = timer_properties(self.delay_router, properties, topic, queue_id, _now_ms())
             if timer_props is not None:
                 put_topic, put_queue_id, properties, delayed = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props, True
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
-                                       flag=request.flag, sys_flag=request.sys_flag), delayed
+                                       flag=request.flag, sys_flag=sys_flag), delayed
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

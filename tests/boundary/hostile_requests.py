@@ -14,9 +14,9 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
-from proto import broker_pb2, consumer_pb2, ha_pb2, kv_pb2, namesrv_pb2, tiered_pb2
+from proto import broker_pb2, consumer_pb2, ha_pb2, kv_pb2, namesrv_pb2, pop_pb2, tiered_pb2, transaction_pb2
 
-SERVICE_MODULES = (broker_pb2, kv_pb2, tiered_pb2, consumer_pb2, ha_pb2, namesrv_pb2)
+SERVICE_MODULES = (broker_pb2, kv_pb2, tiered_pb2, consumer_pb2, ha_pb2, namesrv_pb2, pop_pb2, transaction_pb2)
 MAX_DEPTH = 3  # nested messages deeper than this stay unset
 MAX_REPEATED = 4
 

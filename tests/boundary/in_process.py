@@ -18,7 +18,7 @@ from broker.broker_controller import BrokerController
 from broker.ha.ha_servicer import HaServicer
 from namesrv.namesrv_server import NamesrvConfig, NamesrvServer
 from namesrv.namesrv_servicer import NamesrvServicer
-from proto import broker_pb2, consumer_pb2, ha_pb2, kv_pb2, namesrv_pb2, tiered_pb2
+from proto import broker_pb2, consumer_pb2, ha_pb2, kv_pb2, namesrv_pb2, pop_pb2, tiered_pb2, transaction_pb2
 from tests.boundary.aio_bridge import SyncServicer
 from tests.boundary.protected_data import ProtectedData
 
@@ -88,6 +88,8 @@ def start_in_process_cluster(root: Path, store_type: str, kv_store_type: str) ->
         tiered_pb2.DESCRIPTOR.services_by_name["TieredService"]: broker.tiered_servicer,
         consumer_pb2.DESCRIPTOR.services_by_name["ConsumerService"]: broker.consumer_servicer,
         ha_pb2.DESCRIPTOR.services_by_name["HaService"]: HaServicer(broker.ha),
+        pop_pb2.DESCRIPTOR.services_by_name["PopService"]: broker.pop_servicer,
+        transaction_pb2.DESCRIPTOR.services_by_name["TransactionService"]: broker.transaction_servicer,
         # a servicer of its own over the running name server's route table (the server keeps its instance inside)
         namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"]: NamesrvServicer(namesrv.manager,
                                                                                    namesrv.runtime_info),

@@ -9,7 +9,8 @@ import pytest
 from tests.cluster import REPO
 
 WIRED = sorted([*REPO.glob("broker/processor/*.py"), *REPO.glob("broker/statictopic/*.py"),
-                *REPO.glob("broker/*_servicer.py"), *REPO.glob("broker/kv/*.py"), *REPO.glob("broker/tiered/**/*.py")])
+                *REPO.glob("broker/*_servicer.py"), *REPO.glob("broker/kv/*.py"), *REPO.glob("broker/tiered/**/*.py"),
+                *REPO.glob("broker/transaction/*.py")])
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -134,7 +134,8 @@ class FakeCluster:
         client.broker = self.stub  # type: ignore[method-assign]
         client.open_stream = self.open_stream  # type: ignore[method-assign]
 
-    def open_stream(self, addr: str, method: str, answers_class: Any) -> Callable[..., Any]:
+    def open_stream(self, addr: str, method: str, answers_class: Any,
+                    service: str = "rmq.BrokerService") -> Callable[..., Any]:
         stub = self.stub(addr)
         frame_class = broker_pb2.SendStreamFrame if method == "SendMessageStream" else broker_pb2.PullStreamFrame
         return lambda frames: getattr(stub, method)(frame_class.FromString(f) for f in frames)

@@ -18,6 +18,7 @@ from broker.main import parse_args as broker_args
 from cluster import local_cluster as launcher
 from cluster.local_cluster import LAUNCHER_KEYS, REPLICA_KEYS, Replica, broker_conf, ha_port
 from namesrv.main import command as namesrv_command
+from proxy.main import command as proxy_command
 
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -102,7 +103,7 @@ def volume_of(service: str, path: str) -> dict[str, object]:
 
 # ---- the services ---------------------------------------------------------------------------------------------
 def test_the_services_are_make_run_with_a_slave_from_the_project_image():
-    assert set(SERVICES) == {"namesrv", *BROKERS}
+    assert set(SERVICES) == {"namesrv", "proxy", *BROKERS}
     assert BROKERS == ["broker-a", "broker-a-s", "broker-b"] and REPLICAS == ["broker-a", "broker-a-s"]
     images = {SERVICES[s].get("image") for s in SERVICES}
     assert len(images) == 1, f"all services should run the same image, got {images}"
@@ -211,6 +212,17 @@ def test_brokers_do_not_share_ports_names_or_stores():
     stores = [next(m["source"] for m in mounts(b) if m["target"] == c.store_path_root_dir)
               for b, c in zip(BROKERS, confs, strict=True)]
     assert len(set(stores)) == len(BROKERS)
+
+
+def test_proxy_serves_the_official_clients_on_the_launchers_port():
+    """The RocketMQ 5 proxy, as make run starts it: on all interfaces at the launcher's port, published unchanged,
+    asking the name server service for routes."""
+    assert command("proxy")[0] == "mqproxy"
+    params = proxy_command.make_context("mqproxy", command("proxy")[1:]).params
+    assert params["namesrv_addr"] == f"namesrv:{namesrv_params()['port']}"
+    assert (params["host"], params["port"]) == ("0.0.0.0", launcher.DEFAULT_PROXY_PORT)
+    assert published_ports("proxy") == {launcher.DEFAULT_PROXY_PORT: launcher.DEFAULT_PROXY_PORT}
+    assert "namesrv" in depends_on("proxy")
 
 
 # ---- broker-a's replica group ---------------------------------------------------------------------------------

@@ -14,15 +14,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.broker_config import load_broker_config
 from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, PullStatus
 from cluster.local_cluster import broker_plan, ha_port, parse_args
+from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 
 REPO = Path(__file__).resolve().parent.parent.parent
 UP = re.compile(r"cluster DefaultCluster ready; name server (\S+)")
-ROW = re.compile(r"^\s+(namesrv|broker-a-s|broker-a|broker-b)\s+(\S+)\s+pid (\d+)")
+ROW = re.compile(r"^\s+(namesrv|broker-a-s|broker-a|broker-b|mqproxy)\s+(\S+)\s+pid (\d+)")
 STOPPING = re.compile(r"stopping (\S+) \(pid (\d+)\)")
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -69,8 +71,8 @@ def alive(launcher: Launcher, pid: int) -> bool:
 
 
 def start(data_dir: Path, *extra: str) -> Launcher:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(data_dir), *extra],
+    proc = subprocess.Popen(  # the proxy on a free port unless a test names one: 8081 may be taken here
+        [sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(data_dir), "--proxy-port", "0", *extra],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     launcher = Launcher(proc, data_dir)
@@ -121,7 +123,7 @@ def start_cluster(launchers: list[Launcher], data_dir: Path, *extra: str,
     for line in launcher.lines:
         if m := ROW.match(line):
             launcher.remember(m.group(1), int(m.group(3)))
-    assert set(launcher.children) == {"namesrv", *brokers}, launcher.output()
+    assert set(launcher.children) == {"namesrv", "mqproxy", *brokers}, launcher.output()
     for name, pid in launcher.children.items():
         stat = Path(f"/proc/{pid}/stat").read_text()
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -143,7 +145,8 @@ def stop_and_check(launcher: Launcher, sig: int = signal.SIGTERM,
     left = [name for name, pid in launcher.children.items() if alive(launcher, pid)]
     assert left == [], f"still running after the launcher exited: {left}"
     order = [m.group(1) for line in launcher.lines if (m := STOPPING.search(line))]
-    assert sorted(order[:-1]) == sorted(brokers) and order[-1:] == ["namesrv"], launcher.output()
+    assert order[:1] == ["mqproxy"] and sorted(order[1:-1]) == sorted(brokers) and order[-1:] == ["namesrv"], (
+        launcher.output())
 
 
 # ---- tests ------------------------------------------------------------------------------------------------------
@@ -203,6 +206,15 @@ def test_cluster_serves_an_auto_created_topic_and_stops_on_sigterm(tmp_path: Pat
     with KVClient(namesrv) as kv:
         kv.put(b"local-cluster", body)
         assert kv.get(b"local-cluster") == body
+
+    # the RocketMQ 5 proxy routes the topic for the official clients (they send every call to it)
+    proxy = next(m.group(2) for line in launcher.lines if (m := ROW.match(line)) and m.group(1) == "mqproxy")
+    assert f'ClientConfiguration("{proxy}"' in output
+    with grpc.insecure_channel(proxy) as channel:
+        route = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic)), timeout=10)
+    assert route.status.code == definition_pb2.OK and route.message_queues
+    assert (data_dir / "logs" / "mqproxy.log").stat().st_size > 0
 
     stop_and_check(launcher)
 

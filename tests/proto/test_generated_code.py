@@ -5,22 +5,21 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROTOS = sorted((REPO / "proto").glob("*.proto"))
+PROTOS = sorted(p.relative_to(REPO) for p in (REPO / "proto").rglob("*.proto"))  # proto/v2/ too
 
 
 def test_generated_modules_match_sources(tmp_path: Path):
     assert PROTOS, "no .proto sources"
-    (tmp_path / "proto").mkdir()
     for src in PROTOS:
-        (tmp_path / "proto" / src.name).write_bytes(src.read_bytes())
+        (tmp_path / src).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / src).write_bytes((REPO / src).read_bytes())
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", ".", "--python_out=.", "--pyi_out=.",
-                    "--grpc_python_out=.", *[f"proto/{p.name}" for p in PROTOS]], cwd=tmp_path, check=True)
-    generated = sorted(p.name for p in (tmp_path / "proto").iterdir() if not p.name.endswith(".proto"))
+                    "--grpc_python_out=.", *map(str, PROTOS)], cwd=tmp_path, check=True)
+    generated = sorted(p.relative_to(tmp_path) for p in (tmp_path / "proto").rglob("*") if p.suffix in (".py", ".pyi"))
     assert generated, "protoc generated nothing"
     for name in generated:
-        assert (REPO / "proto" / name).exists(), f"proto/{name} is not committed: run make proto"
-        assert (REPO / "proto" / name).read_bytes() == (tmp_path / "proto" / name).read_bytes(), (
-            f"proto/{name} is stale: run make proto")
+        assert (REPO / name).exists(), f"{name} is not committed: run make proto"
+        assert (REPO / name).read_bytes() == (tmp_path / name).read_bytes(), f"{name} is stale: run make proto"
 
 
 def test_generated_modules_import():

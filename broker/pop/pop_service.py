@@ -1,0 +1,296 @@
+"""POP's state machine: which messages a pop hands out, and acks, changes of invisible time and dead-lettering
+of handed-out messages. Everything runs under one lock, and every change is written (``PopStateStore``, one
+atomic batch) before it is answered; memory mirrors the database, and is reloaded from it if a write fails.
+
+A pop takes, per queue and lowest offset first: messages whose invisible time passed (handed out again with their
+reconsume count raised, or dead-lettered once the count reached the group's retryMaxTimes), in a FIFO group the
+messages held back earlier, then fresh messages from the scan offset. In a FIFO group a message group with a
+message in flight gets no other: its next message is held back until that one is acked or dead-lettered.
+
+The message is dead-lettered (written to %DLQ%<group>) before its in-flight entry is deleted: a crash between
+the two writes it to the dead letters twice, never loses it."""
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
+from broker.pop.pop_state_store import PopStateStore, PopWrite
+from broker.store.get_message_result import GetMessageStatus
+from broker.store.message_store_reader import MessageStoreReader
+from common.message_codec import HEADER_SIZE
+from common.message_properties import PROPERTY_SHARDING_KEY, find_property
+from common.receipt_handle import ReceiptHandle
+from common.wire_batch import OFFSET_QUEUE_OFFSET
+
+log = logging.getLogger(__name__)
+
+OFFSET_RECONSUME_TIMES = 72
+RECONSUME = struct.Struct(">i")
+QUEUE_OFFSET = struct.Struct(">q")
+MESSAGE_GROUP_NEEDLE = PROPERTY_SHARDING_KEY.encode() + b"\x01"
+MAX_HELD = 4096  # FIFO: messages held back per queue before the scan stops reading ahead
+SCAN_BATCH = 32
+
+DeadLetter = Callable[[str, str, bytes, int], None]  # group, topic, record, reconsume times
+Progress = Callable[[str, str, int, int], None]  # group, topic, queue id, consumed offset
+
+
+@dataclass(frozen=True, slots=True)
+class PopQuery:
+    group: str
+    topic: str
+    queue_ids: list[int]  # in the order to try them
+    max_nums: int
+    invisible_ms: int
+    tags_codes: set[int] | None
+    fifo: bool
+    max_reconsume_times: int
+
+
+@dataclass(slots=True)
+class Popped:
+    record: bytes  # as stored, with the reconsume count of this delivery written in
+    handle: ReceiptHandle
+
+
+@dataclass(slots=True)
+class PopOutcome:
+    popped: list[Popped]
+    scan_offsets: dict[int, int]  # queue id -> where fresh messages start (long polling waits past it)
+    next_expiry_ms: int | None  # the soonest an in-flight message of these queues is due again
+
+
+class HandleRefused(Exception):
+    """A receipt handle that names no current delivery (acked, handed out again, or past its invisible time)."""
+
+
+class PopService:
+    def __init__(self, broker_name: str, db: PopStateStore, store: MessageStoreReader, dead_letter: DeadLetter,
+                 on_progress: Progress, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.broker_name = broker_name
+        self.db = db
+        self.store = store
+        self.dead_letter = dead_letter
+        self.on_progress = on_progress
+        self.clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._states = db.load()
+        self._last_delivery = max((f.delivery for s in self._states.values() for f in s.in_flight.values()),
+                                  default=0)
+        log.info("pop_state_loaded queues=%d in_flight=%d", len(self._states),
+                 sum(len(s.in_flight) for s in self._states.values()))
+
+    # -- pop -------------------------------------------------------------------------------------------------
+    def pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
+        """``first_offset(queue_id)``: where a group that never popped this queue starts."""
+        with self._lock:
+            now = self.clock_ms()
+            change = PopWrite()
+            popped: list[Popped] = []
+            scan_offsets: dict[int, int] = {}
+            for queue_id in query.queue_ids:
+                key = (query.group, query.topic, queue_id)
+                state = self._states.get(key)
+                if state is None:
+                    state = self._states[key] = QueuePopState(first_offset(queue_id))
+                    change.scan[key] = state.scan_offset
+                if len(popped) < query.max_nums:
+                    self._pop_queue(query, key, state, now, popped, change)
+                scan_offsets[queue_id] = state.scan_offset
+            self._write(change)
+            expiries = [e for q in query.queue_ids
+                        if (e := self._states[(query.group, query.topic, q)].next_expiry_ms()) is not None]
+            return PopOutcome(popped, scan_offsets, min(expiries, default=None))
+
+    def _pop_queue(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, popped: list[Popped],
+                   change: PopWrite) -> None:
+        busy = state.busy_groups(now) if query.fifo else set()
+        for offset in state.expired(now):
+            if len(popped) >= query.max_nums:
+                return
+            entry = state.in_flight[offset]
+            if entry.message_group in busy:
+                continue
+            record = self._read_one(query.topic, key[2], offset)
+            if record is not None and entry.reconsume_times >= query.max_reconsume_times:
+                self.dead_letter(query.group, query.topic, record, entry.reconsume_times)
+                log.info("pop_dead_lettered group=%s topic=%s queue=%d offset=%d reconsume_times=%d", *key, offset,
+                         entry.reconsume_times)
+                record = None
+            if record is None:  # dead-lettered, or its commitlog segment expired: nothing is owed any more
+                del state.in_flight[offset]
+                change.done_in_flight.add((key, offset))
+                continue
+            self._hand_out(query, key, state, offset, record, entry.reconsume_times + 1, entry.message_group, now,
+                           popped, change)
+            if query.fifo:
+                busy.add(entry.message_group)
+        for offset in sorted(state.held):
+            if len(popped) >= query.max_nums:
+                return
+            group = state.held[offset]
+            if group in busy:
+                continue
+            del state.held[offset]
+            change.done_held.add((key, offset))
+            record = self._read_one(query.topic, key[2], offset)
+            if record is not None:
+                self._hand_out(query, key, state, offset, record, 0, group, now, popped, change)
+                busy.add(group)
+        self._pop_fresh(query, key, state, now, busy, popped, change)
+
+    def _pop_fresh(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, busy: set[str],
+                   popped: list[Popped], change: PopWrite) -> None:
+        start = state.scan_offset
+        while len(popped) < query.max_nums and len(state.held) < MAX_HELD:
+            want = query.max_nums - len(popped)
+            result = self.store.get_message(query.topic, key[2], state.scan_offset,
+                                            max(want, SCAN_BATCH) if query.fifo else want,
+                                            tags_codes=query.tags_codes)
+            if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # expired before anyone popped them
+                state.scan_offset = result.next_begin_offset
+                continue
+            if not result.messages:
+                if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:  # filtered out: done with them
+                    state.scan_offset = result.next_begin_offset
+                break
+            for record in result.messages:
+                offset = _queue_offset(record)
+                state.scan_offset = offset + 1
+                group = _message_group(record) if query.fifo else ""
+                if group in busy:
+                    state.held[offset] = group
+                    change.held[(key, offset)] = group
+                    continue
+                self._hand_out(query, key, state, offset, record, 0, group, now, popped, change)
+                if query.fifo:
+                    busy.add(group)
+                if len(popped) >= query.max_nums:
+                    break
+            else:
+                state.scan_offset = max(state.scan_offset, result.next_begin_offset)
+        if state.scan_offset != start:
+            change.scan[key] = state.scan_offset
+
+    def _hand_out(self, query: PopQuery, key: PopKey, state: QueuePopState, offset: int, record: bytes,
+                  reconsume_times: int, message_group: str, now: int, popped: list[Popped],
+                  change: PopWrite) -> None:
+        entry = InFlight(now + query.invisible_ms, reconsume_times, self._next_delivery(), message_group)
+        state.in_flight[offset] = entry
+        change.in_flight[(key, offset)] = entry
+        if reconsume_times:
+            patched = bytearray(record)
+            RECONSUME.pack_into(patched, OFFSET_RECONSUME_TIMES, reconsume_times)
+            record = bytes(patched)
+        popped.append(Popped(record, self._handle(key, offset, entry)))
+
+    # -- ack, change invisible time, dead letter -------------------------------------------------------------
+    def ack(self, group: str, topic: str, handles: list[ReceiptHandle]) -> list[str | None]:
+        """Per handle: None when acked, else why it was refused."""
+        with self._lock:
+            now = self.clock_ms()
+            change = PopWrite()
+            answers: list[str | None] = []
+            for handle in handles:
+                key = (group, topic, handle.queue_id)
+                why = self._refusal(key, handle, now)
+                if why is None:
+                    del self._states[key].in_flight[handle.queue_offset]
+                    change.done_in_flight.add((key, handle.queue_offset))
+                answers.append(why)
+            self._write(change)
+            return answers
+
+    def change_invisible_time(self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
+        with self._lock:
+            now = self.clock_ms()
+            key = (group, topic, handle.queue_id)
+            why = self._refusal(key, handle, now)
+            if why is not None:
+                raise HandleRefused(why)
+            old = self._states[key].in_flight[handle.queue_offset]
+            entry = InFlight(now + invisible_ms, old.reconsume_times, self._next_delivery(), old.message_group)
+            self._states[key].in_flight[handle.queue_offset] = entry
+            self._write(PopWrite(in_flight={(key, handle.queue_offset): entry}))
+            return self._handle(key, handle.queue_offset, entry)
+
+    def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle) -> None:
+        """The consumer gave up on the message: it goes to %DLQ%<group> now and is done."""
+        with self._lock:
+            key = (group, topic, handle.queue_id)
+            why = self._refusal(key, handle, self.clock_ms())
+            if why is not None:
+                raise HandleRefused(why)
+            entry = self._states[key].in_flight[handle.queue_offset]
+            record = self._read_one(topic, handle.queue_id, handle.queue_offset)
+            if record is not None:
+                self.dead_letter(group, topic, record, entry.reconsume_times)
+            del self._states[key].in_flight[handle.queue_offset]
+            self._write(PopWrite(done_in_flight={(key, handle.queue_offset)}))
+
+    def _refusal(self, key: PopKey, handle: ReceiptHandle, now: int) -> str | None:
+        if handle.broker_name != self.broker_name:
+            return f"receipt handle was issued by broker {handle.broker_name}, not {self.broker_name}"
+        state = self._states.get(key)
+        entry = state.in_flight.get(handle.queue_offset) if state is not None else None
+        if entry is None:
+            return (f"no message in flight at offset {handle.queue_offset} of queue {handle.queue_id} for group "
+                    f"{key[0]} (acked already, or dead-lettered)")
+        if entry.delivery != handle.delivery:
+            return "receipt handle is of an earlier delivery (the message was handed out again, or its invisible " \
+                   "time changed since)"
+        if entry.invisible_until_ms <= now:
+            return f"receipt handle expired at {entry.invisible_until_ms} (its invisible time passed)"
+        return None
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def _write(self, change: PopWrite) -> None:
+        if not change:
+            return
+        try:
+            self.db.write(change)
+        except Exception:
+            self._states = self.db.load()  # memory ran ahead of what was written: back to what is durable
+            raise
+        touched = {k for k, _ in (*change.in_flight, *change.held, *change.done_in_flight, *change.done_held)}
+        for group, topic, queue_id in touched | set(change.scan):
+            self.on_progress(group, topic, queue_id, self._states[(group, topic, queue_id)].consumed_offset())
+
+    def _next_delivery(self) -> int:
+        # Microseconds of the wall clock, and always rising: a handle from before a restart never matches.
+        self._last_delivery = max(self._last_delivery + 1, time.time_ns() // 1000)
+        return self._last_delivery
+
+    def _handle(self, key: PopKey, offset: int, entry: InFlight) -> ReceiptHandle:
+        return ReceiptHandle(self.broker_name, key[2], offset, entry.delivery, entry.invisible_until_ms,
+                             entry.reconsume_times)
+
+    def _read_one(self, topic: str, queue_id: int, offset: int) -> bytes | None:
+        result = self.store.get_message(topic, queue_id, offset, 1)
+        if result.status is not GetMessageStatus.FOUND or _queue_offset(result.messages[0]) != offset:
+            return None
+        return result.messages[0]
+
+    def in_flight_count(self, group: str, topic: str) -> int:
+        with self._lock:
+            return sum(len(s.in_flight) for (g, t, _), s in self._states.items() if g == group and t == topic)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+
+def _queue_offset(record: bytes) -> int:
+    return int(QUEUE_OFFSET.unpack_from(record, OFFSET_QUEUE_OFFSET)[0])
+
+
+def _message_group(record: bytes) -> str:
+    topic_len = record[88]
+    props_len = int.from_bytes(record[89:91], "big")
+    start = HEADER_SIZE + topic_len
+    group = find_property(record[start:start + props_len], MESSAGE_GROUP_NEEDLE)
+    return group.decode(errors="replace") if group is not None else ""

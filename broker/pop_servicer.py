@@ -1,0 +1,69 @@
+"""The broker's POP face (proto/pop.proto): decode, call the processor, encode. A pop that finds nothing waits
+(long polling) for a message to arrive on its queues or an in-flight one to come due, then tries once more."""
+
+import asyncio
+import time
+
+from broker.broker_servicer import run
+from broker.longpolling.pull_request_hold_service import PullRequestHoldService
+from broker.pop.pop_service import PopOutcome
+from broker.processor.pop_message_processor import PopMessageProcessor
+from common.response_code import ResponseCode
+from common.rpc_boundary import rpc_boundary
+from common.stream_answers import answer_frames
+from proto import pop_pb2, pop_pb2_grpc
+
+
+@rpc_boundary(pop_pb2.DESCRIPTOR.services_by_name["PopService"])
+class PopServicer(pop_pb2_grpc.PopServiceServicer):
+    def __init__(self, processor: PopMessageProcessor, hold_service: PullRequestHoldService, max_suspend_ms: int,
+                 in_thread: bool) -> None:
+        self.processor = processor
+        self.hold_service = hold_service
+        self.max_suspend_ms = max_suspend_ms
+        self.in_thread = in_thread  # SYNC_FLUSH: state writes are synced, dead letters wait for their fsync
+
+    async def PopMessage(self, request, context):
+        return await self._pop(request)
+
+    async def PopMessageStream(self, request_iterator, context):
+        async for frame in answer_frames(request_iterator, self._pop, pop_pb2.PopMessageResponse, in_order=False,
+                                         rpc="PopMessageStream"):
+            yield frame
+
+    async def AckMessageStream(self, request_iterator, context):
+        async for frame in answer_frames(request_iterator, self._ack, pop_pb2.AckMessageResponse,
+                                         in_order=not self.in_thread, rpc="AckMessageStream"):
+            yield frame
+
+    async def _pop(self, request: pop_pb2.PopMessageRequest) -> pop_pb2.PopMessageResponse:
+        deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
+        while True:
+            outcome: PopOutcome = await run(self.processor.pop, request, in_thread=self.in_thread)
+            left = deadline - time.monotonic()
+            if outcome.popped or left <= 0:
+                return _response(outcome)
+            if outcome.next_expiry_ms is not None:  # an in-flight message comes due before then: try again
+                left = min(left, max(0.0, outcome.next_expiry_ms / 1000 - time.time()) + 0.001)
+            await self.hold_service.wait_for_any(request.topic, outcome.scan_offsets, left)
+
+    async def AckMessage(self, request, context):
+        return await self._ack(request)
+
+    async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
+        return await run(self.processor.ack, request, in_thread=self.in_thread)
+
+    async def ChangeInvisibleTime(self, request, context):
+        return await run(self.processor.change_invisible_time, request, in_thread=self.in_thread)
+
+    async def ForwardToDeadLetterQueue(self, request, context):
+        return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)
+
+
+def _response(outcome: PopOutcome) -> pop_pb2.PopMessageResponse:
+    if not outcome.popped:
+        return pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND, remark="no message to hand out now")
+    return pop_pb2.PopMessageResponse(
+        code=ResponseCode.SUCCESS, records=b"".join(p.record for p in outcome.popped),
+        popped=[pop_pb2.PoppedMessage(receipt_handle=p.handle.encode(), reconsume_times=p.handle.reconsume_times,
+                                      invisible_until_ms=p.handle.invisible_until_ms) for p in outcome.popped])

@@ -1,0 +1,168 @@
+"""POP requests (proto/pop.proto): checks, the group's settings, and the answers; ``broker/pop/pop_service.py``
+decides what is handed out. A message that exhausted its retries goes to %DLQ%<group> by the consumer groups'
+own dead-letter path (``SendMsgBackProcessor``), so POP and push consumers dead-letter alike."""
+
+import itertools
+from collections.abc import Callable
+
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.subscription_group_config import SubscriptionGroupConfig
+from broker.metadata.subscription_group_manager import SubscriptionGroupManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.pop.pop_service import HandleRefused, PopOutcome, PopQuery, PopService
+from broker.processor.request_checks import checked_group, checked_queue_id, checked_topic
+from broker.processor.send_msg_back_processor import SendMsgBackProcessor
+from broker.processor.subscription_filter import tags_codes_of
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.store.message_store_reader import MessageStoreReader
+from common.group_topics import dlq_topic
+from common.message_codec import decode_record
+from common.message_properties import PROPERTY_RECONSUME_TIME, decode_properties, encode_properties
+from common.perm import is_readable
+from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.refusal import Refusal
+from common.request_error import RequestError, require
+from common.response_code import ResponseCode
+from common.topic_config import TopicConfig
+from proto import consumer_pb2, pop_pb2
+
+MAX_POP_NUMS = 32  # upstream's limit on one receive
+MAX_INVISIBLE_MS = 12 * 3600 * 1000  # upstream proxy's longest invisible time
+
+
+class PopMessageProcessor:
+    def __init__(self, *, topic_config_manager: TopicConfigManager,
+                 subscription_group_manager: SubscriptionGroupManager, consumer_offset_manager: ConsumerOffsetManager,
+                 static_topics: StaticTopicService, store: MessageStoreReader, pop: PopService,
+                 send_back: SendMsgBackProcessor, refusal: Callable[[], str | None]) -> None:
+        self.topics = topic_config_manager
+        self.groups = subscription_group_manager
+        self.offsets = consumer_offset_manager
+        self.static_topics = static_topics
+        self.store = store
+        self.service = pop
+        self.send_back = send_back
+        self.refusal = refusal  # why this broker takes no POP now (a slave: in-flight state lives on the master)
+        self._turn = itertools.count()
+
+    def pop(self, request: pop_pb2.PopMessageRequest) -> PopOutcome:
+        self._check_serving()
+        group = checked_group(request.group)
+        require(1 <= request.max_msg_nums <= MAX_POP_NUMS, f"max_msg_nums {request.max_msg_nums} is outside "
+                f"1..{MAX_POP_NUMS}")
+        require(0 < request.invisible_time_ms <= MAX_INVISIBLE_MS, f"invisible_time_ms {request.invisible_time_ms} "
+                f"is outside 1..{MAX_INVISIBLE_MS}")
+        require(request.poll_time_ms >= 0, f"poll_time_ms {request.poll_time_ms} is negative")
+        config = self._readable_topic(request.topic)
+        group_config = self._group_config(group)
+        if request.queue_id >= 0:
+            queue_ids = [checked_queue_id(config, request.queue_id, writing=False)]
+        else:
+            require(request.queue_id == -1, f"queue id {request.queue_id}: a queue id, or -1 for any queue")
+            start = next(self._turn)  # each pop of "any queue" starts at the next one: no queue starves
+            n = config.read_queue_nums
+            queue_ids = [(start + i) % n for i in range(n)]
+        query = PopQuery(group, config.topic_name, queue_ids, request.max_msg_nums, request.invisible_time_ms,
+                         _tags_codes(request.expression), group_config.consume_message_orderly,
+                         group_config.retry_max_times)
+        return self.service.pop(query, lambda queue_id: self._first_offset(group, config.topic_name, queue_id))
+
+    def ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
+        self._check_serving()
+        group, topic = checked_group(request.group), checked_topic(request.topic)
+        require(len(request.receipt_handles) > 0, "no receipt handles to ack")
+        handles: list[ReceiptHandle] = []
+        results: list[pop_pb2.AckResult] = []
+        for text in request.receipt_handles:
+            try:
+                handles.append(ReceiptHandle.decode(text))
+            except InvalidReceiptHandle as exc:
+                raise RequestError(str(exc)) from None
+        for text, why in zip(request.receipt_handles, self.service.ack(group, topic, handles), strict=True):
+            code = ResponseCode.SUCCESS if why is None else ResponseCode.INVALID_RECEIPT_HANDLE
+            results.append(pop_pb2.AckResult(receipt_handle=text, code=code, remark=why or ""))
+        refused = [r for r in results if r.code != ResponseCode.SUCCESS]
+        return pop_pb2.AckMessageResponse(
+            code=refused[0].code if refused else ResponseCode.SUCCESS,
+            remark=f"{len(refused)} of {len(results)} handles refused: {refused[0].remark}" if refused else "",
+            results=results)
+
+    def change_invisible_time(self, request: pop_pb2.ChangeInvisibleTimeRequest,
+                              ) -> pop_pb2.ChangeInvisibleTimeResponse:
+        self._check_serving()
+        group, topic = checked_group(request.group), checked_topic(request.topic)
+        require(0 <= request.invisible_time_ms <= MAX_INVISIBLE_MS, f"invisible_time_ms "
+                f"{request.invisible_time_ms} is outside 0..{MAX_INVISIBLE_MS}")
+        try:
+            handle = self.service.change_invisible_time(group, topic, _handle(request.receipt_handle),
+                                                        request.invisible_time_ms)
+        except HandleRefused as exc:
+            raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return pop_pb2.ChangeInvisibleTimeResponse(code=ResponseCode.SUCCESS, receipt_handle=handle.encode(),
+                                                   invisible_until_ms=handle.invisible_until_ms)
+
+    def forward_to_dead_letter_queue(self, request: pop_pb2.ForwardToDeadLetterQueueRequest,
+                                     ) -> pop_pb2.ForwardToDeadLetterQueueResponse:
+        self._check_serving()
+        group, topic = checked_group(request.group), checked_topic(request.topic)
+        self._group_config(group)
+        try:
+            self.service.forward_to_dead_letter(group, topic, _handle(request.receipt_handle))
+        except HandleRefused as exc:
+            raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return pop_pb2.ForwardToDeadLetterQueueResponse(code=ResponseCode.SUCCESS, dlq_topic=dlq_topic(group))
+
+    def dead_letter(self, group: str, topic: str, record: bytes, reconsume_times: int) -> None:
+        """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>."""
+        msg = decode_record(record)
+        props = decode_properties(msg.raw_properties)
+        props[PROPERTY_RECONSUME_TIME] = str(reconsume_times)
+        response = self.send_back.send_back(consumer_pb2.SendMsgBackRequest(
+            group=group, topic=topic, body=msg.body, properties=encode_properties(props),
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, flag=msg.flag, msg_id=msg.msg_id,
+            delay_level=-1, max_reconsume_times=-1))
+        if response.code != ResponseCode.SUCCESS:  # the in-flight entry stays: dead-lettering is tried again
+            raise Refusal(ResponseCode(response.code), f"dead-lettering a message of {topic} failed: {response.remark}")
+
+    def _check_serving(self) -> None:
+        refusal = self.refusal()
+        if refusal is not None:
+            raise Refusal(ResponseCode.NO_PERMISSION, refusal)
+
+    def _readable_topic(self, topic: str) -> TopicConfig:
+        checked_topic(topic)
+        if self.static_topics.mapping_manager.get(topic) is not None:
+            raise Refusal(ResponseCode.NO_PERMISSION, f"topic {topic} is a static topic: POP on static topics is "
+                          "not supported yet (pull its logic queues)")
+        config = self.topics.select(topic)
+        if config is None:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")
+        if not is_readable(config.perm):
+            raise Refusal(ResponseCode.NO_PERMISSION, f"topic {topic} is not readable here")
+        return config
+
+    def _group_config(self, group: str) -> SubscriptionGroupConfig:
+        config = self.groups.find(group)
+        if config is None:
+            raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist on this broker")
+        if not config.consume_enable:
+            raise Refusal(ResponseCode.NO_PERMISSION, f"consumer group {group} is disabled")
+        return config
+
+    def _first_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """A group's first pop of a queue starts at its committed offset (it consumed by pull before, or an
+        operator reset it), else at the queue's oldest message."""
+        committed = self.offsets.query_offset(group, topic, queue_id)
+        return committed if committed >= 0 else self.store.min_offset(topic, queue_id)
+
+
+def _tags_codes(expression: str) -> set[int] | None:
+    codes = tags_codes_of(expression or "*")
+    return set(codes) if codes is not None else None
+
+
+def _handle(text: str) -> ReceiptHandle:
+    try:
+        return ReceiptHandle.decode(text)
+    except InvalidReceiptHandle as exc:
+        raise RequestError(str(exc)) from None

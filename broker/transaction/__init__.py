@@ -1,0 +1,1 @@
+"""Transactional messages (upstream's model): half messages, EndTransaction, and the check service."""

@@ -1,0 +1,309 @@
+"""The transaction check service (upstream's TransactionalMessageCheckService): asks a producer about each half
+message nobody ended, and gives up on one after ``transactionCheckMax`` checks.
+
+One thread. Each pass reads what is new in the op queue and the half queue into the :class:`TransactionTable`
+(from the progress offsets after a restart), then, for the half messages due:
+
+- a check: one op message ``c`` naming them all is stored and read back (so the check counts, and survives a
+  restart, before it is sent), then each goes to one live producer of its group over its ``ProducerSession``;
+  the producer answers with EndTransaction. No producer online: the check counts all the same (as upstream), so a
+  group that is gone for good does not keep a half message forever.
+- a discard (checked ``transactionCheckMax`` times, due again): a copy goes to ``TRANS_CHECK_MAX_TIME_TOPIC``, then
+  an op message ``d`` (DISCARD) ends it.
+
+and, in a ``finally``, moves the progress offsets (consumer offsets of ``CID_RMQ_SYS_TRANS`` on the half and op
+queues) only past what ended with its op message durable: flushed, and replicated where sends wait for that.
+
+Why not upstream's re-append. Upstream stores a checked half message again at the end of the half queue with
+TRANSACTION_CHECK_TIMES raised, then moves its half offset past the old copy. Each check then gives the
+transaction a new commitlog offset, so a producer's late end and its answer to a check name different copies
+(an extra check, or a second commit of the same message), and a crash before the offset is saved leaves two live
+copies, each checked and copied again. Here the half message is written once and its commitlog offset is the
+transaction's id for good; a check is a small op message. The cost: an unresolved half message holds the half
+offset back until it ends, at most ``transactionCheckMax`` x ``transactionCheckInterval`` (7.5 min by default), so
+a restart re-reads at most that much of both queues; its commitlog segment must outlive that (``fileReservedTime``
+is hours).
+
+SIGKILL-safe: everything is a commitlog record (half, op, committed and discarded messages), read back through
+the consume queues, which recovery rebuilds; the progress offsets only ever lag. A restart resumes from them:
+ends and check counts of every half message at or after the half offset come back from the op queue (the op
+offset never passes an op naming one), and an unresolved half message is checked again
+``transactionCheckInterval`` after its last check (by the op message's store time: the broker's clock).
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.consumer_group_processor import ensure_group_topic
+from broker.store.get_message_result import GetMessageStatus
+from broker.store.message_store import MessageStore
+from broker.transaction.end_transaction_processor import put_op, refusal_of
+from broker.transaction.half_message import check_record, discard_record, producer_group, real_target
+from broker.transaction.op_message import OpKind, OpMessage, Outcome, decode_op
+from broker.transaction.producer_manager import ProducerManager
+from broker.transaction.transaction_table import EndDecision, HalfEntry, TransactionTable
+from common.message import MessageExt
+from common.message_codec import CorruptRecordError, decode_record
+from common.transaction_id import TransactionId
+from common.transaction_topic import (
+    HALF_QUEUE_ID,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    OP_QUEUE_ID,
+    SYSTEM_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
+from common.wire_batch import WireBatch
+from proto import transaction_pb2
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+READ_BATCH = 256
+CHECK_BATCH = 1024  # half messages checked or discarded per pass (one op message each way)
+MIN_PAUSE_MS = 50
+DISPATCH_WAIT_S = 5.0
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionalMessageCheckService(threading.Thread):
+    def __init__(self, *, table: TransactionTable, store: MessageStore, offsets: ConsumerOffsetManager,
+                 topics: TopicConfigManager, producers: ProducerManager, broker_name: str,
+                 on_topics_changed: Callable[[], None], clock_ms: Clock = wall_clock_ms) -> None:
+        super().__init__(name="transaction-check", daemon=True)
+        self.table = table
+        self.store = store
+        self.offsets = offsets
+        self.topics = topics
+        self.producers = producers
+        self.broker_name = broker_name
+        self.on_topics_changed = on_topics_changed
+        self.clock_ms = clock_ms
+        self.checks_sent = 0
+        self.checks_unsent = 0  # counted, but no producer of the group was online
+        self.discarded = 0
+        self._committed = (-1, -1)  # the (half, op) progress last committed
+        self._stopped = threading.Event()
+        self._backoff = False  # a write was refused: wait a whole interval before the next pass
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        if not self._load():
+            return
+        while not self._stopped.is_set():
+            try:
+                self.check_once()
+            except Exception:
+                log.exception("transaction_check_failed")
+                self._backoff = True
+            finally:
+                self.commit_progress()  # whatever the pass did that is durable, even if it failed part-way
+            self._sleep()
+
+    def _load(self) -> bool:
+        """Read both queues from the progress offsets to where the commitlog ended at start (recovery may still be
+        dispatching it), then take ends. False if stopped first."""
+        half = self.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE_ID)
+        op = self.offsets.query_offset(SYSTEM_GROUP, OP_HALF_TOPIC, OP_QUEUE_ID)
+        self.table.start_at(max(half, 0), max(op, 0))
+        self._committed = (max(half, 0), max(op, 0))  # nothing to commit until progress moves
+        target = self.store.commit_log.confirm_offset
+        started = time.monotonic()
+        while not self.store.wait_dispatched(target, 1.0):
+            if self._stopped.is_set():
+                return False
+            if time.monotonic() - started > DISPATCH_WAIT_S:
+                log.warning("transaction_load_waiting dispatched_below=%d target=%d",
+                            self.store.reput.reput_from_offset, target)
+                started = time.monotonic()
+        self.read_log()
+        self.table.ready.set()
+        log.info("transaction_loaded pending=%d half_progress=%d op_progress=%d half_read=%d op_read=%d",
+                 self.table.pending, max(half, 0), max(op, 0), self.table.half_read, self.table.op_read)
+        return True
+
+    def _sleep(self) -> None:
+        """Until the next half message known is due, and at least every min(interval, timeout) to see new ones (so
+        a first check comes between transactionTimeOut and twice that after the send)."""
+        table, now = self.table, self.clock_ms()
+        wake = now + (table.interval_ms if self._backoff else min(table.interval_ms, table.timeout_ms))
+        next_due = None if self._backoff else table.next_due_ms()
+        if next_due is not None:
+            wake = min(wake, max(next_due, now + MIN_PAUSE_MS))
+        self._backoff = False
+        self._stopped.wait(max(wake - now, MIN_PAUSE_MS) / 1000)
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        log.info("transaction_check_stopped checks=%d unsent=%d discarded=%d pending=%d", self.checks_sent,
+                 self.checks_unsent, self.discarded, self.table.pending)
+
+    # -- one pass ----------------------------------------------------------------------------------
+    def check_once(self) -> None:
+        self.read_log()
+        due = self.table.due(self.clock_ms(), CHECK_BATCH)
+        if due.discards:
+            self._discard(due.discards)
+        if due.checks:
+            self._check(due.checks)
+
+    def commit_progress(self) -> None:
+        """Commit (H, O), H first (see ``transaction_table.py``)."""
+        try:
+            commit_log = self.store.commit_log
+            half, op = self.table.progress(min(commit_log.flushed_offset(), commit_log.confirm_offset))
+            if half != self._committed[0]:
+                self.offsets.commit_offset(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE_ID, half)
+                self._committed = (half, self._committed[1])
+            if op != self._committed[1]:
+                self.offsets.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, OP_QUEUE_ID, op)
+                self._committed = (half, op)
+        except Exception as exc:  # a full disk under RocksDB metadata: the offsets stay behind, which is safe
+            log.warning("transaction_progress_not_committed error=%r", exc)
+
+    def read_log(self) -> None:
+        """What is new in the op and half queues, into the table."""
+        table = self.table
+        self._read(OP_HALF_TOPIC, OP_QUEUE_ID, table.op_read, self._on_op, table.skip_ops)
+        self._read(HALF_TOPIC, HALF_QUEUE_ID, table.half_read, self._on_half, table.skip_halves)
+
+    def _read(self, topic: str, queue_id: int, offset: int, on_record: Callable[[MessageExt, int], None],
+              skip: Callable[[int], None]) -> None:
+        while not self._stopped.is_set():
+            result = self.store.get_message(topic, queue_id, offset, READ_BATCH)
+            if result.status is GetMessageStatus.OFFSET_TOO_SMALL:
+                log.warning("transaction_queue_expired topic=%s from=%d to=%d", topic, offset, result.next_begin_offset)
+            elif result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY:
+                log.error("transaction_queue_behind_progress topic=%s progress=%d max=%d", topic, offset,
+                          result.max_offset)
+                return
+            elif result.status not in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE):
+                return  # caught up
+            for raw in result.messages:
+                try:
+                    msg = decode_record(raw)
+                except CorruptRecordError as exc:
+                    log.error("transaction_record_corrupt topic=%s error=%s", topic, exc)
+                    continue
+                on_record(msg, len(raw))
+            if result.next_begin_offset <= offset:
+                return
+            offset = result.next_begin_offset
+            skip(offset)
+
+    def _on_half(self, msg: MessageExt, size: int) -> None:
+        self.table.add_half(HalfEntry(msg.queue_offset, msg.physical_offset, msg.store_timestamp, producer_group(msg)))
+
+    def _on_op(self, msg: MessageExt, size: int) -> None:
+        op = decode_op(msg)
+        if op is None:
+            log.warning("transaction_op_unknown op_offset=%d tags=%s", msg.queue_offset, msg.tags)
+        self.table.add_op(msg.queue_offset, op, msg.store_timestamp, msg.physical_offset + size)
+
+    def _half_message(self, entry: HalfEntry) -> MessageExt | None:
+        raw = self.store.select_one_message_by_offset(entry.commit_log_offset)
+        if raw is None:
+            return None
+        try:
+            msg = decode_record(raw)
+        except CorruptRecordError:
+            return None
+        return msg if msg.topic == HALF_TOPIC and msg.queue_offset == entry.queue_offset else None
+
+    def _tx(self, entry: HalfEntry) -> str:
+        return TransactionId(self.broker_name, entry.commit_log_offset, entry.queue_offset).encode()
+
+    # -- checks ------------------------------------------------------------------------------------
+    def _check(self, entries: list[HalfEntry]) -> None:
+        found: list[tuple[HalfEntry, MessageExt]] = []
+        gone: list[HalfEntry] = []
+        for entry in entries:
+            msg = self._half_message(entry)
+            if msg is None:
+                gone.append(entry)
+            else:
+                found.append((entry, msg))
+        if gone:  # its commitlog segment expired: it can be neither checked nor committed
+            self._discard(gone)
+        if not found:
+            return
+        result = put_op(self.store, OpMessage(OpKind.CHECK, tuple(e.queue_offset for e, _ in found)))
+        refusal = refusal_of(result, "recording transaction checks")
+        if refusal is not None:
+            log.warning("transaction_check_not_recorded count=%d reason=%r", len(found), refusal.remark)
+            self._backoff = True
+            return
+        assert result.append is not None
+        if not self.store.wait_dispatched(result.append.end_offset, DISPATCH_WAIT_S):
+            log.warning("transaction_check_not_dispatched count=%d: sent at a later pass", len(found))
+            return
+        self.read_log()  # the check counts before it is sent
+        for entry, msg in found:
+            self._send_check(entry, msg)
+
+    def _send_check(self, entry: HalfEntry, msg: MessageExt) -> None:
+        tx = self._tx(entry)
+        times = self.table.check_count(entry.queue_offset)
+        target = real_target(msg)
+        if target is None:
+            log.error("transaction_half_without_target tx=%s: discarded after its checks", tx)
+            return
+        request = transaction_pb2.TransactionCheckRequest(
+            producer_group=entry.producer_group, transaction_id=tx, commit_log_offset=entry.commit_log_offset,
+            queue_offset=entry.queue_offset, msg_id=msg.unique_key or "", record=check_record(msg, *target, tx, times),
+            check_times=times, broker_name=self.broker_name)
+        client = self.producers.send_check(entry.producer_group, request)
+        if client is None:
+            self.checks_unsent += 1
+            log.warning("transaction_check_no_producer tx=%s group=%s check_times=%d", tx, entry.producer_group, times)
+            return
+        self.checks_sent += 1
+        log.info("transaction_check_sent tx=%s group=%s client=%s check_times=%d", tx, entry.producer_group, client,
+                 times)
+
+    # -- discards ----------------------------------------------------------------------------------
+    def _discard(self, entries: list[HalfEntry]) -> None:
+        claimed = [e for e in entries
+                   if self.table.begin_end(e.queue_offset, Outcome.DISCARD).decision is EndDecision.PROCEED]
+        if not claimed:
+            return
+        copies = []
+        for entry in claimed:
+            msg = self._half_message(entry)
+            if msg is not None:
+                copies.append(discard_record(msg, self.table.check_count(entry.queue_offset), self.store.store_host))
+        try:
+            if copies:
+                ensure_group_topic(self.topics, TRANS_CHECK_MAX_TIME_TOPIC, self.on_topics_changed)
+                raw_topic = TRANS_CHECK_MAX_TIME_TOPIC.encode()
+                copied = self.store.put_wire_batch(WireBatch.of_records(raw_topic, 0, copies), wait_flushed=False)
+                refusal = refusal_of(copied, "moving half messages to " + TRANS_CHECK_MAX_TIME_TOPIC)
+                if refusal is not None:
+                    raise refusal
+            result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in claimed),
+                                                  Outcome.DISCARD))
+            refusal = refusal_of(result, "recording discarded transactions")
+            if refusal is not None:
+                raise refusal
+        except Exception as exc:
+            for entry in claimed:
+                self.table.abort_end(entry.queue_offset)
+            log.warning("transaction_discard_failed count=%d reason=%s", len(claimed), exc)
+            self._backoff = True
+            return
+        assert result.append is not None
+        for entry in claimed:
+            times = self.table.check_count(entry.queue_offset)
+            self.table.finish_end(entry.queue_offset, Outcome.DISCARD, result.append.end_offset)
+            log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),
+                        entry.producer_group, times, TRANS_CHECK_MAX_TIME_TOPIC)
+        self.discarded += len(claimed)

@@ -1,0 +1,65 @@
+"""The broker's transactions, wired: the table both sides share, the producers' sessions, EndTransaction's
+processor (built with the other processors) and the check service (a master's: started with the timer's delivery,
+stopped before the store shuts down)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.store.message_store import MessageStore
+from broker.transaction.check_service import TransactionalMessageCheckService
+from broker.transaction.end_transaction_processor import EndTransactionProcessor
+from broker.transaction.producer_manager import ProducerManager
+from broker.transaction.transaction_table import TransactionTable
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionConfig:
+    """broker.conf's transactionTimeOut, transactionCheckInterval, transactionCheckMax (ms, ms, count)."""
+
+    timeout_ms: int = 6000
+    check_interval_ms: int = 30_000
+    check_max: int = 15
+
+
+class TransactionService:
+    def __init__(self, broker_name: str, config: TransactionConfig, producer_expiry_ms: int) -> None:
+        self.broker_name = broker_name
+        self.table = TransactionTable(config.timeout_ms, config.check_interval_ms, config.check_max)
+        self.producers = ProducerManager(producer_expiry_ms)
+        self.end_processor: EndTransactionProcessor | None = None
+        self.check_service: TransactionalMessageCheckService | None = None
+
+    def processor(self, store: MessageStore, topics: TopicConfigManager) -> EndTransactionProcessor:
+        self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table)
+        return self.end_processor
+
+    def start(self, store: MessageStore, offsets: ConsumerOffsetManager, topics: TopicConfigManager,
+              on_topics_changed: Callable[[], None]) -> None:
+        """After ``store.start()``, on a master: load, then check. Ends are taken once loaded."""
+        if self.check_service is not None:
+            return
+        self.check_service = TransactionalMessageCheckService(
+            table=self.table, store=store, offsets=offsets, topics=topics, producers=self.producers,
+            broker_name=self.broker_name, on_topics_changed=on_topics_changed)
+        self.check_service.start()
+
+    def shutdown(self) -> None:
+        """Before the message store shuts down: no put after it; the progress as of the last pass stays."""
+        if self.check_service is not None:
+            self.check_service.shutdown()
+
+    def runtime_info(self) -> dict[str, str]:
+        """What ``GetBrokerRuntimeInfo`` shows of transactions."""
+        end, check, table = self.end_processor, self.check_service, self.table
+        return {
+            "transactionHalfPending": str(table.pending),
+            "transactionCommitted": str(end.committed if end is not None else 0),
+            "transactionRolledBack": str(end.rolled_back if end is not None else 0),
+            "transactionChecks": str(check.checks_sent if check is not None else 0),
+            "transactionChecksUnsent": str(check.checks_unsent if check is not None else 0),
+            "transactionDiscarded": str(check.discarded if check is not None else 0),
+            "transactionHalfProgress": str(table.half_progress),
+            "transactionOpProgress": str(table.op_progress),
+        }

@@ -1,0 +1,131 @@
+"""Simple consumer: broker-side (POP) consumption. The broker keeps the group's progress and what each member
+holds: ``receive`` hands out messages that stay invisible to the group for ``invisible_ms``; ``ack`` settles
+them; one not acked in time is received again (its ``reconsume_times`` raised), and after the group's
+retryMaxTimes it goes to ``%DLQ%<group>``. Members need no rebalancing: any number can receive from any queue.
+In a group created with consumeMessageOrderly (``mqadmin updateSubGroup -o true``), a message group's messages
+come one after another, each once the one before it was acked.
+
+A message keeps the handle of its delivery in ``receipt_handle``; ``change_invisible`` replaces it."""
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+
+from client.client_instance import ClientInstance
+from client.errors import MQClientError
+from client.grpc_errors import business_error, rpc_error
+from client.pulled_messages import PulledMessages
+from client.rpc_stream import RpcStream
+from common.message import MessageExt
+from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.response_code import ResponseCode
+from proto import pop_pb2, pop_pb2_grpc
+
+MAX_RECEIVE = 32
+
+
+class SimpleConsumer:
+    def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER", topic: str = "",
+                 tags: str = "*", rpc_timeout_ms: int = 10_000) -> None:
+        if not topic:
+            raise MQClientError("a simple consumer needs a topic")
+        self.group = group
+        self.topic = topic
+        self.tags = tags
+        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+        self._turn = itertools.count()
+
+    def __enter__(self) -> "SimpleConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def receive(self, max_nums: int = 16, invisible_ms: int = 30_000, wait_ms: int = 0) -> list[MessageExt]:
+        """Up to ``max_nums`` (<= 32) messages, each invisible to the group for ``invisible_ms``. With ``wait_ms``
+        the last broker asked holds an empty receive until a message arrives or the time is up."""
+        if not 1 <= max_nums <= MAX_RECEIVE:
+            raise MQClientError(f"max_nums {max_nums} is outside 1..{MAX_RECEIVE}")
+        brokers = self._brokers()
+        start = next(self._turn)
+        for i in range(len(brokers)):
+            broker_name = brokers[(start + i) % len(brokers)]
+            last = i == len(brokers) - 1
+            request = pop_pb2.PopMessageRequest(
+                group=self.group, topic=self.topic, queue_id=-1, expression=self.tags, max_msg_nums=max_nums,
+                invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0)
+            addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
+                                             request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
+            if response.code == ResponseCode.PULL_NOT_FOUND:
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                raise business_error(f"receive from {self.topic}", addr, response.code, response.remark)
+            messages = list(PulledMessages(response.records))
+            for msg, popped in zip(messages, response.popped, strict=True):
+                msg.receipt_handle = popped.receipt_handle
+                msg.reconsume_times = popped.reconsume_times
+            return messages
+        return []
+
+    def ack(self, messages: MessageExt | Iterable[MessageExt]) -> None:
+        """Settle received messages (one or many, of any brokers). Raises MQClientError naming the first one the
+        broker refused (acked already, received again since, or past its invisible time)."""
+        by_broker: dict[str, list[str]] = {}
+        for msg in [messages] if isinstance(messages, MessageExt) else messages:
+            by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
+        for broker_name, handles in by_broker.items():
+            request = pop_pb2.AckMessageRequest(group=self.group, topic=self.topic, receipt_handles=handles)
+            addr, response = self._on_stream("ack", broker_name, self.client.ack_stream, request)
+            if response.code != ResponseCode.SUCCESS:
+                raise business_error(f"ack of {self.topic} messages", addr, response.code, response.remark)
+
+    def change_invisible(self, msg: MessageExt, invisible_ms: int) -> None:
+        """Keep ``msg`` invisible for ``invisible_ms`` from now; its ``receipt_handle`` becomes the new one."""
+        handle = _handle(msg)
+        request = pop_pb2.ChangeInvisibleTimeRequest(group=self.group, topic=self.topic,
+                                                     receipt_handle=msg.receipt_handle, invisible_time_ms=invisible_ms)
+        addr, response = self._call("change invisible time", handle.broker_name, "ChangeInvisibleTime", request)
+        if response.code != ResponseCode.SUCCESS:
+            raise business_error(f"change invisible time of a {self.topic} message", addr, response.code,
+                                 response.remark)
+        msg.receipt_handle = response.receipt_handle
+
+    def _brokers(self) -> list[str]:
+        names = sorted({mq.broker_name for mq in self.client.subscribe_queues(self.topic)})
+        if not names:
+            raise MQClientError(f"topic {self.topic} has no readable queues")
+        return names
+
+    def _call(self, what: str, broker_name: str, method: str, request):
+        addr = self.client.master_addr(self.topic, broker_name)
+        stub = pop_pb2_grpc.PopServiceStub(self.client.channel(addr))
+        return self._answered(what, addr, lambda: getattr(stub, method)(request, timeout=self.client.rpc_timeout_s))
+
+    def _on_stream(self, what: str, broker_name: str, stream: Callable[[str], RpcStream], request,
+                   timeout_s: float | None = None):
+        """Pops and acks go on the broker's POP streams (many in flight from many threads share a stream)."""
+        addr = self.client.master_addr(self.topic, broker_name)
+        timeout_s = timeout_s or self.client.rpc_timeout_s
+        return self._answered(what, addr, lambda: stream(addr).call(request, timeout_s).result())
+
+    def _answered(self, what: str, addr: str, call: Callable[[], Any]) -> tuple[str, Any]:
+        try:
+            response = call()
+        except grpc.RpcError as exc:
+            self.client.invalidate_route(self.topic)
+            self.client.report_failure(addr, exc.code())
+            raise rpc_error(what, addr, exc) from None
+        self.client.report_answer(addr)
+        return addr, response
+
+
+def _handle(msg: MessageExt) -> ReceiptHandle:
+    try:
+        return ReceiptHandle.decode(msg.receipt_handle)
+    except InvalidReceiptHandle as exc:
+        raise MQClientError(f"message {msg.msg_id} was not received by a simple consumer: {exc}") from None

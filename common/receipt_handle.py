@@ -1,0 +1,40 @@
+"""A POP delivery's receipt handle: which broker, queue and offset it is, and which delivery of that message
+(``delivery``: a sequence the broker raises every time it hands the message out or changes its invisible time),
+so a handle of an earlier delivery is refused. Plain text, ``v1|broker|queue_id|offset|delivery|until|retries``:
+the SDK and the proxy read the broker name out of it to route an ack."""
+
+from dataclasses import dataclass
+
+PREFIX = "v1"
+SEPARATOR = "|"
+
+
+class InvalidReceiptHandle(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    broker_name: str
+    queue_id: int
+    queue_offset: int  # the physical queue's offset (a static topic's too: the broker keeps it in flight there)
+    delivery: int
+    invisible_until_ms: int
+    reconsume_times: int
+
+    def encode(self) -> str:
+        return SEPARATOR.join((PREFIX, self.broker_name, str(self.queue_id), str(self.queue_offset),
+                               str(self.delivery), str(self.invisible_until_ms), str(self.reconsume_times)))
+
+    @classmethod
+    def decode(cls, text: str) -> "ReceiptHandle":
+        parts = text.split(SEPARATOR)
+        if len(parts) != 7 or parts[0] != PREFIX or not parts[1]:
+            raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} is not one this cluster issued")
+        try:
+            queue_id, offset, delivery, until, retries = map(int, parts[2:])
+        except ValueError:
+            raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} has a field that is not a number") from None
+        if min(queue_id, offset, delivery, until, retries) < 0:
+            raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} has a negative field")
+        return cls(parts[1], queue_id, offset, delivery, until, retries)

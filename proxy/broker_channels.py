@@ -1,0 +1,26 @@
+"""Asynchronous channels to the brokers, one per address, opened on first use: the proxy's own gRPC to the cluster
+for what the SDK's synchronous clients would block the event loop on (POP, long polling included)."""
+
+import grpc
+
+from client.client_instance import CHANNEL_OPTIONS
+from proto import pop_pb2_grpc
+
+
+class BrokerChannels:
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, addr: str) -> grpc.aio.Channel:
+        ch = self._channels.get(addr)
+        if ch is None:  # only the event loop's thread gets here: no lock
+            ch = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return ch
+
+    def pop_service(self, addr: str) -> pop_pb2_grpc.PopServiceStub:
+        return pop_pb2_grpc.PopServiceStub(self.channel(addr))
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            await ch.close(None)

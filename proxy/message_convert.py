@@ -1,0 +1,173 @@
+"""v2 messages to the project's messages (send) and stored records to v2 messages (receive).
+
+Send: ``system_properties`` become the project's properties: tag -> TAGS, keys -> KEYS, message_id -> UNIQ_KEY
+(kept, so a receive answers the id the producer was given), message_group -> ``__SHARDINGKEY`` (what POP's FIFO
+reads) and delivery_timestamp -> ``deliver_at_ms`` (the broker's timer). Every property name the project reserves
+(``common/message_properties.py``) is refused as a user property: a client must not forge routing or retry state.
+"""
+
+import gzip
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from common import message_properties
+from common.message import Message, MessageExt
+from common.message_properties import (
+    MAX_PROPERTIES_SIZE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_UNIQUE_KEY,
+)
+from common.topic_validator import InvalidTopicError, validate_user_send_topic
+from proto.v2 import definition_pb2
+from proxy.v2_codes import Code, ProxyError
+
+# Every PROPERTY_* name of the project, read from the module so names the POP and transaction work add there are
+# reserved too without a second list to keep in step.
+RESERVED_PROPERTIES = frozenset(value for name, value in vars(message_properties).items()
+                                if name.startswith("PROPERTY_") and isinstance(value, str))
+MAX_MESSAGE_ID_CHARS = 128
+MAX_MESSAGE_GROUP_CHARS = 64  # upstream's maxMessageGroupSize
+MessageType = definition_pb2.MessageType
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A v2 message ready for the SDK's producer."""
+
+    message: Message
+    message_id: str
+    message_group: str | None  # FIFO: the producer's sharding key too, so a group stays on one queue
+    transactional: bool
+
+
+def to_outgoing(msg: definition_pb2.Message, max_body_size: int) -> OutgoingMessage:
+    """Validate a v2 message and convert it; :class:`ProxyError` names the first thing wrong."""
+    topic = msg.topic.name
+    try:
+        validate_user_send_topic(topic)
+    except InvalidTopicError as exc:
+        raise ProxyError(Code.ILLEGAL_TOPIC, f"cannot send: {exc}") from None
+    sp = msg.system_properties
+    body = _body(msg, max_body_size)
+    message_id = sp.message_id
+    if not message_id or len(message_id) > MAX_MESSAGE_ID_CHARS or _has_separator(message_id):
+        raise ProxyError(Code.ILLEGAL_MESSAGE_ID, f"message id {message_id[:40]!r} is empty, longer than "
+                                                  f"{MAX_MESSAGE_ID_CHARS} chars or has a control character")
+    tag = sp.tag if sp.HasField("tag") else None
+    if tag is not None and (not tag.strip() or "|" in tag or _has_separator(tag)):
+        raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:40]!r} is blank or has '|' or a control character")
+    keys = list(sp.keys)
+    if any(not key.strip() or _has_separator(key) for key in keys):
+        raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "a message key is blank or has a control character")
+    group = sp.message_group if sp.HasField("message_group") else None
+    if group is not None and (not group.strip() or len(group) > MAX_MESSAGE_GROUP_CHARS or _has_separator(group)):
+        raise ProxyError(Code.ILLEGAL_MESSAGE_GROUP, f"message group {group[:40]!r} is blank, longer than "
+                                                     f"{MAX_MESSAGE_GROUP_CHARS} chars or has a control character")
+    deliver_at_ms = _delivery_ms(sp) if sp.HasField("delivery_timestamp") else 0
+    transactional = _check_type(sp.message_type, group, sp.HasField("delivery_timestamp"))
+    properties = _user_properties(msg)
+    properties[PROPERTY_UNIQUE_KEY] = message_id
+    if group is not None:
+        properties[PROPERTY_SHARDING_KEY] = group
+    if len(message_properties.encode_properties(properties)) > MAX_PROPERTIES_SIZE:
+        raise ProxyError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"properties are larger than {MAX_PROPERTIES_SIZE} bytes")
+    return OutgoingMessage(Message(topic, body, tags=tag, keys=keys or None, properties=properties,
+                                   deliver_at_ms=deliver_at_ms), message_id, group, transactional)
+
+
+def _body(msg: definition_pb2.Message, max_body_size: int) -> bytes:
+    body = msg.body
+    if msg.system_properties.body_encoding == definition_pb2.GZIP:  # the Java client compresses large bodies
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ProxyError(Code.MESSAGE_CORRUPTED, f"body is not the GZIP its encoding says: {exc}") from None
+    if not body:
+        raise ProxyError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(body) > max_body_size:
+        raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body is {len(body)} bytes, more than the "
+                                                      f"{max_body_size} allowed")
+    return body
+
+
+def _delivery_ms(sp: definition_pb2.SystemProperties) -> int:
+    ts = sp.delivery_timestamp
+    ms = ts.seconds * 1000 + ts.nanos // 1_000_000
+    if ms < 0 or not 0 <= ts.nanos < 1_000_000_000:
+        raise ProxyError(Code.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {ts.seconds}s {ts.nanos}ns is not a time")
+    return ms
+
+
+def _check_type(message_type: int, group: str | None, delayed: bool) -> bool:
+    """Whether the message is transactional; the type must agree with the properties (as upstream checks)."""
+    if message_type in (MessageType.LITE, MessageType.PRIORITY):
+        raise ProxyError(Code.UNSUPPORTED, f"{MessageType.Name(message_type)} messages are not supported")
+    if message_type == MessageType.FIFO:
+        fits = group is not None and not delayed
+    elif message_type == MessageType.DELAY:
+        fits = delayed and group is None
+    elif message_type in (MessageType.NORMAL, MessageType.TRANSACTION):
+        fits = group is None and not delayed
+    else:  # unspecified (or unknown): anything but a message group and a delivery time at once
+        fits = not (group is not None and delayed)
+    if not fits:
+        name = MessageType.Name(message_type) if message_type in MessageType.values() else str(message_type)
+        raise ProxyError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"message type {name} does not fit the message "
+                                                                   f"(message group: {group is not None}, "
+                                                                   f"delivery time: {delayed})")
+    return message_type == MessageType.TRANSACTION
+
+
+def _user_properties(msg: definition_pb2.Message) -> dict[str, str]:
+    properties = dict(msg.user_properties)
+    for name, value in properties.items():
+        if not name or name in RESERVED_PROPERTIES or _has_separator(name) or _has_separator(value):
+            raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name[:40]!r} is empty, reserved "
+                                                                "or has a control character")
+    return properties
+
+
+def _has_separator(text: str) -> bool:
+    return any(sep in text for sep in _SEPARATORS)
+
+
+# -- receive -----------------------------------------------------------------------------------------------------
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
+
+
+def duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
+
+
+def body_digest(body: bytes) -> definition_pb2.Digest:
+    """CRC32 as the clients check it: 8 upper-case hex digits."""
+    return definition_pb2.Digest(type=definition_pb2.CRC32, checksum=f"{zlib.crc32(body):08X}")
+
+
+def to_v2_message(ext: MessageExt, topic: str, receipt_handle: str, reconsume_times: int,
+                  invisible_ms: int) -> definition_pb2.Message:
+    """A popped record as a v2 message. ``topic`` is the topic the client receives from (the record's own may be a
+    system topic the broker keeps in-flight messages of); the attempt counts deliveries, the first being 1."""
+    properties = ext.properties
+    group = properties.get(PROPERTY_SHARDING_KEY)
+    sp = definition_pb2.SystemProperties(
+        keys=ext.keys, message_id=ext.msg_id, body_digest=body_digest(ext.body), body_encoding=definition_pb2.IDENTITY,
+        message_type=MessageType.FIFO if group else MessageType.NORMAL,
+        born_timestamp=timestamp(ext.born_timestamp), born_host=ext.born_host.rpartition(":")[0],
+        store_timestamp=timestamp(ext.store_timestamp), store_host=ext.store_host, receipt_handle=receipt_handle,
+        queue_id=ext.queue_id, queue_offset=ext.queue_offset, invisible_duration=duration(invisible_ms),
+        delivery_attempt=reconsume_times + 1)
+    if ext.tags:
+        sp.tag = ext.tags
+    if group:
+        sp.message_group = group
+    user = {name: value for name, value in properties.items() if name not in RESERVED_PROPERTIES}
+    return definition_pb2.Message(topic=definition_pb2.Resource(name=topic), user_properties=user,
+                                  system_properties=sp, body=ext.body)

@@ -1,0 +1,299 @@
+"""ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue (upstream's
+ConsumerProcessor) over the brokers' ``rmq.PopService``: the brokers keep every group's progress and in-flight
+messages, so the proxy only picks where to pop and routes each receipt handle back to the broker it names.
+
+Where a receive pops: a normal topic's queue names its broker (the route hands out brokers' queues, and a
+PushConsumer's assignment is one queue per broker), so the pop goes to that broker's master for any of its queues
+(queue id -1: the broker rotates over them); when that broker has nothing to hand out right now, the topic's other
+brokers are asked at once, and only when none has anything is the first one long-polled. A queue naming no broker
+of the route (an old route) starts at the next broker in turn. A static topic's logic queue pops at its leader,
+addressed LOGIC."""
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from client.static_route import is_logic_queue, master_of
+from common.message import MessageExt
+from common.message_codec import CorruptRecordError, decode_records
+from common.message_queue import MessageQueue
+from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.response_code import ResponseCode
+from common.subscription import parse_sub_expression
+from proto import broker_pb2, pop_pb2
+from proto.v2 import definition_pb2, service_pb2
+from proxy.broker_channels import BrokerChannels
+from proxy.message_convert import timestamp, to_v2_message
+from proxy.processor.names import check_group, check_topic, tag_expression
+from proxy.proxy_config import ProxyConfig
+from proxy.topic_route_service import TopicRouteService
+from proxy.v2_codes import Code, ProxyError, broker_refusal, ok_status, overall_status, rpc_failure
+
+log = logging.getLogger(__name__)
+
+ANY_QUEUE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PopTarget:
+    addr: str
+    queue_id: int  # ANY_QUEUE, or a static topic's logic queue
+    addressing: broker_pb2.QueueAddressing
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveLimits:
+    batch: int
+    invisible_ms: int
+    poll_ms: int
+
+
+class ConsumeProcessor:
+    def __init__(self, routes: TopicRouteService, brokers: BrokerChannels, config: ProxyConfig) -> None:
+        self.routes = routes
+        self.brokers = brokers
+        self.config = config
+        self._turns: dict[str, itertools.count[int]] = {}  # topic -> the next broker to pop on, for "any broker"
+        self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
+
+    # -- receive --------------------------------------------------------------------------------------------------
+    async def receive_message(self, request: service_pb2.ReceiveMessageRequest, client_id: str,
+                              time_remaining_s: float | None) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
+        """A status, then each message, then the delivery time (the clients' order). Nothing to hand out within
+        the long polling time: MESSAGE_NOT_FOUND alone."""
+        group = check_group(request.group.name)
+        topic = check_topic(request.message_queue.topic.name)
+        expression = tag_expression(request.filter_expression)
+        limits = self._limits(request, time_remaining_s)
+        targets = await self._targets(topic, request.message_queue)
+        pop = pop_pb2.PopMessageRequest(group=group, topic=topic, expression=expression, max_msg_nums=limits.batch,
+                                        invisible_time_ms=limits.invisible_ms, client_id=client_id)
+        what = f"receive from topic {topic} for group {group}"
+        target, response = await self._sweep_then_park(pop, targets, limits.poll_ms, what)
+        messages = self._messages(response, topic, group, expression, target, limits.invisible_ms) if target else []
+        if not messages:  # nothing, or all filtered out (tags whose hash collides with a subscribed one)
+            yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
+                code=Code.MESSAGE_NOT_FOUND, message="no message to hand out now"))
+            return
+        yield service_pb2.ReceiveMessageResponse(status=ok_status())
+        for message in messages:
+            yield service_pb2.ReceiveMessageResponse(message=message)
+        yield service_pb2.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+
+    async def _sweep_then_park(self, pop: pop_pb2.PopMessageRequest, targets: list[PopTarget], poll_ms: int,
+                               what: str) -> tuple[PopTarget | None, pop_pb2.PopMessageResponse]:
+        """Pop at once on the first target, then on each other one (a client rotates over every broker's queues:
+        without this, a receive that lands on a broker with nothing to hand out would wait out its long polling
+        while another broker has messages); only when all are empty is the first one long-polled. The first
+        target's refusal is the receive's; another's only skips it."""
+        empty = pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND)
+        for i, target in enumerate(targets):
+            try:
+                response = await self._pop(pop, target, 0, what)
+            except ProxyError as exc:
+                if i == 0:
+                    raise
+                log.info("receive_skipped_broker addr=%s reason=%r", target.addr, exc.message)
+                continue
+            if response.popped:
+                return target, response
+        if poll_ms <= 0:
+            return None, empty
+        response = await self._pop(pop, targets[0], poll_ms, what)
+        return (targets[0], response) if response.popped else (None, empty)
+
+    async def _pop(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int,
+                   what: str) -> pop_pb2.PopMessageResponse:
+        request = pop_pb2.PopMessageRequest()
+        request.CopyFrom(pop)
+        request.queue_id, request.addressing, request.poll_time_ms = target.queue_id, target.addressing, poll_ms
+        try:
+            response = await self.brokers.pop_service(target.addr).PopMessage(
+                request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_failure(what, target.addr, exc) from None
+        if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
+            raise broker_refusal(what, response.code, response.remark)
+        return response
+
+    def _limits(self, request: service_pb2.ReceiveMessageRequest, time_remaining_s: float | None) -> ReceiveLimits:
+        if request.batch_size <= 0:
+            raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be positive")
+        batch = min(request.batch_size, self.config.max_receive_batch)  # more is not an error: upstream caps too
+        if request.HasField("invisible_duration"):
+            invisible_ms = _ms(request.invisible_duration)
+            if not 0 < invisible_ms <= self.config.max_invisible_ms:
+                raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
+                                                              f"1..{self.config.max_invisible_ms} ms")
+        else:  # a PushConsumer's receive (auto_renew) names none
+            invisible_ms = self.config.default_invisible_ms
+        poll_ms = 0
+        if request.HasField("long_polling_timeout"):
+            poll_ms = _ms(request.long_polling_timeout)
+            if poll_ms < 0:
+                raise ProxyError(Code.ILLEGAL_POLLING_TIME, f"long polling timeout {poll_ms} ms is negative")
+        poll_ms = min(poll_ms, self.config.max_long_polling_ms)
+        if time_remaining_s is not None:  # answer before the client gives up on the call
+            poll_ms = max(0, min(poll_ms, int(time_remaining_s * 1000) - self.config.long_polling_margin_ms))
+        return ReceiveLimits(batch, invisible_ms, poll_ms)
+
+    async def _targets(self, topic: str, queue: definition_pb2.MessageQueue) -> list[PopTarget]:
+        """Where to pop, the queue's own target first: a static topic's logic queue at its leader; a normal topic's
+        queue on its broker (one the route no longer names: the next broker in turn), then the topic's others."""
+        if is_logic_queue(MessageQueue(topic, queue.broker.name, queue.id)):
+            addr = await self.routes.leader_addr(topic, queue.id)
+            return [PopTarget(addr, queue.id, broker_pb2.LOGIC)]
+        route = await self.routes.route(topic)
+        if self.routes.static_view(route) is not None:  # the client's route predates the topic becoming static
+            raise ProxyError(Code.BAD_REQUEST, f"topic {topic} is a static topic: receive from its logic queues "
+                                               "(query its route again)")
+        brokers = self.routes.readable_brokers(route)
+        if not brokers:
+            raise ProxyError(Code.FORBIDDEN, f"topic {topic} has no readable queue on a broker with a master")
+        first = queue.broker.name
+        if first not in brokers:
+            turn = self._turns.setdefault(topic, itertools.count())
+            first = brokers[next(turn) % len(brokers)]
+        names = [first, *(name for name in brokers if name != first)]
+        return [PopTarget(master, ANY_QUEUE, broker_pb2.ADDRESSING_UNSPECIFIED)
+                for name in names if (master := master_of(route, name)) is not None]
+
+    def _messages(self, response: pop_pb2.PopMessageResponse, topic: str, group: str, expression: str,
+                  target: PopTarget, invisible_ms: int) -> list[definition_pb2.Message]:
+        try:
+            records = decode_records(response.records)
+        except CorruptRecordError as exc:
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"the broker at {target.addr} answered a corrupt record: "
+                                                         f"{exc}") from None
+        if len(records) != len(response.popped):
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"the broker at {target.addr} answered {len(records)} "
+                                                         f"records for {len(response.popped)} receipt handles")
+        tags = parse_sub_expression(expression)
+        out, collided = [], []
+        for ext, popped in zip(records, response.popped, strict=True):
+            if tags is not None and ext.tags not in tags:  # the broker filters by tag hash, which can collide
+                collided.append(popped.receipt_handle)
+                continue
+            _as_delivered(ext, target)
+            out.append(to_v2_message(ext, topic, popped.receipt_handle, popped.reconsume_times, invisible_ms))
+        if collided:  # not this group's: done with them, as a consumer that skipped them would be
+            task = asyncio.get_running_loop().create_task(self._ack_quietly(target.addr, group, topic, collided))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return out
+
+    async def _ack_quietly(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
+        try:
+            await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
+                group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s)
+        except grpc.RpcError as exc:  # they come back after their invisible time, and are filtered again
+            log.info("filtered_ack_failed group=%s topic=%s addr=%s status=%s", group, topic, addr, exc.code())
+
+    # -- ack, change invisible duration, dead letters ---------------------------------------------------------------
+    async def ack_message(self, request: service_pb2.AckMessageRequest) -> service_pb2.AckMessageResponse:
+        """Each entry's handle goes to the broker it names (one call per broker); each entry gets its own status."""
+        group = check_group(request.group.name)
+        topic = check_topic(request.topic.name)
+        if not request.entries:
+            raise ProxyError(Code.BAD_REQUEST, "an ack needs at least one entry")
+        statuses: dict[int, definition_pb2.Status] = {}
+        by_broker: dict[str, list[int]] = {}
+        for i, entry in enumerate(request.entries):
+            try:
+                by_broker.setdefault(_handle(entry.receipt_handle).broker_name, []).append(i)
+            except ProxyError as exc:
+                statuses[i] = exc.status()
+        answers = await asyncio.gather(*(self._ack_on(group, topic, name, [request.entries[i] for i in indexes])
+                                         for name, indexes in by_broker.items()))
+        for indexes, answer in zip(by_broker.values(), answers, strict=True):
+            statuses.update(zip(indexes, answer, strict=True))
+        entries = [service_pb2.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
+                                                     status=statuses[i]) for i, e in enumerate(request.entries)]
+        return service_pb2.AckMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
+
+    async def _ack_on(self, group: str, topic: str, broker_name: str,
+                      entries: list[service_pb2.AckMessageEntry]) -> list[definition_pb2.Status]:
+        what = f"ack of {len(entries)} message(s) of topic {topic} for group {group}"
+        try:
+            addr = await self.routes.master_addr(topic, broker_name)
+            handles = [e.receipt_handle for e in entries]
+            try:
+                response = await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
+                    group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                raise rpc_failure(what, addr, exc) from None
+        except ProxyError as exc:
+            return [exc.status()] * len(entries)
+        results = {r.receipt_handle: r for r in response.results}
+        out = []
+        for handle in handles:
+            result = results.get(handle)
+            code, remark = (result.code, result.remark) if result is not None else (response.code, response.remark)
+            out.append(ok_status() if code == ResponseCode.SUCCESS else broker_refusal(what, code, remark).status())
+        return out
+
+    async def change_invisible_duration(self, request: service_pb2.ChangeInvisibleDurationRequest
+                                        ) -> service_pb2.ChangeInvisibleDurationResponse:
+        """The message stays invisible for the new duration from now; the answer carries its new receipt handle
+        (the old one is void)."""
+        group = check_group(request.group.name)
+        topic = check_topic(request.topic.name)
+        invisible_ms = _ms(request.invisible_duration)
+        if not 0 <= invisible_ms <= self.config.max_invisible_ms:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
+                                                          f"0..{self.config.max_invisible_ms} ms")
+        handle = _handle(request.receipt_handle)
+        what = f"change of invisible duration of a message of topic {topic} for group {group}"
+        addr = await self.routes.master_addr(topic, handle.broker_name)
+        try:
+            response = await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
+                group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_time_ms=invisible_ms),
+                timeout=self.config.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_failure(what, addr, exc) from None
+        if response.code != ResponseCode.SUCCESS:
+            raise broker_refusal(what, response.code, response.remark)
+        return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=response.receipt_handle)
+
+    async def forward_to_dead_letter_queue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest
+                                           ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+        """A PushConsumer gave up on a message (its attempts ran out client-side): to %DLQ%<group> now."""
+        group = check_group(request.group.name)
+        topic = check_topic(request.topic.name)
+        handle = _handle(request.receipt_handle)
+        what = f"dead-lettering message {request.message_id[:80]!r} of topic {topic} for group {group}"
+        addr = await self.routes.master_addr(topic, handle.broker_name)
+        try:
+            response = await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
+                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic,
+                                                        receipt_handle=request.receipt_handle),
+                timeout=self.config.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_failure(what, addr, exc) from None
+        if response.code != ResponseCode.SUCCESS:
+            raise broker_refusal(what, response.code, response.remark)
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
+
+
+def _as_delivered(ext: MessageExt, target: PopTarget) -> None:
+    """A static topic's record names its physical queue; clients know the logic one (its offsets are logic
+    already: the broker answers LOGIC pops in logic offsets)."""
+    if target.addressing == broker_pb2.LOGIC:
+        ext.queue_id = target.queue_id
+
+
+def _handle(text: str) -> ReceiptHandle:
+    try:
+        return ReceiptHandle.decode(text)
+    except InvalidReceiptHandle as exc:
+        raise ProxyError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+
+
+def _ms(duration: Duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000

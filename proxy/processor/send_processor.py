@@ -1,0 +1,95 @@
+"""SendMessage (upstream's ProducerProcessor): v2 messages sent through the SDK's producer, which picks the queue
+as for any producer of this cluster: round robin over the writable queues (a static topic's logic queues),
+moving to another broker when one fails; a FIFO message's message group is its sharding key, so a group always
+lands on the same queue. The client's queue choice never reaches the proxy (a v2 send names none).
+
+Transactional messages go to the transaction processor; everything else is stored as sent, with the client's
+message id as the message's unique key."""
+
+import asyncio
+import contextlib
+from concurrent.futures import Future
+from typing import TypeVar
+
+from client.errors import MQClientError
+from client.producer import Producer
+from client.results import SendResult, SendStatus
+from proto.v2 import definition_pb2, service_pb2
+from proxy.message_convert import OutgoingMessage, to_outgoing
+from proxy.processor.transaction_processor import TransactionProcessor
+from proxy.topic_route_service import client_error
+from proxy.v2_codes import Code, ProxyError, ok_status, overall_status
+
+MAX_MESSAGES_PER_SEND = 1024
+T = TypeVar("T")
+
+
+class SendProcessor:
+    def __init__(self, producer: Producer, transactions: TransactionProcessor, max_body_size: int) -> None:
+        self.producer = producer
+        self.transactions = transactions
+        self.max_body_size = max_body_size
+
+    async def send_message(self, request: service_pb2.SendMessageRequest,
+                           client_id: str) -> service_pb2.SendMessageResponse:
+        if not request.messages:
+            raise ProxyError(Code.BAD_REQUEST, "a send needs at least one message")
+        if len(request.messages) > MAX_MESSAGES_PER_SEND:
+            raise ProxyError(Code.BAD_REQUEST, f"a send carries at most {MAX_MESSAGES_PER_SEND} messages")
+        entries = await asyncio.gather(*(self._send_one(msg, client_id) for msg in request.messages))
+        return service_pb2.SendMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
+
+    async def _send_one(self, msg: definition_pb2.Message, client_id: str) -> service_pb2.SendResultEntry:
+        """One message's entry: its own status, so one bad message of a request does not fail the others."""
+        try:
+            outgoing = to_outgoing(msg, self.max_body_size)
+            if outgoing.transactional:
+                return await self.transactions.send_half_message(outgoing, client_id)
+            return entry(outgoing, await self._send(outgoing))
+        except ProxyError as exc:
+            return service_pb2.SendResultEntry(status=exc.status(), message_id=msg.system_properties.message_id)
+
+    async def _send(self, outgoing: OutgoingMessage) -> SendResult:
+        what = f"send to topic {outgoing.message.topic}"
+        try:
+            # send_async may look the route up (a blocking name server call on a cache miss): not on the loop
+            future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
+                                             sharding_key=outgoing.message_group)
+            return await settled(future)
+        except MQClientError as exc:
+            error = client_error(what, exc)
+            if error.code == Code.BAD_REQUEST and outgoing.message.deliver_at_ms:  # the broker's timer limits
+                error = ProxyError(Code.ILLEGAL_DELIVERY_TIME, error.message)
+            raise error from None
+
+
+async def settled(future: Future[T]) -> T:
+    """The outcome of the SDK's future, awaited without tying the two together: a client that gives up on its call
+    cancels this wait, never the SDK's future (which the producer settles itself when the broker answers)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+
+    def copy(done: Future[T]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the proxy stopped): nobody waits
+            loop.call_soon_threadsafe(_copy_outcome, done, waiter)
+
+    future.add_done_callback(copy)
+    return await waiter
+
+
+def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
+    if waiter.done():  # the wait was cancelled
+        return
+    exc = done.exception()
+    if exc is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(done.result())
+
+
+def entry(outgoing: OutgoingMessage, result: SendResult) -> service_pb2.SendResultEntry:
+    status = ok_status()
+    if result.status is SendStatus.FLUSH_DISK_TIMEOUT:  # stored, not yet on disk: upstream's answer for it
+        status = definition_pb2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT,
+                                       message="stored, but not flushed to disk within syncFlushTimeout")
+    return service_pb2.SendResultEntry(status=status, message_id=outgoing.message_id, offset=result.queue_offset)

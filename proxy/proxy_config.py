@@ -1,0 +1,25 @@
+"""The proxy's settings: where it listens, the cluster it serves, and the limits it applies to v2 clients
+(upstream's ProxyConfig names where one exists)."""
+
+from dataclasses import dataclass
+
+DEFAULT_PORT = 8081  # the RocketMQ 5 proxy's port by convention
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    namesrv_addr: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT  # 0: pick a free port
+    shutdown_grace_s: float = 5.0
+    rpc_timeout_s: float = 3.0  # a call to a broker, long polling not counted
+    send_timeout_ms: int = 3000
+    # Told to clients in the settings reply: larger bodies are refused before they reach a broker (the brokers'
+    # maxMessageSize default).
+    max_body_size: int = 4 * 1024 * 1024
+    max_receive_batch: int = 32  # a receive hands out at most this many messages, as upstream
+    max_long_polling_ms: int = 20_000  # the longest a receive is parked (upstream clamps to 20 s too)
+    long_polling_margin_ms: int = 1_000  # a parked receive answers this long before the client's deadline
+    default_invisible_ms: int = 60_000  # a PushConsumer's receive (auto_renew) names none: upstream's default
+    max_invisible_ms: int = 12 * 3600 * 1000
+    settings_cache_s: float = 30.0  # a consumer group's fifo and retry settings, read from the brokers

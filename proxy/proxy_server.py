@@ -1,0 +1,93 @@
+"""The proxy's lifecycle (upstream's ProxyStartup): the collaborators, the gRPC server, a graceful stop."""
+
+import asyncio
+import logging
+
+import grpc
+
+from client.admin import Admin
+from client.producer import Producer
+from common.rpc_boundary import RequestDecoding
+from proto.v2 import definition_pb2, service_pb2_grpc
+from proxy.broker_channels import BrokerChannels
+from proxy.group_settings import GroupSettingsService
+from proxy.messaging_servicer import MessagingServicer
+from proxy.processor.assignment_processor import AssignmentProcessor
+from proxy.processor.client_processor import ClientProcessor
+from proxy.processor.consume_processor import ConsumeProcessor
+from proxy.processor.route_processor import RouteProcessor
+from proxy.processor.send_processor import SendProcessor
+from proxy.processor.transaction_processor import TransactionProcessor
+from proxy.proxy_config import ProxyConfig
+from proxy.telemetry_channels import TelemetryChannels
+from proxy.topic_route_service import TopicRouteService
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a send of a 4 MiB body, or a receive of 32 such messages, with room to spare
+PRODUCER_GROUP = "MQPROXY_PRODUCER"  # v2 producers have no group: the proxy's sends name this one
+
+
+class BindError(RuntimeError):
+    """The listen address cannot be bound (in use, or not an address of this host)."""
+
+
+def own_endpoints(host: str, port: int) -> definition_pb2.Endpoints:
+    """The proxy's address for routes whose request names no access point."""
+    scheme = definition_pb2.IPv4 if host.replace(".", "").isdigit() else definition_pb2.DOMAIN_NAME
+    return definition_pb2.Endpoints(scheme=scheme, addresses=[definition_pb2.Address(host=host, port=port)])
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._producer: Producer | None = None
+        self._admin: Admin | None = None
+        self._brokers = BrokerChannels()
+        self.channels = TelemetryChannels()
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (the real one when the config says 0)."""
+        c = self.config
+        self._server = grpc.aio.server(interceptors=[RequestDecoding()], options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),  # a second proxy on the same port must fail to bind, not share it
+        ])
+        address = f"{c.host}:{c.port}"
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError as e:  # gRPC's only signal for a failed bind
+            raise BindError(f"cannot listen on {address}: {e}") from None
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), self._server)
+        await self._server.start()
+        log.info("proxy_started host=%s port=%d namesrv=%s", c.host, self.port, c.namesrv_addr)
+        return self.port
+
+    def _servicer(self) -> MessagingServicer:
+        c = self.config
+        self._producer = Producer(c.namesrv_addr, group=PRODUCER_GROUP, send_timeout_ms=c.send_timeout_ms)
+        self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000))
+        routes = TopicRouteService(self._producer.client)  # one route cache for sends and the rest
+        endpoints = own_endpoints(c.host, self.port)
+        transaction = TransactionProcessor(self.channels)
+        return MessagingServicer(
+            route=RouteProcessor(routes, endpoints), assignment=AssignmentProcessor(routes, endpoints),
+            send=SendProcessor(self._producer, transaction, c.max_body_size),
+            consume=ConsumeProcessor(routes, self._brokers, c),
+            client=ClientProcessor(GroupSettingsService(self._admin, c.settings_cache_s), c),
+            transaction=transaction, channels=self.channels)
+
+    async def stop(self) -> None:
+        """Stop accepting calls, end the telemetry streams (they never end by themselves), let in-flight calls
+        finish within the grace period, then close the connections to the cluster."""
+        self.channels.close_all()
+        if self._server is not None:
+            await self._server.stop(self.config.shutdown_grace_s)
+        await self._brokers.close()
+        for closable in (self._producer, self._admin):
+            if closable is not None:
+                await asyncio.to_thread(closable.close)
+        log.info("proxy_stopped port=%d", self.port)

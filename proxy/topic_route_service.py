@@ -1,0 +1,85 @@
+"""Routes and broker addresses for the processors, from the SDK's route cache (``client/client_instance.py``, 30 s).
+
+The SDK asks the name server synchronously on a cache miss, so every look-up runs in a worker thread: one client's
+miss never stalls the event loop that serves every other client. SDK errors become v2 statuses here."""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from client.client_instance import ClientInstance
+from client.errors import MQClientError
+from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of
+from common.perm import is_readable
+from common.response_code import ResponseCode
+from proto import common_pb2
+from proxy.v2_codes import Code, ProxyError, from_response_code
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StaticView:
+    """A static topic as v2 clients see it: ``total`` logic queues, each led by a broker (or nobody)."""
+
+    total: int
+    leaders: dict[int, str]  # logic id -> broker name (VIRTUAL_BROKER_NAME: nobody leads it right now)
+
+    def led(self, logic_id: int) -> bool:
+        return self.leaders.get(logic_id, VIRTUAL_BROKER_NAME) != VIRTUAL_BROKER_NAME
+
+
+class TopicRouteService:
+    def __init__(self, client: ClientInstance) -> None:
+        self.client = client
+
+    async def route(self, topic: str, for_publish: bool = False) -> common_pb2.TopicRouteData:
+        """The topic's route; ``for_publish``: an unknown topic borrows TBW102's (brokers that create topics on
+        their first send), as the SDK's producer does."""
+        return await self._ask(f"route of topic {topic}", lambda: self.client.route(topic, for_publish=for_publish))
+
+    async def master_addr(self, topic: str, broker_name: str) -> str:
+        """The master of ``broker_name`` (POP state and every write live there)."""
+        return await self._ask(f"broker {broker_name} of topic {topic}",
+                               lambda: self.client.master_addr(topic, broker_name))
+
+    async def leader_addr(self, topic: str, logic_id: int) -> str:
+        """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``."""
+        return await self._ask(f"logic queue {logic_id} of topic {topic}",
+                               lambda: self.client.leader_addr(topic, logic_id))
+
+    @staticmethod
+    def static_view(route: common_pb2.TopicRouteData) -> StaticView | None:
+        """The logic queues of a static topic's route; None for a normal topic."""
+        if not is_static(route):
+            return None
+        total, leaders = logic_queue_leaders(route)
+        return StaticView(total, leaders)
+
+    @staticmethod
+    def readable_brokers(route: common_pb2.TopicRouteData) -> list[str]:
+        """Names of the brokers that serve reads of a normal topic and have a master (POP pops on the master)."""
+        return sorted(qd.broker_name for qd in route.queue_datas
+                      if is_readable(qd.perm) and qd.read_queue_nums > 0 and master_of(route, qd.broker_name))
+
+    @staticmethod
+    async def _ask(what: str, call: Callable[[], T]) -> T:
+        try:
+            return await asyncio.to_thread(call)
+        except MQClientError as exc:
+            raise client_error(what, exc) from None
+
+
+def client_error(what: str, exc: MQClientError) -> ProxyError:
+    """An SDK error as a v2 status: the broker's or name server's code where it gave one."""
+    if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+        return ProxyError(Code.TOPIC_NOT_FOUND, f"{what}: the topic does not exist")
+    if exc.code is not None:
+        return ProxyError(from_response_code(exc.code), str(exc))
+    text = str(exc)
+    if "invalid argument" in text:  # the SDK's wording for a gRPC INVALID_ARGUMENT from a broker
+        return ProxyError(Code.BAD_REQUEST, text)
+    if "DEADLINE_EXCEEDED" in text:
+        return ProxyError(Code.PROXY_TIMEOUT, text)
+    return ProxyError(Code.INTERNAL_SERVER_ERROR, text)

@@ -1,0 +1,220 @@
+"""Broker-side POP with real daemons (SimpleConsumer): every message once with acks, redelivery after the
+invisible time with the reconsume count raised, changing the invisible time, dead letters after retryMaxTimes,
+FIFO message groups, and in-flight state that survives a SIGKILL."""
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
+from common.group_topics import dlq_topic
+from common.message_properties import PROPERTY_SHARDING_KEY
+from tests.cluster import Cluster, make_cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = make_cluster(tmp_path_factory.mktemp("pop"), registerNameServerPeriod=1000)
+    yield c
+    c.stop()
+
+
+def create(cluster: Cluster, topic: str, queues: int = 4, brokers: tuple[str, ...] = ("broker-a", "broker-b"),
+           ) -> None:
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=list(brokers), read_queue_nums=queues, write_queue_nums=queues)
+        wait_until(lambda: {q.broker_name for q in admin.topic_route(topic).queue_datas} >= set(brokers)
+                   if topic in admin.topic_list() else False, what=f"route of {topic}")
+
+
+def produce(cluster: Cluster, topic: str, bodies: list[bytes], **props: str) -> None:
+    with Producer(cluster.addr) as producer:
+        for body in bodies:
+            producer.send(Message(topic, body, properties=dict(props)))
+
+
+def drain(consumer: SimpleConsumer, expected: int, invisible_ms: int = 30_000, deadline_s: float = 20) -> list:
+    got: list = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < expected and time.monotonic() < deadline:
+        batch = consumer.receive(32, invisible_ms, wait_ms=200)
+        if batch:
+            consumer.ack(batch)
+            got += batch
+    return got
+
+
+def test_every_message_once_across_two_brokers_and_two_members(cluster: Cluster):
+    topic, group = "PopOnceT", "pop-once"
+    create(cluster, topic)
+    bodies = [f"m{i}".encode() for i in range(300)]
+    produce(cluster, topic, bodies)
+    got: list = []
+    lock = threading.Lock()
+
+    def member() -> None:
+        with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+            mine = drain(consumer, len(bodies), deadline_s=10)
+            with lock:
+                got.extend(mine)
+
+    threads = [threading.Thread(target=member) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(m.body for m in got) == sorted(bodies)  # each exactly once between the two members
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        assert consumer.receive(32, 1000) == []
+    with PullConsumer(cluster.addr, group=group) as reader:  # progress is the group's committed offset
+        assert sum(reader.committed(mq) for mq in reader.queues(topic)) == len(bodies)
+
+
+def test_unacked_message_comes_back_after_its_invisible_time_with_its_count_raised(cluster: Cluster):
+    topic, group = "PopRetryT", "pop-retry"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"again"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        first = consumer.receive(1, invisible_ms=1000)
+        assert [m.body for m in first] == [b"again"] and first[0].reconsume_times == 0
+        assert consumer.receive(1, invisible_ms=1000) == []  # invisible meanwhile
+        t0 = time.monotonic()
+        second = consumer.receive(1, invisible_ms=5000, wait_ms=3000)
+        assert time.monotonic() - t0 < 2.5  # long polling woke when it came due
+        assert [m.body for m in second] == [b"again"] and second[0].reconsume_times == 1
+        assert second[0].msg_id == first[0].msg_id
+        with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
+            consumer.ack(first)  # the first delivery's handle is void
+        consumer.ack(second)
+        assert consumer.receive(1, invisible_ms=500, wait_ms=1000) == []
+
+
+def test_change_invisible_time_gives_a_new_handle_and_delays_redelivery(cluster: Cluster):
+    topic, group = "PopChangeT", "pop-change"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"slow"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        [msg] = consumer.receive(1, invisible_ms=1000)
+        old = msg.receipt_handle
+        consumer.change_invisible(msg, 4000)
+        assert msg.receipt_handle != old
+        assert consumer.receive(1, invisible_ms=1000, wait_ms=2000) == []  # not back after the first 1 s
+        consumer.ack(msg)
+        with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
+            consumer.change_invisible(msg, 1000)  # acked: nothing to change
+
+
+def test_message_dead_lettered_after_retry_max_times(cluster: Cluster):
+    topic, group = "PopDlqT", "pop-dlq"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        admin.update_subscription_group(group, brokers=["broker-a"], retry_max_times=2)
+    produce(cluster, topic, [b"poison", b"fine"])
+    deliveries = []
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            for msg in consumer.receive(2, invisible_ms=300, wait_ms=300):
+                if msg.body == b"poison":
+                    deliveries.append(msg.reconsume_times)
+                else:
+                    consumer.ack(msg)
+            if len(deliveries) == 3 and dead_letter_bodies(cluster, group):
+                break
+    assert deliveries == [0, 1, 2]  # retryMaxTimes=2: three deliveries, then the dead letters
+    [dead] = dead_letter_bodies(cluster, group)
+    assert dead.body == b"poison" and dead.properties["RETRY_TOPIC"] == topic
+
+
+def dead_letter_bodies(cluster: Cluster, group: str) -> list:
+    with PullConsumer(cluster.addr, group="dlq-reader") as reader:
+        try:
+            queues = reader.queues(dlq_topic(group))
+        except MQClientError:
+            return []
+        out = []
+        for mq in queues:
+            result = reader.pull(mq, 0, 32)
+            if result.status is PullStatus.FOUND:
+                out += result.messages
+        return out
+
+
+def test_fifo_group_keeps_each_message_group_in_order_and_groups_in_parallel(cluster: Cluster):
+    topic, group = "PopFifoT", "pop-fifo"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        admin.update_subscription_group(group, brokers=["broker-a"], consume_message_orderly=True)
+    with Producer(cluster.addr) as producer:
+        for i in range(100):
+            g = "g0" if i % 2 == 0 else "g1"
+            producer.send(Message(topic, f"{g}-{i}".encode(), properties={PROPERTY_SHARDING_KEY: g}))
+    order: dict[str, list[int]] = {"g0": [], "g1": []}
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        first = consumer.receive(32, invisible_ms=800)
+        assert sorted(m.body.split(b"-")[0] for m in first) == [b"g0", b"g1"]  # one per message group at a time
+        # Not acking the g0 message holds g0 back; g1 goes on.
+        held = next(m for m in first if m.body.startswith(b"g0"))
+        consumer.ack([m for m in first if m is not held])
+        order["g1"].append(int(next(m for m in first if m is not held).body.split(b"-")[1]))
+        deadline = time.monotonic() + 30
+        while sum(map(len, order.values())) < 100 and time.monotonic() < deadline:
+            for msg in consumer.receive(32, invisible_ms=800, wait_ms=200):
+                g, i = msg.body.decode().split("-")
+                order[g].append(int(i))
+                consumer.ack(msg)
+    assert order["g0"] == list(range(0, 100, 2))  # the held one came back first, then the rest in order
+    assert order["g1"] == list(range(1, 100, 2))
+
+
+def test_in_flight_state_survives_a_sigkill(tmp_path):
+    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000)
+    try:
+        topic, group = "PopCrashT", "pop-crash"
+        create(c, topic, queues=2, brokers=("broker-a",))
+        bodies = [f"c{i}".encode() for i in range(40)]
+        produce(c, topic, bodies)
+        with SimpleConsumer(c.addr, group=group, topic=topic) as consumer:
+            received = []
+            while len(received) < 40:
+                received += consumer.receive(32, invisible_ms=2000)
+            acked = received[:25]
+            consumer.ack(acked)
+        c.brokers["broker-a"].kill()
+        c.start_broker("broker-a")
+        got = []
+        with SimpleConsumer(c.addr, group=group, topic=topic) as consumer:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(got) < 15:
+                try:
+                    batch = consumer.receive(32, invisible_ms=30_000, wait_ms=500)
+                except MQClientError:  # the route still names the killed process's address for a moment
+                    continue
+                consumer.ack(batch)
+                got += batch
+            assert consumer.receive(32, invisible_ms=1000, wait_ms=300) == []
+        assert sorted(m.body for m in got) == sorted(m.body for m in received[25:])  # un-acked: back, acked: never
+    finally:
+        c.stop()
+
+
+@pytest.mark.parametrize("settings", [{"flushDiskType": "SYNC_FLUSH"}, {"storeType": "defaultRocksDB"}],
+                         ids=["sync-flush", "rocksdb-store"])
+def test_pop_under_sync_flush_and_the_rocksdb_store(tmp_path, settings: dict[str, str]):
+    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000, **settings)
+    try:
+        topic, group = "PopComboT", "pop-combo"
+        create(c, topic, queues=2, brokers=("broker-a",))
+        produce(c, topic, [f"s{i}".encode() for i in range(20)])
+        with SimpleConsumer(c.addr, group=group, topic=topic) as consumer:
+            first = consumer.receive(32, invisible_ms=500)
+            while len(first) < 20:
+                first += consumer.receive(32, invisible_ms=500)
+            consumer.ack(first[:10])
+            again = drain(consumer, 10, invisible_ms=30_000)  # the 10 un-acked come back, once each
+        assert sorted(m.body for m in again) == sorted(m.body for m in first[10:])
+        assert all(m.reconsume_times == 1 for m in again)
+    finally:
+        c.stop()

@@ -1,0 +1,68 @@
+"""Send messages with the official RocketMQ 5 Python client (rocketmq-python-client), through mqproxy.
+
+Runs in the client's own venv (tests/proxy/conftest.py), never with this repository on the path. Prints one line
+per message sent, ``@@ {json}``, and ``@@ {"done": true}`` at the end."""
+
+import argparse
+import json
+import time
+
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+
+def emit(**fields: object) -> None:
+    print("@@", json.dumps(fields), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("endpoint")
+    parser.add_argument("topic")
+    parser.add_argument("count", type=int)
+    parser.add_argument("--mode", choices=("sync", "async"), default="sync")
+    parser.add_argument("--prefix", default="body")
+    parser.add_argument("--tag")
+    parser.add_argument("--keys", action="store_true", help="key-<i> on message i")
+    parser.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--delay-s", type=int, default=0, help="deliver this many seconds after the send")
+    parser.add_argument("--message-group")
+    args = parser.parse_args()
+
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+    producer.startup()
+    try:
+        pending = []
+        for i in range(args.count):
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = f"{args.prefix}-{i}".encode()
+            if args.tag:
+                msg.tag = args.tag
+            if args.keys:
+                msg.keys = f"key-{i}"
+            for prop in args.property:
+                name, _, value = prop.partition("=")
+                msg.add_property(name, value)
+            if args.message_group:
+                msg.message_group = args.message_group
+            if args.delay_s:
+                # The client puts this value into the Timestamp's seconds (its examples pass epoch seconds).
+                msg.delivery_timestamp = int(time.time()) + args.delay_s
+            sent_at = time.time()
+            if args.mode == "sync":
+                receipt = producer.send(msg)
+                emit(i=i, body=msg.body.decode(), message_id=receipt.message_id, offset=receipt.offset,
+                     sent_at=sent_at, deliver_at=msg.delivery_timestamp)
+            else:
+                pending.append((i, msg, sent_at, producer.send_async(msg)))
+        for i, msg, sent_at, future in pending:
+            receipt = future.result(timeout=30)
+            emit(i=i, body=msg.body.decode(), message_id=receipt.message_id, offset=receipt.offset, sent_at=sent_at,
+                 deliver_at=msg.delivery_timestamp)
+    finally:
+        producer.shutdown()
+    emit(done=True)
+
+
+if __name__ == "__main__":
+    main()

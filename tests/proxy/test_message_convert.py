@@ -1,0 +1,125 @@
+"""v2 messages to the project's and back, in process: what each v2 field becomes in the store and what a client
+is handed; and the telemetry channels the transaction work pushes check-backs on."""
+
+import asyncio
+import gzip
+import zlib
+from collections.abc import AsyncIterator
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from client.message_encoding import batch_wire_properties
+from common.message_codec import decode_record, encode_record
+from common.message_id import encode_host
+from common.message_properties import PROPERTY_SHARDING_KEY, PROPERTY_UNIQUE_KEY, decode_properties, encode_properties
+from proto.v2 import definition_pb2, service_pb2
+from proxy.message_convert import RESERVED_PROPERTIES, to_outgoing, to_v2_message
+from proxy.processor.transaction_processor import TransactionProcessor
+from proxy.telemetry_channels import TelemetryChannel, TelemetryChannels
+from proxy.v2_codes import Code, ProxyError
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+def v2(body: bytes = b"hello", **system: object) -> definition_pb2.Message:
+    return definition_pb2.Message(topic=definition_pb2.Resource(name="T"), body=body, user_properties={"color": "red"},
+                                  system_properties=definition_pb2.SystemProperties(message_id="01ABC", **system))
+
+
+def test_a_send_keeps_the_clients_fields_and_id():
+    out = to_outgoing(v2(tag="TagA", keys=["k1", "k2"], message_type=definition_pb2.NORMAL), MAX_BODY)
+    msg = out.message
+    assert (msg.topic, msg.body, msg.tags, msg.key_list()) == ("T", b"hello", "TagA", ["k1", "k2"])
+    assert msg.deliver_at_ms == 0 and msg.delay_level == 0
+    assert msg.properties == {"color": "red", PROPERTY_UNIQUE_KEY: "01ABC"}
+    assert (out.message_id, out.message_group, out.transactional) == ("01ABC", None, False)
+    # the SDK stores the client's id as the unique key, once
+    (wire,) = batch_wire_properties([msg])
+    assert wire.count(PROPERTY_UNIQUE_KEY.encode()) == 1 and decode_properties(wire)[PROPERTY_UNIQUE_KEY] == "01ABC"
+
+
+def test_a_message_group_is_the_sharding_key_and_a_delivery_time_the_timer():
+    fifo = to_outgoing(v2(message_group="order-7", message_type=definition_pb2.FIFO), MAX_BODY)
+    assert fifo.message_group == "order-7" and fifo.message.properties[PROPERTY_SHARDING_KEY] == "order-7"
+    delayed = to_outgoing(v2(delivery_timestamp=Timestamp(seconds=1_800_000_000, nanos=250_000_000),
+                             message_type=definition_pb2.DELAY), MAX_BODY)
+    assert delayed.message.deliver_at_ms == 1_800_000_000_250
+    assert to_outgoing(v2(message_type=definition_pb2.TRANSACTION), MAX_BODY).transactional
+
+
+def test_a_gzip_body_is_stored_as_its_content():
+    out = to_outgoing(v2(gzip.compress(b"x" * 10_000), body_encoding=definition_pb2.GZIP), MAX_BODY)
+    assert out.message.body == b"x" * 10_000
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    (v2(message_group="g", delivery_timestamp=Timestamp(seconds=1)), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (v2(message_type=definition_pb2.DELAY), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (v2(delivery_timestamp=Timestamp(seconds=-5)), Code.ILLEGAL_DELIVERY_TIME),
+    (v2(b"x" * (MAX_BODY + 1)), Code.MESSAGE_BODY_TOO_LARGE),
+    (v2(tag="a\x01b"), Code.ILLEGAL_MESSAGE_TAG),
+    (v2(message_type=definition_pb2.PRIORITY), Code.UNSUPPORTED),
+])
+def test_what_cannot_be_stored_faithfully_is_refused(message: definition_pb2.Message, code: int):
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(message, MAX_BODY)
+    assert err.value.code == code and err.value.message
+
+
+def test_every_property_name_of_the_project_is_reserved():
+    assert {"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TIMER_DELIVER_MS", "REAL_TOPIC", "RETRY_TOPIC",
+            "__SHARDINGKEY"} <= RESERVED_PROPERTIES
+    assert "color" not in RESERVED_PROPERTIES
+
+
+def test_a_popped_record_is_handed_out_with_its_digest_attempt_and_handle():
+    properties = encode_properties({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "01ABC", PROPERTY_SHARDING_KEY: "g1",
+                                    "color": "red"})
+    record = encode_record(b"T", 3, b"body!", properties, queue_offset=41, physical_offset=1234,
+                           store_timestamp=1_700_000_000_500, born_timestamp=1_700_000_000_123,
+                           born_host=encode_host("10.0.0.7:5555"), store_host=encode_host("127.0.0.1:10911"))
+    msg = to_v2_message(decode_record(record), "T", "v1|broker-a|3|41|7|99|2", 2, 30_000)
+    sp = msg.system_properties
+    assert (msg.topic.name, msg.body, dict(msg.user_properties)) == ("T", b"body!", {"color": "red"})
+    assert (sp.message_id, sp.tag, list(sp.keys), sp.message_group) == ("01ABC", "TagA", ["k1", "k2"], "g1")
+    assert sp.body_digest.type == definition_pb2.CRC32 and sp.body_digest.checksum == f"{zlib.crc32(b'body!'):08X}"
+    assert sp.body_encoding == definition_pb2.IDENTITY and sp.message_type == definition_pb2.FIFO
+    assert (sp.receipt_handle, sp.delivery_attempt, sp.queue_id, sp.queue_offset) == (
+        "v1|broker-a|3|41|7|99|2", 3, 3, 41)
+    assert (sp.born_host, sp.store_host, sp.invisible_duration.seconds) == ("10.0.0.7", "127.0.0.1:10911", 30)
+    assert sp.born_timestamp.ToMilliseconds() == 1_700_000_000_123
+    assert sp.store_timestamp.ToMilliseconds() == 1_700_000_000_500
+
+
+def test_a_check_back_goes_to_a_producer_of_the_topic_on_its_stream():
+    async def scenario() -> list[service_pb2.TelemetryCommand]:
+        channels = TelemetryChannels()
+        settings = definition_pb2.Settings(client_type=definition_pb2.PRODUCER, publishing=definition_pb2.Publishing(
+            topics=[definition_pb2.Resource(name="T")]))
+        hello = asyncio.Event()
+
+        async def requests() -> AsyncIterator[service_pb2.TelemetryCommand]:
+            yield service_pb2.TelemetryCommand(settings=settings)
+            await asyncio.sleep(3600)  # the client keeps its side open
+
+        async def on_command(channel: TelemetryChannel, command: service_pb2.TelemetryCommand) -> None:
+            channel.settings = command.settings
+            hello.set()
+
+        stream = channels.serve("client-1", requests(), on_command)
+        first = asyncio.ensure_future(stream.__anext__())
+        await hello.wait()
+        transactions = TransactionProcessor(channels)
+        nobody_publishes = definition_pb2.Message(topic=definition_pb2.Resource(name="U"))
+        assert not transactions.recover_orphaned_transaction(nobody_publishes, "tx-0")
+        assert transactions.recover_orphaned_transaction(v2(), "tx-1")
+        pushed = [await first]
+        channels.close_all()
+        pushed += [command async for command in stream]
+        assert len(channels) == 0
+        return pushed
+
+    (command,) = asyncio.run(scenario())
+    assert command.recover_orphaned_transaction_command.transaction_id == "tx-1"
+    assert command.recover_orphaned_transaction_command.message.topic.name == "T"

@@ -1,0 +1,74 @@
+"""The official RocketMQ 5 Python client sends through mqproxy; this repository's own PullConsumer reads the
+messages back from the brokers: the same bodies, tags, keys, properties and message ids, and a delayed message no
+earlier than its delivery time."""
+
+import time
+import uuid
+
+from client import PullConsumer
+from common.message import MessageExt
+from tests.cluster import wait_until
+from tests.proxy.conftest import OfficialClient, ProxyCluster
+
+DELAY_S = 3
+
+
+def fresh_topic(proxy_cluster: ProxyCluster, queues: int = 4) -> str:
+    topic = f"ProxySend_{uuid.uuid4().hex[:8]}"
+    proxy_cluster.cluster.create_topic(topic, queues)
+    return topic
+
+
+def pull_all(namesrv: str, topic: str) -> list[MessageExt]:
+    out: list[MessageExt] = []
+    with PullConsumer(namesrv, group=f"pull_{uuid.uuid4().hex[:6]}") as consumer:
+        for mq in consumer.queues(topic):
+            offset = 0
+            while True:
+                result = consumer.pull(mq, offset=offset, max_nums=32)
+                if not result.messages:
+                    break
+                out.extend(result.messages)
+                offset = result.next_begin_offset
+    return out
+
+
+def test_sync_and_async_sends_are_stored_as_sent(proxy_cluster: ProxyCluster, official_client: OfficialClient):
+    topic = fresh_topic(proxy_cluster)
+    sent = []
+    for mode in ("sync", "async"):
+        lines = official_client.run("produce.py", proxy_cluster.endpoint, topic, 10, "--mode", mode,
+                                    "--prefix", mode, "--tag", "TagA", "--keys", "--property", "color=red")
+        sent += [line for line in lines if "message_id" in line]
+    assert len(sent) == 20 and len({s["message_id"] for s in sent}) == 20
+
+    stored = wait_until(lambda: (m := pull_all(proxy_cluster.namesrv, topic)) and len(m) >= 20 and m,
+                        timeout=15, what="20 messages stored")
+    by_id = {m.msg_id: m for m in stored}
+    assert len(stored) == 20 and set(by_id) == {s["message_id"] for s in sent}  # the client's ids, each once
+    for s in sent:
+        msg = by_id[s["message_id"]]
+        assert msg.body.decode() == s["body"]
+        assert msg.tags == "TagA"
+        assert msg.keys == [f"key-{s['i']}"]
+        assert msg.properties["color"] == "red"
+    # round robin over the brokers' queues, as any producer of this cluster
+    assert len({(m.queue_id, m.store_host) for m in stored}) > 1
+
+
+def test_delayed_message_is_not_delivered_before_its_time(proxy_cluster: ProxyCluster,
+                                                          official_client: OfficialClient):
+    topic = fresh_topic(proxy_cluster, queues=2)
+    started = time.time()
+    lines = official_client.run("produce.py", proxy_cluster.endpoint, topic, 1, "--delay-s", DELAY_S,
+                                "--prefix", "later")
+    (sent,) = [line for line in lines if "message_id" in line]
+    due = sent["deliver_at"]  # epoch seconds: what the client put in the message's delivery timestamp
+    assert due >= int(sent["sent_at"]) + DELAY_S - 1
+    while time.time() < due - 0.3:
+        assert pull_all(proxy_cluster.namesrv, topic) == [], "delivered before its delivery time"
+        time.sleep(0.2)
+    (msg,) = wait_until(lambda: pull_all(proxy_cluster.namesrv, topic), timeout=10, what="the delayed message")
+    assert msg.body == b"later-0" and msg.msg_id == sent["message_id"]
+    assert msg.store_timestamp / 1000 >= due - 0.001, "stored in its topic before it was due"
+    assert time.time() - started < DELAY_S + 30

@@ -1,0 +1,257 @@
+"""mqproxy as a daemon, spoken to with this repository's copy of the v2 protos: the ready line, a clean stop, one
+proxy per port, the routes and settings clients rely on, and bad input answered with a v2 status that says what is
+wrong (never status code 0, never a crash: the daemon keeps serving)."""
+
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from client import Admin, PullConsumer
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
+from tests.cluster import REPO, wait_until
+from tests.proxy.conftest import OfficialClient, ProxyCluster, start_proxy
+
+Code = definition_pb2.Code
+
+
+@pytest.fixture(scope="module")
+def stub(proxy_cluster: ProxyCluster) -> Iterator[service_pb2_grpc.MessagingServiceStub]:
+    with grpc.insecure_channel(proxy_cluster.endpoint) as channel:
+        yield service_pb2_grpc.MessagingServiceStub(channel)
+
+
+@pytest.fixture(scope="module")
+def topic(proxy_cluster: ProxyCluster) -> str:
+    name = f"ProxyDaemon_{uuid.uuid4().hex[:8]}"
+    proxy_cluster.cluster.create_topic(name, 4)
+    return name
+
+
+def endpoints(host: str, port: int) -> definition_pb2.Endpoints:
+    return definition_pb2.Endpoints(scheme=definition_pb2.IPv4,
+                                    addresses=[definition_pb2.Address(host=host, port=port)])
+
+
+def v2_message(topic: str, body: bytes = b"x", message_id: str = "", **system: object) -> definition_pb2.Message:
+    return definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=body,
+                                  system_properties=definition_pb2.SystemProperties(
+                                      message_id=message_id or uuid.uuid4().hex.upper(), **system))
+
+
+def send(stub: service_pb2_grpc.MessagingServiceStub, *messages: definition_pb2.Message,
+         **user_properties: str) -> service_pb2.SendMessageResponse:
+    for m in messages:
+        m.user_properties.update(user_properties)
+    return stub.SendMessage(service_pb2.SendMessageRequest(messages=messages), timeout=10)
+
+
+# -- the daemon ----------------------------------------------------------------------------------------------------
+def test_ready_line_then_sigterm_stops_it_cleanly(proxy_cluster: ProxyCluster, tmp_path: Path):
+    proxy = start_proxy(tmp_path, proxy_cluster.namesrv)
+    assert any(line.startswith("mqproxy ready on 127.0.0.1:") for line in proxy.stdout_lines)
+    assert proxy.stop(signal.SIGTERM) == 0
+    log = proxy.log()
+    assert "proxy_started host=127.0.0.1" in log and "proxy_stopped" in log and "Traceback" not in log
+
+
+def test_a_second_proxy_on_the_same_port_exits_with_one_line(proxy_cluster: ProxyCluster):
+    port = proxy_cluster.endpoint.rsplit(":", 1)[1]
+    proc = subprocess.run([sys.executable, "-m", "proxy.main", "-n", proxy_cluster.namesrv, "-p", port], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"mqproxy: error: cannot listen on 127.0.0.1:{port}")
+
+
+def test_no_name_server_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "proxy.main", "-p", "0"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "--namesrv-addr" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- routes, assignments, settings ---------------------------------------------------------------------------------
+def test_route_names_master_queues_at_the_access_point_the_client_used(stub, topic: str):
+    asked = endpoints("10.9.8.7", 18081)  # a published port or a load balancer: the client's own access point
+    answer = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic),
+                                                           endpoints=asked), timeout=10)
+    assert answer.status.code == Code.OK
+    queues = answer.message_queues
+    assert sorted({(q.broker.name, q.id) for q in queues}) == [(b, i) for b in ("broker-a", "broker-b")
+                                                               for i in range(4)]
+    for q in queues:
+        assert q.broker.id == 0 and q.broker.endpoints == asked and q.permission == definition_pb2.READ_WRITE
+        assert set(q.accept_message_types) == {definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.DELAY,
+                                               definition_pb2.TRANSACTION}
+
+
+def test_route_without_an_access_point_names_the_proxy(stub, topic: str, proxy_cluster: ProxyCluster):
+    answer = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic)), timeout=10)
+    host, port = proxy_cluster.endpoint.rsplit(":", 1)
+    assert answer.status.code == Code.OK
+    assert {(a.host, a.port) for q in answer.message_queues for a in q.broker.endpoints.addresses} == {
+        (host, int(port))}
+
+
+def test_assignment_is_one_queue_per_broker(stub, topic: str):
+    answer = stub.QueryAssignment(service_pb2.QueryAssignmentRequest(
+        topic=definition_pb2.Resource(name=topic), group=definition_pb2.Resource(name="AssignG"),
+        endpoints=endpoints("127.0.0.1", 1)), timeout=10)
+    assert answer.status.code == Code.OK
+    assert sorted((a.message_queue.broker.name, a.message_queue.id) for a in answer.assignments) == [
+        ("broker-a", -1), ("broker-b", -1)]
+
+
+def telemetry(stub, settings: definition_pb2.Settings) -> service_pb2.TelemetryCommand:
+    call = stub.Telemetry(iter([service_pb2.TelemetryCommand(settings=settings)]),
+                          metadata=[("x-mq-client-id", f"test-{uuid.uuid4().hex[:6]}")], timeout=10)
+    return next(call)
+
+
+def test_settings_reply_tells_producers_the_body_limit_and_consumers_their_group_settings(stub, topic: str):
+    producer = telemetry(stub, definition_pb2.Settings(
+        client_type=definition_pb2.PRODUCER,
+        publishing=definition_pb2.Publishing(topics=[definition_pb2.Resource(name=topic)])))
+    assert producer.status.code == Code.OK
+    assert producer.settings.publishing.max_body_size == 4 * 1024 * 1024  # without it every send fails client-side
+    assert producer.settings.backoff_policy.max_attempts == 3
+
+    consumer = telemetry(stub, definition_pb2.Settings(
+        client_type=definition_pb2.SIMPLE_CONSUMER,
+        subscription=definition_pb2.Subscription(group=definition_pb2.Resource(name="SettingsG"))))
+    assert consumer.status.code == Code.OK
+    sub = consumer.settings.subscription
+    assert (sub.fifo, sub.receive_batch_size, sub.long_polling_timeout.seconds) == (False, 32, 20)
+    assert consumer.settings.backoff_policy.max_attempts == 17  # retryMaxTimes 16, plus the first delivery
+    assert [d.seconds for d in consumer.settings.backoff_policy.customized_backoff.next][:4] == [1, 5, 10, 30]
+
+
+def test_settings_of_a_fifo_group_say_fifo(stub, proxy_cluster: ProxyCluster):
+    with Admin(proxy_cluster.namesrv) as admin:
+        admin.update_subscription_group("FifoSettingsG", cluster="DefaultCluster", consume_message_orderly=True,
+                                        retry_max_times=3)
+    consumer = telemetry(stub, definition_pb2.Settings(
+        client_type=definition_pb2.PUSH_CONSUMER,
+        subscription=definition_pb2.Subscription(group=definition_pb2.Resource(name="FifoSettingsG"))))
+    assert consumer.settings.subscription.fifo and consumer.settings.backoff_policy.max_attempts == 4
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("message", "code"), [
+    (lambda t: v2_message("bad topic!", b"x"), Code.ILLEGAL_TOPIC),
+    (lambda t: v2_message("%DLQ%someGroup", b"x"), Code.ILLEGAL_TOPIC),
+    (lambda t: v2_message(t, b""), Code.MESSAGE_BODY_EMPTY),
+    (lambda t: v2_message(t, b"x" * (4 * 1024 * 1024 + 1)), Code.MESSAGE_BODY_TOO_LARGE),
+    (lambda t: definition_pb2.Message(topic=definition_pb2.Resource(name=t), body=b"x"), Code.ILLEGAL_MESSAGE_ID),
+    (lambda t: v2_message(t, tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+    (lambda t: v2_message(t, keys=["ok", " "]), Code.ILLEGAL_MESSAGE_KEY),
+    (lambda t: v2_message(t, message_group="g" * 65), Code.ILLEGAL_MESSAGE_GROUP),
+    (lambda t: v2_message(t, message_type=definition_pb2.FIFO), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (lambda t: v2_message(t, body_encoding=definition_pb2.GZIP), Code.MESSAGE_CORRUPTED),
+    (lambda t: v2_message(t, message_type=definition_pb2.LITE), Code.UNSUPPORTED),
+], ids=["topic", "system-topic", "empty-body", "body-too-large", "no-message-id", "tag", "key", "group",
+        "type-conflict", "not-gzip", "lite"])
+def test_bad_messages_are_refused_with_the_code_that_names_the_fault(stub, topic: str, message, code):
+    answer = send(stub, message(topic))
+    assert answer.status.code == code and answer.entries[0].status.code == code, answer
+    assert answer.status.message
+
+
+def test_reserved_property_names_are_refused(stub, topic: str):
+    for name in ("UNIQ_KEY", "TAGS", "__SHARDINGKEY", "TIMER_DELIVER_MS", "RETRY_TOPIC"):
+        answer = send(stub, v2_message(topic), **{name: "forged"})
+        assert answer.status.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY, (name, answer)
+
+
+def test_delivery_time_beyond_the_brokers_limit_is_refused(stub, topic: str):
+    far = int(time.time()) + 30 * 24 * 3600  # timerMaxDelaySec is 3 days
+    answer = send(stub, v2_message(topic, delivery_timestamp=Timestamp(seconds=far), message_type=definition_pb2.DELAY))
+    assert answer.status.code == Code.ILLEGAL_DELIVERY_TIME and "timerMaxDelaySec" in answer.status.message, answer
+
+
+def test_one_bad_message_does_not_fail_the_good_ones(stub, topic: str):
+    answer = send(stub, v2_message(topic, b"good"), v2_message(topic, b""))
+    assert [e.status.code for e in answer.entries] == [Code.OK, Code.MESSAGE_BODY_EMPTY]
+    assert answer.status.code == Code.MULTIPLE_RESULTS
+
+
+def test_bytes_that_are_no_request_get_bad_request(proxy_cluster: ProxyCluster):
+    with grpc.insecure_channel(proxy_cluster.endpoint) as channel:
+        call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage", request_serializer=None,
+                                   response_deserializer=service_pb2.SendMessageResponse.FromString)
+        answer = call(b"\xff\xff\xff\xff", timeout=10)
+    assert answer.status.code == Code.BAD_REQUEST and "does not parse" in answer.status.message
+
+
+def test_bad_receipt_handles_and_names_are_refused(stub, topic: str):
+    ack = stub.AckMessage(service_pb2.AckMessageRequest(
+        group=definition_pb2.Resource(name="G"), topic=definition_pb2.Resource(name=topic),
+        entries=[service_pb2.AckMessageEntry(message_id="m", receipt_handle="not-a-handle")]), timeout=10)
+    assert ack.status.code == Code.INVALID_RECEIPT_HANDLE and ack.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
+    change = stub.ChangeInvisibleDuration(service_pb2.ChangeInvisibleDurationRequest(
+        group=definition_pb2.Resource(name="G"), topic=definition_pb2.Resource(name=topic), receipt_handle="x",
+        invisible_duration=Duration(seconds=5)), timeout=10)
+    assert change.status.code == Code.INVALID_RECEIPT_HANDLE
+    route = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name="")), timeout=10)
+    assert route.status.code == Code.ILLEGAL_TOPIC
+    receive = list(stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(
+        group=definition_pb2.Resource(name="bad group"), message_queue=definition_pb2.MessageQueue(
+            topic=definition_pb2.Resource(name=topic)), batch_size=1), timeout=10))
+    assert [r.status.code for r in receive] == [Code.ILLEGAL_CONSUMER_GROUP]
+    receive = list(stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(
+        group=definition_pb2.Resource(name="G"), message_queue=definition_pb2.MessageQueue(
+            topic=definition_pb2.Resource(name=topic)), batch_size=1,
+        filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="a || ")), timeout=10))
+    assert [r.status.code for r in receive] == [Code.ILLEGAL_FILTER_EXPRESSION]
+
+
+def test_what_is_not_served_answers_a_status_not_code_zero(stub, topic: str):
+    end = stub.EndTransaction(service_pb2.EndTransactionRequest(topic=definition_pb2.Resource(name=topic),
+                                                                message_id="m", transaction_id="nope"), timeout=10)
+    assert end.status.code not in (Code.CODE_UNSPECIFIED, Code.OK) and end.status.message
+    pull = list(stub.PullMessage(service_pb2.PullMessageRequest(), timeout=10))
+    assert [p.status.code for p in pull] == [Code.NOT_IMPLEMENTED]
+    recall = stub.RecallMessage(service_pb2.RecallMessageRequest(), timeout=10)
+    assert recall.status.code == Code.UNSUPPORTED
+    heartbeat = stub.Heartbeat(service_pb2.HeartbeatRequest(client_type=definition_pb2.PRODUCER), timeout=10)
+    assert heartbeat.status.code == Code.OK
+
+
+def test_still_serving_after_bad_input(stub, topic: str, proxy_cluster: ProxyCluster):
+    assert proxy_cluster.proxy.alive
+    answer = send(stub, v2_message(topic, b"after"))
+    assert answer.status.code == Code.OK and answer.entries[0].message_id
+    assert "Traceback" not in proxy_cluster.proxy.log()
+
+
+# -- static topics -------------------------------------------------------------------------------------------------
+def test_static_topic_is_its_logic_queues_and_sends_land_in_them(proxy_cluster: ProxyCluster, stub,
+                                                                 official_client: OfficialClient):
+    topic = f"ProxyStatic_{uuid.uuid4().hex[:8]}"
+    with Admin(proxy_cluster.namesrv) as admin:
+        admin.update_static_topic(topic, 3, cluster="DefaultCluster")
+        wait_until(lambda: admin.is_static_topic(topic), timeout=15, what="the static topic routed")
+    answer = stub.QueryRoute(service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic)), timeout=10)
+    assert sorted((q.broker.name, q.id, q.permission) for q in answer.message_queues) == [
+        (LOGICAL_QUEUE_MOCK_BROKER_NAME, i, definition_pb2.READ_WRITE) for i in range(3)]
+
+    lines = official_client.run("produce.py", proxy_cluster.endpoint, topic, 9, "--prefix", "static")
+    sent = {line["message_id"] for line in lines if "message_id" in line}
+    with PullConsumer(proxy_cluster.namesrv, group="static_reader") as consumer:
+        def stored() -> dict[str, int]:
+            found = {}
+            for mq in consumer.queues(topic):
+                assert mq.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
+                for msg in consumer.pull(mq, offset=0, max_nums=32).messages:
+                    found[msg.msg_id] = mq.queue_id
+            return found if len(found) >= 9 else {}
+        found = wait_until(stored, timeout=15, what="the static topic's messages")
+    assert set(found) == sent and set(found.values()) == {0, 1, 2}  # round robin over the logic queues
