@@ -148,8 +148,8 @@ class Producer:
         if is_logic_queue(mq):
             raise MQClientError(f"topic {send.topic} is a static topic: transactional messages on static topics are "
                                 "not supported")
-        assert self._sessions is not None
-        self._sessions.add_topic(send.topic)  # sessions with its brokers before any check can be due
+        if self._sessions is not None:  # the proxy keeps sessions of its own, per v2 client
+            self._sessions.add_topic(send.topic)  # sessions with its brokers before any check can be due
         future: Future[SendResult] = Future()
         self._attempt(send, mq, True, 1 + self.retry_times, future)
         return future.result()

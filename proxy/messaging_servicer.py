@@ -131,7 +131,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(service_pb2.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
-        return await self.client.notify_client_termination(request, client_id(context))
+        cid = client_id(context)
+        await self.transaction.client_gone(cid)
+        return await self.client.notify_client_termination(request, cid)
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[service_pb2.TelemetryCommand]:
         cid = client_id(context)
@@ -139,8 +141,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             yield service_pb2.TelemetryCommand(status=definition_pb2.Status(
                 code=Code.CLIENT_ID_REQUIRED, message=f"a telemetry stream needs the {CLIENT_ID_HEADER} header"))
             return
-        async for command in self.channels.serve(cid, request_iterator, self._on_telemetry_command):
-            yield command
+        try:
+            async for command in self.channels.serve(cid, request_iterator, self._on_telemetry_command):
+                yield command
+        finally:
+            if self.channels.get(cid) is None:  # not reopened meanwhile: the client is gone
+                await self.transaction.client_gone(cid)
 
     async def _on_telemetry_command(self, channel: TelemetryChannel,
                                     command: Any) -> service_pb2.TelemetryCommand | None:

@@ -44,6 +44,7 @@ class ProxyServer:
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self._producer: Producer | None = None
+        self._transaction: TransactionProcessor | None = None
         self._admin: Admin | None = None
         self._brokers = BrokerChannels()
         self.channels = TelemetryChannels()
@@ -72,7 +73,8 @@ class ProxyServer:
         self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000))
         routes = TopicRouteService(self._producer.client)  # one route cache for sends and the rest
         endpoints = own_endpoints(c.host, self.port)
-        transaction = TransactionProcessor(self.channels)
+        self._transaction = TransactionProcessor(self.channels, self._producer)
+        transaction = self._transaction
         return MessagingServicer(
             route=RouteProcessor(routes, endpoints), assignment=AssignmentProcessor(routes, endpoints),
             send=SendProcessor(self._producer, transaction, c.max_body_size),
@@ -87,6 +89,8 @@ class ProxyServer:
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
         await self._brokers.close()
+        if self._transaction is not None:
+            await asyncio.to_thread(self._transaction.close)
         for closable in (self._producer, self._admin):
             if closable is not None:
                 await asyncio.to_thread(closable.close)
