@@ -16,7 +16,7 @@ from cluster.daemon_process import (
 from cluster.daemon_process import start_namesrv as _start_namesrv
 
 __all__ = ["REPO", "Daemon", "DaemonStartError", "process_rss_mib", "start_broker", "start_daemon", "start_echo",
-           "start_namesrv", "stop_all", "wait_until"]
+           "start_namesrv", "start_proxy", "stop_all", "wait_until"]
 
 
 def start_echo(workdir: Path) -> Daemon:
@@ -25,6 +25,12 @@ def start_echo(workdir: Path) -> Daemon:
 
 def start_namesrv(workdir: Path) -> Daemon:
     return _start_namesrv(workdir / "namesrv")
+
+
+def start_proxy(workdir: Path, namesrv_addr: str) -> Daemon:
+    """mqproxy (the v2 gRPC proxy) for the cluster of ``namesrv_addr``, as the proxy's tests start it."""
+    return start_daemon("mqproxy", "proxy.main", ["-n", namesrv_addr, "--host", "127.0.0.1", "-p", "0"],
+                        workdir / "mqproxy")
 
 
 def stop_all(daemons: Iterable[Daemon]) -> None:

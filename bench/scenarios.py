@@ -68,6 +68,7 @@ GROUP_METRICS: list[Metric] = []  # declared by bench/group_bench.py
 HA_METRICS: list[Metric] = []  # declared by bench/ha_bench.py
 FAILOVER_METRICS: list[Metric] = []  # declared by bench/failover_bench.py
 POP_METRICS: list[Metric] = []  # declared by bench/pop_bench.py
+PROXY_METRICS: list[Metric] = []  # declared by bench/proxy_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),
@@ -79,6 +80,8 @@ OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("failover", 16, "controller failover under load: 2 replicas + a plain broker, SDK here", FAILOVER_METRICS,
      False),
     ("pop", 17, "POP consumption: name server + 1 broker, consumers here", POP_METRICS, False),
+    ("proxy", 17, "produce through mqproxy: name server + 1 broker + proxy, official client vs our SDK",
+     PROXY_METRICS, False),
 ]
 
 

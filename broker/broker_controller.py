@@ -1,6 +1,7 @@
 """Wires the broker together: store, metadata, processors, gRPC server, name server registration."""
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -58,6 +59,8 @@ from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
 from broker.transaction.transaction_service import TransactionConfig, TransactionService
 from broker.transaction_servicer import TransactionServicer
+from common.refusal import Refusal
+from common.response_code import ResponseCode
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
@@ -70,6 +73,7 @@ from proto import (
     tiered_pb2_grpc,
     transaction_pb2_grpc,
 )
+from proto.broker_pb2 import LOGIC
 
 log = logging.getLogger(__name__)
 
@@ -311,34 +315,58 @@ class BrokerController:
                                                   self.topic_queue_mapping_manager, self.static_topics,
                                                   self.local_store))
         self.tiered_servicer = TieredServicer(TieredProcessor(c.broker_name, self.tiered, self.topic_config_manager))
+        # POP: its in-flight state in its own RocksDB; an offset reset restarts a POP group's queues there too.
+        self.pop_state = PopStateStore(Path(c.store_path_root_dir) / "pop",
+                                       sync=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+        pop_service = PopService(c.broker_name, self.pop_state, lambda *a: self.pop_servicer.processor.dead_letter(*a),
+                                 self._pop_progress)
         self.consumer_groups = ConsumerGroupProcessor(
             broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
             on_topics_changed=self._announce,
-            takes_writes=lambda: self.local_store.running_flags.replica_reason is None)
+            takes_writes=lambda: self.local_store.running_flags.replica_reason is None,
+            on_offsets_reset=pop_service.reset)
         send_back = SendMsgBackProcessor(self.topic_config_manager, self.subscription_group_manager,
                                          self.local_store, self.timer.router, self._announce)
         self.consumer_servicer = ConsumerServicer(self.consumer_groups, send_back, self.ha)
         self.transaction_servicer = TransactionServicer(self.transactions.processor(
             self.local_store, self.topic_config_manager), self.transactions.producers, self.ha)
-        self.pop_servicer = self._pop_servicer(send_back)
+        self.pop_servicer = self._pop_servicer(pop_service, send_back)
 
-    def _pop_servicer(self, send_back: SendMsgBackProcessor) -> PopServicer:
-        """POP: its in-flight state in its own RocksDB, dead letters through the consumer groups' path."""
+    def _pop_servicer(self, pop_service: PopService, send_back: SendMsgBackProcessor) -> PopServicer:
+        """POP's requests; its dead letters go through the consumer groups' path."""
         c = self.config
-        sync = c.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self.pop_state = PopStateStore(Path(c.store_path_root_dir) / "pop", sync=sync)
         processor = PopMessageProcessor(
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
-            pop=PopService(c.broker_name, self.pop_state, self.store, lambda *a: processor.dead_letter(*a),
-                           self._pop_progress),
-            send_back=send_back, refusal=self._pop_refusal)
-        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, in_thread=sync)
+            pop=pop_service, send_back=send_back, refusal=self._pop_refusal,
+            replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()))
+        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms)
+
+    def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From a worker thread: until the slaves have the commitlog to its end now (at once but for a
+        SYNC_MASTER); a Refusal when they do not in time."""
+        ha = self.ha
+        if ha is None:
+            return
+        end = self.local_store.commit_log.max_offset()
+        code = asyncio.run_coroutine_threadsafe(ha.wait_replicated(end, ha.slave_timeout_s), loop).result()
+        if code != ResponseCode.SUCCESS:
+            raise Refusal(ResponseCode(code), "the write is not on the slaves yet")
 
     def _pop_progress(self, group: str, topic: str, queue_id: int, consumed: int) -> None:
-        """POP's progress is the group's committed offset too (lag, consumerProgress, a failover's restart)."""
+        """POP's progress is the group's committed offset too (lag, consumerProgress, a failover's restart; a
+        static topic's in logic terms, where its pulls and the next leader's pops look for it)."""
+        if self.topic_queue_mapping_manager.get(topic) is not None:
+            try:
+                ctx = self.static_topics.context(topic, queue_id, LOGIC)
+                if ctx is not None:
+                    self.static_topics.commit_offset(ctx, group, consumed)
+            except Refusal as exc:  # no longer the leader, or an older item's broker is down: committed later
+                log.warning("pop_commit_offset_failed group=%s topic=%s queue=%d offset=%d error=%s", group, topic,
+                            queue_id, consumed, exc.remark)
+            return
         if self.consumer_offset_manager.query_offset(group, topic, queue_id) != consumed:
             self.consumer_offset_manager.commit_offset(group, topic, queue_id, consumed)
 

@@ -1,10 +1,13 @@
 """The broker's POP face (proto/pop.proto): decode, call the processor, encode. A pop that finds nothing waits
-(long polling) for a message to arrive on its queues or an in-flight one to come due, then tries once more."""
+(long polling) for a message to arrive on its queues or an in-flight one to come due, then tries once more.
+
+Every POP call runs off the event loop: POP's one lock may be held by a call that waits on another broker (a
+static topic's older item), an fsync (SYNC_FLUSH) or a dead letter's replication, and the loop must never wait
+for it."""
 
 import asyncio
 import time
 
-from broker.broker_servicer import run
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
 from broker.processor.pop_message_processor import PopMessageProcessor
@@ -16,12 +19,11 @@ from proto import pop_pb2, pop_pb2_grpc
 
 @rpc_boundary(pop_pb2.DESCRIPTOR.services_by_name["PopService"])
 class PopServicer(pop_pb2_grpc.PopServiceServicer):
-    def __init__(self, processor: PopMessageProcessor, hold_service: PullRequestHoldService, max_suspend_ms: int,
-                 in_thread: bool) -> None:
+    def __init__(self, processor: PopMessageProcessor, hold_service: PullRequestHoldService,
+                 max_suspend_ms: int) -> None:
         self.processor = processor
         self.hold_service = hold_service
         self.max_suspend_ms = max_suspend_ms
-        self.in_thread = in_thread  # SYNC_FLUSH: state writes are synced, dead letters wait for their fsync
 
     async def PopMessage(self, request, context):
         return await self._pop(request)
@@ -33,13 +35,13 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
 
     async def AckMessageStream(self, request_iterator, context):
         async for frame in answer_frames(request_iterator, self._ack, pop_pb2.AckMessageResponse,
-                                         in_order=not self.in_thread, rpc="AckMessageStream"):
+                                         in_order=False, rpc="AckMessageStream"):
             yield frame
 
     async def _pop(self, request: pop_pb2.PopMessageRequest) -> pop_pb2.PopMessageResponse:
         deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
         while True:
-            outcome: PopOutcome = await run(self.processor.pop, request, in_thread=self.in_thread)
+            outcome: PopOutcome = await asyncio.to_thread(self.processor.pop, request)
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0:
                 return _response(outcome)
@@ -51,10 +53,10 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         return await self._ack(request)
 
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
-        return await run(self.processor.ack, request, in_thread=self.in_thread)
+        return await asyncio.to_thread(self.processor.ack, request)
 
     async def ChangeInvisibleTime(self, request, context):
-        return await run(self.processor.change_invisible_time, request, in_thread=self.in_thread)
+        return await asyncio.to_thread(self.processor.change_invisible_time, request)
 
     async def ForwardToDeadLetterQueue(self, request, context):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)

@@ -18,10 +18,11 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.pulled_messages import PulledMessages
 from client.rpc_stream import RpcStream
+from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import MessageExt
 from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
 from common.response_code import ResponseCode
-from proto import pop_pb2, pop_pb2_grpc
+from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
 
@@ -51,16 +52,19 @@ class SimpleConsumer:
         the last broker asked holds an empty receive until a message arrives or the time is up."""
         if not 1 <= max_nums <= MAX_RECEIVE:
             raise MQClientError(f"max_nums {max_nums} is outside 1..{MAX_RECEIVE}")
-        brokers = self._brokers()
+        brokers, addressing = self._brokers()
         start = next(self._turn)
         for i in range(len(brokers)):
             broker_name = brokers[(start + i) % len(brokers)]
             last = i == len(brokers) - 1
             request = pop_pb2.PopMessageRequest(
                 group=self.group, topic=self.topic, queue_id=-1, expression=self.tags, max_msg_nums=max_nums,
-                invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0)
+                invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0, addressing=addressing)
             addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
                                              request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
+            if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:  # a static topic was remapped: new leaders
+                self.client.invalidate_route(self.topic)
+                continue
             if response.code == ResponseCode.PULL_NOT_FOUND:
                 continue
             if response.code != ResponseCode.SUCCESS:
@@ -78,11 +82,19 @@ class SimpleConsumer:
         by_broker: dict[str, list[str]] = {}
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
             by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
-        for broker_name, handles in by_broker.items():
+        failure: MQClientError | None = None
+        for broker_name, handles in by_broker.items():  # every broker's acks go, whatever another one answered
             request = pop_pb2.AckMessageRequest(group=self.group, topic=self.topic, receipt_handles=handles)
-            addr, response = self._on_stream("ack", broker_name, self.client.ack_stream, request)
+            try:
+                addr, response = self._on_stream("ack", broker_name, self.client.ack_stream, request)
+            except MQClientError as exc:
+                failure = failure or exc
+                continue
             if response.code != ResponseCode.SUCCESS:
-                raise business_error(f"ack of {self.topic} messages", addr, response.code, response.remark)
+                failure = failure or business_error(f"ack of {self.topic} messages", addr, response.code,
+                                                    response.remark)
+        if failure is not None:
+            raise failure
 
     def change_invisible(self, msg: MessageExt, invisible_ms: int) -> None:
         """Keep ``msg`` invisible for ``invisible_ms`` from now; its ``receipt_handle`` becomes the new one."""
@@ -95,11 +107,20 @@ class SimpleConsumer:
                                  response.remark)
         msg.receipt_handle = response.receipt_handle
 
-    def _brokers(self) -> list[str]:
-        names = sorted({mq.broker_name for mq in self.client.subscribe_queues(self.topic)})
+    def _brokers(self) -> tuple[list[str], "broker_pb2.QueueAddressing"]:
+        """The brokers to pop from and how: a normal topic's brokers (their queues), or the brokers leading a
+        static topic's logic queues (each pops the logic queues it leads, LOGIC)."""
+        queues = self.client.subscribe_queues(self.topic)
+        if queues and is_logic_queue(queues[0]):
+            leaders = self.client.logic_leaders(self.topic)
+            names = sorted({b for b in leaders.values() if b != VIRTUAL_BROKER_NAME})
+            addressing = broker_pb2.LOGIC
+        else:
+            names = sorted({mq.broker_name for mq in queues})
+            addressing = broker_pb2.ADDRESSING_UNSPECIFIED
         if not names:
             raise MQClientError(f"topic {self.topic} has no readable queues")
-        return names
+        return names, addressing
 
     def _call(self, what: str, broker_name: str, method: str, request):
         addr = self.client.master_addr(self.topic, broker_name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from common import message_properties
+from common import message_properties, transaction_topic
 from common.message import Message, MessageExt
 from common.message_properties import (
     MAX_PROPERTIES_SIZE,
@@ -26,9 +26,12 @@ from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from proto.v2 import definition_pb2
 from proxy.v2_codes import Code, ProxyError
 
-# Every PROPERTY_* name of the project, read from the module so names the POP and transaction work add there are
-# reserved too without a second list to keep in step.
-RESERVED_PROPERTIES = frozenset(value for name, value in vars(message_properties).items()
+# Every PROPERTY_* name of the project, read from the modules that define them so names added there are reserved
+# too without a second list to keep in step. The transactions' (TRAN_MSG, PGROUP, __transactionId__,
+# TRANSACTION_CHECK_TIMES) live with their topics: a client must not make a normal send a half message, and a
+# check's message or a committed one shows them to no v2 client as user properties (upstream hides them as well).
+RESERVED_PROPERTIES = frozenset(value for module in (message_properties, transaction_topic)
+                                for name, value in vars(module).items()
                                 if name.startswith("PROPERTY_") and isinstance(value, str))
 MAX_MESSAGE_ID_CHARS = 128
 MAX_MESSAGE_GROUP_CHARS = 64  # upstream's maxMessageGroupSize

@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
 from broker.pop.pop_state_store import PopStateStore, PopWrite
-from broker.store.get_message_result import GetMessageStatus
-from broker.store.message_store_reader import MessageStoreReader
+from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from common.message_codec import HEADER_SIZE
 from common.message_properties import PROPERTY_SHARDING_KEY, find_property
 from common.receipt_handle import ReceiptHandle
@@ -34,13 +34,23 @@ QUEUE_OFFSET = struct.Struct(">q")
 MESSAGE_GROUP_NEEDLE = PROPERTY_SHARDING_KEY.encode() + b"\x01"
 MAX_HELD = 4096  # FIFO: messages held back per queue before the scan stops reading ahead
 SCAN_BATCH = 32
+GONE = b""  # _read_one: the message no longer exists (compared by identity)
 
 DeadLetter = Callable[[str, str, bytes, int], None]  # group, topic, record, reconsume times
 Progress = Callable[[str, str, int, int], None]  # group, topic, queue id, consumed offset
 
 
+class QueueReader(Protocol):
+    """What a pop reads queues with: the store (``MessageStoreReader``), or a static topic's logic queues
+    (``broker/pop/logic_queue_reader.py``)."""
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    max_total_bytes: int = ..., tags_codes: set[int] | None = None) -> GetMessageResult: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PopQuery:
+    reader: QueueReader
     group: str
     topic: str
     queue_ids: list[int]  # in the order to try them
@@ -69,11 +79,10 @@ class HandleRefused(Exception):
 
 
 class PopService:
-    def __init__(self, broker_name: str, db: PopStateStore, store: MessageStoreReader, dead_letter: DeadLetter,
+    def __init__(self, broker_name: str, db: PopStateStore, dead_letter: DeadLetter,
                  on_progress: Progress, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.broker_name = broker_name
         self.db = db
-        self.store = store
         self.dead_letter = dead_letter
         self.on_progress = on_progress
         self.clock_ms = clock_ms
@@ -88,23 +97,30 @@ class PopService:
     def pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
         """``first_offset(queue_id)``: where a group that never popped this queue starts."""
         with self._lock:
-            now = self.clock_ms()
-            change = PopWrite()
-            popped: list[Popped] = []
-            scan_offsets: dict[int, int] = {}
-            for queue_id in query.queue_ids:
-                key = (query.group, query.topic, queue_id)
-                state = self._states.get(key)
-                if state is None:
-                    state = self._states[key] = QueuePopState(first_offset(queue_id))
-                    change.scan[key] = state.scan_offset
-                if len(popped) < query.max_nums:
-                    self._pop_queue(query, key, state, now, popped, change)
-                scan_offsets[queue_id] = state.scan_offset
-            self._write(change)
-            expiries = [e for q in query.queue_ids
-                        if (e := self._states[(query.group, query.topic, q)].next_expiry_ms()) is not None]
-            return PopOutcome(popped, scan_offsets, min(expiries, default=None))
+            try:
+                return self._pop(query, first_offset)
+            except BaseException:
+                self._states = self.db.load()  # a failed read or dead letter mid-pop: back to what is durable
+                raise
+
+    def _pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
+        now = self.clock_ms()
+        change = PopWrite()
+        popped: list[Popped] = []
+        scan_offsets: dict[int, int] = {}
+        for queue_id in query.queue_ids:
+            key = (query.group, query.topic, queue_id)
+            state = self._states.get(key)
+            if state is None:
+                state = self._states[key] = QueuePopState(first_offset(queue_id))
+                change.scan[key] = state.scan_offset
+            if len(popped) < query.max_nums:
+                self._pop_queue(query, key, state, now, popped, change)
+            scan_offsets[queue_id] = state.scan_offset
+        self._write(change)
+        expiries = [e for q in query.queue_ids
+                    if (e := self._states[(query.group, query.topic, q)].next_expiry_ms()) is not None]
+        return PopOutcome(popped, scan_offsets, min(expiries, default=None))
 
     def _pop_queue(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, popped: list[Popped],
                    change: PopWrite) -> None:
@@ -115,13 +131,15 @@ class PopService:
             entry = state.in_flight[offset]
             if entry.message_group in busy:
                 continue
-            record = self._read_one(query.topic, key[2], offset)
-            if record is not None and entry.reconsume_times >= query.max_reconsume_times:
+            record = _read_one(query.reader, query.topic, key[2], offset)
+            if record is None:  # not readable now (an older item's broker is busy): owed still, tried next pop
+                continue
+            if record is not GONE and entry.reconsume_times >= query.max_reconsume_times:
                 self.dead_letter(query.group, query.topic, record, entry.reconsume_times)
                 log.info("pop_dead_lettered group=%s topic=%s queue=%d offset=%d reconsume_times=%d", *key, offset,
                          entry.reconsume_times)
-                record = None
-            if record is None:  # dead-lettered, or its commitlog segment expired: nothing is owed any more
+                record = GONE
+            if record is GONE:  # dead-lettered, or its commitlog segment expired: nothing is owed any more
                 del state.in_flight[offset]
                 change.done_in_flight.add((key, offset))
                 continue
@@ -135,10 +153,12 @@ class PopService:
             group = state.held[offset]
             if group in busy:
                 continue
+            record = _read_one(query.reader, query.topic, key[2], offset)
+            if record is None:  # not readable now: still held
+                continue
             del state.held[offset]
             change.done_held.add((key, offset))
-            record = self._read_one(query.topic, key[2], offset)
-            if record is not None:
+            if record is not GONE:
                 self._hand_out(query, key, state, offset, record, 0, group, now, popped, change)
                 busy.add(group)
         self._pop_fresh(query, key, state, now, busy, popped, change)
@@ -148,7 +168,7 @@ class PopService:
         start = state.scan_offset
         while len(popped) < query.max_nums and len(state.held) < MAX_HELD:
             want = query.max_nums - len(popped)
-            result = self.store.get_message(query.topic, key[2], state.scan_offset,
+            result = query.reader.get_message(query.topic, key[2], state.scan_offset,
                                             max(want, SCAN_BATCH) if query.fifo else want,
                                             tags_codes=query.tags_codes)
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # expired before anyone popped them
@@ -218,7 +238,7 @@ class PopService:
             self._write(PopWrite(in_flight={(key, handle.queue_offset): entry}))
             return self._handle(key, handle.queue_offset, entry)
 
-    def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle) -> None:
+    def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle, reader: QueueReader) -> None:
         """The consumer gave up on the message: it goes to %DLQ%<group> now and is done."""
         with self._lock:
             key = (group, topic, handle.queue_id)
@@ -226,11 +246,31 @@ class PopService:
             if why is not None:
                 raise HandleRefused(why)
             entry = self._states[key].in_flight[handle.queue_offset]
-            record = self._read_one(topic, handle.queue_id, handle.queue_offset)
-            if record is not None:
+            record = _read_one(reader, topic, handle.queue_id, handle.queue_offset)
+            if record is None:
+                raise HandleRefused(f"the message at offset {handle.queue_offset} cannot be read now: try again")
+            if record is not GONE:
                 self.dead_letter(group, topic, record, entry.reconsume_times)
             del self._states[key].in_flight[handle.queue_offset]
             self._write(PopWrite(done_in_flight={(key, handle.queue_offset)}))
+
+    def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """An operator reset the group's offsets (``resetOffsetByTime``): its queues restart there; what was in
+        flight or held back is forgotten (its handles are refused), as the offsets say where to be."""
+        with self._lock:
+            change = PopWrite()
+            for queue_id, offset in offsets.items():
+                key = (group, topic, queue_id)
+                old = self._states.get(key)
+                if old is None:  # never popped here: a first pop starts at the committed offset anyway
+                    continue
+                change.done_in_flight |= {(key, o) for o in old.in_flight}
+                change.done_held |= {(key, o) for o in old.held}
+                change.scan[key] = offset
+                self._states[key] = QueuePopState(offset)
+            self._write(change)
+            if change:
+                log.info("pop_offsets_reset group=%s topic=%s queues=%s", group, topic, sorted(change.scan))
 
     def _refusal(self, key: PopKey, handle: ReceiptHandle, now: int) -> str | None:
         if handle.broker_name != self.broker_name:
@@ -269,12 +309,6 @@ class PopService:
         return ReceiptHandle(self.broker_name, key[2], offset, entry.delivery, entry.invisible_until_ms,
                              entry.reconsume_times)
 
-    def _read_one(self, topic: str, queue_id: int, offset: int) -> bytes | None:
-        result = self.store.get_message(topic, queue_id, offset, 1)
-        if result.status is not GetMessageStatus.FOUND or _queue_offset(result.messages[0]) != offset:
-            return None
-        return result.messages[0]
-
     def in_flight_count(self, group: str, topic: str) -> int:
         with self._lock:
             return sum(len(s.in_flight) for (g, t, _), s in self._states.items() if g == group and t == topic)
@@ -282,6 +316,18 @@ class PopService:
     def close(self) -> None:
         with self._lock:
             self.db.close()
+
+
+def _read_one(reader: QueueReader, topic: str, queue_id: int, offset: int) -> bytes | None:
+    """The record at ``offset``; :data:`GONE` when it no longer exists (its segment expired: the queue starts
+    later, or the read skipped past it); None when it cannot be read now (it is still owed)."""
+    result = reader.get_message(topic, queue_id, offset, 1)
+    if result.status is GetMessageStatus.FOUND:
+        return result.messages[0] if _queue_offset(result.messages[0]) == offset else GONE
+    if result.status is GetMessageStatus.OFFSET_TOO_SMALL or (
+            result.status is GetMessageStatus.NO_MATCHED_MESSAGE and result.next_begin_offset > offset):
+        return GONE
+    return None
 
 
 def _queue_offset(record: bytes) -> int:

@@ -9,6 +9,7 @@ Keys (group and topic names cannot hold NUL):
     ``H`` group NUL topic NUL queue id (>i) offset (>q)  -> message group (FIFO: read, held back)
 """
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ IN_FLIGHT = struct.Struct(">qiq")
 SCAN, IN_FLIGHT_TAG, HELD = b"S", b"I", b"H"
 
 
+@functools.lru_cache(maxsize=65536)
 def _queue_key(key: PopKey) -> bytes:
     group, topic, queue_id = key
     return b"%s\x00%s\x00%s" % (group.encode(), topic.encode(), QUEUE_ID.pack(queue_id))

@@ -53,7 +53,8 @@ class ConsumerGroupProcessor:
                  topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
                  consumer_offset_manager: ConsumerOffsetManager, static_topics: StaticTopicService,
                  store: MessageStoreReader, on_topics_changed: Callable[[], None],
-                 takes_writes: Callable[[], bool] = lambda: True) -> None:
+                 takes_writes: Callable[[], bool] = lambda: True,
+                 on_offsets_reset: Callable[[str, str, dict[int, int]], None] = lambda *_: None) -> None:
         self.broker_name = broker_name
         self.manager = manager
         self.locks = locks
@@ -65,6 +66,7 @@ class ConsumerGroupProcessor:
         self.store = store
         self.on_topics_changed = on_topics_changed
         self.takes_writes = takes_writes  # a slave creates no topics: it copies its master's
+        self.on_offsets_reset = on_offsets_reset  # POP restarts the group's queues at the reset offsets
 
     # -- sessions ----------------------------------------------------------------------------------
     async def session(self, frames: AsyncIterator[consumer_pb2.HeartbeatFrame],
@@ -162,6 +164,7 @@ class ConsumerGroupProcessor:
                 offset = self.store.offset_by_time(topic, queue_id, request.timestamp, BoundaryType.LOWER)
                 self.offsets.commit_offset(group, topic, queue_id, offset)
                 offsets.append(self._queue_offset(topic, self.broker_name, queue_id, offset))
+        self.on_offsets_reset(group, topic, {q.queue.queue_id: q.offset for q in offsets})
         log.info("offsets_reset group=%s topic=%s timestamp=%d queues=%d", group, topic, request.timestamp,
                  len(offsets))
         return consumer_pb2.ResetOffsetResponse(code=ResponseCode.SUCCESS, offsets=offsets)

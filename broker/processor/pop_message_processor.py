@@ -9,7 +9,8 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
-from broker.pop.pop_service import HandleRefused, PopOutcome, PopQuery, PopService
+from broker.pop.logic_queue_reader import LogicQueueReader
+from broker.pop.pop_service import HandleRefused, PopOutcome, PopQuery, PopService, QueueReader
 from broker.processor.request_checks import checked_group, checked_queue_id, checked_topic
 from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from broker.processor.subscription_filter import tags_codes_of
@@ -25,6 +26,7 @@ from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
 from proto import consumer_pb2, pop_pb2
+from proto.broker_pb2 import LOGIC
 
 MAX_POP_NUMS = 32  # upstream's limit on one receive
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # upstream proxy's longest invisible time
@@ -34,7 +36,8 @@ class PopMessageProcessor:
     def __init__(self, *, topic_config_manager: TopicConfigManager,
                  subscription_group_manager: SubscriptionGroupManager, consumer_offset_manager: ConsumerOffsetManager,
                  static_topics: StaticTopicService, store: MessageStoreReader, pop: PopService,
-                 send_back: SendMsgBackProcessor, refusal: Callable[[], str | None]) -> None:
+                 send_back: SendMsgBackProcessor, refusal: Callable[[], str | None],
+                 replicated: Callable[[], None] = lambda: None) -> None:
         self.topics = topic_config_manager
         self.groups = subscription_group_manager
         self.offsets = consumer_offset_manager
@@ -43,6 +46,7 @@ class PopMessageProcessor:
         self.service = pop
         self.send_back = send_back
         self.refusal = refusal  # why this broker takes no POP now (a slave: in-flight state lives on the master)
+        self.replicated = replicated  # blocks until what was written is on the slaves (SYNC_MASTER), or raises
         self._turn = itertools.count()
 
     def pop(self, request: pop_pb2.PopMessageRequest) -> PopOutcome:
@@ -53,19 +57,53 @@ class PopMessageProcessor:
         require(0 < request.invisible_time_ms <= MAX_INVISIBLE_MS, f"invisible_time_ms {request.invisible_time_ms} "
                 f"is outside 1..{MAX_INVISIBLE_MS}")
         require(request.poll_time_ms >= 0, f"poll_time_ms {request.poll_time_ms} is negative")
-        config = self._readable_topic(request.topic)
+        require(request.queue_id >= -1, f"queue id {request.queue_id}: a queue id, or -1 for any queue")
         group_config = self._group_config(group)
-        if request.queue_id >= 0:
-            queue_ids = [checked_queue_id(config, request.queue_id, writing=False)]
-        else:
-            require(request.queue_id == -1, f"queue id {request.queue_id}: a queue id, or -1 for any queue")
-            start = next(self._turn)  # each pop of "any queue" starts at the next one: no queue starves
-            n = config.read_queue_nums
-            queue_ids = [(start + i) % n for i in range(n)]
-        query = PopQuery(group, config.topic_name, queue_ids, request.max_msg_nums, request.invisible_time_ms,
+        reader, queue_ids, first_offset = self._queues(group, request)
+        start = next(self._turn)  # each pop of "any queue" starts at the next one: no queue starves
+        queue_ids = [queue_ids[(start + i) % len(queue_ids)] for i in range(len(queue_ids))]
+        query = PopQuery(reader, group, request.topic, queue_ids, request.max_msg_nums, request.invisible_time_ms,
                          _tags_codes(request.expression), group_config.consume_message_orderly,
                          group_config.retry_max_times)
-        return self.service.pop(query, lambda queue_id: self._first_offset(group, config.topic_name, queue_id))
+        outcome = self.service.pop(query, first_offset)
+        if isinstance(reader, LogicQueueReader):  # long polling waits on the leaders' physical queues
+            outcome.scan_offsets = {reader.contexts[q].leader.queue_id: max(
+                reader.contexts[q].leader.physical_of(o), reader.contexts[q].leader.start_offset)
+                for q, o in outcome.scan_offsets.items()}
+        return outcome
+
+    def _queues(self, group: str, request: pop_pb2.PopMessageRequest,
+                ) -> tuple[QueueReader, list[int], Callable[[int], int]]:
+        """How to read the topic, which of its queues to try, and where a group's first pop of a queue starts: a
+        normal topic's queues (one, or all readable ones), or the logic queues of a static topic this broker
+        leads (one addressed LOGIC, or all it leads)."""
+        topic = checked_topic(request.topic)
+        detail = self.static_topics.mapping_manager.get(topic)
+        if detail is None:
+            require(request.addressing != LOGIC, f"topic {topic} is not a static topic: do not address it by "
+                    "logic queue")
+            config = self._readable_topic(topic)
+            queue_ids = ([checked_queue_id(config, request.queue_id, writing=False)] if request.queue_id >= 0
+                         else list(range(config.read_queue_nums)))
+            return self.store, queue_ids, lambda queue_id: self._first_offset(group, topic, queue_id)
+        require(request.addressing == LOGIC, f"topic {topic} is a static topic: pop its logic queues (LOGIC)")
+        if request.queue_id >= 0:
+            ctx = self.static_topics.context(topic, request.queue_id, LOGIC)
+            assert ctx is not None  # LOGIC on a static topic: a context or a refusal
+            contexts = {request.queue_id: ctx}
+        else:  # every logic queue led here
+            contexts = {q: c for q in range(detail.total_queues) if detail.leads(q)
+                        and (c := self.static_topics.context(topic, q, LOGIC)) is not None}
+            if not contexts:
+                raise Refusal(ResponseCode.NOT_LEADER_FOR_QUEUE, f"broker {detail.bname} leads no logic queue of "
+                              f"static topic {topic}")
+        reader = LogicQueueReader(self.static_topics, contexts, group)
+
+        def first_offset(queue_id: int) -> int:
+            committed = self.static_topics.query_offset(contexts[queue_id], group)
+            return committed if committed >= 0 else reader.min_offset(topic, queue_id)
+
+        return reader, list(contexts), first_offset
 
     def ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
         self._check_serving()
@@ -107,7 +145,8 @@ class PopMessageProcessor:
         group, topic = checked_group(request.group), checked_topic(request.topic)
         self._group_config(group)
         try:
-            self.service.forward_to_dead_letter(group, topic, _handle(request.receipt_handle))
+            handle = _handle(request.receipt_handle)
+            self.service.forward_to_dead_letter(group, topic, handle, self._reader_of(group, topic, handle.queue_id))
         except HandleRefused as exc:
             raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return pop_pb2.ForwardToDeadLetterQueueResponse(code=ResponseCode.SUCCESS, dlq_topic=dlq_topic(group))
@@ -123,6 +162,18 @@ class PopMessageProcessor:
             delay_level=-1, max_reconsume_times=-1))
         if response.code != ResponseCode.SUCCESS:  # the in-flight entry stays: dead-lettering is tried again
             raise Refusal(ResponseCode(response.code), f"dead-lettering a message of {topic} failed: {response.remark}")
+        self.replicated()  # a SYNC_MASTER deletes the in-flight entry only once its slaves have the dead letter
+
+    def is_static(self, topic: str) -> bool:
+        """A static topic's requests may call the brokers of older items: the servicer runs them off the loop."""
+        return self.static_topics.mapping_manager.get(topic) is not None
+
+    def _reader_of(self, group: str, topic: str, queue_id: int) -> QueueReader:
+        if self.static_topics.mapping_manager.get(topic) is None:
+            return self.store
+        ctx = self.static_topics.context(topic, queue_id, LOGIC)
+        assert ctx is not None
+        return LogicQueueReader(self.static_topics, {queue_id: ctx}, group)
 
     def _check_serving(self) -> None:
         refusal = self.refusal()
@@ -130,10 +181,6 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, refusal)
 
     def _readable_topic(self, topic: str) -> TopicConfig:
-        checked_topic(topic)
-        if self.static_topics.mapping_manager.get(topic) is not None:
-            raise Refusal(ResponseCode.NO_PERMISSION, f"topic {topic} is a static topic: POP on static topics is "
-                          "not supported yet (pull its logic queues)")
         config = self.topics.select(topic)
         if config is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on this broker")

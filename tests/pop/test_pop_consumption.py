@@ -218,3 +218,21 @@ def test_pop_under_sync_flush_and_the_rocksdb_store(tmp_path, settings: dict[str
         assert all(m.reconsume_times == 1 for m in again)
     finally:
         c.stop()
+
+
+def test_reset_offset_restarts_a_pop_group_from_the_reset_point(cluster: Cluster):
+    topic, group = "PopResetT", "pop-reset"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    bodies = [f"r{i}".encode() for i in range(10)]
+    produce(cluster, topic, bodies)
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        first = consumer.receive(6, invisible_ms=30_000)
+        consumer.ack(first)
+        held = consumer.receive(2, invisible_ms=30_000)  # in flight when the reset comes
+        assert [m.body for m in first + held] == bodies[:8]
+        with Admin(cluster.addr) as admin:
+            admin.reset_offset_by_time(group, topic, 0)  # back to the first message
+        with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
+            consumer.ack(held)  # the reset forgot what was in flight
+        again = drain(consumer, 10, invisible_ms=30_000)
+    assert [m.body for m in again] == bodies  # all of them again, in order, once

@@ -3,23 +3,91 @@ client, installed by pip into a venv of its own and run in subprocesses: its gen
 repository's copy of the same protos in one process, and it writes its logs under ``~/logs`` (HOME is a temp dir).
 
 The client's venv lives in pytest's cache (``.pytest_cache/d/``, git-ignored), made once and reused while its
-stamp names the same version; ``pytest --cache-clear`` or ``make clean`` makes it again."""
+stamp names the same version; ``pytest --cache-clear`` or ``make clean`` makes it again. How it is made is shared
+with the proxy's benchmark: ``cluster/official_client.py``."""
 
+import contextlib
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from cluster.official_client import CLIENT_REQUIREMENT, ClientInstallError, client_env
+from cluster.official_client import install_client as _install_client
 from tests.cluster import Cluster, Daemon, make_cluster, start_daemon
 
-CLIENT_REQUIREMENT = "rocketmq-python-client==5.1.2"
+__all__ = ["CLIENT_REQUIREMENT", "OfficialClient", "ProxyCluster", "RunningScript", "install_client",
+           "running_proxy_cluster", "start_proxy"]
+
 SCRIPTS = Path(__file__).resolve().parent / "official_client"
-INSTALL_TIMEOUT_S = 600
+
+
+@dataclass
+class RunningScript:
+    """An ``official_client/`` script still running: its ``@@ {json}`` lines as they come, a way to wait for one,
+    and ``finish`` (a line ``exit`` on its stdin, then its end)."""
+
+    client: "OfficialClient"
+    name: str
+    proc: subprocess.Popen
+    lines: list[dict] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _drainer: threading.Thread | None = None
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.raw.append(line)
+                if line.startswith("@@ "):
+                    self.lines.append(json.loads(line[3:]))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[dict], bool], timeout: float, what: str) -> dict:
+        """The first line ``predicate`` accepts, waiting up to ``timeout`` s; fails with the script's output."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = next((line for line in self.lines if predicate(line)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    break
+                self._changed.wait(min(left, 0.5))
+        raise AssertionError(f"{self.name}: no line for {what} within {timeout}s\n{self.output()}")
+
+    def finish(self, timeout: float = 30.0) -> list[dict]:
+        """Tell the script to end and wait for it; its lines (the last one ``done``)."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.close()
+        code = self.proc.wait(timeout)
+        if self._drainer is not None:
+            self._drainer.join(5)  # its last lines
+        if code != 0 or not self.lines or not self.lines[-1].get("done"):
+            raise AssertionError(f"{self.name} exited {code}\n{self.output()}")
+        return list(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self) -> str:
+        err = self.client.home / f"{self.name}.stderr"
+        stderr = err.read_text(errors="replace") if err.exists() else ""
+        return (f"stdout:\n{''.join(self.raw)[-3000:]}\nstderr:\n{stderr[-3000:]}\n"
+                f"client log:\n{self.client.log_tail()}")
 
 
 @dataclass
@@ -29,12 +97,28 @@ class OfficialClient:
     python: Path
     home: Path
 
+    @contextlib.contextmanager
+    def start(self, script: str, *args: object) -> Iterator[RunningScript]:
+        """Run ``script`` in the background while the block runs; it is killed if the block leaves before
+        ``finish``."""
+        name = Path(script).stem
+        with (self.home / f"{name}.stderr").open("w") as stderr:
+            proc = subprocess.Popen([str(self.python), "-u", str(SCRIPTS / script), *map(str, args)], cwd=self.home,
+                                    env=client_env(self.home), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=stderr, text=True)
+        running = RunningScript(self, name, proc)
+        running._drainer = threading.Thread(target=running._drain, name=f"drain-{name}", daemon=True)
+        running._drainer.start()
+        try:
+            yield running
+        finally:
+            running.kill()
+
     def run(self, script: str, *args: object, timeout: float = 120.0) -> list[dict]:
         """Run ``script`` to its end; returns its ``@@ {json}`` lines. A failure shows its output."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        env["HOME"] = str(self.home)
-        proc = subprocess.run([str(self.python), str(SCRIPTS / script), *map(str, args)], cwd=self.home, env=env,
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run([str(self.python), str(SCRIPTS / script), *map(str, args)], cwd=self.home,
+                              env=client_env(self.home), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
         lines = [json.loads(line[3:]) for line in proc.stdout.splitlines() if line.startswith("@@ ")]
         if proc.returncode != 0 or not lines or not lines[-1].get("done"):
             raise AssertionError(f"{script} {' '.join(map(str, args))} exited {proc.returncode}\n"
@@ -49,18 +133,10 @@ class OfficialClient:
 
 def install_client(cache_dir: Path) -> Path:
     """A venv with the official client; made once (a stamp names the requirement it holds)."""
-    venv = cache_dir / "venv"
-    python = venv / "bin" / "python"
-    stamp = cache_dir / "installed"
-    if stamp.exists() and stamp.read_text() == CLIENT_REQUIREMENT and python.exists():
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          CLIENT_REQUIREMENT], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-    if pip.returncode != 0:
-        pytest.fail(f"pip install {CLIENT_REQUIREMENT} failed:\n{pip.stdout[-2000:]}\n{pip.stderr[-2000:]}")
-    stamp.write_text(CLIENT_REQUIREMENT)
-    return python
+    try:
+        return _install_client(cache_dir)
+    except ClientInstallError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -88,10 +164,10 @@ def start_proxy(workdir: Path, namesrv_addr: str) -> Daemon:
     return start_daemon("mqproxy", "proxy.main", ["-n", namesrv_addr, "--host", "127.0.0.1", "-p", "0"], workdir)
 
 
-@pytest.fixture(scope="module")
-def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
-    workdir = tmp_path_factory.mktemp("proxy-cluster")
-    cluster = make_cluster(workdir, registerNameServerPeriod=1000)
+@contextlib.contextmanager
+def running_proxy_cluster(workdir: Path, **settings: object) -> Iterator[ProxyCluster]:
+    """A name server, two brokers (``settings``: broker.conf keys for both) and mqproxy, stopped on the way out."""
+    cluster = make_cluster(workdir, registerNameServerPeriod=1000, **settings)
     try:
         proxy = start_proxy(workdir / "mqproxy", cluster.addr)
         try:
@@ -100,3 +176,9 @@ def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyClu
             assert proxy.stop() == 0, proxy.log()[-3000:]
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
+    with running_proxy_cluster(tmp_path_factory.mktemp("proxy-cluster")) as cluster:
+        yield cluster

@@ -68,9 +68,18 @@ def test_what_cannot_be_stored_faithfully_is_refused(message: definition_pb2.Mes
 
 
 def test_every_property_name_of_the_project_is_reserved():
-    assert {"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TIMER_DELIVER_MS", "REAL_TOPIC", "RETRY_TOPIC",
-            "__SHARDINGKEY"} <= RESERVED_PROPERTIES
+    assert {"TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TIMER_DELIVER_MS", "REAL_TOPIC", "RETRY_TOPIC", "__SHARDINGKEY",
+            "TRAN_MSG", "PGROUP", "__transactionId__", "TRANSACTION_CHECK_TIMES"} <= RESERVED_PROPERTIES
     assert "color" not in RESERVED_PROPERTIES
+
+
+@pytest.mark.parametrize("name", ["TRAN_MSG", "PGROUP"])
+def test_a_normal_send_cannot_make_itself_a_half_message(name: str):
+    message = v2(message_type=definition_pb2.NORMAL)
+    message.user_properties[name] = "true"
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(message, MAX_BODY)
+    assert err.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
 
 
 def test_a_popped_record_is_handed_out_with_its_digest_attempt_and_handle():
