@@ -125,6 +125,7 @@ class BrokerController:
         self.transaction_servicer: TransactionServicer
         self.pop_servicer: PopServicer
         self.pop_state: PopStateStore | None = None
+        self.pop_service: PopService | None = None
         self.consumer_manager = ConsumerManager(config.channel_expired_timeout)
         self.rebalance_locks = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self._housekeeping: asyncio.Task | None = None
@@ -165,7 +166,7 @@ class BrokerController:
         epochs = EpochFile(Path(c.store_path_root_dir) / EPOCH_FILE_NAME)
         self.replica_services = ReplicaServices(
             identity, local_store, epochs if c.enable_controller_mode else None, self._slave_synchronize,
-            self._start_master_services, lambda: self.registrar, self._rejoin)
+            self._start_master_services, lambda: self.registrar, self._rejoin, on_follow=self._forget_pop_state)
         if c.enable_controller_mode:  # every replica may serve slaves; what it is comes from the controller
             local_store.keeps_confirm_checkpoint = True
             self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
@@ -318,8 +319,10 @@ class BrokerController:
         # POP: its in-flight state in its own RocksDB; an offset reset restarts a POP group's queues there too.
         self.pop_state = PopStateStore(Path(c.store_path_root_dir) / "pop",
                                        sync=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
-        pop_service = PopService(c.broker_name, self.pop_state, lambda *a: self.pop_servicer.processor.dead_letter(*a),
-                                 self._pop_progress)
+        pop_service = self.pop_service = PopService(
+            c.broker_name, self.pop_state, lambda *a: self.pop_servicer.processor.dead_letter(*a), self._pop_progress)
+        if not c.enable_controller_mode and not c.broker_role.is_master:
+            pop_service.forget("brokerRole=SLAVE")
         self.consumer_groups = ConsumerGroupProcessor(
             broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
@@ -354,6 +357,10 @@ class BrokerController:
         code = asyncio.run_coroutine_threadsafe(ha.wait_replicated(end, ha.slave_timeout_s), loop).result()
         if code != ResponseCode.SUCCESS:
             raise Refusal(ResponseCode(code), "the write is not on the slaves yet")
+
+    def _forget_pop_state(self) -> None:
+        if self.pop_service is not None:  # a static slave follows before POP is wired: forgotten when it is
+            self.pop_service.forget("this broker follows a master")
 
     def _pop_progress(self, group: str, topic: str, queue_id: int, consumed: int) -> None:
         """POP's progress is the group's committed offset too (lag, consumerProgress, a failover's restart; a

@@ -19,7 +19,7 @@ class ReplicaServices:
     def __init__(self, identity: GroupIdentity, store: MessageStore, epochs: EpochFile | None,
                  make_slave_sync: Callable[[Callable[[], str]], SlaveSynchronize],
                  start_master_services: Callable[[], None], registrar: Callable[[], NamesrvRegistrar | None],
-                 on_rejoin: Callable[[str], None]) -> None:
+                 on_rejoin: Callable[[str], None], on_follow: Callable[[], None] = lambda: None) -> None:
         self.identity = identity
         self.store = store
         self.epochs = epochs
@@ -27,6 +27,7 @@ class ReplicaServices:
         self._start_master_services = start_master_services
         self.registrar = registrar
         self.on_rejoin = on_rejoin
+        self.on_follow = on_follow  # what a broker that follows another master drops (its POP state)
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
 
@@ -36,6 +37,7 @@ class ReplicaServices:
     def follow(self, master_ha_addr: str, master_epoch: int) -> None:
         """Replicate from this master (after cutting what it does not have), and copy its metadata."""
         self.stop_following()
+        self.on_follow()
         client = HAClient(master_ha_addr, self.identity, self.store.commit_log, epochs=self.epochs,
                           master_epoch=master_epoch, truncate=self.store.truncate_diverged_tail)
         client.start()

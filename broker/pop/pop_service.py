@@ -254,6 +254,15 @@ class PopService:
             del self._states[key].in_flight[handle.queue_offset]
             self._write(PopWrite(done_in_flight={(key, handle.queue_offset)}))
 
+    def forget(self, why: str) -> None:
+        """This broker follows another master now: what it kept in flight is that master's business (POP state is
+        not replicated); kept, it would be stale the next time this broker leads."""
+        with self._lock:
+            if self._states:
+                log.warning("pop_state_forgotten queues=%d reason=%r", len(self._states), why)
+            self.db.clear()
+            self._states = {}
+
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """An operator reset the group's offsets (``resetOffsetByTime``): its queues restart there; what was in
         flight or held back is forgotten (its handles are refused), as the offsets say where to be."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from rocksdict import WriteBatch, WriteOptions
 
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
-from broker.rocksdb_raw import open_raw, raw_items
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 
 QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
@@ -85,6 +85,12 @@ class PopStateStore:
             batch.delete(IN_FLIGHT_TAG + _queue_key(key) + OFFSET.pack(offset))
         for key, offset in change.done_held:
             batch.delete(HELD + _queue_key(key) + OFFSET.pack(offset))
+        self.db.write(batch, self._options)
+
+    def clear(self) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key in raw_keys(self.db):
+            batch.delete(key)
         self.db.write(batch, self._options)
 
     def close(self) -> None:

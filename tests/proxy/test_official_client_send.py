@@ -10,7 +10,7 @@ from common.message import MessageExt
 from tests.cluster import wait_until
 from tests.proxy.conftest import OfficialClient, ProxyCluster
 
-DELAY_S = 3
+DELAY_S = 10  # the acceptance: +10 s, delivered not before
 
 
 def fresh_topic(proxy_cluster: ProxyCluster, queues: int = 4) -> str:

@@ -8,12 +8,17 @@ Scenarios (the first argument after the endpoint, group and topic):
   then ack it.
 - ``change-invisible --to S``: receive one message, change its invisible duration to S s, then receive until it
   comes again; an ack with the handle from before the change must fail, one with the new delivery's succeeds.
+- ``ack-some --expect N --ack K``: receive until N distinct messages came, ack K of them (every other one first,
+  so both sets span the queues), print ``@@ {"event": "acked-some", "acked": [...], "unacked": [...]}``, then wait
+  for a line on stdin before shutting down (the test kills brokers meanwhile, while the rest are in flight). A
+  message received twice before all N came is reported (``early``): its invisible time was too short.
 
 Every delivery prints ``@@ {json}`` with its id, body, attempt and the seconds since the first receive; the last
 line is ``@@ {"done": true, ...}``. Runs in the client's own venv, never with this repository on the path."""
 
 import argparse
 import json
+import sys
 import time
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
@@ -104,14 +109,37 @@ def change_invisible(consumer, args) -> None:
     emit(done=True)
 
 
+def ack_some(consumer, args) -> None:
+    received: list = []
+    early: list[str] = []
+    while len(received) < args.expect and time.monotonic() - START < args.budget:
+        for msg in consumer.receive(args.batch, args.invisible):
+            delivery(msg, "received")
+            if any(m.message_id == msg.message_id for m in received):
+                early.append(msg.message_id)
+            else:
+                received.append(msg)
+    received_all = round(time.monotonic() - START, 3)
+    chosen = (received[::2] + received[1::2])[:args.ack]
+    for msg in chosen:
+        consumer.ack(msg)
+    chosen_ids = {m.message_id for m in chosen}
+    emit(event="acked-some", acked=[m.message_id for m in chosen],
+         unacked=[m.message_id for m in received if m.message_id not in chosen_ids], early=early,
+         received_all=received_all, t=round(time.monotonic() - START, 3))
+    sys.stdin.readline()  # the test's go-ahead ("exit", or the end of stdin)
+    emit(done=True, distinct=len(received))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("endpoint")
     parser.add_argument("group")
     parser.add_argument("topic")
-    parser.add_argument("scenario", choices=("drain", "redeliver", "change-invisible"))
+    parser.add_argument("scenario", choices=("drain", "redeliver", "change-invisible", "ack-some"))
     parser.add_argument("--expect", type=int, default=0)
     parser.add_argument("--invisible", type=int, default=10, help="seconds")
+    parser.add_argument("--ack", type=int, default=0, help="ack-some: how many of the received to ack")
     parser.add_argument("--to", type=int, default=10, help="change-invisible: the new duration, seconds")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for the whole scenario")
@@ -123,7 +151,8 @@ def main() -> None:
                               {args.topic: FilterExpression()}, await_duration=args.await_s)
     consumer.startup()
     try:
-        {"drain": drain, "redeliver": redeliver, "change-invisible": change_invisible}[args.scenario](consumer, args)
+        scenarios = {"drain": drain, "redeliver": redeliver, "change-invisible": change_invisible, "ack-some": ack_some}
+        scenarios[args.scenario](consumer, args)
     finally:
         consumer.shutdown()
 
