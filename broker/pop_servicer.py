@@ -7,6 +7,9 @@ for it."""
 
 import asyncio
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
@@ -16,6 +19,9 @@ from common.rpc_boundary import rpc_boundary
 from common.stream_answers import answer_frames
 from proto import pop_pb2, pop_pb2_grpc
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 
 @rpc_boundary(pop_pb2.DESCRIPTOR.services_by_name["PopService"])
 class PopServicer(pop_pb2_grpc.PopServiceServicer):
@@ -24,6 +30,11 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         self.processor = processor
         self.hold_service = hold_service
         self.max_suspend_ms = max_suspend_ms
+        # One worker: POP's calls take one lock anyway, and one thread hands it on without waking others.
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="pop")
+
+    def _off_loop(self, call: Callable[[T], R], request: T) -> "asyncio.Future[R]":
+        return asyncio.get_running_loop().run_in_executor(self._worker, call, request)
 
     async def PopMessage(self, request, context):
         return await self._pop(request)
@@ -41,7 +52,7 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
     async def _pop(self, request: pop_pb2.PopMessageRequest) -> pop_pb2.PopMessageResponse:
         deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
         while True:
-            outcome: PopOutcome = await asyncio.to_thread(self.processor.pop, request)
+            outcome: PopOutcome = await self._off_loop(self.processor.pop, request)
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0:
                 return _response(outcome)
@@ -53,10 +64,10 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         return await self._ack(request)
 
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
-        return await asyncio.to_thread(self.processor.ack, request)
+        return await self._off_loop(self.processor.ack, request)
 
     async def ChangeInvisibleTime(self, request, context):
-        return await asyncio.to_thread(self.processor.change_invisible_time, request)
+        return await self._off_loop(self.processor.change_invisible_time, request)
 
     async def ForwardToDeadLetterQueue(self, request, context):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)

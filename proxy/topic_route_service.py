@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import grpc
+
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of
@@ -43,6 +45,12 @@ class TopicRouteService:
         """The master of ``broker_name`` (POP state and every write live there)."""
         return await self._ask(f"broker {broker_name} of topic {topic}",
                                lambda: self.client.master_addr(topic, broker_name))
+
+    def unreachable(self, topic: str, addr: str, exc: grpc.RpcError) -> None:
+        """A broker of ``topic`` did not answer: its route is fetched again on next use, and a dead address is
+        marked down (a restarted broker registers a new one; without this the proxy waited out the route's age)."""
+        self.client.invalidate_route(topic)
+        self.client.report_failure(addr, exc.code() if hasattr(exc, "code") else None)
 
     async def leader_addr(self, topic: str, logic_id: int) -> str:
         """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``."""

@@ -117,6 +117,7 @@ class ConsumeProcessor:
             response = await self.brokers.pop_service(target.addr).PopMessage(
                 request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s)
         except grpc.RpcError as exc:
+            self.routes.unreachable(pop.topic, target.addr, exc)
             raise rpc_failure(what, target.addr, exc) from None
         if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
             raise broker_refusal(what, response.code, response.remark)
@@ -227,6 +228,7 @@ class ConsumeProcessor:
                 response = await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
                     group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s)
             except grpc.RpcError as exc:
+                self.routes.unreachable(topic, addr, exc)
                 raise rpc_failure(what, addr, exc) from None
         except ProxyError as exc:
             return [exc.status()] * len(entries)
@@ -256,6 +258,7 @@ class ConsumeProcessor:
                 group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_time_ms=invisible_ms),
                 timeout=self.config.rpc_timeout_s)
         except grpc.RpcError as exc:
+            self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
         if response.code != ResponseCode.SUCCESS:
             raise broker_refusal(what, response.code, response.remark)
@@ -275,6 +278,7 @@ class ConsumeProcessor:
                                                         receipt_handle=request.receipt_handle),
                 timeout=self.config.rpc_timeout_s)
         except grpc.RpcError as exc:
+            self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
         if response.code != ResponseCode.SUCCESS:
             raise broker_refusal(what, response.code, response.remark)
