@@ -10,6 +10,7 @@ from client.admin import Admin
 from client.errors import MQClientError
 
 F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_TIMEOUT_MS = 10_000
 NO_NAMESRV = "no name server address: pass -n HOST:PORT or set NAMESRV_ADDR"
 
 
@@ -17,6 +18,7 @@ NO_NAMESRV = "no name server address: pass -n HOST:PORT or set NAMESRV_ADDR"
 class Settings:
     namesrv_addr: str | None = None
     as_json: bool = False
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
 
 
 class CommandFailed(click.ClickException):
@@ -56,7 +58,21 @@ def open_admin() -> Admin:
     addr = (settings(ctx).namesrv_addr or "").strip()
     if not addr:
         raise CommandFailed(NO_NAMESRV, ctx)
-    return ctx.with_resource(Admin(addr))
+    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms))
+
+
+def open_broker_admin(broker_addr: str) -> Admin:
+    """An Admin for a command that names a broker by address (no name server needed)."""
+    ctx = click.get_current_context()
+    broker_addr = broker_addr.strip()
+    if not broker_addr:
+        raise click.UsageError("-b needs a broker address HOST:PORT")
+    addr = (settings(ctx).namesrv_addr or "").strip() or broker_addr
+    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms))
+
+
+def timeout_ms() -> int:
+    return settings().timeout_ms
 
 
 # -- flags every command takes: -n and --json also after the subcommand, as RocketMQ's mqadmin takes -n ------
@@ -70,7 +86,18 @@ def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         settings(ctx).as_json = True
 
 
+def _set_timeout(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        settings(ctx).timeout_ms = value
+
+
+TIMEOUT_TYPE = click.IntRange(1, 3_600_000)
+TIMEOUT_HELP = "Milliseconds each call may take (default 10000); an address that does not answer fails after it."
+
+
 def common_options(func: F) -> F:
+    func = click.option("--timeout", "timeout_ms", type=TIMEOUT_TYPE, metavar="MS", expose_value=False,
+                        callback=_set_timeout, help=TIMEOUT_HELP)(func)
     func = click.option("--json", "as_json", is_flag=True, expose_value=False, callback=_set_json,
                         help="Print one JSON document instead of a table.")(func)
     return click.option("-n", "--namesrv-addr", "--namesrvAddr", "namesrv_addr", metavar="HOST:PORT[;HOST:PORT]",

@@ -9,6 +9,7 @@ import click
 from google.protobuf.message import DecodeError
 
 from admin_cli.context import (
+    DEFAULT_TIMEOUT_MS,
     NO_NAMESRV,
     CommandFailed,
     as_json,
@@ -32,7 +33,9 @@ def open_kv() -> KVClient:
     addr = (settings(ctx).namesrv_addr or "").strip()
     if not addr:
         raise CommandFailed(NO_NAMESRV, ctx)
-    return ctx.with_resource(KVClient(addr))
+    t = settings(ctx).timeout_ms
+    retry_ms = 15_000 if t == DEFAULT_TIMEOUT_MS else t
+    return ctx.with_resource(KVClient(addr, rpc_timeout_ms=t, retry_timeout_ms=retry_ms))
 
 
 def text(value: bytes | None) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from admin_cli import (
+    broker_commands,
     cluster_commands,
     group_commands,
     kv_commands,
@@ -18,7 +19,7 @@ from admin_cli import (
     tiered_commands,
     topic_commands,
 )
-from admin_cli.context import Settings
+from admin_cli.context import DEFAULT_TIMEOUT_MS, TIMEOUT_HELP, TIMEOUT_TYPE, Settings
 
 PROG = "mqadmin"
 EXIT_FAILURE = 1
@@ -60,14 +61,16 @@ class AdminGroup(click.Group):
 @click.option("-n", "--namesrv-addr", "--namesrvAddr", "namesrv_addr", envvar="NAMESRV_ADDR",
               metavar="HOST:PORT[;HOST:PORT]", help="Name server address(es) [env NAMESRV_ADDR].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.option("--timeout", "timeout_ms", type=TIMEOUT_TYPE, default=DEFAULT_TIMEOUT_MS, metavar="MS",
+              help=TIMEOUT_HELP)
 @click.pass_context
-def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool, timeout_ms: int) -> None:
     """Administer a RocketMQ-style cluster: topics, groups, brokers, messages."""
-    ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json)
+    ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json, timeout_ms=timeout_ms)
 
 
-for _module in (topic_commands, static_topic_commands, cluster_commands, group_commands, message_commands, kv_commands,
-                tiered_commands, replication_commands):
+for _module in (topic_commands, static_topic_commands, cluster_commands, broker_commands, group_commands,
+                message_commands, kv_commands, tiered_commands, replication_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

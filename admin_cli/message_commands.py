@@ -1,10 +1,14 @@
-"""Message commands: queryMsgByKey, queryMsgById."""
+"""Message commands: queryMsgByKey, queryMsgById, queryMsgByOffset, sendMessage, consumeMessage."""
 
 import click
 
-from admin_cli.context import CommandFailed, as_json, command, open_admin
+from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, open_admin, settings, timeout_ms
 from admin_cli.output import Column, Row, Table, body_preview, emit_record, emit_tables, format_timestamp
+from client import Message, Producer, PullConsumer
+from client.admin import TOOLS_CONSUMER_GROUP
 from common.message import MessageExt
+
+TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
 
 
 def message_row(msg: MessageExt) -> Row:
@@ -48,4 +52,74 @@ def query_msg_by_id(msg_id: str, topic: str | None) -> None:
     emit_record(as_json(), RECORD, message_row(open_admin().query_msg_by_id(msg_id.strip(), topic)))
 
 
-COMMANDS = [query_msg_by_key, query_msg_by_id]
+@command("queryMsgByOffset", "Show the message at an offset of one queue of a topic on a broker.")
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@click.option("-b", "--brokerName", "broker_name", required=True, metavar="BROKER", help="Broker name.")
+@click.option("-i", "--queueId", "queue_id", required=True, type=click.IntRange(0), metavar="QUEUE", help="Queue id.")
+@click.option("-o", "--offset", "offset", required=True, type=click.IntRange(0), metavar="OFFSET",
+              help="Queue offset.")
+def query_msg_by_offset(topic: str, broker_name: str, queue_id: int, offset: int) -> None:
+    msg = open_admin().query_msg_by_offset(topic.strip(), broker_name.strip(), queue_id, offset)
+    emit_record(as_json(), RECORD, message_row(msg))
+
+
+SEND_COLUMNS = [Column("topic", "Topic"), Column("broker_name", "Broker"), Column("queue_id", "QID"),
+                Column("queue_offset", "Offset"), Column("msg_id", "Message ID"),
+                Column("offset_msg_id", "Offset Message ID")]
+
+
+@command("sendMessage", "Send one message (a quick check that a topic takes writes).")
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@click.option("-p", "--body", "body", required=True, metavar="BODY", help="Message body (UTF-8 text).")
+@click.option("-k", "--keys", "keys", default=None, metavar="KEYS", help="Keys, comma-separated.")
+@click.option("-c", "--tags", "tags", default=None, metavar="TAGS", help="Tags.")
+def send_message(topic: str, body: str, keys: str | None, tags: str | None) -> None:
+    ctx = click.get_current_context()
+    addr = (settings(ctx).namesrv_addr or "").strip()
+    if not addr:
+        raise CommandFailed(NO_NAMESRV, ctx)
+    key_list = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
+    producer = ctx.with_resource(Producer(addr, group=TOOLS_PRODUCER_GROUP, send_timeout_ms=timeout_ms(),
+                                          retry_times=0))
+    result = producer.send(Message(topic.strip(), body.encode(), tags=tags or None, keys=key_list))
+    emit_tables(as_json(), Table(SEND_COLUMNS, [{
+        "topic": result.queue.topic, "broker_name": result.queue.broker_name, "queue_id": result.queue.queue_id,
+        "queue_offset": result.queue_offset, "msg_id": result.msg_id, "offset_msg_id": result.offset_msg_id}]))
+
+
+@command("consumeMessage", "Read a topic's messages (a quick check): from the oldest kept, or with -g from the "
+         "group's committed offsets, committing what was read.")
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@click.option("-g", "--consumerGroup", "group", default=None, metavar="GROUP",
+              help="Read from this group's committed offsets and commit after reading.")
+@click.option("-c", "--count", "count", default=128, show_default=True, type=click.IntRange(1, 100_000),
+              metavar="COUNT", help="At most this many messages.")
+def consume_message(topic: str, group: str | None, count: int) -> None:
+    ctx = click.get_current_context()
+    addr = (settings(ctx).namesrv_addr or "").strip()
+    if not addr:
+        raise CommandFailed(NO_NAMESRV, ctx)
+    consumer = ctx.with_resource(PullConsumer(addr, group=group or TOOLS_CONSUMER_GROUP, rpc_timeout_ms=timeout_ms()))
+    found: list[tuple[str, MessageExt]] = []
+    for mq in consumer.queues(topic.strip()):
+        offset = max(consumer.committed(mq), consumer.min_offset(mq)) if group else consumer.min_offset(mq)
+        while len(found) < count:
+            result = consumer.pull(mq, offset=offset, max_nums=min(32, count - len(found)))
+            if not result.messages:
+                break
+            found += [(mq.broker_name, m) for m in result.messages]
+            offset = result.next_begin_offset
+        if group and offset > max(consumer.committed(mq), 0):
+            consumer.commit(mq, offset)
+        if len(found) >= count:
+            break
+    emit_tables(as_json(), Table([Column("broker_name", "Broker"), Column("queue_id", "QID"),
+                                  Column("queue_offset", "Offset"), Column("msg_id", "Message ID"),
+                                  Column("tags", "Tags"), Column("keys", "Keys"),
+                                  Column("store_timestamp", "Store Time", format_timestamp),
+                                  Column("body_preview", "Body")],
+                                 [{**message_row(m), "broker_name": broker} for broker, m in found],
+                                 footer=[f"{len(found)} message(s)"]))
+
+
+COMMANDS = [query_msg_by_key, query_msg_by_id, query_msg_by_offset, send_message, consume_message]

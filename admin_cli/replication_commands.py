@@ -11,14 +11,13 @@ from typing import Any, TypeVar
 import click
 import grpc
 
-from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, settings
+from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, settings, timeout_ms
 from admin_cli.output import Column, Row, Table, emit_record, render_record, render_table, to_json
 from client.client_instance import namesrv_addrs
 from client.grpc_errors import rpc_error
 from proto import controller_pb2, controller_pb2_grpc
 
 T = TypeVar("T")
-RPC_TIMEOUT_S = 10.0
 UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 ASSIGNMENT_COLUMNS = [
@@ -81,7 +80,7 @@ def replica_rows(data: controller_pb2.SyncStateData) -> list[Row]:
 @broker_name_option
 def get_sync_state_set(broker_name: str) -> None:
     data = call_controller(f"sync state set of {broker_name}", lambda stub: stub.GetSyncStateData(
-        controller_pb2.GetSyncStateDataRequest(broker_name=broker_name), timeout=RPC_TIMEOUT_S))
+        controller_pb2.GetSyncStateDataRequest(broker_name=broker_name), timeout=timeout_ms() / 1000))
     record: dict[str, Any] = {"cluster_name": data.cluster_name, **assignment_row(data.assignment)}
     rows = replica_rows(data)
     if as_json():
@@ -98,7 +97,7 @@ def get_sync_state_set(broker_name: str) -> None:
               help="The replica's brokerId; 0: the controller chooses.")
 def elect_master(broker_name: str, broker_id: int) -> None:
     assignment = call_controller(f"election of {broker_name}/{broker_id}", lambda stub: stub.ElectMaster(
-        controller_pb2.ElectMasterRequest(broker_name=broker_name, broker_id=broker_id), timeout=RPC_TIMEOUT_S))
+        controller_pb2.ElectMasterRequest(broker_name=broker_name, broker_id=broker_id), timeout=timeout_ms() / 1000))
     emit_record(as_json(), ASSIGNMENT_COLUMNS, assignment_row(assignment))
 
 

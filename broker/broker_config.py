@@ -18,6 +18,7 @@ from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
+from common.metrics import MetricsExporterType
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +144,20 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "rebalanceLockMaxLiveTime": ("rebalance_lock_max_live_time", _int_in(100, 86_400_000)),
     "storeType": ("store_type", _choice(StoreType)),
     "kvEnable": ("kv_enable", _bool),
+    "metricsExporterType": ("metrics_exporter_type", _choice(MetricsExporterType)),
+    "metricsPromExporterPort": ("metrics_prom_exporter_port", _int_in(0, MAX_PORT)),
+    "metricsPromExporterHost": ("metrics_prom_exporter_host", _STR),
     "kvStoreType": ("kv_store_type", _choice(KvStoreType)),
     "kvSnapshotInterval": ("kv_snapshot_interval", _int_in(100, 86_400_000)),
     "tieredStoreEnable": ("tiered_store_enable", _bool),
     "tieredBackendServiceProvider": ("tiered_backend_service_provider", _choice(TieredBackendServiceProvider)),
     "tieredStoreFilePath": ("tiered_store_file_path", _STR),
+    "tieredStoreS3Endpoint": ("tiered_store_s3_endpoint", _STR),
+    "tieredStoreS3Bucket": ("tiered_store_s3_bucket", _STR),
+    "tieredStoreS3Region": ("tiered_store_s3_region", _STR),
+    "tieredStoreS3AccessKey": ("tiered_store_s3_access_key", _STR),
+    "tieredStoreS3SecretKey": ("tiered_store_s3_secret_key", _STR),
+    "tieredStoreS3Prefix": ("tiered_store_s3_prefix", _STR),
     "tieredStorageLevel": ("tiered_storage_level", _choice(TieredStorageLevel)),
     "tieredStoreFileReservedTime": ("tiered_store_file_reserved_time", _float_at_least(0)),
     "tieredStoreDeleteFileEnable": ("tiered_store_delete_file_enable", _bool),
@@ -211,12 +221,25 @@ class BrokerConfig:
     channel_expired_timeout: int = 30_000  # ms: a consumer silent this long leaves its groups
     rebalance_lock_max_live_time: int = 60_000  # ms: an orderly queue lease not renewed this long ends
     store_type: StoreType = StoreType.DEFAULT
+    # Prometheus text on http://metricsPromExporterHost:metricsPromExporterPort/metrics (0 = a free port, logged as
+    # metrics_exporter_started); empty host = brokerIP1
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_host: str = ""
     kv_enable: bool = False
     kv_store_type: KvStoreType = KvStoreType.ROCKSDB  # applied KV state: RocksDB, or memory with snapshots
     kv_snapshot_interval: int = 10_000  # ms between snapshots of the in-memory KV store
     tiered_store_enable: bool = False
     tiered_backend_service_provider: TieredBackendServiceProvider = TieredBackendServiceProvider.POSIX
     tiered_store_file_path: str = ""
+    # tieredBackendServiceProvider=s3: the server (empty: AWS for the region), bucket (required; created if
+    # missing), signing keys (empty: boto3's default chain) and the key prefix every object goes under
+    tiered_store_s3_endpoint: str = ""
+    tiered_store_s3_bucket: str = ""
+    tiered_store_s3_region: str = "us-east-1"
+    tiered_store_s3_access_key: str = ""
+    tiered_store_s3_secret_key: str = ""
+    tiered_store_s3_prefix: str = ""
     tiered_storage_level: TieredStorageLevel = TieredStorageLevel.NOT_IN_DISK
     tiered_store_file_reserved_time: float = 72.0
     tiered_store_delete_file_enable: bool = False  # the broker deletes expired tier objects itself (else the job)
@@ -292,6 +315,9 @@ def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> Br
         except ValueError as exc:
             raise ConfigError(f"{key}: {exc}") from None
     _check_role(config)
+    if (config.tiered_store_enable and config.tiered_backend_service_provider is TieredBackendServiceProvider.S3
+            and not config.tiered_store_s3_bucket):
+        raise ConfigError("tieredBackendServiceProvider=s3: tieredStoreS3Bucket is required")
     return config
 
 

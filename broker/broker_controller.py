@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 
 from broker.broker_config import BrokerConfig
+from broker.broker_metrics import BrokerMetrics, BrokerStateCollector
 from broker.broker_servicer import BrokerServicer
 from broker.broker_stats import BrokerStats
 from broker.client.consumer_manager import ConsumerManager
@@ -59,23 +60,43 @@ from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
 from broker.transaction.transaction_service import TransactionConfig, TransactionService
 from broker.transaction_servicer import TransactionServicer
+from common.metrics import (
+    Health,
+    MetricsExporterType,
+    PromExporter,
+    add_health_and_reflection,
+    set_health,
+    start_exporter,
+)
 from common.refusal import Refusal
 from common.response_code import ResponseCode
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import (
+    broker_pb2,
     broker_pb2_grpc,
+    consumer_pb2,
     consumer_pb2_grpc,
     ha_pb2_grpc,
+    kv_pb2,
     kv_pb2_grpc,
+    pop_pb2,
     pop_pb2_grpc,
+    tiered_pb2,
     tiered_pb2_grpc,
+    transaction_pb2,
     transaction_pb2_grpc,
 )
 from proto.broker_pb2 import LOGIC
 
 log = logging.getLogger(__name__)
+
+HEALTH_POLL_S = 0.5  # how soon health follows the store's write refusals
+# what grpc.health.v1.Health and reflection name (the client port's services)
+SERVICE_NAMES = tuple(module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
+    (broker_pb2, "BrokerService"), (kv_pb2, "KvService"), (tiered_pb2, "TieredService"),
+    (consumer_pb2, "ConsumerService"), (transaction_pb2, "TransactionService"), (pop_pb2, "PopService")))
 
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
@@ -139,6 +160,14 @@ class BrokerController:
         self._offset_flusher = threading.Event()
         self.rejoin_reason = ""  # controller mode: set when this replica must restart to follow a new master
         self.on_rejoin: Callable[[], None] = lambda: None
+        # metricsExporterType=PROM: counters moved by the servicer, gauges read at scrape time
+        self.metrics: BrokerMetrics | None = None
+        if config.metrics_exporter_type is MetricsExporterType.PROM:
+            self.metrics = BrokerMetrics()
+            self.metrics.registry.register(BrokerStateCollector(self))
+        self.metrics_exporter: PromExporter | None = None
+        self.health: Health | None = None
+        self._health_watch: asyncio.Task | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -197,8 +226,14 @@ class BrokerController:
         consumer_pb2_grpc.add_ConsumerServiceServicer_to_server(self.consumer_servicer, handlers)
         transaction_pb2_grpc.add_TransactionServiceServicer_to_server(self.transaction_servicer, handlers)
         pop_pb2_grpc.add_PopServiceServicer_to_server(self.pop_servicer, handlers)
+        self.health = await add_health_and_reflection(server, SERVICE_NAMES)
         await server.start()
         self._server = server
+        self._health_watch = asyncio.create_task(self._watch_health(self.health))
+        if self.metrics is not None:
+            self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or
+                                                   c.broker_ip1, c.metrics_prom_exporter_port,
+                                                   self.metrics.registry, "broker")
         if self.ha is not None:
             await self._start_ha_server()
         if c.namesrv_addrs:
@@ -219,6 +254,20 @@ class BrokerController:
                  c.broker_name, c.broker_id, self.broker_addr, c.store_path_root_dir,
                  len(self.topic_config_manager.topic_config_table))
         return self.broker_addr
+
+    async def _watch_health(self, health: Health) -> None:
+        """NOT_SERVING while the store refuses writes for its own sake (a fail-stop, a full disk); SERVING again
+        when writes resume. A slave's refusal (it copies its master) is its normal state: still SERVING."""
+        serving = True
+        while True:
+            flags = self.local_store.running_flags
+            now = flags.fail_stop_reason is None and flags.disk_full_reason is None
+            if now != serving:
+                serving = now
+                await set_health(health, SERVICE_NAMES, serving)
+                log.warning("health_status status=%s reason=%r", "SERVING" if serving else "NOT_SERVING",
+                            flags.fail_stop_reason or flags.disk_full_reason or "")
+            await asyncio.sleep(HEALTH_POLL_S)
 
     def _pull_refusal(self) -> str | None:
         c = self.config
@@ -308,8 +357,10 @@ class BrokerController:
                 mapping_manager=self.topic_queue_mapping_manager, store=self.store, local_store=self.local_store,
                 stats=self.stats, boot_timestamp=self.boot_timestamp, on_topics_changed=self._announce,
                 timer_info=lambda: {**self.timer.runtime_info(), **self.transactions.runtime_info()},
-                ha_info=self._ha_info),
-            hold_service=self.hold_service, stats=self.stats, ha=self.ha,
+                ha_info=self._ha_info, producers=self.transactions.producers,
+                send_processor=lambda: self.broker_servicer.send,
+                ensure_default_topic=self._ensure_default_topic),
+            hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
         self.kv_servicer = KvServicer(KvProcessor(c.broker_name, self.kv, self.kv_provisioner,
@@ -440,6 +491,12 @@ class BrokerController:
         log.info("broker_stopping addr=%s", self.broker_addr)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self._health_watch is not None:
+            self._health_watch.cancel()
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
+        if self.metrics_exporter is not None:
+            await asyncio.to_thread(self.metrics_exporter.stop)
         if self._server is not None:
             self.hold_service.wake_all()
             await self._server.stop(grace=5)

@@ -3,9 +3,11 @@ boundary (``common/rpc_boundary.py``): refusals as response codes, bad input as 
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.broker_metrics import BrokerMetrics
 from broker.broker_stats import BrokerStats
 from broker.ha.ha_service import HAService
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
@@ -15,6 +17,7 @@ from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
 from common.stream_answers import Answer, answer_frames
 from proto import broker_pb2, broker_pb2_grpc
@@ -34,7 +37,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, *, send: SendMessageProcessor, pull: PullMessageProcessor,
                  consumer_manage: ConsumerManageProcessor, query: QueryMessageProcessor, admin: AdminBrokerProcessor,
                  hold_service: PullRequestHoldService, stats: BrokerStats, long_polling_max_suspend_ms: int,
-                 sync_flush: bool, ha: HAService | None = None) -> None:
+                 sync_flush: bool, ha: HAService | None = None, metrics: BrokerMetrics | None = None) -> None:
         self.send = send
         self.pull = pull
         self.consumer_manage = consumer_manage
@@ -45,6 +48,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.max_suspend_ms = long_polling_max_suspend_ms
         self.sync_flush = sync_flush
         self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
+        self.metrics = metrics  # metricsExporterType=PROM: moved once per batch
 
     async def SendMessage(self, request, context):
         response = await self._send(request)
@@ -61,8 +65,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             yield frame
 
     async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+        started = time.perf_counter()
         response = await run(self.send.send, request, in_thread=self.sync_flush)
         self.stats.put_count += len(response.physical_offsets)
+        if self.metrics is not None:  # metricsExporterType=PROM: once per batch
+            stored = len(response.physical_offsets)
+            size = (len(request.records) if request.records else sum(map(len, request.bodies))) if stored else 0
+            self.metrics.sent(request.topic, stored, size, started)
+        self.stats.count((request.topic, ""), len(response.physical_offsets))
         return response
 
     def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None]:
@@ -84,7 +94,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         pull = self.pull.pull
         logic = request.addressing == LOGIC  # may read older items on other brokers: off the event loop
+        started = time.perf_counter()
         outcome: PullOutcome = await run(pull, request, in_thread=logic)
+        elapsed_s = time.perf_counter() - started
         timeout_s = min(request.suspend_timeout_ms, self.max_suspend_ms) / 1000
         if outcome.hold is not None and timeout_s > 0:
             loop = asyncio.get_running_loop()
@@ -92,8 +104,19 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             while (hold := outcome.hold) is not None and (left := deadline - loop.time()) > 0:
                 if not await self.hold_service.wait_for_arrival(*hold, left):
                     break
+                started = time.perf_counter()
                 outcome = await run(pull, request, in_thread=logic)
+                elapsed_s = time.perf_counter() - started
         self.stats.get_count += 1
+        if self.metrics is not None:  # messages: the queue offsets this answer moves the consumer past
+            response = outcome.response
+            found = response.code == ResponseCode.SUCCESS
+            size = len(outcome.records or response.records) if found else 0  # static topics answer in response
+            moved = response.next_begin_offset - request.queue_offset if size else 0
+            self.metrics.pulled(request.topic, request.consumer_group, moved, size, elapsed_s)
+        if outcome.response.code == ResponseCode.SUCCESS:
+            self.stats.count((request.topic, request.consumer_group),
+                             outcome.response.next_begin_offset - request.queue_offset)
         return outcome
 
     # Logic-queue requests may call the brokers of older items: they run off the event loop.
@@ -150,6 +173,18 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def GetBrokerRuntimeInfo(self, request, context):
         return await run(self.admin.runtime_info)
+
+    async def GetBrokerConfig(self, request, context):
+        return await run(self.admin.broker_config)
+
+    async def UpdateBrokerConfig(self, request, context):
+        return await run(self.admin.update_broker_config, request)
+
+    async def GetProducerConnectionList(self, request, context):
+        return await run(self.admin.producer_connections, request)
+
+    async def GetBrokerStats(self, request, context):
+        return await run(self.admin.broker_stats)
 
     async def UpdateTopicQueueMapping(self, request, context):
         return await run(self.admin.update_mapping, request)

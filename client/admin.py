@@ -26,7 +26,7 @@ from common.message_codec import decode_records
 from common.message_id import parse_message_id
 from common.message_queue import MessageQueue
 from common.perm import PERM_READ_WRITE
-from common.response_code import ResponseCode
+from common.response_code import ResponseCode, code_name
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_to_proto
@@ -34,6 +34,7 @@ from common.topic_validator import is_system_topic
 from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # upstream's group of mqadmin's own reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,82 @@ class Admin:
 
     def broker_runtime_info(self, addr: str) -> dict[str, str]:
         return dict(self._broker_call("runtime info", addr, "GetBrokerRuntimeInfo", common_pb2.Empty()).table)
+
+    # -- brokers: config, write permission, producers, stats ---------------------------------------
+    def broker_config(self, addr: str) -> tuple[dict[str, str], list[str]]:
+        """The broker's broker.conf keys with their current values, and which of them can change live."""
+        answer = self._broker_call("broker config", addr, "GetBrokerConfig", common_pb2.Empty())
+        return dict(answer.table), list(answer.live_keys)
+
+    def update_broker_config(self, addr: str, key: str, value: str) -> None:
+        """Change a live key on the broker at ``addr`` (until it restarts); other keys are refused."""
+        response = self._broker_call(f"update broker config {key}", addr, "UpdateBrokerConfig",
+                                     broker_pb2.UpdateBrokerConfigRequest(key=key, value=value))
+        self._check(f"update broker config {key}", addr, response)
+
+    def set_write_perm(self, broker_name: str, writeable: bool) -> dict[str, int]:
+        """wipeWritePerm (False) or addWritePerm (True) of ``broker_name`` on every name server: routes then
+        show its queues without (with) PERM_WRITE, so producers stop (resume) sending there. Per name server,
+        the number of topics the broker serves there."""
+        request = namesrv_pb2.WritePermRequest(broker_name=broker_name)
+        what = f"{'add' if writeable else 'wipe'} write perm of {broker_name}"
+        out = {}
+        for addr in self.client.namesrv_addrs:
+            stub = self.client.namesrv(addr)
+            call = stub.AddWritePermOfBroker if writeable else stub.WipeWritePermOfBroker
+            try:
+                response = call(request, timeout=self.client.rpc_timeout_s)
+            except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                    raise MQClientError(self.client.not_a_namesrv(addr)) from None
+                raise rpc_error(what, addr, exc) from None
+            self._check(what, addr, response)
+            if not response.registered:
+                raise MQClientError(f"{what} failed at {addr}: broker {broker_name} is not registered there")
+            out[addr] = response.topic_count
+        self.client.invalidate_routes()
+        return out
+
+    def producer_connections(self, group: str) -> list[tuple[str, broker_pb2.ProducerConnection]]:
+        """(broker name, connection) of each producer session of ``group`` on the masters."""
+        out = []
+        for b in self.all_masters():
+            answer = self._broker_call(f"producers of {group}", b.addr, "GetProducerConnectionList",
+                                       broker_pb2.GroupRequest(group_name=group))
+            self._check(f"producers of {group}", b.addr, answer)
+            out += [(b.broker_name, c) for c in answer.connections]
+        if not out:
+            raise MQClientError(f"no producer of group {group} is connected to any broker (only producers with a "
+                                "transaction checker keep sessions with the brokers)")
+        return out
+
+    def stats_all(self) -> list[tuple[str, broker_pb2.TopicStatsRow]]:
+        """(broker name, row) of every master's per-topic and per-group stats."""
+        out = []
+        for b in self.all_masters():
+            answer = self._broker_call("broker stats", b.addr, "GetBrokerStats", common_pb2.Empty())
+            out += [(b.broker_name, row) for row in answer.rows]
+        return out
+
+    def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageExt:
+        """The message at ``offset`` of queue ``queue_id`` of ``topic`` on ``broker_name``'s master."""
+        route = self.client.route(topic, refresh=True)
+        data = next((bd for bd in route.broker_datas if bd.broker_name == broker_name), None)
+        if data is None or 0 not in data.broker_addrs:
+            raise MQClientError(f"topic {topic} has no queues on a live master of broker {broker_name}")
+        addr = data.broker_addrs[0]
+        what = f"pull {topic}/{broker_name}/{queue_id} at {offset}"
+        response = self._broker_call(what, addr, "PullMessage", broker_pb2.PullMessageRequest(
+            consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=1,
+            sub_expression="*", commit_offset=-1))
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(f"no message at offset {offset} of {topic}/{broker_name}/{queue_id} (queue holds "
+                                f"{response.min_offset}..{response.max_offset - 1}): {code_name(response.code)}"
+                                + (f": {response.remark}" if response.remark else ""))
+        messages = decode_records(response.records)
+        if not messages or messages[0].queue_offset != offset:
+            raise MQClientError(f"no message at offset {offset} of {topic}/{broker_name}/{queue_id}")
+        return messages[0]
 
     # -- topics ------------------------------------------------------------------------------------
     def create_topic(self, topic: str, cluster: str | None = None, brokers: list[str] | None = None,

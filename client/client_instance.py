@@ -124,10 +124,21 @@ class ClientInstance:
             except grpc.RpcError as exc:
                 if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
                     raise rpc_error(what, addr, exc) from None
+                if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
+                    raise MQClientError(self.not_a_namesrv(addr)) from None
                 last = exc
                 self._namesrv_index += 1
         assert last is not None
         raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
+
+    def not_a_namesrv(self, addr: str) -> str:
+        """Why ``addr`` answered a name server call UNIMPLEMENTED: a broker (asked for its name), or else."""
+        try:
+            table = self.broker(addr).GetBrokerRuntimeInfo(common_pb2.Empty(), timeout=self.rpc_timeout_s).table
+        except grpc.RpcError:
+            return f"{addr} is not a name server (it does not serve the name server API)"
+        name = table.get("brokerName", "")
+        return f"{addr} is a broker{f' ({name})' if name else ''}, not a name server"
 
     # -- routes ------------------------------------------------------------------------------------
     def route(self, topic: str, refresh: bool = False, for_publish: bool = False,
@@ -156,6 +167,9 @@ class ClientInstance:
 
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
+
+    def invalidate_routes(self) -> None:
+        self._routes.clear()
 
     # -- replicas ----------------------------------------------------------------------------------
     def report_failure(self, addr: str, status: grpc.StatusCode | None) -> bool:

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from common.metrics import MetricsExporterType
 from namesrv.controller.controller_store import ControllerStoreError
 from namesrv.namesrv_server import DEFAULT_CONTROLLER_STORE_PATH, BindError, NamesrvConfig, NamesrvServer
 from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
@@ -31,18 +32,28 @@ log = logging.getLogger("namesrv.main")
 @click.option("--enable-elect-unclean-master", is_flag=True,
               help="Let the controller elect a replica outside the in-sync set when no member is alive "
                    "(enableElectUncleanMaster; may lose committed messages).")
+@click.option("--metrics-exporter-type", "metrics_exporter_type", type=click.Choice(list(MetricsExporterType)),
+              default=MetricsExporterType.DISABLE.value, show_default=True,
+              help="PROM: Prometheus metrics on --metrics-prom-exporter-port (metricsExporterType).")
+@click.option("--metrics-prom-exporter-port", type=click.IntRange(0, 65535), default=5557, show_default=True,
+              help="Port of /metrics; 0 picks a free one (logged as metrics_exporter_started).")
+@click.option("--metrics-prom-exporter-host", default="", help="Address of /metrics (default: --host).")
 def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int, enable_controller: bool,
-            controller_store_path: str, enable_elect_unclean_master: bool) -> None:
+            controller_store_path: str, enable_elect_unclean_master: bool, metrics_exporter_type: str,
+            metrics_prom_exporter_port: int, metrics_prom_exporter_host: str) -> None:
     """The name server: broker registry and topic routes (and, optionally, the replication controller)."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = NamesrvConfig(host=host, port=port, broker_expiry_ms=broker_expiry_ms,
                            scan_interval_ms=scan_interval_ms, enable_controller=enable_controller,
                            controller_store_path=os.path.expanduser(controller_store_path),
-                           enable_elect_unclean_master=enable_elect_unclean_master)
+                           enable_elect_unclean_master=enable_elect_unclean_master,
+                           metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
+                           metrics_prom_exporter_port=metrics_prom_exporter_port,
+                           metrics_prom_exporter_host=metrics_prom_exporter_host)
     try:
         asyncio.run(serve(config))
-    except (BindError, ControllerStoreError) as e:
+    except (BindError, ControllerStoreError, OSError) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -4,11 +4,23 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from common.metrics import (
+    Health,
+    MetricsExporterType,
+    PromExporter,
+    RpcMetrics,
+    add_health_and_reflection,
+    new_registry,
+    start_exporter,
+)
 from common.rpc_boundary import RequestDecoding
 from namesrv.controller.controller_service import ControllerService
 from namesrv.controller.controller_servicer import ControllerServicer
@@ -17,7 +29,7 @@ from namesrv.controller.replicas_info_manager import ReplicasInfoManager
 from namesrv.namesrv_servicer import NamesrvServicer
 from namesrv.route_info_manager import RouteInfoManager
 from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
-from proto import controller_pb2_grpc, namesrv_pb2_grpc
+from proto import controller_pb2, controller_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +53,10 @@ class NamesrvConfig:
     enable_controller: bool = False
     controller_store_path: str = DEFAULT_CONTROLLER_STORE_PATH  # "~" is expanded
     enable_elect_unclean_master: bool = False
+    # Prometheus text on http://host:metricsPromExporterPort/metrics when PROM (0 = a free port, logged)
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_host: str = ""  # empty: the listen host
 
 
 class NamesrvServer:
@@ -52,10 +68,19 @@ class NamesrvServer:
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self.controller: ControllerService | None = None
+        self.registry = new_registry()
+        self.registry.register(_RouteCollector(self.manager))
+        self.rpc_metrics = RpcMetrics(self.registry)
+        self.metrics_exporter: PromExporter | None = None
+        self.health: Health | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
-        self._server = grpc.aio.server(interceptors=[RequestDecoding()], options=[
+        prom = self.config.metrics_exporter_type is MetricsExporterType.PROM
+        interceptors: list[grpc.aio.ServerInterceptor] = [RequestDecoding()]
+        if prom:
+            interceptors.append(self.rpc_metrics.interceptor())
+        self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             # gRPC sets SO_REUSEPORT by default: a second name server on the same port would bind "successfully"
@@ -73,7 +98,15 @@ class NamesrvServer:
             self.controller = self._open_controller()
             controller_pb2_grpc.add_ControllerServiceServicer_to_server(ControllerServicer(self.controller),
                                                                         self._server)
+        services = [namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"].full_name]
+        if self.controller is not None:
+            services.append(controller_pb2.DESCRIPTOR.services_by_name["ControllerService"].full_name)
+        self.health = await add_health_and_reflection(self._server, services)
         await self._server.start()
+        if prom:
+            c = self.config
+            self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
+                                                   c.metrics_prom_exporter_port, self.registry, "namesrv")
         if self.controller is not None:
             await self.controller.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="scan-not-active-brokers")
@@ -97,6 +130,10 @@ class NamesrvServer:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
+        if self.metrics_exporter is not None:
+            await asyncio.to_thread(self.metrics_exporter.stop)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
         if self.controller is not None:
@@ -119,3 +156,27 @@ class NamesrvServer:
                 await asyncio.to_thread(self.manager.scan_not_active_brokers)
             except Exception:  # one failed scan must not end expiry for the life of the process
                 log.exception("scan_not_active_brokers_failed")
+
+
+class _RouteCollector(Collector):
+    """The name server's tables, read at scrape time."""
+
+    def __init__(self, manager: RouteInfoManager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.manager
+        with m._lock:  # a consistent view of the tables (a scrape holds it for a few dict sizes)
+            live = len(m.broker_live_table)
+            brokers = len(m.broker_addr_table)
+            clusters = len(m.cluster_addr_table)
+            topics = len(m.topic_queue_table)
+            queue_routes = sum(len(queues) for queues in m.topic_queue_table.values())
+        for name, doc, value in (
+            ("rocketmq_namesrv_live_brokers", "Broker addresses registered and not expired", live),
+            ("rocketmq_namesrv_brokers", "Broker names (groups) known", brokers),
+            ("rocketmq_namesrv_clusters", "Clusters known", clusters),
+            ("rocketmq_namesrv_topics", "Topics with a route", topics),
+            ("rocketmq_namesrv_routes", "Topic routes: (topic, broker) queue entries", queue_routes),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)

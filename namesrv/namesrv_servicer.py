@@ -71,6 +71,23 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             f" in cluster {request.cluster_name}" if request.cluster_name else "")
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS, remark=remark)
 
+    async def WipeWritePermOfBroker(self, request: namesrv_pb2.WritePermRequest,
+                                    context: grpc.aio.ServicerContext) -> namesrv_pb2.WritePermResponse:
+        return await self._set_write_perm(request, False)
+
+    async def AddWritePermOfBroker(self, request: namesrv_pb2.WritePermRequest,
+                                   context: grpc.aio.ServicerContext) -> namesrv_pb2.WritePermResponse:
+        return await self._set_write_perm(request, True)
+
+    async def _set_write_perm(self, request: namesrv_pb2.WritePermRequest,
+                              writeable: bool) -> namesrv_pb2.WritePermResponse:
+        require(bool(request.broker_name), "a write-perm request without broker_name")
+        count = await asyncio.to_thread(self.manager.set_write_perm, request.broker_name, writeable)
+        if count < 0:
+            return namesrv_pb2.WritePermResponse(code=ResponseCode.SUCCESS, registered=False,
+                                                 remark=f"broker {request.broker_name} is not registered here")
+        return namesrv_pb2.WritePermResponse(code=ResponseCode.SUCCESS, topic_count=count, registered=True)
+
     async def GetNamesrvRuntimeInfo(self, request: common_pb2.Empty,
                                     context: grpc.aio.ServicerContext) -> namesrv_pb2.NamesrvRuntimeInfo:
         stats = await asyncio.to_thread(self.manager.stats)

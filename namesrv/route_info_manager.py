@@ -9,6 +9,7 @@ Scale: a broker may hold a million topics. A delta registration touches only the
 only the heartbeat; per-topic records are shared frozen ``QueueData`` instances.
 """
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from operator import attrgetter
 
+from common.perm import PERM_WRITE
 from namesrv.route_models import (
     DEFAULT_BROKER_EXPIRY_MS,
     BrokerData,
@@ -95,6 +97,7 @@ class RouteInfoManager:
         # most topics live on one or two broker names and a million small dicts cost four times as much.
         self.topic_queue_table: dict[str, tuple[QueueData, ...]] = {}
         self.topic_queue_mapping_info_table: dict[str, dict[str, TopicQueueMappingInfo]] = {}  # static topics
+        self.write_wiped: set[str] = set()  # broker names routed without PERM_WRITE (mqadmin wipeWritePerm)
 
     # ---- registration -------------------------------------------------------------------------------------
 
@@ -170,7 +173,24 @@ class RouteInfoManager:
             broker_names = sorted({qd.broker_name for qd in queue_datas} | mappings.keys())
             broker_datas = [self.broker_addr_table[name].copy() for name in broker_names
                             if name in self.broker_addr_table]
-            return TopicRouteData(list(queue_datas), broker_datas, dict(mappings))
+            routed = [dataclasses.replace(qd, perm=qd.perm & ~PERM_WRITE) if qd.broker_name in self.write_wiped
+                      else qd for qd in queue_datas] if self.write_wiped else list(queue_datas)
+            return TopicRouteData(routed, broker_datas, dict(mappings))
+
+    def set_write_perm(self, broker_name: str, writeable: bool) -> int:
+        """wipeWritePerm (False) / addWritePerm (True) of ``broker_name``: its queues are routed without (or
+        again with) PERM_WRITE until the other call, whatever it registers meanwhile. Returns how many topics it
+        serves here; -1 when no broker of that name is registered (nothing changes)."""
+        with self._lock:
+            if broker_name not in self.broker_addr_table:
+                return -1
+            if writeable:
+                self.write_wiped.discard(broker_name)
+            else:
+                self.write_wiped.add(broker_name)
+            count = sum(1 for qds in self.topic_queue_table.values() for qd in qds if qd.broker_name == broker_name)
+        log.info("broker_write_perm broker=%s writeable=%s topics=%d", broker_name, writeable, count)
+        return count
 
     def get_all_topic_list(self) -> list[str]:
         with self._lock:

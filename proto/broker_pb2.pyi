@@ -389,3 +389,68 @@ class ConsumerOffsetList(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
     def __init__(self, offsets: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ...) -> None: ...
+
+class BrokerConfigTable(_message.Message):
+    __slots__ = ("table", "live_keys")
+    class TableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    table: _containers.ScalarMap[str, str]
+    live_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, table: _Optional[_Mapping[str, str]] = ..., live_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateBrokerConfigRequest(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class ProducerConnection(_message.Message):
+    __slots__ = ("client_id", "addr", "last_heartbeat_age_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    addr: str
+    last_heartbeat_age_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., addr: _Optional[str] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class ProducerConnectionList(_message.Message):
+    __slots__ = ("code", "remark", "connections")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    connections: _containers.RepeatedCompositeFieldContainer[ProducerConnection]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., connections: _Optional[_Iterable[_Union[ProducerConnection, _Mapping]]] = ...) -> None: ...
+
+class TopicStatsRow(_message.Message):
+    __slots__ = ("topic", "group", "total", "lag", "tps", "count_since_boot")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    TPS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_SINCE_BOOT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    total: int
+    lag: int
+    tps: float
+    count_since_boot: int
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., total: _Optional[int] = ..., lag: _Optional[int] = ..., tps: _Optional[float] = ..., count_since_boot: _Optional[int] = ...) -> None: ...
+
+class BrokerStatsTable(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[TopicStatsRow]
+    def __init__(self, rows: _Optional[_Iterable[_Union[TopicStatsRow, _Mapping]]] = ...) -> None: ...

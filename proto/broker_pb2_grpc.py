@@ -145,6 +145,26 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.BrokerRuntimeInfo.FromString,
                 _registered_method=True)
+        self.GetBrokerConfig = channel.unary_unary(
+                '/rmq.BrokerService/GetBrokerConfig',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.BrokerConfigTable.FromString,
+                _registered_method=True)
+        self.UpdateBrokerConfig = channel.unary_unary(
+                '/rmq.BrokerService/UpdateBrokerConfig',
+                request_serializer=proto_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
+                response_deserializer=proto_dot_common__pb2.CommandResponse.FromString,
+                _registered_method=True)
+        self.GetProducerConnectionList = channel.unary_unary(
+                '/rmq.BrokerService/GetProducerConnectionList',
+                request_serializer=proto_dot_broker__pb2.GroupRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.ProducerConnectionList.FromString,
+                _registered_method=True)
+        self.GetBrokerStats = channel.unary_unary(
+                '/rmq.BrokerService/GetBrokerStats',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.BrokerStatsTable.FromString,
+                _registered_method=True)
         self.UpdateTopicQueueMapping = channel.unary_unary(
                 '/rmq.BrokerService/UpdateTopicQueueMapping',
                 request_serializer=proto_dot_broker__pb2.UpdateTopicQueueMappingRequest.SerializeToString,
@@ -307,6 +327,34 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBrokerConfig(self, request, context):
+        """mqadmin getBrokerConfig / updateBrokerConfig: every broker.conf key with its current value; a live key's
+        change applies at once (until restart), any other key is refused with INVALID_PARAMETER naming it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateBrokerConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProducerConnectionList(self, request, context):
+        """mqadmin producerConnection: the producer sessions (transaction heartbeat streams) of a group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBrokerStats(self, request, context):
+        """mqadmin statsAll: per topic and per consumer group of a topic, totals and rates.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UpdateTopicQueueMapping(self, request, context):
         """Static topics: apply this broker's detail (checked: epochs never decrease, leaders do not change at an
         equal epoch), written before the topic config; and read what it holds.
@@ -440,6 +488,26 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerRuntimeInfo,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_broker__pb2.BrokerRuntimeInfo.SerializeToString,
+            ),
+            'GetBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerConfig,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_broker__pb2.BrokerConfigTable.SerializeToString,
+            ),
+            'UpdateBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBrokerConfig,
+                    request_deserializer=proto_dot_broker__pb2.UpdateBrokerConfigRequest.FromString,
+                    response_serializer=proto_dot_common__pb2.CommandResponse.SerializeToString,
+            ),
+            'GetProducerConnectionList': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProducerConnectionList,
+                    request_deserializer=proto_dot_broker__pb2.GroupRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.ProducerConnectionList.SerializeToString,
+            ),
+            'GetBrokerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerStats,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_broker__pb2.BrokerStatsTable.SerializeToString,
             ),
             'UpdateTopicQueueMapping': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateTopicQueueMapping,
@@ -1051,6 +1119,114 @@ class BrokerService:
             '/rmq.BrokerService/GetBrokerRuntimeInfo',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_broker__pb2.BrokerRuntimeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetBrokerConfig',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_broker__pb2.BrokerConfigTable.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/UpdateBrokerConfig',
+            proto_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
+            proto_dot_common__pb2.CommandResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProducerConnectionList(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetProducerConnectionList',
+            proto_dot_broker__pb2.GroupRequest.SerializeToString,
+            proto_dot_broker__pb2.ProducerConnectionList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetBrokerStats',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_broker__pb2.BrokerStatsTable.FromString,
             options,
             channel_credentials,
             insecure,

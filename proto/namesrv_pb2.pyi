@@ -156,3 +156,21 @@ class NamesrvRuntimeInfo(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     table: _containers.ScalarMap[str, str]
     def __init__(self, table: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class WritePermRequest(_message.Message):
+    __slots__ = ("broker_name",)
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    def __init__(self, broker_name: _Optional[str] = ...) -> None: ...
+
+class WritePermResponse(_message.Message):
+    __slots__ = ("code", "remark", "topic_count", "registered")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    topic_count: int
+    registered: bool
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., topic_count: _Optional[int] = ..., registered: _Optional[bool] = ...) -> None: ...

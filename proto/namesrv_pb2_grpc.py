@@ -70,6 +70,16 @@ class NamesrvServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_namesrv__pb2.NamesrvRuntimeInfo.FromString,
                 _registered_method=True)
+        self.WipeWritePermOfBroker = channel.unary_unary(
+                '/rmq.NamesrvService/WipeWritePermOfBroker',
+                request_serializer=proto_dot_namesrv__pb2.WritePermRequest.SerializeToString,
+                response_deserializer=proto_dot_namesrv__pb2.WritePermResponse.FromString,
+                _registered_method=True)
+        self.AddWritePermOfBroker = channel.unary_unary(
+                '/rmq.NamesrvService/AddWritePermOfBroker',
+                request_serializer=proto_dot_namesrv__pb2.WritePermRequest.SerializeToString,
+                response_deserializer=proto_dot_namesrv__pb2.WritePermResponse.FromString,
+                _registered_method=True)
 
 
 class NamesrvServiceServicer:
@@ -119,6 +129,21 @@ class NamesrvServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WipeWritePermOfBroker(self, request, context):
+        """mqadmin wipeWritePerm / addWritePerm: routes show the broker's queues without (or again with) PERM_WRITE,
+        so producers stop (or resume) sending there. Kept by this name server (memory) across the broker's
+        registrations; the answer's topic_count is how many topics the broker serves here (upstream's wipeTopicCount).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddWritePermOfBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NamesrvServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +181,16 @@ def add_NamesrvServiceServicer_to_server(servicer, server):
                     servicer.GetNamesrvRuntimeInfo,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_namesrv__pb2.NamesrvRuntimeInfo.SerializeToString,
+            ),
+            'WipeWritePermOfBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.WipeWritePermOfBroker,
+                    request_deserializer=proto_dot_namesrv__pb2.WritePermRequest.FromString,
+                    response_serializer=proto_dot_namesrv__pb2.WritePermResponse.SerializeToString,
+            ),
+            'AddWritePermOfBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddWritePermOfBroker,
+                    request_deserializer=proto_dot_namesrv__pb2.WritePermRequest.FromString,
+                    response_serializer=proto_dot_namesrv__pb2.WritePermResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +382,60 @@ class NamesrvService:
             '/rmq.NamesrvService/GetNamesrvRuntimeInfo',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_namesrv__pb2.NamesrvRuntimeInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WipeWritePermOfBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.NamesrvService/WipeWritePermOfBroker',
+            proto_dot_namesrv__pb2.WritePermRequest.SerializeToString,
+            proto_dot_namesrv__pb2.WritePermResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddWritePermOfBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.NamesrvService/AddWritePermOfBroker',
+            proto_dot_namesrv__pb2.WritePermRequest.SerializeToString,
+            proto_dot_namesrv__pb2.WritePermResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/tiered.proto\x12\x03rmq\"$\n\x13TieredStatusRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xf6\x01\n\x11TieredQueueStatus\x12\x10\n\x08queue_id\x18\x01 \x01(\x05\x12\x18\n\x10local_min_offset\x18\x02 \x01(\x03\x12\x18\n\x10local_max_offset\x18\x03 \x01(\x03\x12\x19\n\x11tiered_min_offset\x18\x04 \x01(\x03\x12\x19\n\x11tiered_max_offset\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ommit_log_segments\x18\x06 \x01(\x05\x12\x1e\n\x16\x63onsume_queue_segments\x18\x07 \x01(\x05\x12\x14\n\x0ctiered_bytes\x18\x08 \x01(\x03\x12\x12\n\nupload_lag\x18\t \x01(\x03\"\x88\x01\n\x14TieredStatusResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x15\n\rstorage_level\x18\x04 \x01(\t\x12&\n\x06queues\x18\x05 \x03(\x0b\x32\x16.rmq.TieredQueueStatus\"\xc5\x01\n\rTieredSegment\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\x05\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0e\n\x06status\x18\x07 \x01(\x05\x12\x11\n\tcreate_ms\x18\x08 \x01(\x03\x12\x10\n\x08\x62\x65gin_ms\x18\t \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\n \x01(\x03\x12\x0f\n\x07seal_ms\x18\x0b \x01(\x03\"&\n\x15TieredMetadataRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xb6\x01\n\x16TieredMetadataResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x18\n\x10\x62\x61\x63kend_provider\x18\x04 \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_root\x18\x05 \x01(\t\x12$\n\x08segments\x18\x06 \x03(\x0b\x32\x12.rmq.TieredSegment\x12\x13\n\x0bsnapshot_ms\x18\x07 \x01(\x03\"]\n\x16ReplaceSegmentsRequest\x12\x1f\n\x03old\x18\x01 \x03(\x0b\x32\x12.rmq.TieredSegment\x12\"\n\x06merged\x18\x02 \x01(\x0b\x32\x12.rmq.TieredSegment\"7\n\x17ReplaceSegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"$\n\x12MarkExpiredRequest\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\"V\n\x10SegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12$\n\x08segments\x18\x03 \x03(\x0b\x32\x12.rmq.TieredSegment\";\n\x13\x44ropSegmentsRequest\x12$\n\x08segments\x18\x01 \x03(\x0b\x32\x12.rmq.TieredSegment\"E\n\x14\x44ropSegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07\x64ropped\x18\x03 \x01(\x05\x32\xff\x02\n\rTieredService\x12\x46\n\x0fGetTieredStatus\x12\x18.rmq.TieredStatusRequest\x1a\x19.rmq.TieredStatusResponse\x12L\n\x11GetTieredMetadata\x12\x1a.rmq.TieredMetadataRequest\x1a\x1b.rmq.TieredMetadataResponse\x12L\n\x0fReplaceSegments\x12\x1b.rmq.ReplaceSegmentsRequest\x1a\x1c.rmq.ReplaceSegmentsResponse\x12\x45\n\x13MarkExpiredSegments\x12\x17.rmq.MarkExpiredRequest\x1a\x15.rmq.SegmentsResponse\x12\x43\n\x0c\x44ropSegments\x12\x18.rmq.DropSegmentsRequest\x1a\x19.rmq.DropSegmentsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/tiered.proto\x12\x03rmq\"$\n\x13TieredStatusRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xf6\x01\n\x11TieredQueueStatus\x12\x10\n\x08queue_id\x18\x01 \x01(\x05\x12\x18\n\x10local_min_offset\x18\x02 \x01(\x03\x12\x18\n\x10local_max_offset\x18\x03 \x01(\x03\x12\x19\n\x11tiered_min_offset\x18\x04 \x01(\x03\x12\x19\n\x11tiered_max_offset\x18\x05 \x01(\x03\x12\x1b\n\x13\x63ommit_log_segments\x18\x06 \x01(\x05\x12\x1e\n\x16\x63onsume_queue_segments\x18\x07 \x01(\x05\x12\x14\n\x0ctiered_bytes\x18\x08 \x01(\x03\x12\x12\n\nupload_lag\x18\t \x01(\x03\"\x88\x01\n\x14TieredStatusResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x15\n\rstorage_level\x18\x04 \x01(\t\x12&\n\x06queues\x18\x05 \x03(\x0b\x32\x16.rmq.TieredQueueStatus\"\xc5\x01\n\rTieredSegment\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\x05\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x10\n\x08queue_id\x18\x04 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0e\n\x06status\x18\x07 \x01(\x05\x12\x11\n\tcreate_ms\x18\x08 \x01(\x03\x12\x10\n\x08\x62\x65gin_ms\x18\t \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\n \x01(\x03\x12\x0f\n\x07seal_ms\x18\x0b \x01(\x03\"&\n\x15TieredMetadataRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xf1\x01\n\x16TieredMetadataResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x18\n\x10\x62\x61\x63kend_provider\x18\x04 \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_root\x18\x05 \x01(\t\x12$\n\x08segments\x18\x06 \x03(\x0b\x32\x12.rmq.TieredSegment\x12\x13\n\x0bsnapshot_ms\x18\x07 \x01(\x03\x12\x13\n\x0bs3_endpoint\x18\x08 \x01(\t\x12\x11\n\ts3_bucket\x18\t \x01(\t\x12\x11\n\ts3_region\x18\n \x01(\t\"]\n\x16ReplaceSegmentsRequest\x12\x1f\n\x03old\x18\x01 \x03(\x0b\x32\x12.rmq.TieredSegment\x12\"\n\x06merged\x18\x02 \x01(\x0b\x32\x12.rmq.TieredSegment\"7\n\x17ReplaceSegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"$\n\x12MarkExpiredRequest\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\"V\n\x10SegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12$\n\x08segments\x18\x03 \x03(\x0b\x32\x12.rmq.TieredSegment\";\n\x13\x44ropSegmentsRequest\x12$\n\x08segments\x18\x01 \x03(\x0b\x32\x12.rmq.TieredSegment\"E\n\x14\x44ropSegmentsResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07\x64ropped\x18\x03 \x01(\x05\x32\xff\x02\n\rTieredService\x12\x46\n\x0fGetTieredStatus\x12\x18.rmq.TieredStatusRequest\x1a\x19.rmq.TieredStatusResponse\x12L\n\x11GetTieredMetadata\x12\x1a.rmq.TieredMetadataRequest\x1a\x1b.rmq.TieredMetadataResponse\x12L\n\x0fReplaceSegments\x12\x1b.rmq.ReplaceSegmentsRequest\x1a\x1c.rmq.ReplaceSegmentsResponse\x12\x45\n\x13MarkExpiredSegments\x12\x17.rmq.MarkExpiredRequest\x1a\x15.rmq.SegmentsResponse\x12\x43\n\x0c\x44ropSegments\x12\x18.rmq.DropSegmentsRequest\x1a\x19.rmq.DropSegmentsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,19 +42,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TIEREDMETADATAREQUEST']._serialized_start=653
   _globals['_TIEREDMETADATAREQUEST']._serialized_end=691
   _globals['_TIEREDMETADATARESPONSE']._serialized_start=694
-  _globals['_TIEREDMETADATARESPONSE']._serialized_end=876
-  _globals['_REPLACESEGMENTSREQUEST']._serialized_start=878
-  _globals['_REPLACESEGMENTSREQUEST']._serialized_end=971
-  _globals['_REPLACESEGMENTSRESPONSE']._serialized_start=973
-  _globals['_REPLACESEGMENTSRESPONSE']._serialized_end=1028
-  _globals['_MARKEXPIREDREQUEST']._serialized_start=1030
-  _globals['_MARKEXPIREDREQUEST']._serialized_end=1066
-  _globals['_SEGMENTSRESPONSE']._serialized_start=1068
-  _globals['_SEGMENTSRESPONSE']._serialized_end=1154
-  _globals['_DROPSEGMENTSREQUEST']._serialized_start=1156
-  _globals['_DROPSEGMENTSREQUEST']._serialized_end=1215
-  _globals['_DROPSEGMENTSRESPONSE']._serialized_start=1217
-  _globals['_DROPSEGMENTSRESPONSE']._serialized_end=1286
-  _globals['_TIEREDSERVICE']._serialized_start=1289
-  _globals['_TIEREDSERVICE']._serialized_end=1672
+  _globals['_TIEREDMETADATARESPONSE']._serialized_end=935
+  _globals['_REPLACESEGMENTSREQUEST']._serialized_start=937
+  _globals['_REPLACESEGMENTSREQUEST']._serialized_end=1030
+  _globals['_REPLACESEGMENTSRESPONSE']._serialized_start=1032
+  _globals['_REPLACESEGMENTSRESPONSE']._serialized_end=1087
+  _globals['_MARKEXPIREDREQUEST']._serialized_start=1089
+  _globals['_MARKEXPIREDREQUEST']._serialized_end=1125
+  _globals['_SEGMENTSRESPONSE']._serialized_start=1127
+  _globals['_SEGMENTSRESPONSE']._serialized_end=1213
+  _globals['_DROPSEGMENTSREQUEST']._serialized_start=1215
+  _globals['_DROPSEGMENTSREQUEST']._serialized_end=1274
+  _globals['_DROPSEGMENTSRESPONSE']._serialized_start=1276
+  _globals['_DROPSEGMENTSRESPONSE']._serialized_end=1345
+  _globals['_TIEREDSERVICE']._serialized_start=1348
+  _globals['_TIEREDSERVICE']._serialized_end=1731
 # @@protoc_insertion_point(module_scope)

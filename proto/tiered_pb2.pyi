@@ -81,7 +81,7 @@ class TieredMetadataRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class TieredMetadataResponse(_message.Message):
-    __slots__ = ("code", "remark", "broker_name", "backend_provider", "backend_root", "segments", "snapshot_ms")
+    __slots__ = ("code", "remark", "broker_name", "backend_provider", "backend_root", "segments", "snapshot_ms", "s3_endpoint", "s3_bucket", "s3_region")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,9 @@ class TieredMetadataResponse(_message.Message):
     BACKEND_ROOT_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_MS_FIELD_NUMBER: _ClassVar[int]
+    S3_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    S3_BUCKET_FIELD_NUMBER: _ClassVar[int]
+    S3_REGION_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     broker_name: str
@@ -96,7 +99,10 @@ class TieredMetadataResponse(_message.Message):
     backend_root: str
     segments: _containers.RepeatedCompositeFieldContainer[TieredSegment]
     snapshot_ms: int
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., backend_provider: _Optional[str] = ..., backend_root: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ..., snapshot_ms: _Optional[int] = ...) -> None: ...
+    s3_endpoint: str
+    s3_bucket: str
+    s3_region: str
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., broker_name: _Optional[str] = ..., backend_provider: _Optional[str] = ..., backend_root: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[TieredSegment, _Mapping]]] = ..., snapshot_ms: _Optional[int] = ..., s3_endpoint: _Optional[str] = ..., s3_bucket: _Optional[str] = ..., s3_region: _Optional[str] = ...) -> None: ...
 
 class ReplaceSegmentsRequest(_message.Message):
     __slots__ = ("old", "merged")

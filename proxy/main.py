@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from common.metrics import MetricsExporterType
 from proxy.proxy_config import DEFAULT_PORT, ProxyConfig
 from proxy.proxy_server import BindError, ProxyServer
 
@@ -21,15 +22,25 @@ log = logging.getLogger("proxy.main")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("-p", "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on; 0 picks a free one (the ready line says which).")
-def command(namesrv_addr: str, host: str, port: int) -> None:
+@click.option("--metrics-exporter-type", "metrics_exporter_type", type=click.Choice(list(MetricsExporterType)),
+              default=MetricsExporterType.DISABLE.value, show_default=True,
+              help="PROM: Prometheus metrics on --metrics-prom-exporter-port (metricsExporterType).")
+@click.option("--metrics-prom-exporter-port", type=click.IntRange(0, 65535), default=5557, show_default=True,
+              help="Port of /metrics; 0 picks a free one (logged as metrics_exporter_started).")
+@click.option("--metrics-prom-exporter-host", default="", help="Address of /metrics (default: --host).")
+def command(namesrv_addr: str, host: str, port: int, metrics_exporter_type: str, metrics_prom_exporter_port: int,
+            metrics_prom_exporter_host: str) -> None:
     """The RocketMQ 5 proxy: apache.rocketmq.v2.MessagingService over this cluster, for the official clients."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not namesrv_addr.strip(" ;"):
         raise click.UsageError("-n/--namesrv-addr names no name server")
     try:
-        asyncio.run(serve(ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port)))
-    except BindError as e:
+        asyncio.run(serve(ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
+                                      metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
+                                      metrics_prom_exporter_port=metrics_prom_exporter_port,
+                                      metrics_prom_exporter_host=metrics_prom_exporter_host)))
+    except (BindError, OSError) as e:
         raise click.ClickException(str(e)) from None
 
 

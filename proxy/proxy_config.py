@@ -3,6 +3,8 @@
 
 from dataclasses import dataclass
 
+from common.metrics import MetricsExporterType
+
 DEFAULT_PORT = 8081  # the RocketMQ 5 proxy's port by convention
 
 
@@ -23,3 +25,7 @@ class ProxyConfig:
     default_invisible_ms: int = 60_000  # a PushConsumer's receive (auto_renew) names none: upstream's default
     max_invisible_ms: int = 12 * 3600 * 1000
     settings_cache_s: float = 30.0  # a consumer group's fifo and retry settings, read from the brokers
+    # Prometheus text on http://host:metricsPromExporterPort/metrics when PROM (0 = a free port, logged)
+    metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
+    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_host: str = ""  # empty: the listen host

@@ -7,8 +7,17 @@ import grpc
 
 from client.admin import Admin
 from client.producer import Producer
+from common.metrics import (
+    Health,
+    MetricsExporterType,
+    PromExporter,
+    RpcMetrics,
+    add_health_and_reflection,
+    new_registry,
+    start_exporter,
+)
 from common.rpc_boundary import RequestDecoding
-from proto.v2 import definition_pb2, service_pb2_grpc
+from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from proxy.broker_channels import BrokerChannels
 from proxy.group_settings import GroupSettingsService
 from proxy.messaging_servicer import MessagingServicer
@@ -48,11 +57,19 @@ class ProxyServer:
         self._admin: Admin | None = None
         self._brokers = BrokerChannels()
         self.channels = TelemetryChannels()
+        self.registry = new_registry()
+        self.rpc_metrics = RpcMetrics(self.registry)  # v2 calls by method; unary ones timed
+        self.metrics_exporter: PromExporter | None = None
+        self.health: Health | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
         c = self.config
-        self._server = grpc.aio.server(interceptors=[RequestDecoding()], options=[
+        prom = c.metrics_exporter_type is MetricsExporterType.PROM
+        interceptors: list[grpc.aio.ServerInterceptor] = [RequestDecoding()]
+        if prom:
+            interceptors.append(self.rpc_metrics.interceptor())
+        self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # a second proxy on the same port must fail to bind, not share it
@@ -63,7 +80,12 @@ class ProxyServer:
         except RuntimeError as e:  # gRPC's only signal for a failed bind
             raise BindError(f"cannot listen on {address}: {e}") from None
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), self._server)
+        self.health = await add_health_and_reflection(
+            self._server, [service_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name])
         await self._server.start()
+        if prom:
+            self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
+                                                   c.metrics_prom_exporter_port, self.registry, "proxy")
         log.info("proxy_started host=%s port=%d namesrv=%s", c.host, self.port, c.namesrv_addr)
         return self.port
 
@@ -86,6 +108,10 @@ class ProxyServer:
         """Stop accepting calls, end the telemetry streams (they never end by themselves), let in-flight calls
         finish within the grace period, then close the connections to the cluster."""
         self.channels.close_all()
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
+        if self.metrics_exporter is not None:
+            await asyncio.to_thread(self.metrics_exporter.stop)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
         await self._brokers.close()

@@ -1,14 +1,18 @@
 """The jobs' view of one broker's tier: metadata snapshots and the calls that change it (the broker owns
 tiered metadata; jobs never write it directly)."""
 
+import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
+from broker.tiered.provider.s3_file_segment import S3Config
 from common.response_code import ResponseCode, code_name
 from proto import tiered_pb2, tiered_pb2_grpc
+from spark_jobs.tier_objects import TierLocation
 
 COMMIT_LOG, CONSUME_QUEUE = 0, 1
 OPEN, SEALED, EXPIRED = 0, 1, 2
@@ -26,6 +30,7 @@ class TierSnapshot:
     root: Path
     segments: list[tiered_pb2.TieredSegment]
     snapshot_ms: int
+    location: TierLocation  # what executors need to reach the objects (posix: the directory ``root``)
 
     def by_file(self) -> dict[tuple[str, int, int], list[tiered_pb2.TieredSegment]]:
         """Readable segments per (topic, queue, type), in offset order."""
@@ -38,9 +43,32 @@ class TierSnapshot:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class S3Access:
+    """What a job adds to the broker's s3 settings: the signing keys (the broker never sends them) and, where
+    the job reaches the server by another address than the broker does, the endpoint."""
+
+    endpoint: str = ""
+    access_key: str = ""
+    secret_key: str = ""
+
+
+def add_s3_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--s3-endpoint", default="", help="S3 endpoint as this job reaches it (default: the broker's)")
+    parser.add_argument("--s3-access-key", default=os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                        help="S3 access key for an s3 tier (default $AWS_ACCESS_KEY_ID)")
+    parser.add_argument("--s3-secret-key", default=os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                        help="S3 secret key for an s3 tier (default $AWS_SECRET_ACCESS_KEY)")
+
+
+def s3_access(args: argparse.Namespace) -> S3Access:
+    return S3Access(args.s3_endpoint, args.s3_access_key, args.s3_secret_key)
+
+
 class BrokerTier:
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, s3: S3Access | None = None) -> None:
         self.addr = addr
+        self.s3 = s3 or S3Access()
         self._channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 512 << 20)])
         self._stub = tiered_pb2_grpc.TieredServiceStub(self._channel)
 
@@ -66,7 +94,12 @@ class BrokerTier:
         except ValueError:
             raise TierJobError(f"broker {r.broker_name} at {self.addr} keeps its tier in an unknown backend "
                                f"{r.backend_provider!r}") from None
-        return TierSnapshot(r.broker_name, provider, Path(r.backend_root), list(r.segments), r.snapshot_ms)
+        s3 = None
+        if provider is TieredBackendServiceProvider.S3:
+            s3 = S3Config(r.s3_bucket, self.s3.endpoint or r.s3_endpoint, r.s3_region, self.s3.access_key,
+                          self.s3.secret_key)
+        return TierSnapshot(r.broker_name, provider, Path(r.backend_root), list(r.segments), r.snapshot_ms,
+                            TierLocation(provider, r.backend_root, s3))
 
     def replace(self, old: list[tiered_pb2.TieredSegment], merged: tiered_pb2.TieredSegment) -> bool:
         """True if the broker swapped them; False if they changed since the snapshot (nothing done)."""

@@ -13,36 +13,36 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import BrokerTier, TierJobError
+from spark_jobs.broker_tier import BrokerTier, S3Access, TierJobError, add_s3_arguments, s3_access
 from spark_jobs.job_output import fail, summary
 
 log = logging.getLogger("spark_jobs.cleanup")
 
 
-def delete(task: tuple[str, str]) -> int:
+def delete(task: tuple[tier_objects.Tier, str]) -> int:
     root, path = task
-    return tier_objects.delete_object(Path(root), path)
+    return tier_objects.delete_object(root, path)
 
 
-def run(broker: str, master: str | None) -> dict[str, float]:
+def run(broker: str, master: str | None, s3: S3Access | None = None) -> dict[str, float]:
     started = time.monotonic()
-    with BrokerTier(broker) as tier:
+    with BrokerTier(broker, s3) as tier:
         snapshot = tier.snapshot()
         expired = tier.mark_expired()
         freed = 0
-        if expired and snapshot.provider is TieredBackendServiceProvider.POSIX:
+        if expired and snapshot.provider is not TieredBackendServiceProvider.MEMORY:
             from spark_jobs.session import spark_session
 
             sc = spark_session("tiered-cleanup", master).sparkContext
-            tasks = [(str(snapshot.root), s.path) for s in expired]
+            root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
+            tasks = [(root, s.path) for s in expired]
             freed = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).map(delete).sum()
         elif expired:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: the cleanup "
-                               "job deletes posix objects only (set tieredStoreDeleteFileEnable there instead)")
+                               "job deletes posix and s3 objects only (set tieredStoreDeleteFileEnable there instead)")
         dropped = tier.drop(expired) if expired else 0
     return {"expired": len(expired), "deleted": len(expired), "dropped": dropped, "bytes": int(freed),
             "seconds": time.monotonic() - started}
@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_jobs.cleanup", description=__doc__.split("\n\n")[0])
     parser.add_argument("--broker", required=True, help="broker address HOST:PORT")
     parser.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's wins)")
+    add_s3_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        stats = job.run(args.broker, args.master)
+        stats = job.run(args.broker, args.master, s3_access(args))
     except TierJobError as exc:
         return fail("cleanup", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback

@@ -6,7 +6,8 @@ segments of each queue (commitlog and consume queue) into larger objects.
 2. Plan: per queue and type, consecutive sealed segments below ``--small-bytes`` (never the last one), grouped
    up to ``--target-bytes``.
 3. Executors read each group's parts in parallel, verify the concatenation (for a commitlog every record's
-   structure, CRC and position), write it under a new unique name (fsynced) and check its length on disk.
+   structure, CRC and position), write it under a new unique name (fsynced; on an s3 tier one PUT through the
+   broker's own S3 backend, so executors need no shared directory) and check its length in the tier.
 4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
    the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
    merged object and markers are removed. Offsets never change (the merged object holds the same bytes).
@@ -18,12 +19,11 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from proto import tiered_pb2
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import SEALED, BrokerTier, TierJobError, TierSnapshot
+from spark_jobs.broker_tier import SEALED, BrokerTier, S3Access, TierJobError, TierSnapshot, add_s3_arguments, s3_access
 from spark_jobs.job_output import fail, summary
 
 log = logging.getLogger("spark_jobs.compact")
@@ -31,7 +31,7 @@ log = logging.getLogger("spark_jobs.compact")
 
 @dataclass(frozen=True, slots=True)
 class MergeTask:
-    root: str
+    root: tier_objects.Tier  # a posix directory or the tier's location
     parts: list[bytes]  # serialized TieredSegment records, in offset order
     merged_path: str
 
@@ -66,16 +66,16 @@ def plan(snapshot: TierSnapshot, small_bytes: int, target_bytes: int) -> list[li
 
 def merge(task: MergeTask) -> MergeResult:
     """On an executor: concatenate, write, verify. Never raises (the driver decides)."""
-    root = Path(task.root)
+    root = task.root
     parts = [tiered_pb2.TieredSegment.FromString(p) for p in task.parts]
     try:
         data = b"".join(tier_objects.read_object(root, p.path)[: p.size] for p in parts)
         expected = sum(p.size for p in parts)
         records = tier_objects.verify(data, parts[0].type, parts[0].base_offset, expected)  # the bytes written
         tier_objects.write_object(root, task.merged_path, data)  # fsynced
-        written = (root / task.merged_path).stat().st_size
+        written = tier_objects.object_size(root, task.merged_path)
         if written != expected:
-            raise tier_objects.CorruptObjectError(f"{written} bytes on disk, {expected} expected")
+            raise tier_objects.CorruptObjectError(f"{written} bytes in the tier, {expected} expected")
         return MergeResult(task, written, records)
     except Exception as exc:  # reported per group; the others go on
         tier_objects.delete_object(root, task.merged_path)
@@ -96,24 +96,25 @@ def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
     """Delete unreferenced objects past the grace period; returns (objects, bytes)."""
     snapshot = tier.snapshot()
     referenced = {s.path for s in snapshot.segments}
-    paths = tier_objects.garbage(snapshot.root, snapshot.broker_name, referenced, grace_s)
-    freed = sum(tier_objects.delete_object(snapshot.root, p) for p in paths)
+    paths = tier_objects.garbage(snapshot.location, snapshot.broker_name, referenced, grace_s)
+    freed = sum(tier_objects.delete_object(snapshot.location, p) for p in paths)
     return len(paths), freed
 
 
 def run(broker: str, master: str | None, topic: str, small_bytes: int, target_bytes: int,
-        grace_s: float, wait_grace: bool) -> dict[str, float]:
+        grace_s: float, wait_grace: bool, s3: S3Access | None = None) -> dict[str, float]:
     from spark_jobs.session import spark_session
 
     started = time.monotonic()
-    with BrokerTier(broker) as tier:
+    with BrokerTier(broker, s3) as tier:
+        if tier.snapshot(topic).provider is TieredBackendServiceProvider.MEMORY:
+            raise TierJobError(f"broker at {broker} keeps its tier in memory: compaction needs the posix or s3 "
+                               "backend (executors read and write the objects)")
         gc_objects, gc_bytes = collect_garbage(tier, grace_s)
         snapshot = tier.snapshot(topic)
-        if snapshot.provider is not TieredBackendServiceProvider.POSIX:
-            raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: compaction "
-                               "needs the posix backend (executors read and write its directory)")
         groups = plan(snapshot, small_bytes, target_bytes)
-        tasks = [MergeTask(str(snapshot.root), [p.SerializeToString() for p in g], tier_objects.merged_name(g[0].path))
+        root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
+        tasks = [MergeTask(root, [p.SerializeToString() for p in g], tier_objects.merged_name(g[0].path))
                  for g in groups]
         log.info("compact_planned broker=%s segments=%d groups=%d", snapshot.broker_name, len(snapshot.segments),
                  len(groups))
@@ -127,7 +128,7 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
         for result in results:
             parts = [tiered_pb2.TieredSegment.FromString(p) for p in result.task.parts]
             read += len(parts)
-            if result.error or not commit(tier, snapshot.root, parts, result.task.merged_path):
+            if result.error or not commit(tier, snapshot.location, parts, result.task.merged_path):
                 failed += 1
                 if result.error:
                     log.warning("compact_group_failed first=%s error=%s", parts[0].path, result.error)
@@ -142,7 +143,7 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
             "deleted": deleted + gc_objects, "garbage_bytes": gc_bytes, "seconds": time.monotonic() - started}
 
 
-def commit(tier: BrokerTier, root: Path, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
+def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
     for p in parts:
         tier_objects.retire(root, p.path)
     if tier.replace(parts, merged_record(parts, merged_path)):
@@ -166,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-bytes", type=int, default=256 << 20, help="largest merged object")
     parser.add_argument("--grace-seconds", type=float, default=30.0, help="retired parts outlive this")
     parser.add_argument("--no-wait", action="store_true", help="leave retired parts to the next run's cleanup")
+    add_s3_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
         stats = job.run(args.broker, args.master, args.topic, args.small_bytes, args.target_bytes, args.grace_seconds,
-                    not args.no_wait)
+                    not args.no_wait, s3_access(args))
     except TierJobError as exc:
         return fail("compact", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback

@@ -2,8 +2,8 @@
 
 Columns: topic, queue_id, queue_offset (for a static topic the logic queue and logic offset, as consumers see
 them), store_timestamp, keys, tags, properties (map), body. One Spark task per queue: it reads the queue's
-consume-queue objects, then the commitlog spans they point at, straight from the tier (posix backend); every
-record's CRC is checked.
+consume-queue objects, then the commitlog spans they point at, straight from the tier (posix directory, or the
+s3 bucket through the broker's S3 backend); every record's CRC is checked.
 """
 
 import argparse
@@ -29,7 +29,15 @@ from common.message_codec import decode_record
 from common.statictopic.mapping_codec import detail_from_proto
 from proto import broker_pb2, broker_pb2_grpc
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import COMMIT_LOG, CONSUME_QUEUE, BrokerTier, TierJobError
+from spark_jobs.broker_tier import (
+    COMMIT_LOG,
+    CONSUME_QUEUE,
+    BrokerTier,
+    S3Access,
+    TierJobError,
+    add_s3_arguments,
+    s3_access,
+)
 from spark_jobs.job_output import fail
 
 CQ_UNIT = struct.Struct(">qiqq")
@@ -47,25 +55,23 @@ SCHEMA = StructType([
 
 Parts = list[tuple[int, int, str]]  # (base offset, size, path) of a flat file's segments
 # (root, topic, queue id, consume queue parts, commitlog parts, static topic items of the queue)
-QueueTask = tuple[str, str, int, Parts, Parts, list[tuple[int, int, int, int]]]
+QueueTask = tuple[tier_objects.Tier, str, int, Parts, Parts, list[tuple[int, int, int, int]]]
 
 
-def _stream(root: Path, parts: Parts, start: int, end: int) -> bytes:
+def _stream(root: tier_objects.Tier, parts: Parts, start: int, end: int) -> bytes:
     """Bytes ``[start, end)`` of a flat file given as (base, size, path) parts."""
     out = []
     for base, size, path in parts:
         lo, hi = max(start, base), min(end, base + size)
         if lo < hi:
-            with open(root / path, "rb") as f:
-                f.seek(lo - base)
-                out.append(f.read(hi - lo))
+            out.append(tier_objects.read_range(root, path, lo - base, hi - lo))
     return b"".join(out)
 
 
 def queue_rows(task: QueueTask) -> list[tuple]:
     """On an executor: every message of one queue in the tier."""
     root, topic, queue_id, cq_parts, cl_parts, logic = task
-    root_path = Path(root)
+    root_path = Path(root) if isinstance(root, str) else root
     if not cq_parts:
         return []
     start, end = cq_parts[0][0], cq_parts[-1][0] + cq_parts[-1][1]
@@ -104,21 +110,23 @@ def _logic_map(broker: str, topic: str, broker_name: str) -> dict[int, list[tupl
     return out
 
 
-def tiered_dataframe(spark: SparkSession, brokers: str | list[str], topic: str) -> DataFrame:
+def tiered_dataframe(spark: SparkSession, brokers: str | list[str], topic: str,
+                     s3: S3Access | None = None) -> DataFrame:
     """The topic's messages in the tiers of ``brokers`` (one address or several)."""
     tasks: list[QueueTask] = []
     for broker in [brokers] if isinstance(brokers, str) else brokers:
-        with BrokerTier(broker) as tier:
+        with BrokerTier(broker, s3) as tier:
             snapshot = tier.snapshot(topic)
-        if snapshot.provider is not TieredBackendServiceProvider.POSIX:
+        if snapshot.provider is TieredBackendServiceProvider.MEMORY:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: reading "
-                               "needs the posix backend")
+                               "needs the posix or s3 backend")
+        root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
         logic = _logic_map(broker, topic, snapshot.broker_name)
         files = snapshot.by_file()
         for t, queue_id in sorted({(t, q) for t, q, _ in files}):
             cq, cl = ([(s.base_offset, s.size, s.path) for s in files.get((t, queue_id, kind), [])]
                       for kind in (CONSUME_QUEUE, COMMIT_LOG))
-            tasks.append((str(snapshot.root), t, queue_id, cq, cl, logic.get(queue_id, [])))
+            tasks.append((root, t, queue_id, cq, cl, logic.get(queue_id, [])))
     sc = spark.sparkContext
     rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(queue_rows)
     return spark.createDataFrame(rdd, SCHEMA)
@@ -135,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's wins)")
     parser.add_argument("--show", type=int, default=20, help="rows to print")
     parser.add_argument("--output", default=None, help="also write the DataFrame as Parquet here")
+    add_s3_arguments(parser)
     args = parser.parse_args(argv)
     from spark_jobs.session import spark_session
 
     try:
         spark = spark_session("tiered-read", args.master)
-        df = job.tiered_dataframe(spark, args.broker, args.topic)
+        df = job.tiered_dataframe(spark, args.broker, args.topic, s3_access(args))
         if args.output:
             df.write.mode("overwrite").parquet(args.output)
         count = df.count()

@@ -1,5 +1,8 @@
-"""Objects of a posix tier as the executors touch them: read, write (fsynced, under a new unique name),
-verify, delete, and list what no metadata references (garbage from crashed or failed jobs).
+"""Objects of a tier as the executors touch them: read, write (durably, under a new unique name), verify,
+delete, and list what no metadata references (garbage from crashed or failed jobs).
+
+A tier is a :class:`TierLocation` (a posix directory, or an S3 bucket and key prefix read and written through
+the broker's own S3 backend, so executors need no shared directory); a plain path means a posix directory.
 
 A compaction retires the objects it replaced by writing a ``<object>.retired`` marker *before* committing; an
 unreferenced object is deleted once its marker (or, without one, its own mtime) is older than the grace
@@ -10,8 +13,11 @@ import struct
 import time
 import uuid
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
+from broker.tiered.provider.s3_file_segment import S3Config
 from common.message_codec import HEADER_SIZE, MESSAGE_MAGIC
 
 RETIRED = ".retired"
@@ -22,12 +28,68 @@ class CorruptObjectError(ValueError):
     """A merged object does not hold what its parts held."""
 
 
-def read_object(root: Path, path: str) -> bytes:
-    with open(root / path, "rb") as f:
-        return f.read()
+@dataclass(frozen=True, slots=True)
+class TierLocation:
+    """Where a broker's tier is, as shipped to executors: provider, root (directory or key prefix) and, for s3,
+    the server, bucket and signing keys."""
+
+    provider: TieredBackendServiceProvider
+    root: str
+    s3: S3Config | None = None
+
+    @property
+    def is_s3(self) -> bool:
+        return self.provider is TieredBackendServiceProvider.S3
+
+    def factory(self) -> FileSegmentFactory:
+        return FileSegmentFactory(self.provider, self.root, self.s3)
 
 
-def write_object(root: Path, path: str, data: bytes) -> None:
+Tier = Path | str | TierLocation
+
+
+def location(tier: Tier) -> TierLocation:
+    return tier if isinstance(tier, TierLocation) else TierLocation(TieredBackendServiceProvider.POSIX, str(tier))
+
+
+def _posix(tier: Tier) -> Path | None:
+    loc = location(tier)
+    return None if loc.is_s3 else Path(loc.root)
+
+
+def read_object(tier: Tier, path: str) -> bytes:
+    root = _posix(tier)
+    if root is not None:
+        with open(root / path, "rb") as f:
+            return f.read()
+    seg = location(tier).factory().open(path)
+    size = seg.real_size()
+    if not size:
+        raise FileNotFoundError(f"no object {path} in the tier")
+    return seg.read(0, size)
+
+
+def read_range(tier: Tier, path: str, position: int, length: int) -> bytes:
+    root = _posix(tier)
+    if root is not None:
+        with open(root / path, "rb") as f:
+            f.seek(position)
+            return f.read(length)
+    return location(tier).factory().open(path).read(position, length)
+
+
+def object_size(tier: Tier, path: str) -> int:
+    root = _posix(tier)
+    if root is not None:
+        return (root / path).stat().st_size
+    return location(tier).factory().open(path).real_size()
+
+
+def write_object(tier: Tier, path: str, data: bytes) -> None:
+    root = _posix(tier)
+    if root is None:  # one PUT: durable and whole when it returns
+        location(tier).factory().open(path).write(0, data)
+        return
     file = root / path
     file.parent.mkdir(parents=True, exist_ok=True)
     with open(file, "wb") as f:
@@ -69,8 +131,16 @@ def verify(data: bytes, segment_type: int, base_offset: int, expected_size: int)
     return records
 
 
-def delete_object(root: Path, path: str) -> int:
+def delete_object(tier: Tier, path: str) -> int:
     """Delete an object and its marker; returns the bytes freed (0 if it was gone: idempotent)."""
+    root = _posix(tier)
+    if root is None:
+        factory = location(tier).factory()
+        seg = factory.open(path)
+        size = seg.real_size()
+        seg.destroy()
+        factory.open(path + RETIRED).destroy()
+        return size
     file = root / path
     try:
         size = file.stat().st_size
@@ -81,20 +151,31 @@ def delete_object(root: Path, path: str) -> int:
     return size
 
 
-def retire(root: Path, path: str) -> None:
+def retire(tier: Tier, path: str) -> None:
+    root = _posix(tier)
+    if root is None:
+        location(tier).factory().open(path + RETIRED).write(0, str(time.time()).encode())
+        return
     (root / (path + RETIRED)).write_bytes(str(time.time()).encode())
 
 
-def unretire(root: Path, path: str) -> None:
+def unretire(tier: Tier, path: str) -> None:
+    root = _posix(tier)
+    if root is None:
+        location(tier).factory().open(path + RETIRED).destroy()
+        return
     (root / (path + RETIRED)).unlink(missing_ok=True)
 
 
-def garbage(root: Path, broker_name: str, referenced: set[str], grace_s: float,
+def garbage(tier: Tier, broker_name: str, referenced: set[str], grace_s: float,
             now: float | None = None) -> list[str]:
     """Objects under the broker's directory that no segment record references and whose retirement (or
     creation) is older than the grace period. Markers of objects still referenced (a refused commit) or of
     objects already gone are removed on the way."""
     now = now if now is not None else time.time()
+    root = _posix(tier)
+    if root is None:
+        return _object_store_garbage(location(tier), broker_name, referenced, grace_s, now)
     base = root / broker_name
     out: list[str] = []
     if not base.exists():
@@ -113,6 +194,26 @@ def garbage(root: Path, broker_name: str, referenced: set[str], grace_s: float,
             continue
         marker = root / (rel + RETIRED)
         since = marker.stat().st_mtime if marker.exists() else file.stat().st_mtime
+        if now - since > grace_s:
+            out.append(rel)
+    return out
+
+
+def _object_store_garbage(loc: TierLocation, broker_name: str, referenced: set[str], grace_s: float,
+                          now: float) -> list[str]:
+    """:func:`garbage` over a listing of the bucket (the times are the objects' last writes)."""
+    factory = loc.factory()
+    objects = factory.list_objects(broker_name)
+    out: list[str] = []
+    for rel, mtime in sorted(objects.items()):
+        if rel.endswith(RETIRED):
+            obj = rel[: -len(RETIRED)]
+            if (obj in referenced and now - mtime > grace_s) or obj not in objects:
+                factory.open(rel).destroy()
+            continue
+        if rel in referenced:
+            continue
+        since = objects.get(rel + RETIRED, mtime)
         if now - since > grace_s:
             out.append(rel)
     return out

@@ -1,20 +1,24 @@
 """Administration: topics, subscription groups, stats, runtime info."""
 
 import dataclasses
+import enum
+import importlib.metadata
 import logging
 import os
 import time
 from collections.abc import Callable
 
-from broker.broker_config import BrokerConfig
+from broker.broker_config import KEYS, BrokerConfig
 from broker.broker_stats import BrokerStats
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_group, checked_topic
+from broker.processor.send_message_processor import SendMessageProcessor
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
+from broker.transaction.producer_manager import ProducerManager
 from common.kv_shard import KV_TOPIC
 from common.refusal import Refusal
 from common.request_error import RequestError, require
@@ -37,7 +41,10 @@ class AdminBrokerProcessor:
                  store: MessageStoreReader, local_store: MessageStore, stats: BrokerStats, boot_timestamp: int,
                  on_topics_changed: Callable[[], None],
                  timer_info: Callable[[], dict[str, str]] = dict,
-                 ha_info: Callable[[], dict[str, str]] = dict) -> None:
+                 ha_info: Callable[[], dict[str, str]] = dict,
+                 producers: ProducerManager | None = None,
+                 send_processor: Callable[[], SendMessageProcessor | None] = lambda: None,
+                 ensure_default_topic: Callable[[], None] = lambda: None) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -51,6 +58,9 @@ class AdminBrokerProcessor:
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
         self.ha_info = ha_info  # role, replication address and progress
+        self.producers = producers  # producer sessions (transaction heartbeats)
+        self.send_processor = send_processor  # its limits: what sends are checked against (live keys change them)
+        self.ensure_default_topic = ensure_default_topic  # serve TBW102 or not, per autoCreateTopicEnable
 
     # -- topics ------------------------------------------------------------------------------------
     def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
@@ -224,6 +234,7 @@ class AdminBrokerProcessor:
         store = self.local_store  # its commitlog and dispatch progress
         table = {
             "brokerName": c.broker_name,
+            "brokerVersionDesc": _version(),
             "brokerId": str(c.broker_id),
             "brokerAddr": self.broker_addr,
             "clusterName": c.broker_cluster_name,
@@ -247,6 +258,95 @@ class AdminBrokerProcessor:
             **self.ha_info(),
         }
         return broker_pb2.BrokerRuntimeInfo(table=table)
+
+    # -- broker config (mqadmin getBrokerConfig / updateBrokerConfig) ---------------------------------
+    def broker_config(self) -> broker_pb2.BrokerConfigTable:
+        table = {key: _shown(key, getattr(self.config, attr)) for key, (attr, _parse) in KEYS.items()}
+        return broker_pb2.BrokerConfigTable(table=table, live_keys=sorted(LIVE_CONFIG_KEYS))
+
+    def update_broker_config(self, request: broker_pb2.UpdateBrokerConfigRequest) -> common_pb2.CommandResponse:
+        """Change a live key until restart; any other key is refused naming it."""
+        key = request.key.strip()
+        spec = KEYS.get(key)
+        require(spec is not None, f"unknown broker config key {key!r}")
+        assert spec is not None
+        require(key in LIVE_CONFIG_KEYS, f"{key} cannot change while the broker runs: set it in broker.conf and "
+                                         f"restart (live keys: {', '.join(sorted(LIVE_CONFIG_KEYS))})")
+        attr, parse = spec
+        try:
+            value = parse(request.value.strip())
+        except ValueError as exc:
+            raise RequestError(f"{key}: {exc}") from None
+        old = getattr(self.config, attr)
+        setattr(self.config, attr, value)
+        send = self.send_processor()
+        if send is not None and key in ("autoCreateTopicEnable", "defaultTopicQueueNums"):
+            c = self.config
+            send.limits = dataclasses.replace(send.limits, auto_create_topic_enable=c.auto_create_topic_enable,
+                                              default_topic_queue_nums=c.default_topic_queue_nums)
+        if key == "autoCreateTopicEnable" and value != old:
+            self.ensure_default_topic()
+            self.on_topics_changed()
+        log.info("broker_config_updated key=%s old=%s new=%s", key, _config_text(old), _config_text(value))
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    # -- producers and stats (mqadmin producerConnection / statsAll) ----------------------------------------
+    def producer_connections(self, request: broker_pb2.GroupRequest) -> broker_pb2.ProducerConnectionList:
+        group = checked_group(request.group_name)
+        sessions = self.producers.sessions_of(group) if self.producers is not None else []
+        return broker_pb2.ProducerConnectionList(code=ResponseCode.SUCCESS, connections=[
+            broker_pb2.ProducerConnection(client_id=client_id, addr=addr, last_heartbeat_age_ms=age)
+            for client_id, addr, age in sessions])
+
+    def broker_stats(self) -> broker_pb2.BrokerStatsTable:
+        rates = self.stats.key_rates()
+        totals = dict(self.stats.totals)
+        offsets = self.consumer_offset_manager
+        rows = []
+        groups_of: dict[str, set[str]] = {}
+        for g, t, _q, _o in offsets.all_offsets():
+            groups_of.setdefault(t, set()).add(g)
+        for config in self.topic_config_manager.all_configs():
+            topic = config.topic_name
+            queues = range(max(config.read_queue_nums, config.write_queue_nums))
+            max_offsets = {q: self.store.max_offset(topic, q) for q in queues}
+            rows.append(broker_pb2.TopicStatsRow(topic=topic, total=sum(max_offsets.values()),
+                                                 tps=rates.get((topic, ""), 0.0),
+                                                 count_since_boot=totals.get((topic, ""), 0)))
+            groups = set(groups_of.get(topic, ()))
+            groups |= {g for (t, g) in totals if t == topic and g}
+            for group in sorted(groups):
+                committed = {q: max(offsets.query_offset(group, topic, q), 0) for q in queues}
+                rows.append(broker_pb2.TopicStatsRow(
+                    topic=topic, group=group, total=sum(committed.values()),
+                    lag=sum(max(max_offsets[q] - committed[q], 0) for q in queues),
+                    tps=rates.get((topic, group), 0.0), count_since_boot=totals.get((topic, group), 0)))
+        return broker_pb2.BrokerStatsTable(rows=rows)
+
+
+# Keys updateBrokerConfig changes at once (each is read where it is used, or carried there above).
+LIVE_CONFIG_KEYS = frozenset({"autoCreateTopicEnable", "defaultTopicQueueNums", "flushConsumerOffsetInterval"})
+
+
+def _version() -> str:
+    try:
+        return "pyrocketmq " + importlib.metadata.version("pyrocketmq")
+    except importlib.metadata.PackageNotFoundError:
+        return "pyrocketmq (not installed)"
+
+
+def _shown(key: str, value: object) -> str:
+    """A key's value as getBrokerConfig shows it: secrets (a secret key, a password, credentials) never leave."""
+    secret = any(word in key.lower() for word in ("secret", "password", "credential"))
+    return "******" if secret and value else _config_text(value)
+
+
+def _config_text(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
 
 
 def _disk_ratio(store: MessageStore) -> str:

@@ -1,6 +1,7 @@
 """Tiered storage requests: status per queue (and, for the Spark jobs, metadata snapshots and commits)."""
 
 import time
+from pathlib import Path
 
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_topic
@@ -48,7 +49,11 @@ class TieredProcessor:
         topic = checked_topic(request.topic) if request.topic else None
         return tiered_pb2.TieredMetadataResponse(
             code=ResponseCode.SUCCESS, broker_name=self.broker_name,
-            backend_provider=tiered.factory.provider.value, backend_root=str(tiered.backend_root.resolve()),
+            backend_provider=tiered.factory.provider.value,
+            backend_root=str(tiered.backend_root.resolve()) if isinstance(tiered.backend_root, Path)
+            else tiered.backend_root,
+            s3_endpoint=tiered.s3.endpoint if tiered.s3 else "", s3_bucket=tiered.s3.bucket if tiered.s3 else "",
+            s3_region=tiered.s3.region if tiered.s3 else "",
             segments=[segment_to_proto(m) for m in tiered.segments(topic)], snapshot_ms=int(time.time() * 1000))
 
     def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:

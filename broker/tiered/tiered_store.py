@@ -12,7 +12,8 @@ from broker.tiered.file.flat_file_store import FlatFileStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
-from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
+from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,18 @@ HOUR_MS = 3600 * 1000
 class TieredStore:
     def __init__(self, config, local: MessageStore) -> None:  # config: BrokerConfig
         root = Path(config.store_path_root_dir)
-        self.backend_root = Path(config.tiered_store_file_path or root / "tiered")
-        self.factory = FileSegmentFactory(config.tiered_backend_service_provider, self.backend_root)
+        self.s3: S3Config | None = None
+        if config.tiered_backend_service_provider is TieredBackendServiceProvider.S3:
+            self.s3 = S3Config(config.tiered_store_s3_bucket, config.tiered_store_s3_endpoint,
+                               config.tiered_store_s3_region, config.tiered_store_s3_access_key,
+                               config.tiered_store_s3_secret_key)
+            if ensure_bucket(self.s3):  # fails here (the broker does not start) if the server cannot be used
+                log.info("tiered_s3_bucket_created bucket=%s endpoint=%s", self.s3.bucket, self.s3.endpoint)
+            # the key prefix in the bucket, where a posix tier has its directory
+            self.backend_root: Path | str = config.tiered_store_s3_prefix.strip("/")
+        else:
+            self.backend_root = Path(config.tiered_store_file_path or root / "tiered")
+        self.factory = FileSegmentFactory(config.tiered_backend_service_provider, self.backend_root, self.s3)
         self.metadata = RocksDBTieredMetadataStore(root / "tiered_metadata")
         self.flat_files = FlatFileStore(self.factory, self.metadata, config.broker_name,
                                         config.tiered_store_commit_log_max_size,
@@ -43,8 +54,8 @@ class TieredStore:
         self.dispatcher.reconcile_after_recovery()
         self.dispatcher.start()
         self.clean_service.start()
-        log.info("tiered_started backend=%s root=%s level=%s queues=%d", self.factory.provider, self.backend_root,
-                 self.store.level, len(self.flat_files.files))
+        log.info("tiered_started backend=%s root=%s%s level=%s queues=%d", self.factory.provider, self.backend_root,
+                 f" s3={self.s3!r}" if self.s3 else "", self.store.level, len(self.flat_files.files))
 
     def shutdown(self) -> None:
         """Before the local store shuts down: the last uploads read its commitlog."""

@@ -102,6 +102,13 @@ class ProducerManager:
         with self._lock:
             return sorted({s.client_id for s in self._sessions.values() if group in s.groups})
 
+    def sessions_of(self, group: str) -> list[tuple[str, str, int]]:
+        """(client id, address, ms since its last heartbeat) of each live session of ``group``."""
+        now = self._clock()
+        with self._lock:
+            return sorted((s.client_id, s.addr, now - s.last_heartbeat_ms) for s in self._sessions.values()
+                          if group in s.groups)
+
     def send_check(self, group: str, check: transaction_pb2.TransactionCheckRequest) -> str | None:
         """Queue ``check`` for one live producer of ``group`` (any thread); its client id, or None when the group
         has no producer here."""

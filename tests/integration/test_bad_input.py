@@ -109,7 +109,7 @@ def test_bad_broker_conf_refuses_to_start(tmp_path, key, value):
 
 
 CHOICES = {"flushDiskType": "ASYNC_FLUSH, SYNC_FLUSH", "storeType": "default, defaultRocksDB",
-           "kvStoreType": "rocksdb, memory", "tieredBackendServiceProvider": "posix, memory",
+           "kvStoreType": "rocksdb, memory", "tieredBackendServiceProvider": "posix, memory, s3",
            "tieredStorageLevel": "DISABLE, NOT_IN_DISK, NOT_IN_MEM, FORCE"}
 
 

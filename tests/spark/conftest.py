@@ -23,8 +23,12 @@ import pytest
 from client import Admin, Message, MessageQueue, Producer, PullConsumer
 from client.results import PullStatus, SendResult
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import COMMIT_LOG, CONSUME_QUEUE, EXPIRED, BrokerTier, TierSnapshot
+from spark_jobs.broker_tier import COMMIT_LOG, CONSUME_QUEUE, EXPIRED, BrokerTier, S3Access, TierSnapshot
 from tests.cluster import REPO, Cluster, make_cluster, wait_until
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3_server
+
+__all__ = ["s3_server"]  # the fixture, for the s3 tier's runs
+S3_JOB_ARGS = ("--s3-access-key", ACCESS_KEY, "--s3-secret-key", SECRET_KEY)  # the broker never sends its keys
 
 BROKER = "broker-a"
 PYTHON = sys.executable
@@ -153,7 +157,7 @@ def check_everything(consumer: PullConsumer, topic: str, expected: Expected, sta
 
 # -- the tier -------------------------------------------------------------------------------------------------
 def snapshot(addr: str, topic: str = "") -> TierSnapshot:
-    with BrokerTier(addr) as tier:
+    with BrokerTier(addr, S3Access(access_key=ACCESS_KEY, secret_key=SECRET_KEY)) as tier:  # keys: s3 tier only
         return tier.snapshot(topic)
 
 
@@ -162,7 +166,10 @@ def readable(snap: TierSnapshot) -> list:
 
 
 def tier_files(snap: TierSnapshot) -> dict[str, tuple[int, int]]:
-    """Every file under the broker's tier directory: relative path -> (size, mtime_ns)."""
+    """Every file under the broker's tier directory (or key prefix): relative path -> (size, mtime_ns)."""
+    if snap.location.is_s3:
+        listing = snap.location.factory().list_objects(snap.broker_name)
+        return {p: (tier_objects.object_size(snap.location, p), int(t * 1e9)) for p, t in listing.items()}
     base = snap.root / snap.broker_name
     out = {}
     for file in base.rglob("*"):
@@ -180,7 +187,7 @@ def streams(snap: TierSnapshot) -> dict[tuple[str, int, int], bytes]:
         for prev, seg in itertools.pairwise(segs):
             assert prev.base_offset + prev.size == seg.base_offset, (key, prev.path, seg.path)
         for seg in segs:
-            data = tier_objects.read_object(snap.root, seg.path)
+            data = tier_objects.read_object(snap.location, seg.path)
             assert len(data) >= seg.size, f"{seg.path}: {len(data)} bytes, record says {seg.size}"
             parts.append(data[: seg.size])
         out[key] = b"".join(parts)
@@ -190,9 +197,12 @@ def streams(snap: TierSnapshot) -> dict[tuple[str, int, int], bytes]:
 def check_no_dangling(snap: TierSnapshot) -> None:
     """Every readable segment record's object exists and holds at least its recorded size."""
     for seg in readable(snap):
-        file = snap.root / seg.path
-        assert file.is_file(), f"segment record {seg.path} has no object"
-        assert file.stat().st_size >= seg.size, f"{seg.path}: {file.stat().st_size} < recorded {seg.size}"
+        size = tier_objects.object_size(snap.location, seg.path) if snap.location.is_s3 else -1
+        if not snap.location.is_s3:
+            file = snap.root / seg.path
+            assert file.is_file(), f"segment record {seg.path} has no object"
+            size = file.stat().st_size
+        assert size >= seg.size, f"{seg.path}: {size} < recorded {seg.size} (no object?)"
 
 
 def check_broker_view(cluster: Cluster, topic: str, snap: TierSnapshot) -> None:

@@ -17,6 +17,7 @@ from spark_jobs.tier_objects import RETIRED
 from tests.cluster import wait_until
 from tests.spark.conftest import (
     BROKER,
+    S3_JOB_ARGS,
     Expected,
     broker_addr,
     check_broker_view,
@@ -75,9 +76,15 @@ def compact_args(addr: str, topic: str, target: int, *more: str) -> list[str]:
             "--target-bytes", str(target), "--grace-seconds", str(GRACE_S), *more]
 
 
-def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["posix", "s3"])
+def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path: Path, backend: str,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """On the s3 backend the executors read and write the bucket (moto's server process) through the broker's
+    own S3 backend: no shared directory."""
     topic, queues = "CompactMe", 8
-    cluster = tiered_cluster(tmp_path)
+    s3_conf: dict[str, object] = request.getfixturevalue("s3_server").broker_conf() if backend == "s3" else {}
+    job_args = S3_JOB_ARGS if backend == "s3" else ()
+    cluster = tiered_cluster(tmp_path, **s3_conf)
     try:
         cluster.create_topic(topic, queues=queues)
         expected: Expected = {}
@@ -100,7 +107,7 @@ def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path:
         try:
             wait_until(lambda: reader.passes >= 1 or reader.errors, timeout=60, what="a first read pass")
             passes_before = reader.passes
-            result = run_job("spark_jobs.compact", *compact_args(addr, topic, BIG_TARGET))
+            result = run_job("spark_jobs.compact", *compact_args(addr, topic, BIG_TARGET), *job_args)
             passes_during = reader.passes - passes_before
             wait_until(lambda: reader.passes >= passes_before + passes_during + 2 or reader.errors, timeout=60,
                        what="read passes after the job")

@@ -108,10 +108,14 @@ def read_queue(consumer: PullConsumer, mq: MessageQueue, end: int) -> Iterator:
 
 # -- 1. a consumer reads everything after local expiry ------------------------------------------------------
 @pytest.mark.parametrize(("backend", "store_type"),
-                         [("posix", "default"), ("memory", "default"), ("posix", "defaultRocksDB")])
-def test_consumer_reads_everything_after_local_expiry(tmp_path: Path, backend: str, store_type: str) -> None:
+                         [("posix", "default"), ("memory", "default"), ("posix", "defaultRocksDB"), ("s3", "default")])
+def test_consumer_reads_everything_after_local_expiry(tmp_path: Path, backend: str, store_type: str,
+                                                      request: pytest.FixtureRequest) -> None:
     topic, queues, total, batch_size = "TieredAll", 8, 100_000, 256
-    cluster = tiered_cluster(tmp_path, tieredBackendServiceProvider=backend, storeType=store_type)
+    backend_conf: dict[str, object] = {"tieredBackendServiceProvider": backend}
+    if backend == "s3":  # a real S3-protocol server process (moto's), one bucket for this test
+        backend_conf = request.getfixturevalue("s3_server").broker_conf()
+    cluster = tiered_cluster(tmp_path, storeType=store_type, **backend_conf)
     try:
         cluster.create_topic(topic, queues=queues)
         batches = [[Message(topic, b"body-%07d-" % i + b"%x" % (i * 2654435761 % 2**32) * 16,
@@ -155,10 +159,15 @@ def brute_force_lower(times: list[int], timestamp: int) -> int:
     return bisect.bisect_left(times, timestamp)
 
 
-@pytest.mark.parametrize("store_type", ["default", "defaultRocksDB"])
-def test_search_by_time_across_tiers_matches_brute_force(tmp_path: Path, store_type: str) -> None:
+@pytest.mark.parametrize(("backend", "store_type"), [("posix", "default"), ("posix", "defaultRocksDB"),
+                                                    ("s3", "default")])
+def test_search_by_time_across_tiers_matches_brute_force(tmp_path: Path, backend: str, store_type: str,
+                                                         request: pytest.FixtureRequest) -> None:
     topic, queues, bursts = "TieredSearch", 4, 40
-    cluster = tiered_cluster(tmp_path, mappedFileSizeCommitLog=64 * 1024, storeType=store_type)
+    backend_conf: dict[str, object] = {"tieredBackendServiceProvider": backend}
+    if backend == "s3":
+        backend_conf = request.getfixturevalue("s3_server").broker_conf()
+    cluster = tiered_cluster(tmp_path, mappedFileSizeCommitLog=64 * 1024, storeType=store_type, **backend_conf)
     try:
         cluster.create_topic(topic, queues=queues)
         gaps: list[int] = []  # wall-clock times between bursts

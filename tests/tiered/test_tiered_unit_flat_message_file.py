@@ -35,7 +35,8 @@ class Env:
         self.metadata = RocksDBTieredMetadataStore(self.meta_root)
 
 
-@pytest.fixture(params=list(TieredBackendServiceProvider))
+# s3 is covered by the provider units and the acceptance suite (a server round trip per write here)
+@pytest.fixture(params=[TieredBackendServiceProvider.POSIX, TieredBackendServiceProvider.MEMORY])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     e = Env(request.param, tmp_path)
     yield e

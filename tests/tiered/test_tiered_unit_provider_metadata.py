@@ -1,4 +1,5 @@
-"""Tiered storage units: file segments on both backends, and the RocksDB metadata store."""
+"""Tiered storage units: file segments on every backend (s3 against moto's server process), and the RocksDB
+metadata store."""
 
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,12 +18,15 @@ from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider, segment_path
 from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 from broker.tiered.provider.posix_file_segment import PosixFileSegment
+from broker.tiered.provider.s3_file_segment import S3FileSegment
 
 CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
 
 
 @pytest.fixture(params=list(TieredBackendServiceProvider))
 def factory(request: pytest.FixtureRequest, tmp_path: Path) -> FileSegmentFactory:
+    if request.param is TieredBackendServiceProvider.S3:
+        return FileSegmentFactory(request.param, str(tmp_path / "tier"), request.getfixturevalue("s3_server").config())
     return FileSegmentFactory(request.param, tmp_path / "tier")
 
 
@@ -47,8 +51,10 @@ def test_segment_path_names_the_queue_type_and_base_offset():
 
 def test_factory_builds_the_configured_backend(factory: FileSegmentFactory):
     s = factory.open("b/T/0/commitlog/00000000000000000000")
-    memory = factory.provider is TieredBackendServiceProvider.MEMORY
-    assert isinstance(s, MemoryFileSegment if memory else PosixFileSegment)
+    kind = {TieredBackendServiceProvider.MEMORY: MemoryFileSegment,
+            TieredBackendServiceProvider.POSIX: PosixFileSegment,
+            TieredBackendServiceProvider.S3: S3FileSegment}[factory.provider]
+    assert isinstance(s, kind)
     assert s.path == "b/T/0/commitlog/00000000000000000000"
 
 
@@ -65,7 +71,7 @@ def test_segment_write_read_and_real_size(factory: FileSegmentFactory):
     again = factory.open(s.path)  # another handle on the same object sees the same bytes
     assert (again.real_size(), again.read(0, 5)) == (11, b"hello")
     if factory.provider is TieredBackendServiceProvider.POSIX:
-        assert (factory.root / s.path).read_bytes() == b"hello world"
+        assert (Path(factory.root) / s.path).read_bytes() == b"hello world"
 
 
 def test_positioned_overwrite_drops_the_tail(factory: FileSegmentFactory):
@@ -79,6 +85,8 @@ def test_positioned_overwrite_drops_the_tail(factory: FileSegmentFactory):
     assert (s.real_size(), s.read(0, 100)) == (0, b"")
     s.write(0, b"new")
     assert s.read(0, 100) == b"new"
+    s.write(1, b"")  # an empty write below the end truncates there
+    assert (s.real_size(), s.read(0, 100)) == (1, b"n")
 
 
 def test_destroy_is_idempotent_and_objects_are_independent(factory: FileSegmentFactory):
@@ -96,7 +104,7 @@ def test_destroy_is_idempotent_and_objects_are_independent(factory: FileSegmentF
 
 
 def test_backends_at_different_roots_do_not_share_objects(factory: FileSegmentFactory, tmp_path: Path):
-    other = FileSegmentFactory(factory.provider, tmp_path / "other-tier")
+    other = FileSegmentFactory(factory.provider, tmp_path / "other-tier", factory.s3)
     factory.open("b/T/0/commitlog/00000000000000000000").write(0, b"mine")
     assert other.open("b/T/0/commitlog/00000000000000000000").real_size() == 0
 

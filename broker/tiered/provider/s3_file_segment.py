@@ -1,0 +1,210 @@
+"""Segments in S3-compatible object storage (``tieredBackendServiceProvider=s3``), through boto3.
+
+Design: append-as-objects. A segment ``<path>`` is the set of *chunk* objects ``<prefix>/<path>/<20-digit
+start>``; each ``write(position, data)`` is one PUT of a new chunk named by its position, holding the bytes
+``[position, position + len(data))``. Byte ``b`` of the segment is served by the chunk with the greatest start
+``<= b`` (a later chunk shadows the tail of an earlier one); the segment ends where the last chunk ends.
+
+Why not multipart upload: the segment model is many small positioned appends (a group commit every few hundred
+milliseconds), each readable as soon as it is committed, with reads of any committed range. A multipart upload's
+parts are invisible until the upload is completed, every part but the last must be >= 5 MiB, and a completed
+object is immutable (appending again means a new upload copying the old object). Append-as-objects makes every
+commit one PUT that is durable and readable when it returns, reads are ranged GETs of the chunks a range spans,
+and nothing is ever rewritten. The Spark compaction job later merges the small sealed segments into single
+one-chunk objects, which bounds the chunk count of old data.
+
+Positioned writes: ``write(position, data)`` first deletes the chunks starting at or after ``position``, one by
+one from the newest (a crash part-way leaves a shorter but gap-free stream), then PUTs the chunk at
+``position``; an empty write below the end PUTs an empty chunk, which truncates.
+
+Crash behaviour (the contract of :mod:`file_segment`): a PUT is atomic, so a crash never leaves a torn chunk.
+A crash after a chunk's PUT and before the broker updates the segment's metadata leaves the backend holding
+more than the record says; at restart the flat file's ``load`` takes the backend's size for the last segment
+(the bytes are whole records the dispatcher wrote) and the dispatcher skips what the tier already has, so
+nothing is lost or duplicated. A crash before the PUT leaves the record and the backend agreeing on the old
+size; the dispatcher re-sends from there. A crash while a new segment's stale chunks are being deleted (the
+``write(0, b"")`` before its record is written) leaves no record: the next attempt deletes the rest.
+
+Every segment object caches its chunk list (one writer, the broker, owns a segment); ``real_size`` always
+lists the backend again, and a read past the cached end lists again before answering short.
+"""
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from broker.tiered.provider.file_segment import FileSegment
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+else:
+    S3Client = Any
+
+CHUNK_DIGITS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class S3Config:
+    """Where the bucket is and how to sign (``tieredStoreS3*`` keys). Picklable: the Spark jobs ship it to
+    executors. ``access_key``/``secret_key`` empty: boto3's default chain (environment, profile, role)."""
+
+    bucket: str
+    endpoint: str = ""  # e.g. http://127.0.0.1:9000 (MinIO, moto); empty: AWS's own endpoint for the region
+    region: str = "us-east-1"
+    access_key: str = ""
+    secret_key: str = ""
+    path_style: bool = True  # most S3-compatible servers want path-style addressing
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"S3Config(bucket={self.bucket!r}, endpoint={self.endpoint!r}, region={self.region!r})"
+
+
+_clients: dict[S3Config, S3Client] = {}
+_clients_lock = threading.Lock()
+
+
+def s3_client(config: S3Config) -> S3Client:
+    """One client per configuration and process (boto3 clients are thread-safe; sessions are not)."""
+    with _clients_lock:
+        client = _clients.get(config)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session()
+            client = session.client(
+                "s3", endpoint_url=config.endpoint or None, region_name=config.region or None,
+                aws_access_key_id=config.access_key or None, aws_secret_access_key=config.secret_key or None,
+                config=Config(s3={"addressing_style": "path" if config.path_style else "auto"},
+                              retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32,
+                              connect_timeout=10, read_timeout=60))
+            _clients[config] = client
+        return client
+
+
+def ensure_bucket(config: S3Config) -> bool:
+    """Create the bucket if it does not exist; True if it was created. Raises if the server cannot be used."""
+    from botocore.exceptions import ClientError
+
+    client = s3_client(config)
+    try:
+        client.head_bucket(Bucket=config.bucket)
+        return False
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    kwargs: dict[str, Any] = {"Bucket": config.bucket}
+    if config.region and config.region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": config.region}
+    try:
+        client.create_bucket(**kwargs)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+    return True
+
+
+def object_key(prefix: str, path: str) -> str:
+    prefix = prefix.strip("/")
+    return f"{prefix}/{path}" if prefix else path
+
+
+def list_keys(config: S3Config, prefix: str) -> Iterator[tuple[str, int, datetime]]:
+    """(key, size, last modified) of every object under ``prefix``."""
+    paginator = s3_client(config).get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=config.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            yield obj["Key"], obj["Size"], obj["LastModified"]
+
+
+def segment_of_key(key: str) -> str | None:
+    """The segment key a chunk key belongs to (None if ``key`` is not a chunk)."""
+    head, _, tail = key.rpartition("/")
+    return head if head and len(tail) == CHUNK_DIGITS and tail.isdigit() else None
+
+
+class S3FileSegment(FileSegment):
+    def __init__(self, config: S3Config, prefix: str, path: str) -> None:
+        super().__init__(path)
+        self.config = config
+        self._base = object_key(prefix, path) + "/"
+        self._chunks: list[tuple[int, int]] | None = None  # (start, size), by start
+        self._lock = threading.Lock()
+
+    @property
+    def _client(self) -> S3Client:
+        return s3_client(self.config)
+
+    def _key(self, start: int) -> str:
+        return f"{self._base}{start:0{CHUNK_DIGITS}d}"
+
+    def _list(self) -> list[tuple[int, int]]:
+        chunks = []
+        for key, size, _ in list_keys(self.config, self._base):
+            tail = key[len(self._base):]
+            if len(tail) == CHUNK_DIGITS and tail.isdigit():
+                chunks.append((int(tail), size))
+        chunks.sort()
+        self._chunks = chunks
+        return chunks
+
+    def _layout(self) -> list[tuple[int, int]]:
+        return self._chunks if self._chunks is not None else self._list()
+
+    @staticmethod
+    def _end(chunks: list[tuple[int, int]]) -> int:
+        return chunks[-1][0] + chunks[-1][1] if chunks else 0
+
+    def real_size(self) -> int:
+        with self._lock:
+            return self._end(self._list())
+
+    def write(self, position: int, data: bytes) -> None:
+        with self._lock:
+            chunks = self._layout()
+            end = self._end(chunks)
+            if position > end:
+                raise ValueError(f"{self.path}: write at {position} past the end {end}")
+            while chunks and chunks[-1][0] >= position:  # newest first: a crash leaves a gap-free prefix
+                self._client.delete_object(Bucket=self.config.bucket, Key=self._key(chunks[-1][0]))
+                chunks.pop()
+            if data or position < self._end(chunks):  # an empty chunk below the end truncates there
+                self._client.put_object(Bucket=self.config.bucket, Key=self._key(position), Body=data)
+                chunks.append((position, len(data)))
+
+    def _spans(self, chunks: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(chunk start, from, to) of the bytes ``[lo, hi)``: each byte from the newest chunk that holds it."""
+        out = []
+        for i, (start, size) in enumerate(chunks):
+            stop = min(start + size, chunks[i + 1][0]) if i + 1 < len(chunks) else start + size
+            a, b = max(lo, start), min(hi, stop)
+            if a < b:
+                out.append((start, a, b))
+        return out
+
+    def read(self, position: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        with self._lock:
+            chunks = self._layout()
+            if position + length > self._end(chunks):  # maybe written by another process since: look again
+                chunks = self._list()
+            spans = self._spans(chunks, position, position + length)
+        out = []
+        for start, a, b in spans:
+            body = self._client.get_object(Bucket=self.config.bucket, Key=self._key(start),
+                                           Range=f"bytes={a - start}-{b - start - 1}")["Body"]
+            try:
+                out.append(body.read())
+            finally:
+                body.close()
+        return b"".join(out)
+
+    def destroy(self) -> None:
+        with self._lock:
+            chunks = self._list()
+            while chunks:  # newest first, as in write
+                self._client.delete_object(Bucket=self.config.bucket, Key=self._key(chunks[-1][0]))
+                chunks.pop()
