@@ -7,8 +7,11 @@ come one after another, each once the one before it was acked.
 
 A message keeps the handle of its delivery in ``receipt_handle``; ``change_invisible`` replaces it."""
 
+import functools
 import itertools
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import grpc
@@ -79,22 +82,54 @@ class SimpleConsumer:
     def ack(self, messages: MessageExt | Iterable[MessageExt]) -> None:
         """Settle received messages (one or many, of any brokers). Raises MQClientError naming the first one the
         broker refused (acked already, received again since, or past its invisible time)."""
+        self.ack_async(messages).result()
+
+    def ack_async(self, messages: MessageExt | Iterable[MessageExt]) -> "Future[None]":
+        """Like :meth:`ack` but returns at once: a receiver need not wait for its acks before it receives again.
+        The future fails as :meth:`ack` raises."""
         by_broker: dict[str, list[str]] = {}
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
             by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
-        failure: MQClientError | None = None
-        for broker_name, handles in by_broker.items():  # every broker's acks go, whatever another one answered
+        done: Future[None] = Future()
+        if not by_broker:
+            done.set_result(None)
+            return done
+        left = [len(by_broker)]
+        failures: list[MQClientError] = []
+        lock = threading.Lock()
+
+        def settle(addr: str, answer: "Future[Any]") -> None:
+            try:
+                response = answer.result()
+                if response.code != ResponseCode.SUCCESS:
+                    raise business_error(f"ack of {self.topic} messages", addr, response.code, response.remark)
+            except grpc.RpcError as exc:
+                self.client.invalidate_route(self.topic)
+                self.client.report_failure(addr, exc.code())
+                failures.append(rpc_error("ack", addr, exc))
+            except MQClientError as exc:
+                failures.append(exc)
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:  # every broker's acks went, whatever another one answered
+                if failures:
+                    done.set_exception(failures[0])
+                else:
+                    done.set_result(None)
+
+        for broker_name, handles in by_broker.items():
             request = pop_pb2.AckMessageRequest(group=self.group, topic=self.topic, receipt_handles=handles)
             try:
-                addr, response = self._on_stream("ack", broker_name, self.client.ack_stream, request)
+                addr = self.client.master_addr(self.topic, broker_name)
             except MQClientError as exc:
-                failure = failure or exc
+                failed: Future[Any] = Future()
+                failed.set_exception(exc)
+                settle(broker_name, failed)
                 continue
-            if response.code != ResponseCode.SUCCESS:
-                failure = failure or business_error(f"ack of {self.topic} messages", addr, response.code,
-                                                    response.remark)
-        if failure is not None:
-            raise failure
+            answer = self.client.ack_stream(addr).call(request, self.client.rpc_timeout_s)
+            answer.add_done_callback(functools.partial(settle, addr))
+        return done
 
     def change_invisible(self, msg: MessageExt, invisible_ms: int) -> None:
         """Keep ``msg`` invisible for ``invisible_ms`` from now; its ``receipt_handle`` becomes the new one."""

@@ -86,8 +86,8 @@ def test_unacked_message_comes_back_after_its_invisible_time_with_its_count_rais
         assert [m.body for m in second] == [b"again"] and second[0].reconsume_times == 1
         assert second[0].msg_id == first[0].msg_id
         with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
-            consumer.ack(first)  # the first delivery's handle is void
-        consumer.ack(second)
+            consumer.ack_async(first).result(timeout=10)  # the first delivery's handle is void
+        consumer.ack_async(second).result(timeout=10)
         assert consumer.receive(1, invisible_ms=500, wait_ms=1000) == []
 
 
