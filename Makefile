@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYPROJECT_HASH := $(shell md5sum < pyproject.toml | cut -c1-8)
 
-PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto proto/consumer.proto proto/ha.proto proto/controller.proto proto/pop.proto proto/v2/definition.proto proto/v2/service.proto proto/transaction.proto
+PROTOS := proto/common.proto proto/namesrv.proto proto/broker.proto proto/kv.proto proto/tiered.proto proto/consumer.proto proto/ha.proto proto/controller.proto proto/pop.proto proto/v2/definition.proto proto/v2/service.proto proto/transaction.proto proto/acl.proto
 
 .PHONY: venv base spark dev bench-extra test test-pythons lint bench run proto clean
 .NOTPARALLEL:  # the stamps install into one venv: one pip at a time

@@ -19,6 +19,9 @@ class Settings:
     namesrv_addr: str | None = None
     as_json: bool = False
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    tls_ca: str | None = None  # --tls-ca / ROCKETMQ_TLS_CA: connect over TLS, trusting this CA file
+    # --access-key/--secret-key (ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY): ACL credentials every call is signed with
+    credentials: tuple[str, str] | None = None
 
 
 class CommandFailed(click.ClickException):
@@ -58,7 +61,8 @@ def open_admin() -> Admin:
     addr = (settings(ctx).namesrv_addr or "").strip()
     if not addr:
         raise CommandFailed(NO_NAMESRV, ctx)
-    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms))
+    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms, tls_ca=settings(ctx).tls_ca,
+                                   credentials=settings(ctx).credentials))
 
 
 def open_broker_admin(broker_addr: str) -> Admin:
@@ -68,7 +72,8 @@ def open_broker_admin(broker_addr: str) -> Admin:
     if not broker_addr:
         raise click.UsageError("-b needs a broker address HOST:PORT")
     addr = (settings(ctx).namesrv_addr or "").strip() or broker_addr
-    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms))
+    return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms, tls_ca=settings(ctx).tls_ca,
+                                   credentials=settings(ctx).credentials))
 
 
 def timeout_ms() -> int:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from admin_cli import (
+    acl_commands,
     broker_commands,
     cluster_commands,
     group_commands,
@@ -63,13 +64,21 @@ class AdminGroup(click.Group):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.option("--timeout", "timeout_ms", type=TIMEOUT_TYPE, default=DEFAULT_TIMEOUT_MS, metavar="MS",
               help=TIMEOUT_HELP)
+@click.option("--tls-ca", "tls_ca", envvar="ROCKETMQ_TLS_CA", metavar="PATH", default=None,
+              help="Connect over TLS, trusting this CA file (PEM) [env ROCKETMQ_TLS_CA].")
+@click.option("--access-key", "access_key", envvar="ROCKETMQ_ACCESS_KEY", metavar="AK", default=None,
+              help="ACL access key (username) every call is signed with [env ROCKETMQ_ACCESS_KEY].")
+@click.option("--secret-key", "secret_key", envvar="ROCKETMQ_SECRET_KEY", metavar="SK", default=None,
+              help="ACL secret key (password) [env ROCKETMQ_SECRET_KEY].")
 @click.pass_context
-def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool, timeout_ms: int) -> None:
+def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool, timeout_ms: int, tls_ca: str | None,
+        access_key: str | None, secret_key: str | None) -> None:
     """Administer a RocketMQ-style cluster: topics, groups, brokers, messages."""
-    ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json, timeout_ms=timeout_ms)
+    ctx.obj = Settings(namesrv_addr=namesrv_addr, as_json=as_json, timeout_ms=timeout_ms, tls_ca=tls_ca or None)
+    ctx.obj.credentials = acl_commands.credentials(access_key, secret_key)
 
 
-for _module in (topic_commands, static_topic_commands, cluster_commands, broker_commands, group_commands,
+for _module in (acl_commands, topic_commands, static_topic_commands, cluster_commands, broker_commands, group_commands,
                 message_commands, kv_commands, tiered_commands, replication_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)

@@ -15,6 +15,7 @@ from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, setti
 from admin_cli.output import Column, Row, Table, emit_record, render_record, render_table, to_json
 from client.client_instance import namesrv_addrs
 from client.grpc_errors import rpc_error
+from common import tls
 from proto import controller_pb2, controller_pb2_grpc
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ def call_controller(what: str, call: Callable[[controller_pb2_grpc.ControllerSer
         raise CommandFailed(NO_NAMESRV, ctx)
     unreachable: list[str] = []
     for addr in namesrv_addrs(raw):
-        channel = ctx.with_resource(grpc.insecure_channel(addr))
+        channel = ctx.with_resource(tls.channel(addr, ca=tls.read_ca(ca) if (ca := settings(ctx).tls_ca) else None))
         try:
             return call(controller_pb2_grpc.ControllerServiceStub(channel))
         except grpc.RpcError as exc:

@@ -69,6 +69,7 @@ HA_METRICS: list[Metric] = []  # declared by bench/ha_bench.py
 FAILOVER_METRICS: list[Metric] = []  # declared by bench/failover_bench.py
 POP_METRICS: list[Metric] = []  # declared by bench/pop_bench.py
 PROXY_METRICS: list[Metric] = []  # declared by bench/proxy_bench.py
+SECURITY_METRICS: list[Metric] = []  # declared by bench/security_bench.py
 OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("kv", 6, "KV store inside the broker", KV_METRICS, False),
     ("metadata", 5, "metadata scale: RocksDB topics and queues (full mode)", METADATA_METRICS, True),
@@ -82,6 +83,8 @@ OPTIONAL = [  # name, issue, title, expected metrics, full mode only by default
     ("pop", 17, "POP consumption: name server + 1 broker, consumers here", POP_METRICS, False),
     ("proxy", 17, "produce through mqproxy: name server + 1 broker + proxy, official client vs our SDK",
      PROXY_METRICS, False),
+    ("security", 18, "produce with TLS (and ACL) on vs off: name server + 1 broker, SDK here", SECURITY_METRICS,
+     False),
 ]
 
 

@@ -18,7 +18,9 @@ from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
+from common.acl import parse_credentials, parse_user
 from common.metrics import MetricsExporterType
+from common.tls import ServerTls, TlsError, server_tls
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,16 @@ def _addresses(raw: str) -> str:
     return raw
 
 
+def _json_user(raw: str) -> str:
+    parse_user(raw)  # checked here; kept as written
+    return raw
+
+
+def _json_credentials(raw: str) -> str:
+    parse_credentials(raw)
+    return raw
+
+
 _INT = int
 _STR = str
 MAX_PORT = 65535
@@ -147,6 +159,11 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "metricsExporterType": ("metrics_exporter_type", _choice(MetricsExporterType)),
     "metricsPromExporterPort": ("metrics_prom_exporter_port", _int_in(0, MAX_PORT)),
     "metricsPromExporterHost": ("metrics_prom_exporter_host", _STR),
+    "tlsEnable": ("tls_enable", _bool),
+    "tlsServerCertPath": ("tls_server_cert_path", _STR),
+    "tlsServerKeyPath": ("tls_server_key_path", _STR),
+    "tlsClientCaPath": ("tls_client_ca_path", _STR),
+    "tlsClientTrustCertPath": ("tls_client_ca_path", _STR),  # upstream's name for the same file
     "kvStoreType": ("kv_store_type", _choice(KvStoreType)),
     "kvSnapshotInterval": ("kv_snapshot_interval", _int_in(100, 86_400_000)),
     "tieredStoreEnable": ("tiered_store_enable", _bool),
@@ -171,6 +188,10 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "transactionTimeOut": ("transaction_time_out", _int_in(1, 86_400_000)),
     "transactionCheckInterval": ("transaction_check_interval", _int_in(10, 86_400_000)),
     "transactionCheckMax": ("transaction_check_max", _int_in(0, 10_000)),
+    "authenticationEnabled": ("authentication_enabled", _bool),
+    "authorizationEnabled": ("authorization_enabled", _bool),
+    "initAuthenticationUser": ("init_authentication_user", _json_user),
+    "innerClientAuthenticationCredentials": ("inner_client_authentication_credentials", _json_credentials),
 }
 
 
@@ -226,6 +247,14 @@ class BrokerConfig:
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
     metrics_prom_exporter_port: int = 5557
     metrics_prom_exporter_host: str = ""
+    # TLS: tlsEnable serves the broker's ports (clients' and haListenPort) TLS only with this certificate and key;
+    # tlsClientCaPath (alias tlsClientTrustCertPath): the CA the broker's own connections (name servers, peer
+    # brokers, its master, the controller) trust, which then all use TLS. Each on its own: a plaintext broker may
+    # register with TLS name servers and the other way round.
+    tls_enable: bool = False
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_client_ca_path: str = ""
     kv_enable: bool = False
     kv_store_type: KvStoreType = KvStoreType.ROCKSDB  # applied KV state: RocksDB, or memory with snapshots
     kv_snapshot_interval: int = 10_000  # ms between snapshots of the in-memory KV store
@@ -253,7 +282,26 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms after its store time before a half message nobody ended is first checked
     transaction_check_interval: int = 30_000  # ms between checks of one half message (upstream's check period)
     transaction_check_max: int = 15  # checks before a half message is moved to TRANS_CHECK_MAX_TIME_TOPIC
+    # ACL 2.0 (off by default): signed requests, users' policies, the super user made at first start, and the
+    # credentials this broker presents to other brokers and name servers (JSON strings, checked when read)
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    init_authentication_user: str = ""
+    inner_client_authentication_credentials: str = ""
     unknown_keys: list[str] = field(default_factory=list)
+
+    @property
+    def acl_enabled(self) -> bool:
+        return self.authentication_enabled or self.authorization_enabled
+
+    @property
+    def inner_credentials(self) -> tuple[str, str] | None:
+        raw = self.inner_client_authentication_credentials
+        return parse_credentials(raw) if raw else None
+
+    def tls_server(self) -> ServerTls | None:
+        """What the broker's ports serve: TLS with this certificate and key, or None (plaintext)."""
+        return server_tls(self.tls_enable, self.tls_server_cert_path, self.tls_server_key_path)
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -318,6 +366,10 @@ def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> Br
     if (config.tiered_store_enable and config.tiered_backend_service_provider is TieredBackendServiceProvider.S3
             and not config.tiered_store_s3_bucket):
         raise ConfigError("tieredBackendServiceProvider=s3: tieredStoreS3Bucket is required")
+    try:
+        config.tls_server()
+    except TlsError as exc:
+        raise ConfigError(f"tlsEnable=true: {exc} (tlsServerCertPath, tlsServerKeyPath)") from None
     return config
 
 

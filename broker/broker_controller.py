@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from broker.acl_manager import AclManager, AclServicer
 from broker.broker_config import BrokerConfig
 from broker.broker_metrics import BrokerMetrics, BrokerStateCollector
 from broker.broker_servicer import BrokerServicer
@@ -60,6 +61,7 @@ from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
 from broker.transaction.transaction_service import TransactionConfig, TransactionService
 from broker.transaction_servicer import TransactionServicer
+from common.acl import AclInterceptor, parse_user, set_inner_credentials
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -72,8 +74,10 @@ from common.refusal import Refusal
 from common.response_code import ResponseCode
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
+from common.tls import add_port
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import (
+    acl_pb2_grpc,
     broker_pb2,
     broker_pb2_grpc,
     consumer_pb2,
@@ -116,6 +120,11 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(self.metadata.topics)
         self.subscription_group_manager = SubscriptionGroupManager(self.metadata.groups)
         self.consumer_offset_manager = ConsumerOffsetManager(self.metadata.offsets)
+        # ACL (off by default): users and policies in the metadata store; inner credentials sign outgoing calls
+        set_inner_credentials(config.inner_credentials)
+        self.acl: AclManager | None = None
+        if config.acl_enabled and self.metadata.users is not None and self.metadata.acls is not None:
+            self.acl = AclManager(self.metadata.users, self.metadata.acls, config.inner_credentials)
         self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
         self.peer_brokers: PeerBrokers
         self.static_topics: StaticTopicService
@@ -173,9 +182,11 @@ class BrokerController:
     async def start(self) -> str:
         """Bind, recover the store, load metadata, serve, register. Returns ``host:port``."""
         c = self.config
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestDecoding()])
+        acl = ([AclInterceptor(self.acl, c.authentication_enabled, c.authorization_enabled)]
+               if self.acl is not None else [])
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
-            port = server.add_insecure_port(f"{c.broker_ip1}:{c.listen_port}")
+            port = add_port(server, f"{c.broker_ip1}:{c.listen_port}", c.tls_server())
         except RuntimeError as exc:  # gRPC's way of saying the address is taken or not ours
             raise OSError(f"cannot listen on {c.broker_ip1}:{c.listen_port}: {exc}") from None
         self.broker_addr = f"{c.broker_ip1}:{port}"
@@ -226,6 +237,8 @@ class BrokerController:
         consumer_pb2_grpc.add_ConsumerServiceServicer_to_server(self.consumer_servicer, handlers)
         transaction_pb2_grpc.add_TransactionServiceServicer_to_server(self.transaction_servicer, handlers)
         pop_pb2_grpc.add_PopServiceServicer_to_server(self.pop_servicer, handlers)
+        if self.acl is not None:
+            acl_pb2_grpc.add_AclServiceServicer_to_server(AclServicer(self.acl), handlers)
         self.health = await add_health_and_reflection(server, SERVICE_NAMES)
         await server.start()
         self._server = server
@@ -323,7 +336,7 @@ class BrokerController:
         c = self.config
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestDecoding()])
         try:
-            port = server.add_insecure_port(f"{c.broker_ip1}:{c.ha_listen_port}")
+            port = add_port(server, f"{c.broker_ip1}:{c.ha_listen_port}", c.tls_server())
         except RuntimeError as exc:
             raise OSError(f"cannot listen for replication on {c.broker_ip1}:{c.ha_listen_port}: {exc}") from None
         ha_pb2_grpc.add_HaServiceServicer_to_server(HaServicer(self.ha), GenericHandlersOnly(server))
@@ -460,6 +473,9 @@ class BrokerController:
         self._ensure_default_topic()
         self.subscription_group_manager.load()
         self.consumer_offset_manager.load()
+        if self.acl is not None:
+            c = self.config
+            self.acl.load(parse_user(c.init_authentication_user) if c.init_authentication_user else None)
         self.local_store.start()
 
     def _ensure_default_topic(self) -> None:

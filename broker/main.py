@@ -11,6 +11,7 @@ from pathlib import Path
 from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
 from common.statictopic.mapping_checks import MappingError
+from common.tls import TlsError, set_process_ca
 
 log = logging.getLogger("broker")
 
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         config = load_config(args)
-    except ConfigError as exc:
+        set_process_ca(config.tls_client_ca_path or None)  # every connection the broker opens then uses TLS
+    except (ConfigError, TlsError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
     try:

@@ -69,8 +69,9 @@ class QueueProgress:
 
 
 class Admin:
-    def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000) -> None:
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+    def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
+                 tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
+        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
 
     def __enter__(self) -> "Admin":
         return self

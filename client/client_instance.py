@@ -14,6 +14,8 @@ from client.grpc_errors import business_error, rpc_error
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
+from common import tls
+from common.acl import signed_channel, signer_of
 from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
@@ -53,10 +55,21 @@ def borrowed_route(default: common_pb2.TopicRouteData) -> common_pb2.TopicRouteD
 
 class ClientInstance:
     def __init__(self, namesrv_addr: str | None, rpc_timeout_s: float = 10.0,
-                 down: DownAddresses | None = None) -> None:
+                 down: DownAddresses | None = None, tls_ca: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.namesrv_addrs = namesrv_addrs(namesrv_addr)
+        # ACL: (access key, secret key) every call is signed with (RocketMQ 5's MQv2-HMAC-SHA1), or None
+        try:
+            self.signer = signer_of(credentials)
+        except (TypeError, ValueError) as exc:
+            raise MQClientError(f"credentials: {exc}") from None
         self.rpc_timeout_s = rpc_timeout_s
         self.down = down or DownAddresses()  # broker addresses that just failed as dead ones do
+        # TLS: the CA file the servers' certificates are checked against (None: the process's own, else plaintext)
+        try:
+            self.tls_ca = tls.read_ca(tls_ca) if tls_ca else None
+        except tls.TlsError as exc:
+            raise MQClientError(str(exc)) from None
         self._channels: dict[str, grpc.Channel] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
@@ -71,7 +84,8 @@ class ClientInstance:
             with self._lock:
                 ch = self._channels.get(addr)
                 if ch is None:
-                    ch = self._channels[addr] = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                    ch = self._channels[addr] = signed_channel(tls.channel(addr, CHANNEL_OPTIONS, self.tls_ca),
+                                                               self.signer)
         return ch
 
     def broker(self, addr: str) -> broker_pb2_grpc.BrokerServiceStub:

@@ -5,6 +5,8 @@ import grpc
 from client.errors import MQClientError
 from common.response_code import code_name
 
+TLS_ONLY_HINT = "if the server is TLS only, give the client its CA: tls_ca=, mqadmin --tls-ca or ROCKETMQ_TLS_CA"
+
 
 class StatusError(grpc.RpcError):
     """A failure with a gRPC status that no call raised itself: a request of a broken or silent stream."""
@@ -27,6 +29,8 @@ def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
     if status is grpc.StatusCode.INVALID_ARGUMENT:
         return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}")
     name = status.name if status is not None else "ERROR"
+    if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or ""):  # plaintext at a TLS port
+        detail = f"{detail} ({TLS_ONLY_HINT})"
     return MQClientError(f"{what} failed at {addr}: {name}: {detail}")
 
 

@@ -99,8 +99,9 @@ def response_states(response: kv_pb2.KvGetResponse) -> list[bytes]:
 
 class KVClient:
     def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
-                 retry_timeout_ms: int = 15_000) -> None:
-        self._instance = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+                 retry_timeout_ms: int = 15_000, tls_ca: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
+        self._instance = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self._timeout_s = rpc_timeout_ms / 1000
         self._retry_s = retry_timeout_ms / 1000
 

@@ -72,14 +72,15 @@ MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long
 class Producer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_PRODUCER",
                  send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True,
-                 transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = ()) -> None:
+                 transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = (),
+                 tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
         """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream.
         ``transaction_checker``: what the brokers ask about this group's transactions nobody ended (see
         ``client/transaction.py``); the producer then keeps a session with the masters of ``topics`` and of every
         topic it sends half messages to."""
         self.group = group
         self.use_streams = use_streams
-        self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000)
+        self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self.send_timeout_s = send_timeout_ms / 1000
         self.retry_times = retry_times
         self.born_host = f"{socket.gethostbyname('localhost')}:{os.getpid() % 65536}"

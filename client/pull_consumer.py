@@ -37,11 +37,12 @@ READ_FAILOVERS = 2  # a read whose replica turned out unreachable asks the group
 
 class PullConsumer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER",
-                 rpc_timeout_ms: int = 10_000, use_streams: bool = True) -> None:
+                 rpc_timeout_ms: int = 10_000, use_streams: bool = True, tls_ca: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         """``use_streams=False`` pulls with unary calls instead of on the broker's pull stream."""
         self.group = group
         self.use_streams = use_streams
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
 
     def __enter__(self) -> "PullConsumer":
         return self

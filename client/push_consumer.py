@@ -64,7 +64,8 @@ class PushConsumer:
                  tags: str = "*", handler: Handler | None = None, consume_from_first: bool = False,
                  max_reconsume_times: int | None = None, orderly: bool = False, message_model: str = "CLUSTERING",
                  pull_batch_size: int = 64, consume_threads: int = 16, allocate: AllocateStrategy = allocate_averagely,
-                 heartbeat_interval_ms: int = 10_000, long_poll_ms: int = 15_000) -> None:
+                 heartbeat_interval_ms: int = 10_000, long_poll_ms: int = 15_000,
+                 tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
         if not topic or handler is None:
             raise MQClientError("a push consumer needs a topic and a handler")
         if message_model not in MESSAGE_MODELS:
@@ -80,7 +81,7 @@ class PushConsumer:
         self.orderly = orderly
         self.broadcasting = message_model == "BROADCASTING"
         self.client_id = new_client_id()
-        self.consumer = PullConsumer(namesrv_addr, group)
+        self.consumer = PullConsumer(namesrv_addr, group, tls_ca=tls_ca, credentials=credentials)
         client = self.consumer.client
         self.calls = GroupCalls(client, group, self.client_id)
         self.offsets = OffsetStore() if self.broadcasting else RemoteOffsetStore(self.consumer)

@@ -32,13 +32,14 @@ MAX_RECEIVE = 32
 
 class SimpleConsumer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER", topic: str = "",
-                 tags: str = "*", rpc_timeout_ms: int = 10_000) -> None:
+                 tags: str = "*", rpc_timeout_ms: int = 10_000, tls_ca: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         if not topic:
             raise MQClientError("a simple consumer needs a topic")
         self.group = group
         self.topic = topic
         self.tags = tags
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000)
+        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self._turn = itertools.count()
 
     def __enter__(self) -> "SimpleConsumer":

@@ -12,6 +12,7 @@ import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common.acl import ADMIN, AclInterceptor, Authority, User, method_action
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -22,6 +23,7 @@ from common.metrics import (
     start_exporter,
 )
 from common.rpc_boundary import RequestDecoding
+from common.tls import ServerTls, add_port
 from namesrv.controller.controller_service import ControllerService
 from namesrv.controller.controller_servicer import ControllerServicer
 from namesrv.controller.controller_store import ControllerStore
@@ -57,6 +59,11 @@ class NamesrvConfig:
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
     metrics_prom_exporter_port: int = 5557
     metrics_prom_exporter_host: str = ""  # empty: the listen host
+    tls: ServerTls | None = None  # --tls-enable: the port serves TLS only
+    # --authentication-enabled: broker registration and the other writes need a call signed by one of these
+    # (Super) users: the brokers' inner credentials, and the operators' super user; route reads stay open
+    authentication_enabled: bool = False
+    acl_users: tuple[User, ...] = ()
 
 
 class NamesrvServer:
@@ -78,6 +85,8 @@ class NamesrvServer:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
         prom = self.config.metrics_exporter_type is MetricsExporterType.PROM
         interceptors: list[grpc.aio.ServerInterceptor] = [RequestDecoding()]
+        if self.config.authentication_enabled:
+            interceptors.insert(0, AclInterceptor(Authority(self.config.acl_users), checked_methods=_is_admin))
         if prom:
             interceptors.append(self.rpc_metrics.interceptor())
         self._server = grpc.aio.server(interceptors=interceptors, options=[
@@ -91,7 +100,7 @@ class NamesrvServer:
             NamesrvServicer(self.manager, self.runtime_info), self._server)
         address = f"{self.config.host}:{self.config.port}"
         try:
-            self.port = self._server.add_insecure_port(address)
+            self.port = add_port(self._server, address, self.config.tls)
         except RuntimeError as e:  # gRPC's only signal for a failed bind
             raise BindError(f"cannot listen on {address}: {e}") from None
         if self.config.enable_controller:  # after the bind: a name server that cannot serve must not lock the store
@@ -156,6 +165,10 @@ class NamesrvServer:
                 await asyncio.to_thread(self.manager.scan_not_active_brokers)
             except Exception:  # one failed scan must not end expiry for the life of the process
                 log.exception("scan_not_active_brokers_failed")
+
+
+def _is_admin(method: str) -> bool:
+    return method_action(method) == ADMIN
 
 
 class _RouteCollector(Collector):

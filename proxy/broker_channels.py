@@ -4,6 +4,7 @@ for what the SDK's synchronous clients would block the event loop on (POP, long 
 import grpc
 
 from client.client_instance import CHANNEL_OPTIONS
+from common import tls
 from proto import pop_pb2_grpc
 
 
@@ -14,7 +15,7 @@ class BrokerChannels:
     def channel(self, addr: str) -> grpc.aio.Channel:
         ch = self._channels.get(addr)
         if ch is None:  # only the event loop's thread gets here: no lock
-            ch = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            ch = self._channels[addr] = tls.aio_channel(addr, CHANNEL_OPTIONS)
         return ch
 
     def pop_service(self, addr: str) -> pop_pb2_grpc.PopServiceStub:

@@ -1,6 +1,7 @@
 """``mqproxy -n NAMESRV [-p 8081] [--host 127.0.0.1]``: the RocketMQ 5 proxy, until SIGTERM or SIGINT."""
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -8,7 +9,9 @@ import sys
 
 import click
 
+from common.acl import parse_credentials
 from common.metrics import MetricsExporterType
+from common.tls import TlsError, server_tls, set_process_ca
 from proxy.proxy_config import DEFAULT_PORT, ProxyConfig
 from proxy.proxy_server import BindError, ProxyServer
 
@@ -28,20 +31,63 @@ log = logging.getLogger("proxy.main")
 @click.option("--metrics-prom-exporter-port", type=click.IntRange(0, 65535), default=5557, show_default=True,
               help="Port of /metrics; 0 picks a free one (logged as metrics_exporter_started).")
 @click.option("--metrics-prom-exporter-host", default="", help="Address of /metrics (default: --host).")
+@click.option("--tls-enable", is_flag=True,
+              help="Serve TLS only on the port (tlsEnable); needs --tls-cert and --tls-key.")
+@click.option("--tls-cert", default="", metavar="PATH", help="PEM server certificate chain (tlsServerCertPath).")
+@click.option("--tls-key", default="", metavar="PATH", help="PEM server private key (tlsServerKeyPath).")
+@click.option("--tls-ca", default="", metavar="PATH",
+              help="Connect to the name servers and brokers over TLS, trusting this CA file (PEM).")
+@click.option("--authentication-enabled", is_flag=True, expose_value=False, callback=lambda c, p, v: _acl(c, p, v),
+              help="Refuse v2 calls not signed with a broker user's credentials (authenticationEnabled); a broker "
+                   "checks each signature for the proxy.")
+@click.option("--authorization-enabled", is_flag=True, expose_value=False, callback=lambda c, p, v: _acl(c, p, v),
+              help="Refuse sends without Pub and receives without Sub on the topic (and group) per the brokers' "
+                   "ACL policies (authorizationEnabled).")
+@click.option("--inner-client-authentication-credentials", metavar="JSON", expose_value=False,
+              callback=lambda c, p, v: _acl(c, p, v),
+              help='What the proxy signs its calls to brokers and name servers with: {"accessKey":..,"secretKey":..} '
+                   "(innerClientAuthenticationCredentials; the brokers' own).")
 def command(namesrv_addr: str, host: str, port: int, metrics_exporter_type: str, metrics_prom_exporter_port: int,
-            metrics_prom_exporter_host: str) -> None:
+            metrics_prom_exporter_host: str, tls_enable: bool, tls_cert: str, tls_key: str, tls_ca: str) -> None:
     """The RocketMQ 5 proxy: apache.rocketmq.v2.MessagingService over this cluster, for the official clients."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not namesrv_addr.strip(" ;"):
         raise click.UsageError("-n/--namesrv-addr names no name server")
     try:
-        asyncio.run(serve(ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
+        tls = server_tls(tls_enable, tls_cert, tls_key)
+        set_process_ca(tls_ca or None)  # the SDK clients and broker channels the proxy opens
+    except TlsError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        asyncio.run(serve(with_acl(ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
                                       metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
                                       metrics_prom_exporter_port=metrics_prom_exporter_port,
-                                      metrics_prom_exporter_host=metrics_prom_exporter_host)))
+                                      metrics_prom_exporter_host=metrics_prom_exporter_host, tls=tls),
+                                  click.get_current_context().meta)))
     except (BindError, OSError) as e:
         raise click.ClickException(str(e)) from None
+
+
+def _acl(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value:
+        ctx.meta[f"acl.{param.name}"] = value
+
+
+def with_acl(config: ProxyConfig, meta: dict) -> ProxyConfig:
+    """The ACL options (kept in ``meta`` by their callbacks, as mqnamesrv's) applied to ``config``."""
+    inner = None
+    if meta.get("acl.inner_client_authentication_credentials"):
+        try:
+            inner = parse_credentials(meta["acl.inner_client_authentication_credentials"])
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+    authn, authz = bool(meta.get("acl.authentication_enabled")), bool(meta.get("acl.authorization_enabled"))
+    if (authn or authz) and inner is None:
+        raise click.UsageError("--authentication-enabled/--authorization-enabled need "
+                               "--inner-client-authentication-credentials (the proxy asks the brokers with them)")
+    return dataclasses.replace(config, authentication_enabled=authn, authorization_enabled=authz,
+                               inner_credentials=inner)
 
 
 async def serve(config: ProxyConfig) -> None:

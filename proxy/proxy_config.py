@@ -4,6 +4,7 @@
 from dataclasses import dataclass
 
 from common.metrics import MetricsExporterType
+from common.tls import ServerTls
 
 DEFAULT_PORT = 8081  # the RocketMQ 5 proxy's port by convention
 
@@ -29,3 +30,9 @@ class ProxyConfig:
     metrics_exporter_type: MetricsExporterType = MetricsExporterType.DISABLE
     metrics_prom_exporter_port: int = 5557
     metrics_prom_exporter_host: str = ""  # empty: the listen host
+    tls: ServerTls | None = None  # --tls-enable: the v2 port serves TLS only
+    # ACL (proxy/proxy_acl.py): check v2 clients' signatures / permissions by asking a broker; inner_credentials
+    # (access key, secret key) sign the proxy's own calls to brokers and name servers
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    inner_credentials: tuple[str, str] | None = None

@@ -7,6 +7,7 @@ import grpc
 
 from client.admin import Admin
 from client.producer import Producer
+from common.acl import set_inner_credentials
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -17,6 +18,7 @@ from common.metrics import (
     start_exporter,
 )
 from common.rpc_boundary import RequestDecoding
+from common.tls import add_port
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from proxy.broker_channels import BrokerChannels
 from proxy.group_settings import GroupSettingsService
@@ -27,6 +29,7 @@ from proxy.processor.consume_processor import ConsumeProcessor
 from proxy.processor.route_processor import RouteProcessor
 from proxy.processor.send_processor import SendProcessor
 from proxy.processor.transaction_processor import TransactionProcessor
+from proxy.proxy_acl import BrokerAuthority, ProxyAclInterceptor
 from proxy.proxy_config import ProxyConfig
 from proxy.telemetry_channels import TelemetryChannels
 from proxy.topic_route_service import TopicRouteService
@@ -69,6 +72,8 @@ class ProxyServer:
         interceptors: list[grpc.aio.ServerInterceptor] = [RequestDecoding()]
         if prom:
             interceptors.append(self.rpc_metrics.interceptor())
+        if c.authentication_enabled or c.authorization_enabled:
+            interceptors.append(self._acl_interceptor())
         self._server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -76,7 +81,7 @@ class ProxyServer:
         ])
         address = f"{c.host}:{c.port}"
         try:
-            self.port = self._server.add_insecure_port(address)
+            self.port = add_port(self._server, address, c.tls)
         except RuntimeError as e:  # gRPC's only signal for a failed bind
             raise BindError(f"cannot listen on {address}: {e}") from None
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self._servicer(), self._server)
@@ -89,10 +94,21 @@ class ProxyServer:
         log.info("proxy_started host=%s port=%d namesrv=%s", c.host, self.port, c.namesrv_addr)
         return self.port
 
+    def _acl_interceptor(self) -> ProxyAclInterceptor:
+        def masters() -> list[str]:
+            assert self._admin is not None
+            return [b.addr for b in self._admin.all_masters()]
+        authority = BrokerAuthority(masters, self._brokers, self.config.rpc_timeout_s)
+        return ProxyAclInterceptor(authority, self.config.authentication_enabled, self.config.authorization_enabled)
+
     def _servicer(self) -> MessagingServicer:
         c = self.config
-        self._producer = Producer(c.namesrv_addr, group=PRODUCER_GROUP, send_timeout_ms=c.send_timeout_ms)
-        self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000))
+        if c.inner_credentials is not None:
+            set_inner_credentials(c.inner_credentials)  # the POP calls on self._brokers sign with them
+        self._producer = Producer(c.namesrv_addr, group=PRODUCER_GROUP, send_timeout_ms=c.send_timeout_ms,
+                                  credentials=c.inner_credentials)
+        self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000),
+                            credentials=c.inner_credentials)
         routes = TopicRouteService(self._producer.client)  # one route cache for sends and the rest
         endpoints = own_endpoints(c.host, self.port)
         self._transaction = TransactionProcessor(self.channels, self._producer)

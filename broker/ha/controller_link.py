@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
+from common import tls
 from proto import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class ControllerLink:
     def _channel(self, addr: str) -> grpc.aio.Channel:
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(addr)
+            channel = self._channels[addr] = tls.aio_channel(addr)
         return channel
 
     async def _heartbeats(self) -> AsyncIterator[controller_pb2.BrokerHeartbeat]:

@@ -19,6 +19,7 @@ import grpc
 from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.ha_service import GroupIdentity
 from broker.store.commit_log import CommitLog
+from common import tls
 from proto import ha_pb2, ha_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class HAClient(threading.Thread):
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
-        self._channel = grpc.insecure_channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
         self._stopped = threading.Event()
         self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)
         # Held by the flusher from its fsync to its ack, and while a stream's welcome is applied: an ack measured

@@ -20,6 +20,7 @@ from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from common import tls
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
@@ -57,7 +58,7 @@ class SlaveSynchronize(threading.Thread):
                 log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
 
     def sync_all(self, addr: str) -> None:
-        with grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
+        with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             configs = stub.GetAllTopicConfig(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).configs
             groups = stub.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).groups

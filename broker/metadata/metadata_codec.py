@@ -9,6 +9,8 @@ RocksDB keys (all tables share one database, told apart by a two-byte prefix)::
     t:<topic>                                  -> topic config        "<BiiiiB" (+ JSON attributes if any)
     g:<group>                                  -> subscription group  "<B??iiq"
     o:<topic>\\0<group>\\0<queue id, >i>         -> committed offset    "<q"
+    u:<username>                               -> ACL user              JSON {"username","password","userType"}
+    a:<subject>                                -> ACL policy            JSON {"subject","entries":[...]}
     m:<name>                                   -> backend bookkeeping (format version, import marker)
 
 Offsets are keyed topic first so that a topic's offsets are one contiguous range (``delete_range``).
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
+from common.acl import AclEntry, Policy, User
 from common.topic_config import TopicConfig
 
 K = TypeVar("K")
@@ -177,6 +180,43 @@ def offsets_to_json(records: Iterable[OffsetRecord]) -> Any:
     return {"offsetTable": table}
 
 
+# -- ACL users and policies (few, small: JSON values in both backends) -----------------------------------------
+def user_to_doc(u: User) -> dict[str, str]:
+    return {"username": u.username, "password": u.password, "userType": u.user_type}
+
+
+def user_from_doc(doc: dict[str, Any]) -> User:
+    return User(doc["username"], doc["password"], doc.get("userType", "Normal"))
+
+
+def policy_to_doc(p: Policy) -> dict[str, Any]:
+    return {"subject": p.subject, "entries": [{"resource": e.resource, "actions": list(e.actions),
+                                                "decision": e.decision} for e in p.entries]}
+
+
+def policy_from_doc(doc: dict[str, Any]) -> Policy:
+    return Policy(doc["subject"], tuple(AclEntry(e["resource"], tuple(e["actions"]), e.get("decision", "Allow"))
+                                        for e in doc.get("entries", [])))
+
+
+def _json_value(to_doc: Callable[[Any], Any]) -> Callable[[Any], bytes]:
+    return lambda v: json.dumps(to_doc(v), separators=(",", ":"), sort_keys=True).encode()
+
+
+def _json_decode(from_doc: Callable[[Any], V]) -> Callable[[Iterable[tuple[bytes, bytes]]], Iterator[V]]:
+    def decode(items: Iterable[tuple[bytes, bytes]]) -> Iterator[V]:
+        for _, value in items:
+            yield from_doc(json.loads(value))
+    return decode
+
+
+def _json_table(key: str, from_doc: Callable[[Any], V]) -> Callable[[Any], Iterator[V]]:
+    def from_json(doc: Any) -> Iterator[V]:
+        for raw in (doc or {}).get(key, []):
+            yield from_doc(raw)
+    return from_json
+
+
 def _check_version(version: int, what: str, name: str) -> None:
     if version != FORMAT_VERSION:
         raise ValueError(f"metadata {what} {name!r} has encoding version {version}; this broker reads "
@@ -210,5 +250,13 @@ GROUPS: MetadataTable[str, SubscriptionGroupConfig] = MetadataTable(
 OFFSETS: MetadataTable[OffsetKey, OffsetRecord] = MetadataTable(
     "offsets", "consumerOffset.json", b"o:", offset_key, encode_offset_key, encode_offset, decode_offsets,
     offsets_from_json, offsets_to_json)
-TABLES: tuple[MetadataTable[Any, Any], ...] = (TOPICS, GROUPS, OFFSETS)
+USERS: MetadataTable[str, User] = MetadataTable(
+    "users", "users.json", b"u:", lambda u: u.username, _str_key, _json_value(user_to_doc),
+    _json_decode(user_from_doc), _json_table("users", user_from_doc),
+    lambda users: {"users": [user_to_doc(u) for u in users]})
+ACLS: MetadataTable[str, Policy] = MetadataTable(
+    "acls", "acls.json", b"a:", lambda p: p.subject, _str_key, _json_value(policy_to_doc),
+    _json_decode(policy_from_doc), _json_table("acls", policy_from_doc),
+    lambda policies: {"acls": [policy_to_doc(p) for p in policies]})
+TABLES: tuple[MetadataTable[Any, Any], ...] = (TOPICS, GROUPS, OFFSETS, USERS, ACLS)
 META_PREFIX = b"m:"

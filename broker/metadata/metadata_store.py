@@ -20,9 +20,21 @@ from pathlib import Path
 from typing import Generic
 
 from broker.metadata.json_file import read_json, write_json_atomically
-from broker.metadata.metadata_codec import GROUPS, OFFSETS, TOPICS, K, MetadataTable, OffsetKey, OffsetRecord, V
+from broker.metadata.metadata_codec import (
+    ACLS,
+    GROUPS,
+    OFFSETS,
+    TOPICS,
+    USERS,
+    K,
+    MetadataTable,
+    OffsetKey,
+    OffsetRecord,
+    V,
+)
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.store.config import StoreType
+from common.acl import Policy, User
 from common.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -108,19 +120,22 @@ class JsonMetadataStore(MetadataStore[K, V]):
 
 @dataclass
 class MetadataStores:
-    """The three tables' stores of one broker, and how to close what they share."""
+    """The tables' stores of one broker (ACL users and policies too), and how to close what they share."""
 
     store_type: StoreType
     topics: MetadataStore[str, TopicConfig]
     groups: MetadataStore[str, SubscriptionGroupConfig]
     offsets: MetadataStore[OffsetKey, OffsetRecord]
     close: Callable[[], None] = lambda: None
+    users: MetadataStore[str, User] | None = None
+    acls: MetadataStore[str, Policy] | None = None
 
 
 def json_stores(config_dir: Path) -> MetadataStores:
     return MetadataStores(StoreType.DEFAULT, JsonMetadataStore(config_dir, TOPICS),
                           JsonMetadataStore(config_dir, GROUPS),
-                          JsonMetadataStore(config_dir, OFFSETS, write_through=False))
+                          JsonMetadataStore(config_dir, OFFSETS, write_through=False),
+                          users=JsonMetadataStore(config_dir, USERS), acls=JsonMetadataStore(config_dir, ACLS))
 
 
 def open_metadata_stores(store_type: StoreType, store_root: Path) -> MetadataStores:

@@ -22,12 +22,14 @@ from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from broker.metadata.json_file import read_json
 from broker.metadata.metadata_codec import (
+    ACLS,
     FORMAT_VERSION,
     GROUPS,
     META_PREFIX,
     OFFSETS,
     TABLES,
     TOPICS,
+    USERS,
     K,
     MetadataTable,
     V,
@@ -122,6 +124,8 @@ class RocksDBMetadata:
         self.topics: RocksDBMetadataStore = RocksDBMetadataStore(db, TOPICS)
         self.groups: RocksDBMetadataStore = RocksDBMetadataStore(db, GROUPS)
         self.offsets: RocksDBMetadataStore = RocksDBMetadataStore(db, OFFSETS)
+        self.users: RocksDBMetadataStore = RocksDBMetadataStore(db, USERS)
+        self.acls: RocksDBMetadataStore = RocksDBMetadataStore(db, ACLS)
         self._closed = False
 
     @classmethod
@@ -200,7 +204,8 @@ class RocksDBMetadata:
         return count
 
     def stores(self) -> MetadataStores:
-        return MetadataStores(StoreType.DEFAULT_ROCKSDB, self.topics, self.groups, self.offsets, self.close)
+        return MetadataStores(StoreType.DEFAULT_ROCKSDB, self.topics, self.groups, self.offsets, self.close,
+                              users=self.users, acls=self.acls)
 
     def close(self) -> None:
         if not self._closed:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import grpc
 
 from broker.metadata.topic_config_manager import TopicConfigManager
+from common import tls
+from common.acl import inner_metadata
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
 from proto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
@@ -50,7 +52,7 @@ class NamesrvRegistrar(threading.Thread):
         self.period_s = period_ms / 1000
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.mapping_infos = mapping_infos
-        self._channels = {addr: grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
+        self._channels = {addr: tls.channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
                           for addr in namesrv_addrs}
         self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
         self._trigger = threading.Event()
@@ -109,7 +111,7 @@ class NamesrvRegistrar(threading.Thread):
         else:
             request.body.CopyFrom(body)
         stub = namesrv_pb2_grpc.NamesrvServiceStub(self._channels[addr])
-        response = stub.RegisterBroker(request, timeout=RPC_TIMEOUT_S)
+        response = stub.RegisterBroker(request, timeout=RPC_TIMEOUT_S, metadata=inner_metadata())
         if response.need_full and not full:
             log.info("register_full_requested namesrv=%s", addr)
             self._acked.pop(addr, None)
@@ -127,7 +129,8 @@ class NamesrvRegistrar(threading.Thread):
             broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr)
         for addr, channel in self._channels.items():
             try:
-                namesrv_pb2_grpc.NamesrvServiceStub(channel).UnregisterBroker(request, timeout=5)
+                namesrv_pb2_grpc.NamesrvServiceStub(channel).UnregisterBroker(
+                    request, timeout=5, metadata=inner_metadata())
             except grpc.RpcError as exc:
                 log.warning("unregister_failed namesrv=%s status=%s", addr, exc.code().name)
 

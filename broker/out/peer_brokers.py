@@ -9,6 +9,8 @@ import time
 
 import grpc
 
+from common import tls
+from common.acl import inner_metadata
 from common.refusal import Refusal
 from common.response_code import ResponseCode
 from proto import broker_pb2_grpc, common_pb2, namesrv_pb2_grpc
@@ -63,14 +65,15 @@ class PeerBrokers:
         with self._lock:
             ch = self._channels.get(addr)
             if ch is None:
-                ch = self._channels[addr] = grpc.insecure_channel(
+                ch = self._channels[addr] = tls.channel(
                     addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
             return ch
 
     def call(self, bname: str, method: str, request, service: type = broker_pb2_grpc.BrokerServiceStub):
         """``method`` of ``service`` (the broker's by default) on broker ``bname``; PeerBrokerError on failure."""
         try:
-            return getattr(service(self._channel(self.addr_of(bname))), method)(request, timeout=RPC_TIMEOUT_S)
+            return getattr(service(self._channel(self.addr_of(bname))), method)(request, timeout=RPC_TIMEOUT_S,
+                                                                                    metadata=inner_metadata())
         except grpc.RpcError as exc:
             raise PeerBrokerError(f"{method} on broker {bname} failed: {exc.code().name}: {exc.details()}") from None
 

@@ -337,7 +337,8 @@ def _version() -> str:
 
 def _shown(key: str, value: object) -> str:
     """A key's value as getBrokerConfig shows it: secrets (a secret key, a password, credentials) never leave."""
-    secret = any(word in key.lower() for word in ("secret", "password", "credential"))
+    secret = any(word in key.lower() for word in ("secret", "password", "credential",
+                                                        "authenticationuser"))
     return "******" if secret and value else _config_text(value)
 
 

@@ -20,6 +20,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from client.static_route import is_logic_queue, master_of
+from common.acl import inner_metadata
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_records
 from common.message_queue import MessageQueue
@@ -115,7 +116,7 @@ class ConsumeProcessor:
         request.queue_id, request.addressing, request.poll_time_ms = target.queue_id, target.addressing, poll_ms
         try:
             response = await self.brokers.pop_service(target.addr).PopMessage(
-                request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s)
+                request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(pop.topic, target.addr, exc)
             raise rpc_failure(what, target.addr, exc) from None
@@ -192,7 +193,8 @@ class ConsumeProcessor:
     async def _ack_quietly(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
         try:
             await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
-                group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s)
+                group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s,
+                metadata=inner_metadata())
         except grpc.RpcError as exc:  # they come back after their invisible time, and are filtered again
             log.info("filtered_ack_failed group=%s topic=%s addr=%s status=%s", group, topic, addr, exc.code())
 
@@ -226,7 +228,8 @@ class ConsumeProcessor:
             handles = [e.receipt_handle for e in entries]
             try:
                 response = await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
-                    group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s)
+                    group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s,
+                    metadata=inner_metadata())
             except grpc.RpcError as exc:
                 self.routes.unreachable(topic, addr, exc)
                 raise rpc_failure(what, addr, exc) from None
@@ -256,7 +259,7 @@ class ConsumeProcessor:
         try:
             response = await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
                 group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_time_ms=invisible_ms),
-                timeout=self.config.rpc_timeout_s)
+                timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
@@ -276,7 +279,7 @@ class ConsumeProcessor:
             response = await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
                 pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic,
                                                         receipt_handle=request.receipt_handle),
-                timeout=self.config.rpc_timeout_s)
+                timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,16 +161,20 @@ class ProxyCluster:
         return self.proxy.addr
 
 
-def start_proxy(workdir: Path, namesrv_addr: str) -> Daemon:
-    return start_daemon("mqproxy", "proxy.main", ["-n", namesrv_addr, "--host", "127.0.0.1", "-p", "0"], workdir)
+def start_proxy(workdir: Path, namesrv_addr: str, *extra: str) -> Daemon:
+    return start_daemon("mqproxy", "proxy.main", ["-n", namesrv_addr, "--host", "127.0.0.1", "-p", "0", *extra],
+                        workdir)
 
 
 @contextlib.contextmanager
-def running_proxy_cluster(workdir: Path, **settings: object) -> Iterator[ProxyCluster]:
-    """A name server, two brokers (``settings``: broker.conf keys for both) and mqproxy, stopped on the way out."""
-    cluster = make_cluster(workdir, registerNameServerPeriod=1000, **settings)
+def running_proxy_cluster(workdir: Path, proxy_args: tuple[str, ...] = (), namesrv_args: tuple[str, ...] = (),
+                          **settings: object) -> Iterator[ProxyCluster]:
+    """A name server, two brokers (``settings``: broker.conf keys for both, or make_cluster's own arguments) and
+    mqproxy (``proxy_args``: more of its flags; ``namesrv_args``: the name server's), stopped on the way out."""
+    conf: dict[str, Any] = {"registerNameServerPeriod": 1000, **settings}
+    cluster = make_cluster(workdir, namesrv_args=namesrv_args, **conf)
     try:
-        proxy = start_proxy(workdir / "mqproxy", cluster.addr)
+        proxy = start_proxy(workdir / "mqproxy", cluster.addr, *proxy_args)
         try:
             yield ProxyCluster(cluster, proxy)
         finally:

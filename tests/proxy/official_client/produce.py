@@ -26,9 +26,23 @@ def main() -> None:
     parser.add_argument("--property", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--delay-s", type=int, default=0, help="deliver this many seconds after the send")
     parser.add_argument("--message-group")
+    parser.add_argument("--ak", default="", help="sign with Credentials(ak, sk) (ACL)")
+    parser.add_argument("--sk", default="")
+    parser.add_argument("--expect-error", action="store_true",
+                        help="a failure to start or send is a line {error: ...} (and done), not a crash")
     args = parser.parse_args()
+    if args.expect_error:
+        try:
+            produce(args)
+        except Exception as exc:
+            emit(error=f"{type(exc).__name__}: {exc}")
+            emit(done=True)
+        return
+    produce(args)
 
-    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+
+def produce(args: argparse.Namespace) -> None:
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials(args.ak, args.sk)), (args.topic,))
     producer.startup()
     try:
         pending = []

@@ -1,0 +1,221 @@
+"""The broker's ACL tables (users and policies, kept in its metadata store) and their admin RPCs (AclService)."""
+
+import logging
+import threading
+
+import grpc
+
+from broker.metadata.metadata_store import MetadataStore
+from common.acl import (
+    DATE_KEY,
+    AclEntry,
+    AclError,
+    Authority,
+    Policy,
+    User,
+    normalize_actions,
+    normalize_decision,
+    normalize_resource,
+    normalize_user_type,
+    parse_authorization,
+    verify,
+)
+from common.refusal import Refusal
+from common.request_error import RequestError
+from common.response_code import ResponseCode
+from common.rpc_boundary import rpc_boundary
+from proto import acl_pb2, acl_pb2_grpc
+
+log = logging.getLogger(__name__)
+USER_PREFIX = "User:"
+
+
+class AclManager(Authority):
+    """Users and policies in memory, every change written to the metadata store first. The inner credentials
+    (what brokers present to each other) count as a super user that is never stored."""
+
+    def __init__(self, users: MetadataStore[str, User], acls: MetadataStore[str, Policy],
+                 inner: tuple[str, str] | None = None) -> None:
+        super().__init__([User(inner[0], inner[1], "Super")] if inner else [])
+        self.users_store = users
+        self.acls_store = acls
+        self.users: dict[str, User] = {}
+        self.policies: dict[str, Policy] = {}
+        self._lock = threading.RLock()
+        users.bind(lambda: list(self.users.values()))
+        acls.bind(lambda: list(self.policies.values()))
+
+    def load(self, init_user: tuple[str, str] | None) -> None:
+        with self._lock:
+            self.users = {u.username: u for u in self.users_store.load()}
+            self.policies = {p.subject: p for p in self.acls_store.load()}
+            if init_user is not None and init_user[0] not in self.users:
+                self.put_user(User(init_user[0], init_user[1], "Super"))
+                log.info("acl_init_user_created username=%s", init_user[0])
+        log.info("acl_loaded users=%d policies=%d", len(self.users), len(self.policies))
+
+    # -- Authority ----------------------------------------------------------------------------------------------
+    def user(self, access_key: str) -> User | None:
+        return super().user(access_key) or self.users.get(access_key)
+
+    def entries(self, username: str) -> tuple[AclEntry, ...]:
+        p = self.policies.get(USER_PREFIX + username)
+        return p.entries if p is not None else ()
+
+    # -- changes ------------------------------------------------------------------------------------------------
+    def put_user(self, user: User) -> None:
+        with self._lock:
+            old = self.users.get(user.username)
+            self.users[user.username] = user  # first: the JSON store writes the table it reads back
+            try:
+                self.users_store.put([user])
+            except BaseException:
+                _restore(self.users, user.username, old)
+                raise
+
+    def delete_user(self, username: str) -> None:
+        with self._lock:
+            self.users.pop(username, None)
+            self.users_store.delete([username])
+            if USER_PREFIX + username in self.policies:
+                self.policies.pop(USER_PREFIX + username, None)
+                self.acls_store.delete([USER_PREFIX + username])
+
+    def add_entries(self, subject: str, entries: tuple[AclEntry, ...]) -> Policy:
+        """Entries on a resource already in the policy replace it (the other entries stay)."""
+        with self._lock:
+            old = self.policies.get(subject)
+            resources = {e.resource for e in entries}
+            kept = tuple(e for e in (old.entries if old else ()) if e.resource not in resources)
+            policy = Policy(subject, kept + entries)
+            self.policies[subject] = policy
+            try:
+                self.acls_store.put([policy])
+            except BaseException:
+                _restore(self.policies, subject, old)
+                raise
+            return policy
+
+    def delete_entries(self, subject: str, resource: str) -> bool:
+        with self._lock:
+            old = self.policies.get(subject)
+            if old is None:
+                return False
+            kept = tuple(e for e in old.entries if resource and e.resource != resource)
+            if kept:
+                policy = Policy(subject, kept)
+                self.policies[subject] = policy
+                self.acls_store.put([policy])
+            else:
+                self.policies.pop(subject, None)
+                self.acls_store.delete([subject])
+            return len(kept) != len(old.entries)
+
+    def flush(self) -> None:
+        self.users_store.flush()
+        self.acls_store.flush()
+
+
+def _restore(table: dict, key: str, old: object) -> None:
+    if old is None:
+        table.pop(key, None)
+    else:
+        table[key] = old
+
+
+def _subject(raw: str) -> str:
+    raw = raw.strip()
+    if not raw.startswith(USER_PREFIX) or not raw[len(USER_PREFIX):].strip():
+        raise RequestError(f"subject {raw!r} is not User:NAME")
+    return raw
+
+
+@rpc_boundary(acl_pb2.DESCRIPTOR.services_by_name["AclService"])
+class AclServicer(acl_pb2_grpc.AclServiceServicer):
+    """Admin-only (the interceptor lets only super users through)."""
+
+    def __init__(self, acl: AclManager) -> None:
+        self.acl = acl
+
+    async def CreateUser(self, request, context):
+        user = self._user(request)
+        if user.username in self.acl.users:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {user.username!r} already exists (use updateUser)")
+        self.acl.put_user(user)
+        return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
+
+    async def UpdateUser(self, request, context):
+        old = self.acl.users.get(request.username)
+        if old is None:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {request.username!r} does not exist (use createUser)")
+        user = User(old.username, request.password or old.password,
+                    normalize_user_type(request.user_type) if request.user_type else old.user_type)
+        self.acl.put_user(user)
+        return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
+
+    async def DeleteUser(self, request, context):
+        if request.username not in self.acl.users:
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {request.username!r} does not exist")
+        self.acl.delete_user(request.username)
+        return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
+
+    async def ListUser(self, request, context):
+        users = [u for name, u in sorted(self.acl.users.items()) if not request.filter or name == request.filter]
+        return acl_pb2.AclUserList(users=[acl_pb2.AclUser(username=u.username, user_type=u.user_type)
+                                          for u in users])
+
+    async def CreateAcl(self, request, context):
+        subject = _subject(request.subject)
+        if not request.entries:
+            raise RequestError("createAcl needs at least one entry (resource, actions, decision)")
+        try:
+            entries = tuple(AclEntry(normalize_resource(e.resource), normalize_actions(e.actions),
+                                     normalize_decision(e.decision)) for e in request.entries)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        self.acl.add_entries(subject, entries)
+        return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
+
+    async def DeleteAcl(self, request, context):
+        subject = _subject(request.subject)
+        try:
+            resource = normalize_resource(request.resource) if request.resource else ""
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        if not self.acl.delete_entries(subject, resource):
+            raise Refusal(ResponseCode.SYSTEM_ERROR, f"no ACL of {subject}" + (f" on {resource}" if resource else ""))
+        return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
+
+    async def ListAcl(self, request, context):
+        policies = [p for s, p in sorted(self.acl.policies.items()) if not request.filter or s == request.filter
+                    or s == USER_PREFIX + request.filter]
+        return acl_pb2.AclPolicyList(policies=[acl_pb2.AclPolicy(subject=p.subject, entries=[
+            acl_pb2.AclEntry(resource=e.resource, actions=list(e.actions), decision=e.decision) for e in p.entries])
+            for p in policies])
+
+    async def Authorize(self, request, context):
+        """mqproxy's question about one v2 call: authentic (verified here, where the secrets are) and allowed?"""
+        try:
+            if request.authenticate:
+                username = verify({"authorization": request.authorization, DATE_KEY: request.date_time},
+                                  self.acl.secret_of)
+            else:
+                if not request.authorization:
+                    raise AclError(grpc.StatusCode.UNAUTHENTICATED, "authorization needs a signed request: no "
+                                                                    "authorization metadata")
+                username = parse_authorization(request.authorization)[0]
+            if request.authorize and request.action:
+                self.acl.check(username, request.action, list(request.resources), request.method or "?")
+        except AclError as exc:
+            return acl_pb2.AclAuthorizeResponse(status=exc.status.value[0], message=str(exc))
+        return acl_pb2.AclAuthorizeResponse(status=grpc.StatusCode.OK.value[0], username=username)
+
+    def _user(self, request: acl_pb2.AclUser) -> User:
+        if not request.username or not request.password:
+            raise RequestError("a user needs a username and a password")
+        try:
+            return User(request.username, request.password, normalize_user_type(request.user_type))
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+
+

@@ -1,0 +1,176 @@
+"""ACL at the proxy: v2 clients' signed calls (``Credentials(ak, sk)`` of the official RocketMQ 5 clients) checked
+before they reach a processor.
+
+The design, and why. The proxy forwards every call to the brokers on the client's behalf, and it cannot sign as
+the client (it never holds a client's secret key). Of the two designs that work without the secret:
+
+* (c) brokers trusting the inner credentials plus a forwarded ``username`` header would still leave the proxy
+  unable to *authenticate* the client (checking the HMAC needs the secret), and would make every broker RPC an
+  impersonation channel for whoever holds the inner credentials;
+* (b) -- what this does -- the proxy asks a broker, which keeps the users and policies, with one admin-only RPC
+  (``rmq.AclService/Authorize``, callable only with the inner credentials or a super user): "is this
+  ``authorization`` / ``x-mq-date-time`` pair authentic, and may its user do Pub/Sub on these resources?". The
+  broker runs exactly the checks it runs on its own port (:func:`common.acl.verify`, ``Authority.check``), the
+  secret never leaves it, and the proxy then forwards with its inner credentials as before.
+
+Unsigned calls are refused here without asking (the proxy parses the header with :mod:`common.acl` first). A
+refusal is the v2 status UNAUTHORIZED (authentication) or FORBIDDEN (authorization) in the method's own response,
+with the broker's message (which names the access key and the check that failed, never a secret). A broker that
+cannot be asked is INTERNAL_SERVER_ERROR, never a pass.
+
+Which v2 calls need what: SendMessage and EndTransaction Pub on their topics; ReceiveMessage, AckMessage,
+ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and QueryAssignment Sub on their topic and group; the
+rest (QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, ...) only an authentic caller."""
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from common.acl import AUTH_KEY, DATE_KEY, OPEN_PREFIXES, PUB, SUB, AclError, inner_metadata, parse_authorization
+from proto import acl_pb2, acl_pb2_grpc
+from proto.v2 import definition_pb2, service_pb2
+from proxy.broker_channels import BrokerChannels
+
+log = logging.getLogger(__name__)
+
+Code = definition_pb2.Code
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+ACTIONS = {
+    "SendMessage": PUB, "EndTransaction": PUB,
+    "ReceiveMessage": SUB, "AckMessage": SUB, "ChangeInvisibleDuration": SUB,
+    "ForwardMessageToDeadLetterQueue": SUB, "QueryAssignment": SUB,
+}
+BROKERS_TTL_S = 30.0
+
+
+def v2_resources(request: Any) -> list[str]:
+    """``Topic:T`` and ``Group:G`` a v2 request names (a send: every message's topic)."""
+    out: list[str] = []
+    topics: list[Any] = [getattr(request, "topic", None)]
+    topics += [m.topic for m in getattr(request, "messages", ())]
+    mq = getattr(request, "message_queue", None)
+    if mq is not None:
+        topics.append(mq.topic)
+    for t in topics:
+        name: Any = getattr(t, "name", None)
+        if isinstance(name, str) and name:
+            out.append(f"Topic:{name}")
+    group: Any = getattr(getattr(request, "group", None), "name", None)
+    if isinstance(group, str) and group:
+        out.append(f"Group:{group}")
+    return list(dict.fromkeys(out))
+
+
+class BrokerAuthority:
+    """Asks a master broker (any: ``mqadmin`` writes users and policies to every broker of a cluster) whether a
+    call may proceed; tries the next one when a broker does not answer."""
+
+    def __init__(self, masters: Callable[[], list[str]], brokers: BrokerChannels, timeout_s: float = 3.0) -> None:
+        self._masters = masters  # blocking (the name server): run off the event loop
+        self._brokers = brokers
+        self._timeout_s = timeout_s
+        self._addrs: list[str] = []
+        self._read_at = 0.0
+
+    async def _addresses(self, refresh: bool) -> list[str]:
+        if refresh or not self._addrs or time.monotonic() - self._read_at > BROKERS_TTL_S:
+            self._addrs = sorted(await asyncio.to_thread(self._masters))
+            self._read_at = time.monotonic()
+        return self._addrs
+
+    async def ask(self, request: acl_pb2.AclAuthorizeRequest) -> acl_pb2.AclAuthorizeResponse:
+        last = "no master broker is registered"
+        for refresh in (False, True):
+            for addr in await self._addresses(refresh):
+                try:
+                    return await acl_pb2_grpc.AclServiceStub(self._brokers.channel(addr)).Authorize(
+                        request, timeout=self._timeout_s, metadata=inner_metadata())
+                except grpc.RpcError as exc:
+                    code = exc.code() if hasattr(exc, "code") else None
+                    last = f"the broker at {addr}: {code.name if code else 'ERROR'}: " \
+                           f"{exc.details() if hasattr(exc, 'details') else exc}"
+                    log.warning("acl_authorize_failed addr=%s error=%s", addr, last)
+        raise AclError(grpc.StatusCode.INTERNAL, f"cannot check the caller's credentials: {last}")
+
+
+class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
+    """Checks each v2 call (each request of it; a telemetry stream once, when it opens) with ``authority``."""
+
+    def __init__(self, authority: BrokerAuthority, authenticate: bool, authorize: bool) -> None:
+        self.authority = authority
+        self.authenticate = authenticate
+        self.authorize = authorize
+
+    async def _check(self, rpc: str, metadata: dict[str, str], request: Any) -> definition_pb2.Status | None:
+        """None when the call may proceed, else the status to answer."""
+        try:
+            value = metadata.get(AUTH_KEY)
+            if not value:
+                raise AclError(grpc.StatusCode.UNAUTHENTICATED, "authentication failed: the request is not signed "
+                                                                "(no authorization metadata); pass credentials "
+                                                                "(access key, secret key)")
+            parse_authorization(value)  # a malformed header is refused here, without asking
+            action = ACTIONS.get(rpc, "") if self.authorize else ""
+            answer = await self.authority.ask(acl_pb2.AclAuthorizeRequest(
+                authorization=value, date_time=metadata.get(DATE_KEY, ""), authenticate=self.authenticate,
+                authorize=self.authorize, action=action,
+                resources=v2_resources(request) if action and request is not None else [], method=rpc))
+        except AclError as exc:
+            if exc.status is grpc.StatusCode.INTERNAL:
+                return definition_pb2.Status(code=Code.INTERNAL_SERVER_ERROR, message=str(exc))
+            answer = acl_pb2.AclAuthorizeResponse(status=exc.status.value[0], message=str(exc))
+        if answer.status == grpc.StatusCode.OK.value[0]:
+            return None
+        code = Code.FORBIDDEN if answer.status == grpc.StatusCode.PERMISSION_DENIED.value[0] else Code.UNAUTHORIZED
+        log.info("rpc_refused rpc=%s code=%s reason=%r", rpc, Code.Name(code), answer.message)
+        return definition_pb2.Status(code=code, message=answer.message)
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],
+                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_PREFIXES) or not method.startswith(SERVICE):
+            return handler
+        rpc = method[len(SERVICE):]
+        desc = service_pb2.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name.get(rpc)
+        if desc is None:
+            return handler
+        response_class = getattr(service_pb2, desc.output_type.name)
+        metadata = {k: v for k, v in (handler_call_details.invocation_metadata or ()) if isinstance(v, str)}
+        check = self._check
+        if handler.request_streaming and handler.response_streaming:  # Telemetry: checked once, when it opens
+            inner_ss = handler.stream_stream
+
+            async def ss(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                status = await check(rpc, metadata, None)
+                if status is not None:
+                    yield response_class(status=status)
+                    return
+                async for item in inner_ss(requests, context):
+                    yield item
+            return handler._replace(stream_stream=ss)
+        if handler.response_streaming:  # ReceiveMessage
+            inner_us = handler.unary_stream
+
+            async def us(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                status = await check(rpc, metadata, request)
+                if status is not None:
+                    yield response_class(status=status)
+                    return
+                async for item in inner_us(request, context):
+                    yield item
+            return handler._replace(unary_stream=us)
+        if handler.request_streaming:
+            return handler  # MessagingService has none
+        inner_uu = handler.unary_unary
+
+        async def uu(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            status = await check(rpc, metadata, request)
+            if status is not None:
+                return response_class(status=status)
+            return await inner_uu(request, context)
+        return handler._replace(unary_unary=uu)
