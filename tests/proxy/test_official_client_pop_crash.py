@@ -1,25 +1,17 @@
 """Broker SIGKILL during POP consumption, seen by the official RocketMQ 5 Python client through mqproxy: 40
 messages are received with a short invisible time and 25 acked; while the other 15 are still in flight both brokers
 holding the topic are SIGKILLed and restarted on their stores. Afterwards every un-acked message comes again (none
-lost), once, with its attempt raised, and no acked one does (nothing acked redelivered).
-
-Skipped while the brokers do not serve POP yet (the broker side is built beside the proxy)."""
+lost), once, with its attempt raised, and no acked one does (nothing acked redelivered)."""
 
 import time
 import uuid
 from pathlib import Path
 
 import grpc
-import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from tests.proxy.conftest import OfficialClient, ProxyCluster, running_proxy_cluster
-
-REPO = Path(__file__).resolve().parents[2]
-POP_SERVED = ("add_PopServiceServicer_to_server" in (REPO / "broker" / "broker_controller.py").read_text()
-              and (REPO / "broker" / "pop").is_dir())
-pytestmark = pytest.mark.skipif(not POP_SERVED, reason="the brokers do not serve rmq.PopService yet")
 
 COUNT, ACKED = 40, 25
 INVISIBLE_S = 3

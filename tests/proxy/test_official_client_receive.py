@@ -1,23 +1,14 @@
 """The official RocketMQ 5 Python client's SimpleConsumer receives through mqproxy, which pops from the brokers'
 ``rmq.PopService``: every message once when each is acked, an un-acked one again after its invisible time with its
-attempt raised, and a changed invisible duration honoured with a new receipt handle (the old one refused).
-
-Skipped while the brokers do not serve POP yet (the broker side is built beside the proxy)."""
+attempt raised, and a changed invisible duration honoured with a new receipt handle (the old one refused)."""
 
 import uuid
-from pathlib import Path
-
-import pytest
 
 from client import Admin
 from proto.v2 import definition_pb2
 from tests.proxy.conftest import OfficialClient, ProxyCluster
 
-REPO = Path(__file__).resolve().parents[2]
-POP_SERVED = ("add_PopServiceServicer_to_server" in (REPO / "broker" / "broker_controller.py").read_text()
-              and (REPO / "broker" / "pop").is_dir())
 Code = definition_pb2.Code
-pytestmark = pytest.mark.skipif(not POP_SERVED, reason="the brokers do not serve rmq.PopService yet")
 
 
 def fresh_topic(proxy_cluster: ProxyCluster, queues: int = 4) -> str:
