@@ -4,13 +4,15 @@ broker (ASYNC_FLUSH) as real processes per variant, the SDK here; 1 KiB messages
 
 - plain: TLS off (the reference);
 - tls: every port TLS only (a CA and a certificate for 127.0.0.1 made for the run, ``cluster/tls_certs.py``), the
-  broker registering over TLS, the SDK given the CA. Target: >= 0.8x plain.
+  broker registering over TLS, the SDK given the CA. Target: >= 0.8x plain;
+- acl_tls: TLS, and authentication and authorization on (the SDK signs as the super user). Target: >= 0.8x plain.
 
 Variants run in alternating rounds (plain, tls, plain, tls, ...; each round a fresh cluster) and each row keeps
 its best round, so a slow moment of the machine does not land on one side only. ``VARIANTS`` is the table to
 extend (namesrv flags, broker.conf keys and client keyword arguments per variant).
 """
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,16 +50,33 @@ def _tls(workdir: Path) -> Setup:
                  {"tls_ca": str(files.ca)})
 
 
-VARIANTS: dict[str, Callable[[Path], Setup]] = {"plain": _plain, "tls": _tls}
+def _acl_tls(workdir: Path) -> Setup:
+    """TLS as above, and authentication and authorization on: the super user signs every call (each request's
+    signature checked, each send's Pub permission looked up)."""
+    tls = _tls(workdir)
+    root = json.dumps({"username": "root", "password": "root-secret"})
+    inner = json.dumps({"accessKey": "inner-ak", "secretKey": "inner-secret"})
+    acl = {"authenticationEnabled": "true", "authorizationEnabled": "true", "initAuthenticationUser": root,
+           "innerClientAuthenticationCredentials": inner}
+    return Setup([*tls.namesrv_args, "--authentication-enabled", "--inner-client-authentication-credentials", inner,
+                  "--init-authentication-user", root], {**tls.broker_conf, **acl},
+                 {**tls.client, "credentials": ("root", "root-secret")})
+
+
+VARIANTS: dict[str, Callable[[Path], Setup]] = {"plain": _plain, "tls": _tls, "acl_tls": _acl_tls}
 
 METRICS = [
     Metric("security.produce_plain", "produce, batches of 64, TLS off", "msgs/s", echo="batch", issue=18,
            short="off"),
     Metric("security.produce_tls", "produce, batches of 64, TLS on", "msgs/s", echo="batch",
            vs="security.produce_plain", target=Target(">=", 0.8, of="security.produce_plain"), issue=18),
+    Metric("security.produce_acl_tls", "produce, batches of 64, ACL and TLS on", "msgs/s", echo="batch",
+           vs="security.produce_plain", target=Target(">=", 0.8, of="security.produce_plain"), issue=18),
     Metric("security.send_plain", "produce, single sends, TLS off", "msgs/s", echo="unary", issue=18, short="off"),
     Metric("security.send_tls", "produce, single sends, TLS on", "msgs/s", echo="unary", vs="security.send_plain",
            target=Target(">=", 0.8, of="security.send_plain"), issue=18),
+    Metric("security.send_acl_tls", "produce, single sends, ACL and TLS on", "msgs/s", echo="unary",
+           vs="security.send_plain", target=Target(">=", 0.8, of="security.send_plain"), issue=18),
 ]
 
 
