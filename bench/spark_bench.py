@@ -20,8 +20,18 @@ consumes the small segments it merges), everything uploaded (upload lag 0) befor
   target >= 0.7x bare. The bare job runs just before it (A's groups) and just after it (B's), and its figure
   is the mean of the two, so that drift in the machine's load hits both sides alike.
 
+- the S3 tier (issue 18): moto's S3 server as a child process on loopback (``cluster/s3_server.py``, as the
+  tests start it) and a second broker with the same segment sizes on ``tieredBackendServiceProvider=s3`` (a new
+  bucket), two topics of ``MESSAGES_S3`` (moto keeps every object in its memory). In the same session: bare, a
+  Spark job over the same groups, partitioned alike, that reads each group's parts and writes their
+  concatenation as one new object through the tier's own S3 client (``spark_jobs.tier_objects``, exactly the
+  calls the compactor's executors make; no verify, no size check, no broker calls; the copies are deleted
+  after the timing); compaction, ``spark_jobs.compact.run`` on the S3 broker with the signing keys
+  (``S3Access``), timed whole as above. Bare before (topic A's groups) and after (B's), mean of the two;
+  target >= 0.5x bare. Without moto (or a server that does not start) these rows say "not run" and why.
+
 Every planned group must be merged (bytes equal to the plan's) or the scenario fails. Smoke mode sets up the
-broker and plans, and skips the rows: a Spark session alone takes longer than the smoke budget.
+brokers and plans, and skips the rows: a Spark session alone takes longer than the smoke budget.
 """
 
 import contextlib
@@ -33,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
@@ -42,11 +53,16 @@ from bench.daemons import REPO, start_broker, start_namesrv, stop_all, wait_unti
 from bench.harness import BODY, Config, Metric, Recorder, Target
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from client import Admin, Message, Producer
-from spark_jobs import compact
-from spark_jobs.broker_tier import BrokerTier
+from cluster.s3_server import ACCESS_KEY, SECRET_KEY, moto_missing, s3_server_process
+from spark_jobs import compact, tier_objects
+from spark_jobs.broker_tier import BrokerTier, S3Access
 
 TOPICS = ("SparkBenchA", "SparkBenchB")  # A: the job as a subprocess; B: the compaction in this process
 BROKER = "broker-spark"
+TOPICS_S3 = ("SparkBenchS3A", "SparkBenchS3B")  # A: bare before; B: the compaction (and bare after)
+BROKER_S3 = "broker-spark-s3"
+MESSAGES_S3 = {"smoke": 1_000, "quick": 32_000, "full": 128_000}  # a topic: ~36 MB (quick), ~145 MB (full)
+S3_JOB_ACCESS = S3Access("", ACCESS_KEY, SECRET_KEY)  # the broker never sends its keys: the job brings them
 QUEUES = 8
 MESSAGES = {"smoke": 2_000, "quick": 128_000, "full": 384_000}  # a topic: ~145 MB (quick), ~440 MB (full)
 PRODUCE_BATCH = 128
@@ -71,7 +87,12 @@ METRICS = [
            issue=8),
     Metric("spark.wall", "compaction job wall time incl. session start", "s", issue=8),
     Metric("spark.session", "Spark session start, local[2]", "s", issue=8),
+    Metric("spark.concat_s3", "bare Spark job copying the same S3 objects (moto)", "MB/s", echo="batch", issue=18,
+           short="bare Spark on S3"),
+    Metric("spark.compaction_s3", "Spark compaction on the S3 tier (moto), session up", "MB/s", echo="batch",
+           vs="spark.concat_s3", target=Target(">=", 0.5, of="spark.concat_s3"), issue=18),
 ]
+S3_METRICS = ("spark.concat_s3", "spark.compaction_s3")
 
 
 # -- executor functions (by reference: workers import this module) --------------------------------------------
@@ -93,6 +114,15 @@ def concat(task: tuple[str, list[tuple[str, int]], str]) -> int:
     data = b"".join(chunks)
     with open(out, "wb") as f:
         f.write(data)
+    return len(data)
+
+
+def copy_objects(task: tuple[tier_objects.TierLocation, list[tuple[str, int]], str]) -> int:
+    """The S3 bare task: read the parts (each up to its recorded size) and write their concatenation as one new
+    object, through the tier's own client; returns its bytes."""
+    location, parts, out = task
+    data = b"".join(tier_objects.read_object(location, path)[:size] for path, size in parts)
+    tier_objects.write_object(location, out, data)
     return len(data)
 
 
@@ -126,6 +156,14 @@ def planned(tier: BrokerTier, topic: str) -> tuple[str, list[list]]:
     return str(snapshot.root), compact.plan(snapshot, SMALL_BYTES, TARGET_BYTES)
 
 
+def planned_s3(tier: BrokerTier, topic: str) -> tuple[tier_objects.TierLocation, list[list]]:
+    """(the tier's location with the job's keys, groups) for ``topic`` on the S3 broker."""
+    snapshot = tier.snapshot(topic)
+    if snapshot.provider is not TieredBackendServiceProvider.S3:
+        raise RuntimeError(f"tier backend is {snapshot.provider}, expected s3")
+    return snapshot.location, compact.plan(snapshot, SMALL_BYTES, TARGET_BYTES)
+
+
 def group_bytes(groups: list[list]) -> int:
     return sum(s.size for g in groups for s in g)
 
@@ -156,6 +194,22 @@ def bare_concat(sc, root: str, groups: list[list], scratch: Path) -> tuple[int, 
     shutil.rmtree(scratch, ignore_errors=True)
     if written != group_bytes(groups):
         raise RuntimeError(f"bare job wrote {written:,} bytes, the groups hold {group_bytes(groups):,}")
+    return written, seconds
+
+
+def bare_copy_s3(sc, location: tier_objects.TierLocation, groups: list[list]) -> tuple[int, float]:
+    """The S3 bare job over ``groups``, partitioned as the compactor partitions its tasks: (bytes, action
+    seconds). Its objects are deleted afterwards (not timed)."""
+    scratch = f"bench-scratch/{uuid.uuid4().hex[:12]}"
+    tasks = [(location, [(s.path, s.size) for s in g], f"{scratch}/g{i}") for i, g in enumerate(groups)]
+    slices = max(1, min(len(tasks), sc.defaultParallelism * 4))
+    t0 = time.perf_counter()
+    written = sum(sc.parallelize(tasks, slices).map(copy_objects).collect())
+    seconds = time.perf_counter() - t0
+    for _, _, out in tasks:
+        tier_objects.delete_object(location, out)
+    if written != group_bytes(groups):
+        raise RuntimeError(f"bare S3 job wrote {written:,} bytes, the groups hold {group_bytes(groups):,}")
     return written, seconds
 
 
@@ -208,7 +262,43 @@ def check_merged(stats: dict[str, float], groups: list[list], what: str) -> None
         raise RuntimeError(f"{what}: {stats}; planned {len(groups)} groups of {group_bytes(groups):,} bytes")
 
 
+def _s3_setup(cfg: Config, workdir: Path, ns_addr: str, stack: contextlib.ExitStack, daemons: list,
+              rec: Recorder) -> tuple[str, tuple, tuple] | None:
+    """moto's server (closed by ``stack``), a broker on it, its two topics produced and uploaded and planned:
+    (broker address, (location, groups) of A, of B); None (the rows say "not run" and why) without moto."""
+    why = moto_missing()
+    server = None
+    if not why:
+        try:
+            server = stack.enter_context(s3_server_process())
+        except Exception as exc:  # no server: the S3 rows are not run, the posix ones still are
+            why = f"moto's S3 server did not start: {exc}"
+    if server is None:
+        for metric_id in S3_METRICS:
+            rec.skip(metric_id, f"no S3 server: {why}")
+        return None
+    broker = start_broker(workdir, BROKER_S3, ns_addr, **{**BROKER_SETTINGS, **server.broker_conf()})
+    daemons.insert(0, broker)
+    with Admin(ns_addr) as admin:
+        for topic in TOPICS_S3:
+            admin.create_topic(topic, brokers=[BROKER_S3], read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        wait_until(lambda: set(TOPICS_S3) <= set(admin.topic_list()), what="topic routes")
+        with Producer(ns_addr) as producer:
+            for topic in TOPICS_S3:
+                produce(producer, topic, MESSAGES_S3[cfg.mode])
+        for topic in TOPICS_S3:
+            wait_until(functools.partial(uploaded, admin, topic), timeout=180, interval=0.2,
+                       what=f"{topic} uploaded to S3")
+    with BrokerTier(broker.addr, S3_JOB_ACCESS) as tier:
+        return broker.addr, planned_s3(tier, TOPICS_S3[0]), planned_s3(tier, TOPICS_S3[1])
+
+
 def scenario(cfg: Config, rec: Recorder) -> None:
+    with contextlib.ExitStack() as stack:  # moto's server, if started: stopped after the brokers
+        _scenario(cfg, rec, stack)
+
+
+def _scenario(cfg: Config, rec: Recorder, stack: contextlib.ExitStack) -> None:
     workdir = cfg.workdir / "spark"
     ns = start_namesrv(workdir)
     daemons = [ns]
@@ -227,14 +317,19 @@ def scenario(cfg: Config, rec: Recorder) -> None:
                            what=f"{topic} uploaded")
         with BrokerTier(broker.addr) as tier:
             (root, groups_a), (_, groups_b) = planned(tier, TOPICS[0]), planned(tier, TOPICS[1])
+        s3 = _s3_setup(cfg, workdir, ns.addr, stack, daemons, rec)
         if cfg.smoke:
-            why = (f"smoke: set-up and plan only ({len(groups_a) + len(groups_b)} groups); a Spark session "
-                   "start alone exceeds the smoke budget")
+            s3_groups = f", S3 {len(s3[1][1]) + len(s3[2][1])}" if s3 else ""
+            why = (f"smoke: set-up and plan only ({len(groups_a) + len(groups_b)} groups{s3_groups}); a Spark "
+                   "session start alone exceeds the smoke budget")
             for m in METRICS:
-                rec.skip(m.id, why)
+                if m.id not in rec.status:  # the S3 rows may already say why they are not run
+                    rec.skip(m.id, why)
             return
         if not groups_a or not groups_b:
             raise RuntimeError(f"nothing to compact: {len(groups_a)} / {len(groups_b)} groups planned")
+        if s3 and (not s3[1][1] or not s3[2][1]):
+            raise RuntimeError(f"nothing to compact on S3: {len(s3[1][1])} / {len(s3[2][1])} groups planned")
         sizes = f"{QUEUES} queues, {SEGMENT_BYTES >> 20} MiB segments into <= {TARGET_BYTES >> 20} MiB"
 
         # -- the job as it is run (before this process starts a JVM of its own)
@@ -279,6 +374,26 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             rec.record("spark.compaction", mb / seconds, f"{mb:.0f} MB, {len(groups_b)} groups in {seconds:.2f} s: "
                        f"commits {spent.get('commit', 0):.2f} s, garbage listing {spent.get('collect_garbage', 0):.2f}"
                        f" s, Spark merges (+ snapshot, plan) {seconds - driver:.2f} s")
+            if s3:
+                s3_addr, (loc_a, s3_groups_a), (loc_b, s3_groups_b) = s3
+                runs = [bare_copy_s3(sc, loc_a, s3_groups_a)]
+                with timing(compact, ("collect_garbage", "commit"), {}) as spent:
+                    t0 = time.perf_counter()
+                    stats = compact.run(s3_addr, MASTER, TOPICS_S3[1], SMALL_BYTES, TARGET_BYTES, 3600.0, False,
+                                        S3_JOB_ACCESS)
+                    seconds = time.perf_counter() - t0
+                check_merged(stats, s3_groups_b, "spark_jobs.compact.run (s3)")
+                runs.append(bare_copy_s3(sc, loc_b, s3_groups_b))
+                rates = [n / 1e6 / s for n, s in runs]
+                rec.record("spark.concat_s3", statistics.mean(rates),
+                           "mean of before / after: " + " / ".join(f"{n / 1e6:.0f} MB in {s:.2f} s" for n, s in runs)
+                           + f"; {sizes}; parts and copies through the tier's S3 client")
+                mb = stats["bytes"] / 1e6
+                driver = sum(spent.values())
+                rec.record("spark.compaction_s3", mb / seconds,
+                           f"{mb:.0f} MB, {len(s3_groups_b)} groups in {seconds:.2f} s: commits "
+                           f"{spent.get('commit', 0):.2f} s, garbage listing {spent.get('collect_garbage', 0):.2f} s, "
+                           f"Spark merges (+ snapshot, plan) {seconds - driver:.2f} s")
         finally:
             stop_session(spark)
             if old_path is None:

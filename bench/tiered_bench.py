@@ -17,8 +17,17 @@
   local, tier, ...; the mean of each) so drift hits both alike. A read keeps ``Config.window`` pulls of 64 in
   flight round-robin over the queues (as the cluster bench's consume), every queue from its min offset to its
   max, a short answer pulling the rest of its range again; every message is counted exactly once.
+- the S3 tier (issue 18): moto's S3 server as a child process on loopback (``cluster/s3_server.py``, as the
+  tests start it) and a second broker beside the first (``tieredBackendServiceProvider=s3`` into a new bucket,
+  ``tieredStorageLevel=FORCE``, the same group commit), its own topic of 8 queues. Produce as above for
+  ``S3_PRODUCE_SECONDS`` of the mode (the achieved rate is the row; the note says how long the tier took to
+  catch up after the last acknowledgement), then, once everything is uploaded, every round of the reads above
+  also reads all of that topic once from the S3 tier (local, tier, S3 tier, local, ...): target >= 0.3x the
+  local read of the same rounds. Without moto (or a server that does not start) these rows say "not run" and
+  why.
 """
 
+import contextlib
 import statistics
 import threading
 import time
@@ -30,10 +39,15 @@ from typing import Any
 from bench.daemons import Daemon, start_broker, start_namesrv, stop_all, wait_until
 from bench.harness import BATCH, BODY, MET, NOT_MET, Config, Metric, Recorder, Target
 from client import Admin, Message, Producer, PullConsumer
+from cluster.s3_server import S3Server, moto_missing, s3_server_process
 from common.message_queue import MessageQueue
 
 TOPIC = "TieredBenchT"
 BROKER = "broker-tiered"
+TOPIC_S3 = "TieredBenchS3T"
+BROKER_S3 = "broker-tiered-s3"
+S3_PRODUCE_SECONDS = {"smoke": 0.3, "quick": 2.0, "full": 10.0}  # moto keeps every object in its memory
+S3_CATCH_UP_S = 180
 QUEUES = 8
 RATE = 50_000  # msgs/s asked of the producer
 PRODUCE_BATCH = 128
@@ -57,7 +71,12 @@ METRICS = [
            short="local"),
     Metric("tiered.read", "read from the tier (tieredStorageLevel=FORCE)", "msgs/s", echo="batch",
            vs="tiered.read_local", target=Target(">=", 0.5, of="tiered.read_local"), issue=7),
+    Metric("tiered.produce_rate_s3", "produce at a fixed rate, S3 tier (moto), SDK batches of 128", "msgs/s",
+           echo="batch", issue=18),
+    Metric("tiered.read_s3", "read from the S3 tier (moto, tieredStorageLevel=FORCE)", "msgs/s", echo="batch",
+           vs="tiered.read_local", target=Target(">=", 0.3, of="tiered.read_local"), issue=18),
 ]
+S3_METRICS = ("tiered.produce_rate_s3", "tiered.read_s3")
 
 
 # -- upload lag ----------------------------------------------------------------------------------------
@@ -100,10 +119,10 @@ class LagSampler:
         return max((lag for t, lag in self.samples if start <= t <= end), default=0)
 
 
-def produce_paced(producer: Producer, rate: int, seconds: float) -> tuple[int, float]:
+def produce_paced(producer: Producer, rate: int, seconds: float, topic: str = TOPIC) -> tuple[int, float]:
     """Batches at ``rate`` msgs/s (behind schedule: as fast as ``MAX_IN_FLIGHT`` allows) until ``seconds`` have
     passed; (messages acknowledged, seconds from the first send to the last acknowledgement)."""
-    msgs = [Message(TOPIC, BODY) for _ in range(PRODUCE_BATCH)]
+    msgs = [Message(topic, BODY) for _ in range(PRODUCE_BATCH)]
     interval = PRODUCE_BATCH / rate
     in_flight: deque[Future] = deque()
     acked = 0
@@ -182,21 +201,67 @@ def _wait_routed(admin: Admin, broker: Daemon) -> None:
     wait_until(routed, timeout=15, what=f"the route of {TOPIC} to the restarted broker")
 
 
-def _read_round(ns_addr: str, level: str, cfg: Config) -> float:
+def _read_round(ns_addr: str, level: str, cfg: Config, topic: str = TOPIC) -> float:
     with Admin(ns_addr) as admin:
-        status = admin.tiered_status(TOPIC)[0]
+        status = admin.tiered_status(topic)[0]
         if status.storage_level != level:
             raise RuntimeError(f"broker reads at level {status.storage_level}, expected {level}")
         if level == "FORCE" and any(q.tiered_min_offset > q.local_min_offset or q.upload_lag for q in status.queues):
             raise RuntimeError(f"the tier does not hold every message: {status}")
     with PullConsumer(ns_addr, group="bench") as consumer:
-        queues = consumer.queues(TOPIC)
+        queues = consumer.queues(topic)
         ranges = {mq: (consumer.min_offset(mq), consumer.max_offset(mq)) for mq in queues}
         read, seconds = read_all(consumer, ranges, cfg.window)
     return read / seconds
 
 
+def _s3_lag(admin: Admin) -> int:
+    return sum(q.upload_lag for r in admin.tiered_status(TOPIC_S3) for q in r.queues)
+
+
+def _s3_produce(cfg: Config, workdir: Path, ns_addr: str, stack: contextlib.ExitStack, daemons: list[Daemon],
+                rec: Recorder) -> int:
+    """moto's server (closed by ``stack``) and a broker on it at FORCE; produce to it paced and wait until the
+    tier holds everything. Returns the messages in its topic; 0 (the rows say "not run" and why) without moto."""
+    why = moto_missing()
+    server: S3Server | None = None
+    if not why:
+        try:
+            server = stack.enter_context(s3_server_process())
+        except Exception as exc:  # no server: the S3 rows are not run, the posix ones still are
+            why = f"moto's S3 server did not start: {exc}"
+    if server is None:
+        for metric_id in S3_METRICS:
+            rec.skip(metric_id, f"no S3 server: {why}")
+        return 0
+    settings = {**BROKER_SETTINGS, **server.broker_conf(), "tieredStorageLevel": "FORCE"}
+    broker = start_broker(workdir, BROKER_S3, ns_addr, **settings)
+    daemons.insert(0, broker)
+    seconds = S3_PRODUCE_SECONDS[cfg.mode]
+    with Admin(ns_addr) as admin:
+        admin.create_topic(TOPIC_S3, brokers=[BROKER_S3], read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        wait_until(lambda: TOPIC_S3 in set(admin.topic_list()), what="topic route")
+        with Producer(ns_addr) as producer:
+            producer.send_batch([Message(TOPIC_S3, BODY)] * PRODUCE_BATCH)  # route and connection
+            acked, took = produce_paced(producer, RATE, seconds, TOPIC_S3)
+        t0 = time.perf_counter()
+        lag_at_end = _s3_lag(admin)
+        wait_until(lambda: _s3_lag(admin) == 0, timeout=S3_CATCH_UP_S, interval=0.1,
+                   what="the S3 tier to catch up")
+        caught_up = time.perf_counter() - t0
+    rate = acked / took
+    rec.record("tiered.produce_rate_s3", rate,
+               f"{RATE:,} asked for {seconds:g} s; lag {lag_at_end:,} at the last ack, all in the S3 tier "
+               f"{caught_up:.1f} s later")
+    return acked + PRODUCE_BATCH
+
+
 def scenario(cfg: Config, rec: Recorder) -> None:
+    with contextlib.ExitStack() as stack:  # moto's server, if started: stopped after the brokers
+        _scenario(cfg, rec, stack)
+
+
+def _scenario(cfg: Config, rec: Recorder, stack: contextlib.ExitStack) -> None:
     workdir = cfg.workdir / "tiered"
     ns = start_namesrv(workdir)
     daemons = [ns]
@@ -241,8 +306,11 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             wait_until(lambda: sum(q.upload_lag for q in admin.tiered_status(TOPIC)[0].queues) == 0, timeout=60,
                        interval=0.1, what="the tier to catch up")
 
+        # -- the S3 tier: a second broker, produced to while the first one idles
+        s3_total = _s3_produce(cfg, workdir, ns.addr, stack, daemons, rec)
+
         # -- reading from the tier vs local: the same messages, the broker restarted at each level
-        rates: dict[str, list[float]] = {"DISABLE": [], "FORCE": []}
+        rates: dict[str, list[float]] = {"DISABLE": [], "FORCE": [], "S3": []}
         for r in range(READ_ROUNDS[cfg.mode]):
             for level in ("DISABLE", "FORCE"):
                 if r or level != "DISABLE":
@@ -253,12 +321,18 @@ def scenario(cfg: Config, rec: Recorder) -> None:
                     with Admin(ns.addr) as admin:
                         _wait_routed(admin, broker)
                 rates[level].append(_read_round(ns.addr, level, cfg))
+            if s3_total:  # the S3 broker stays at FORCE: its whole topic from the tier
+                rates["S3"].append(_read_round(ns.addr, "FORCE", cfg, TOPIC_S3))
         n = len(rates["DISABLE"])
         total = acked + PRODUCE_BATCH
         for metric_id, level in (("tiered.read_local", "DISABLE"), ("tiered.read", "FORCE")):
             each = " / ".join(f"{x / 1000:.1f}k" for x in rates[level])
             rec.record(metric_id, statistics.mean(rates[level]),
                        f"{total:,} msgs, mean of {n}: {each}" if n > 1 else f"{total:,} msgs")
+        if s3_total:
+            each = " / ".join(f"{x / 1000:.1f}k" for x in rates["S3"])
+            rec.record("tiered.read_s3", statistics.mean(rates["S3"]),
+                       f"{s3_total:,} msgs (its own topic), mean of {n}: {each}" if n > 1 else f"{s3_total:,} msgs")
     finally:
         stop_all(daemons)
 
