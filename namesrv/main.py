@@ -10,6 +10,7 @@ import sys
 import click
 
 from common.acl import SUPER, User, parse_credentials, parse_user
+from common.daemon_cli import metrics_options, run_command, tls_server_options
 from common.metrics import MetricsExporterType
 from common.tls import TlsError, server_tls
 from namesrv.controller.controller_store import ControllerStoreError
@@ -35,16 +36,8 @@ log = logging.getLogger("namesrv.main")
 @click.option("--enable-elect-unclean-master", is_flag=True,
               help="Let the controller elect a replica outside the in-sync set when no member is alive "
                    "(enableElectUncleanMaster; may lose committed messages).")
-@click.option("--metrics-exporter-type", "metrics_exporter_type", type=click.Choice(list(MetricsExporterType)),
-              default=MetricsExporterType.DISABLE.value, show_default=True,
-              help="PROM: Prometheus metrics on --metrics-prom-exporter-port (metricsExporterType).")
-@click.option("--metrics-prom-exporter-port", type=click.IntRange(0, 65535), default=5557, show_default=True,
-              help="Port of /metrics; 0 picks a free one (logged as metrics_exporter_started).")
-@click.option("--metrics-prom-exporter-host", default="", help="Address of /metrics (default: --host).")
-@click.option("--tls-enable", is_flag=True,
-              help="Serve TLS only on the port (tlsEnable); needs --tls-cert and --tls-key.")
-@click.option("--tls-cert", default="", metavar="PATH", help="PEM server certificate chain (tlsServerCertPath).")
-@click.option("--tls-key", default="", metavar="PATH", help="PEM server private key (tlsServerKeyPath).")
+@metrics_options
+@tls_server_options
 @click.option("--authentication-enabled", is_flag=True, expose_value=False, callback=lambda c, p, v: _acl(c, p, v),
               help="Refuse broker registration and other writes not signed by the inner credentials or the super "
                    "user (authenticationEnabled).")
@@ -116,19 +109,7 @@ async def serve(config: NamesrvConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point. Errors are one line on stderr, never a traceback: 2 for bad flags, 1 otherwise."""
-    try:
-        result = command.main(args=argv, prog_name=PROG, standalone_mode=False)
-    except click.UsageError as e:
-        click.echo(f"{PROG}: error: {e.format_message()} (see {PROG} --help)", err=True)
-        return 2
-    except click.ClickException as e:
-        click.echo(f"{PROG}: error: {e.format_message()}", err=True)
-        return e.exit_code
-    except click.Abort:
-        return 130
-    return result if isinstance(result, int) else 0
-
+    return run_command(command, argv, PROG)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -200,9 +200,11 @@ def test_in_flight_state_survives_a_sigkill(tmp_path):
         c.stop()
 
 
-@pytest.mark.parametrize("settings", [{"flushDiskType": "SYNC_FLUSH"}, {"storeType": "defaultRocksDB"}],
-                         ids=["sync-flush", "rocksdb-store"])
-def test_pop_under_sync_flush_and_the_rocksdb_store(tmp_path, settings: dict[str, str]):
+@pytest.mark.parametrize("settings", [
+    {"flushDiskType": "SYNC_FLUSH"}, {"storeType": "defaultRocksDB"},
+    {"kvEnable": "true", "tieredStoreEnable": "true", "tieredBackendServiceProvider": "memory",
+     "tieredStorageLevel": "FORCE"}], ids=["sync-flush", "rocksdb-store", "kv-and-tiered-force"])
+def test_pop_under_sync_flush_the_rocksdb_store_and_kv_with_tiered_reads(tmp_path, settings: dict[str, str]):
     c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000, **settings)
     try:
         topic, group = "PopComboT", "pop-combo"
