@@ -14,6 +14,7 @@ from admin_cli import (
     cluster_commands,
     group_commands,
     kv_commands,
+    logical_queue_commands,
     message_commands,
     replication_commands,
     static_topic_commands,
@@ -78,8 +79,8 @@ def cli(ctx: click.Context, namesrv_addr: str | None, as_json: bool, timeout_ms:
     ctx.obj.credentials = acl_commands.credentials(access_key, secret_key)
 
 
-for _module in (acl_commands, topic_commands, static_topic_commands, cluster_commands, broker_commands, group_commands,
-                message_commands, kv_commands, tiered_commands, replication_commands):
+for _module in (acl_commands, topic_commands, static_topic_commands, logical_queue_commands, cluster_commands,
+                broker_commands, group_commands, message_commands, kv_commands, tiered_commands, replication_commands):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

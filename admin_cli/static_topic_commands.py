@@ -7,7 +7,7 @@ import click
 from admin_cli.context import as_json, command, open_admin, resolve_targets, target_options
 from admin_cli.output import Column, Table, emit_tables, render_table, to_json
 from admin_cli.topic_commands import topic_option
-from client.static_topic_admin import LogicQueueLeader
+from client.static_topic_admin import LogicQueueLeader, StaticTopicUpdate
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 
 
@@ -42,7 +42,11 @@ BROKER_COLUMNS = [Column("broker_name", "Broker"), Column("epoch", "Epoch"), Col
               metavar="N", help="The total number of logic queues (greater than the current number).")
 def update_static_topic(topic: str, cluster: str | None, brokers: str | None, queue_num: int) -> None:
     cluster_name, broker_names = resolve_targets(cluster, brokers)
-    result = open_admin().update_static_topic(topic, queue_num, cluster=cluster_name, brokers=broker_names)
+    emit_static_update(topic, open_admin().update_static_topic(topic, queue_num, cluster=cluster_name,
+                                                               brokers=broker_names))
+
+
+def emit_static_update(topic: str, result: StaticTopicUpdate) -> None:
     emit_tables(as_json(),
                 Table(LEADER_COLUMNS, leader_rows(topic, result.epoch, result.leaders()), name="logic_queues",
                       title=f"Static topic {topic}: {result.total_queues} logic queues, epoch {result.epoch}"),

@@ -39,9 +39,21 @@ topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", hel
               help="Write queues per broker.")
 @click.option("-p", "--perm", type=int, default=PERM_READ_WRITE, show_default=True, callback=check_perm,
               help="Permission: 2 (W), 4 (R) or 6 (RW).")
+@click.option("--static", "static", is_flag=True,
+              help="Create a static topic with -qn logic queues in one step (-r, -w and -p do not apply).")
+@click.option("-qn", "--totalQueueNum", "queue_num", type=click.IntRange(min=1), metavar="N",
+              help="With --static: the number of logic queues.")
 def update_topic(topic: str, cluster: str | None, brokers: str | None, read_queue_nums: int,
-                 write_queue_nums: int, perm: int) -> None:
+                 write_queue_nums: int, perm: int, static: bool, queue_num: int | None) -> None:
     cluster_name, broker_names = resolve_targets(cluster, brokers)
+    if static != (queue_num is not None):
+        raise click.UsageError("--static and -qn N go together: a static topic with N logic queues")
+    if static:
+        from admin_cli.static_topic_commands import emit_static_update  # it imports this module
+        assert queue_num is not None
+        emit_static_update(topic, open_admin().update_static_topic(topic, queue_num, cluster=cluster_name,
+                                                                   brokers=broker_names))
+        return
     done = open_admin().create_topic(topic, cluster=cluster_name, brokers=broker_names,
                                      read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm)
     rows = [{"topic": topic, "broker_name": b, "read_queue_nums": read_queue_nums,
@@ -119,8 +131,14 @@ STATIC_STATUS_COLUMNS = [
     Column("queue_id", "Physical QID"), Column("logic_offset", "Logic Offset"), Column("end_offset", "End"),
     Column("min_offset", "Min Offset"), Column("max_offset", "Max Offset"),
     Column("last_update_timestamp", "Last Updated", format_timestamp),
-    Column("leader", "Leader", lambda leader: "*" if leader else ""),
+    Column("leader", "Leader", lambda leader: "*" if leader else ""), Column("status", "Status"),
+    Column("logic_range", "Logic Range"),
 ]
+
+
+def logic_range_text(first: int | None, last: int | None) -> str:
+    """The seed's notation: ``0-100`` closed, ``101-`` open, ``-`` expired."""
+    return f"{'' if first is None else first}-{'' if last is None else last}"
 
 
 def static_status_document(status: StaticTopicStatus) -> dict:
@@ -140,7 +158,8 @@ def emit_static_status(status: StaticTopicStatus) -> None:
     if as_json():
         click.echo(to_json(static_status_document(status)))
         return
-    rows = [{"logic_id": q.logic_id, **dataclasses.asdict(i)} for q in status.queues for i in q.items]
+    rows = [{"logic_id": q.logic_id, **dataclasses.asdict(i),
+             "logic_range": logic_range_text(i.logic_first, i.logic_last)} for q in status.queues for i in q.items]
     epochs = sorted(set(status.broker_epochs.values()))
     footer = ["", f"Static topic {status.topic}: {status.total_queues} logic queues, epoch {status.epoch}"]
     if len(epochs) > 1:

@@ -7,7 +7,12 @@ batches of 64 x 1 KiB and pulls of 64, ``Config.window`` calls in flight.
 - pull through a remote older item vs a local pull: all 8 logic queues are remapped from broker-a to
   broker-b, more is sent (the new, local items on broker-b), then pulls of the old range (served from
   broker-a's item through broker-b) and of the new item's range alternate; target >= 0.6x;
-- a remap of 64 logic queues from one broker over all 3; target < 5 s.
+- a remap of 64 logic queues from one broker over all 3; target < 5 s;
+- draining a broker (``Admin.drain_broker``, issue 19): 50 static topics of 20 logic queues each, all on
+  broker-c (a batch sent to a few of them, so their old items hold data), then every one of those 1,000 logic
+  queues is moved onto broker-a and broker-b; timed until the call returns, then checked: 1,000 moves and
+  broker-c leads nothing. Remap64T is first remapped off broker-c so the drain moves exactly those. Smoke
+  runs 5 topics of 4 queues (shown, not judged: ``SCALED``); target <= 10 s.
 """
 
 import statistics
@@ -15,13 +20,16 @@ import time
 from concurrent.futures import Future
 
 from bench.daemons import start_broker, start_namesrv, stop_all, wait_until
-from bench.harness import BATCH, BODY, Config, Metric, Recorder, Target, windowed_rate
+from bench.harness import BATCH, BODY, SCALED, Config, Metric, Recorder, Target, windowed_rate
 from client import Admin, Message, Producer, PullConsumer
 from common.message_queue import MessageQueue
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 NORMAL, STATIC, REMAP = "NormalT", "StaticT", "Remap64T"
 ROUNDS = 4
+DRAINED = "broker-c"
+DRAIN_SIZES = {"smoke": (5, 4), "quick": (50, 20), "full": (50, 20)}  # static topics, logic queues each
+DRAIN_SENT_TO = 5  # topics that get a batch before the drain
 
 METRICS = [
     Metric("static.send_normal", "send, normal topic, 8 queues", "msgs/s", echo="batch", issue=4, short="normal"),
@@ -32,6 +40,8 @@ METRICS = [
            vs="static.pull_local", target=Target(">=", 0.6, of="static.pull_local"), issue=4),
     Metric("static.remap64", "remap 64 logic queues over 3 brokers", "s", echo="p50", target=Target("<", 5),
            issue=4),
+    Metric("static.drain1000", "drain a broker leading 1,000 logic queues", "s", echo="p50",
+           target=Target("<=", 10), issue=19),
 ]
 
 
@@ -68,6 +78,31 @@ def _alternate(measures: list, cfg: Config) -> list[float]:
         for i, measure in enumerate(measures):
             rates[i].append(measure(cfg.seconds / ROUNDS, cfg.warmup if r == 0 else 0.0))
     return [statistics.median(r) for r in rates]
+
+
+def _drain(admin: Admin, producer: Producer, cfg: Config, rec: Recorder) -> None:
+    """Static topics whose logic queues all sit on ``DRAINED``, then the time to drain it."""
+    n_topics, n_queues = DRAIN_SIZES[cfg.mode]
+    topics = [f"Drain{i:02d}T" for i in range(n_topics)]
+    for topic in topics:
+        admin.update_static_topic(topic, n_queues, brokers=[DRAINED])
+    sent_to = topics[:DRAIN_SENT_TO]
+    wait_until(lambda: set(sent_to) <= set(admin.topic_list()), what="the drain topics' routes")
+    for topic in sent_to:
+        producer.send_batch([Message(topic, BODY) for _ in range(BATCH)])
+    leads = admin.drain_status(DRAINED).leads
+    expected = {t: list(range(n_queues)) for t in topics}
+    assert leads == expected, f"{DRAINED} leads {leads}, expected only the drain topics"
+
+    t0 = time.perf_counter()
+    result = admin.drain_broker(DRAINED)
+    elapsed = time.perf_counter() - t0
+    assert len(result.moves) == n_topics * n_queues, f"{len(result.moves)} moves, expected {n_topics * n_queues}"
+    left = admin.drain_status(DRAINED).leads
+    assert left == {}, f"{DRAINED} still leads {left}"
+    rec.record("static.drain1000", elapsed, f"{len(result.moves):,} logic queues over {result.topics} topics")
+    if n_topics * n_queues < 1000:
+        rec.status["static.drain1000"] = SCALED
 
 
 def scenario(cfg: Config, rec: Recorder) -> None:
@@ -110,6 +145,10 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             t0 = time.perf_counter()
             admin.remap_static_topic(REMAP, brokers=list(BROKERS))
             rec.record("static.remap64", time.perf_counter() - t0)
+
+            # broker-c now leads about a third of Remap64T: move those off so the drain moves only its own topics
+            admin.remap_static_topic(REMAP, brokers=["broker-a", "broker-b"])
+            _drain(admin, producer, cfg, rec)
     finally:
         stop_all(daemons)
 

@@ -11,6 +11,7 @@ from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.group_admin import GroupAdmin, GroupMember
 from client.grpc_errors import business_error, rpc_error
+from client.logical_queue_admin import DrainStatus, LogicalQueueAdmin, LogicQueueMoves
 from client.static_query_positions import to_logic_positions
 from client.static_topic_admin import (
     GrpcMappingTransport,
@@ -350,6 +351,31 @@ class Admin:
         result = self.static_topics.remap_static_topic(topic, cluster, brokers)
         self.client.invalidate_route(topic)
         return result
+
+    def migrate_logical_queue(self, topic: str, logic_id: int, broker: str) -> StaticTopicRemap:
+        """Move logic queue ``logic_id`` of ``topic`` onto ``broker`` (an expired physical queue of its chain
+        there is reused)."""
+        result = self.static_topics.migrate_logical_queue(topic, logic_id, broker)
+        self.client.invalidate_route(topic)
+        return result
+
+    def drain_broker(self, broker: str) -> LogicQueueMoves:
+        """Move every logic queue ``broker`` leads, over all static topics, onto the other masters of its cluster."""
+        result = LogicalQueueAdmin(self.static_topics).drain_broker(broker)
+        self.client.invalidate_routes()
+        return result
+
+    def rebalance_logical_queues(self, cluster: str, exclude: list[str] | None = None) -> LogicQueueMoves:
+        """Spread every static topic's leaders over the masters of ``cluster`` but ``exclude``."""
+        result = LogicalQueueAdmin(self.static_topics).rebalance(cluster, exclude)
+        self.client.invalidate_routes()
+        return result
+
+    def drain_status(self, broker: str) -> DrainStatus:
+        """What keeps a drained ``broker`` from being removed (nothing: ``removable``)."""
+        addr = self.brokers(broker_names=[broker])[0].addr
+        reserved = self.broker_config(addr)[0].get("fileReservedTime")
+        return LogicalQueueAdmin(self.static_topics).drain_status(broker, float(reserved) if reserved else None)
 
     def static_topic_status(self, topic: str) -> StaticTopicStatus | None:
         """Logic queues with their chains and each item's physical min/max/last update; None when no broker

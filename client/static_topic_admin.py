@@ -15,15 +15,19 @@ import grpc
 
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from common.kv_shard import KV_TOPIC
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.mapping_checks import MappingError, check_cluster
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
+from common.statictopic.queue_status import item_status, logic_range, reusable
 from common.statictopic.static_topic_plan import (
     BrokerTopicState,
     BrokerUpdate,
     RemapPlan,
+    current_view,
     plan_create_or_extend,
+    plan_moves,
     plan_remap,
 )
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
@@ -75,6 +79,7 @@ class MovedLogicQueue:
     gen: int
     logic_offset: int  # where the new item starts in logic terms (after the block jump)
     old_end_offset: int  # the old item's physical end
+    reused: bool = False  # the new item reuses an expired physical queue of the chain (seed 004)
 
 
 @dataclass(slots=True)
@@ -110,6 +115,9 @@ class MappingItemStatus:
     min_offset: int | None  # physical, from the item's broker; None when it could not be read
     max_offset: int | None
     last_update_timestamp: int | None
+    status: str  # Normal, ReadOnly, Expired (seed 004), or Unknown when the item's broker did not answer
+    logic_first: int | None  # the logic offsets the item covers, inclusive; None: open (or, both, expired)
+    logic_last: int | None
 
 
 @dataclass(slots=True)
@@ -164,6 +172,9 @@ class MappingTransport(Protocol):
 
     def queue_stats(self, bname: str, topic: str) -> dict[int, PhysicalQueueStats]:
         """GetTopicStatsInfo on ``bname``: per physical queue min, max, last update."""
+
+    def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
+        """GetAllTopicQueueMapping on ``bname``: its detail of every static topic."""
 
 
 class GrpcMappingTransport:
@@ -237,6 +248,11 @@ class GrpcMappingTransport:
         if r.code != ResponseCode.SUCCESS:
             raise business_error(f"status of {topic} on broker {bname}", addr, r.code, r.remark)
         return {q.queue_id: PhysicalQueueStats(q.min_offset, q.max_offset, q.last_update_timestamp) for q in r.queues}
+
+
+    def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
+        _addr, r = self._call("read every static-topic mapping", bname, "GetAllTopicQueueMapping", common_pb2.Empty())
+        return {d.topic: d for d in map(detail_from_proto, r.details)}
 
 
 # -- the admin ----------------------------------------------------------------------------------------------
@@ -334,22 +350,77 @@ class StaticTopicAdmin:
             raise MQClientError(f"static topic {topic} does not exist: no broker holds a mapping for it")
         plan = self.plan_remap(topic, states, targets)
         self.apply_remap(plan)
-        moved = []
-        for m in plan.moved:
-            old, new = plan.chains[m.global_id][-2:]
-            moved.append(MovedLogicQueue(m.global_id, m.old_leader, m.new_leader, new.queue_id, new.gen,
-                                         new.logic_offset, old.end_offset))
-        total = next(iter(plan.full.values())).detail.total_queues
-        return StaticTopicRemap(topic, total, plan.epoch, moved, {b: u.detail for b, u in plan.full.items()})
+        return self.remap_result(plan)
 
     def plan_remap(self, topic: str, states: dict[str, BrokerTopicState], targets: list[str]) -> RemapPlan:
         """The remap plan, checked as a whole (every broker's resulting detail) before anything is written."""
+        expired = self.expired_queues(topic, states, set(targets))
+        return self.checked_plan(topic, lambda: plan_remap(topic, states, targets, self.clock(), expired))
+
+    @staticmethod
+    def checked_plan(topic: str, make: Callable[[], RemapPlan]) -> RemapPlan:
         try:
-            plan = plan_remap(topic, states, targets, self.clock())
+            plan = make()
             check_cluster({b: u.detail for b, u in plan.full.items()}, {b: u.config for b, u in plan.full.items()})
         except MappingError as exc:
             raise MQClientError(f"static topic {topic} not remapped: {exc}") from None
         return plan
+
+    def expired_queues(self, topic: str, states: dict[str, BrokerTopicState],
+                       candidates: set[str]) -> dict[tuple[str, int], int]:
+        """(broker, physical queue) -> physical max of the Expired older items on ``candidates`` (the brokers a
+        logic queue may move to): a move there reuses them. One stats read per broker holding such an item."""
+        if topic == KV_TOPIC:
+            return {}  # shards keep their state: never expired
+        older = [i for s in states.values() if s.detail is not None for items in s.detail.hosted_queues.values()
+                 for i in items[:-1] if i.bname in candidates and i.end_offset_decided()]
+        stats = {b: self.transport.queue_stats(b, topic) for b in sorted({i.bname for i in older})}
+        out = {}
+        for item in older:
+            q = stats[item.bname].get(item.queue_id)
+            if q is not None and reusable(item, q.min_offset):
+                out[(item.bname, item.queue_id)] = q.max_offset
+        return out
+
+    # -- one logic queue -----------------------------------------------------------------------------------
+    def migrate_logical_queue(self, topic: str, logic_id: int, broker: str) -> StaticTopicRemap:
+        """Move logic queue ``logic_id``'s leadership onto ``broker`` (remap's write order), reusing an expired
+        physical queue of its chain there. An interrupted move of the topic is finished first."""
+        _targets, states = self.read_targets(topic, None, [broker])
+        if not any(s.detail is not None for s in states.values()):
+            raise MQClientError(f"static topic {topic} does not exist: no broker holds a mapping for it")
+        _epoch, total, chains = self.current_view_of(topic, states)
+        if not 0 <= logic_id < total:
+            raise MQClientError(f"logic queue {logic_id} does not exist: topic {topic} has logic queues "
+                                f"0..{total - 1}")
+        if chains[logic_id][-1].bname == broker:
+            raise MQClientError(f"nothing to do: broker {broker} already leads logic queue {logic_id} of {topic}")
+        return self.move(topic, states, {logic_id: broker})
+
+    @staticmethod
+    def current_view_of(topic: str, states: dict[str, BrokerTopicState]
+                        ) -> tuple[int, int, dict[int, list[LogicQueueMappingItem]]]:
+        """(highest epoch, total, chains) of what the brokers hold (see ``current_view``)."""
+        try:
+            return current_view(states)
+        except MappingError as exc:
+            raise MQClientError(f"static topic {topic} not changed: {exc}") from None
+
+    def move(self, topic: str, states: dict[str, BrokerTopicState], moves: dict[int, str]) -> StaticTopicRemap:
+        """Apply ``moves`` (logic id -> new leader) to a topic whose brokers' states were just read."""
+        expired = self.expired_queues(topic, states, set(moves.values()))
+        plan = self.checked_plan(topic, lambda: plan_moves(topic, states, moves, self.clock(), expired))
+        self.apply_remap(plan)
+        return self.remap_result(plan)
+
+    def remap_result(self, plan: RemapPlan) -> StaticTopicRemap:
+        moved = []
+        for m in plan.moved:
+            old, new = plan.chains[m.global_id][-2:]
+            moved.append(MovedLogicQueue(m.global_id, m.old_leader, m.new_leader, new.queue_id, new.gen,
+                                         new.logic_offset, old.end_offset, m.reused))
+        total = next(iter(plan.full.values())).detail.total_queues
+        return StaticTopicRemap(plan.topic, total, plan.epoch, moved, {b: u.detail for b, u in plan.full.items()})
 
     def write_updates(self, updates: Iterable[BrokerUpdate]) -> None:
         """UpdateTopicQueueMapping for each, in order; the first refusal stops."""
@@ -412,7 +483,7 @@ class StaticTopicAdmin:
         status = StaticTopicStatus(topic, total, epoch, {b: d.epoch for b, d in details.items()},
                                    unreachable=unreachable, missing=sorted(set(range(total)) - set(chains)))
         for gid in sorted(chains):
-            status.queues.append(_queue_status(gid, chains[gid], stats))
+            status.queues.append(_queue_status(topic, gid, chains[gid], stats))
         return status
 
 
@@ -430,15 +501,18 @@ def best_chains(states: dict[str, BrokerTopicState]) -> dict[int, list[LogicQueu
     return {gid: items for gid, (_rank, items) in sorted(chosen.items())}
 
 
-def _queue_status(gid: int, items: list[LogicQueueMappingItem],
+def _queue_status(topic: str, gid: int, items: list[LogicQueueMappingItem],
                   stats: dict[str, dict[int, PhysicalQueueStats]]) -> LogicQueueStatus:
     rows = []
     for i, item in enumerate(items):
         s = stats.get(item.bname, {}).get(item.queue_id)
+        is_leader = i == len(items) - 1
+        status = item_status(item, is_leader, s.min_offset if s else None, keeps_state=topic == KV_TOPIC)
+        logic_first, logic_last = logic_range(item, status)
         rows.append(MappingItemStatus(item.gen, item.bname, item.queue_id, item.logic_offset, item.start_offset,
-                                      item.end_offset, item.time_of_start, item.time_of_end, i == len(items) - 1,
+                                      item.end_offset, item.time_of_start, item.time_of_end, is_leader,
                                       s.min_offset if s else None, s.max_offset if s else None,
-                                      s.last_update_timestamp if s else None))
+                                      s.last_update_timestamp if s else None, status, logic_first, logic_last))
     decided = [(item, row) for item, row in zip(items, rows, strict=True) if item.logic_offset_decided()]
     logic_min = logic_max = None
     if decided:

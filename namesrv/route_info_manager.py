@@ -20,6 +20,7 @@ from itertools import islice
 from operator import attrgetter
 
 from common.perm import PERM_WRITE
+from common.statictopic.mapping_info_checks import registration_fault
 from namesrv.route_models import (
     DEFAULT_BROKER_EXPIRY_MS,
     BrokerData,
@@ -97,6 +98,8 @@ class RouteInfoManager:
         # most topics live on one or two broker names and a million small dicts cost four times as much.
         self.topic_queue_table: dict[str, tuple[QueueData, ...]] = {}
         self.topic_queue_mapping_info_table: dict[str, dict[str, TopicQueueMappingInfo]] = {}  # static topics
+        # (topic, broker name) -> why its last mapping was ignored: warn once per change, not every heartbeat
+        self.ignored_mappings: dict[tuple[str, str], str] = {}
         self.write_wiped: set[str] = set()  # broker names routed without PERM_WRITE (mqadmin wipeWritePerm)
 
     # ---- registration -------------------------------------------------------------------------------------
@@ -416,9 +419,23 @@ class RouteInfoManager:
             del self.topic_queue_table[topic]
 
     def _put_mapping(self, topic: str, broker_name: str, mapping: TopicQueueMappingInfo) -> None:
+        """Route by ``mapping`` unless it breaks a consistency rule (mapping_info_checks): then it is an
+        intermediate or forged state, and the broker's previously accepted mapping (if any) keeps routing."""
+        reason = registration_fault(mapping, broker_name, self.topic_queue_mapping_info_table.get(topic, {}))
+        if reason is not None:
+            self._ignore_mapping(topic, broker_name, reason)
+            return
+        self.ignored_mappings.pop((topic, broker_name), None)
         self.topic_queue_mapping_info_table.setdefault(topic, {})[broker_name] = mapping
 
+    def _ignore_mapping(self, topic: str, broker_name: str, reason: str) -> None:
+        if self.ignored_mappings.get((topic, broker_name)) == reason:
+            return  # the broker re-sends the same mapping with every heartbeat: said already
+        self.ignored_mappings[(topic, broker_name)] = reason
+        log.warning("static_mapping_ignored topic=%s broker=%s reason=%r", topic, broker_name, reason)
+
     def _remove_mapping(self, topic: str, broker_name: str) -> None:
+        self.ignored_mappings.pop((topic, broker_name), None)
         by_broker = self.topic_queue_mapping_info_table.get(topic)
         if by_broker is not None:
             by_broker.pop(broker_name, None)

@@ -25,6 +25,7 @@ from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.statictopic.mapping_checks import MappingError
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
 from proto import broker_pb2, common_pb2
@@ -123,6 +124,7 @@ class AdminBrokerProcessor:
         if existing is not None and self.mapping_manager.get(detail.topic) is None:
             raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
+        self._check_reused_queues(detail)
         try:
             self.mapping_manager.update(detail)
         except MappingError as exc:
@@ -131,6 +133,22 @@ class AdminBrokerProcessor:
             self.topic_config_manager.update(config)
         self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def _check_reused_queues(self, detail: TopicQueueMappingDetail) -> None:
+        """A new leader item on a physical queue this broker used before (an expired one, reused) must start at
+        the queue's max offset: below it, old messages would be read as the new item's; above it, a gap."""
+        old = self.mapping_manager.get(detail.topic)
+        for global_id, items in detail.hosted_queues.items():
+            leader = items[-1]
+            if leader.bname != detail.bname or leader.start_offset == 0:
+                continue
+            held = old.leader(global_id) if old is not None else None
+            if held is not None and (held.gen, held.queue_id) == (leader.gen, leader.queue_id):
+                continue  # applied before: writes may have gone on since
+            physical_max = self.local_store.max_offset(detail.topic, leader.queue_id)
+            require(physical_max == leader.start_offset,
+                    f"logic queue {global_id} of {detail.topic} reuses physical queue {leader.queue_id} from offset "
+                    f"{leader.start_offset}, but that queue's max offset here is {physical_max}")
 
     def get_mapping(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicQueueMappingResponse:
         topic = checked_topic(request.topic)

@@ -1,18 +1,28 @@
-"""Trims static-topic chains: a leader drops the earliest items whose physical queues held data that has
-all expired; a previous leader drops a chain it lost once the new leader's logic offset is decided.
+"""Trims static-topic chains: a previous leader drops a chain it lost once the new leader's logic offset is
+decided; a leader drops the older items that are Expired (no readable data left) on brokers that lead no logic
+queue of the topic any more (a drained broker: its rows go, so it can be removed), and those with a newer link
+of the chain on the same broker (only the newest is ever reused).
 
-An item that never held data is kept: consumer offsets committed in it (at its start) are only found
-through it, and dropping it would make such a group look as if it had never committed."""
+An expired item on a broker that still leads some logic queue of the topic stays in the chain: moving the logic
+queue back there reuses its physical queue (seed 004). The KV store's shards never expire: their older items
+hold state in RocksDB that reads fall back to, whatever the commitlog's retention. Before a link goes, the consumer
+offsets stored on it are carried to the next link (:mod:`consumer_offset_carry`)."""
 
 import logging
 from collections.abc import Callable
 
 from broker.out.peer_brokers import PeerBrokerError
+from broker.statictopic.consumer_offset_carry import ConsumerOffsetCarry
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.periodic_service import PeriodicService
+from common.kv_shard import KV_TOPIC
+from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
+from common.statictopic.mapping_codec import detail_from_proto
+from common.statictopic.queue_status import holds_readable_data
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +34,12 @@ class StaticTopicCleanService(PeriodicService):
         self.mapping_manager = mapping_manager
         self.static_topics = static_topics
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
+        self.offsets = ConsumerOffsetCarry(static_topics)
 
     def run_once(self) -> int:
         """One pass over every mapping; returns how many items and chains were dropped."""
         dropped = 0
+        self.offsets.reset()
         for topic in list(self.mapping_manager.mapping_table):
             detail = self.mapping_manager.get(topic)
             if detail is None:
@@ -51,18 +63,39 @@ class StaticTopicCleanService(PeriodicService):
                     dropped += 1
                     log.info("static_chain_dropped topic=%s queue=%d leader=%s", detail.topic, global_id, leader.bname)
                 continue
-            while len(items) > 1 and items[0].end_offset_decided() and self._holds_no_data(detail.topic, items[0]):
-                gone = items.pop(0)
-                dropped += 1
-                log.info("static_item_dropped topic=%s queue=%d gen=%d broker=%s physical_queue=%d", detail.topic,
-                         global_id, gone.gen, gone.bname, gone.queue_id)
+            going = {i for i, item in enumerate(items[:-1])
+                     if self._forgettable(detail, item, any(later.bname == item.bname for later in items[i + 1:]))}
+            kept: list[LogicQueueMappingItem] = []
+            for i, item in enumerate(items):
+                if i in going:  # the leader never goes: a successor exists
+                    successor = next(later for j, later in enumerate(items) if j > i and j not in going)
+                    if successor.logic_offset_decided() and self.offsets.carry(detail.topic, item, successor):
+                        dropped += 1
+                        log.info("static_item_dropped topic=%s queue=%d gen=%d broker=%s physical_queue=%d "
+                                 "reason=expired", detail.topic, global_id, item.gen, item.bname, item.queue_id)
+                        continue
+                kept.append(item)
+            trimmed.hosted_queues[global_id] = kept
         return trimmed, dropped
 
-    def _holds_no_data(self, topic: str, item: LogicQueueMappingItem) -> bool:
-        try:
-            lo = self.static_topics.physical_offset(item, "GetMinOffset", topic)
-            hi = self.static_topics.physical_offset(item, "GetMaxOffset", topic)
-        except PeerBrokerError as exc:
-            log.warning("static_clean_skipped topic=%s broker=%s reason=%s", topic, item.bname, exc)
+    def _forgettable(self, detail: TopicQueueMappingDetail, item: LogicQueueMappingItem, newer_there: bool) -> bool:
+        """Expired, and either not the newest link of the chain on its broker (a move back reuses the newest) or
+        on a broker that leads no logic queue of the topic."""
+        if detail.topic == KV_TOPIC or not item.end_offset_decided():
             return False
-        return item.start_offset < lo >= hi  # had data, and all of it is gone
+        try:
+            physical_min = self.static_topics.physical_offset(item, "GetMinOffset", detail.topic)
+            if holds_readable_data(item, physical_min):
+                return False
+            if newer_there and item.end_offset > item.start_offset:
+                return True  # a link that never held data stays: a group's commit at its start is found through it
+            if item.bname == detail.bname:
+                return False
+            response = self.static_topics.peer_brokers.call(item.bname, "GetTopicQueueMapping",
+                                                            broker_pb2.TopicRequest(topic=detail.topic))
+        except PeerBrokerError as exc:
+            log.warning("static_clean_skipped topic=%s broker=%s reason=%s", detail.topic, item.bname, exc)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            return False
+        return not (response.HasField("detail") and detail_from_proto(response.detail).led_queues())

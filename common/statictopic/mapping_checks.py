@@ -35,12 +35,13 @@ def check_chain(bname: str, topic: str, global_id: int, items: list[LogicQueueMa
     for i, item in enumerate(items):
         if item.gen < 0 or item.queue_id < 0 or item.start_offset < 0 or item.logic_offset < -1 or item.end_offset < -1:
             raise MappingError(f"{where}: negative field in item gen {item.gen}: {item}")
-        if item.start_offset != 0:
-            raise MappingError(f"{where}: item gen {item.gen} starts at physical {item.start_offset}, not 0")
         if item.end_offset_decided() and item.end_offset < item.start_offset:
             raise MappingError(f"{where}: item gen {item.gen} ends ({item.end_offset}) before it starts")
         if not item.logic_offset_decided() and i != len(items) - 1:
             raise MappingError(f"{where}: logic offset -1 in item gen {item.gen}, which is not the last item")
+    physical = [(i.bname, i.queue_id) for i in items]
+    if len(set(physical)) != len(physical):  # a reused physical queue replaces its expired item
+        raise MappingError(f"{where}: a physical queue appears twice in the chain: {physical}")
     for prev, cur in itertools.pairwise(items):
         if cur.gen <= prev.gen:
             raise MappingError(f"{where}: gen not increasing: {prev.gen} then {cur.gen}")

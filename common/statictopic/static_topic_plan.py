@@ -4,6 +4,7 @@ The admin reads each broker's (detail, topic config), asks these functions for t
 it in the order that keeps every logic queue writable (see :class:`RemapPlan`).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem, block_round_up
@@ -110,6 +111,7 @@ class MovedQueue:
     global_id: int
     old_leader: str  # holds the previous item: its physical max decides the new item's logic offset
     new_leader: str
+    reused: bool = False  # onto an expired physical queue of the chain
 
 
 @dataclass
@@ -172,7 +174,8 @@ def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[in
     return max(d.epoch for d in details), total, chains
 
 
-def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[str], now_ms: int) -> RemapPlan:
+def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[str], now_ms: int,
+               expired: Mapping[tuple[str, int], int] | None = None) -> RemapPlan:
     """Move logic queues whose leader is not a target with room to targets with room (balanced within one).
     A queue whose last item is still undecided (an interrupted remap) is finished first, where it is."""
     if not targets:
@@ -180,10 +183,7 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
     unknown = set(targets) - set(states)
     if unknown:
         raise MappingError(f"target brokers {sorted(unknown)} are not known")
-    old_epoch, total, chains = current_view(states)
-    epoch = next_epoch(old_epoch, now_ms)
-    configs = {b: _copy_config(s.config, topic) if s.config else None for b, s in states.items()}
-    _cover_queue_ids(topic, configs, chains)
+    _epoch, total, chains = current_view(states)
     load = dict.fromkeys(targets, 0)
     base, extra = divmod(total, len(load))
 
@@ -191,14 +191,11 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
         """Balanced within one: every target holds ``base`` queues, ``extra`` of them one more."""
         return load[bname] < base or (load[bname] == base and sum(n > base for n in load.values()) < extra)
 
-    moved: list[MovedQueue] = []
     to_move: list[int] = []
     for gid in sorted(chains):
         leader = chains[gid][-1]
-        if not leader.logic_offset_decided():  # interrupted remap: finish it in place
-            moved.append(MovedQueue(gid, chains[gid][-2].bname, leader.bname))
-            if leader.bname in load:
-                load[leader.bname] += 1
+        if not leader.logic_offset_decided() and leader.bname in load:  # interrupted: plan_moves finishes it
+            load[leader.bname] += 1
     for gid in sorted(chains):
         leader = chains[gid][-1]
         if not leader.logic_offset_decided():
@@ -207,15 +204,56 @@ def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[st
             load[leader.bname] += 1
         else:
             to_move.append(gid)
+    moves = {}
     for gid in to_move:
         new_leader = least_loaded({b: n for b, n in load.items() if has_room(b)} or load)
         load[new_leader] += 1
+        moves[gid] = new_leader
+    return plan_moves(topic, states, moves, now_ms, expired)
+
+
+def plan_moves(topic: str, states: dict[str, BrokerTopicState], moves: Mapping[int, str], now_ms: int,
+               expired: Mapping[tuple[str, int], int] | None = None) -> RemapPlan:
+    """Move each logic queue of ``moves`` (logic id -> new leader) and finish every interrupted move of the
+    topic in place. ``expired``: (broker, physical queue id) -> physical max of the physical queues whose data
+    is all gone; a move onto a broker holding such a queue of the same chain reuses it (seed 004: an expired
+    queue comes back; a read-only one never does)."""
+    old_epoch, total, chains = current_view(states)
+    epoch = next_epoch(old_epoch, now_ms)
+    configs = {b: _copy_config(s.config, topic) if s.config else None for b, s in states.items()}
+    _cover_queue_ids(topic, configs, chains)
+    moved = [MovedQueue(gid, items[-2].bname, items[-1].bname) for gid, items in sorted(chains.items())
+             if not items[-1].logic_offset_decided()]
+    unfinished = {m.global_id for m in moved}
+    for gid, new_leader in sorted(moves.items()):
+        if gid not in chains:
+            raise MappingError(f"logic queue {gid} does not exist: topic {topic} has logic queues 0..{total - 1}")
+        if new_leader not in states:
+            raise MappingError(f"broker {new_leader} is not known")
         old = chains[gid][-1]
+        if gid in unfinished or old.bname == new_leader:
+            continue  # finishing an interrupted move, or already there
         config = configs[new_leader] = configs[new_leader] or TopicConfig(topic, 0, 0)
-        chains[gid].append(LogicQueueMappingItem(gen=old.gen + 1, queue_id=_add_physical_queue(config),
-                                                 bname=new_leader, time_of_start=now_ms))
-        moved.append(MovedQueue(gid, old.bname, new_leader))
+        chains[gid], reused = _append_leader(chains[gid], new_leader, config, expired or {}, now_ms)
+        moved.append(MovedQueue(gid, old.bname, new_leader, reused))
     return _remap_updates(topic, total, states, configs, chains, moved, epoch)
+
+
+def _append_leader(chain: list[LogicQueueMappingItem], new_leader: str, config: TopicConfig,
+                   expired: Mapping[tuple[str, int], int], now_ms: int) -> tuple[list[LogicQueueMappingItem], bool]:
+    """The chain with a new undecided leader item on ``new_leader`` and whether it reuses a physical queue: the
+    newest expired one the chain holds there (which leaves the chain: its data is gone), else a new one."""
+    old = chain[-1]
+    reusable = [i for i in chain[:-1] if i.bname == new_leader and (i.bname, i.queue_id) in expired]
+    if not reusable:
+        return [*chain, LogicQueueMappingItem(gen=old.gen + 1, queue_id=_add_physical_queue(config),
+                                              bname=new_leader, time_of_start=now_ms)], False
+    gone = reusable[-1]
+    # the physical queue goes on where it stopped: its old offsets must never be read as the new item's
+    start = max(expired[(gone.bname, gone.queue_id)], gone.end_offset)
+    return [*(i for i in chain if i is not gone),
+            LogicQueueMappingItem(gen=old.gen + 1, queue_id=gone.queue_id, bname=new_leader, start_offset=start,
+                                  time_of_start=now_ms)], True
 
 
 def _cover_queue_ids(topic: str, configs: dict[str, TopicConfig | None],

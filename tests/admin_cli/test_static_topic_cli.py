@@ -181,6 +181,17 @@ def test_update_topic_on_a_static_topic_is_refused(cluster: Cluster):
         assert config is None or config.write_queue_nums <= 1
 
 
+def test_update_topic_static_creates_a_static_topic_in_one_step(cluster: Cluster):
+    doc = ok_json(cluster.addr, "updateTopic", "-t", "StOneStep", "-c", CLUSTER, "--static", "-qn", "6")
+    details = cluster.consistent("StOneStep", 6)
+    assert led_counts(details) == [2, 2, 2]
+    assert sorted(q["logic_id"] for q in doc["logic_queues"]) == list(range(6))
+    assert "--static and -qn N go together" in fails(cluster.addr, "updateTopic", "-t", "StHalf", "-c", CLUSTER,
+                                                      "--static")
+    assert "--static and -qn N go together" in fails(cluster.addr, "updateTopic", "-t", "StHalf", "-c", CLUSTER,
+                                                      "-qn", "4")
+
+
 # -- remappingStaticTopic -----------------------------------------------------------------------------------
 def test_remap_moves_queues_decides_offsets_and_a_second_remap_only_bumps_the_epoch(cluster: Cluster):
     topic = "StRemap"
@@ -255,9 +266,12 @@ def test_topic_status_shows_the_chains_of_a_static_topic(cluster: Cluster):
     assert items == [(0, "broker-b", 0, 7, 0, 7, False), (1, "broker-c", 10_000, -1, 0, 2, True)]
     assert q0["items"][1]["last_update_timestamp"] > 0
 
+    assert [(i["status"], i["logic_first"], i["logic_last"]) for i in q0["items"]] == [
+        ("ReadOnly", 0, 6), ("Normal", 10_000, None)]
+
     text = ok(cluster.addr, "topicStatus", "-t", topic)
-    assert table_lines(text, "0", "0", "broker-b", "7", "0", "7"), text
-    c_line = table_lines(text, "1", "broker-c", "10000", "-1", "0", "2", "*")
+    assert table_lines(text, "0", "0", "broker-b", "7", "0", "7", "ReadOnly", "0-6"), text
+    c_line = table_lines(text, "1", "broker-c", "10000", "-1", "0", "2", "*", "Normal", "10000-")
     assert len(c_line) == 1 and c_line[0].split()[0] == "0", text
     assert f"Static topic {topic}: 2 logic queues, epoch {doc['epoch']}" in text
 
@@ -292,7 +306,7 @@ def test_topic_status_names_brokers_that_did_not_answer_and_queues_without_a_cha
     from admin_cli.main import cli
     from client.static_topic_admin import LogicQueueStatus, MappingItemStatus, StaticTopicStatus
 
-    item = MappingItemStatus(0, "broker-a", 0, 0, 0, -1, 1, -1, True, 0, 5, 0)
+    item = MappingItemStatus(0, "broker-a", 0, 0, 0, -1, 1, -1, True, 0, 5, 0, "Normal", 0, None)
     status = StaticTopicStatus("StDown", 2, 7, {"broker-a": 7}, [LogicQueueStatus(0, "broker-a", 0, 0, 5, [item])],
                                unreachable={"broker-b": "broker-b failed: UNAVAILABLE"}, missing=[1])
 

@@ -75,9 +75,9 @@ def test_the_total_comes_from_the_highest_epoch():
     assert logic_queue_leaders(route) == (4, {0: "broker-a", 1: "broker-a", 2: "broker-b", 3: "broker-b"})
 
 
-def test_ids_beyond_the_total_are_ignored():
+def test_a_mapping_with_ids_beyond_the_total_is_ignored_whole():
     route = static_route(T, 2, {"broker-a": (1000, {0: 0, 1: 1, 5: 2})})
-    assert logic_queue_leaders(route) == (2, {0: "broker-a", 1: "broker-a"})
+    assert logic_queue_leaders(route) == (0, {})  # a hole: nothing it says is routed
 
 
 def test_dirty_infos_count_only_when_no_clean_one_leads_the_queue():
@@ -89,7 +89,7 @@ def test_dirty_infos_count_only_when_no_clean_one_leads_the_queue():
 
 
 def test_all_dirty_infos_still_route():
-    route = static_route(T, 2, {"broker-a": (1000, {0: 0}), "broker-b": (2000, {0: 1, 1: 1})},
+    route = static_route(T, 2, {"broker-a": (1000, {0: 0}), "broker-b": (2000, {0: 0, 1: 1})},
                          dirty=frozenset({"broker-a", "broker-b"}))
     assert logic_queue_leaders(route) == (2, {0: "broker-b", 1: "broker-b"})
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from client.errors import MQClientError
+from client.logical_queue_admin import LogicalQueueAdmin
 from client.static_topic_admin import PhysicalQueueStats, StaticTopicAdmin
 from common.statictopic.logic_queue_mapping_item import block_round_up
 from common.statictopic.mapping_checks import MappingError, check_cluster, check_update
@@ -105,6 +106,11 @@ class FakeTransport:
         if fb.config is None:
             return {}
         return {q: PhysicalQueueStats(0, fb.maxes.get(q, 0), 1000 + q) for q in range(fb.config.write_queue_nums)}
+
+    def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
+        self.ops.append(Op("read", bname))
+        detail = self.brokers[bname].detail
+        return {T: detail_from_proto(detail_to_proto(detail))} if detail else {}
 
     # -- what the tests look at ---------------------------------------------------------------------------
     def details(self) -> dict[str, TopicQueueMappingDetail]:
@@ -470,3 +476,28 @@ def test_status_of_an_interrupted_remap_shows_the_brokers_epochs():
     status = admin.static_topic_status(T)
     assert len(set(status.broker_epochs.values())) == 3
     assert status.queues[0].items[-1].logic_offset == -1 and status.queues[0].leader_broker == "broker-c"
+
+
+# -- drain (client/logical_queue_admin.py) ----------------------------------------------------------------------
+def drain_op_count() -> int:
+    transport, admin = four_broker_topic()
+    LogicalQueueAdmin(admin).drain_broker("broker-a")
+    return sum(1 for op in transport.ops if op.kind in ("write", "max"))
+
+
+@pytest.mark.parametrize("fail_at", range(drain_op_count()))
+def test_a_drain_that_fails_at_any_step_is_resumed_by_running_it_again(fail_at: int):
+    transport, admin = four_broker_topic()
+    transport.arm(fail_at)
+    with pytest.raises(Injected):
+        LogicalQueueAdmin(admin).drain_broker("broker-a")
+    transport.arm(None)
+    result = LogicalQueueAdmin(admin).drain_broker("broker-a")
+    assert_consistent(transport, {"broker-a", "broker-b", "broker-c", "broker-d"}, 6)
+    assert "broker-a" not in transport.leaders().values()
+    assert sorted(led_counts(transport).values()) == [0, 1, 2, 3]  # b keeps its 3; a's 3 spread over c and d
+    for gid in (0, 2, 4):  # moved once: the re-run finished the interrupted move, it did not chain another
+        chain = transport.details()[transport.leaders()[gid]].hosted_queues[gid]
+        assert chain[0].bname == "broker-a" and len(chain) == 2, chain
+    assert {m.move.logic_id for m in result.moves} <= {0, 2, 4}
+    assert transport.leaders()[1] == transport.leaders()[3] == transport.leaders()[5] == "broker-b"

@@ -160,8 +160,8 @@ def chain_refused(items: list[LogicQueueMappingItem], *fragments: str) -> None:
     ([it(0, 0, "b0", 0, 20_000), it(1, 1, "b1", 10_000)], "logic offsets not increasing"),  # starts inside gen 0
     ([it(0, 0, "b0", 0, 10_000), it(1, 1, "b1", 10_000)], "logic offsets not increasing"),  # at gen 0's max
     ([it(0, 0, "b0", 0, 10), it(1, 1, "b1", 10_000, 50), it(2, 2, "b2", 10_050)], "logic offsets not increasing"),
-    ([it(0, 0, "b0", 0, 10, start=1)], "starts at physical 1, not 0"),
-    ([it(0, 0, "b0", 0, 10), it(1, 1, "b1", 10_000, start=3)], "starts at physical 3, not 0"),
+    ([it(0, 0, "b0", 0, 10, start=11)], "ends (10) before it starts"),
+    ([it(0, 0, "b0", 0, 10), it(1, 1, "b1", 10_000), it(2, 0, "b0", 20_000, start=10)], "appears twice"),
     ([it(-1, 0, "b0")], "negative field"),
     ([it(0, -1, "b0")], "negative field"),
     ([it(0, 0, "b0", start=-1)], "negative field"),

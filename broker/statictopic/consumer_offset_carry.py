@@ -1,0 +1,73 @@
+"""Carrying consumer offsets forward when the clean service drops a link of a chain.
+
+A group's offset is stored on the link it falls in and read back newest link first. A group whose newest offset
+is on a dropped link would read as "never committed", and a consumer starting from the last offset would skip
+what came since. So before a link goes, every group with an offset on it and none on the next link gets one at the
+next link's start: the same position (the dropped link holds nothing readable) in a link that stays.
+
+Offsets are read with one GetAllConsumerOffsets per broker per clean pass (a pass drops few links).
+"""
+
+import logging
+
+from broker.out.peer_brokers import PeerBrokerError
+from broker.statictopic.static_topic_service import StaticTopicService
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
+from proto import broker_pb2, common_pb2
+
+log = logging.getLogger(__name__)
+
+QueueOffsets = dict[tuple[str, int], dict[str, int]]  # (topic, physical queue) -> group -> offset
+
+
+class ConsumerOffsetCarry:
+    """One clean pass: offsets per broker are read once and kept until :meth:`reset`."""
+
+    def __init__(self, static_topics: StaticTopicService) -> None:
+        self.static_topics = static_topics
+        self._offsets: dict[str, QueueOffsets] = {}
+
+    def reset(self) -> None:
+        self._offsets.clear()
+
+    def _offsets_on(self, bname: str) -> QueueOffsets:
+        if bname not in self._offsets:
+            if bname == self.static_topics.broker_name:
+                records = self.static_topics.consumer_offset_manager.all_offsets()
+            else:
+                answer = self.static_topics.peer_brokers.call(bname, "GetAllConsumerOffsets", common_pb2.Empty())
+                records = [(e.group, e.topic, e.queue_id, e.offset) for e in answer.offsets]
+            table: QueueOffsets = {}
+            for group, topic, queue_id, offset in records:
+                table.setdefault((topic, queue_id), {})[group] = offset
+            self._offsets[bname] = table
+        return self._offsets[bname]
+
+    def carry(self, topic: str, gone: LogicQueueMappingItem, successor: LogicQueueMappingItem) -> bool:
+        """Give each group with an offset on ``gone`` and none on ``successor`` one at ``successor``'s start.
+        False when an offset could not be read or written (then ``gone`` must stay for now)."""
+        try:
+            groups = self._offsets_on(gone.bname).get((topic, gone.queue_id), {})
+            kept = self._offsets_on(successor.bname).setdefault((topic, successor.queue_id), {})
+            for group in sorted(set(groups) - set(kept)):
+                self._commit(topic, successor, group)
+                kept[group] = successor.start_offset
+                log.info("static_offset_carried topic=%s group=%s from=%s/%d to=%s/%d offset=%d", topic, group,
+                         gone.bname, gone.queue_id, successor.bname, successor.queue_id, successor.start_offset)
+        except PeerBrokerError as exc:
+            log.warning("static_offset_carry_failed topic=%s from=%s reason=%s", topic, gone.bname, exc)
+            return False
+        return True
+
+    def _commit(self, topic: str, item: LogicQueueMappingItem, group: str) -> None:
+        if item.bname == self.static_topics.broker_name:
+            self.static_topics.consumer_offset_manager.commit_offset(group, topic, item.queue_id, item.start_offset)
+            return
+        response = self.static_topics.peer_brokers.call(item.bname, "UpdateConsumerOffset",
+                                                        broker_pb2.UpdateConsumerOffsetRequest(
+                                                            consumer_group=group, topic=topic, queue_id=item.queue_id,
+                                                            commit_offset=item.start_offset,
+                                                            addressing=broker_pb2.PHYSICAL))
+        if response.code != ResponseCode.SUCCESS:
+            raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")

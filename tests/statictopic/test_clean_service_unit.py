@@ -1,0 +1,130 @@
+"""The static-topic clean service's rules, with the physical queues and the peers' mappings as plain data."""
+
+from pathlib import Path
+
+from broker.out.peer_brokers import PeerBrokerError
+from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
+from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from common.kv_shard import KV_TOPIC
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
+from common.statictopic.mapping_codec import detail_to_proto
+from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from proto import broker_pb2
+
+T = "CleanT"
+
+
+class FakeOffsets:
+    """A broker's consumer offsets: (group, topic, queue) -> offset."""
+
+    def __init__(self, table: dict[tuple[str, str, int], int] | None = None) -> None:
+        self.table = dict(table or {})
+
+    def all_offsets(self) -> list[tuple[str, str, int, int]]:
+        return [(g, t, q, o) for (g, t, q), o in self.table.items()]
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table[(group, topic, queue_id)] = offset
+
+
+class FakePeers:
+    def __init__(self, leads: dict[str, bool], down: frozenset[str] = frozenset(),
+                 offsets: dict[str, FakeOffsets] | None = None) -> None:
+        self.leads, self.down = leads, down
+        self.offsets = offsets or {}
+
+    def call(self, bname: str, method: str, request):
+        if bname in self.down:
+            raise PeerBrokerError(f"broker {bname} is down")
+        offsets = self.offsets.setdefault(bname, FakeOffsets())
+        if method == "GetAllConsumerOffsets":
+            return broker_pb2.ConsumerOffsetList(offsets=[broker_pb2.ConsumerOffsetEntry(
+                group=g, topic=t, queue_id=q, offset=o) for g, t, q, o in offsets.all_offsets()])
+        if method == "UpdateConsumerOffset":
+            offsets.commit_offset(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
+            return broker_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+        assert method == "GetTopicQueueMapping"
+        detail = TopicQueueMappingDetail(request.topic, 4, bname, 1)
+        if self.leads[bname]:
+            detail.hosted_queues[3] = [LogicQueueMappingItem(0, 7, bname, 0)]
+        return broker_pb2.TopicQueueMappingResponse(code=ResponseCode.SUCCESS, detail=detail_to_proto(detail))
+
+
+class FakeStaticTopics:
+    broker_name = "lead"
+
+    def __init__(self, mins: dict[tuple[str, int], int], peers: FakePeers, local: FakeOffsets) -> None:
+        self.mins, self.peer_brokers, self.consumer_offset_manager = mins, peers, local
+
+    def physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
+        assert method == "GetMinOffset"
+        if item.bname in self.peer_brokers.down:
+            raise PeerBrokerError(f"broker {item.bname} is down")
+        return self.mins[(item.bname, item.queue_id)]
+
+
+def item(gen: int, bname: str, queue_id: int, logic: int, end: int = -1) -> LogicQueueMappingItem:
+    return LogicQueueMappingItem(gen=gen, queue_id=queue_id, bname=bname, logic_offset=logic, end_offset=end)
+
+
+def run(tmp_path: Path, topic: str, chain: list[LogicQueueMappingItem], mins: dict[tuple[str, int], int],
+        leads: dict[str, bool], down: frozenset[str] = frozenset(),
+        offsets: dict[str, FakeOffsets] | None = None) -> list[tuple[str, int]]:
+    manager = TopicQueueMappingManager(tmp_path, "lead")
+    manager.update(TopicQueueMappingDetail(topic, 4, "lead", 1, hosted_queues={0: chain}))
+    announced = []
+    offsets = offsets if offsets is not None else {}
+    local = offsets.setdefault("lead", FakeOffsets())
+    static_topics = FakeStaticTopics(mins, FakePeers(leads, down, offsets), local)
+    service = StaticTopicCleanService(manager, static_topics, lambda: announced.append(1),  # type: ignore[arg-type]
+                                      interval_ms=1000)
+    dropped = service.run_once()
+    assert bool(announced) == bool(dropped)
+    detail = manager.get(topic)
+    assert detail is not None
+    return [(i.bname, i.queue_id) for i in detail.hosted_queues[0]]
+
+
+def test_expired_links_stay_while_their_broker_leads_and_go_once_it_leads_nothing(tmp_path: Path):
+    chain = [item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000)]
+    assert run(tmp_path / "1", T, chain, {("old", 0): 10}, {"old": True}) == [("old", 0), ("lead", 0)]
+    assert run(tmp_path / "2", T, chain, {("old", 0): 10}, {"old": False}) == [("lead", 0)]
+    assert run(tmp_path / "3", T, chain, {("old", 0): 9}, {"old": False}) == [("old", 0), ("lead", 0)]  # readable
+    assert run(tmp_path / "4", T, chain, {}, {"old": False}, down=frozenset({"old"})) == [("old", 0), ("lead", 0)]
+
+
+def test_only_the_newest_expired_link_on_a_broker_is_kept(tmp_path: Path):
+    chain = [item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000, end=5), item(2, "old", 1, 20_000, end=5),
+             item(3, "lead", 1, 30_000)]
+    mins = {("old", 0): 10, ("lead", 0): 5, ("old", 1): 5}
+    assert run(tmp_path, T, chain, mins, {"old": True}) == [("old", 1), ("lead", 1)]
+
+
+def test_kv_shards_never_expire(tmp_path: Path):
+    chain = [item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000)]
+    assert run(tmp_path, KV_TOPIC, chain, {("old", 0): 10}, {"old": False}) == [("old", 0), ("lead", 0)]
+
+
+def test_offsets_on_a_dropped_link_are_carried_to_the_next_links_start(tmp_path: Path):
+    chain = [item(0, "old", 0, 0, end=10), item(1, "mid", 3, 10_000, end=0), item(2, "lead", 2, 20_000)]
+    offsets = {"old": FakeOffsets({("g", T, 0): 10, ("h", T, 0): 4, ("k", T, 0): 10}),
+               "lead": FakeOffsets({("k", T, 2): 7})}
+    mins = {("old", 0): 10, ("mid", 3): 0}
+    assert run(tmp_path, T, chain, mins, {"old": False, "mid": False}, offsets=offsets) == [("lead", 2)]
+    # g and h only had offsets on dropped links: they now sit at the leader's start; k had one there already
+    assert offsets["lead"].table == {("g", T, 2): 0, ("h", T, 2): 0, ("k", T, 2): 7}
+
+
+def test_a_link_whose_offsets_cannot_be_carried_stays(tmp_path: Path):
+    chain = [item(0, "old", 0, 0, end=10), item(1, "mid", 3, 10_000)]
+    mins = {("old", 0): 10}
+
+    class Unwritable(FakeOffsets):
+        def all_offsets(self) -> list[tuple[str, str, int, int]]:
+            raise PeerBrokerError("broker mid is restarting")
+
+    offsets = {"old": FakeOffsets({("g", T, 0): 10}), "mid": Unwritable()}
+    manager_chain = run(tmp_path, T, [*chain[:1], item(1, "mid", 3, 10_000, end=5), item(2, "lead", 1, 20_000)],
+                        {**mins, ("mid", 3): 0}, {"old": False, "mid": False}, offsets=offsets)
+    assert manager_chain == [("old", 0), ("mid", 3), ("lead", 1)]  # mid holds data; old could not hand over
