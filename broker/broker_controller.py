@@ -133,8 +133,8 @@ class BrokerController:
         if config.kv_enable:
             self.kv = KvStore(config.kv_store_type, Path(config.store_path_root_dir) / "kv",
                               config.kv_snapshot_interval / 1000, config.broker_name)
-        self.kv_provisioner = (KvProvisioner(config.namesrv_addrs, config.broker_cluster_name, config.broker_name)
-                               if config.kv_enable else None)
+        self.kv_provisioner = (KvProvisioner(config.namesrv_addrs, config.broker_cluster_name, config.broker_name,
+                                             config.inner_credentials) if config.kv_enable else None)
         self.tiered: TieredStore | None = None
         self.timer = TimerService(Path(config.store_path_root_dir) / "timer",
                                   parse_delay_levels(config.message_delay_level), config.timer_max_delay_sec * 1000)
@@ -334,7 +334,9 @@ class BrokerController:
         clients' calls."""
         assert self.ha is not None
         c = self.config
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[RequestDecoding()])
+        # replication hands out the whole commitlog: with authentication on, only the inner credentials may ask
+        acl = [AclInterceptor(self.acl, True, True)] if self.acl is not None and c.authentication_enabled else []
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
             port = add_port(server, f"{c.broker_ip1}:{c.ha_listen_port}", c.tls_server())
         except RuntimeError as exc:

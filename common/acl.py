@@ -565,5 +565,5 @@ def inner_signer() -> Signer | None:
 
 
 def inner_metadata() -> list[tuple[str, str]] | None:
-    """Metadata for one outgoing aio call of a daemon (None when no inner credentials are set)."""
+    """Metadata for one outgoing call of a daemon (None when no inner credentials are set)."""
     return _inner.metadata() if _inner is not None else None

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 
 from common import tls
+from common.acl import inner_metadata
 from proto import controller_pb2, controller_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class ControllerLink:
 
     async def _session(self, addr: str) -> None:
         stub = controller_pb2_grpc.ControllerServiceStub(self._channel(addr))
-        call = stub.ControllerSession(self._heartbeats())
+        call = stub.ControllerSession(self._heartbeats(), metadata=inner_metadata())
         async for assignment in call:
             if assignment.heartbeat_seq:
                 self._renew(assignment.heartbeat_seq)
@@ -120,7 +121,7 @@ class ControllerLink:
                                    ) -> controller_pb2.ReplicaAssignment:
         addr = self.controller_addrs[self._current % len(self.controller_addrs)]
         stub = controller_pb2_grpc.ControllerServiceStub(self._channel(addr))
-        return await stub.AlterSyncStateSet(request, timeout=RPC_TIMEOUT_S)
+        return await stub.AlterSyncStateSet(request, timeout=RPC_TIMEOUT_S, metadata=inner_metadata())
 
     async def close(self) -> None:
         if self._task is not None:

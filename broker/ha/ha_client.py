@@ -20,6 +20,7 @@ from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.ha_service import GroupIdentity
 from broker.store.commit_log import CommitLog
 from common import tls
+from common.acl import inner_metadata
 from proto import ha_pb2, ha_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class HAClient(threading.Thread):
 
     def _follow(self) -> None:
         acks: queue.Queue[int] = queue.Queue()
-        call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks))
+        call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks), metadata=inner_metadata())
         self._call = call
         log.info("replication_started master=%s from_offset=%d", self.master_ha_addr, self.commit_log.max_offset())
         try:

@@ -21,6 +21,7 @@ from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from common import tls
+from common.acl import inner_metadata
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
@@ -60,10 +61,11 @@ class SlaveSynchronize(threading.Thread):
     def sync_all(self, addr: str) -> None:
         with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
-            configs = stub.GetAllTopicConfig(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).configs
-            groups = stub.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).groups
-            offsets = stub.GetAllConsumerOffsets(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).offsets
-            details = stub.GetAllTopicQueueMapping(common_pb2.Empty(), timeout=RPC_TIMEOUT_S).details
+            empty, signed = common_pb2.Empty(), {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()}
+            configs = stub.GetAllTopicConfig(empty, **signed).configs
+            groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
+            offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
+            details = stub.GetAllTopicQueueMapping(empty, **signed).details
         mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}

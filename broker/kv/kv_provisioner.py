@@ -23,8 +23,10 @@ class KvProvisionError(Exception):
 
 
 class KvProvisioner:
-    def __init__(self, namesrv_addrs: list[str], cluster_name: str, broker_name: str) -> None:
+    def __init__(self, namesrv_addrs: list[str], cluster_name: str, broker_name: str,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.namesrv_addrs = namesrv_addrs
+        self.credentials = credentials  # innerClientAuthenticationCredentials: creating shards is an admin call
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self._lock = threading.Lock()
@@ -33,7 +35,7 @@ class KvProvisioner:
         """The number of shards, creating them first if there are none; raises :class:`KvProvisionError`."""
         if not self.namesrv_addrs:
             raise KvProvisionError(f"broker {self.broker_name} has no namesrvAddr: create the shards with kvInit")
-        with self._lock, Admin(";".join(self.namesrv_addrs)) as admin:
+        with self._lock, Admin(";".join(self.namesrv_addrs), credentials=self.credentials) as admin:
             try:
                 return self._provision(admin)
             except MQClientError as exc:
