@@ -411,7 +411,7 @@ class BrokerController:
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
             pop=pop_service, send_back=send_back, refusal=self._pop_refusal,
             replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()))
-        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms)
+        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics)
 
     def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a

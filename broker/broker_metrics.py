@@ -28,14 +28,16 @@ class BrokerMetrics:
                                    registry=r)
         self.throughput_in = Counter("rocketmq_throughput_in", "Message bytes stored by sends, per topic",
                                      ["topic"], registry=r)
-        self.messages_out = Counter("rocketmq_messages_out", "Messages handed out by pulls, per topic and group",
+        self.messages_out = Counter("rocketmq_messages_out", "Messages handed out by pulls and pops, per topic and "
+                                    "group",
                                     ["topic", "consumer_group"], registry=r)
-        self.throughput_out = Counter("rocketmq_throughput_out", "Message bytes handed out by pulls",
+        self.throughput_out = Counter("rocketmq_throughput_out", "Message bytes handed out by pulls and pops",
                                       ["topic", "consumer_group"], registry=r)
-        self.rpc_latency = Histogram("rocketmq_rpc_latency", "Send and pull handling time in milliseconds",
+        self.rpc_latency = Histogram("rocketmq_rpc_latency", "Send, pull and pop handling time in milliseconds",
                                      ["request_code"], buckets=RPC_LATENCY_BUCKETS_MS, registry=r)
         self._send_latency = self.rpc_latency.labels("send")
         self._pull_latency = self.rpc_latency.labels("pull")
+        self._pop_latency = self.rpc_latency.labels("pop")
 
     def sent(self, topic: str, messages: int, size: int, started: float) -> None:
         """One stored send batch (``started``: its ``time.perf_counter()``)."""
@@ -47,6 +49,13 @@ class BrokerMetrics:
     def pulled(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
         """One pull answer (``elapsed_s``: the handling time, long-polling parks not counted)."""
         self._pull_latency.observe(elapsed_s * 1000)
+        if messages > 0:
+            self.messages_out.labels(topic, group).inc(messages)
+            self.throughput_out.labels(topic, group).inc(size)
+
+    def popped(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
+        """One pop answer (the proxy's receives included); ``elapsed_s`` as :meth:`pulled`."""
+        self._pop_latency.observe(elapsed_s * 1000)
         if messages > 0:
             self.messages_out.labels(topic, group).inc(messages)
             self.throughput_out.labels(topic, group).inc(size)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from broker.broker_metrics import BrokerMetrics
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
 from broker.processor.pop_message_processor import PopMessageProcessor
@@ -26,8 +27,9 @@ R = TypeVar("R")
 @rpc_boundary(pop_pb2.DESCRIPTOR.services_by_name["PopService"])
 class PopServicer(pop_pb2_grpc.PopServiceServicer):
     def __init__(self, processor: PopMessageProcessor, hold_service: PullRequestHoldService,
-                 max_suspend_ms: int) -> None:
+                 max_suspend_ms: int, metrics: BrokerMetrics | None = None) -> None:
         self.processor = processor
+        self.metrics = metrics
         self.hold_service = hold_service
         self.max_suspend_ms = max_suspend_ms
         # One worker: POP's calls take one lock anyway, and one thread hands it on without waking others.
@@ -52,10 +54,15 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
     async def _pop(self, request: pop_pb2.PopMessageRequest) -> pop_pb2.PopMessageResponse:
         deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
         while True:
+            started = time.perf_counter()
             outcome: PopOutcome = await self._off_loop(self.processor.pop, request)
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0:
-                return _response(outcome)
+                response = _response(outcome)
+                if self.metrics is not None:  # long-polling waits are not handling time
+                    self.metrics.popped(request.topic, request.group, len(outcome.popped),
+                                        len(response.records), time.perf_counter() - started)
+                return response
             if outcome.next_expiry_ms is not None:  # an in-flight message comes due before then: try again
                 left = min(left, max(0.0, outcome.next_expiry_ms / 1000 - time.time()) + 0.001)
             await self.hold_service.wait_for_any(request.topic, outcome.scan_offsets, left)

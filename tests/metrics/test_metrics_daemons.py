@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.store.disk_usage_watcher import USAGE_FILE_ENV
-from client import KVClient, Message, MQClientError, Producer, PullConsumer
+from client import KVClient, Message, MQClientError, Producer, PullConsumer, SimpleConsumer
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from tests.cluster import REPO, Cluster, Daemon, make_cluster, start_broker, start_daemon, wait_until
 
@@ -159,6 +159,29 @@ def test_broker_counters_move_under_load(mc: MetricsCluster):
     # the tier uploads what was sent (group commit age 50 ms)
     wait_until(lambda: scrape(port).value("rocketmq_tiered_uploaded_messages_total") >= 100,
                what="tiered uploads in the metrics")
+
+
+def test_pop_receives_count_as_messages_out(mc: MetricsCluster):
+    cluster = mc.cluster
+    topic, group = f"MetricsPop_{uuid.uuid4().hex[:8]}", f"MetricsPopGroup_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=2)
+    port = metrics_port(cluster.brokers["broker-a"])
+    before = scrape(port)
+    with Producer(cluster.addr) as producer:
+        producer.send_batch([Message(topic, b"p" * 50) for _ in range(10)])
+    got = 0
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        while got < 10:
+            batch = consumer.receive(32, invisible_ms=30_000, wait_ms=2000)
+            assert batch, "the messages sent are received"
+            consumer.ack(batch)
+            got += len(batch)
+    after = scrape(port)
+    assert after.value("rocketmq_messages_out_total", topic=topic, consumer_group=group) - before.value(
+        "rocketmq_messages_out_total", topic=topic, consumer_group=group) == 10
+    assert after.value("rocketmq_throughput_out_total", topic=topic, consumer_group=group) >= 500
+    assert after.value("rocketmq_rpc_latency_count", request_code="pop") > before.value(
+        "rocketmq_rpc_latency_count", request_code="pop")
 
 
 def test_kv_ops_counted(mc: MetricsCluster):
