@@ -261,7 +261,8 @@ class BrokerController:
         threading.Thread(target=self._flush_offsets_periodically, name="offset-flush", daemon=True).start()
         self._housekeeping = asyncio.create_task(self._expire_consumers())
         self.static_topic_clean_service = StaticTopicCleanService(
-            self.topic_queue_mapping_manager, self.static_topics, self._announce, c.static_topic_clean_interval)
+            self.topic_queue_mapping_manager, self.static_topics, self._announce, c.static_topic_clean_interval,
+            is_master=self._is_master)
         self.static_topic_clean_service.start()
         log.info("broker_started cluster=%s broker=%s id=%d addr=%s store=%s topics=%d", c.broker_cluster_name,
                  c.broker_name, c.broker_id, self.broker_addr, c.store_path_root_dir,
@@ -282,12 +283,14 @@ class BrokerController:
                             flags.fail_stop_reason or flags.disk_full_reason or "")
             await asyncio.sleep(HEALTH_POLL_S)
 
-    def _pull_refusal(self) -> str | None:
+    def _is_master(self) -> bool:
         c = self.config
-        if c.slave_read_enable:
+        return self.replicas.role == "MASTER" if self.replicas is not None else c.broker_role.is_master
+
+    def _pull_refusal(self) -> str | None:
+        if self.config.slave_read_enable:
             return None
-        is_master = self.replicas.role == "MASTER" if self.replicas is not None else c.broker_role.is_master
-        return None if is_master else (f"broker {self.broker_addr} is a slave and slaveReadEnable=false: pull "
+        return None if self._is_master() else (f"broker {self.broker_addr} is a slave and slaveReadEnable=false: pull "
                                        "from its master")
 
     def _start_master_services(self) -> None:
@@ -374,7 +377,8 @@ class BrokerController:
                 timer_info=lambda: {**self.timer.runtime_info(), **self.transactions.runtime_info()},
                 ha_info=self._ha_info, producers=self.transactions.producers,
                 send_processor=lambda: self.broker_servicer.send,
-                ensure_default_topic=self._ensure_default_topic),
+                ensure_default_topic=self._ensure_default_topic,
+                on_leadership_gained=self._forget_pop_queues),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
@@ -413,6 +417,12 @@ class BrokerController:
             replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()))
         return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics)
 
+    def _forget_pop_queues(self, topic: str, logic_ids: list[int]) -> None:
+        """Logic queues this broker leads again: what POP kept from the last time is stale (they were popped
+        elsewhere meanwhile); groups start again from their committed offsets."""
+        if self.pop_service is not None:
+            self.pop_service.forget_queues(topic, logic_ids)
+
     def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a
         SYNC_MASTER); a Refusal when they do not in time."""
@@ -445,8 +455,7 @@ class BrokerController:
 
     def _pop_refusal(self) -> str | None:
         c = self.config
-        is_master = self.replicas.role == "MASTER" if self.replicas is not None else c.broker_role.is_master
-        if not is_master or self.local_store.running_flags.replica_reason is not None:
+        if not self._is_master() or self.local_store.running_flags.replica_reason is not None:
             return (f"broker {c.broker_name} is not its group's master: POP state lives on the master "
                     "(pop from the broker the route names as id 0)")
         return None

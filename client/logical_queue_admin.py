@@ -14,6 +14,7 @@ from client.errors import MQClientError
 from client.static_topic_admin import MovedLogicQueue, StaticTopicAdmin
 from common.kv_shard import KV_TOPIC
 from common.statictopic.leader_balance import drain_moves, rebalance_moves
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.queue_status import EXPIRED, item_status
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 
@@ -87,11 +88,15 @@ class LogicalQueueAdmin:
         global_load = _led_counts(details)
         result = LogicQueueMoves()
         for topic in sorted({t for t, d in details[broker].items() if d.led_queues()} | _unfinished(details)):
-            targets_now, states = self.static_topics.read_targets(topic, cluster=cluster)
-            _epoch, _total, chains = self.static_topics.current_view_of(topic, states)
-            leaders = {g: items[-1].bname for g, items in chains.items() if items[-1].logic_offset_decided()}
-            moves = drain_moves(leaders, broker, [b for b in targets_now if b != broker], global_load)
-            self._apply(topic, states, moves, result)
+            while True:  # twice when an interrupted move onto ``broker`` must be finished before it moves away
+                targets_now, states = self.static_topics.read_targets(topic, cluster=cluster)
+                _epoch, _total, chains = self.static_topics.current_view_of(topic, states)
+                leaders = {g: items[-1].bname for g, items in chains.items() if items[-1].logic_offset_decided()}
+                moves = drain_moves(leaders, broker, [b for b in targets_now if b != broker], global_load)
+                self._apply(topic, states, moves, result)
+                if not any(items[-1].bname == broker and not items[-1].logic_offset_decided()
+                           for items in chains.values()):
+                    break
         log.info("broker_drained broker=%s topics=%d moved=%d", broker, result.topics, len(result.moves))
         return result
 
@@ -134,20 +139,17 @@ class LogicalQueueAdmin:
         _cluster, members = self._cluster_of(broker)
         details = self._all_details(members)
         leads = {t: sorted(d.led_queues()) for t, d in details[broker].items() if d.led_queues()}
-        named: dict[str, list[tuple[int, int]]] = {}  # topic -> (logic id, physical queue) of items on broker
-        for bname, per_topic in details.items():
+        # topic -> (logic id, physical queue) -> the item on ``broker`` some chain names
+        named: dict[str, dict[tuple[int, int], LogicQueueMappingItem]] = {}
+        for per_topic in details.values():
             for topic, d in per_topic.items():
-                for gid, items in d.hosted_queues.items():
-                    if items[-1].bname == bname:  # the leader's copy is the one its clean service trims
-                        named.setdefault(topic, []).extend(
-                            (gid, i.queue_id) for i in items[:-1] if i.bname == broker)
+                for gid, items in d.hosted_queues.items():  # leaders' copies, and ones a move has not trimmed yet
+                    named.setdefault(topic, {}).update(
+                        ((gid, i.queue_id), i) for i in items if i.bname == broker and i is not items[-1])
         held = []
-        for topic, pairs in sorted(named.items()):
-            chains = {gid: items for d in (details[b].get(topic) for b in members) if d is not None
-                      for gid, items in d.hosted_queues.items() if items[-1].bname == d.bname}
-            stats = self.transport.queue_stats(broker, topic)
-            for gid, queue_id in sorted(set(pairs)):
-                item = next(i for i in chains[gid] if (i.bname, i.queue_id) == (broker, queue_id))
+        for topic, items_there in sorted(named.items()):
+            stats = self.transport.queue_stats(broker, topic) if items_there else {}
+            for (gid, queue_id), item in sorted(items_there.items()):
                 q = stats.get(queue_id)
                 status = item_status(item, False, q.min_offset if q else None, keeps_state=topic == KV_TOPIC)
                 expires = None

@@ -176,6 +176,12 @@ class MappingTransport(Protocol):
     def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
         """GetAllTopicQueueMapping on ``bname``: its detail of every static topic."""
 
+    def queue_offsets(self, bname: str, topic: str, queue_id: int) -> dict[str, int]:
+        """Group -> consumer offset stored on physical queue ``queue_id`` of ``bname``."""
+
+    def commit_offset(self, bname: str, topic: str, queue_id: int, group: str, offset: int) -> None:
+        """UpdateConsumerOffset of physical queue ``queue_id`` on ``bname`` (addressing PHYSICAL)."""
+
 
 class GrpcMappingTransport:
     """The real cluster, through an :class:`client.admin.Admin`'s client instance."""
@@ -249,6 +255,19 @@ class GrpcMappingTransport:
             raise business_error(f"status of {topic} on broker {bname}", addr, r.code, r.remark)
         return {q.queue_id: PhysicalQueueStats(q.min_offset, q.max_offset, q.last_update_timestamp) for q in r.queues}
 
+
+    def queue_offsets(self, bname: str, topic: str, queue_id: int) -> dict[str, int]:
+        _addr, r = self._call("read consumer offsets", bname, "GetAllConsumerOffsets", common_pb2.Empty())
+        return {o.group: o.offset for o in r.offsets if o.topic == topic and o.queue_id == queue_id}
+
+    def commit_offset(self, bname: str, topic: str, queue_id: int, group: str, offset: int) -> None:
+        addr, r = self._call(f"commit {group}'s offset on {topic}/{queue_id}", bname, "UpdateConsumerOffset",
+                             broker_pb2.UpdateConsumerOffsetRequest(consumer_group=group, topic=topic,
+                                                                    queue_id=queue_id, commit_offset=offset,
+                                                                    addressing=broker_pb2.PHYSICAL))
+        if r.code != ResponseCode.SUCCESS:
+            raise business_error(f"commit {group}'s offset on {topic}/{queue_id} on broker {bname}", addr, r.code,
+                                 r.remark)
 
     def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
         _addr, r = self._call("read every static-topic mapping", bname, "GetAllTopicQueueMapping", common_pb2.Empty())
@@ -349,6 +368,7 @@ class StaticTopicAdmin:
         if not any(s.detail is not None for s in states.values()):
             raise MQClientError(f"static topic {topic} does not exist: no broker holds a mapping for it")
         plan = self.plan_remap(topic, states, targets)
+        self.carry_offsets(plan)
         self.apply_remap(plan)
         return self.remap_result(plan)
 
@@ -410,6 +430,7 @@ class StaticTopicAdmin:
         """Apply ``moves`` (logic id -> new leader) to a topic whose brokers' states were just read."""
         expired = self.expired_queues(topic, states, set(moves.values()))
         plan = self.checked_plan(topic, lambda: plan_moves(topic, states, moves, self.clock(), expired))
+        self.carry_offsets(plan)
         self.apply_remap(plan)
         return self.remap_result(plan)
 
@@ -421,6 +442,20 @@ class StaticTopicAdmin:
                                          new.logic_offset, old.end_offset, m.reused))
         total = next(iter(plan.full.values())).detail.total_queues
         return StaticTopicRemap(plan.topic, total, plan.epoch, moved, {b: u.detail for b, u in plan.full.items()})
+
+    def carry_offsets(self, plan: RemapPlan) -> None:
+        """Before a move reuses an expired link's physical queue (its broker then forgets the offsets stored
+        there), every group with an offset on it and none on the link after it gets one at that link's start:
+        the same position (the expired link holds nothing readable)."""
+        for m in plan.moved:
+            if m.replaced is None:
+                continue
+            gone, successor = m.replaced
+            theirs = self.transport.queue_offsets(gone.bname, plan.topic, gone.queue_id)
+            ours = self.transport.queue_offsets(successor.bname, plan.topic, successor.queue_id)
+            for group in sorted(set(theirs) - set(ours)):
+                self.transport.commit_offset(successor.bname, plan.topic, successor.queue_id, group,
+                                             successor.start_offset)
 
     def write_updates(self, updates: Iterable[BrokerUpdate]) -> None:
         """UpdateTopicQueueMapping for each, in order; the first refusal stops."""

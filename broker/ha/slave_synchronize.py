@@ -84,6 +84,11 @@ class SlaveSynchronize(threading.Thread):
         for o in offsets:
             if self.offsets.query_offset(o.group, o.topic, o.queue_id) != o.offset and o.offset >= 0:
                 self.offsets.commit_offset(o.group, o.topic, o.queue_id, o.offset)
+        # offsets the master forgot (a reused static-topic queue, a deleted group's topics) go here too: after a
+        # failover they would otherwise come back
+        theirs = {(o.group, o.topic, o.queue_id) for o in offsets}
+        self.offsets.delete_offsets([(g, t, q) for g, t, q, _o in self.offsets.all_offsets()
+                                     if (g, t, q) not in theirs])
         if changed or gone or mappings_changed:
             log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
                      addr, len(changed), len(gone), len(groups), mappings_changed)

@@ -69,6 +69,26 @@ class ConsumerOffsetManager:
     def topics_of_group(self, group: str) -> list[str]:
         return sorted(topic for g, topic in self.offset_table if g == group)
 
+    def delete_offsets(self, keys: list[tuple[str, str, int]]) -> None:
+        """Forget these (group, topic, queue id) offsets (missing ones are fine)."""
+        if not keys:
+            return
+        with self._lock:
+            for group, topic, queue_id in keys:
+                queues = self.offset_table.get((group, topic))
+                if queues is not None:
+                    queues.pop(queue_id, None)
+                    self.commit_times.get((group, topic), {}).pop(queue_id, None)
+            self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
+
+    def delete_queue(self, topic: str, queue_id: int) -> int:
+        """Forget every group's offset on one queue; returns how many there were."""
+        with self._lock:
+            keys = [(group, t, queue_id) for (group, t), queues in self.offset_table.items()
+                    if t == topic and queue_id in queues]
+            self.delete_offsets(keys)
+        return len(keys)
+
     def delete_topic(self, topic: str) -> None:
         with self._lock:
             for key in [k for k in self.offset_table if k[1] == topic]:

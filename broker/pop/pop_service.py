@@ -263,6 +263,23 @@ class PopService:
             self.db.clear()
             self._states = {}
 
+    def forget_queues(self, topic: str, queue_ids: list[int]) -> None:
+        """Every group's state of these queues: the next pop starts from the group's committed offset."""
+        wanted = set(queue_ids)
+        with self._lock:
+            keys = [k for k in self._states if k[1] == topic and k[2] in wanted]
+            if not keys:
+                return
+            change = PopWrite()
+            for key in keys:
+                state = self._states.pop(key)
+                change.done_in_flight |= {(key, o) for o in state.in_flight}
+                change.done_held |= {(key, o) for o in state.held}
+                change.done_scan.add(key)
+            self.db.write(change)
+        log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=leader_again", topic, sorted(wanted),
+                 len({k[0] for k in keys}))
+
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """An operator reset the group's offsets (``resetOffsetByTime``): its queues restart there; what was in
         flight or held back is forgotten (its handles are refused), as the offsets say where to be."""

@@ -45,9 +45,11 @@ class PopWrite:
     held: dict[tuple[PopKey, int], str] = field(default_factory=dict)
     done_in_flight: set[tuple[PopKey, int]] = field(default_factory=set)
     done_held: set[tuple[PopKey, int]] = field(default_factory=set)
+    done_scan: set[PopKey] = field(default_factory=set)  # queues forgotten whole
 
     def __bool__(self) -> bool:
-        return bool(self.scan or self.in_flight or self.held or self.done_in_flight or self.done_held)
+        return bool(self.scan or self.in_flight or self.held or self.done_in_flight or self.done_held
+                    or self.done_scan)
 
 
 class PopStateStore:
@@ -85,6 +87,8 @@ class PopStateStore:
             batch.delete(IN_FLIGHT_TAG + _queue_key(key) + OFFSET.pack(offset))
         for key, offset in change.done_held:
             batch.delete(HELD + _queue_key(key) + OFFSET.pack(offset))
+        for key in change.done_scan:
+            batch.delete(SCAN + _queue_key(key))
         self.db.write(batch, self._options)
 
     def clear(self) -> None:

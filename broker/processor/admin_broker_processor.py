@@ -45,7 +45,8 @@ class AdminBrokerProcessor:
                  ha_info: Callable[[], dict[str, str]] = dict,
                  producers: ProducerManager | None = None,
                  send_processor: Callable[[], SendMessageProcessor | None] = lambda: None,
-                 ensure_default_topic: Callable[[], None] = lambda: None) -> None:
+                 ensure_default_topic: Callable[[], None] = lambda: None,
+                 on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -57,6 +58,7 @@ class AdminBrokerProcessor:
         self.stats = stats
         self.boot_timestamp = boot_timestamp
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
+        self.on_leadership_gained = on_leadership_gained  # (topic, logic ids): POP state kept from before is stale
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
         self.ha_info = ha_info  # role, replication address and progress
         self.producers = producers  # producer sessions (transaction heartbeats)
@@ -124,20 +126,27 @@ class AdminBrokerProcessor:
         if existing is not None and self.mapping_manager.get(detail.topic) is None:
             raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
-        self._check_reused_queues(detail)
+        old = self.mapping_manager.get(detail.topic)
+        reused = self._check_reused_queues(old, detail)
         try:
             self.mapping_manager.update(detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
+        for queue_id in reused:  # offsets of the expired link it held: never to be read as the new one's
+            forgotten = self.consumer_offset_manager.delete_queue(detail.topic, queue_id)
+            log.info("static_queue_reused topic=%s queue=%d offsets_forgotten=%d", detail.topic, queue_id, forgotten)
+        gained = sorted(set(detail.led_queues()) - set(old.led_queues() if old is not None else ()))
+        if gained and old is not None:
+            self.on_leadership_gained(detail.topic, gained)
         if config is not None:
             self.topic_config_manager.update(config)
         self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
-    def _check_reused_queues(self, detail: TopicQueueMappingDetail) -> None:
-        """A new leader item on a physical queue this broker used before (an expired one, reused) must start at
-        the queue's max offset: below it, old messages would be read as the new item's; above it, a gap."""
-        old = self.mapping_manager.get(detail.topic)
+    def _check_reused_queues(self, old: TopicQueueMappingDetail | None, detail: TopicQueueMappingDetail) -> list[int]:
+        """The physical queues a new leader item reuses (an expired one this broker used before). Each must start
+        at the queue's max offset: below it, old messages would be read as the new item's; above it, a gap."""
+        reused = []
         for global_id, items in detail.hosted_queues.items():
             leader = items[-1]
             if leader.bname != detail.bname or leader.start_offset == 0:
@@ -149,6 +158,8 @@ class AdminBrokerProcessor:
             require(physical_max == leader.start_offset,
                     f"logic queue {global_id} of {detail.topic} reuses physical queue {leader.queue_id} from offset "
                     f"{leader.start_offset}, but that queue's max offset here is {physical_max}")
+            reused.append(leader.queue_id)
+        return reused
 
     def get_mapping(self, request: broker_pb2.TopicRequest) -> broker_pb2.TopicQueueMappingResponse:
         topic = checked_topic(request.topic)

@@ -45,8 +45,3 @@ class LogicQueueContext:
     def after(self, item: LogicQueueMappingItem) -> LogicQueueMappingItem | None:
         i = self.chain.index(item)
         return self.chain[i + 1] if i + 1 < len(self.chain) else None
-
-    def before(self, item: LogicQueueMappingItem) -> LogicQueueMappingItem | None:
-        """The decided item just before ``item``, if any."""
-        earlier = [i for i in self.decided if i.gen < item.gen]
-        return earlier[-1] if earlier else None

@@ -29,24 +29,27 @@ log = logging.getLogger(__name__)
 
 class StaticTopicCleanService(PeriodicService):
     def __init__(self, mapping_manager: TopicQueueMappingManager, static_topics: StaticTopicService,
-                 on_topics_changed: Callable[[], None], interval_ms: int) -> None:
+                 on_topics_changed: Callable[[], None], interval_ms: int,
+                 is_master: Callable[[], bool] = lambda: True) -> None:
         super().__init__("static-topic-clean", interval_ms / 1000)
         self.mapping_manager = mapping_manager
         self.static_topics = static_topics
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.offsets = ConsumerOffsetCarry(static_topics)
+        self.is_master = is_master  # a slave copies its master's mappings and offsets: it trims nothing itself
 
     def run_once(self) -> int:
         """One pass over every mapping; returns how many items and chains were dropped."""
         dropped = 0
+        if not self.is_master():
+            return 0
         self.offsets.reset()
         for topic in list(self.mapping_manager.mapping_table):
             detail = self.mapping_manager.get(topic)
             if detail is None:
                 continue
             trimmed, n = self._trim(detail)
-            if n:
-                self.mapping_manager.replace(trimmed)
+            if n and self.mapping_manager.replace(trimmed, expected=detail):
                 dropped += n
         if dropped:
             self.on_topics_changed()

@@ -175,11 +175,6 @@ class StaticTopicService:
         """Stored, in physical terms, on the broker of the item the offset falls in."""
         item = ctx.item_for(logic) or ctx.decided[0]
         physical = max(item.physical_of(logic), item.start_offset)
-        previous = ctx.before(item)
-        if item.start_offset > 0 and physical == item.start_offset and previous is not None:
-            # a reused physical queue may still hold offsets of its expired item up to its start: an offset
-            # there is ambiguous, so "at the start of this item" is stored as "at the end of the previous one"
-            item, physical = previous, previous.end_offset
         if self.is_local(item):
             self.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
             return
@@ -189,8 +184,9 @@ class StaticTopicService:
             raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")
 
     def query_offset(self, ctx: LogicQueueContext, group: str) -> int:
-        """Newest item to oldest: the first broker holding an offset answers; -1 when none does."""
-        newer: LogicQueueMappingItem | None = None
+        """Newest item to oldest: the first broker holding an offset answers; -1 when none does. An offset below
+        an item's start is not the item's (commits are clamped to it): one its physical queue's expired link left
+        behind, had it survived the reuse (the broker forgets those when it reuses the queue)."""
         for item in reversed(ctx.decided):
             if self.is_local(item):
                 physical = self.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
@@ -200,11 +196,6 @@ class StaticTopicService:
                                                         consumer_group=group, topic=ctx.topic, queue_id=item.queue_id,
                                                         addressing=PHYSICAL))
                 physical = response.offset if response.code == ResponseCode.SUCCESS else -1
-            reused = item.start_offset > 0 and ctx.before(item) is not None
-            if physical >= 0 and not (reused and physical <= item.start_offset):
-                if newer is not None and newer.start_offset > 0 and physical == item.end_offset:
-                    return newer.logic_offset  # stored here for the start of the reused one (see commit_offset)
+            if physical >= item.start_offset and physical >= 0:
                 return item.logic_strictly(physical)
-            # at or below a reused queue's start: an offset of its expired item (commit never stores one there)
-            newer = item
         return -1

@@ -54,11 +54,17 @@ class TopicQueueMappingManager:
         log.info("static_topic_mapping_updated topic=%s epoch=%d total=%d leads=%s", detail.topic, detail.epoch,
                  detail.total_queues, sorted(detail.led_queues()))
 
-    def replace(self, detail: TopicQueueMappingDetail) -> None:
-        """Store a detail the broker itself trimmed (clean service): same epoch and leaders, fewer items."""
+    def replace(self, detail: TopicQueueMappingDetail, expected: TopicQueueMappingDetail | None = None) -> bool:
+        """Store a detail copied from the master (a slave), or one the broker trimmed (clean service: same epoch
+        and leaders, fewer items) from ``expected``, only if that is still the one held: an update applied while
+        the trim ran wins (the next pass trims it). Whether it was stored."""
         with self._lock:
+            if expected is not None and self.mapping_table.get(detail.topic) is not expected:
+                log.info("static_trim_skipped topic=%s reason=updated_meanwhile", detail.topic)
+                return False
             self.mapping_table[detail.topic] = detail
             self._persist()
+        return True
 
     def delete(self, topic: str) -> bool:
         with self._lock:

@@ -112,6 +112,9 @@ class MovedQueue:
     old_leader: str  # holds the previous item: its physical max decides the new item's logic offset
     new_leader: str
     reused: bool = False  # onto an expired physical queue of the chain
+    # when reused: the expired link that left the chain, and the link after it, which takes over the consumer
+    # offsets stored for it (the broker forgets those when it reuses the queue)
+    replaced: tuple[LogicQueueMappingItem, LogicQueueMappingItem] | None = None
 
 
 @dataclass
@@ -234,26 +237,30 @@ def plan_moves(topic: str, states: dict[str, BrokerTopicState], moves: Mapping[i
         if gid in unfinished or old.bname == new_leader:
             continue  # finishing an interrupted move, or already there
         config = configs[new_leader] = configs[new_leader] or TopicConfig(topic, 0, 0)
-        chains[gid], reused = _append_leader(chains[gid], new_leader, config, expired or {}, now_ms)
-        moved.append(MovedQueue(gid, old.bname, new_leader, reused))
+        chain = chains[gid]
+        chains[gid], gone = _append_leader(chain, new_leader, config, expired or {}, now_ms)
+        replaced = (gone, chain[chain.index(gone) + 1]) if gone is not None else None
+        moved.append(MovedQueue(gid, old.bname, new_leader, gone is not None, replaced))
     return _remap_updates(topic, total, states, configs, chains, moved, epoch)
 
 
 def _append_leader(chain: list[LogicQueueMappingItem], new_leader: str, config: TopicConfig,
-                   expired: Mapping[tuple[str, int], int], now_ms: int) -> tuple[list[LogicQueueMappingItem], bool]:
-    """The chain with a new undecided leader item on ``new_leader`` and whether it reuses a physical queue: the
-    newest expired one the chain holds there (which leaves the chain: its data is gone), else a new one."""
+                   expired: Mapping[tuple[str, int], int],
+                   now_ms: int) -> tuple[list[LogicQueueMappingItem], LogicQueueMappingItem | None]:
+    """The chain with a new undecided leader item on ``new_leader``, on the newest expired physical queue the chain
+    holds there (returned: it leaves the chain, its data is gone), else on a new one (None)."""
     old = chain[-1]
     reusable = [i for i in chain[:-1] if i.bname == new_leader and (i.bname, i.queue_id) in expired]
     if not reusable:
         return [*chain, LogicQueueMappingItem(gen=old.gen + 1, queue_id=_add_physical_queue(config),
-                                              bname=new_leader, time_of_start=now_ms)], False
+                                              bname=new_leader, time_of_start=now_ms)], None
     gone = reusable[-1]
-    # the physical queue goes on where it stopped: its old offsets must never be read as the new item's
-    start = max(expired[(gone.bname, gone.queue_id)], gone.end_offset)
+    # the physical queue goes on from its max offset (the broker checks it): the old link leaves the chain and the
+    # broker forgets the offsets stored for it, so nothing below the start is ever read as the new link's
+    start = expired[(gone.bname, gone.queue_id)]
     return [*(i for i in chain if i is not gone),
             LogicQueueMappingItem(gen=old.gen + 1, queue_id=gone.queue_id, bname=new_leader, start_offset=start,
-                                  time_of_start=now_ms)], True
+                                  time_of_start=now_ms)], gone
 
 
 def _cover_queue_ids(topic: str, configs: dict[str, TopicConfig | None],

@@ -104,3 +104,17 @@ def test_a_failed_dead_letter_leaves_the_message_owed(tmp_path):
     with pytest.raises(RuntimeError, match="disk full"):
         pop.pop(query(reader, retries=0), lambda q: 0)
     assert pop.in_flight_count("g", TOPIC) == 1  # still owed: dead-lettering is tried again
+
+
+def test_a_queue_led_again_is_forgotten_and_restarts_from_the_committed_offset(tmp_path):
+    """A→B→A: what this broker kept for the logic queue (scan offset, in-flight) is stale once it leads it again;
+    the next pop starts where the group's committed offset says, durably (the state store too)."""
+    clock, dead = Clock(), []
+    pop, reader = service(tmp_path, clock, dead), Reader([record(o) for o in range(10)])
+    assert offsets(pop.pop(query(reader, n=3), lambda q: 0)) == [0, 1, 2]  # 0..2 in flight, scan at 3
+    pop.forget_queues(TOPIC, [0])
+    assert offsets(pop.pop(query(reader, n=2), lambda q: 6)) == [6, 7]  # committed by the other leader: 6
+    pop.db.close()
+    reopened = service(tmp_path, clock, dead)  # what was forgotten stays forgotten after a restart
+    clock.now += 5000  # 6, 7 due again; 0..2 are gone for good
+    assert offsets(reopened.pop(query(reader, n=32), lambda q: 0)) == [6, 7, 8, 9]

@@ -128,3 +128,35 @@ def test_a_link_whose_offsets_cannot_be_carried_stays(tmp_path: Path):
     manager_chain = run(tmp_path, T, [*chain[:1], item(1, "mid", 3, 10_000, end=5), item(2, "lead", 1, 20_000)],
                         {**mins, ("mid", 3): 0}, {"old": False, "mid": False}, offsets=offsets)
     assert manager_chain == [("old", 0), ("mid", 3), ("lead", 1)]  # mid holds data; old could not hand over
+
+
+def test_an_update_applied_while_a_pass_runs_is_not_undone(tmp_path: Path):
+    manager = TopicQueueMappingManager(tmp_path, "lead")
+    chain = [item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000)]
+    manager.update(TopicQueueMappingDetail(T, 4, "lead", 1, hosted_queues={0: chain}))
+    newer = TopicQueueMappingDetail(T, 4, "lead", 5000, hosted_queues={0: chain, 1: [item(0, "lead", 1, 0)]})
+
+    class UpdatingPeers(FakePeers):
+        def call(self, bname: str, method: str, request):
+            if method == "GetTopicQueueMapping" and manager.get(T) is not newer:
+                manager.update(newer)  # an admin's write lands while the pass asks the peer
+            return super().call(bname, method, request)
+
+    peers = UpdatingPeers({"old": False}, offsets={"lead": FakeOffsets()})
+    static_topics = FakeStaticTopics({("old", 0): 10}, peers, peers.offsets["lead"])
+    service = StaticTopicCleanService(manager, static_topics, lambda: None, interval_ms=1000)  # type: ignore[arg-type]
+    assert service.run_once() == 0
+    assert manager.get(T) is newer  # the next pass trims the new detail
+    assert service.run_once() == 1
+    held = manager.get(T)
+    assert held is not None and held.epoch == 5000 and set(held.hosted_queues) == {0, 1}
+
+
+def test_a_slave_trims_nothing(tmp_path: Path):
+    manager = TopicQueueMappingManager(tmp_path, "lead")
+    chain = [item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000)]
+    manager.update(TopicQueueMappingDetail(T, 4, "lead", 1, hosted_queues={0: chain}))
+    peers = FakePeers({"old": False})
+    service = StaticTopicCleanService(manager, FakeStaticTopics({("old", 0): 10}, peers, FakeOffsets()),  # type: ignore[arg-type]
+                                      lambda: None, interval_ms=1000, is_master=lambda: False)
+    assert service.run_once() == 0 and len(manager.get(T).hosted_queues[0]) == 2  # type: ignore[union-attr]

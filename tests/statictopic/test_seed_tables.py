@@ -154,6 +154,11 @@ def test_the_seeds_tables_in_order(replay: SeedReplay):
             replay.produce(topic, q, 101)  # logic offsets 0..100, as the seed's 0(0-100)
         replay.consume(topic)
 
+    # a group that consumed logic queue 0 of `a` to 101 and then stopped: its offset sits on broker1's queue 0
+    laggard = PullConsumer(replay.cluster.addr, group="seed-laggard")
+    lq0 = MessageQueue(a, LOGICAL_QUEUE_MOCK_BROKER_NAME, 0)
+    laggard.commit(lq0, 101)
+
     # table 2: logic queue 0 moves from broker1 to broker2; broker1's queue 0 serves its old data, read-only
     for topic in (a, b):
         replay.migrate(topic, 0, "broker2")
@@ -186,7 +191,13 @@ def test_the_seeds_tables_in_order(replay: SeedReplay):
     replay.wait_table(a, [("broker1", 0, 0, 20_000, None, N), ("broker1", 1, 1, 0, None, N),
                           ("broker2", 0, 2, 0, None, N), ("broker2", 1, 3, 0, None, N),
                           ("broker2", 2, 0, 10_000, 10_099, R)], f"{a}: table 4")
-    replay.consume(a)  # commits 20000: the reused queue's start, where its expired link's offsets also sit
+    replay.consume(a)  # commits 20000: the reused queue's start
+    # the laggard's offset on the expired link moved to the next link's start: it reads broker2's queue 2 next
+    # (not "never committed", and not the reused queue's start, which would skip 10000..10099)
+    assert laggard.committed(lq0) == 10_000
+    got, _end = drain(laggard, lq0, laggard.committed(lq0))
+    assert [body for _, body in got] == replay.produced[(a, 0)][101:]
+    laggard.close()
     replay.produce(a, 0, 100)
     for topic in (a, b, c):
         replay.produce(topic, 1, 10)
