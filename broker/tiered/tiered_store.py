@@ -61,6 +61,7 @@ class TieredStore:
         """Before the local store shuts down: the last uploads read its commitlog."""
         self.clean_service.shutdown()
         self.dispatcher.shutdown()
+        self.flat_files.shutdown()
 
     def close(self) -> None:
         """After the local store shut down (its final flush stored the dispatcher's checkpoint)."""

@@ -7,23 +7,32 @@ and the metadata store recorded the new size. Readers see committed bytes only.
 
 After a crash, ``load`` trusts the backend: a segment holding more than its recorded size keeps those bytes
 (unreferenced: nothing pointed at them yet) and appends continue after them.
+
+With a ``read_ahead`` (a backend where every read is a round trip: S3), reads go through blocks of committed
+bytes kept in a bounded cache (:mod:`read_ahead_cache`) instead of one backend read each.
 """
 
+import functools
+import itertools
 import logging
 import threading
 import time
 from bisect import bisect_right
 
+from broker.tiered.file.read_ahead_cache import ReadAhead
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
 from broker.tiered.provider.file_segment import FileSegment, FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, segment_path
 
 log = logging.getLogger(__name__)
 
+_file_ids = itertools.count()  # a flat file's part of its read-ahead cache keys (the cache may be shared)
+
 
 class FlatAppendFile:
     def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str, topic: str,
-                 queue_id: int, file_type: FileSegmentType, segment_size: int, unit: int = 1) -> None:
+                 queue_id: int, file_type: FileSegmentType, segment_size: int, unit: int = 1,
+                 read_ahead: ReadAhead | None = None) -> None:
         self.factory = factory
         self.metadata = metadata
         self.broker_name = broker_name
@@ -36,12 +45,17 @@ class FlatAppendFile:
         self._buffer_start = 0  # stream offset of the first buffered byte
         self._append_offset = 0
         self._lock = threading.Lock()  # segments list and committed sizes (readers vs commit vs expiry)
+        self.read_ahead = read_ahead
+        self._cache_id = next(_file_ids)
+        self._generation = 0  # bumped when committed bytes are forgotten: what was cached before is not hit
+        self._fetch_lock = threading.Lock()  # one backend read a block at a time (concurrent misses wait for it)
 
     # -- state ---------------------------------------------------------------------------------------
     def load(self, start_offset: int = 0) -> None:
         """Segments from the metadata store, checked against the backend. ``start_offset`` is where an empty
         flat file starts. The last segment takes the backend's size (a crash mid-upload may have left more);
         a segment whose object holds less than recorded (a lost object) ends the readable stream there."""
+        self._generation += 1
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
         for i, m in enumerate(segments):
@@ -68,6 +82,7 @@ class FlatAppendFile:
     def cut_to(self, offset: int) -> None:
         """Forget committed bytes from ``offset`` on (the consume queue after its commitlog lost bytes)."""
         with self._lock:
+            self._generation += 1
             keep = [m for m in self.segments if m.base_offset < offset]
             for m in self.segments[len(keep):]:
                 self.metadata.delete_segment(m)
@@ -166,8 +181,8 @@ class FlatAppendFile:
 
     def _object(self, path: str) -> FileSegment:
         obj = self._objects.get(path)
-        if obj is None:
-            obj = self._objects[path] = self.factory.open(path)
+        if obj is None:  # setdefault: a reader, the read-ahead and the writer share one object (its chunk list)
+            obj = self._objects.setdefault(path, self.factory.open(path))
         return obj
 
     # -- read ----------------------------------------------------------------------------------------
@@ -183,14 +198,69 @@ class FlatAppendFile:
             if offset >= m.end_offset:
                 break
             n = min(length, m.end_offset - offset)
-            data = self._object(m.path).read(offset - m.base_offset, n)
+            position = offset - m.base_offset
+            if self.read_ahead is None:
+                data = self._object(m.path).read(position, n)
+            else:
+                data = self._read_ahead(m, position, n)
             out.append(data)
             if len(data) < n:
                 break
             offset += n
             length -= n
             i += 1
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _read_ahead(self, m: FileSegmentMetadata, position: int, length: int) -> bytes:
+        """``length`` committed bytes of segment ``m`` from ``position``, through the read-ahead blocks."""
+        assert self.read_ahead is not None
+        if length <= 0:
+            return b""
+        block_size = self.read_ahead.block_size
+        end = position + length
+        committed = max(m.size, end)  # a block is fetched up to here (never past the committed bytes)
+        out: list[bytes] = []
+        while position < end:
+            lo = position - position % block_size
+            hi = min(lo + block_size, end)
+            block, fetched = self._block(m.path, lo, min(lo + block_size, committed), hi)
+            out.append(block[position - lo : hi - lo])
+            if len(block) < hi - lo:  # the backend holds less (a lost object): short
+                break
+            position = hi
+        else:
+            # a second read in a block (a reader going through it, not one read at a random place): the next
+            # block is fetched in the background while this one is read
+            nxt = lo + block_size
+            if not fetched and nxt < m.size:
+                key = (self._cache_id, self._generation, m.path, nxt)
+                block_end = min(nxt + block_size, m.size)
+                cache = self.read_ahead.cache
+                if not cache.holds(key, block_end - nxt):
+                    cache.prefetch(key, functools.partial(self._block, m.path, nxt, block_end, block_end))
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _block(self, path: str, lo: int, block_end: int, need_end: int) -> tuple[bytes, bool]:
+        """The block of segment ``path`` starting at ``lo``, holding at least the bytes up to ``need_end`` (fewer
+        only if the backend has fewer): from the cache, else read from the backend up to ``block_end`` (only
+        the part not cached yet, when the segment grew since the block was cached). And whether this call
+        read the backend."""
+        assert self.read_ahead is not None
+        cache = self.read_ahead.cache
+        key = (self._cache_id, self._generation, path, lo)
+        data = cache.get(key)
+        if data is not None and len(data) >= need_end - lo:
+            return data, False
+        with self._fetch_lock:
+            data = cache.get(key)  # another reader (or the read-ahead) may have fetched it meanwhile
+            have = len(data) if data is not None else 0
+            if have >= need_end - lo:
+                assert data is not None
+                return data, False
+            more = self._object(path).read(lo + have, block_end - lo - have)
+            data = data + more if data else more
+            cache.put(key, data)
+            return data, True
 
     def segment_at(self, offset: int) -> FileSegmentMetadata | None:
         with self._lock:

@@ -1,24 +1,34 @@
 """Every queue's flat files, loaded from the metadata store at start and created when a queue's first
-message reaches the tier."""
+message reaches the tier. On the S3 backend (a round trip a read) they share one bounded read-ahead cache
+(:mod:`read_ahead_cache`); posix and memory read directly (the page cache, or memory, is there already)."""
 
 import threading
 
 from broker.tiered.file.flat_message_file import FlatMessageFile
+from broker.tiered.file.read_ahead_cache import ReadAheadCache
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
-from broker.tiered.provider.file_segment_factory import FileSegmentFactory
+from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 
 QueueKey = tuple[str, int]
+READ_AHEAD_CACHE_BYTES = 128 * 1024 * 1024  # every queue's read-ahead blocks together (S3)
 
 
 class FlatFileStore:
     def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str,
-                 commit_log_segment_size: int, consume_queue_segment_size: int) -> None:
+                 commit_log_segment_size: int, consume_queue_segment_size: int,
+                 read_ahead_cache_bytes: int | None = None) -> None:
+        """``read_ahead_cache_bytes``: the read-ahead cache's bound (0: no read-ahead); by default
+        ``READ_AHEAD_CACHE_BYTES`` on the S3 backend and none on the others."""
         self.factory = factory
         self.metadata = metadata
         self.broker_name = broker_name
         self.commit_log_segment_size = commit_log_segment_size
         self.consume_queue_segment_size = consume_queue_segment_size
         self.files: dict[QueueKey, FlatMessageFile] = {}
+        if read_ahead_cache_bytes is None:
+            remote = factory.provider is TieredBackendServiceProvider.S3
+            read_ahead_cache_bytes = READ_AHEAD_CACHE_BYTES if remote else 0
+        self.read_ahead_cache = ReadAheadCache(read_ahead_cache_bytes) if read_ahead_cache_bytes > 0 else None
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -27,9 +37,15 @@ class FlatFileStore:
 
     def _open(self, topic: str, queue_id: int, first_queue_offset: int) -> FlatMessageFile:
         flat = FlatMessageFile(self.factory, self.metadata, self.broker_name, topic, queue_id,
-                               self.commit_log_segment_size, self.consume_queue_segment_size)
+                               self.commit_log_segment_size, self.consume_queue_segment_size,
+                               self.read_ahead_cache)
         flat.load(first_queue_offset)
         return flat
+
+    def shutdown(self) -> None:
+        """No more background read-ahead (the broker is stopping)."""
+        if self.read_ahead_cache is not None:
+            self.read_ahead_cache.shutdown()
 
     def get(self, topic: str, queue_id: int) -> FlatMessageFile | None:
         return self.files.get((topic, queue_id))

@@ -14,7 +14,8 @@ import time
 
 from broker.store.consume_queue.consume_queue_store import BoundaryType
 from broker.tiered.file.flat_append_file import FlatAppendFile
-from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, TieredMetadataStore
+from broker.tiered.file.read_ahead_cache import ReadAhead, ReadAheadCache
+from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, SegmentStatus, TieredMetadataStore
 from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory
 
@@ -25,18 +26,26 @@ UNIT = CQ_UNIT.size
 PHYSICAL_OFFSET_AT = 28  # of the record header (common/message_codec.py)
 PHYSICAL_OFFSET = struct.Struct(">q")
 MAX_READ_BYTES = 16 * 1024 * 1024
+COMMIT_LOG_READ_AHEAD = 4 * 1024 * 1024  # bytes of a read-ahead block (a few thousand 1 KiB messages)
+CONSUME_QUEUE_READ_AHEAD = UNIT * 16 * 1024  # units of 16 Ki messages
 
 
 class FlatMessageFile:
     def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str, topic: str,
-                 queue_id: int, commit_log_segment_size: int, consume_queue_segment_size: int) -> None:
+                 queue_id: int, commit_log_segment_size: int, consume_queue_segment_size: int,
+                 read_ahead_cache: ReadAheadCache | None = None) -> None:
+        """``read_ahead_cache``: both files read ahead into it (a backend where every read is a round trip)."""
         self.topic, self.queue_id = topic, queue_id
         self.metadata = metadata
+        cl_ahead = cq_ahead = None
+        if read_ahead_cache is not None:
+            cl_ahead = ReadAhead(read_ahead_cache, COMMIT_LOG_READ_AHEAD)
+            cq_ahead = ReadAhead(read_ahead_cache, CONSUME_QUEUE_READ_AHEAD)
         self.commit_log = FlatAppendFile(factory, metadata, broker_name, topic, queue_id, FileSegmentType.COMMIT_LOG,
-                                         commit_log_segment_size)
+                                         commit_log_segment_size, read_ahead=cl_ahead)
         cq_size = max(UNIT, consume_queue_segment_size - consume_queue_segment_size % UNIT)
         self.consume_queue = FlatAppendFile(factory, metadata, broker_name, topic, queue_id,
-                                            FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT)
+                                            FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT, read_ahead=cq_ahead)
         self._commit_lock = threading.Lock()
 
     def load(self, first_queue_offset: int) -> None:
@@ -187,9 +196,11 @@ class FlatMessageFile:
                     break
                 keep_from = m.end_offset
             gone = cq.expire_before(keep_from, delete)
-            first = self.units(self.min_offset, 1)
-            commit_log_keep = first[0][0] if first else self.commit_log.commit_offset
-            gone += self.commit_log.expire_before(commit_log_keep, delete)
+            oldest = self.commit_log.segments[:1]
+            if oldest and oldest[0].status is SegmentStatus.SEALED:  # else none can go: no backend read for it
+                first = self.units(self.min_offset, 1)
+                commit_log_keep = first[0][0] if first else self.commit_log.commit_offset
+                gone += self.commit_log.expire_before(commit_log_keep, delete)
             if gone:
                 self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
                                                          int(time.time() * 1000)))
