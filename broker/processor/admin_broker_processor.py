@@ -23,7 +23,7 @@ from common.kv_shard import KV_TOPIC
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
-from common.statictopic.mapping_checks import MappingError
+from common.statictopic.mapping_checks import MappingError, check_update
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
@@ -127,8 +127,9 @@ class AdminBrokerProcessor:
             raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
         old = self.mapping_manager.get(detail.topic)
-        reused = self._check_reused_queues(old, detail)
         try:
+            check_update(old, detail)  # well-formed first: the reuse check reads the store by its queue ids
+            reused = self._check_reused_queues(old, detail)
             self.mapping_manager.update(detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
