@@ -1,10 +1,14 @@
 """What a job prints: one summary line on stdout (``key=value``), or one error line on stderr."""
 
 import sys
+from collections.abc import Mapping
+
+# Set by the session on a cluster: where the job ran, appended to its summary line (master=..., app_id=...)
+cluster_fields: dict[str, str] = {}
 
 
-def summary(job: str, stats: dict[str, float]) -> None:
-    parts = [f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in stats.items()]
+def summary(job: str, stats: Mapping[str, float | int | str]) -> None:
+    parts = [f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in {**stats, **cluster_fields}.items()]
     print(f"{job}: " + " ".join(parts), flush=True)
 
 

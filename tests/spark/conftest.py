@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from client.results import PullStatus, SendResult
 from spark_jobs import tier_objects
 from spark_jobs.broker_tier import COMMIT_LOG, CONSUME_QUEUE, EXPIRED, BrokerTier, S3Access, TierSnapshot
 from tests.cluster import REPO, Cluster, make_cluster, wait_until
-from tests.s3_server import ACCESS_KEY, SECRET_KEY, s3_server
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, s3_server
 
 __all__ = ["s3_server"]  # the fixture, for the s3 tier's runs
 S3_JOB_ARGS = ("--s3-access-key", ACCESS_KEY, "--s3-secret-key", SECRET_KEY)  # the broker never sends its keys
@@ -39,6 +40,26 @@ BODY = 1000
 
 # expected[queue_id][queue_offset] = (body, tags, keys)
 Expected = dict[int, dict[int, tuple[bytes, str, list[str]]]]
+
+
+@dataclass(frozen=True)
+class TierBackend:
+    """Where a test's brokers keep their tier: posix (no server), or buckets on moto's S3 server."""
+
+    server: S3Server | None = None
+
+    def broker_conf(self) -> dict[str, object]:
+        """Broker settings for this tier (s3: a new bucket per call)."""
+        return self.server.broker_conf() if self.server else {}
+
+    @property
+    def access(self) -> S3Access | None:
+        """What a job adds to reach the tier (s3: the keys the broker never sends)."""
+        return S3Access(access_key=ACCESS_KEY, secret_key=SECRET_KEY) if self.server else None
+
+    @property
+    def job_args(self) -> tuple[str, ...]:
+        return S3_JOB_ARGS if self.server else ()
 
 
 # -- the broker -----------------------------------------------------------------------------------------------
@@ -224,19 +245,28 @@ def job_command(module: str, *args: str) -> list[str]:
     return [PYTHON, "-m", module, *args]
 
 
-def run_job(module: str, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
-    return subprocess.run(job_command(module, *args), capture_output=True, text=True, cwd=REPO, timeout=timeout)
+def run_job(module: str, *args: str, timeout: float = 240.0, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess:
+    """``env``: the job's environment (default this process's; a standalone cluster's for a ``spark://`` master)."""
+    return subprocess.run(job_command(module, *args), capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          env=env)
 
 
 SUMMARY = re.compile(r"^(\w+): ((?:\w+=\S+ ?)+)$")
 
 
 def parse_summary(stdout: str, job: str) -> dict[str, float]:
+    """The numbers of a job's summary line (on a cluster it also names the master and application: those are in
+    :func:`summary_fields`)."""
+    return {k: float(v) for k, v in summary_fields(stdout, job).items() if k not in ("master", "app_id")}
+
+
+def summary_fields(stdout: str, job: str) -> dict[str, str]:
     lines = [line for line in stdout.splitlines() if line.startswith(f"{job}: ")]
     assert len(lines) == 1, f"want one summary line of {job}, stdout was:\n{stdout}"
     match = SUMMARY.match(lines[0])
     assert match, lines[0]
-    return {k: float(v) for k, v in (kv.split("=", 1) for kv in match.group(2).split())}
+    return dict(kv.split("=", 1) for kv in match.group(2).split())
 
 
 def start_job(module: str, *args: str, log: Path) -> tuple[subprocess.Popen, str]:

@@ -3,6 +3,7 @@ marks what is past the tier's reserve time (tieredStoreDeleteFileEnable=false: m
 exactly those objects and drops their records, touches nothing else, and a second run changes nothing."""
 
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -56,16 +57,25 @@ def expected_expiry(snap: TierSnapshot) -> tuple[set[str], dict[int, int]] | Non
             if s.end_ms >= snap.snapshot_ms - reserve_ms:
                 return None
             paths.add(s.path)
-        first_position = struct.unpack(">q", read_object(snap.root, cq[-1].path)[:8])[0]
+        first_position = struct.unpack(">q", read_object(snap.location, cq[-1].path)[:8])[0]
         paths |= {s.path for s in cl if s.status != OPEN and s.base_offset + s.size <= first_position}
         new_min[q] = cq[-1].base_offset // 28
     return paths, new_min
 
 
 def test_cleanup_deletes_exactly_the_expired_segments_and_is_idempotent(tmp_path: Path) -> None:
+    cleanup_scenario(tmp_path, {}, ())
+
+
+def cleanup_scenario(tmp_path: Path, tier_conf: dict[str, object], job_args: tuple[str, ...],
+                     master: str = "local[2]", env: dict[str, str] | None = None,
+                     ) -> list[subprocess.CompletedProcess]:
+    """The test above on a broker with ``tier_conf`` (posix: {}), the job run on ``master`` with ``job_args``
+    and ``env``. Returns both runs (their output)."""
     topic, queues, batches = "Expiring", 4, 20
     cluster = tiered_cluster(
         tmp_path,
+        **tier_conf,
         tieredStoreFileReservedTime=RESERVE_HOURS,
         tieredStoreDeleteFileEnable="false",
         tieredStoreConsumeQueueMaxSize=28 * CQ_UNITS,
@@ -105,7 +115,7 @@ def test_cleanup_deletes_exactly_the_expired_segments_and_is_idempotent(tmp_path
         assert want <= set(files_before)  # marked, not deleted: the broker leaves objects to the job
         want_bytes = sum(files_before[p][0] for p in want)
 
-        result = run_job("spark_jobs.cleanup", "--broker", addr, "--master", "local[2]")
+        result = run_job("spark_jobs.cleanup", "--broker", addr, "--master", master, *job_args, env=env)
         assert result.returncode == 0, result.stdout + result.stderr[-4000:]
         stats = parse_summary(result.stdout, "cleanup")
         assert (stats["expired"], stats["deleted"], stats["dropped"]) == (len(want),) * 3, stats
@@ -133,7 +143,8 @@ def test_cleanup_deletes_exactly_the_expired_segments_and_is_idempotent(tmp_path
 
         # again: nothing is due, nothing changes
         time.sleep(0.5)
-        result = run_job("spark_jobs.cleanup", "--broker", addr, "--master", "local[2]")
+        runs = [result, run_job("spark_jobs.cleanup", "--broker", addr, "--master", master, *job_args, env=env)]
+        result = runs[-1]
         assert result.returncode == 0, result.stdout + result.stderr[-4000:]
         stats = parse_summary(result.stdout, "cleanup")
         assert (stats["expired"], stats["deleted"], stats["dropped"], stats["bytes"]) == (0, 0, 0, 0), stats
@@ -142,3 +153,4 @@ def test_cleanup_deletes_exactly_the_expired_segments_and_is_idempotent(tmp_path
         assert list(again.segments) == list(after.segments)
     finally:
         cluster.stop()
+    return runs

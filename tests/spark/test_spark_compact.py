@@ -4,6 +4,7 @@ job killed at random points leaves nothing lost, nothing dangling, and a re-run 
 
 import os
 import random
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -71,8 +72,8 @@ class Reader(threading.Thread):
         assert not self.is_alive(), "reader did not stop"
 
 
-def compact_args(addr: str, topic: str, target: int, *more: str) -> list[str]:
-    return ["--broker", addr, "--master", "local[2]", "--topic", topic, "--small-bytes", str(SMALL_BYTES),
+def compact_args(addr: str, topic: str, target: int, *more: str, master: str = "local[2]") -> list[str]:
+    return ["--broker", addr, "--master", master, "--topic", topic, "--small-bytes", str(SMALL_BYTES),
             "--target-bytes", str(target), "--grace-seconds", str(GRACE_S), *more]
 
 
@@ -81,14 +82,21 @@ def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path:
                                                                        request: pytest.FixtureRequest) -> None:
     """On the s3 backend the executors read and write the bucket (moto's server process) through the broker's
     own S3 backend: no shared directory."""
-    topic, queues = "CompactMe", 8
     s3_conf: dict[str, object] = request.getfixturevalue("s3_server").broker_conf() if backend == "s3" else {}
-    job_args = S3_JOB_ARGS if backend == "s3" else ()
-    cluster = tiered_cluster(tmp_path, **s3_conf)
+    compaction_under_concurrent_reads(tmp_path, s3_conf, S3_JOB_ARGS if backend == "s3" else ())
+
+
+def compaction_under_concurrent_reads(tmp_path: Path, tier_conf: dict[str, object], job_args: tuple[str, ...],
+                                      master: str = "local[2]", env: dict[str, str] | None = None,
+                                      batches: int = 100) -> subprocess.CompletedProcess:
+    """The scenario of the test above on a broker with ``tier_conf``, the job run on ``master`` (with ``env``);
+    ``batches`` per queue (100: 2000+ segments). Returns the job's run (its output)."""
+    topic, queues = "CompactMe", 8
+    cluster = tiered_cluster(tmp_path, **tier_conf)
     try:
         cluster.create_topic(topic, queues=queues)
         expected: Expected = {}
-        produce(cluster, topic, 100, expected)  # per queue: 100 commitlog + 150 consume queue segments
+        produce(cluster, topic, batches, expected)  # per queue (100): 100 commitlog + 150 consume queue segments
         status = wait_uploaded(cluster, topic, expected)
         with Admin(cluster.addr) as admin:
             assert admin.tiered_status(topic)[0].storage_level == "FORCE"  # the reader's pulls hit the tier
@@ -96,7 +104,7 @@ def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path:
         before = snapshot(addr, topic)
         files = before.by_file()
         assert len(files) == queues * 2
-        assert len(before.segments) >= 2000, len(before.segments)
+        assert len(before.segments) >= 20 * batches, len(before.segments)
         assert sum(st.commit_log_segments + st.consume_queue_segments for st in status.values()) == len(before.segments)
         compactable = [s for segs in files.values() for s in segs[:-1]]
         assert all(s.status == SEALED and s.size < SMALL_BYTES for s in compactable)
@@ -107,7 +115,8 @@ def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path:
         try:
             wait_until(lambda: reader.passes >= 1 or reader.errors, timeout=60, what="a first read pass")
             passes_before = reader.passes
-            result = run_job("spark_jobs.compact", *compact_args(addr, topic, BIG_TARGET), *job_args)
+            result = run_job("spark_jobs.compact", *compact_args(addr, topic, BIG_TARGET, master=master), *job_args,
+                             env=env)
             passes_during = reader.passes - passes_before
             wait_until(lambda: reader.passes >= passes_before + passes_during + 2 or reader.errors, timeout=60,
                        what="read passes after the job")
@@ -156,6 +165,7 @@ def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path:
             assert check_everything(consumer, topic, expected) == sum(map(len, expected.values()))
     finally:
         cluster.stop()
+    return result
 
 
 def tier_state(addr: str, topic: str) -> dict[str, int]:

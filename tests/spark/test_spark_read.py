@@ -13,10 +13,12 @@ from client import Admin, MessageQueue, Producer, PullConsumer
 from client.results import PullStatus
 from common.response_code import ResponseCode
 from proto import tiered_pb2, tiered_pb2_grpc
+from spark_jobs.broker_tier import S3Access
 from spark_jobs.read import SCHEMA, tiered_dataframe
 from tests.cluster import Cluster, wait_until
 from tests.spark.conftest import (
     Expected,
+    TierBackend,
     broker_addr,
     check_contiguous,
     make_message,
@@ -34,8 +36,14 @@ Row = tuple[int, int, bytes, str, tuple[str, ...], int]  # queue_id, queue_offse
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = tiered_cluster(tmp_path_factory.mktemp("read"), ("broker-a", "broker-b"))
+def tier_backend() -> TierBackend:
+    """posix here; ``test_spark_standalone`` runs these tests on the s3 tier and a standalone Spark cluster."""
+    return TierBackend()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, tier_backend: TierBackend) -> Iterator[Cluster]:
+    c = tiered_cluster(tmp_path_factory.mktemp("read"), ("broker-a", "broker-b"), **tier_backend.broker_conf())
     try:
         yield c
     finally:
@@ -97,8 +105,8 @@ def pulled_rows(cluster: Cluster, topic: str) -> list[Row]:
     return sorted(rows)
 
 
-def dataframe_rows(spark, brokers: list[str], topic: str) -> list[Row]:
-    df = tiered_dataframe(spark, brokers, topic)
+def dataframe_rows(spark, brokers: list[str], topic: str, s3: S3Access | None = None) -> list[Row]:
+    df = tiered_dataframe(spark, brokers, topic, s3)
     assert df.schema == SCHEMA
     out = []
     for r in df.collect():
@@ -114,7 +122,8 @@ def check_expected(rows: list[Row], expected: Expected) -> None:
     assert len(rows) == len(want)
 
 
-def test_dataframe_of_a_normal_topic_equals_what_a_consumer_reads(spark, cluster: Cluster) -> None:
+def test_dataframe_of_a_normal_topic_equals_what_a_consumer_reads(spark, cluster: Cluster,
+                                                                  tier_backend: TierBackend) -> None:
     topic = "ReadNormal"
     with Admin(cluster.addr) as admin:
         admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
@@ -127,11 +136,12 @@ def test_dataframe_of_a_normal_topic_equals_what_a_consumer_reads(spark, cluster
 
     pulled = pulled_rows(cluster, topic)
     check_expected(pulled, expected)
-    rows = dataframe_rows(spark, [broker_addr(cluster, "broker-a")], topic)
+    rows = dataframe_rows(spark, [broker_addr(cluster, "broker-a")], topic, tier_backend.access)
     assert rows == pulled
 
 
-def test_dataframe_of_a_static_topic_has_logic_queues_and_offsets(spark, cluster: Cluster) -> None:
+def test_dataframe_of_a_static_topic_has_logic_queues_and_offsets(spark, cluster: Cluster,
+                                                                   tier_backend: TierBackend) -> None:
     topic = "ReadStatic"
     expected: Expected = {}
     with Admin(cluster.addr) as admin:
@@ -151,18 +161,19 @@ def test_dataframe_of_a_static_topic_has_logic_queues_and_offsets(spark, cluster
     pulled = pulled_rows(cluster, topic)
     check_expected(pulled, expected)
     brokers = [broker_addr(cluster, "broker-a"), broker_addr(cluster, "broker-b")]
-    rows = dataframe_rows(spark, brokers, topic)
+    rows = dataframe_rows(spark, brokers, topic, tier_backend.access)
     assert rows == pulled
 
 
-def test_dataframe_after_cleanup_and_compaction_starts_at_the_new_min_offset(spark, tmp_path: Path) -> None:
+def test_dataframe_after_cleanup_and_compaction_starts_at_the_new_min_offset(spark, tmp_path: Path,
+                                                                             tier_backend: TierBackend) -> None:
     """The jobs in this process (they take the session already running): the tier loses its older half to
     expiry and cleanup, the rest is compacted; the DataFrame still equals what a consumer reads from the tier's
     new min offset (reads that start inside a flat file and span merged objects)."""
     from spark_jobs import cleanup, compact
 
     topic = "ReadCompacted"
-    cluster = tiered_cluster(tmp_path)
+    cluster = tiered_cluster(tmp_path, **tier_backend.broker_conf())
     try:
         cluster.create_topic(topic, queues=4)
         addr = broker_addr(cluster)
@@ -180,9 +191,9 @@ def test_dataframe_after_cleanup_and_compaction_starts_at_the_new_min_offset(spa
             marked = tiered_pb2_grpc.TieredServiceStub(channel).MarkExpiredSegments(
                 tiered_pb2.MarkExpiredRequest(now_ms=gap_ms + 72 * 3600 * 1000), timeout=30)
         assert marked.code == ResponseCode.SUCCESS and len(marked.segments) > 0, marked
-        cleaned = cleanup.run(addr, None)
+        cleaned = cleanup.run(addr, None, tier_backend.access)
         assert cleaned["expired"] == cleaned["dropped"] == len(marked.segments), cleaned
-        compacted = compact.run(addr, None, topic, 1 << 20, 64 << 20, 0.2, True)
+        compacted = compact.run(addr, None, topic, 1 << 20, 64 << 20, 0.2, True, tier_backend.access)
         assert compacted["groups_merged"] > 0 and compacted["groups_failed"] == 0, compacted
 
         status = {q.queue_id: q for q in queue_status(addr, topic)}
@@ -196,6 +207,6 @@ def test_dataframe_after_cleanup_and_compaction_starts_at_the_new_min_offset(spa
                     assert (m.body, m.tags, m.keys) == expected[mq.queue_id][m.queue_offset]
                     pulled.append((m.queue_id, m.queue_offset, m.body, m.tags, tuple(m.keys), m.store_timestamp))
         assert len(pulled) == sum(len(expected[q]) - st.tiered_min_offset for q, st in status.items())
-        assert dataframe_rows(spark, [addr], topic) == sorted(pulled)
+        assert dataframe_rows(spark, [addr], topic, tier_backend.access) == sorted(pulled)
     finally:
         cluster.stop()
