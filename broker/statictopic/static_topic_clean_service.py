@@ -91,7 +91,8 @@ class StaticTopicCleanService(PeriodicService):
             if holds_readable_data(item, physical_min):
                 return False
             if newer_there and item.end_offset > item.start_offset:
-                return True  # a link that never held data stays: a group's commit at its start is found through it
+                return True  # (an empty link stays: a commit at its start reads back as it was; it goes with its
+                # broker, below, its offsets carried then)
             if item.bname == detail.bname:
                 return False
             response = self.static_topics.peer_brokers.call(item.bname, "GetTopicQueueMapping",
