@@ -70,7 +70,9 @@ class ConsumerOffsetManager:
         return sorted(topic for g, topic in self.offset_table if g == group)
 
     def delete_offsets(self, keys: list[tuple[str, str, int]]) -> None:
-        """Forget these (group, topic, queue id) offsets (missing ones are fine)."""
+        """Forget these (group, topic, queue id) offsets (missing ones are fine), durably at once: unlike a lost
+        commit (read again), a forgotten offset coming back after a crash could be read past data (a reused
+        static-topic queue)."""
         if not keys:
             return
         with self._lock:
@@ -80,13 +82,14 @@ class ConsumerOffsetManager:
                     queues.pop(queue_id, None)
                     self.commit_times.get((group, topic), {}).pop(queue_id, None)
             self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
+        self.persist()
 
     def delete_queue(self, topic: str, queue_id: int) -> int:
         """Forget every group's offset on one queue; returns how many there were."""
         with self._lock:
             keys = [(group, t, queue_id) for (group, t), queues in self.offset_table.items()
                     if t == topic and queue_id in queues]
-            self.delete_offsets(keys)
+        self.delete_offsets(keys)
         return len(keys)
 
     def delete_topic(self, topic: str) -> None:

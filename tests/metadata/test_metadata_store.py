@@ -296,3 +296,34 @@ def test_rocksdb_prefix_scan_returns_every_key_of_its_prefix_and_no_other(tmp_pa
             assert got == names
     finally:
         metadata.close()
+
+
+DELETE_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from broker.store.config import StoreType
+    from tests.metadata.helpers import open_managers
+
+    m = open_managers(StoreType(sys.argv[1]), Path(sys.argv[2]))
+    assert m.offsets.delete_queue("Reused", 0) == 2
+    os.kill(os.getpid(), signal.SIGKILL)  # no flush, no close
+""")
+
+
+def test_forgotten_offsets_stay_forgotten_after_a_kill(store_type: StoreType, tmp_path: Path):
+    """A reused static-topic queue's old offsets must not come back (they would be read past data): a deletion is
+    durable when the call returns, in both backends."""
+    setup = open_managers(store_type, tmp_path)
+    for group in ("A", "B"):
+        setup.offsets.commit_offset(group, "Reused", 0, 101)
+    setup.offsets.commit_offset("A", "Reused", 1, 7)
+    setup.close()
+    proc = subprocess.run([sys.executable, "-c", DELETE_CHILD, store_type, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    m = open_managers(store_type, tmp_path)
+    try:
+        assert [m.offsets.query_offset(g, "Reused", 0) for g in ("A", "B")] == [-1, -1]
+        assert m.offsets.query_offset("A", "Reused", 1) == 7
+    finally:
+        m.stores.close()

@@ -258,3 +258,16 @@ def test_expire_before_the_first_segment_end_does_nothing(env: Env):
     f = fill_segments(env)
     assert f.expire_before(99, delete=True) == []
     assert f.min_offset == 0 and len(env.records()) == 4
+
+
+@pytest.mark.parametrize("provider", [TieredBackendServiceProvider.POSIX, TieredBackendServiceProvider.MEMORY])
+def test_every_listable_backend_lists_what_was_written_under_a_prefix(provider: TieredBackendServiceProvider,
+                                                                      tmp_path: Path):
+    factory = FileSegmentFactory(provider, tmp_path / "tier")
+    for path in ("b1/T/0/a", "b1/T/1/b", "b2/T/0/c"):
+        factory.open(path).write(0, b"x")
+    gone = factory.open("b1/T/0/d")
+    gone.write(0, b"y")
+    gone.destroy()
+    listed = factory.list_objects("b1")
+    assert sorted(listed) == ["b1/T/0/a", "b1/T/1/b"] and all(t > 0 for t in listed.values())

@@ -40,7 +40,7 @@ class FileSegmentFactory:
 
     def list_objects(self, under: str) -> dict[str, float]:
         """Every object whose path starts with ``under/`` -> when it was last written (epoch seconds). For the
-        Spark jobs' garbage collection (posix and s3)."""
+        Spark jobs' garbage collection."""
         if self.provider is TieredBackendServiceProvider.S3:
             from broker.tiered.provider.s3_file_segment import list_keys, object_key, segment_of_key
 
@@ -54,7 +54,9 @@ class FileSegmentFactory:
                     out[path] = max(out.get(path, 0.0), modified.timestamp())
             return out
         if self.provider is TieredBackendServiceProvider.MEMORY:
-            raise NotImplementedError("the memory backend cannot be listed")
+            from broker.tiered.provider import memory_file_segment
+
+            return memory_file_segment.list_objects(str(self.root), under)
         root = Path(self.root)
         out = {}
         for dirpath, _, names in os.walk(root / under):
