@@ -112,9 +112,12 @@ class SeedReplay:
             self.producer.send_batch([Message(filler, b"f" * 4000) for _ in range(64)])
 
 
-@pytest.fixture
-def replay(tmp_path: Path):
-    cluster = make_cluster(tmp_path, ("broker1", "broker2"), cls=StaticCluster, **SHORT_RETENTION)
+# both flush modes and both store types (metadata, consume queue and offsets in RocksDB on the second)
+@pytest.fixture(params=[("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")], ids=lambda p: "-".join(p))
+def replay(request: pytest.FixtureRequest, tmp_path: Path):
+    flush, store_type = request.param
+    cluster = make_cluster(tmp_path, ("broker1", "broker2"), cls=StaticCluster, flushDiskType=flush,
+                           storeType=store_type, **SHORT_RETENTION)
     assert isinstance(cluster, StaticCluster)
     r = SeedReplay(cluster)
     try:
