@@ -48,14 +48,14 @@ class BrokerMetrics:
 
     def pulled(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
         """One pull answer (``elapsed_s``: the handling time, long-polling parks not counted)."""
-        self._pull_latency.observe(elapsed_s * 1000)
-        if messages > 0:
-            self.messages_out.labels(topic, group).inc(messages)
-            self.throughput_out.labels(topic, group).inc(size)
+        self._handed_out(self._pull_latency, topic, group, messages, size, elapsed_s)
 
     def popped(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
         """One pop answer (the proxy's receives included); ``elapsed_s`` as :meth:`pulled`."""
-        self._pop_latency.observe(elapsed_s * 1000)
+        self._handed_out(self._pop_latency, topic, group, messages, size, elapsed_s)
+
+    def _handed_out(self, latency, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
+        latency.observe(elapsed_s * 1000)
         if messages > 0:
             self.messages_out.labels(topic, group).inc(messages)
             self.throughput_out.labels(topic, group).inc(size)

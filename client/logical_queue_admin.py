@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from client.errors import MQClientError
-from client.static_topic_admin import MovedLogicQueue, StaticTopicAdmin
+from client.static_topic_admin import MovedLogicQueue, StaticTopicAdmin, leaders_of
 from common.kv_shard import KV_TOPIC
 from common.statictopic.leader_balance import drain_moves, rebalance_moves
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
@@ -174,14 +174,12 @@ def _unfinished(details: dict[str, dict[str, TopicQueueMappingDetail]]) -> set[s
 
 def _decided_leaders(details: dict[str, dict[str, TopicQueueMappingDetail]]) -> dict[str, dict[int, str]]:
     """Topic -> {logic id: leader} over what every broker leads (moves not decided yet left out)."""
-    out: dict[str, dict[int, str]] = {}
+    by_topic: dict[str, dict[str, TopicQueueMappingDetail]] = {}
     for bname, per_topic in details.items():
         for topic, d in per_topic.items():
-            leaders = out.setdefault(topic, {})
-            for gid in d.led_queues():
-                if d.hosted_queues[gid][-1].logic_offset_decided():
-                    leaders[gid] = bname
-    return out
+            by_topic.setdefault(topic, {})[bname] = d
+    return {topic: {q.logic_id: q.broker_name for q in leaders_of(ds) if q.logic_offset >= 0}
+            for topic, ds in by_topic.items()}
 
 
 def _led_counts(details: dict[str, dict[str, TopicQueueMappingDetail]]) -> Counter[str]:

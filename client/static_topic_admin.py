@@ -176,8 +176,8 @@ class MappingTransport(Protocol):
     def all_details(self, bname: str) -> dict[str, TopicQueueMappingDetail]:
         """GetAllTopicQueueMapping on ``bname``: its detail of every static topic."""
 
-    def queue_offsets(self, bname: str, topic: str, queue_id: int) -> dict[str, int]:
-        """Group -> consumer offset stored on physical queue ``queue_id`` of ``bname``."""
+    def topic_offsets(self, bname: str, topic: str) -> dict[int, dict[str, int]]:
+        """Physical queue id -> group -> consumer offset stored on ``bname`` for ``topic``."""
 
     def commit_offset(self, bname: str, topic: str, queue_id: int, group: str, offset: int) -> None:
         """UpdateConsumerOffset of physical queue ``queue_id`` on ``bname`` (addressing PHYSICAL)."""
@@ -256,9 +256,13 @@ class GrpcMappingTransport:
         return {q.queue_id: PhysicalQueueStats(q.min_offset, q.max_offset, q.last_update_timestamp) for q in r.queues}
 
 
-    def queue_offsets(self, bname: str, topic: str, queue_id: int) -> dict[str, int]:
+    def topic_offsets(self, bname: str, topic: str) -> dict[int, dict[str, int]]:
         _addr, r = self._call("read consumer offsets", bname, "GetAllConsumerOffsets", common_pb2.Empty())
-        return {o.group: o.offset for o in r.offsets if o.topic == topic and o.queue_id == queue_id}
+        out: dict[int, dict[str, int]] = {}
+        for o in r.offsets:
+            if o.topic == topic:
+                out.setdefault(o.queue_id, {})[o.group] = o.offset
+        return out
 
     def commit_offset(self, bname: str, topic: str, queue_id: int, group: str, offset: int) -> None:
         addr, r = self._call(f"commit {group}'s offset on {topic}/{queue_id}", bname, "UpdateConsumerOffset",
@@ -447,13 +451,18 @@ class StaticTopicAdmin:
         """Before a move reuses an expired link's physical queue (its broker then forgets the offsets stored
         there), every group with an offset on it and none on the link after it gets one at that link's start:
         the same position (the expired link holds nothing readable)."""
+        read: dict[str, dict[int, dict[str, int]]] = {}  # one read per broker for the whole plan
+
+        def offsets(item: LogicQueueMappingItem) -> dict[str, int]:
+            if item.bname not in read:
+                read[item.bname] = self.transport.topic_offsets(item.bname, plan.topic)
+            return read[item.bname].get(item.queue_id, {})
+
         for m in plan.moved:
             if m.replaced is None:
                 continue
             gone, successor = m.replaced
-            theirs = self.transport.queue_offsets(gone.bname, plan.topic, gone.queue_id)
-            ours = self.transport.queue_offsets(successor.bname, plan.topic, successor.queue_id)
-            for group in sorted(set(theirs) - set(ours)):
+            for group in sorted(set(offsets(gone)) - set(offsets(successor))):
                 self.transport.commit_offset(successor.bname, plan.topic, successor.queue_id, group,
                                              successor.start_offset)
 

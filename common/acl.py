@@ -15,6 +15,8 @@ are gRPC UNAUTHENTICATED (who you are: which check failed) or PERMISSION_DENIED 
 resource), never naming a secret.
 """
 
+import calendar
+import functools
 import hashlib
 import hmac
 import inspect
@@ -84,28 +86,26 @@ class Signer:
         return f"Signer(access_key={self.access_key!r})"
 
 
-def parse_credentials(raw: str, key: str = "innerClientAuthenticationCredentials") -> tuple[str, str]:
-    """``{"accessKey":..,"secretKey":..}`` -> (ak, sk); ValueError naming ``key`` otherwise."""
+def _parse_pair(raw: str, key: str, first: str, second: str) -> tuple[str, str]:
+    """``{first: .., second: ..}`` -> the two non-empty strings; ValueError naming ``key`` otherwise."""
     try:
         doc = json.loads(raw)
-        ak, sk = doc["accessKey"], doc["secretKey"]
+        a, b = doc[first], doc[second]
     except (ValueError, KeyError, TypeError):
-        raise ValueError(f'{key} must be JSON {{"accessKey":..,"secretKey":..}}') from None
-    if not isinstance(ak, str) or not isinstance(sk, str) or not ak or not sk:
-        raise ValueError(f"{key}: accessKey and secretKey must be non-empty strings")
-    return ak, sk
+        raise ValueError(f'{key} must be JSON {{"{first}":..,"{second}":..}}') from None
+    if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
+        raise ValueError(f"{key}: {first} and {second} must be non-empty strings")
+    return a, b
+
+
+def parse_credentials(raw: str, key: str = "innerClientAuthenticationCredentials") -> tuple[str, str]:
+    """``{"accessKey":..,"secretKey":..}`` -> (ak, sk)."""
+    return _parse_pair(raw, key, "accessKey", "secretKey")
 
 
 def parse_user(raw: str, key: str = "initAuthenticationUser") -> tuple[str, str]:
     """``{"username":..,"password":..}`` -> (username, password)."""
-    try:
-        doc = json.loads(raw)
-        user, password = doc["username"], doc["password"]
-    except (ValueError, KeyError, TypeError):
-        raise ValueError(f'{key} must be JSON {{"username":..,"password":..}}') from None
-    if not isinstance(user, str) or not isinstance(password, str) or not user or not password:
-        raise ValueError(f"{key}: username and password must be non-empty strings")
-    return user, password
+    return _parse_pair(raw, key, "username", "password")
 
 
 # -- verification ----------------------------------------------------------------------------------------------
@@ -161,9 +161,8 @@ def verify(metadata: Mapping[str, str], secret_of: Callable[[str], str | None], 
     return access_key
 
 
+@functools.lru_cache(maxsize=64)  # one date a second per signer: parsed once, not on every call
 def _utc_seconds(date_time: str) -> float:
-    import calendar
-
     return calendar.timegm(time.strptime(date_time, DATE_FORMAT))
 
 
@@ -558,10 +557,6 @@ _inner: Signer | None = None
 def set_inner_credentials(credentials: tuple[str, str] | None) -> None:
     global _inner
     _inner = signer_of(credentials)
-
-
-def inner_signer() -> Signer | None:
-    return _inner
 
 
 def inner_metadata() -> list[tuple[str, str]] | None:

@@ -70,10 +70,6 @@ def set_process_ca(path: str | None) -> None:
         _process_ca = read_ca(path) if path else None
 
 
-def process_ca() -> bytes | None:
-    return _process_ca
-
-
 def _credentials(ca: bytes | None) -> grpc.ChannelCredentials | None:
     ca = ca if ca is not None else _process_ca
     return grpc.ssl_channel_credentials(root_certificates=ca) if ca is not None else None

@@ -84,11 +84,12 @@ class ConsumerOffsetManager:
             self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
         self.persist()
 
-    def delete_queue(self, topic: str, queue_id: int) -> int:
-        """Forget every group's offset on one queue; returns how many there were."""
+    def delete_queues(self, topic: str, queue_ids: list[int]) -> int:
+        """Forget every group's offset on these queues of ``topic`` (one durable write); how many there were."""
+        wanted = set(queue_ids)
         with self._lock:
-            keys = [(group, t, queue_id) for (group, t), queues in self.offset_table.items()
-                    if t == topic and queue_id in queues]
+            keys = [(group, t, q) for (group, t), queues in self.offset_table.items() if t == topic
+                    for q in queues if q in wanted]
         self.delete_offsets(keys)
         return len(keys)
 

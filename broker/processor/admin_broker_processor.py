@@ -133,9 +133,9 @@ class AdminBrokerProcessor:
             self.mapping_manager.update(detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
-        for queue_id in reused:  # offsets of the expired link it held: never to be read as the new one's
-            forgotten = self.consumer_offset_manager.delete_queue(detail.topic, queue_id)
-            log.info("static_queue_reused topic=%s queue=%d offsets_forgotten=%d", detail.topic, queue_id, forgotten)
+        if reused:  # offsets of the expired links they held: never to be read as the new ones'
+            forgotten = self.consumer_offset_manager.delete_queues(detail.topic, reused)
+            log.info("static_queue_reused topic=%s queues=%s offsets_forgotten=%d", detail.topic, reused, forgotten)
         gained = sorted(set(detail.led_queues()) - set(old.led_queues() if old is not None else ()))
         if gained and old is not None:
             self.on_leadership_gained(detail.topic, gained)

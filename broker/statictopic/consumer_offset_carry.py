@@ -12,9 +12,8 @@ import logging
 
 from broker.out.peer_brokers import PeerBrokerError
 from broker.statictopic.static_topic_service import StaticTopicService
-from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
-from proto import broker_pb2, common_pb2
+from proto import common_pb2
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class ConsumerOffsetCarry:
             groups = self._offsets_on(gone.bname).get((topic, gone.queue_id), {})
             kept = self._offsets_on(successor.bname).setdefault((topic, successor.queue_id), {})
             for group in sorted(set(groups) - set(kept)):
-                self._commit(topic, successor, group)
+                self.static_topics.commit_physical(topic, successor, group, successor.start_offset)
                 kept[group] = successor.start_offset
                 log.info("static_offset_carried topic=%s group=%s from=%s/%d to=%s/%d offset=%d", topic, group,
                          gone.bname, gone.queue_id, successor.bname, successor.queue_id, successor.start_offset)
@@ -59,15 +58,3 @@ class ConsumerOffsetCarry:
             log.warning("static_offset_carry_failed topic=%s from=%s reason=%s", topic, gone.bname, exc)
             return False
         return True
-
-    def _commit(self, topic: str, item: LogicQueueMappingItem, group: str) -> None:
-        if item.bname == self.static_topics.broker_name:
-            self.static_topics.consumer_offset_manager.commit_offset(group, topic, item.queue_id, item.start_offset)
-            return
-        response = self.static_topics.peer_brokers.call(item.bname, "UpdateConsumerOffset",
-                                                        broker_pb2.UpdateConsumerOffsetRequest(
-                                                            consumer_group=group, topic=topic, queue_id=item.queue_id,
-                                                            commit_offset=item.start_offset,
-                                                            addressing=broker_pb2.PHYSICAL))
-        if response.code != ResponseCode.SUCCESS:
-            raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")

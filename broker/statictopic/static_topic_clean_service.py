@@ -37,6 +37,7 @@ class StaticTopicCleanService(PeriodicService):
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.offsets = ConsumerOffsetCarry(static_topics)
         self.is_master = is_master  # a slave copies its master's mappings and offsets: it trims nothing itself
+        self._leads: dict[tuple[str, str], bool] = {}  # (broker, topic) -> leads a logic queue of it (this pass)
 
     def run_once(self) -> int:
         """One pass over every mapping; returns how many items and chains were dropped."""
@@ -44,6 +45,7 @@ class StaticTopicCleanService(PeriodicService):
         if not self.is_master():
             return 0
         self.offsets.reset()
+        self._leads.clear()
         for topic in list(self.mapping_manager.mapping_table):
             detail = self.mapping_manager.get(topic)
             if detail is None:
@@ -95,11 +97,17 @@ class StaticTopicCleanService(PeriodicService):
                 # broker, below, its offsets carried then)
             if item.bname == detail.bname:
                 return False
-            response = self.static_topics.peer_brokers.call(item.bname, "GetTopicQueueMapping",
-                                                            broker_pb2.TopicRequest(topic=detail.topic))
+            return not self._leads_some(item.bname, detail.topic)
         except PeerBrokerError as exc:
             log.warning("static_clean_skipped topic=%s broker=%s reason=%s", detail.topic, item.bname, exc)
             return False
-        if response.code != ResponseCode.SUCCESS:
-            return False
-        return not (response.HasField("detail") and detail_from_proto(response.detail).led_queues())
+
+    def _leads_some(self, bname: str, topic: str) -> bool:
+        """Whether ``bname`` leads a logic queue of ``topic`` (asked once a pass; an unclear answer: yes)."""
+        key = (bname, topic)
+        if key not in self._leads:
+            response = self.static_topics.peer_brokers.call(bname, "GetTopicQueueMapping",
+                                                            broker_pb2.TopicRequest(topic=topic))
+            self._leads[key] = response.code != ResponseCode.SUCCESS or (
+                response.HasField("detail") and bool(detail_from_proto(response.detail).led_queues()))
+        return self._leads[key]

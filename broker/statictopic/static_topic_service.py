@@ -174,12 +174,15 @@ class StaticTopicService:
     def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
         """Stored, in physical terms, on the broker of the item the offset falls in."""
         item = ctx.item_for(logic) or ctx.decided[0]
-        physical = max(item.physical_of(logic), item.start_offset)
+        self.commit_physical(ctx.topic, item, group, max(item.physical_of(logic), item.start_offset))
+
+    def commit_physical(self, topic: str, item: LogicQueueMappingItem, group: str, physical: int) -> None:
+        """Store ``group``'s offset ``physical`` on ``item``'s physical queue, here or on its broker."""
         if self.is_local(item):
-            self.consumer_offset_manager.commit_offset(group, ctx.topic, item.queue_id, physical)
+            self.consumer_offset_manager.commit_offset(group, topic, item.queue_id, physical)
             return
         response = self.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=ctx.topic, queue_id=item.queue_id, commit_offset=physical, addressing=PHYSICAL))
+            consumer_group=group, topic=topic, queue_id=item.queue_id, commit_offset=physical, addressing=PHYSICAL))
         if response.code != ResponseCode.SUCCESS:
             raise PeerBrokerError(f"commit on broker {item.bname}: {response.remark}")
 
@@ -196,6 +199,6 @@ class StaticTopicService:
                                                         consumer_group=group, topic=ctx.topic, queue_id=item.queue_id,
                                                         addressing=PHYSICAL))
                 physical = response.offset if response.code == ResponseCode.SUCCESS else -1
-            if physical >= item.start_offset and physical >= 0:
+            if physical >= item.start_offset:  # (-1: none here)
                 return item.logic_strictly(physical)
         return -1

@@ -305,7 +305,7 @@ DELETE_CHILD = textwrap.dedent("""
     from tests.metadata.helpers import open_managers
 
     m = open_managers(StoreType(sys.argv[1]), Path(sys.argv[2]))
-    assert m.offsets.delete_queue("Reused", 0) == 2
+    assert m.offsets.delete_queues("Reused", [0]) == 2
     os.kill(os.getpid(), signal.SIGKILL)  # no flush, no close
 """)
 

@@ -57,6 +57,13 @@ class FakeStaticTopics:
     def __init__(self, mins: dict[tuple[str, int], int], peers: FakePeers, local: FakeOffsets) -> None:
         self.mins, self.peer_brokers, self.consumer_offset_manager = mins, peers, local
 
+    def commit_physical(self, topic: str, item: LogicQueueMappingItem, group: str, physical: int) -> None:
+        if item.bname == self.broker_name:
+            self.consumer_offset_manager.commit_offset(group, topic, item.queue_id, physical)
+        else:
+            self.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
+                consumer_group=group, topic=topic, queue_id=item.queue_id, commit_offset=physical))
+
     def physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:
         assert method == "GetMinOffset"
         if item.bname in self.peer_brokers.down:
