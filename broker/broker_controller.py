@@ -414,7 +414,9 @@ class BrokerController:
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
             pop=pop_service, send_back=send_back, refusal=self._pop_refusal,
-            replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()))
+            replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()),
+            never_waits=c.flush_disk_type is not FlushDiskType.SYNC_FLUSH and not c.enable_controller_mode
+            and (self.ha is None or not self.ha.waits_for_slaves()))
         return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics)
 
     def _forget_pop_queues(self, topic: str, logic_ids: list[int]) -> None:
@@ -427,7 +429,7 @@ class BrokerController:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a
         SYNC_MASTER); a Refusal when they do not in time."""
         ha = self.ha
-        if ha is None:
+        if ha is None or not (ha.waits_for_slaves() or ha.epochs is not None):  # an ASYNC_MASTER: never waits
             return
         end = self.local_store.commit_log.max_offset()
         code = asyncio.run_coroutine_threadsafe(ha.wait_replicated(end, ha.slave_timeout_s), loop).result()

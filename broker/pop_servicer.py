@@ -1,9 +1,10 @@
 """The broker's POP face (proto/pop.proto): decode, call the processor, encode. A pop that finds nothing waits
 (long polling) for a message to arrive on its queues or an in-flight one to come due, then tries once more.
 
-Every POP call runs off the event loop: POP's one lock may be held by a call that waits on another broker (a
-static topic's older item), an fsync (SYNC_FLUSH) or a dead letter's replication, and the loop must never wait
-for it."""
+A POP call may wait on another broker (a static topic's older item), an fsync (SYNC_FLUSH) or a dead letter's
+replication (a SYNC_MASTER), and the loop must never wait for those: such calls run on POP's worker thread. The
+others (``PopMessageProcessor.runs_inline``: the common case) run on the loop when POP's lock is free, sparing the
+two thread hand-offs that cost more than the pop itself; when the worker holds the lock they queue behind it."""
 
 import asyncio
 import time
@@ -15,11 +16,13 @@ from broker.broker_metrics import BrokerMetrics
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
 from broker.processor.pop_message_processor import PopMessageProcessor
+from common.encoded_fields import bytes_field_pieces
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
-from common.stream_answers import answer_frames
+from common.stream_answers import Encoded, answer_frames
 from proto import pop_pb2, pop_pb2_grpc
 
+RECORDS_FIELD = pop_pb2.PopMessageResponse.DESCRIPTOR.fields_by_name["records"].number
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -35,11 +38,18 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         # One worker: POP's calls take one lock anyway, and one thread hands it on without waking others.
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pop")
 
-    def _off_loop(self, call: Callable[[T], R], request: T) -> "asyncio.Future[R]":
-        return asyncio.get_running_loop().run_in_executor(self._worker, call, request)
+    async def _run(self, call: Callable[[T], R], request: T, topic: str) -> R:
+        if self.processor.runs_inline(topic):
+            with self.processor.service.held_if_free() as free:
+                if free:
+                    return call(request)
+        return await asyncio.get_running_loop().run_in_executor(self._worker, call, request)
 
     async def PopMessage(self, request, context):
-        return await self._pop(request)
+        response, tail = await self._pop(request)
+        if tail:
+            response.records = b"".join(tail[1:])  # (tail[0]: the field's header)
+        return response
 
     async def PopMessageStream(self, request_iterator, context):
         async for frame in answer_frames(request_iterator, self._pop, pop_pb2.PopMessageResponse, in_order=False,
@@ -51,18 +61,19 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
                                          in_order=False, rpc="AckMessageStream"):
             yield frame
 
-    async def _pop(self, request: pop_pb2.PopMessageRequest) -> pop_pb2.PopMessageResponse:
+    async def _pop(self, request: pop_pb2.PopMessageRequest) -> tuple[pop_pb2.PopMessageResponse, Encoded]:
+        """The answer, its records as an encoded field beside it (copied once, into the answer frame)."""
         deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
         while True:
             started = time.perf_counter()
-            outcome: PopOutcome = await self._off_loop(self.processor.pop, request)
+            outcome: PopOutcome = await self._run(self.processor.pop, request, request.topic)
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0:
-                response = _response(outcome)
+                answer = _answer(outcome)
                 if self.metrics is not None:  # long-polling waits are not handling time
                     self.metrics.popped(request.topic, request.group, len(outcome.popped),
-                                        len(response.records), time.perf_counter() - started)
-                return response
+                                        sum(len(p.record) for p in outcome.popped), time.perf_counter() - started)
+                return answer
             if outcome.next_expiry_ms is not None:  # an in-flight message comes due before then: try again
                 left = min(left, max(0.0, outcome.next_expiry_ms / 1000 - time.time()) + 0.001)
             await self.hold_service.wait_for_any(request.topic, outcome.scan_offsets, left)
@@ -71,19 +82,21 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         return await self._ack(request)
 
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
-        return await self._off_loop(self.processor.ack, request)
+        return await self._run(self.processor.ack, request, request.topic)
 
     async def ChangeInvisibleTime(self, request, context):
-        return await self._off_loop(self.processor.change_invisible_time, request)
+        return await self._run(self.processor.change_invisible_time, request, request.topic)
 
     async def ForwardToDeadLetterQueue(self, request, context):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)
 
 
-def _response(outcome: PopOutcome) -> pop_pb2.PopMessageResponse:
+def _answer(outcome: PopOutcome) -> tuple[pop_pb2.PopMessageResponse, Encoded]:
     if not outcome.popped:
-        return pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND, remark="no message to hand out now")
-    return pop_pb2.PopMessageResponse(
-        code=ResponseCode.SUCCESS, records=b"".join(p.record for p in outcome.popped),
-        popped=[pop_pb2.PoppedMessage(receipt_handle=p.handle.encode(), reconsume_times=p.handle.reconsume_times,
-                                      invisible_until_ms=p.handle.invisible_until_ms) for p in outcome.popped])
+        return pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND, remark="no message to hand out now"), ()
+    response = pop_pb2.PopMessageResponse(code=ResponseCode.SUCCESS)
+    add = response.popped.add  # built in place: a PoppedMessage made apart would be copied in
+    for p in outcome.popped:
+        add(receipt_handle=p.handle.encode(), reconsume_times=p.handle.reconsume_times,
+            invisible_until_ms=p.handle.invisible_until_ms)
+    return response, bytes_field_pieces(RECORDS_FIELD, [p.record for p in outcome.popped])

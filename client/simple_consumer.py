@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from client.ack_batcher import AckBatcher, refusal_of
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
@@ -23,7 +24,7 @@ from client.pulled_messages import PulledMessages
 from client.rpc_stream import RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import MessageExt
-from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle, broker_name_of
 from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
@@ -41,6 +42,8 @@ class SimpleConsumer:
         self.tags = tags
         self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self._turn = itertools.count()
+        self._lock = threading.Lock()
+        self._ack_batchers: dict[str, AckBatcher] = {}
 
     def __enter__(self) -> "SimpleConsumer":
         return self
@@ -87,10 +90,11 @@ class SimpleConsumer:
 
     def ack_async(self, messages: MessageExt | Iterable[MessageExt]) -> "Future[None]":
         """Like :meth:`ack` but returns at once: a receiver need not wait for its acks before it receives again.
-        The future fails as :meth:`ack` raises."""
+        The future fails as :meth:`ack` raises. Acks of many threads to one broker go together
+        (``client/ack_batcher.py``)."""
         by_broker: dict[str, list[str]] = {}
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
-            by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
+            by_broker.setdefault(_broker_of(msg), []).append(msg.receipt_handle)
         done: Future[None] = Future()
         if not by_broker:
             done.set_result(None)
@@ -99,15 +103,14 @@ class SimpleConsumer:
         failures: list[MQClientError] = []
         lock = threading.Lock()
 
-        def settle(addr: str, answer: "Future[Any]") -> None:
+        def settle(broker_name: str, handles: list[str], answer: "Future[Any]") -> None:
             try:
                 response = answer.result()
-                if response.code != ResponseCode.SUCCESS:
-                    raise business_error(f"ack of {self.topic} messages", addr, response.code, response.remark)
+                refused = refusal_of(handles, response)
+                if refused is not None:
+                    raise business_error(f"ack of {self.topic} messages", broker_name, *refused)
             except grpc.RpcError as exc:
-                self.client.invalidate_route(self.topic)
-                self.client.report_failure(addr, exc.code())
-                failures.append(rpc_error("ack", addr, exc))
+                failures.append(rpc_error("ack", broker_name, exc))
             except MQClientError as exc:
                 failures.append(exc)
             with lock:
@@ -120,17 +123,30 @@ class SimpleConsumer:
                     done.set_result(None)
 
         for broker_name, handles in by_broker.items():
-            request = pop_pb2.AckMessageRequest(group=self.group, topic=self.topic, receipt_handles=handles)
-            try:
-                addr = self.client.master_addr(self.topic, broker_name)
-            except MQClientError as exc:
-                failed: Future[Any] = Future()
-                failed.set_exception(exc)
-                settle(broker_name, failed)
-                continue
-            answer = self.client.ack_stream(addr).call(request, self.client.rpc_timeout_s)
-            answer.add_done_callback(functools.partial(settle, addr))
+            self._ack_batcher(broker_name).ack(handles, functools.partial(settle, broker_name))
         return done
+
+    def _ack_batcher(self, broker_name: str) -> AckBatcher:
+        batcher = self._ack_batchers.get(broker_name)
+        if batcher is None:
+            with self._lock:
+                batcher = self._ack_batchers.setdefault(broker_name, AckBatcher(
+                    self.group, self.topic, functools.partial(self._send_acks, broker_name)))
+        return batcher
+
+    def _send_acks(self, broker_name: str, request: pop_pb2.AckMessageRequest) -> "Future[Any]":
+        """One ack request to the broker's master; a failed call marks the route and the broker as it should."""
+        addr = self.client.master_addr(self.topic, broker_name)
+        answer = self.client.ack_stream(addr).call(request, self.client.rpc_timeout_s)
+
+        def failed(done: "Future[Any]") -> None:
+            exc = done.exception()
+            if isinstance(exc, grpc.RpcError):
+                self.client.invalidate_route(self.topic)
+                self.client.report_failure(addr, exc.code())
+
+        answer.add_done_callback(failed)
+        return answer
 
     def change_invisible(self, msg: MessageExt, invisible_ms: int) -> None:
         """Keep ``msg`` invisible for ``invisible_ms`` from now; its ``receipt_handle`` becomes the new one."""
@@ -179,6 +195,13 @@ class SimpleConsumer:
             raise rpc_error(what, addr, exc) from None
         self.client.report_answer(addr)
         return addr, response
+
+
+def _broker_of(msg: MessageExt) -> str:
+    try:
+        return broker_name_of(msg.receipt_handle)
+    except InvalidReceiptHandle as exc:
+        raise MQClientError(f"message {msg.msg_id} was not received by a simple consumer: {exc}") from None
 
 
 def _handle(msg: MessageExt) -> ReceiptHandle:

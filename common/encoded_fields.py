@@ -26,6 +26,11 @@ def bytes_field(field_number: int, value: bytes) -> tuple[bytes, bytes]:
     return varint(field_number << 3 | WIRE_TYPE_LEN) + varint(len(value)), value
 
 
+def bytes_field_pieces(field_number: int, pieces: Sequence[bytes]) -> tuple[bytes, ...]:
+    """Field ``field_number`` holding ``pieces`` back to back (records read one by one): never joined here."""
+    return (varint(field_number << 3 | WIRE_TYPE_LEN) + varint(sum(map(len, pieces))), *pieces)
+
+
 def repeated_message_field(field_number: int, items: Sequence[Sequence[bytes]]) -> bytes:
     """A repeated message field whose items are each given as encoded pieces, e.g. a frame of requests."""
     tag = varint(field_number << 3 | WIRE_TYPE_LEN)

@@ -74,7 +74,7 @@ class HAService:
         self._loop_thread = threading.get_ident()
         self._seq = itertools.count()
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
-        commit_log.replication_gated = self._waits_for_slaves() or epochs is not None
+        commit_log.replication_gated = self.waits_for_slaves() or epochs is not None
         commit_log.add_append_listener(self._on_append)
         commit_log.add_confirm_listener(self._on_append)  # slaves learn a new confirm offset at once
 
@@ -98,7 +98,7 @@ class HAService:
         ASYNC_MASTER)."""
         if not self.lease_valid():
             return ResponseCode.SERVICE_NOT_AVAILABLE
-        if not self._waits_for_slaves() or self.replicated_offset() >= offset:
+        if not self.waits_for_slaves() or self.replicated_offset() >= offset:
             return ResponseCode.SUCCESS
         if self.epochs is None and len(self._acks) < max(1, self.in_sync_replicas - 1):
             return ResponseCode.SLAVE_NOT_AVAILABLE
@@ -121,7 +121,8 @@ class HAService:
     def slave_acks(self) -> dict[int, int]:
         return dict(self._acks)
 
-    def _waits_for_slaves(self) -> bool:
+    def waits_for_slaves(self) -> bool:
+        """Whether a write is answered only once slaves have it (a SYNC_MASTER; controller mode: an in-sync set)."""
         if self.epochs is None:
             return self.role is BrokerRole.SYNC_MASTER and self.in_sync_replicas != 1
         return bool(self.sync_state_set.counted())

@@ -3,7 +3,11 @@ not yet acked (in flight), and, in a FIFO group, the messages read but held back
 their message group is in flight.
 
 Every offset below ``scan_offset`` that is neither in flight nor held is done (acked, dead-lettered or filtered
-out), so the group's progress is the lowest offset still owed: :meth:`QueuePopState.consumed_offset`."""
+out), so the group's progress is the lowest offset still owed: :meth:`QueuePopState.consumed_offset`.
+
+In-flight messages come in deliveries: what one pop handed out of one queue shares a delivery number and an
+invisible time (a change of invisible time gives the message a delivery of its own). A delivery is the unit POP
+writes (one record, not one per message) and checks for expiry (one look per delivery, not per message)."""
 
 from dataclasses import dataclass, field
 
@@ -23,6 +27,29 @@ class QueuePopState:
     scan_offset: int
     in_flight: dict[int, InFlight] = field(default_factory=dict)
     held: dict[int, str] = field(default_factory=dict)  # FIFO: offset -> message group
+    deliveries: dict[int, set[int]] = field(default_factory=dict)  # delivery -> its offsets still in flight
+
+    def put_in_flight(self, offset: int, entry: InFlight) -> None:
+        if offset in self.in_flight:
+            self.remove_in_flight(offset)
+        members = self.deliveries.setdefault(entry.delivery, set())
+        if members:
+            first = self.in_flight[next(iter(members))]
+            assert first.invisible_until_ms == entry.invisible_until_ms, "one delivery, one invisible time"
+        members.add(offset)
+        self.in_flight[offset] = entry
+
+    def remove_in_flight(self, offset: int) -> InFlight:
+        entry = self.in_flight.pop(offset)
+        members = self.deliveries[entry.delivery]
+        members.discard(offset)
+        if not members:
+            del self.deliveries[entry.delivery]
+        return entry
+
+    def delivery_entries(self, delivery: int) -> dict[int, InFlight]:
+        """A delivery's messages still in flight (empty once all are settled)."""
+        return {o: self.in_flight[o] for o in self.deliveries.get(delivery, ())}
 
     def consumed_offset(self) -> int:
         """Every message below it is done: what the group commits (its lag, a failover's restart point)."""
@@ -35,7 +62,13 @@ class QueuePopState:
 
     def expired(self, now_ms: int) -> list[int]:
         """Offsets in flight whose invisible time has passed, lowest first: due to be handed out again."""
-        return sorted(o for o, f in self.in_flight.items() if f.invisible_until_ms <= now_ms)
+        due: list[int] = []
+        for members in self.deliveries.values():
+            if self.in_flight[next(iter(members))].invisible_until_ms <= now_ms:
+                due += members
+        due.sort()
+        return due
 
     def next_expiry_ms(self) -> int | None:
-        return min((f.invisible_until_ms for f in self.in_flight.values()), default=None)
+        return min((self.in_flight[next(iter(m))].invisible_until_ms for m in self.deliveries.values()),
+                   default=None)

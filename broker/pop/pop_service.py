@@ -10,11 +10,12 @@ message in flight gets no other: its next message is held back until that one is
 The message is dead-lettered (written to %DLQ%<group>) before its in-flight entry is deleted: a crash between
 the two writes it to the dead letters twice, never loses it."""
 
+import contextlib
 import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,7 +72,7 @@ class Popped:
 class PopOutcome:
     popped: list[Popped]
     scan_offsets: dict[int, int]  # queue id -> where fresh messages start (long polling waits past it)
-    next_expiry_ms: int | None  # the soonest an in-flight message of these queues is due again
+    next_expiry_ms: int | None  # nothing popped: the soonest an in-flight message of these queues is due again
 
 
 class HandleRefused(Exception):
@@ -86,12 +87,22 @@ class PopService:
         self.dead_letter = dead_letter
         self.on_progress = on_progress
         self.clock_ms = clock_ms
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a caller may hold it around a call (``held_if_free``)
         self._states = db.load()
-        self._last_delivery = max((f.delivery for s in self._states.values() for f in s.in_flight.values()),
-                                  default=0)
+        self._last_delivery = max((d for s in self._states.values() for d in s.deliveries), default=0)
         log.info("pop_state_loaded queues=%d in_flight=%d", len(self._states),
                  sum(len(s.in_flight) for s in self._states.values()))
+
+    @contextlib.contextmanager
+    def held_if_free(self) -> Iterator[bool]:
+        """POP's lock if no other call holds it now (True: the caller may run a call at once, on its own thread);
+        False without waiting."""
+        held = self._lock.acquire(blocking=False)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
 
     # -- pop -------------------------------------------------------------------------------------------------
     def pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
@@ -118,6 +129,8 @@ class PopService:
                 self._pop_queue(query, key, state, now, popped, change)
             scan_offsets[queue_id] = state.scan_offset
         self._write(change)
+        if popped:  # the soonest expiry matters only to a pop that waits (found nothing)
+            return PopOutcome(popped, scan_offsets, None)
         expiries = [e for q in query.queue_ids
                     if (e := self._states[(query.group, query.topic, q)].next_expiry_ms()) is not None]
         return PopOutcome(popped, scan_offsets, min(expiries, default=None))
@@ -125,6 +138,7 @@ class PopService:
     def _pop_queue(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, popped: list[Popped],
                    change: PopWrite) -> None:
         busy = state.busy_groups(now) if query.fifo else set()
+        delivery = self._next_delivery()  # what this pop hands out of this queue: one delivery
         for offset in state.expired(now):
             if len(popped) >= query.max_nums:
                 return
@@ -140,11 +154,10 @@ class PopService:
                          entry.reconsume_times)
                 record = GONE
             if record is GONE:  # dead-lettered, or its commitlog segment expired: nothing is owed any more
-                del state.in_flight[offset]
-                change.done_in_flight.add((key, offset))
+                _settle(state, key, offset, change)
                 continue
             self._hand_out(query, key, state, offset, record, entry.reconsume_times + 1, entry.message_group, now,
-                           popped, change)
+                           delivery, popped, change)
             if query.fifo:
                 busy.add(entry.message_group)
         for offset in sorted(state.held):
@@ -159,12 +172,12 @@ class PopService:
             del state.held[offset]
             change.done_held.add((key, offset))
             if record is not GONE:
-                self._hand_out(query, key, state, offset, record, 0, group, now, popped, change)
+                self._hand_out(query, key, state, offset, record, 0, group, now, delivery, popped, change)
                 busy.add(group)
-        self._pop_fresh(query, key, state, now, busy, popped, change)
+        self._pop_fresh(query, key, state, now, delivery, busy, popped, change)
 
-    def _pop_fresh(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, busy: set[str],
-                   popped: list[Popped], change: PopWrite) -> None:
+    def _pop_fresh(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, delivery: int,
+                   busy: set[str], popped: list[Popped], change: PopWrite) -> None:
         start = state.scan_offset
         while len(popped) < query.max_nums and len(state.held) < MAX_HELD:
             want = query.max_nums - len(popped)
@@ -186,7 +199,7 @@ class PopService:
                     state.held[offset] = group
                     change.held[(key, offset)] = group
                     continue
-                self._hand_out(query, key, state, offset, record, 0, group, now, popped, change)
+                self._hand_out(query, key, state, offset, record, 0, group, now, delivery, popped, change)
                 if query.fifo:
                     busy.add(group)
                 if len(popped) >= query.max_nums:
@@ -197,11 +210,10 @@ class PopService:
             change.scan[key] = state.scan_offset
 
     def _hand_out(self, query: PopQuery, key: PopKey, state: QueuePopState, offset: int, record: bytes,
-                  reconsume_times: int, message_group: str, now: int, popped: list[Popped],
+                  reconsume_times: int, message_group: str, now: int, delivery: int, popped: list[Popped],
                   change: PopWrite) -> None:
-        entry = InFlight(now + query.invisible_ms, reconsume_times, self._next_delivery(), message_group)
-        state.in_flight[offset] = entry
-        change.in_flight[(key, offset)] = entry
+        entry = InFlight(now + query.invisible_ms, reconsume_times, delivery, message_group)
+        _put(state, key, offset, entry, change)
         if reconsume_times:
             patched = bytearray(record)
             RECONSUME.pack_into(patched, OFFSET_RECONSUME_TIMES, reconsume_times)
@@ -219,8 +231,7 @@ class PopService:
                 key = (group, topic, handle.queue_id)
                 why = self._refusal(key, handle, now)
                 if why is None:
-                    del self._states[key].in_flight[handle.queue_offset]
-                    change.done_in_flight.add((key, handle.queue_offset))
+                    _settle(self._states[key], key, handle.queue_offset, change)
                 answers.append(why)
             self._write(change)
             return answers
@@ -232,10 +243,12 @@ class PopService:
             why = self._refusal(key, handle, now)
             if why is not None:
                 raise HandleRefused(why)
-            old = self._states[key].in_flight[handle.queue_offset]
+            state = self._states[key]
+            old = state.in_flight[handle.queue_offset]
             entry = InFlight(now + invisible_ms, old.reconsume_times, self._next_delivery(), old.message_group)
-            self._states[key].in_flight[handle.queue_offset] = entry
-            self._write(PopWrite(in_flight={(key, handle.queue_offset): entry}))
+            change = PopWrite()
+            _put(state, key, handle.queue_offset, entry, change)  # a delivery of its own, with its own time
+            self._write(change)
             return self._handle(key, handle.queue_offset, entry)
 
     def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle, reader: QueueReader) -> None:
@@ -251,8 +264,9 @@ class PopService:
                 raise HandleRefused(f"the message at offset {handle.queue_offset} cannot be read now: try again")
             if record is not GONE:
                 self.dead_letter(group, topic, record, entry.reconsume_times)
-            del self._states[key].in_flight[handle.queue_offset]
-            self._write(PopWrite(done_in_flight={(key, handle.queue_offset)}))
+            change = PopWrite()
+            _settle(self._states[key], key, handle.queue_offset, change)
+            self._write(change)
 
     def forget(self, why: str) -> None:
         """This broker follows another master now: what it kept in flight is that master's business (POP state is
@@ -273,7 +287,7 @@ class PopService:
             change = PopWrite()
             for key in keys:
                 state = self._states.pop(key)
-                change.done_in_flight |= {(key, o) for o in state.in_flight}
+                change.deliveries.update({(key, d): {} for d in state.deliveries})
                 change.done_held |= {(key, o) for o in state.held}
                 change.done_scan.add(key)
             self.db.write(change)
@@ -290,7 +304,7 @@ class PopService:
                 old = self._states.get(key)
                 if old is None:  # never popped here: a first pop starts at the committed offset anyway
                     continue
-                change.done_in_flight |= {(key, o) for o in old.in_flight}
+                change.deliveries.update({(key, d): {} for d in old.deliveries})
                 change.done_held |= {(key, o) for o in old.held}
                 change.scan[key] = offset
                 self._states[key] = QueuePopState(offset)
@@ -317,12 +331,15 @@ class PopService:
     def _write(self, change: PopWrite) -> None:
         if not change:
             return
+        for key, delivery in change.deliveries:  # touched deliveries: what of them is still in flight
+            state = self._states.get(key)
+            change.deliveries[(key, delivery)] = state.delivery_entries(delivery) if state is not None else {}
         try:
             self.db.write(change)
         except Exception:
             self._states = self.db.load()  # memory ran ahead of what was written: back to what is durable
             raise
-        touched = {k for k, _ in (*change.in_flight, *change.held, *change.done_in_flight, *change.done_held)}
+        touched = {k for k, _ in (*change.deliveries, *change.held, *change.done_held)}
         for group, topic, queue_id in touched | set(change.scan):
             self.on_progress(group, topic, queue_id, self._states[(group, topic, queue_id)].consumed_offset())
 
@@ -330,6 +347,7 @@ class PopService:
         # Microseconds of the wall clock, and always rising: a handle from before a restart never matches.
         self._last_delivery = max(self._last_delivery + 1, time.time_ns() // 1000)
         return self._last_delivery
+
 
     def _handle(self, key: PopKey, offset: int, entry: InFlight) -> ReceiptHandle:
         return ReceiptHandle(self.broker_name, key[2], offset, entry.delivery, entry.invisible_until_ms,
@@ -342,6 +360,20 @@ class PopService:
     def close(self) -> None:
         with self._lock:
             self.db.close()
+
+
+def _put(state: QueuePopState, key: PopKey, offset: int, entry: InFlight, change: PopWrite) -> None:
+    """``offset`` in flight as ``entry``: its delivery (and the one it leaves, if any) to be written."""
+    old = state.in_flight.get(offset)
+    if old is not None:
+        change.deliveries[(key, old.delivery)] = {}
+    state.put_in_flight(offset, entry)
+    change.deliveries[(key, entry.delivery)] = {}
+
+
+def _settle(state: QueuePopState, key: PopKey, offset: int, change: PopWrite) -> None:
+    """``offset`` is done (acked, dead-lettered, gone): its delivery to be written without it."""
+    change.deliveries[(key, state.remove_in_flight(offset).delivery)] = {}
 
 
 def _read_one(reader: QueueReader, topic: str, queue_id: int, offset: int) -> bytes | None:

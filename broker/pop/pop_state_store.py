@@ -4,9 +4,15 @@ crash (SIGKILL included) loses no acked message's ack and no handed-out message,
 ahead of the in-flight entries it covers (they are written together). Under SYNC_FLUSH each batch is synced.
 
 Keys (group and topic names cannot hold NUL):
-    ``S`` group NUL topic NUL queue id (>i)              -> scan offset (>q)
-    ``I`` group NUL topic NUL queue id (>i) offset (>q)  -> until ms, reconsume times, delivery (>qiq), message group
-    ``H`` group NUL topic NUL queue id (>i) offset (>q)  -> message group (FIFO: read, held back)
+    ``S`` group NUL topic NUL queue id (>i)                -> scan offset (>q)
+    ``D`` group NUL topic NUL queue id (>i) delivery (>q)  -> the delivery's messages still in flight, each
+                                                              offset, until ms, reconsume times, group length
+                                                              (>qqiH) and message group
+    ``H`` group NUL topic NUL queue id (>i) offset (>q)    -> message group (FIFO: read, held back)
+
+A delivery (what one pop handed out of one queue) is one record: rewritten when some of its messages are acked,
+deleted when the last one is. Stores written before deliveries were kept whole (``I``: one record a message) are
+rewritten so on load.
 """
 
 import functools
@@ -21,8 +27,9 @@ from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 
 QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
-IN_FLIGHT = struct.Struct(">qiq")
-SCAN, IN_FLIGHT_TAG, HELD = b"S", b"I", b"H"
+IN_FLIGHT = struct.Struct(">qiq")  # the older one-record-a-message form
+ENTRY = struct.Struct(">qqiH")
+SCAN, DELIVERY, HELD, IN_FLIGHT_TAG = b"S", b"D", b"H", b"I"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -41,15 +48,14 @@ class PopWrite:
     """One atomic change: what to put and what to delete."""
 
     scan: dict[PopKey, int] = field(default_factory=dict)
-    in_flight: dict[tuple[PopKey, int], InFlight] = field(default_factory=dict)
+    # (queue, delivery) -> the delivery's messages in flight now (offset -> entry); empty: all settled, delete it
+    deliveries: dict[tuple[PopKey, int], dict[int, InFlight]] = field(default_factory=dict)
     held: dict[tuple[PopKey, int], str] = field(default_factory=dict)
-    done_in_flight: set[tuple[PopKey, int]] = field(default_factory=set)
     done_held: set[tuple[PopKey, int]] = field(default_factory=set)
     done_scan: set[PopKey] = field(default_factory=set)  # queues forgotten whole
 
     def __bool__(self) -> bool:
-        return bool(self.scan or self.in_flight or self.held or self.done_in_flight or self.done_held
-                    or self.done_scan)
+        return bool(self.scan or self.deliveries or self.held or self.done_held or self.done_scan)
 
 
 class PopStateStore:
@@ -60,36 +66,61 @@ class PopStateStore:
 
     def load(self) -> dict[PopKey, QueuePopState]:
         states: dict[PopKey, QueuePopState] = {}
+        older_keys: list[bytes] = []
+        older: dict[tuple[PopKey, int], dict[int, InFlight]] = {}
         for raw, value in raw_items(self.db):
             key, rest = _split(raw[1:])
             tag = raw[:1]
             if tag == SCAN:
                 state = states.setdefault(key, QueuePopState(0))
                 state.scan_offset = OFFSET.unpack(value)[0]
-            elif tag == IN_FLIGHT_TAG:
-                until, times, delivery = IN_FLIGHT.unpack_from(value)
-                states.setdefault(key, QueuePopState(0)).in_flight[OFFSET.unpack(rest)[0]] = InFlight(
-                    until, times, delivery, value[IN_FLIGHT.size:].decode())
+            elif tag == DELIVERY:
+                state = states.setdefault(key, QueuePopState(0))
+                for offset, entry in _entries(value, OFFSET.unpack(rest)[0]):
+                    state.put_in_flight(offset, entry)
             elif tag == HELD:
                 states.setdefault(key, QueuePopState(0)).held[OFFSET.unpack(rest)[0]] = value.decode()
+            elif tag == IN_FLIGHT_TAG:  # an older store's message: rewritten as a delivery of its own
+                until, times, delivery = IN_FLIGHT.unpack_from(value)
+                offset = OFFSET.unpack(rest)[0]
+                entry = InFlight(until, times, delivery, value[IN_FLIGHT.size:].decode())
+                states.setdefault(key, QueuePopState(0)).put_in_flight(offset, entry)
+                older.setdefault((key, delivery), {})[offset] = entry
+                older_keys.append(raw)
+        if older_keys:  # one atomic rewrite: a crash in it leaves the older records, read so again
+            batch = WriteBatch(raw_mode=True)
+            for raw in older_keys:
+                batch.delete(raw)
+            self._put_deliveries(batch, older)
+            self.db.write(batch, self._options)
         return states
 
     def write(self, change: PopWrite) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, offset in change.scan.items():
             batch.put(SCAN + _queue_key(key), OFFSET.pack(offset))
-        for (key, offset), f in change.in_flight.items():
-            batch.put(IN_FLIGHT_TAG + _queue_key(key) + OFFSET.pack(offset),
-                      IN_FLIGHT.pack(f.invisible_until_ms, f.reconsume_times, f.delivery) + f.message_group.encode())
+        self._put_deliveries(batch, change.deliveries)
         for (key, offset), group in change.held.items():
             batch.put(HELD + _queue_key(key) + OFFSET.pack(offset), group.encode())
-        for key, offset in change.done_in_flight:
-            batch.delete(IN_FLIGHT_TAG + _queue_key(key) + OFFSET.pack(offset))
         for key, offset in change.done_held:
             batch.delete(HELD + _queue_key(key) + OFFSET.pack(offset))
         for key in change.done_scan:
             batch.delete(SCAN + _queue_key(key))
         self.db.write(batch, self._options)
+
+    @staticmethod
+    def _put_deliveries(batch: WriteBatch, deliveries: dict[tuple[PopKey, int], dict[int, InFlight]]) -> None:
+        pack = ENTRY.pack
+        for (key, delivery), entries in deliveries.items():
+            db_key = DELIVERY + _queue_key(key) + OFFSET.pack(delivery)
+            if not entries:
+                batch.delete(db_key)
+                continue
+            parts: list[bytes] = []
+            for offset, f in entries.items():
+                group = f.message_group.encode()
+                parts += (pack(offset, f.invisible_until_ms, f.reconsume_times, len(group)), group)
+            batch.put(db_key, b"".join(parts))
 
     def clear(self) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -99,3 +130,14 @@ class PopStateStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _entries(value: bytes, delivery: int) -> list[tuple[int, InFlight]]:
+    out: list[tuple[int, InFlight]] = []
+    pos = 0
+    while pos < len(value):
+        offset, until, times, group_len = ENTRY.unpack_from(value, pos)
+        pos += ENTRY.size
+        out.append((offset, InFlight(until, times, delivery, value[pos:pos + group_len].decode())))
+        pos += group_len
+    return out

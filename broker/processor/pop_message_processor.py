@@ -37,7 +37,7 @@ class PopMessageProcessor:
                  subscription_group_manager: SubscriptionGroupManager, consumer_offset_manager: ConsumerOffsetManager,
                  static_topics: StaticTopicService, store: MessageStoreReader, pop: PopService,
                  send_back: SendMsgBackProcessor, refusal: Callable[[], str | None],
-                 replicated: Callable[[], None] = lambda: None) -> None:
+                 replicated: Callable[[], None] = lambda: None, never_waits: bool = False) -> None:
         self.topics = topic_config_manager
         self.groups = subscription_group_manager
         self.offsets = consumer_offset_manager
@@ -47,6 +47,8 @@ class PopMessageProcessor:
         self.send_back = send_back
         self.refusal = refusal  # why this broker takes no POP now (a slave: in-flight state lives on the master)
         self.replicated = replicated  # blocks until what was written is on the slaves (SYNC_MASTER), or raises
+        # No fsync per write (not SYNC_FLUSH) and no wait for slaves: a normal topic's calls never block.
+        self.never_waits = never_waits
         self._turn = itertools.count()
 
     def pop(self, request: pop_pb2.PopMessageRequest) -> PopOutcome:
@@ -110,20 +112,19 @@ class PopMessageProcessor:
         group, topic = checked_group(request.group), checked_topic(request.topic)
         require(len(request.receipt_handles) > 0, "no receipt handles to ack")
         handles: list[ReceiptHandle] = []
-        results: list[pop_pb2.AckResult] = []
         for text in request.receipt_handles:
             try:
                 handles.append(ReceiptHandle.decode(text))
             except InvalidReceiptHandle as exc:
                 raise RequestError(str(exc)) from None
-        for text, why in zip(request.receipt_handles, self.service.ack(group, topic, handles), strict=True):
-            code = ResponseCode.SUCCESS if why is None else ResponseCode.INVALID_RECEIPT_HANDLE
-            results.append(pop_pb2.AckResult(receipt_handle=text, code=code, remark=why or ""))
-        refused = [r for r in results if r.code != ResponseCode.SUCCESS]
+        refused = [pop_pb2.AckResult(receipt_handle=text, code=ResponseCode.INVALID_RECEIPT_HANDLE, remark=why)
+                   for text, why in zip(request.receipt_handles, self.service.ack(group, topic, handles), strict=True)
+                   if why is not None]
+        if not refused:  # every handle acked: no result each (a pop's acks are most of POP's calls)
+            return pop_pb2.AckMessageResponse(code=ResponseCode.SUCCESS)
         return pop_pb2.AckMessageResponse(
-            code=refused[0].code if refused else ResponseCode.SUCCESS,
-            remark=f"{len(refused)} of {len(results)} handles refused: {refused[0].remark}" if refused else "",
-            results=results)
+            code=refused[0].code, remark=f"{len(refused)} of {len(handles)} handles refused: {refused[0].remark}",
+            results=refused)
 
     def change_invisible_time(self, request: pop_pb2.ChangeInvisibleTimeRequest,
                               ) -> pop_pb2.ChangeInvisibleTimeResponse:
@@ -164,9 +165,9 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode(response.code), f"dead-lettering a message of {topic} failed: {response.remark}")
         self.replicated()  # a SYNC_MASTER deletes the in-flight entry only once its slaves have the dead letter
 
-    def is_static(self, topic: str) -> bool:
-        """A static topic's requests may call the brokers of older items: the servicer runs them off the loop."""
-        return self.static_topics.mapping_manager.get(topic) is not None
+    def runs_inline(self, topic: str) -> bool:
+        """Whether a call on ``topic`` may run on the event loop: it waits for no disk, slave or other broker."""
+        return self.never_waits and self.static_topics.mapping_manager.get(topic) is None
 
     def _reader_of(self, group: str, topic: str, queue_id: int) -> QueueReader:
         if self.static_topics.mapping_manager.get(topic) is None:

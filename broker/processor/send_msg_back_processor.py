@@ -25,9 +25,11 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import DelayRouter
 from common.group_topics import dlq_topic, is_retry_topic, retry_topic
 from common.message_properties import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
     decode_properties,
     encode_properties,
 )
@@ -66,6 +68,8 @@ class SendMsgBackProcessor:
         if not is_retry_topic(request.topic):
             props.setdefault(PROPERTY_RETRY_TOPIC, request.topic)
         if request.msg_id:
+            require(not any(sep in request.msg_id for sep in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)),
+                    f"msg_id {request.msg_id[:80]!r} holds a property separator character")
             props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.msg_id)
         if request.delay_level < 0 or times >= limit:
             props[PROPERTY_RECONSUME_TIME] = str(times)

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf.descriptor import MethodDescriptor
 from hypothesis import HealthCheck, given, settings
 
+from proto import consumer_pb2
 from tests.boundary.hostile_requests import all_methods, method_id, requests_for, wire_round_trip
 from tests.boundary.in_process import InProcessCluster, start_in_process_cluster, stop_in_process_cluster
 from tests.boundary.outcomes import Outcome, check_outcome
@@ -118,3 +120,14 @@ def test_hostile_requests_are_answered_cleanly(cluster: InProcessCluster, failur
 
     one_call()
     cluster.assert_intact(method_id(method))
+
+
+def test_a_sent_back_message_id_holding_a_property_separator_is_refused_as_invalid(
+        cluster: InProcessCluster, failures: BoundaryFailures) -> None:
+    """Found by the test above: the id went into the message's properties unchecked (a catch-all error)."""
+    method = consumer_pb2.DESCRIPTOR.services_by_name["ConsumerService"].methods_by_name["ConsumerSendMsgBack"]
+    request = consumer_pb2.SendMsgBackRequest(group="g", topic="ProbeT", body=b"x", msg_id="\x02", delay_level=1,
+                                              max_reconsume_times=1)
+    outcome = invoke(cluster.server, method, request)
+    assert not failures.take()
+    assert outcome.code == grpc.StatusCode.INVALID_ARGUMENT and "msg_id" in outcome.details, outcome
