@@ -52,7 +52,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def SendMessage(self, request, context):
         response = await self._send(request)
-        await self._replicated(response)
+        pending = self._replicated(response)
+        if pending is not None:
+            await pending
         return response
 
     async def SendMessageStream(self, request_iterator, context):
@@ -75,9 +77,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.stats.count((request.topic, ""), len(response.physical_offsets))
         return response
 
-    def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None]:
-        """A SYNC_MASTER answers a stored send once its slaves have it (``HAService.acknowledged``)."""
-        return self.ha.acknowledged(response) if self.ha is not None else _done()
+    def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None] | None:
+        """A SYNC_MASTER answers a stored send once its slaves have it (``HAService.acknowledged``); None: at once."""
+        return self.ha.acknowledged(response) if self.ha is not None and self.ha.must_wait(response) else None
 
     async def PullMessage(self, request, context):
         return (await self._pull(request)).full_response()
@@ -195,6 +197,3 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetAllTopicQueueMapping(self, request, context):
         return await run(self.admin.all_mappings)
 
-
-async def _done() -> None:
-    """Nothing to wait for."""

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # a pull's records, copied once, into the frame).
 Answer = Message | tuple[Message, Sequence[bytes]]
 Handler = Callable[[Any], Awaitable[Answer]]
-Settle = Callable[[Any], Awaitable[None]]
+Settle = Callable[[Any], Awaitable[None] | None]  # None: nothing to wait for, the answer goes at once
 Encoded = tuple[bytes, ...]
 ANSWERS_FIELD = 1  # responses, in every answer frame
 
@@ -46,9 +46,9 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
     """Encoded answer frames (field 1: the responses) for request ``frames`` (messages with ``requests``).
     ``in_order``: each request is handled to its end before the next one (sends: a stream's batches are appended
     in the order they were sent); otherwise each is handled in its own task (pulls: one that long-polls holds up
-    no other). ``settle(response)``: called as soon as a request is handled, and what it returns awaited before the
-    answer leaves (a SYNC_MASTER's send: its replication); it may change the response's code. In order, that
-    wait runs in a task of its own, so the next request goes on."""
+    no other). ``settle(response)``: called as soon as a request is handled, and what it returns (unless None)
+    awaited before the answer leaves (a SYNC_MASTER's send: its replication); it may change the response's code.
+    In order, that wait runs in a task of its own, so the next request goes on."""
     answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
 
@@ -59,10 +59,11 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
 
     async def answer(request: Any) -> None:
         response, tail = await _respond(request, handle, response_class, rpc)
-        if settle is None:
+        pending = settle(response) if settle is not None else None
+        if pending is None:
             answers.put_nowait(_encode(request, response, tail))
         else:
-            await settled(request, response, tail, settle(response))
+            await settled(request, response, tail, pending)
 
     async def settled(request: Any, response: Message, tail: Sequence[bytes], pending: Awaitable[None]) -> None:
         try:
@@ -85,7 +86,11 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
                         await answer(request)
                     else:
                         response, tail = await _respond(request, handle, response_class, rpc)
-                        spawn(settled(request, response, tail, settle(response)))  # settle sees it now
+                        pending = settle(response)  # settle sees it now
+                        if pending is None:
+                            answers.put_nowait(_encode(request, response, tail))
+                        else:
+                            spawn(settled(request, response, tail, pending))
             if tasks:
                 await asyncio.gather(*tasks)
             answers.put_nowait(None)

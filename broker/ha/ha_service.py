@@ -85,6 +85,11 @@ class HAService:
         a SUCCESS into SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT when they do not. At once for an ASYNC_MASTER."""
         return self._acknowledged(response, self.commit_log.max_offset())
 
+    def must_wait(self, response: Any) -> bool:
+        """Whether a write's answer waits in :meth:`acknowledged`; False: it goes as it is (an ASYNC_MASTER's, or a
+        write that was not stored)."""
+        return response.code == ResponseCode.SUCCESS and (self.waits_for_slaves() or not self.lease_valid())
+
     async def _acknowledged(self, response: Any, end: int) -> None:
         if response.code != ResponseCode.SUCCESS:
             return
