@@ -415,8 +415,7 @@ class BrokerController:
             consumer_offset_manager=self.consumer_offset_manager, static_topics=self.static_topics, store=self.store,
             pop=pop_service, send_back=send_back, refusal=self._pop_refusal,
             replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()),
-            never_waits=c.flush_disk_type is not FlushDiskType.SYNC_FLUSH and not c.enable_controller_mode
-            and (self.ha is None or not self.ha.waits_for_slaves()))
+            never_waits=c.flush_disk_type is not FlushDiskType.SYNC_FLUSH and not self._writes_wait_for_slaves())
         return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics)
 
     def _forget_pop_queues(self, topic: str, logic_ids: list[int]) -> None:
@@ -429,12 +428,18 @@ class BrokerController:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a
         SYNC_MASTER); a Refusal when they do not in time."""
         ha = self.ha
-        if ha is None or not (ha.waits_for_slaves() or ha.epochs is not None):  # an ASYNC_MASTER: never waits
+        if ha is None or not self._writes_wait_for_slaves():  # (POP's calls may then run on the loop)
             return
+        assert not _on_loop(loop), "waiting for slaves on the event loop would never end"
         end = self.local_store.commit_log.max_offset()
         code = asyncio.run_coroutine_threadsafe(ha.wait_replicated(end, ha.slave_timeout_s), loop).result()
         if code != ResponseCode.SUCCESS:
             raise Refusal(ResponseCode(code), "the write is not on the slaves yet")
+
+    def _writes_wait_for_slaves(self) -> bool:
+        """Whether a write may wait for slaves: a SYNC_MASTER's, or any in controller mode (roles change). Fixed
+        for the broker's life otherwise (role and inSyncReplicas come from its config)."""
+        return self.ha is not None and (self.ha.waits_for_slaves() or self.config.enable_controller_mode)
 
     def _forget_pop_state(self) -> None:
         if self.pop_service is not None:  # a static slave follows before POP is wired: forgotten when it is
@@ -566,3 +571,9 @@ class BrokerController:
         yield "timer", self.timer.close
         yield "store_lock", self.store_lock.release
 
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

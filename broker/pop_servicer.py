@@ -37,13 +37,18 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         self.max_suspend_ms = max_suspend_ms
         # One worker: POP's calls take one lock anyway, and one thread hands it on without waking others.
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pop")
+        self._queued = 0  # calls handed to the worker and not done: inline calls never jump ahead of them
 
     async def _run(self, call: Callable[[T], R], request: T, topic: str) -> R:
-        if self.processor.runs_inline(topic):
+        if self._queued == 0 and self.processor.runs_inline(topic):
             with self.processor.service.held_if_free() as free:
                 if free:
                     return call(request)
-        return await asyncio.get_running_loop().run_in_executor(self._worker, call, request)
+        self._queued += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, call, request)
+        finally:
+            self._queued -= 1
 
     async def PopMessage(self, request, context):
         response, tail = await self._pop(request)
@@ -57,9 +62,8 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             yield frame
 
     async def AckMessageStream(self, request_iterator, context):
-        # In order: an ack never waits for long (no long polling), and one behind another saves a task each.
         async for frame in answer_frames(request_iterator, self._ack, pop_pb2.AckMessageResponse,
-                                         in_order=True, rpc="AckMessageStream"):
+                                         in_order=False, rpc="AckMessageStream"):
             yield frame
 
     async def _pop(self, request: pop_pb2.PopMessageRequest) -> tuple[pop_pb2.PopMessageResponse, Encoded]:

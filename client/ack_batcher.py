@@ -1,10 +1,11 @@
-"""A simple consumer's acks to one broker: one request on its way at a time, and what callers ack meanwhile goes
-together in the next one. Many receiving threads then cost the broker few ack calls (a call costs it more than
-the acks in it), and an ack waits at most for the one before it.
+"""A simple consumer's acks to one broker address: one request on its way at a time, and what callers ack
+meanwhile goes together in the next one. Many receiving threads then cost the broker few ack calls (a call costs
+it more than the acks in it), and an ack waits at most for the one before it.
 
 Each caller learns its own handles' outcome: the broker answers the refused handles one by one (``AckResult``),
-so one caller's stale handle fails only that caller's ack (:func:`refusal_of`)."""
+so one caller's stale handle fails only that caller's ack (:func:`ack_outcomes`)."""
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -14,23 +15,26 @@ from typing import Any
 from common.response_code import ResponseCode
 from proto import pop_pb2
 
+log = logging.getLogger(__name__)
+
 MAX_HANDLES_A_REQUEST = 1024
-Send = Callable[[pop_pb2.AckMessageRequest], "Future[Any]"]
-Settle = Callable[[list[str], "Future[Any]"], None]  # a caller's handles, and the answer of the request they went in
+SendAcks = Callable[[pop_pb2.AckMessageRequest], "Future[Any]"]
+# A caller's handles, and the answer of the request they went in (a response, or the call's failure).
+OnAnswer = Callable[[list[str], "Future[Any]"], None]
 
 
 class AckBatcher:
-    def __init__(self, group: str, topic: str, send: Send) -> None:
+    def __init__(self, group: str, topic: str, send: SendAcks) -> None:
         self.group = group
         self.topic = topic
         self._send = send
         self._lock = threading.Lock()
-        self._waiting: deque[tuple[list[str], Settle]] = deque()
+        self._waiting: deque[tuple[list[str], OnAnswer]] = deque()
         self._busy = False
 
-    def ack(self, handles: list[str], settle: Settle) -> None:
+    def ack(self, handles: list[str], on_answer: OnAnswer) -> None:
         with self._lock:
-            self._waiting.append((handles, settle))
+            self._waiting.append((handles, on_answer))
             if self._busy:  # goes with the next request, sent when the one on its way is answered
                 return
             self._busy = True
@@ -38,7 +42,7 @@ class AckBatcher:
 
     def _send_next(self) -> None:
         with self._lock:
-            batch: list[tuple[list[str], Settle]] = []
+            batch: list[tuple[list[str], OnAnswer]] = []
             count = 0
             while self._waiting and (not batch or count + len(self._waiting[0][0]) <= MAX_HANDLES_A_REQUEST):
                 batch.append(self._waiting.popleft())
@@ -46,31 +50,32 @@ class AckBatcher:
             if not batch:
                 self._busy = False
                 return
-        request = pop_pb2.AckMessageRequest(group=self.group, topic=self.topic,
-                                            receipt_handles=[h for handles, _ in batch for h in handles])
         try:
-            answer = self._send(request)
-        except Exception as exc:  # no route or channel now: each caller of this request hears why
+            answer = self._send(pop_pb2.AckMessageRequest(
+                group=self.group, topic=self.topic, receipt_handles=[h for handles, _ in batch for h in handles]))
+        except Exception as exc:  # the request could not go: each caller of this request hears why
             answer = Future()
             answer.set_exception(exc)
         answer.add_done_callback(lambda done: self._answered(batch, done))
 
-    def _answered(self, batch: list[tuple[list[str], Settle]], done: "Future[Any]") -> None:
-        for handles, settle in batch:
-            settle(handles, done)
-        self._send_next()
+    def _answered(self, batch: list[tuple[list[str], OnAnswer]], done: "Future[Any]") -> None:
+        try:
+            for handles, on_answer in batch:
+                try:
+                    on_answer(handles, done)
+                except Exception:  # one caller's bug must not keep the others (and later acks) waiting
+                    log.exception("ack_answer_failed topic=%s group=%s", self.topic, self.group)
+        finally:
+            self._send_next()
 
 
-def refusal_of(handles: list[str], response: pop_pb2.AckMessageResponse) -> tuple[int, str] | None:
-    """The first of ``handles`` the broker refused in ``response`` (its code and why), or None when all were
-    acked."""
+def ack_outcomes(handles: list[str], response: pop_pb2.AckMessageResponse) -> list[tuple[int, str] | None]:
+    """Per handle of ``handles`` (all of the request, or some of it): None when the broker acked it, else its
+    refusal (code, why). A broker lists only refused handles (older ones listed every handle, SUCCESS too); a
+    refusal without results refused the whole request."""
     if response.code == ResponseCode.SUCCESS:
-        return None
-    if not response.results:  # the whole request was refused
-        return response.code, response.remark
-    refused = {r.receipt_handle: r for r in response.results}
-    for handle in handles:
-        result = refused.get(handle)
-        if result is not None:
-            return result.code, result.remark
-    return None
+        return [None] * len(handles)
+    refused = {r.receipt_handle: (r.code, r.remark) for r in response.results if r.code != ResponseCode.SUCCESS}
+    if not refused:
+        return [(response.code, response.remark)] * len(handles)
+    return [refused.get(h) for h in handles]

@@ -155,11 +155,6 @@ class ClientInstance:
         return f"{addr} is a broker{f' ({name})' if name else ''}, not a name server"
 
     # -- routes ------------------------------------------------------------------------------------
-    def has_fresh_route(self, topic: str) -> bool:
-        """Whether :meth:`route` would answer from its cache, without a call."""
-        cached = self._routes.get(topic)
-        return cached is not None and time.monotonic() - cached[0] < ROUTE_TTL_S
-
     def route(self, topic: str, refresh: bool = False, for_publish: bool = False,
               max_age_s: float = ROUTE_TTL_S) -> common_pb2.TopicRouteData:
         """The topic's route (cached for 30 s, or ``max_age_s``). ``for_publish``: a topic the name server does

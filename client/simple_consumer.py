@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from client.ack_batcher import AckBatcher, refusal_of
+from client.ack_batcher import AckBatcher, ack_outcomes
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
@@ -24,7 +24,7 @@ from client.pulled_messages import PulledMessages
 from client.rpc_stream import RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import MessageExt
-from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle, broker_name_of
+from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
 from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
@@ -94,7 +94,7 @@ class SimpleConsumer:
         (``client/ack_batcher.py``)."""
         by_broker: dict[str, list[str]] = {}
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
-            by_broker.setdefault(_broker_of(msg), []).append(msg.receipt_handle)
+            by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
         done: Future[None] = Future()
         if not by_broker:
             done.set_result(None)
@@ -103,16 +103,17 @@ class SimpleConsumer:
         failures: list[MQClientError] = []
         lock = threading.Lock()
 
-        def settle(broker_name: str, handles: list[str], answer: "Future[Any]") -> None:
+        def settle(addr: str, handles: list[str], answer: "Future[Any]") -> None:
             try:
-                response = answer.result()
-                refused = refusal_of(handles, response)
+                refused = next((o for o in ack_outcomes(handles, answer.result()) if o is not None), None)
                 if refused is not None:
-                    raise business_error(f"ack of {self.topic} messages", broker_name, *refused)
+                    raise business_error(f"ack of {self.topic} messages", addr, *refused)
             except grpc.RpcError as exc:
-                failures.append(rpc_error("ack", broker_name, exc))
+                failures.append(rpc_error("ack", addr, exc))
             except MQClientError as exc:
                 failures.append(exc)
+            except Exception as exc:  # whatever went wrong, this caller's future hears it
+                failures.append(MQClientError(f"ack of {self.topic} messages at {addr} failed: {exc!r}"))
             with lock:
                 left[0] -= 1
                 last = left[0] == 0
@@ -123,20 +124,26 @@ class SimpleConsumer:
                     done.set_result(None)
 
         for broker_name, handles in by_broker.items():
-            self._ack_batcher(broker_name).ack(handles, functools.partial(settle, broker_name))
+            try:
+                addr = self.client.master_addr(self.topic, broker_name)  # here: never on a stream's thread
+            except MQClientError as exc:
+                failed: Future[Any] = Future()
+                failed.set_exception(exc)
+                settle(broker_name, handles, failed)
+                continue
+            self._ack_batcher(addr).ack(handles, functools.partial(settle, addr))
         return done
 
-    def _ack_batcher(self, broker_name: str) -> AckBatcher:
-        batcher = self._ack_batchers.get(broker_name)
+    def _ack_batcher(self, addr: str) -> AckBatcher:
+        batcher = self._ack_batchers.get(addr)
         if batcher is None:
             with self._lock:
-                batcher = self._ack_batchers.setdefault(broker_name, AckBatcher(
-                    self.group, self.topic, functools.partial(self._send_acks, broker_name)))
+                batcher = self._ack_batchers.setdefault(addr, AckBatcher(
+                    self.group, self.topic, functools.partial(self._send_acks, addr)))
         return batcher
 
-    def _send_acks(self, broker_name: str, request: pop_pb2.AckMessageRequest) -> "Future[Any]":
-        """One ack request to the broker's master; a failed call marks the route and the broker as it should."""
-        addr = self.client.master_addr(self.topic, broker_name)
+    def _send_acks(self, addr: str, request: pop_pb2.AckMessageRequest) -> "Future[Any]":
+        """One ack request; a failed call marks the route and the broker as any failed call does."""
         answer = self.client.ack_stream(addr).call(request, self.client.rpc_timeout_s)
 
         def failed(done: "Future[Any]") -> None:
@@ -195,13 +202,6 @@ class SimpleConsumer:
             raise rpc_error(what, addr, exc) from None
         self.client.report_answer(addr)
         return addr, response
-
-
-def _broker_of(msg: MessageExt) -> str:
-    try:
-        return broker_name_of(msg.receipt_handle)
-    except InvalidReceiptHandle as exc:
-        raise MQClientError(f"message {msg.msg_id} was not received by a simple consumer: {exc}") from None
 
 
 def _handle(msg: MessageExt) -> ReceiptHandle:

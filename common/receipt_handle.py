@@ -28,7 +28,7 @@ class ReceiptHandle(NamedTuple):  # a tuple: built and taken apart for every mes
     @classmethod
     def decode(cls, text: str) -> "ReceiptHandle":
         parts = text.split(SEPARATOR)
-        if len(parts) != 7 or parts[0] != PREFIX or not parts[1]:
+        if len(parts) != 7 or parts[0] != PREFIX or not parts[1] or not text.isascii():  # broker names are ASCII
             raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} is not one this cluster issued")
         try:
             queue_id, offset, delivery, until, retries = map(int, parts[2:])
@@ -38,10 +38,3 @@ class ReceiptHandle(NamedTuple):  # a tuple: built and taken apart for every mes
             raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} has a negative field")
         return cls(parts[1], queue_id, offset, delivery, until, retries)
 
-
-def broker_name_of(text: str) -> str:
-    """The broker that issued a handle, read without decoding the rest (an ack routes every handle by it)."""
-    parts = text.split(SEPARATOR, 2)
-    if len(parts) != 3 or parts[0] != PREFIX or not parts[1]:
-        raise InvalidReceiptHandle(f"receipt handle {text[:80]!r} is not one this cluster issued")
-    return parts[1]

@@ -29,6 +29,11 @@ class QueuePopState:
     held: dict[int, str] = field(default_factory=dict)  # FIFO: offset -> message group
     deliveries: dict[int, set[int]] = field(default_factory=dict)  # delivery -> its offsets still in flight
 
+    def __post_init__(self) -> None:
+        if self.in_flight and not self.deliveries:  # built from in-flight entries alone (tests, tools)
+            for offset, entry in self.in_flight.items():
+                self.deliveries.setdefault(entry.delivery, set()).add(offset)
+
     def put_in_flight(self, offset: int, entry: InFlight) -> None:
         if offset in self.in_flight:
             self.remove_in_flight(offset)

@@ -348,7 +348,6 @@ class PopService:
         self._last_delivery = max(self._last_delivery + 1, time.time_ns() // 1000)
         return self._last_delivery
 
-
     def _handle(self, key: PopKey, offset: int, entry: InFlight) -> ReceiptHandle:
         return ReceiptHandle(self.broker_name, key[2], offset, entry.delivery, entry.invisible_until_ms,
                              entry.reconsume_times)

@@ -12,7 +12,7 @@ Keys (group and topic names cannot hold NUL):
 
 A delivery (what one pop handed out of one queue) is one record: rewritten when some of its messages are acked,
 deleted when the last one is. Stores written before deliveries were kept whole (``I``: one record a message) are
-rewritten so on load.
+rewritten so on load. There is no way back: a broker that predates deliveries ignores ``D`` records.
 """
 
 import functools

@@ -111,20 +111,24 @@ class PopMessageProcessor:
         self._check_serving()
         group, topic = checked_group(request.group), checked_topic(request.topic)
         require(len(request.receipt_handles) > 0, "no receipt handles to ack")
+        texts = request.receipt_handles
         handles: list[ReceiptHandle] = []
-        for text in request.receipt_handles:
+        whys: dict[int, str] = {}  # position -> why that handle is refused
+        for i, text in enumerate(texts):
             try:
                 handles.append(ReceiptHandle.decode(text))
-            except InvalidReceiptHandle as exc:
-                raise RequestError(str(exc)) from None
-        refused = [pop_pb2.AckResult(receipt_handle=text, code=ResponseCode.INVALID_RECEIPT_HANDLE, remark=why)
-                   for text, why in zip(request.receipt_handles, self.service.ack(group, topic, handles), strict=True)
-                   if why is not None]
-        if not refused:  # every handle acked: no result each (a pop's acks are most of POP's calls)
+            except InvalidReceiptHandle as exc:  # refused alone: the request may carry other consumers' acks
+                whys[i] = str(exc)
+        decodable = [i for i in range(len(texts)) if i not in whys] if whys else range(len(texts))
+        whys.update((i, why) for i, why in zip(decodable, self.service.ack(group, topic, handles), strict=True)
+                    if why is not None)
+        if not whys:  # every handle acked: no result each (a pop's acks are most of POP's calls)
             return pop_pb2.AckMessageResponse(code=ResponseCode.SUCCESS)
+        refused = [pop_pb2.AckResult(receipt_handle=texts[i], code=ResponseCode.INVALID_RECEIPT_HANDLE, remark=why)
+                   for i, why in sorted(whys.items())]
         return pop_pb2.AckMessageResponse(
-            code=refused[0].code, remark=f"{len(refused)} of {len(handles)} handles refused: {refused[0].remark}",
-            results=refused)
+            code=ResponseCode.INVALID_RECEIPT_HANDLE, results=refused,
+            remark=f"{len(refused)} of {len(texts)} handles refused: {refused[0].remark}")
 
     def change_invisible_time(self, request: pop_pb2.ChangeInvisibleTimeRequest,
                               ) -> pop_pb2.ChangeInvisibleTimeResponse:
@@ -166,7 +170,8 @@ class PopMessageProcessor:
         self.replicated()  # a SYNC_MASTER deletes the in-flight entry only once its slaves have the dead letter
 
     def runs_inline(self, topic: str) -> bool:
-        """Whether a call on ``topic`` may run on the event loop: it waits for no disk, slave or other broker."""
+        """Whether a call on ``topic`` may run on the event loop: it waits for no fsync, slave or other broker (it
+        reads the store as a pull on the loop does, and may dead-letter, a local append)."""
         return self.never_waits and self.static_topics.mapping_manager.get(topic) is None
 
     def _reader_of(self, group: str, topic: str, queue_id: int) -> QueueReader:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from client.ack_batcher import ack_outcomes
 from client.static_route import is_logic_queue, master_of
 from common.acl import inner_metadata
 from common.message import MessageExt
@@ -235,13 +236,8 @@ class ConsumeProcessor:
                 raise rpc_failure(what, addr, exc) from None
         except ProxyError as exc:
             return [exc.status()] * len(entries)
-        results = {r.receipt_handle: r for r in response.results}
-        out = []
-        for handle in handles:
-            result = results.get(handle)
-            code, remark = (result.code, result.remark) if result is not None else (response.code, response.remark)
-            out.append(ok_status() if code == ResponseCode.SUCCESS else broker_refusal(what, code, remark).status())
-        return out
+        return [ok_status() if refused is None else broker_refusal(what, *refused).status()
+                for refused in ack_outcomes(handles, response)]
 
     async def change_invisible_duration(self, request: service_pb2.ChangeInvisibleDurationRequest
                                         ) -> service_pb2.ChangeInvisibleDurationResponse:

@@ -52,11 +52,9 @@ class SendProcessor:
     async def _send(self, outgoing: OutgoingMessage) -> SendResult:
         what = f"send to topic {outgoing.message.topic}"
         try:
-            if self.producer.client.has_fresh_route(outgoing.message.topic):
-                future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
-            else:  # looking the route up is a blocking name server call: not on the loop
-                future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
-                                                 sharding_key=outgoing.message_group)
+            # send_async may look the route up (a blocking name server call on a cache miss): not on the loop
+            future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
+                                             sharding_key=outgoing.message_group)
             return await settled(future)
         except MQClientError as exc:
             error = client_error(what, exc)

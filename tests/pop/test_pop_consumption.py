@@ -11,6 +11,9 @@ import pytest
 from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
 from common.group_topics import dlq_topic
 from common.message_properties import PROPERTY_SHARDING_KEY
+from common.response_code import ResponseCode
+from proto import pop_pb2
+from proto.pop_pb2_grpc import PopServiceStub
 from tests.cluster import Cluster, make_cluster, wait_until
 
 
@@ -89,6 +92,34 @@ def test_unacked_message_comes_back_after_its_invisible_time_with_its_count_rais
             consumer.ack_async(first).result(timeout=10)  # the first delivery's handle is void
         consumer.ack_async(second).result(timeout=10)
         assert consumer.receive(1, invisible_ms=500, wait_ms=1000) == []
+
+
+def test_one_ack_request_with_stale_and_garbage_handles_acks_the_good_ones(cluster: Cluster):
+    """An ack request may carry many consumers' acks (the SDK merges them): a handle that is stale or does not
+    decode is refused alone, the others are acked, and only the refused ones are listed."""
+    topic, group = "PopMixedAckT", "pop-mixed-ack"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"a", b"b", b"c"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        got = drain_unacked(consumer, 3)
+        consumer.ack(got[0])
+        handles = [got[0].receipt_handle, "v1|broker-a|x|1|2|3|4", got[1].receipt_handle, got[2].receipt_handle]
+        addr = consumer.client.master_addr(topic, "broker-a")
+        response = PopServiceStub(consumer.client.channel(addr)).AckMessage(
+            pop_pb2.AckMessageRequest(group=group, topic=topic, receipt_handles=handles), timeout=10)
+        assert response.code == ResponseCode.INVALID_RECEIPT_HANDLE
+        assert [r.receipt_handle for r in response.results] == handles[:2]  # acked already; not one of ours
+        assert "2 of 4" in response.remark
+        assert consumer.receive(3, invisible_ms=500, wait_ms=1500) == []  # b and c were acked
+
+
+def drain_unacked(consumer: SimpleConsumer, expected: int) -> list:
+    got: list = []
+    deadline = time.monotonic() + 10
+    while len(got) < expected and time.monotonic() < deadline:
+        got += consumer.receive(32, 30_000, wait_ms=200)
+    assert len(got) == expected
+    return got
 
 
 def test_change_invisible_time_gives_a_new_handle_and_delays_redelivery(cluster: Cluster):
