@@ -430,7 +430,8 @@ class BrokerController:
         ha = self.ha
         if ha is None or not self._writes_wait_for_slaves():  # (POP's calls may then run on the loop)
             return
-        assert not _on_loop(loop), "waiting for slaves on the event loop would never end"
+        if _on_loop(loop):
+            raise RuntimeError("waiting for slaves on the event loop would never end")
         end = self.local_store.commit_log.max_offset()
         code = asyncio.run_coroutine_threadsafe(ha.wait_replicated(end, ha.slave_timeout_s), loop).result()
         if code != ResponseCode.SUCCESS:

@@ -44,11 +44,14 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             with self.processor.service.held_if_free() as free:
                 if free:
                     return call(request)
-        self._queued += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._worker, call, request)
-        finally:
-            self._queued -= 1
+        loop = asyncio.get_running_loop()
+        done = self._worker.submit(call, request)
+        self._queued += 1  # down when the worker is done with it (a cancelled wait does not stop the call)
+        done.add_done_callback(lambda _: loop.call_soon_threadsafe(self._one_done))
+        return await asyncio.wrap_future(done)
+
+    def _one_done(self) -> None:
+        self._queued -= 1
 
     async def PopMessage(self, request, context):
         response, tail = await self._pop(request)

@@ -5,6 +5,7 @@ it more than the acks in it), and an ack waits at most for the one before it.
 Each caller learns its own handles' outcome: the broker answers the refused handles one by one (``AckResult``),
 so one caller's stale handle fails only that caller's ack (:func:`ack_outcomes`)."""
 
+import functools
 import logging
 import threading
 from collections import deque
@@ -12,12 +13,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from common.receipt_handle import MAX_ACK_HANDLES
 from common.response_code import ResponseCode
 from proto import pop_pb2
 
 log = logging.getLogger(__name__)
 
-MAX_HANDLES_A_REQUEST = 1024
 SendAcks = Callable[[pop_pb2.AckMessageRequest], "Future[Any]"]
 # A caller's handles, and the answer of the request they went in (a response, or the call's failure).
 OnAnswer = Callable[[list[str], "Future[Any]"], None]
@@ -41,32 +42,41 @@ class AckBatcher:
         self._send_next()
 
     def _send_next(self) -> None:
-        with self._lock:
-            batch: list[tuple[list[str], OnAnswer]] = []
-            count = 0
-            while self._waiting and (not batch or count + len(self._waiting[0][0]) <= MAX_HANDLES_A_REQUEST):
-                batch.append(self._waiting.popleft())
-                count += len(batch[-1][0])
-            if not batch:
-                self._busy = False
+        """Send what is waiting, as one request; a request that fails at once settles its callers here and the
+        next goes (a loop, not a recursion through the callbacks)."""
+        while True:
+            with self._lock:
+                batch: list[tuple[list[str], OnAnswer]] = []
+                count = 0
+                while self._waiting and (not batch or count + len(self._waiting[0][0]) <= MAX_ACK_HANDLES):
+                    batch.append(self._waiting.popleft())
+                    count += len(batch[-1][0])
+                if not batch:
+                    self._busy = False
+                    return
+            try:
+                answer = self._send(pop_pb2.AckMessageRequest(
+                    group=self.group, topic=self.topic, receipt_handles=[h for handles, _ in batch for h in handles]))
+            except Exception as exc:  # the request could not go: each caller of this request hears why
+                answer = Future()
+                answer.set_exception(exc)
+            if not answer.done():
+                answer.add_done_callback(functools.partial(self._answered, batch))
                 return
-        try:
-            answer = self._send(pop_pb2.AckMessageRequest(
-                group=self.group, topic=self.topic, receipt_handles=[h for handles, _ in batch for h in handles]))
-        except Exception as exc:  # the request could not go: each caller of this request hears why
-            answer = Future()
-            answer.set_exception(exc)
-        answer.add_done_callback(lambda done: self._answered(batch, done))
+            self._settle(batch, answer)
 
     def _answered(self, batch: list[tuple[list[str], OnAnswer]], done: "Future[Any]") -> None:
         try:
-            for handles, on_answer in batch:
-                try:
-                    on_answer(handles, done)
-                except Exception:  # one caller's bug must not keep the others (and later acks) waiting
-                    log.exception("ack_answer_failed topic=%s group=%s", self.topic, self.group)
+            self._settle(batch, done)
         finally:
             self._send_next()
+
+    def _settle(self, batch: list[tuple[list[str], OnAnswer]], done: "Future[Any]") -> None:
+        for handles, on_answer in batch:
+            try:
+                on_answer(handles, done)
+            except Exception:  # one caller's bug must not keep the others (and later acks) waiting
+                log.exception("ack_answer_failed topic=%s group=%s", self.topic, self.group)
 
 
 def ack_outcomes(handles: list[str], response: pop_pb2.AckMessageResponse) -> list[tuple[int, str] | None]:

@@ -6,6 +6,7 @@ the SDK and the proxy read the broker name out of it to route an ack."""
 from typing import NamedTuple
 
 PREFIX = "v1"
+MAX_ACK_HANDLES = 1024  # receipt handles one ack request may carry
 SEPARATOR = "|"
 
 

@@ -31,8 +31,9 @@ class QueuePopState:
 
     def __post_init__(self) -> None:
         if self.in_flight and not self.deliveries:  # built from in-flight entries alone (tests, tools)
-            for offset, entry in self.in_flight.items():
-                self.deliveries.setdefault(entry.delivery, set()).add(offset)
+            entries, self.in_flight = self.in_flight, {}
+            for offset, entry in entries.items():
+                self.put_in_flight(offset, entry)
 
     def put_in_flight(self, offset: int, entry: InFlight) -> None:
         if offset in self.in_flight:

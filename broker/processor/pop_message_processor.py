@@ -20,7 +20,7 @@ from common.group_topics import dlq_topic
 from common.message_codec import decode_record
 from common.message_properties import PROPERTY_RECONSUME_TIME, decode_properties, encode_properties
 from common.perm import is_readable
-from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.receipt_handle import MAX_ACK_HANDLES, InvalidReceiptHandle, ReceiptHandle
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
@@ -110,8 +110,10 @@ class PopMessageProcessor:
     def ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
         self._check_serving()
         group, topic = checked_group(request.group), checked_topic(request.topic)
-        require(len(request.receipt_handles) > 0, "no receipt handles to ack")
-        texts = request.receipt_handles
+        require(0 < len(request.receipt_handles) <= MAX_ACK_HANDLES,
+                f"{len(request.receipt_handles)} receipt handles: an ack takes 1..{MAX_ACK_HANDLES}")
+        # A handle given twice gets its first copy's outcome (answers name handles by their text).
+        texts = list(dict.fromkeys(request.receipt_handles))
         handles: list[ReceiptHandle] = []
         whys: dict[int, str] = {}  # position -> why that handle is refused
         for i, text in enumerate(texts):

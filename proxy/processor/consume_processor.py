@@ -25,7 +25,7 @@ from common.acl import inner_metadata
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_records
 from common.message_queue import MessageQueue
-from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.receipt_handle import MAX_ACK_HANDLES, InvalidReceiptHandle, ReceiptHandle
 from common.response_code import ResponseCode
 from common.subscription import parse_sub_expression
 from proto import broker_pb2, pop_pb2
@@ -204,8 +204,8 @@ class ConsumeProcessor:
         """Each entry's handle goes to the broker it names (one call per broker); each entry gets its own status."""
         group = check_group(request.group.name)
         topic = check_topic(request.topic.name)
-        if not request.entries:
-            raise ProxyError(Code.BAD_REQUEST, "an ack needs at least one entry")
+        if not 0 < len(request.entries) <= MAX_ACK_HANDLES:
+            raise ProxyError(Code.BAD_REQUEST, f"an ack takes 1..{MAX_ACK_HANDLES} entries, not {len(request.entries)}")
         statuses: dict[int, definition_pb2.Status] = {}
         by_broker: dict[str, list[int]] = {}
         for i, entry in enumerate(request.entries):

@@ -96,14 +96,16 @@ def test_unacked_message_comes_back_after_its_invisible_time_with_its_count_rais
 
 def test_one_ack_request_with_stale_and_garbage_handles_acks_the_good_ones(cluster: Cluster):
     """An ack request may carry many consumers' acks (the SDK merges them): a handle that is stale or does not
-    decode is refused alone, the others are acked, and only the refused ones are listed."""
+    decode is refused alone, the others are acked, and only the refused ones are listed; a handle given twice gets
+    its first copy's outcome (answers name handles by their text)."""
     topic, group = "PopMixedAckT", "pop-mixed-ack"
     create(cluster, topic, queues=1, brokers=("broker-a",))
     produce(cluster, topic, [b"a", b"b", b"c"])
     with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
         got = drain_unacked(consumer, 3)
         consumer.ack(got[0])
-        handles = [got[0].receipt_handle, "v1|broker-a|x|1|2|3|4", got[1].receipt_handle, got[2].receipt_handle]
+        handles = [got[0].receipt_handle, "v1|broker-a|x|1|2|3|4", got[1].receipt_handle, got[2].receipt_handle,
+                   got[1].receipt_handle]
         addr = consumer.client.master_addr(topic, "broker-a")
         response = PopServiceStub(consumer.client.channel(addr)).AckMessage(
             pop_pb2.AckMessageRequest(group=group, topic=topic, receipt_handles=handles), timeout=10)
