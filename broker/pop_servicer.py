@@ -7,6 +7,7 @@ others (``PopMessageProcessor.runs_inline``: the common case) run on the loop wh
 two thread hand-offs that cost more than the pop itself; when the worker holds the lock they queue behind it."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,11 +48,15 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         loop = asyncio.get_running_loop()
         done = self._worker.submit(call, request)
         self._queued += 1  # down when the worker is done with it (a cancelled wait does not stop the call)
-        done.add_done_callback(lambda _: loop.call_soon_threadsafe(self._one_done))
+        done.add_done_callback(lambda _: self._one_done(loop))
         return await asyncio.wrap_future(done)
 
-    def _one_done(self) -> None:
-        self._queued -= 1
+    def _one_done(self, loop: asyncio.AbstractEventLoop) -> None:
+        def down() -> None:
+            self._queued -= 1
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the broker stopped)
+            loop.call_soon_threadsafe(down)
 
     async def PopMessage(self, request, context):
         response, tail = await self._pop(request)
