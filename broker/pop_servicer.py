@@ -3,8 +3,9 @@
 
 A POP call may wait on another broker (a static topic's older item), an fsync (SYNC_FLUSH) or a dead letter's
 replication (a SYNC_MASTER), and the loop must never wait for those: such calls run on POP's worker thread. The
-others (``PopMessageProcessor.runs_inline``: the common case) run on the loop when POP's lock is free, sparing the
-two thread hand-offs that cost more than the pop itself; when the worker holds the lock they queue behind it."""
+others (``PopMessageProcessor.runs_inline``: the common case) run on the loop when POP's lock is free and no call
+waits for the worker, sparing the two thread hand-offs that cost more than the pop itself; otherwise they queue
+behind the worker's calls."""
 
 import asyncio
 import contextlib

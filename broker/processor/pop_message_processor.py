@@ -114,16 +114,15 @@ class PopMessageProcessor:
                 f"{len(request.receipt_handles)} receipt handles: an ack takes 1..{MAX_ACK_HANDLES}")
         # A handle given twice gets its first copy's outcome (answers name handles by their text).
         texts = list(dict.fromkeys(request.receipt_handles))
-        handles: list[ReceiptHandle] = []
-        whys: dict[int, str] = {}  # position -> why that handle is refused
+        decoded: list[tuple[int, ReceiptHandle]] = []
+        whys: dict[int, str] = {}  # position in texts -> why that handle is refused
         for i, text in enumerate(texts):
             try:
-                handles.append(ReceiptHandle.decode(text))
+                decoded.append((i, ReceiptHandle.decode(text)))
             except InvalidReceiptHandle as exc:  # refused alone: the request may carry other consumers' acks
                 whys[i] = str(exc)
-        decodable = [i for i in range(len(texts)) if i not in whys] if whys else range(len(texts))
-        whys.update((i, why) for i, why in zip(decodable, self.service.ack(group, topic, handles), strict=True)
-                    if why is not None)
+        answers = self.service.ack(group, topic, [handle for _, handle in decoded])
+        whys.update((i, why) for (i, _), why in zip(decoded, answers, strict=True) if why is not None)
         if not whys:  # every handle acked: no result each (a pop's acks are most of POP's calls)
             return pop_pb2.AckMessageResponse(code=ResponseCode.SUCCESS)
         refused = [pop_pb2.AckResult(receipt_handle=texts[i], code=ResponseCode.INVALID_RECEIPT_HANDLE, remark=why)

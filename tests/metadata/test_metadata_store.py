@@ -194,15 +194,20 @@ KILL_CHILD = textwrap.dedent("""
 """)
 
 
+def run_killed_child(script: str, store_type: StoreType, tmp_path: Path) -> None:
+    """``script`` changes the managers at ``tmp_path`` and SIGKILLs itself: nothing it wrote is closed cleanly."""
+    proc = subprocess.run([sys.executable, "-c", script, store_type, str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+
+
 def test_changes_written_through_survive_a_kill(store_type: StoreType, tmp_path: Path):
     """Topics and groups are on disk when the call returns in both backends; offsets only where the store
     writes through (RocksDB): the JSON backend keeps them for its timer, as it always did."""
     setup = open_managers(store_type, tmp_path)
     setup.offsets.commit_offset("KG", "Gone", 0, 1)
     setup.close()
-    proc = subprocess.run([sys.executable, "-c", KILL_CHILD, store_type, str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -9, proc.stderr
+    run_killed_child(KILL_CHILD, store_type, tmp_path)
     m = open_managers(store_type, tmp_path)
     try:
         assert m.topics.select("Killed") == TopicConfig("Killed", 3, 3)
@@ -318,9 +323,7 @@ def test_forgotten_offsets_stay_forgotten_after_a_kill(store_type: StoreType, tm
         setup.offsets.commit_offset(group, "Reused", 0, 101)
     setup.offsets.commit_offset("A", "Reused", 1, 7)
     setup.close()
-    proc = subprocess.run([sys.executable, "-c", DELETE_CHILD, store_type, str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -9, proc.stderr
+    run_killed_child(DELETE_CHILD, store_type, tmp_path)
     m = open_managers(store_type, tmp_path)
     try:
         assert [m.offsets.query_offset(g, "Reused", 0) for g in ("A", "B")] == [-1, -1]

@@ -202,8 +202,10 @@ def test_fifo_group_keeps_each_message_group_in_order_and_groups_in_parallel(clu
     assert order["g1"] == list(range(1, 100, 2))
 
 
-def test_in_flight_state_survives_a_sigkill(tmp_path):
-    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000)
+@pytest.mark.parametrize("settings", [{}, {"flushDiskType": "SYNC_FLUSH", "storeType": "defaultRocksDB"}],
+                         ids=["calls-on-the-loop", "sync-flush-rocksdb-calls-on-the-worker"])
+def test_in_flight_state_survives_a_sigkill(tmp_path, settings: dict[str, str]):
+    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000, **settings)
     try:
         topic, group = "PopCrashT", "pop-crash"
         create(c, topic, queues=2, brokers=("broker-a",))
