@@ -45,6 +45,7 @@ from broker.processor.kv_processor import KvProcessor
 from broker.processor.pop_message_processor import PopMessageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
+from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendLimits, SendMessageProcessor
 from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from broker.processor.tiered_processor import TieredProcessor
@@ -379,6 +380,8 @@ class BrokerController:
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
                 on_leadership_gained=self._forget_pop_queues),
+            recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
+                                          self._is_master),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
             sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)

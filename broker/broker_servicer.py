@@ -16,6 +16,7 @@ from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
+from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
@@ -37,7 +38,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, *, send: SendMessageProcessor, pull: PullMessageProcessor,
                  consumer_manage: ConsumerManageProcessor, query: QueryMessageProcessor, admin: AdminBrokerProcessor,
                  hold_service: PullRequestHoldService, stats: BrokerStats, long_polling_max_suspend_ms: int,
-                 sync_flush: bool, ha: HAService | None = None, metrics: BrokerMetrics | None = None) -> None:
+                 sync_flush: bool, recall: RecallMessageProcessor | None = None, ha: HAService | None = None,
+                 metrics: BrokerMetrics | None = None) -> None:
         self.send = send
         self.pull = pull
         self.consumer_manage = consumer_manage
@@ -47,6 +49,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.stats = stats
         self.max_suspend_ms = long_polling_max_suspend_ms
         self.sync_flush = sync_flush
+        self.recall = recall  # None: the broker has no timer (tests of other parts)
         self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
         self.metrics = metrics  # metricsExporterType=PROM: moved once per batch
 
@@ -77,9 +80,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.stats.count((request.topic, ""), len(response.physical_offsets))
         return response
 
-    def _replicated(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None] | None:
+    def _replicated(self, response: broker_pb2.SendMessageResponse | broker_pb2.RecallMessageResponse,
+                    ) -> Awaitable[None] | None:
         """A SYNC_MASTER answers a stored send once its slaves have it (``HAService.acknowledged``); None: at once."""
         return self.ha.acknowledged(response) if self.ha is not None and self.ha.must_wait(response) else None
+
+    async def RecallMessage(self, request, context):
+        if self.recall is None:
+            return broker_pb2.RecallMessageResponse(code=ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                                    remark="this broker has no timer store")
+        response = await asyncio.to_thread(self.recall.recall, request)  # waits for its marker's dispatch
+        pending = self._replicated(response)
+        if pending is not None:
+            await pending
+        return response
 
     async def PullMessage(self, request, context):
         return (await self._pull(request)).full_response()

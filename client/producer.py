@@ -44,6 +44,7 @@ from common.encoded_fields import bytes_field
 from common.message import Message
 from common.message_id import encode_host
 from common.message_queue import MessageQueue
+from common.recall_handle import InvalidRecallHandle, RecallHandle
 from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from common.transaction_topic import TRANSACTION_PREPARED_TYPE
@@ -133,6 +134,25 @@ class Producer:
         attempts = 1 if not may_move else 1 + self.retry_times
         self._attempt(send, mq, may_move, attempts, future)
         return future
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Take a delayed message back before it is due, by its send's ``SendResult.recall_handle``; returns the
+        message's id. Raises MQClientError when it is no longer pending (delivered already, or recalled: code
+        QUERY_NOT_FOUND) or the handle is not one of this cluster."""
+        try:
+            handle = RecallHandle.decode(recall_handle)
+        except InvalidRecallHandle as exc:
+            raise MQClientError(f"cannot recall: {exc}") from None
+        what = f"recall of message {handle.message_id} of topic {topic}"
+        addr = self.client.master_addr(topic, handle.broker_name)
+        request = broker_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
+        try:
+            response = self.client.broker(addr).RecallMessage(request, timeout=self.send_timeout_s)
+        except grpc.RpcError as exc:
+            raise rpc_error(what, addr, exc) from None
+        if response.code != ResponseCode.SUCCESS:
+            raise business_error(what, addr, response.code, response.remark)
+        return str(response.message_id)
 
     def begin_transaction(self) -> Transaction:
         """A transaction: half messages sent with ``tx.send(msg)``, ended by ``tx.commit()`` or ``tx.rollback()``."""
@@ -362,7 +382,7 @@ class Producer:
         # A static topic's broker answers in logic terms: the logic queue and its logic offset (-1: undecided).
         queue = mq if static else MessageQueue(mq.topic, mq.broker_name, response.queue_id)
         return SendResult(queue, response.queue_offset, response.store_host, tuple(response.physical_offsets),
-                          status, send.properties)
+                          status, send.properties, tuple(response.recall_handles))
 
     @staticmethod
     def _refusal(mq: MessageQueue, addr: str, response: broker_pb2.SendMessageResponse,

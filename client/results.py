@@ -27,6 +27,12 @@ class SendResult:
     physical_offsets: tuple[int, ...] = ()
     status: SendStatus = SendStatus.SEND_OK
     wire_properties: Sequence[bytes] = field(default=(), repr=False, compare=False)
+    recall_handles: tuple[str, ...] = field(default=(), repr=False)  # a delayed send's: Producer.recall takes one
+
+    @property
+    def recall_handle(self) -> str:
+        """A delayed message's handle for ``Producer.recall``; "" for a message that was not delayed."""
+        return self.recall_handles[0] if self.recall_handles else ""
 
     @property
     def msg_id(self) -> str:

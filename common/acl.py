@@ -284,7 +284,7 @@ ADMIN_METHODS = frozenset({
 ADMIN_SERVICES = ("/rmq.AclService/",)
 # Methods checked per request (each item of a stream frame's ``requests``): the action on its topic and group.
 PUB_METHODS = frozenset({
-    "/rmq.BrokerService/SendMessage", "/rmq.BrokerService/SendMessageStream",
+    "/rmq.BrokerService/SendMessage", "/rmq.BrokerService/SendMessageStream", "/rmq.BrokerService/RecallMessage",
     "/rmq.TransactionService/EndTransaction",
 })
 SUB_METHODS = frozenset({

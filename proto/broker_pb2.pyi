@@ -46,7 +46,7 @@ class SendMessageRequest(_message.Message):
     def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., bodies: _Optional[_Iterable[bytes]] = ..., properties: _Optional[_Iterable[bytes]] = ..., flag: _Optional[int] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flag: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., records: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets", "request_id")
+    __slots__ = ("code", "remark", "queue_id", "queue_offset", "store_host", "physical_offsets", "request_id", "recall_handles")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class SendMessageResponse(_message.Message):
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLES_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     queue_id: int
@@ -61,7 +62,26 @@ class SendMessageResponse(_message.Message):
     store_host: bytes
     physical_offsets: _containers.RepeatedScalarFieldContainer[int]
     request_id: int
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    recall_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_host: _Optional[bytes] = ..., physical_offsets: _Optional[_Iterable[int]] = ..., request_id: _Optional[int] = ..., recall_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("code", "remark", "message_id")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    message_id: str
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class SendStreamFrame(_message.Message):
     __slots__ = ("requests",)

@@ -55,6 +55,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_broker__pb2.PullStreamFrame.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.PullStreamAnswers.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/rmq.BrokerService/RecallMessage',
+                request_serializer=proto_dot_broker__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
         self.UpdateConsumerOffset = channel.unary_unary(
                 '/rmq.BrokerService/UpdateConsumerOffset',
                 request_serializer=proto_dot_broker__pb2.UpdateConsumerOffsetRequest.SerializeToString,
@@ -212,6 +217,14 @@ class BrokerServiceServicer:
 
     def PullMessageStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecallMessage(self, request, context):
+        """Takes a delayed message back before it is due, by the recall handle its send answered (on the broker the
+        handle names). QUERY_NOT_FOUND when it is not pending there: delivered already, recalled, or never here.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -398,6 +411,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.PullMessageStream,
                     request_deserializer=proto_dot_broker__pb2.PullStreamFrame.FromString,
                     response_serializer=proto_dot_broker__pb2.PullStreamAnswers.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=proto_dot_broker__pb2.RecallMessageRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.RecallMessageResponse.SerializeToString,
             ),
             'UpdateConsumerOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateConsumerOffset,
@@ -633,6 +651,33 @@ class BrokerService:
             '/rmq.BrokerService/PullMessageStream',
             proto_dot_broker__pb2.PullStreamFrame.SerializeToString,
             proto_dot_broker__pb2.PullStreamAnswers.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/RecallMessage',
+            proto_dot_broker__pb2.RecallMessageRequest.SerializeToString,
+            proto_dot_broker__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

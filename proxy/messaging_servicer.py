@@ -183,7 +183,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(service_pb2.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        raise ProxyError(Code.UNSUPPORTED, "recalling a delayed message is not supported by this cluster's store")
+        return await self.send.recall_message(request)
 
     @unary(service_pb2.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):

@@ -18,9 +18,9 @@ refusal is the v2 status UNAUTHORIZED (authentication) or FORBIDDEN (authorizati
 with the broker's message (which names the access key and the check that failed, never a secret). A broker that
 cannot be asked is INTERNAL_SERVER_ERROR, never a pass.
 
-Which v2 calls need what: SendMessage and EndTransaction Pub on their topics; ReceiveMessage, AckMessage,
-ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and QueryAssignment Sub on their topic and group; the
-rest (QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, ...) only an authentic caller."""
+Which v2 calls need what: SendMessage, EndTransaction and RecallMessage Pub on their topics; ReceiveMessage,
+AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and QueryAssignment Sub on their topic and
+group; the rest (QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, ...) only an authentic caller."""
 
 import asyncio
 import logging
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 Code = definition_pb2.Code
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 ACTIONS = {
-    "SendMessage": PUB, "EndTransaction": PUB,
+    "SendMessage": PUB, "EndTransaction": PUB, "RecallMessage": PUB,
     "ReceiveMessage": SUB, "AckMessage": SUB, "ChangeInvisibleDuration": SUB,
     "ForwardMessageToDeadLetterQueue": SUB, "QueryAssignment": SUB,
 }

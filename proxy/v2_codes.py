@@ -39,6 +39,7 @@ _FROM_RESPONSE_CODE: dict[int, definition_pb2.Code] = {
     ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
     ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
     ResponseCode.PULL_NOT_FOUND: Code.MESSAGE_NOT_FOUND,
+    ResponseCode.QUERY_NOT_FOUND: Code.NOT_FOUND,  # MESSAGE_NOT_FOUND is "nothing now" to v2 clients, no error
     ResponseCode.SUBSCRIPTION_PARSE_FAILED: Code.ILLEGAL_FILTER_EXPRESSION,
     ResponseCode.SUBSCRIPTION_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,

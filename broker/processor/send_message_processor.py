@@ -15,6 +15,7 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from broker.timer.delay_router import DelayRouter, is_delayed_needle_in
 from broker.timer.timer_batch import record_properties, timer_properties, timer_wire_batch
+from broker.timer.timer_recall import recall_handles
 from broker.transaction.half_message import half_properties, half_wire_batch, is_half_needle_in
 from common.kv_shard import KV_TOPIC
 from common.message_codec import CorruptRecordError
@@ -78,7 +79,7 @@ class SendMessageProcessor:
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
         # The real queue of a static topic's delayed message is the physical one here, where it is delivered.
-        result, delayed = self._put(request, config.topic_name, queue_id, static=ctx is not None)
+        result, timer_props = self._put(request, config.topic_name, queue_id, static=ctx is not None)
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
@@ -87,8 +88,13 @@ class SendMessageProcessor:
         assert result.append is not None
         # A static topic answers in logic terms (-1 while the new leader's logic offset is undecided). A delayed
         # message has no offset in its queue until it is delivered: -1.
-        queue_offset = -1 if delayed else (ctx.leader.logic_loosely(result.queue_offset) if ctx is not None
-                                           else result.queue_offset)
+        if timer_props is not None:
+            return broker_pb2.SendMessageResponse(
+                code=code, queue_id=request.queue_id, queue_offset=-1, store_host=result.store_host,
+                physical_offsets=result.append.physical_offsets,
+                recall_handles=recall_handles(self.static_topics.broker_name, timer_props, result.store_host,
+                                              result.append.physical_offsets))
+        queue_offset = ctx.leader.logic_loosely(result.queue_offset) if ctx is not None else result.queue_offset
         return broker_pb2.SendMessageResponse(code=code, queue_id=request.queue_id, queue_offset=queue_offset,
                                               store_host=result.store_host,
                                               physical_offsets=result.append.physical_offsets)
@@ -106,9 +112,9 @@ class SendMessageProcessor:
         require(body_bytes <= limit, f"batch of {body_bytes} bytes exceeds maxMessageSize {limit}")
 
     def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int,
-             static: bool = False) -> tuple[PutMessageResult, bool]:
-        """The put's result, and whether the batch was delayed (stored in the timer topic). A half message answers
-        its offset in the half queue (a transaction id names it)."""
+             static: bool = False) -> tuple[PutMessageResult, list[bytes] | None]:
+        """The put's result, and for a delayed batch (stored in the timer topic) its records' properties there. A
+        half message answers its offset in the half queue (a transaction id names it)."""
         if request.records:
             try:
                 batch = WireBatch.parse(request.records, topic.encode(), queue_id, self.store.store_host,
@@ -121,15 +127,17 @@ class SendMessageProcessor:
             if is_half_needle_in(joined):
                 half_batch = half_wire_batch(batch, blocks, topic, queue_id, static)
                 if half_batch is not None:
-                    return self.store.put_wire_batch(half_batch), False
+                    return self.store.put_wire_batch(half_batch), None
             if is_delayed_needle_in(joined):
                 timer_batch = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
                 if timer_batch is not None:
-                    return self.store.put_wire_batch(timer_batch), True
-            return self.store.put_wire_batch(batch), False
+                    return (self.store.put_wire_batch(timer_batch),
+                            record_properties(bytes(timer_batch.buf), timer_batch.sizes))
+            return self.store.put_wire_batch(batch), None
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
-        put_topic, put_queue_id, delayed, sys_flag = topic, queue_id, False, request.sys_flag
+        put_topic, put_queue_id, sys_flag = topic, queue_id, request.sys_flag
+        timer_props: list[bytes] | None = None
         half_props = (half_properties(properties, topic, queue_id, static)
                       if request.properties and is_half_needle_in(b"".join(request.properties)) else None)
         if half_props is not None:
@@ -138,10 +146,10 @@ class SendMessageProcessor:
         elif request.properties and is_delayed_needle_in(b"".join(request.properties)):
             timer_props = timer_properties(self.delay_router, properties, topic, queue_id, _now_ms())
             if timer_props is not None:
-                put_topic, put_queue_id, properties, delayed = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props, True
+                put_topic, put_queue_id, properties = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
-                                       flag=request.flag, sys_flag=sys_flag), delayed
+                                       flag=request.flag, sys_flag=sys_flag), timer_props
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

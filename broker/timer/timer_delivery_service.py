@@ -99,9 +99,17 @@ class TimerDeliveryService(threading.Thread):
 
     def deliver_due(self) -> int:
         """Deliver the timers due now (up to ``batch_size``); returns how many were taken."""
+        with self.timers.delivery_lock:  # a recall waits for this batch to be delivered, or delivers nothing
+            taken, kept = self._deliver_due()
+        if kept:
+            self._stopped.wait(RETRY_PAUSE_S)
+        return taken
+
+    def _deliver_due(self) -> tuple[int, int]:
+        """(timers taken, timers kept pending because the store refused them)."""
         timers = self.timers.take_due(self.clock_ms(), self.batch_size)
         if not timers:
-            return 0
+            return 0, 0
         groups: dict[tuple[str, int], list[tuple[bytes, MessageExt]]] = defaultdict(list)
         done: list[bytes] = []
         for key, record in timers:
@@ -151,11 +159,10 @@ class TimerDeliveryService(threading.Thread):
         if kept:
             self._refused(len(kept))
             self.timers.give_back(min(kept))
-            self._stopped.wait(RETRY_PAUSE_S)
         elif self._refused_since is not None:
             log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
             self._refused_since = None
-        return len(timers)
+        return len(timers), len(kept)
 
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result

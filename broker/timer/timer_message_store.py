@@ -12,6 +12,12 @@ chain replays the rest from the commitlog; records below the checkpoint are skip
 back a timer that was delivered. The WAL is synced at each ``flush`` (the dispatcher flush service, every
 ``flushIntervalConsumeQueue``), and only then does :meth:`checkpoint` move: the commitlog below it may expire.
 
+A recall is a marker record in the timer topic (``TIMER_DEL_OFFSET``: the offset of the timer it takes back,
+``TIMER_OUT_MS``: that timer's due time); its dispatch deletes the timer in the same WriteBatch as the checkpoint
+that passes it, so a replay of the commitlog takes it back again, in commitlog order after the timer it names.
+``delivery_lock`` is held by the delivery from taking due timers to removing them, and by a recall from finding
+its timer to its marker's dispatch: a recalled message is never delivered, a delivered one never recalled.
+
 Due times fit in 7 bytes (any time before the year 2 million), so the checkpoint's 0xff key sorts after every
 timer. Deleted timers leave tombstones at the front of the key space until compaction: scans start at a floor
 below which no timer is pending, not at the first key.
@@ -28,7 +34,7 @@ from rocksdict import Rdict, ReadOptions, WriteBatch
 from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
-from common.message_properties import TIMER_OUT_MS_NEEDLE, find_property
+from common.message_properties import TIMER_DEL_OFFSET_NEEDLE, TIMER_OUT_MS_NEEDLE, find_property
 from common.timer_topic import TIMER_TOPIC
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,7 @@ class TimerMessageStore(CommitLogDispatcher):
         self._floor_lock = threading.Lock()
         self._floor = b""  # no pending timer sorts below it
         self._pending = 0
+        self.delivery_lock = threading.Lock()  # see the module's docstring
         self.due_listeners: list[DueListener] = []  # told the earliest due time of each dispatch that added timers
 
     @property
@@ -116,16 +123,27 @@ class TimerMessageStore(CommitLogDispatcher):
         applied_from = self._applied
         batch: WriteBatch | None = None
         first_key = META_START
-        added = 0
+        added: set[bytes] = set()
+        recalled = 0
         for topic, _, _, physical, size, _, _, props in requests:
             if topic != TIMER_TOPIC or physical < applied_from:
                 continue
-            key = timer_key(self._due_of(props, physical), physical)
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
+            target = _recalled_offset(props)
+            if target is not None:  # a recall: the timer it names goes (if a delivery took it first, nothing does)
+                key = timer_key(self._due_of(props, physical), target)
+                if key in added:
+                    added.discard(key)
+                elif self.db.get(key) is not None:
+                    recalled += 1
+                batch.delete(key)
+                log.info("timer_recalled timer_offset=%d marker_offset=%d", target, physical)
+                continue
+            key = timer_key(self._due_of(props, physical), physical)
             batch.put(key, self._read_at(physical, size))
             first_key = min(first_key, key)
-            added += 1
+            added.add(key)
         self._applied = end_offset
         if batch is None:
             return None
@@ -133,9 +151,9 @@ class TimerMessageStore(CommitLogDispatcher):
         self.db.write(batch)
         self._stored = end_offset
         with self._floor_lock:
-            self._pending += added
+            self._pending += len(added) - recalled
             self._floor = min(self._floor, first_key)
-        return due_of_key(first_key)
+        return due_of_key(first_key) if added else None
 
     @staticmethod
     def _due_of(props: bytes, physical: int) -> int:
@@ -167,6 +185,11 @@ class TimerMessageStore(CommitLogDispatcher):
             self._applied = self._stored = self._durable = commit_log_end
 
     # -- delivery ----------------------------------------------------------------------------------
+    def pending_record(self, due_ms: int, physical_offset: int) -> bytes | None:
+        """The stored record of the timer due at ``due_ms`` from ``physical_offset``; None when none is pending
+        (delivered, recalled, or never stored here)."""
+        return self.db.get(timer_key(due_ms, physical_offset))
+
     def first_due(self) -> int | None:
         """The earliest due time pending, or None."""
         with self._floor_lock:
@@ -220,3 +243,9 @@ class TimerMessageStore(CommitLogDispatcher):
         except Exception as exc:  # rocksdict's error for an I/O failure (a full disk): the WAL keeps what was synced
             raise OSError(f"closing the timer store: {exc}") from None
         log.info("timer_closed pending=%d checkpoint=%d", self._pending, self._stored)
+
+
+def _recalled_offset(props: bytes) -> int | None:
+    """The timer a recall marker takes back (its record's commitlog offset); None for a timer's own record."""
+    raw = find_property(props, TIMER_DEL_OFFSET_NEEDLE) if TIMER_DEL_OFFSET_NEEDLE in props else None
+    return int(raw) if raw is not None and raw.isdigit() and len(raw) <= 18 else None

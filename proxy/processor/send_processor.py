@@ -14,6 +14,7 @@ from typing import TypeVar
 from client.errors import MQClientError
 from client.producer import Producer
 from client.results import SendResult, SendStatus
+from common.recall_handle import InvalidRecallHandle, RecallHandle
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import OutgoingMessage, to_outgoing
 from proxy.processor.transaction_processor import TransactionProcessor
@@ -48,6 +49,22 @@ class SendProcessor:
             return entry(outgoing, await self._send(outgoing))
         except ProxyError as exc:
             return service_pb2.SendResultEntry(status=exc.status(), message_id=msg.system_properties.message_id)
+
+    async def recall_message(self, request: service_pb2.RecallMessageRequest) -> service_pb2.RecallMessageResponse:
+        """A delayed message taken back before it is due, on the broker its recall handle names."""
+        topic = request.topic.name
+        if not topic or not request.recall_handle:
+            raise ProxyError(Code.BAD_REQUEST, "a recall names a topic and a recall handle")
+        try:
+            RecallHandle.decode(request.recall_handle)
+        except InvalidRecallHandle as exc:
+            raise ProxyError(Code.BAD_REQUEST, str(exc)) from None
+        try:
+            # the broker's address may need a route lookup (a blocking name server call): not on the loop
+            message_id = await asyncio.to_thread(self.producer.recall, topic, request.recall_handle)
+        except MQClientError as exc:
+            raise client_error(f"recall in topic {topic}", exc) from None
+        return service_pb2.RecallMessageResponse(status=ok_status(), message_id=message_id)
 
     async def _send(self, outgoing: OutgoingMessage) -> SendResult:
         what = f"send to topic {outgoing.message.topic}"
@@ -92,4 +109,5 @@ def entry(outgoing: OutgoingMessage, result: SendResult) -> service_pb2.SendResu
     if result.status is SendStatus.FLUSH_DISK_TIMEOUT:  # stored, not yet on disk: upstream's answer for it
         status = definition_pb2.Status(code=Code.MASTER_PERSISTENCE_TIMEOUT,
                                        message="stored, but not flushed to disk within syncFlushTimeout")
-    return service_pb2.SendResultEntry(status=status, message_id=outgoing.message_id, offset=result.queue_offset)
+    return service_pb2.SendResultEntry(status=status, message_id=outgoing.message_id, offset=result.queue_offset,
+                                       recall_handle=result.recall_handle)

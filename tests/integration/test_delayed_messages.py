@@ -1,6 +1,7 @@
 """Delayed and timed messages through real daemons: a name server, broker-a (SYNC_FLUSH, file consume queue) and
 broker-b (ASYNC_FLUSH, storeType=defaultRocksDB). Never early, p99 lateness printed; a SIGKILL with ~10,000
-timers pending loses none; out-of-range delays refused by the SDK and the broker; a static topic."""
+timers pending loses none; out-of-range delays refused by the SDK and the broker; a static topic; recalls (both
+brokers, a SIGKILL, a static topic)."""
 
 import random
 import time
@@ -244,3 +245,77 @@ def test_sigkill_with_ten_thousand_pending_timers_loses_none(cluster: DelayClust
     duplicates = sum(len(a) - 1 for a in receiver.got.values())
     print(f"delivered after SIGKILL: {len(receiver.got)} of 10,000, duplicates (at-least-once) {duplicates}")
     assert duplicates <= 1024  # at most the batch in flight between put and delete
+
+
+# -- recall ------------------------------------------------------------------------------------------------------
+def _one_queue_topic(cluster: DelayCluster, topic: str, broker: str) -> MessageQueue:
+    with Admin(cluster.addr) as admin:
+        admin.create_topic(topic, brokers=[broker], read_queue_nums=1, write_queue_nums=1)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    return MessageQueue(topic, broker, 0)
+
+
+def _refused_recall(producer: Producer, topic: str, handle: str) -> MQClientError:
+    with pytest.raises(MQClientError) as refused:
+        producer.recall(topic, handle)
+    return refused.value
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_a_recalled_message_is_never_delivered_in_each_flush_mode_and_store_type(cluster: DelayCluster, broker: str):
+    """The recalled message and the kept one are due at the same time, the recalled one first in the commitlog: the
+    timer delivers in that order, so once the kept one arrived the recalled one would have. One send on the SDK's
+    stream (records), the other unary (bodies): both paths answer recall handles."""
+    topic = f"DelayRecallT-{broker}"
+    queue = _one_queue_topic(cluster, topic, broker)
+    with Producer(cluster.addr) as producer, Producer(cluster.addr, use_streams=False) as unary, \
+            PullConsumer(cluster.addr, group="delay-recall") as consumer:
+        at = now_ms() + 2000
+        recalled = producer.send(Message(topic, b"recalled", deliver_at_ms=at), queue=queue)
+        kept = unary.send(Message(topic, b"kept", deliver_at_ms=at), queue=queue)
+        assert recalled.recall_handle.startswith(f"r1|{broker}|{at}|") and kept.recall_handle
+        assert producer.send(Message(topic, b"now"), queue=queue).recall_handle == ""  # not delayed: none
+        assert unary.recall(topic, recalled.recall_handle) == recalled.msg_id
+        again = _refused_recall(producer, topic, recalled.recall_handle)
+        assert again.code == ResponseCode.QUERY_NOT_FOUND and "not pending" in str(again)
+        with pytest.raises(MQClientError, match="not one this cluster issued"):
+            producer.recall(topic, "r1|" + broker)
+        receiver = Receiver(consumer, [queue])
+        receiver.until(lambda: b"kept" in receiver.got, timeout_s=10, what="the message not recalled")
+        assert set(receiver.got) == {b"now", b"kept"}
+        assert _refused_recall(producer, topic, kept.recall_handle).code == ResponseCode.QUERY_NOT_FOUND  # delivered
+
+
+def test_a_recall_survives_a_sigkill(cluster: DelayCluster):
+    broker = "broker-b"  # RocksDB consume queue, ASYNC_FLUSH: the marker is in the page cache, not yet on disk
+    topic = "DelayRecallKillT"
+    queue = _one_queue_topic(cluster, topic, broker)
+    with Producer(cluster.addr) as producer:
+        at = now_ms() + 3000
+        sent = producer.send_batch([Message(topic, b"recalled-%d" % i, deliver_at_ms=at) for i in range(50)]
+                                   + [Message(topic, b"kept", deliver_at_ms=at)], queue=queue)
+        for handle in sent.recall_handles[:50]:
+            producer.recall(topic, handle)
+    cluster.brokers[broker].kill()
+    cluster.start_broker(broker)
+    with PullConsumer(cluster.addr, group="delay-recall-kill") as consumer:
+        wait_until(lambda: consumer.queues(topic) == [queue], what="route after restart")
+        receiver = Receiver(consumer, [queue])
+        receiver.until(lambda: b"kept" in receiver.got, timeout_s=15, what="the message not recalled")
+    assert set(receiver.got) == {b"kept"}
+
+
+def test_a_static_topic_message_is_recalled_on_the_broker_that_holds_it(cluster: DelayCluster):
+    topic = "DelayRecallStaticT"
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, 1, brokers=["broker-b"])
+    cluster.wait_route_epoch(topic, 1)
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-recall-static") as consumer:
+        at = now_ms() + 2000
+        recalled = producer.send(Message(topic, b"recalled", deliver_at_ms=at), sharding_key="k")
+        kept = producer.send(Message(topic, b"kept", deliver_at_ms=at), sharding_key="k")
+        assert recalled.queue == kept.queue and recalled.recall_handle.startswith("r1|broker-b|")
+        assert producer.recall(topic, recalled.recall_handle) == recalled.msg_id
+        receiver = Receiver(consumer, [kept.queue])
+        receiver.until(lambda: b"kept" in receiver.got, timeout_s=10, what="the static topic's kept message")
+    assert set(receiver.got) == {b"kept"}

@@ -1,16 +1,17 @@
 """The official RocketMQ 5 Python client sends through mqproxy; this repository's own PullConsumer reads the
 messages back from the brokers: the same bodies, tags, keys, properties and message ids, and a delayed message no
-earlier than its delivery time."""
+earlier than its delivery time, and a recalled one never."""
 
 import time
 import uuid
 
-from client import PullConsumer
+from client import Admin, PullConsumer
 from common.message import MessageExt
 from tests.cluster import wait_until
 from tests.proxy.conftest import OfficialClient, ProxyCluster
 
 DELAY_S = 10  # the issue's acceptance: +10 s, delivered not before
+RECALL_DELAY_S = 3
 
 
 def fresh_topic(proxy_cluster: ProxyCluster, queues: int = 4) -> str:
@@ -72,3 +73,26 @@ def test_delayed_message_is_not_delivered_before_its_time(proxy_cluster: ProxyCl
     assert msg.body == b"later-0" and msg.msg_id == sent["message_id"]
     assert msg.store_timestamp / 1000 >= due - 0.001, "stored in its topic before it was due"
     assert time.time() - started < DELAY_S + 30
+
+
+def test_a_recalled_delayed_message_is_never_delivered(proxy_cluster: ProxyCluster, official_client: OfficialClient):
+    """Both messages on one broker (the timer delivers in due order), the recalled one due no later than the other:
+    once the other arrived, the recalled one would have too."""
+    topic = f"ProxyRecall_{uuid.uuid4().hex[:8]}"
+    broker = sorted(proxy_cluster.cluster.brokers)[0]
+    with Admin(proxy_cluster.namesrv) as admin:
+        admin.create_topic(topic, brokers=[broker], read_queue_nums=2, write_queue_nums=2)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    lines = official_client.run("produce.py", proxy_cluster.endpoint, topic, 2, "--delay-s", RECALL_DELAY_S,
+                                "--prefix", "recall", "--recall-first", 1)
+    sent = [line for line in lines if "message_id" in line]
+    assert [s["recall_handle"].split("|")[1] for s in sent] == [broker, broker]  # a handle names its broker
+    (recalled,) = [line for line in lines if "recalled" in line]
+    assert recalled["recalled"] == sent[0]["message_id"]
+    (again,) = [line for line in lines if "recall_again_error" in line or "recalled_again" in line]
+    assert "NotFoundException" in again.get("recall_again_error", ""), again
+    assert "not pending" in again["recall_again_error"], again
+    (msg,) = wait_until(lambda: pull_all(proxy_cluster.namesrv, topic), timeout=RECALL_DELAY_S + 15,
+                        what="the message not recalled")
+    assert msg.body == b"recall-1" and msg.msg_id == sent[1]["message_id"]
+    assert [m.body for m in pull_all(proxy_cluster.namesrv, topic)] == [b"recall-1"]

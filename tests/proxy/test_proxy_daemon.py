@@ -191,7 +191,7 @@ def test_bytes_that_are_no_request_get_bad_request(proxy_cluster: ProxyCluster):
     assert answer.status.code == Code.BAD_REQUEST and "does not parse" in answer.status.message
 
 
-def test_bad_receipt_handles_and_names_are_refused(stub, topic: str):
+def test_bad_receipt_and_recall_handles_and_names_are_refused(stub, topic: str):
     ack = stub.AckMessage(service_pb2.AckMessageRequest(
         group=definition_pb2.Resource(name="G"), topic=definition_pb2.Resource(name=topic),
         entries=[service_pb2.AckMessageEntry(message_id="m", receipt_handle="not-a-handle")]), timeout=10)
@@ -211,6 +211,11 @@ def test_bad_receipt_handles_and_names_are_refused(stub, topic: str):
             topic=definition_pb2.Resource(name=topic)), batch_size=1,
         filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="a || ")), timeout=10))
     assert [r.status.code for r in receive] == [Code.ILLEGAL_FILTER_EXPRESSION]
+    recall = stub.RecallMessage(service_pb2.RecallMessageRequest(), timeout=10)
+    assert recall.status.code == Code.BAD_REQUEST and "recall handle" in recall.status.message
+    recall = stub.RecallMessage(service_pb2.RecallMessageRequest(topic=definition_pb2.Resource(name=topic),
+                                                                 recall_handle="r1|nope"), timeout=10)
+    assert recall.status.code == Code.BAD_REQUEST and "not one this cluster issued" in recall.status.message
 
 
 def test_what_is_not_served_answers_a_status_not_code_zero(stub, topic: str):
@@ -219,8 +224,6 @@ def test_what_is_not_served_answers_a_status_not_code_zero(stub, topic: str):
     assert end.status.code not in (Code.CODE_UNSPECIFIED, Code.OK) and end.status.message
     pull = list(stub.PullMessage(service_pb2.PullMessageRequest(), timeout=10))
     assert [p.status.code for p in pull] == [Code.NOT_IMPLEMENTED]
-    recall = stub.RecallMessage(service_pb2.RecallMessageRequest(), timeout=10)
-    assert recall.status.code == Code.UNSUPPORTED
     heartbeat = stub.Heartbeat(service_pb2.HeartbeatRequest(client_type=definition_pb2.PRODUCER), timeout=10)
     assert heartbeat.status.code == Code.OK
 

@@ -1,0 +1,56 @@
+"""What a recall of a delayed message writes and checks: the handles a delayed send answers, the marker record that
+takes a timer back (``TimerMessageStore`` applies it), and whether a stored timer is the handle's message."""
+
+from collections.abc import Sequence
+
+from common.message_codec import HEADER
+from common.message_id import make_message_id
+from common.message_properties import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_OFFSET,
+    PROPERTY_TIMER_OUT_MS,
+    REAL_TOPIC_NEEDLE,
+    TIMER_OUT_MS_NEEDLE,
+    UNIQUE_KEY_NEEDLE,
+    find_property,
+)
+from common.recall_handle import RecallHandle
+
+_STORE_HOST = 11  # HEADER's fields
+_TOPIC_LEN, _PROPS_LEN = 15, 16
+
+
+def message_id(timer_properties: bytes, store_host: bytes, physical_offset: int) -> str:
+    """The id a recall handle names a delayed message by: its unique key (the id its producer knows), else the
+    offset id of its timer-topic record."""
+    key = find_property(timer_properties, UNIQUE_KEY_NEEDLE)
+    return key.decode(errors="replace") if key else make_message_id(store_host, physical_offset)
+
+
+def recall_handles(broker_name: str, timer_properties: Sequence[bytes], store_host: bytes,
+                   physical_offsets: Sequence[int]) -> list[str]:
+    """One handle a message of a delayed batch stored in the timer topic (``timer_properties``: its records')."""
+    handles = []
+    for props, offset in zip(timer_properties, physical_offsets, strict=True):
+        due = find_property(props, TIMER_OUT_MS_NEEDLE)
+        assert due is not None and due.isdigit(), "a timer-topic record without its due time"
+        handles.append(RecallHandle(broker_name, int(due), offset, message_id(props, store_host, offset)).encode())
+    return handles
+
+
+def marker_properties(topic: str, handle: RecallHandle) -> bytes:
+    """The recall marker's properties: the timer it takes back (``TIMER_OUT_MS`` and ``TIMER_DEL_OFFSET``, the
+    timer store's key) and, for operators reading the timer topic, the message's topic."""
+    return (f"{PROPERTY_REAL_TOPIC}\x01{topic}\x02{PROPERTY_TIMER_OUT_MS}\x01{handle.due_ms}\x02"
+            f"{PROPERTY_TIMER_DEL_OFFSET}\x01{handle.physical_offset}\x02").encode()
+
+
+def is_handle_of(record: bytes, topic: str, handle: RecallHandle) -> bool:
+    """Whether the stored timer-topic ``record`` is the message ``handle`` names, of ``topic``: a handle cannot
+    recall another topic's message (the caller's permission was checked on ``topic``)."""
+    fields = HEADER.unpack_from(record)
+    start = HEADER.size + fields[_TOPIC_LEN]
+    props = record[start:start + fields[_PROPS_LEN]]
+    real_topic = find_property(props, REAL_TOPIC_NEEDLE)
+    return (real_topic == topic.encode()
+            and message_id(props, fields[_STORE_HOST], handle.physical_offset) == handle.message_id)

@@ -1,0 +1,150 @@
+"""Recalling delayed messages in a real message store with the timer store in its chain: a recalled timer is never
+delivered, in either flush mode, after a restart that replays the commitlog, or when the recall races the
+delivery; a handle that does not name a pending message of the topic is refused and changes nothing."""
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from broker.processor.recall_message_processor import RecallMessageProcessor
+from broker.store.config import FlushDiskType
+from broker.timer.timer_recall import recall_handles
+from common.message_codec import decode_record
+from common.recall_handle import RecallHandle
+from common.refusal import Refusal
+from common.request_error import RequestError
+from common.response_code import ResponseCode
+from proto import broker_pb2
+from tests.timer.timer_node import NOW, Node, bodies, start
+
+BROKER = "broker-a"
+
+
+def handles_of(node: Node, offsets: list[int]) -> list[str]:
+    """The handles the send path answers for these timers (their records' properties, as stored)."""
+    props = [decode_record(node.store.commit_log.read_record(o)).raw_properties for o in offsets]
+    return recall_handles(BROKER, props, node.store.store_host, offsets)
+
+
+def processor(node: Node, is_master: bool = True) -> RecallMessageProcessor:
+    return RecallMessageProcessor(BROKER, lambda: node.timers, node.store, lambda: is_master)
+
+
+def recall(node: Node, handle: str, topic: str = "Real") -> broker_pb2.RecallMessageResponse:
+    return processor(node).recall(broker_pb2.RecallMessageRequest(topic=topic, recall_handle=handle))
+
+
+def refused_code(node: Node, handle: str, topic: str = "Real") -> int:
+    with pytest.raises(Refusal) as refused:
+        recall(node, handle, topic)
+    return refused.value.code
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_a_recalled_timer_is_never_delivered(tmp_path: Path, nodes: list[Node], flush: FlushDiskType):
+    node = start(nodes, tmp_path, flush_disk_type=flush)
+    offsets = node.send([NOW + 100, NOW + 100, NOW + 200])  # m0, m1, m2
+    handles = handles_of(node, offsets)
+    assert RecallHandle.decode(handles[1]) == RecallHandle(BROKER, NOW + 100, offsets[1], "m1")
+    assert recall(node, handles[1]).message_id == "m1"
+    assert node.timers.pending == 2 and node.timers.first_due() == NOW + 100
+    assert refused_code(node, handles[1]) == ResponseCode.QUERY_NOT_FOUND  # recalled already
+    node.now = NOW + 1000
+    assert node.deliver() == 2 and bodies(node.delivered()) == [b"m0", b"m2"]
+    assert refused_code(node, handles[0]) == ResponseCode.QUERY_NOT_FOUND  # delivered already
+    assert node.timers.pending == 0
+
+
+def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)
+    offsets = node.send([NOW + 100])
+    (handle,) = handles_of(node, offsets)
+    parsed = RecallHandle.decode(handle)
+    end = node.store.commit_log.max_offset()
+    assert refused_code(node, handle, topic="Other") == ResponseCode.QUERY_NOT_FOUND  # another topic's permission
+    assert refused_code(node, parsed._replace(message_id="m9").encode()) == ResponseCode.QUERY_NOT_FOUND
+    assert refused_code(node, parsed._replace(due_ms=NOW + 101).encode()) == ResponseCode.QUERY_NOT_FOUND
+    assert refused_code(node, parsed._replace(broker_name="broker-b").encode()) == ResponseCode.NO_PERMISSION
+    with pytest.raises(Refusal) as refused:
+        processor(node, is_master=False).recall(broker_pb2.RecallMessageRequest(topic="Real", recall_handle=handle))
+    assert refused.value.code == ResponseCode.NO_PERMISSION and "slave" in str(refused.value)
+    for bad in ("", "r1|broker-a|x|1|m0", "v1|broker-a|1|1|m0", "r1|broker-a|1|1|", "r1|broker-a|1|-1|m0"):
+        with pytest.raises(RequestError, match="recall handle"):
+            recall(node, bad)
+    with pytest.raises(RequestError):
+        recall(node, handle, topic="")
+    assert node.store.commit_log.max_offset() == end  # nothing written
+    node.now = NOW + 100
+    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0"]
+
+
+def test_a_recall_stays_after_a_restart_that_replays_the_commitlog(tmp_path: Path):
+    node = Node(tmp_path)
+    offsets = node.send([NOW + 100, NOW + 100])
+    recall(node, handles_of(node, offsets)[0])
+    node.stop()
+    shutil.rmtree(tmp_path / "store" / "consumequeue")  # the whole commitlog is dispatched again
+    again = Node(tmp_path)
+    try:
+        assert again.timers.pending == 1
+        again.now = NOW + 100
+        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m1"]
+    finally:
+        again.stop()
+
+
+def test_a_timer_and_its_recall_replayed_in_one_dispatch(tmp_path: Path):
+    """A timer store rebuilt from the commitlog's start: the timer and its marker arrive in the same batch."""
+    node = Node(tmp_path)
+    offsets = node.send([NOW + 100, NOW + 100])
+    recall(node, handles_of(node, offsets)[1])
+    node.stop()
+    shutil.rmtree(tmp_path / "store" / "consumequeue")
+    shutil.rmtree(tmp_path / "timer")
+    (tmp_path / "store" / "checkpoint" / "commitlog_flushed").unlink()  # a new timer store starts at 0
+    again = Node(tmp_path)
+    try:
+        assert again.timers.pending == 1 and again.timers.first_due() == NOW + 100
+        again.now = NOW + 100
+        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0"]
+    finally:
+        again.stop()
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_a_recall_racing_the_delivery_either_recalls_or_finds_it_delivered(tmp_path: Path, nodes: list[Node],
+                                                                           flush: FlushDiskType):
+    node = start(nodes, tmp_path, flush_disk_type=flush)
+    count = 40
+    offsets = node.send([NOW + i for i in range(count)])
+    handles = handles_of(node, offsets)
+    outcomes: dict[int, int] = {}
+
+    def recall_all() -> None:
+        for i in range(count - 1, -1, -1):  # against the delivery's order: they meet half-way
+            try:
+                recall(node, handles[i])
+                outcomes[i] = ResponseCode.SUCCESS
+            except Refusal as exc:
+                outcomes[i] = exc.code
+
+    recaller = threading.Thread(target=recall_all)
+    recaller.start()
+    for step in range(count):
+        node.now = NOW + step
+        node.deliver()
+    recaller.join(30)
+    node.now = NOW + count
+    node.deliver()
+    delivered = {int(b[1:]) for b in bodies(node.delivered())}
+    recalled = {i for i, code in outcomes.items() if code == ResponseCode.SUCCESS}
+    assert set(outcomes.values()) <= {ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND}
+    assert recalled.isdisjoint(delivered) and recalled | delivered == set(range(count))
+    assert node.timers.pending == 0
+
+
+def test_a_handle_round_trips_whatever_the_message_id_holds():
+    handle = RecallHandle("broker-a", NOW, 123, "id|with|bars")
+    assert RecallHandle.decode(handle.encode()) == handle
