@@ -144,6 +144,9 @@ class Producer:
         except InvalidRecallHandle as exc:
             raise MQClientError(f"cannot recall: {exc}") from None
         what = f"recall of message {handle.message_id} of topic {topic}"
+        if not self.client.group_addrs(topic, handle.broker_name):  # the cached route, or the name server's
+            raise MQClientError(f"{what}: the handle names broker {handle.broker_name}, which topic {topic}'s route "
+                                "does not: its message is not pending there", ResponseCode.QUERY_NOT_FOUND)
         addr = self.client.master_addr(topic, handle.broker_name)
         request = broker_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
         try:

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 PREFIX = "r1"
 SEPARATOR = "|"
+MAX_MESSAGE_ID_CHARS = 128  # a longer unique key is named by the offset id instead (broker/timer/timer_recall.py)
 MAX_HANDLE_CHARS = 512
 
 

@@ -26,6 +26,12 @@ log = logging.getLogger("proxy.main")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("-p", "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on; 0 picks a free one (the ready line says which).")
+@click.option("--default-invisible-ms", type=click.IntRange(1000, 12 * 3600 * 1000), default=60_000,
+              show_default=True, help="A PushConsumer's messages are invisible this long, renewed by as much while it "
+              "consumes them (defaultInvisibleTimeMills).")
+@click.option("--renew-ahead-ms", type=click.IntRange(100, None), default=10_000, show_default=True,
+              help="How long before a PushConsumer's message would become visible the proxy renews it "
+              "(renewAheadTimeMillis; below --default-invisible-ms).")
 @metrics_options
 @tls_server_options
 @click.option("--tls-ca", default="", metavar="PATH",
@@ -40,24 +46,29 @@ log = logging.getLogger("proxy.main")
               callback=lambda c, p, v: _acl(c, p, v),
               help='What the proxy signs its calls to brokers and name servers with: {"accessKey":..,"secretKey":..} '
                    "(innerClientAuthenticationCredentials; the brokers' own).")
-def command(namesrv_addr: str, host: str, port: int, metrics_exporter_type: str, metrics_prom_exporter_port: int,
-            metrics_prom_exporter_host: str, tls_enable: bool, tls_cert: str, tls_key: str, tls_ca: str) -> None:
+def command(namesrv_addr: str, host: str, port: int, default_invisible_ms: int, renew_ahead_ms: int,
+            metrics_exporter_type: str, metrics_prom_exporter_port: int, metrics_prom_exporter_host: str,
+            tls_enable: bool, tls_cert: str, tls_key: str, tls_ca: str) -> None:
     """The RocketMQ 5 proxy: apache.rocketmq.v2.MessagingService over this cluster, for the official clients."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not namesrv_addr.strip(" ;"):
         raise click.UsageError("-n/--namesrv-addr names no name server")
+    if renew_ahead_ms >= default_invisible_ms:
+        raise click.UsageError(f"--renew-ahead-ms {renew_ahead_ms} must be below --default-invisible-ms "
+                               f"{default_invisible_ms}")
     try:
         tls = server_tls(tls_enable, tls_cert, tls_key)
         set_process_ca(tls_ca or None)  # the SDK clients and broker channels the proxy opens
     except TlsError as e:
         raise click.UsageError(str(e)) from None
     try:
-        asyncio.run(serve(with_acl(ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
-                                      metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
-                                      metrics_prom_exporter_port=metrics_prom_exporter_port,
-                                      metrics_prom_exporter_host=metrics_prom_exporter_host, tls=tls),
-                                  click.get_current_context().meta)))
+        config = ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
+                             default_invisible_ms=default_invisible_ms, renew_ahead_ms=renew_ahead_ms,
+                             metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
+                             metrics_prom_exporter_port=metrics_prom_exporter_port,
+                             metrics_prom_exporter_host=metrics_prom_exporter_host, tls=tls)
+        asyncio.run(serve(with_acl(config, click.get_current_context().meta)))
     except (BindError, OSError) as e:
         raise click.ClickException(str(e)) from None
 

@@ -23,7 +23,12 @@ class ProxyConfig:
     max_receive_batch: int = 32  # a receive hands out at most this many messages, as upstream
     max_long_polling_ms: int = 20_000  # the longest a receive is parked (upstream clamps to 20 s too)
     long_polling_margin_ms: int = 1_000  # a parked receive answers this long before the client's deadline
-    default_invisible_ms: int = 60_000  # a PushConsumer's receive (auto_renew) names none: upstream's default
+    # A PushConsumer's receive (auto_renew) names no invisible time: its messages are popped with this one and
+    # renewed by as much renew_ahead_ms before it ends, for at most renew_max_ms (upstream's defaultInvisibleTimeMills,
+    # renewAheadTimeMillis, renewSliceTimeMillis, renewMaxTimeMillis; proxy/processor/receipt_handle_renewer.py)
+    default_invisible_ms: int = 60_000
+    renew_ahead_ms: int = 10_000
+    renew_max_ms: int = 3 * 3600 * 1000
     max_invisible_ms: int = 12 * 3600 * 1000
     settings_cache_s: float = 30.0  # a consumer group's fifo and retry settings, read from the brokers
     # Prometheus text on http://host:metricsPromExporterPort/metrics when PROM (0 = a free port, logged)

@@ -26,6 +26,7 @@ from proxy.messaging_servicer import MessagingServicer
 from proxy.processor.assignment_processor import AssignmentProcessor
 from proxy.processor.client_processor import ClientProcessor
 from proxy.processor.consume_processor import ConsumeProcessor
+from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer
 from proxy.processor.route_processor import RouteProcessor
 from proxy.processor.send_processor import SendProcessor
 from proxy.processor.transaction_processor import TransactionProcessor
@@ -64,6 +65,8 @@ class ProxyServer:
         self.rpc_metrics = RpcMetrics(self.registry)  # v2 calls by method; unary ones timed
         self.metrics_exporter: PromExporter | None = None
         self.health: Health | None = None
+        self._renewer: ReceiptHandleRenewer | None = None
+        self._renew_task: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
@@ -88,6 +91,8 @@ class ProxyServer:
         self.health = await add_health_and_reflection(
             self._server, [service_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name])
         await self._server.start()
+        assert self._renewer is not None
+        self._renew_task = asyncio.create_task(self._renewer.run(), name="auto-renew")
         if prom:
             self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
                                                    c.metrics_prom_exporter_port, self.registry, "proxy")
@@ -113,11 +118,14 @@ class ProxyServer:
         endpoints = own_endpoints(c.host, self.port)
         self._transaction = TransactionProcessor(self.channels, self._producer)
         transaction = self._transaction
+        consume = ConsumeProcessor(routes, self._brokers, c)
+        self._renewer = consume.renewer
+        self.channels.on_client_gone.append(consume.renewer.forget_client)
         return MessagingServicer(
             route=RouteProcessor(routes, endpoints), assignment=AssignmentProcessor(routes, endpoints),
-            send=SendProcessor(self._producer, transaction, c.max_body_size),
-            consume=ConsumeProcessor(routes, self._brokers, c),
-            client=ClientProcessor(GroupSettingsService(self._admin, c.settings_cache_s), c),
+            send=SendProcessor(self._producer, transaction, c.max_body_size), consume=consume,
+            client=ClientProcessor(GroupSettingsService(self._admin, c.settings_cache_s), c,
+                                   on_client_gone=consume.renewer.forget_client),
             transaction=transaction, channels=self.channels)
 
     async def stop(self) -> None:
@@ -130,6 +138,8 @@ class ProxyServer:
             await asyncio.to_thread(self.metrics_exporter.stop)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
+        if self._renew_task is not None:
+            self._renew_task.cancel()
         await self._brokers.close()
         if self._transaction is not None:
             await asyncio.to_thread(self._transaction.close)

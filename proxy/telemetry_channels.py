@@ -48,6 +48,7 @@ class TelemetryChannels:
     def __init__(self) -> None:
         self._by_client: dict[str, TelemetryChannel] = {}
         self._closing = False
+        self.on_client_gone: list[Callable[[str], None]] = []  # told when a client's last stream ended
 
     def get(self, client_id: str) -> TelemetryChannel | None:
         return self._by_client.get(client_id)
@@ -93,6 +94,8 @@ class TelemetryChannels:
                 await reader
             if self._by_client.get(client_id) is channel:
                 del self._by_client[client_id]
+                for listener in self.on_client_gone:
+                    listener(client_id)
             log.info("telemetry_closed client_id=%s clients=%d", client_id, len(self._by_client))
 
     @staticmethod

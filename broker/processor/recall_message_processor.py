@@ -1,10 +1,11 @@
 """RecallMessage: a delayed message taken back before it is due, by the recall handle its send answered.
 
 Under the timer store's ``delivery_lock`` (the delivery takes and delivers due timers under it) the timer is
-looked up, checked to be the handle's message of the request's topic, and a marker naming it is appended to the
-timer topic; the answer waits until the dispatch chain applied the marker, which deletes the timer. So a SUCCESS
-means the message will not be delivered, here or after a crash (recovery replays the marker), and a message
-delivered first is answered QUERY_NOT_FOUND. Blocks on the store: called off the event loop.
+looked up and checked to be the handle's message of the request's topic; a marker naming it is appended to the
+timer topic's recall queue, then the timer is deleted. So a SUCCESS means the message is not delivered, and a
+message delivered first is answered QUERY_NOT_FOUND. The marker makes the recall as durable as a send in the
+broker's flush mode: recovery and slaves replay it. A SYNC_MASTER answers once its slaves have it (the servicer).
+Blocks on the store (a SYNC_FLUSH fsync): called off the event loop.
 """
 
 import logging
@@ -12,18 +13,17 @@ from collections.abc import Callable
 
 from broker.processor.request_checks import checked_send_topic
 from broker.store.message_store import MessageStore
+from broker.store.put_message_result import PutMessageStatus
 from broker.timer.timer_message_store import TimerMessageStore
 from broker.timer.timer_recall import is_handle_of, marker_properties
 from common.recall_handle import InvalidRecallHandle, RecallHandle
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
-from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
+from common.timer_topic import TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
-
-MARKER_APPLY_TIMEOUT_S = 10.0
 
 
 class RecallMessageProcessor:
@@ -41,28 +41,28 @@ class RecallMessageProcessor:
         except InvalidRecallHandle as exc:
             raise RequestError(str(exc)) from None
         if handle.broker_name != self.broker_name:
-            raise Refusal(ResponseCode.NO_PERMISSION, f"the recall handle is of broker {handle.broker_name}, this is "
-                          f"{self.broker_name}: recall on that broker's master")
-        timers = self.timers()
-        if timers is None or not self.is_master():
+            raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"the recall handle names broker {handle.broker_name}, not "
+                          f"{self.broker_name}: its message is not pending here")
+        if not self.is_master():
             raise Refusal(ResponseCode.NO_PERMISSION, f"this replica of broker {self.broker_name} is a slave: recall "
                           "on its group's master")
+        timers = self.timers()
+        if timers is None:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, "the timer store is not loaded yet")
         with timers.delivery_lock:
             record = timers.pending_record(handle.due_ms, handle.physical_offset)
             if record is None or not is_handle_of(record, topic, handle):
                 raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"message {handle.message_id} of topic {topic} is not "
                               f"pending on broker {self.broker_name}: delivered already, recalled, or not sent here")
-            self._take_back(topic, handle)
-        log.info("message_recalled topic=%s msg_id=%s due_ms=%d timer_offset=%d", topic, handle.message_id,
-                 handle.due_ms, handle.physical_offset)
-        return broker_pb2.RecallMessageResponse(code=ResponseCode.SUCCESS, message_id=handle.message_id)
-
-    def _take_back(self, topic: str, handle: RecallHandle) -> None:
-        """Append the marker and wait until it was applied (the timer deleted)."""
-        result = self.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [handle.message_id.encode()],
-                                         [marker_properties(topic, handle)])
-        if result.append is None:
-            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"the commitlog refused the recall: {result.error}")
-        if not self.store.wait_dispatched(result.append.end_offset, MARKER_APPLY_TIMEOUT_S):
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"the recall was stored but not applied within "
-                          f"{MARKER_APPLY_TIMEOUT_S:.0f} s: the message may still be delivered")
+            result = self.store.put_messages(TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, [handle.message_id.encode()],
+                                             [marker_properties(topic, handle)])
+            if result.append is None:
+                raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"the recall was not stored: {result.error}")
+            if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:  # written, its fsync failed: fail-stop
+                raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"the recall may not be on disk ({result.error}): "
+                              "whether the message is delivered is decided when the broker restarts")
+            timers.recall(handle.due_ms, handle.physical_offset)
+        log.info("message_recalled topic=%s msg_id=%s due_ms=%d timer_offset=%d marker_offset=%d", topic,
+                 handle.message_id, handle.due_ms, handle.physical_offset, result.append.physical_offsets[0])
+        code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT  # recalled, not yet on disk
+        return broker_pb2.RecallMessageResponse(code=code, message_id=handle.message_id)

@@ -12,11 +12,12 @@ chain replays the rest from the commitlog; records below the checkpoint are skip
 back a timer that was delivered. The WAL is synced at each ``flush`` (the dispatcher flush service, every
 ``flushIntervalConsumeQueue``), and only then does :meth:`checkpoint` move: the commitlog below it may expire.
 
-A recall is a marker record in the timer topic (``TIMER_DEL_OFFSET``: the offset of the timer it takes back,
-``TIMER_OUT_MS``: that timer's due time); its dispatch deletes the timer in the same WriteBatch as the checkpoint
-that passes it, so a replay of the commitlog takes it back again, in commitlog order after the timer it names.
+A recall deletes the timer (:meth:`recall`) after appending a marker record to the timer topic's queue 1, which
+only the broker writes (``TIMER_DEL_OFFSET``: the offset of the timer it takes back, ``TIMER_OUT_MS``: that timer's
+due time); the marker's dispatch deletes the timer too, in the same WriteBatch as the checkpoint that passes it,
+so a replay of the commitlog (after a crash, on a slave) takes it back again, after the timer it names.
 ``delivery_lock`` is held by the delivery from taking due timers to removing them, and by a recall from finding
-its timer to its marker's dispatch: a recalled message is never delivered, a delivered one never recalled.
+its timer to deleting it: a recalled message is never delivered, a delivered one never recalled.
 
 Due times fit in 7 bytes (any time before the year 2 million), so the checkpoint's 0xff key sorts after every
 timer. Deleted timers leave tombstones at the front of the key space until compaction: scans start at a floor
@@ -35,7 +36,7 @@ from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from common.message_properties import TIMER_DEL_OFFSET_NEEDLE, TIMER_OUT_MS_NEEDLE, find_property
-from common.timer_topic import TIMER_TOPIC
+from common.timer_topic import TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -124,21 +125,23 @@ class TimerMessageStore(CommitLogDispatcher):
         batch: WriteBatch | None = None
         first_key = META_START
         added: set[bytes] = set()
-        recalled = 0
-        for topic, _, _, physical, size, _, _, props in requests:
+        recalled: set[bytes] = set()
+        for topic, queue_id, _, physical, size, _, _, props in requests:
             if topic != TIMER_TOPIC or physical < applied_from:
                 continue
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
-            target = _recalled_offset(props)
-            if target is not None:  # a recall: the timer it names goes (if a delivery took it first, nothing does)
+            if queue_id == TIMER_RECALL_QUEUE_ID:  # the timer it names goes (if still there: a replay)
+                target = _recalled_offset(props)
+                if target is None:
+                    log.warning("timer_recall_marker_without_offset physical_offset=%d", physical)
+                    continue
                 key = timer_key(self._due_of(props, physical), target)
                 if key in added:
                     added.discard(key)
-                elif self.db.get(key) is not None:
-                    recalled += 1
+                elif key not in recalled and self.db.get(key) is not None:
+                    recalled.add(key)
                 batch.delete(key)
-                log.info("timer_recalled timer_offset=%d marker_offset=%d", target, physical)
                 continue
             key = timer_key(self._due_of(props, physical), physical)
             batch.put(key, self._read_at(physical, size))
@@ -151,7 +154,7 @@ class TimerMessageStore(CommitLogDispatcher):
         self.db.write(batch)
         self._stored = end_offset
         with self._floor_lock:
-            self._pending += len(added) - recalled
+            self._pending += len(added) - len(recalled)
             self._floor = min(self._floor, first_key)
         return due_of_key(first_key) if added else None
 
@@ -187,8 +190,19 @@ class TimerMessageStore(CommitLogDispatcher):
     # -- delivery ----------------------------------------------------------------------------------
     def pending_record(self, due_ms: int, physical_offset: int) -> bytes | None:
         """The stored record of the timer due at ``due_ms`` from ``physical_offset``; None when none is pending
-        (delivered, recalled, or never stored here)."""
+        (delivered, recalled, or never stored here). Under ``delivery_lock`` it stays so until :meth:`recall`."""
         return self.db.get(timer_key(due_ms, physical_offset))
+
+    def recall(self, due_ms: int, physical_offset: int) -> None:
+        """Delete a pending timer whose recall marker is in the commitlog (under ``delivery_lock``, after
+        :meth:`pending_record` found it): the marker's dispatch then finds nothing left to do."""
+        with self._apply_lock:
+            key = timer_key(due_ms, physical_offset)
+            if self.db.get(key) is None:
+                return
+            self.db.delete(key)
+        with self._floor_lock:
+            self._pending -= 1
 
     def first_due(self) -> int | None:
         """The earliest due time pending, or None."""
@@ -246,6 +260,6 @@ class TimerMessageStore(CommitLogDispatcher):
 
 
 def _recalled_offset(props: bytes) -> int | None:
-    """The timer a recall marker takes back (its record's commitlog offset); None for a timer's own record."""
+    """The timer a recall marker takes back (its record's commitlog offset); None when the marker names none."""
     raw = find_property(props, TIMER_DEL_OFFSET_NEEDLE) if TIMER_DEL_OFFSET_NEEDLE in props else None
     return int(raw) if raw is not None and raw.isdigit() and len(raw) <= 18 else None

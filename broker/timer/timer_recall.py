@@ -14,17 +14,19 @@ from common.message_properties import (
     UNIQUE_KEY_NEEDLE,
     find_property,
 )
-from common.recall_handle import RecallHandle
+from common.recall_handle import MAX_MESSAGE_ID_CHARS, RecallHandle
 
 _STORE_HOST = 11  # HEADER's fields
 _TOPIC_LEN, _PROPS_LEN = 15, 16
 
 
 def message_id(timer_properties: bytes, store_host: bytes, physical_offset: int) -> str:
-    """The id a recall handle names a delayed message by: its unique key (the id its producer knows), else the
-    offset id of its timer-topic record."""
+    """The id a recall handle names a delayed message by: its unique key (the id its producer knows), else (none, or
+    one no handle can carry) the offset id of its timer-topic record."""
     key = find_property(timer_properties, UNIQUE_KEY_NEEDLE)
-    return key.decode(errors="replace") if key else make_message_id(store_host, physical_offset)
+    if key and key.isascii() and len(key) <= MAX_MESSAGE_ID_CHARS:
+        return key.decode()
+    return make_message_id(store_host, physical_offset)
 
 
 def recall_handles(broker_name: str, timer_properties: Sequence[bytes], store_host: bytes,

@@ -7,6 +7,7 @@ group's config on the brokers), receive batch size and long polling timeout. Mem
 brokers: POP keeps a group's progress whoever pops, so heartbeats are only answered."""
 
 import logging
+from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -31,9 +32,11 @@ CONSUMER_BACKOFF = definition_pb2.CustomizedBackoff(
 
 
 class ClientProcessor:
-    def __init__(self, groups: GroupSettingsService, config: ProxyConfig) -> None:
+    def __init__(self, groups: GroupSettingsService, config: ProxyConfig,
+                 on_client_gone: Callable[[str], None] = lambda client_id: None) -> None:
         self.groups = groups
         self.config = config
+        self.on_client_gone = on_client_gone  # what the proxy keeps for a client it lets go (auto-renewed messages)
 
     async def heartbeat(self, request: service_pb2.HeartbeatRequest) -> service_pb2.HeartbeatResponse:
         if request.client_type not in ClientType.values():
@@ -43,6 +46,7 @@ class ClientProcessor:
     async def notify_client_termination(self, request: service_pb2.NotifyClientTerminationRequest,
                                         client_id: str) -> service_pb2.NotifyClientTerminationResponse:
         log.info("client_terminated client_id=%s group=%s", client_id, request.group.name)
+        self.on_client_gone(client_id)
         return service_pb2.NotifyClientTerminationResponse(status=ok_status())
 
     async def on_telemetry_command(self, channel: TelemetryChannel, command: service_pb2.TelemetryCommand

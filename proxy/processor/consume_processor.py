@@ -33,6 +33,7 @@ from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
 from proxy.message_convert import timestamp, to_v2_message
 from proxy.processor.names import check_group, check_topic, tag_expression
+from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer
 from proxy.proxy_config import ProxyConfig
 from proxy.topic_route_service import TopicRouteService
 from proxy.v2_codes import Code, ProxyError, broker_refusal, ok_status, overall_status, rpc_failure
@@ -61,6 +62,8 @@ class ConsumeProcessor:
         self.routes = routes
         self.brokers = brokers
         self.config = config
+        self.renewer = ReceiptHandleRenewer(self._change_invisible, config.default_invisible_ms, config.renew_ahead_ms,
+                                            config.renew_max_ms)
         self._turns: dict[str, itertools.count[int]] = {}  # topic -> the next broker to pop on, for "any broker"
         self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
 
@@ -83,6 +86,8 @@ class ConsumeProcessor:
             yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
                 code=Code.MESSAGE_NOT_FOUND, message="no message to hand out now"))
             return
+        if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
+            self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
         yield service_pb2.ReceiveMessageResponse(status=ok_status())
         for message in messages:
             yield service_pb2.ReceiveMessageResponse(message=message)
@@ -208,12 +213,13 @@ class ConsumeProcessor:
             raise ProxyError(Code.BAD_REQUEST, f"an ack takes 1..{MAX_ACK_HANDLES} entries, not {len(request.entries)}")
         statuses: dict[int, definition_pb2.Status] = {}
         by_broker: dict[str, list[int]] = {}
-        for i, entry in enumerate(request.entries):
+        handles = [await self.renewer.release(entry.receipt_handle) for entry in request.entries]
+        for i, handle in enumerate(handles):
             try:
-                by_broker.setdefault(_handle(entry.receipt_handle).broker_name, []).append(i)
+                by_broker.setdefault(_handle(handle).broker_name, []).append(i)
             except ProxyError as exc:
                 statuses[i] = exc.status()
-        answers = await asyncio.gather(*(self._ack_on(group, topic, name, [request.entries[i] for i in indexes])
+        answers = await asyncio.gather(*(self._ack_on(group, topic, name, [handles[i] for i in indexes])
                                          for name, indexes in by_broker.items()))
         for indexes, answer in zip(by_broker.values(), answers, strict=True):
             statuses.update(zip(indexes, answer, strict=True))
@@ -222,11 +228,10 @@ class ConsumeProcessor:
         return service_pb2.AckMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
 
     async def _ack_on(self, group: str, topic: str, broker_name: str,
-                      entries: list[service_pb2.AckMessageEntry]) -> list[definition_pb2.Status]:
-        what = f"ack of {len(entries)} message(s) of topic {topic} for group {group}"
+                      handles: list[str]) -> list[definition_pb2.Status]:
+        what = f"ack of {len(handles)} message(s) of topic {topic} for group {group}"
         try:
             addr = await self.routes.master_addr(topic, broker_name)
-            handles = [e.receipt_handle for e in entries]
             try:
                 response = await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
                     group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s,
@@ -235,7 +240,7 @@ class ConsumeProcessor:
                 self.routes.unreachable(topic, addr, exc)
                 raise rpc_failure(what, addr, exc) from None
         except ProxyError as exc:
-            return [exc.status()] * len(entries)
+            return [exc.status()] * len(handles)
         return [ok_status() if refused is None else broker_refusal(what, *refused).status()
                 for refused in ack_outcomes(handles, response)]
 
@@ -249,32 +254,38 @@ class ConsumeProcessor:
         if not 0 <= invisible_ms <= self.config.max_invisible_ms:
             raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
                                                           f"0..{self.config.max_invisible_ms} ms")
-        handle = _handle(request.receipt_handle)
+        _handle(request.receipt_handle)
+        handle = await self.renewer.release(request.receipt_handle)  # a nack: the client decides from now on
+        new_handle = await self._change_invisible(group, topic, handle, invisible_ms)
+        return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=new_handle)
+
+    async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """The broker's new receipt handle of the message, invisible ``invisible_ms`` from now."""
         what = f"change of invisible duration of a message of topic {topic} for group {group}"
-        addr = await self.routes.master_addr(topic, handle.broker_name)
+        addr = await self.routes.master_addr(topic, _handle(handle).broker_name)
         try:
             response = await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
-                group=group, topic=topic, receipt_handle=request.receipt_handle, invisible_time_ms=invisible_ms),
+                group=group, topic=topic, receipt_handle=handle, invisible_time_ms=invisible_ms),
                 timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
         if response.code != ResponseCode.SUCCESS:
             raise broker_refusal(what, response.code, response.remark)
-        return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=response.receipt_handle)
+        return str(response.receipt_handle)
 
     async def forward_to_dead_letter_queue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest
                                            ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
         """A PushConsumer gave up on a message (its attempts ran out client-side): to %DLQ%<group> now."""
         group = check_group(request.group.name)
         topic = check_topic(request.topic.name)
-        handle = _handle(request.receipt_handle)
+        _handle(request.receipt_handle)
+        current = await self.renewer.release(request.receipt_handle)
         what = f"dead-lettering message {request.message_id[:80]!r} of topic {topic} for group {group}"
-        addr = await self.routes.master_addr(topic, handle.broker_name)
+        addr = await self.routes.master_addr(topic, _handle(current).broker_name)
         try:
             response = await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
-                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic,
-                                                        receipt_handle=request.receipt_handle),
+                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=current),
                 timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)

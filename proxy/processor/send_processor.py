@@ -17,6 +17,7 @@ from client.results import SendResult, SendStatus
 from common.recall_handle import InvalidRecallHandle, RecallHandle
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import OutgoingMessage, to_outgoing
+from proxy.processor.names import check_topic
 from proxy.processor.transaction_processor import TransactionProcessor
 from proxy.topic_route_service import client_error
 from proxy.v2_codes import Code, ProxyError, ok_status, overall_status
@@ -52,9 +53,9 @@ class SendProcessor:
 
     async def recall_message(self, request: service_pb2.RecallMessageRequest) -> service_pb2.RecallMessageResponse:
         """A delayed message taken back before it is due, on the broker its recall handle names."""
-        topic = request.topic.name
-        if not topic or not request.recall_handle:
-            raise ProxyError(Code.BAD_REQUEST, "a recall names a topic and a recall handle")
+        topic = check_topic(request.topic.name)
+        if not request.recall_handle:
+            raise ProxyError(Code.BAD_REQUEST, "a recall names a recall handle")
         try:
             RecallHandle.decode(request.recall_handle)
         except InvalidRecallHandle as exc:

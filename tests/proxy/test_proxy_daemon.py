@@ -212,10 +212,13 @@ def test_bad_receipt_and_recall_handles_and_names_are_refused(stub, topic: str):
         filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="a || ")), timeout=10))
     assert [r.status.code for r in receive] == [Code.ILLEGAL_FILTER_EXPRESSION]
     recall = stub.RecallMessage(service_pb2.RecallMessageRequest(), timeout=10)
-    assert recall.status.code == Code.BAD_REQUEST and "recall handle" in recall.status.message
-    recall = stub.RecallMessage(service_pb2.RecallMessageRequest(topic=definition_pb2.Resource(name=topic),
-                                                                 recall_handle="r1|nope"), timeout=10)
-    assert recall.status.code == Code.BAD_REQUEST and "not one this cluster issued" in recall.status.message
+    assert recall.status.code == Code.ILLEGAL_TOPIC
+    for handle, code, says in (("", Code.BAD_REQUEST, "names a recall handle"),
+                               ("r1|nope", Code.BAD_REQUEST, "not one this cluster issued"),
+                               ("r1|no-such-broker|1|2|m", Code.NOT_FOUND, "route does not")):
+        recall = stub.RecallMessage(service_pb2.RecallMessageRequest(topic=definition_pb2.Resource(name=topic),
+                                                                     recall_handle=handle), timeout=10)
+        assert recall.status.code == code and says in recall.status.message, recall.status
 
 
 def test_what_is_not_served_answers_a_status_not_code_zero(stub, topic: str):

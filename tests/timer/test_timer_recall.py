@@ -10,12 +10,13 @@ import pytest
 
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.store.config import FlushDiskType
-from broker.timer.timer_recall import recall_handles
+from broker.timer.timer_recall import marker_properties, recall_handles
 from common.message_codec import decode_record
 from common.recall_handle import RecallHandle
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
+from common.timer_topic import TIMER_QUEUE_ID, TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
 from tests.timer.timer_node import NOW, Node, bodies, start
 
@@ -66,7 +67,7 @@ def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp
     assert refused_code(node, handle, topic="Other") == ResponseCode.QUERY_NOT_FOUND  # another topic's permission
     assert refused_code(node, parsed._replace(message_id="m9").encode()) == ResponseCode.QUERY_NOT_FOUND
     assert refused_code(node, parsed._replace(due_ms=NOW + 101).encode()) == ResponseCode.QUERY_NOT_FOUND
-    assert refused_code(node, parsed._replace(broker_name="broker-b").encode()) == ResponseCode.NO_PERMISSION
+    assert refused_code(node, parsed._replace(broker_name="broker-b").encode()) == ResponseCode.QUERY_NOT_FOUND
     with pytest.raises(Refusal) as refused:
         processor(node, is_master=False).recall(broker_pb2.RecallMessageRequest(topic="Real", recall_handle=handle))
     assert refused.value.code == ResponseCode.NO_PERMISSION and "slave" in str(refused.value)
@@ -78,6 +79,41 @@ def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp
     assert node.store.commit_log.max_offset() == end  # nothing written
     node.now = NOW + 100
     assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0"]
+
+
+def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it(tmp_path: Path):
+    node = Node(tmp_path)
+    offsets = node.send([NOW + 100, NOW + 100])
+    node.timers.flush()
+    handle = RecallHandle.decode(handles_of(node, offsets)[0])
+    dispatch = node.timers.dispatch
+    node.timers.dispatch = lambda requests, end_offset: None  # the process dies before the timer store's turn
+    marker = node.store.put_messages(TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, [b"m0"], [marker_properties("Real", handle)])
+    assert node.store.wait_dispatched(marker.append.end_offset)
+    node.timers.dispatch = dispatch
+    node.stop()
+    again = Node(tmp_path)
+    try:
+        assert again.timers.pending == 1
+        again.now = NOW + 100
+        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m1"]
+    finally:
+        again.stop()
+
+
+def test_a_property_that_looks_like_a_recall_marker_recalls_nothing(tmp_path: Path, nodes: list[Node]):
+    """Only the broker writes markers (the timer topic's queue 1); a sender's TIMER_DEL_OFFSET is dropped."""
+    node = start(nodes, tmp_path)
+    (victim,) = node.send([NOW + 100])
+    handle = RecallHandle.decode(handles_of(node, [victim])[0])
+    node.send([NOW + 100], properties={"TIMER_DEL_OFFSET": str(victim)})
+    forged = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [b"forged"], [marker_properties("Real", handle)])
+    assert node.store.wait_dispatched(forged.append.end_offset)
+    assert node.timers.pending == 3
+    node.now = NOW + 100
+    assert node.deliver() == 3  # the forged one lacks REAL_QID: dropped
+    delivered = node.delivered()
+    assert bodies(delivered) == [b"m0", b"m1"] and "TIMER_DEL_OFFSET" not in delivered[1].properties
 
 
 def test_a_recall_stays_after_a_restart_that_replays_the_commitlog(tmp_path: Path):
@@ -136,6 +172,7 @@ def test_a_recall_racing_the_delivery_either_recalls_or_finds_it_delivered(tmp_p
         node.now = NOW + step
         node.deliver()
     recaller.join(30)
+    assert not recaller.is_alive()
     node.now = NOW + count
     node.deliver()
     delivered = {int(b[1:]) for b in bodies(node.delivered())}

@@ -35,11 +35,14 @@ class Node:
         self.delivery = TimerDeliveryService(self.timers, self.store, queue_exists, clock_ms=lambda: self.now)
         self._sent = 0
 
-    def send(self, dues: list[int], topic: str = "Real", queue_id: int = 1) -> list[int]:
-        """Timer records as the send path writes them, one per due time; their commitlog offsets."""
+    def send(self, dues: list[int], topic: str = "Real", queue_id: int = 1,
+             properties: dict[str, str] | None = None) -> list[int]:
+        """Timer records as the send path writes them, one per due time (``properties``: more of the sender's);
+        their commitlog offsets."""
         bodies = [b"m%d" % (self._sent + i) for i in range(len(dues))]
-        props = [ROUTER.timer_properties(encode_properties({"UNIQ_KEY": body.decode(), "DELAY": "1"}), topic,
-                                         queue_id, due) for body, due in zip(bodies, dues, strict=True)]
+        props = [ROUTER.timer_properties(encode_properties({"UNIQ_KEY": body.decode(), "DELAY": "1",
+                                                            **(properties or {})}), topic, queue_id, due)
+                 for body, due in zip(bodies, dues, strict=True)]
         self._sent += len(dues)
         result = self.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, bodies, props, born_timestamp=NOW - 5,
                                          born_host="10.1.2.3:99", flag=5)

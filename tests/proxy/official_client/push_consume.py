@@ -1,5 +1,6 @@
 """Consume with the official RocketMQ 5 Python client's PushConsumer, through mqproxy: the listener counts each
-delivery (and fails the first delivery of every message whose body ends in ``--fail-suffix``, so it comes again);
+delivery (and fails the first delivery of every message whose body ends in ``--fail-suffix``, so it comes again;
+takes ``--slow-s`` seconds over each whose body ends in ``--slow-suffix``);
 stops once ``--expect`` distinct messages were consumed successfully and ``--linger`` s passed, or at ``--budget``.
 
 Prints ``@@ {json}`` per delivery and ``@@ {"done": true, ...}`` at the end. Runs in the client's own venv."""
@@ -19,14 +20,19 @@ def emit(**fields: object) -> None:
 
 
 class Listener(MessageListener):
-    def __init__(self, fail_suffix: str | None) -> None:
+    def __init__(self, fail_suffix: str | None, slow_suffix: str | None, slow_s: float) -> None:
         self.fail_suffix = fail_suffix
+        self.slow_suffix = slow_suffix
+        self.slow_s = slow_s
         self.lock = threading.Lock()
         self.consumed: set[str] = set()
         self.failed: set[str] = set()
 
     def consume(self, message) -> ConsumeResult:
         body = message.body.decode()
+        if self.slow_suffix and body.endswith(self.slow_suffix):
+            emit(event="slow-start", message_id=message.message_id, t=round(time.monotonic() - START, 3))
+            time.sleep(self.slow_s)
         with self.lock:
             fail = bool(self.fail_suffix) and body.endswith(self.fail_suffix) and message.message_id not in self.failed
             emit(event="delivered", message_id=message.message_id, body=body, attempt=message.delivery_attempt,
@@ -47,9 +53,11 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0)
     parser.add_argument("--linger", type=float, default=0.0)
     parser.add_argument("--fail-suffix")
+    parser.add_argument("--slow-suffix")
+    parser.add_argument("--slow-s", type=float, default=0.0)
     args = parser.parse_args()
 
-    listener = Listener(args.fail_suffix)
+    listener = Listener(args.fail_suffix, args.slow_suffix, args.slow_s)
     consumer = PushConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group, listener,
                             {args.topic: FilterExpression()})
     consumer.startup()

@@ -1,0 +1,103 @@
+"""The proxy's auto-renew bookkeeping with a clock and a broker call of the test's: when a message is renewed,
+which handle a client's later call uses, and when renewing stops (done, client gone, refused, too long)."""
+
+import asyncio
+
+import pytest
+
+from common.receipt_handle import ReceiptHandle
+from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer
+
+INVISIBLE, AHEAD, MAX = 3000, 1000, 20_000
+
+
+class Broker:
+    """ChangeInvisibleTime as the broker answers it: a new delivery, invisible from now; refuses on demand."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.calls: list[str] = []
+        self.refuse = False
+        self.gate: asyncio.Event | None = None  # set: a renew waits for it
+
+    async def renew(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        self.calls.append(handle)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.refuse:
+            raise RuntimeError("refused")
+        old = ReceiptHandle.decode(handle)
+        return old._replace(delivery=old.delivery + 1, invisible_until_ms=self.now + invisible_ms).encode()
+
+
+def handle(offset: int, until: int) -> str:
+    return ReceiptHandle("broker-a", 0, offset, 1, until, 0).encode()
+
+
+def renewer(broker: Broker) -> ReceiptHandleRenewer:
+    return ReceiptHandleRenewer(broker.renew, INVISIBLE, AHEAD, MAX, clock_ms=lambda: broker.now)
+
+
+def test_renewed_ahead_of_its_end_and_released_with_the_latest_handle():
+    async def scenario() -> None:
+        broker = Broker()
+        r = renewer(broker)
+        first = handle(7, INVISIBLE)
+        r.track("c1", "G", "T", [first])
+        broker.now = INVISIBLE - AHEAD - 1
+        assert await r.renew_due() == 0 and broker.calls == []
+        broker.now = INVISIBLE - AHEAD
+        assert await r.renew_due() == 1
+        broker.now += INVISIBLE - AHEAD
+        assert await r.renew_due() == 1 and r.renewed == 2
+        latest = await r.release(first)
+        assert ReceiptHandle.decode(latest).delivery == 3 and len(r) == 0
+        assert await r.release(first) == first  # not tracked any more: as given
+
+    asyncio.run(scenario())
+
+
+def test_a_release_during_a_renew_waits_for_its_new_handle():
+    async def scenario() -> None:
+        broker = Broker()
+        r = renewer(broker)
+        first = handle(7, INVISIBLE)
+        r.track("c1", "G", "T", [first])
+        broker.now, broker.gate = INVISIBLE - AHEAD, asyncio.Event()
+        renewing = asyncio.create_task(r.renew_due())
+        await asyncio.sleep(0)
+        releasing = asyncio.create_task(r.release(first))
+        await asyncio.sleep(0)
+        assert not releasing.done()
+        broker.gate.set()
+        await renewing
+        assert ReceiptHandle.decode(await releasing).delivery == 2
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("why", ["client_gone", "refused", "too_long"])
+def test_renewing_stops(why: str):
+    async def scenario() -> None:
+        broker = Broker()
+        r = renewer(broker)
+        r.track("c1", "G", "T", [handle(1, INVISIBLE)])
+        r.track("c2", "G", "T", [handle(2, INVISIBLE)])
+        broker.now = INVISIBLE - AHEAD
+        if why == "client_gone":
+            r.forget_client("c1")
+            assert await r.renew_due() == 1 and len(r) == 1
+        elif why == "refused":
+            broker.refuse = True
+            assert await r.renew_due() == 2 and len(r) == 2  # tried again while the message is still invisible
+            broker.now = INVISIBLE
+            await r.renew_due()
+            assert len(r) == 0
+        else:
+            while broker.now < MAX:
+                await r.renew_due()
+                broker.now += AHEAD
+            await r.renew_due()
+            assert len(r) == 0 and r.renewed == len(broker.calls) > 2
+
+    asyncio.run(scenario())
