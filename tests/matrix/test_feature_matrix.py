@@ -1,7 +1,7 @@
 """The feature matrix (issue 13, item 7): every feature end to end under both flush modes and both store types.
 
 {ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV,
-tiered read after local expiry, query by key, delayed messages, a consumer group with a retry and a dead
+tiered read after local expiry, query by key, delayed messages and a recall, a consumer group with a retry and a dead
 letter}. One cluster per (flush, store type) — a name
 server and two brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting
 in the same broker is the point — and one test function per feature (query by key has a second one, on a static
@@ -374,7 +374,7 @@ def test_tiered_read_after_local_expiry(cluster: Cluster) -> None:
         assert kv.get_batch(list(kv_entries)) == list(kv_entries.values())
 
 
-# -- 6. delayed messages: a level and a time, on both brokers ----------------------------------------------
+# -- 6. delayed messages: a level and a time, on both brokers, and a recalled one that never comes -----------
 def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None:
     topic = unique("MxDelay")
     create_topic(cluster, topic, 2)
@@ -382,10 +382,14 @@ def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None
     with Producer(cluster.addr) as producer:
         for broker in BROKERS:
             queue = MessageQueue(topic, broker, 1)
+            # due before the others, on the same queue: delivered first, had it not been recalled
+            recalled = producer.send(Message(topic, b"recalled-" + broker.encode(), deliver_at_ms=sent_at + 1100),
+                                     queue=queue)
             by_level = producer.send(Message(topic, b"level-" + broker.encode(), delay_level=1), queue=queue)
             by_time = producer.send(Message(topic, b"time-" + broker.encode(), deliver_at_ms=sent_at + 1200),
                                     queue=queue)
-            assert by_level.status is by_time.status is SendStatus.SEND_OK
+            assert by_level.status is by_time.status is recalled.status is SendStatus.SEND_OK
+            assert producer.recall(topic, recalled.recall_handle) == recalled.msg_id
     with PullConsumer(cluster.addr, group=unique("mx-delay")) as consumer:
         got: dict[bytes, int] = {}
 
@@ -397,6 +401,7 @@ def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None
 
         wait_until(arrived, timeout=10, what="4 delayed messages")
     assert all(stored >= sent_at + 1000 for stored in got.values()), got  # never early, by the broker's store time
+    assert not any(body.startswith(b"recalled") for body in got), got
 
 
 def test_consumer_group_shares_retries_and_dead_letters(cluster: Cluster) -> None:
