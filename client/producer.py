@@ -144,16 +144,21 @@ class Producer:
         except InvalidRecallHandle as exc:
             raise MQClientError(f"cannot recall: {exc}") from None
         what = f"recall of message {handle.message_id} of topic {topic}"
-        if not self.client.group_addrs(topic, handle.broker_name):  # the cached route, or the name server's
-            raise MQClientError(f"{what}: the handle names broker {handle.broker_name}, which topic {topic}'s route "
-                                "does not: its message is not pending there", ResponseCode.QUERY_NOT_FOUND)
-        addr = self.client.master_addr(topic, handle.broker_name)
+        route = self.client.route(topic)
+        if not any(bd.broker_name == handle.broker_name for bd in route.broker_datas):
+            raise MQClientError(f"{what}: topic {topic}'s route does not name broker {handle.broker_name} (not a "
+                                "broker of this cluster, or down long enough for the name server to drop it): "
+                                "nothing to recall there now", ResponseCode.QUERY_NOT_FOUND)
+        addr = self.client.master_addr(topic, handle.broker_name)  # no live master: a retryable error
         request = broker_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
         try:
             response = self.client.broker(addr).RecallMessage(request, timeout=self.send_timeout_s)
         except grpc.RpcError as exc:
             raise rpc_error(what, addr, exc) from None
-        if response.code != ResponseCode.SUCCESS:
+        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:  # as for a send: recalled, not yet on disk
+            log.warning("recall_flush_timeout topic=%s msg_id=%s: recalled, but not yet on disk", topic,
+                        handle.message_id)
+        elif response.code != ResponseCode.SUCCESS:
             raise business_error(what, addr, response.code, response.remark)
         return str(response.message_id)
 

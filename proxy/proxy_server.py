@@ -1,6 +1,7 @@
 """The proxy's lifecycle (upstream's ProxyStartup): the collaborators, the gRPC server, a graceful stop."""
 
 import asyncio
+import contextlib
 import logging
 
 import grpc
@@ -140,6 +141,8 @@ class ProxyServer:
             await self._server.stop(self.config.shutdown_grace_s)
         if self._renew_task is not None:
             self._renew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renew_task
         await self._brokers.close()
         if self._transaction is not None:
             await asyncio.to_thread(self._transaction.close)

@@ -33,7 +33,7 @@ from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
 from proxy.message_convert import timestamp, to_v2_message
 from proxy.processor.names import check_group, check_topic, tag_expression
-from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer
+from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer, RenewRefused
 from proxy.proxy_config import ProxyConfig
 from proxy.topic_route_service import TopicRouteService
 from proxy.v2_codes import Code, ProxyError, broker_refusal, ok_status, overall_status, rpc_failure
@@ -62,7 +62,7 @@ class ConsumeProcessor:
         self.routes = routes
         self.brokers = brokers
         self.config = config
-        self.renewer = ReceiptHandleRenewer(self._change_invisible, config.default_invisible_ms, config.renew_ahead_ms,
+        self.renewer = ReceiptHandleRenewer(self._renew, config.default_invisible_ms, config.renew_ahead_ms,
                                             config.renew_max_ms)
         self._turns: dict[str, itertools.count[int]] = {}  # topic -> the next broker to pop on, for "any broker"
         self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
@@ -86,12 +86,13 @@ class ConsumeProcessor:
             yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
                 code=Code.MESSAGE_NOT_FOUND, message="no message to hand out now"))
             return
-        if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
-            self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
         yield service_pb2.ReceiveMessageResponse(status=ok_status())
         for message in messages:
             yield service_pb2.ReceiveMessageResponse(message=message)
         yield service_pb2.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+        # Renewed once handed over: a receive the client gave up on leaves its messages to come back.
+        if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
+            self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
 
     async def _sweep_then_park(self, pop: pop_pb2.PopMessageRequest, targets: list[PopTarget], poll_ms: int,
                                what: str) -> tuple[PopTarget | None, pop_pb2.PopMessageResponse]:
@@ -256,23 +257,30 @@ class ConsumeProcessor:
                                                           f"0..{self.config.max_invisible_ms} ms")
         _handle(request.receipt_handle)
         handle = await self.renewer.release(request.receipt_handle)  # a nack: the client decides from now on
-        new_handle = await self._change_invisible(group, topic, handle, invisible_ms)
-        return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=new_handle)
-
-    async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
-        """The broker's new receipt handle of the message, invisible ``invisible_ms`` from now."""
         what = f"change of invisible duration of a message of topic {topic} for group {group}"
+        response = await self._change_invisible(group, topic, handle, invisible_ms, what)
+        if response.code != ResponseCode.SUCCESS:
+            raise broker_refusal(what, response.code, response.remark)
+        return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=response.receipt_handle)
+
+    async def _renew(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """Auto-renew's call (``ReceiptHandleRenewer``): RenewRefused when the broker refused."""
+        what = f"auto-renew of a message of topic {topic} for group {group}"
+        response = await self._change_invisible(group, topic, handle, invisible_ms, what)
+        if response.code != ResponseCode.SUCCESS:
+            raise RenewRefused(f"{what}: {response.remark}")
+        return str(response.receipt_handle)
+
+    async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int,
+                                what: str) -> pop_pb2.ChangeInvisibleTimeResponse:
         addr = await self.routes.master_addr(topic, _handle(handle).broker_name)
         try:
-            response = await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
+            return await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
                 group=group, topic=topic, receipt_handle=handle, invisible_time_ms=invisible_ms),
                 timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
-        if response.code != ResponseCode.SUCCESS:
-            raise broker_refusal(what, response.code, response.remark)
-        return str(response.receipt_handle)
 
     async def forward_to_dead_letter_queue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest
                                            ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:

@@ -215,7 +215,7 @@ def test_bad_receipt_and_recall_handles_and_names_are_refused(stub, topic: str):
     assert recall.status.code == Code.ILLEGAL_TOPIC
     for handle, code, says in (("", Code.BAD_REQUEST, "names a recall handle"),
                                ("r1|nope", Code.BAD_REQUEST, "not one this cluster issued"),
-                               ("r1|no-such-broker|1|2|m", Code.NOT_FOUND, "route does not")):
+                               ("r1|no-such-broker|1|2|m", Code.NOT_FOUND, "route does not name")):
         recall = stub.RecallMessage(service_pb2.RecallMessageRequest(topic=definition_pb2.Resource(name=topic),
                                                                      recall_handle=handle), timeout=10)
         assert recall.status.code == code and says in recall.status.message, recall.status

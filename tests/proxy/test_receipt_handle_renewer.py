@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from common.receipt_handle import ReceiptHandle
-from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer
+from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer, RenewRefused
 
 INVISIBLE, AHEAD, MAX = 3000, 1000, 20_000
 
@@ -17,7 +17,8 @@ class Broker:
     def __init__(self) -> None:
         self.now = 0
         self.calls: list[str] = []
-        self.refuse = False
+        self.refuse = False  # the broker refuses the handle
+        self.away = False  # the broker cannot be asked
         self.gate: asyncio.Event | None = None  # set: a renew waits for it
 
     async def renew(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
@@ -25,7 +26,9 @@ class Broker:
         if self.gate is not None:
             await self.gate.wait()
         if self.refuse:
-            raise RuntimeError("refused")
+            raise RenewRefused("receipt handle is of an earlier delivery")
+        if self.away:
+            raise RuntimeError("UNAVAILABLE")
         old = ReceiptHandle.decode(handle)
         return old._replace(delivery=old.delivery + 1, invisible_until_ms=self.now + invisible_ms).encode()
 
@@ -52,7 +55,11 @@ def test_renewed_ahead_of_its_end_and_released_with_the_latest_handle():
         assert await r.renew_due() == 1 and r.renewed == 2
         latest = await r.release(first)
         assert ReceiptHandle.decode(latest).delivery == 3 and len(r) == 0
-        assert await r.release(first) == first  # not tracked any more: as given
+        assert await r.renew_due() == 0
+        assert await r.release(first) == latest  # a retried ack: translated while the latest handle lives
+        broker.now = ReceiptHandle.decode(latest).invisible_until_ms
+        await r.renew_due()
+        assert await r.release(first) == first  # expired: forgotten, passed on as given
 
     asyncio.run(scenario())
 
@@ -76,7 +83,23 @@ def test_a_release_during_a_renew_waits_for_its_new_handle():
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("why", ["client_gone", "refused", "too_long"])
+def test_an_ack_ready_before_the_renew_starts_waits_for_it():
+    """The renew is marked in flight when it is picked, not when its task first runs."""
+    async def scenario() -> None:
+        broker = Broker()
+        r = renewer(broker)
+        first = handle(7, INVISIBLE)
+        r.track("c1", "G", "T", [first])
+        broker.now = INVISIBLE - AHEAD
+        renewing = asyncio.create_task(r.renew_due())
+        releasing = asyncio.create_task(r.release(first))  # queued on the loop right behind the round
+        await renewing
+        assert ReceiptHandle.decode(await releasing).delivery == 2 and broker.calls == [first]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("why", ["client_gone", "refused", "away", "too_long"])
 def test_renewing_stops(why: str):
     async def scenario() -> None:
         broker = Broker()
@@ -87,9 +110,15 @@ def test_renewing_stops(why: str):
         if why == "client_gone":
             r.forget_client("c1")
             assert await r.renew_due() == 1 and len(r) == 1
+            assert await r.release(handle(1, INVISIBLE)) == handle(1, INVISIBLE)  # still translated: as it is
         elif why == "refused":
             broker.refuse = True
+            assert await r.renew_due() == 2 and len(r) == 0  # nothing left to renew: at once
+            assert await r.renew_due() == 0
+        elif why == "away":
+            broker.away = True
             assert await r.renew_due() == 2 and len(r) == 2  # tried again while the message is still invisible
+            assert await r.renew_due() == 2
             broker.now = INVISIBLE
             await r.renew_due()
             assert len(r) == 0
