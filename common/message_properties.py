@@ -24,9 +24,6 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-# A recall's marker in the timer topic: the commitlog offset of the timer-topic record it takes back (its
-# TIMER_OUT_MS is that timer's due time).
-PROPERTY_TIMER_DEL_OFFSET = "TIMER_DEL_OFFSET"
 
 MAX_PROPERTIES_SIZE = 32767
 
@@ -71,7 +68,6 @@ TIMER_DELIVER_MS_NEEDLE = PROPERTY_TIMER_DELIVER_MS.encode() + _B_NAME_VALUE
 REAL_TOPIC_NEEDLE = PROPERTY_REAL_TOPIC.encode() + _B_NAME_VALUE
 REAL_QID_NEEDLE = PROPERTY_REAL_QID.encode() + _B_NAME_VALUE
 TIMER_OUT_MS_NEEDLE = PROPERTY_TIMER_OUT_MS.encode() + _B_NAME_VALUE
-TIMER_DEL_OFFSET_NEEDLE = PROPERTY_TIMER_DEL_OFFSET.encode() + _B_NAME_VALUE
 
 
 def strip_properties(raw: bytes, names: Collection[bytes]) -> bytes:

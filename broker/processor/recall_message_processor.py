@@ -2,7 +2,7 @@
 
 Under the timer store's ``delivery_lock`` (the delivery takes and delivers due timers under it) the timer is
 looked up and checked to be the handle's message of the request's topic; a marker naming it is appended to the
-timer topic's recall queue, then the timer is deleted. So a SUCCESS means the message is not delivered, and a
+timer topic's queue of markers, then the timer is deleted. So a SUCCESS means the message is not delivered, and a
 message delivered first is answered QUERY_NOT_FOUND. The marker makes the recall as durable as a send in the
 broker's flush mode: recovery and slaves replay it. A SYNC_MASTER answers once its slaves have it (the servicer).
 Blocks on the store (a SYNC_FLUSH fsync): called off the event loop.
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from broker.processor.request_checks import checked_send_topic
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageStatus
-from broker.timer.timer_message_store import TimerMessageStore
+from broker.timer.timer_message_store import TimerMessageStore, marker_body, timer_key
 from broker.timer.timer_recall import is_handle_of, marker_properties
 from common.recall_handle import InvalidRecallHandle, RecallHandle
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
-from common.timer_topic import TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
+from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
@@ -54,14 +54,15 @@ class RecallMessageProcessor:
             if record is None or not is_handle_of(record, topic, handle):
                 raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"message {handle.message_id} of topic {topic} is not "
                               f"pending on broker {self.broker_name}: delivered already, recalled, or not sent here")
-            result = self.store.put_messages(TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, [handle.message_id.encode()],
+            key = timer_key(handle.due_ms, handle.physical_offset)
+            result = self.store.put_messages(TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, [marker_body([key])],
                                              [marker_properties(topic, handle)])
             if result.append is None:
                 raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"the recall was not stored: {result.error}")
             if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:  # written, its fsync failed: fail-stop
                 raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"the recall may not be on disk ({result.error}): "
                               "whether the message is delivered is decided when the broker restarts")
-            timers.recall(handle.due_ms, handle.physical_offset)
+            timers.remove([key])
         log.info("message_recalled topic=%s msg_id=%s due_ms=%d timer_offset=%d marker_offset=%d", topic,
                  handle.message_id, handle.due_ms, handle.physical_offset, result.append.physical_offsets[0])
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT  # recalled, not yet on disk

@@ -15,12 +15,10 @@ from common.message_properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
-    PROPERTY_TIMER_DEL_OFFSET,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
     REAL_QID_NEEDLE,
     REAL_TOPIC_NEEDLE,
-    TIMER_DEL_OFFSET_NEEDLE,
     TIMER_DELIVER_MS_NEEDLE,
     TIMER_OUT_MS_NEEDLE,
     find_property,
@@ -29,9 +27,7 @@ from common.message_properties import (
 from common.request_error import RequestError, require
 
 _SEP = PROPERTY_SEPARATOR.encode()
-# TIMER_DEL_OFFSET is a recall marker's (queue 1 only): reserved, never carried by a timer.
-_ROUTING = frozenset(p.encode() for p in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TIMER_OUT_MS,
-                                          PROPERTY_TIMER_DEL_OFFSET))
+_ROUTING = frozenset(p.encode() for p in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TIMER_OUT_MS))
 # What a delivered message no longer carries: it is an ordinary message of its topic again.
 _TIMER_ONLY = _ROUTING | {PROPERTY_DELAY.encode(), PROPERTY_TIMER_DELIVER_MS.encode()}
 # Timer keys pack the due time in 8 bytes whose first is zero (any time before the year 2 million): the timer
@@ -96,7 +92,7 @@ class DelayRouter:
         replaced) with where and when to deliver it."""
         assert 0 <= due_ms <= MAX_DUE_MS, f"due time {due_ms} out of range"
         if REAL_TOPIC_NEEDLE in raw_properties or REAL_QID_NEEDLE in raw_properties \
-                or TIMER_OUT_MS_NEEDLE in raw_properties or TIMER_DEL_OFFSET_NEEDLE in raw_properties:
+                or TIMER_OUT_MS_NEEDLE in raw_properties:
             raw_properties = strip_properties(raw_properties, _ROUTING)
         elif raw_properties and not raw_properties.endswith(_SEP):
             raw_properties += _SEP

@@ -4,8 +4,9 @@ It sleeps until the earliest pending due time (at most ``max_sleep_s``; a dispat
 takes up to ``batch_size`` due timers in due order, re-encodes each as the message it was (its real topic and
 queue, its own properties without the delay and routing ones, the same body, flag, born time and host), appends
 them grouped by queue with one put each, waits once for them to be flushed (SYNC_FLUSH: one group commit for the
-whole batch, not one per queue), then deletes the delivered timers in one WriteBatch. A crash between the put
-and the delete delivers those messages again after the restart: at-least-once, never lost.
+whole batch, not one per queue), appends a marker naming them to the timer topic's queue 1 (so a slave takes
+them out too), then deletes the delivered timers in one WriteBatch. A crash between the put and the delete
+delivers those messages again after the restart: at-least-once, never lost.
 
 Never early: a timer is taken only when its due time is at or before the broker's wall clock, and the store time
 of the delivered message is taken after that. A timer whose real topic no longer exists here (or whose queue id
@@ -24,9 +25,10 @@ from typing import Protocol
 
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
-from broker.timer.timer_message_store import TimerMessageStore
+from broker.timer.timer_message_store import TimerMessageStore, marker_body
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_record, record_parts
+from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
 from common.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ QueueExists = Callable[[str, int], bool]
 Clock = Callable[[], int]
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 RETRY_PAUSE_S = 1.0
+_TIMER_TOPIC = TIMER_TOPIC.encode()
 _NEVER = 1 << 62
 
 
@@ -155,6 +158,7 @@ class TimerDeliveryService(threading.Thread):
                     log.warning("timer_delivery_flush_timeout count=%d", len(put))
                 self.delivered += len(put)
                 done.extend(put)
+        self._mark_taken_out(done)
         self.timers.remove(done)
         if kept:
             self._refused(len(kept))
@@ -163,6 +167,19 @@ class TimerDeliveryService(threading.Thread):
             log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
             self._refused_since = None
         return len(timers), len(kept)
+
+    def _mark_taken_out(self, keys: list[bytes]) -> None:
+        """The marker of the timers delivered or dropped (see broker/timer/timer_message_store.py), so that a slave,
+        once promoted, does not deliver them again. Not waited for: a crash before it is stored delivers them once
+        more, as a crash before the delete does."""
+        if not keys:
+            return
+        marker = WireBatch.of(_TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, [marker_body(keys)], [b""],
+                              born_timestamp=self.clock_ms(), born_host=self.store_host, store_host=self.store_host)
+        result = self.store.put_wire_batch(marker, wait_flushed=False)
+        if result.append is None:
+            log.warning("timer_marker_refused count=%d error=%r: a slave promoted later delivers them again",
+                        len(keys), result.error)
 
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result

@@ -12,12 +12,13 @@ chain replays the rest from the commitlog; records below the checkpoint are skip
 back a timer that was delivered. The WAL is synced at each ``flush`` (the dispatcher flush service, every
 ``flushIntervalConsumeQueue``), and only then does :meth:`checkpoint` move: the commitlog below it may expire.
 
-A recall deletes the timer (:meth:`recall`) after appending a marker record to the timer topic's queue 1, which
-only the broker writes (``TIMER_DEL_OFFSET``: the offset of the timer it takes back, ``TIMER_OUT_MS``: that timer's
-due time); the marker's dispatch deletes the timer too, in the same WriteBatch as the checkpoint that passes it,
-so a replay of the commitlog (after a crash, on a slave) takes it back again, after the timer it names.
-``delivery_lock`` is held by the delivery from taking due timers to removing them, and by a recall from finding
-its timer to deleting it: a recalled message is never delivered, a delivered one never recalled.
+A timer taken out - delivered, dropped or recalled - is deleted (:meth:`remove`) after a marker naming it is
+appended to the timer topic's queue 1, which only the broker writes (its body: the keys of the timers taken out).
+A marker's dispatch deletes them too, in the same WriteBatch as the checkpoint that passes it, so whatever replays
+the commitlog - recovery, a slave (whose timer store sees every timer its master stored, and would deliver them all
+again once promoted) - takes them out as well. ``delivery_lock`` is held by the delivery from taking due timers to
+removing them, and by a recall from finding its timer to removing it: a recalled message is never delivered, a
+delivered one never recalled.
 
 Due times fit in 7 bytes (any time before the year 2 million), so the checkpoint's 0xff key sorts after every
 timer. Deleted timers leave tombstones at the front of the key space until compaction: scans start at a floor
@@ -29,14 +30,16 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
-from common.message_properties import TIMER_DEL_OFFSET_NEEDLE, TIMER_OUT_MS_NEEDLE, find_property
-from common.timer_topic import TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
+from common.message_codec import HEADER
+from common.message_properties import TIMER_OUT_MS_NEEDLE, find_property
+from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -125,23 +128,19 @@ class TimerMessageStore(CommitLogDispatcher):
         batch: WriteBatch | None = None
         first_key = META_START
         added: set[bytes] = set()
-        recalled: set[bytes] = set()
+        taken_out: set[bytes] = set()
         for topic, queue_id, _, physical, size, _, _, props in requests:
             if topic != TIMER_TOPIC or physical < applied_from:
                 continue
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
-            if queue_id == TIMER_RECALL_QUEUE_ID:  # the timer it names goes (if still there: a replay)
-                target = _recalled_offset(props)
-                if target is None:
-                    log.warning("timer_recall_marker_without_offset physical_offset=%d", physical)
-                    continue
-                key = timer_key(self._due_of(props, physical), target)
-                if key in added:
-                    added.discard(key)
-                elif key not in recalled and self.db.get(key) is not None:
-                    recalled.add(key)
-                batch.delete(key)
+            if queue_id == TIMER_DELETES_QUEUE_ID:  # the timers it names go (if still there: a replay, a replica)
+                for key in marked_keys(self._read_at(physical, size)):
+                    if key in added:
+                        added.discard(key)
+                    elif key not in taken_out and self.db.get(key) is not None:
+                        taken_out.add(key)
+                    batch.delete(key)
                 continue
             key = timer_key(self._due_of(props, physical), physical)
             batch.put(key, self._read_at(physical, size))
@@ -154,7 +153,7 @@ class TimerMessageStore(CommitLogDispatcher):
         self.db.write(batch)
         self._stored = end_offset
         with self._floor_lock:
-            self._pending += len(added) - len(recalled)
+            self._pending += len(added) - len(taken_out)
             self._floor = min(self._floor, first_key)
         return due_of_key(first_key) if added else None
 
@@ -193,17 +192,6 @@ class TimerMessageStore(CommitLogDispatcher):
         (delivered, recalled, or never stored here). Under ``delivery_lock`` it stays so until :meth:`recall`."""
         return self.db.get(timer_key(due_ms, physical_offset))
 
-    def recall(self, due_ms: int, physical_offset: int) -> None:
-        """Delete a pending timer whose recall marker is in the commitlog (under ``delivery_lock``, after
-        :meth:`pending_record` found it): the marker's dispatch then finds nothing left to do."""
-        with self._apply_lock:
-            key = timer_key(due_ms, physical_offset)
-            if self.db.get(key) is None:
-                return
-            self.db.delete(key)
-        with self._floor_lock:
-            self._pending -= 1
-
     def first_due(self) -> int | None:
         """The earliest due time pending, or None."""
         with self._floor_lock:
@@ -237,15 +225,21 @@ class TimerMessageStore(CommitLogDispatcher):
             self._floor = min(self._floor, first_key)
 
     def remove(self, keys: list[bytes]) -> None:
-        """Delete delivered timers, in one WriteBatch."""
+        """Delete timers taken out (their marker appended: see the module's docstring), in one WriteBatch; the ones
+        a marker's dispatch deleted already are not counted twice."""
         if not keys:
             return
-        batch = WriteBatch(raw_mode=True)
-        for key in keys:
-            batch.delete(key)
-        self.db.write(batch)
+        with self._apply_lock:
+            found = cast(list[bytes | None], self.db.get(list[Any](keys)))  # a list of keys: a list back
+            present = [key for key, raw in zip(keys, found, strict=True) if raw is not None]
+            if not present:
+                return
+            batch = WriteBatch(raw_mode=True)
+            for key in present:
+                batch.delete(key)
+            self.db.write(batch)
         with self._floor_lock:
-            self._pending -= len(keys)
+            self._pending -= len(present)
 
     def close(self) -> None:
         """After the message store shut down (its last dispatch and flush are in)."""
@@ -259,7 +253,21 @@ class TimerMessageStore(CommitLogDispatcher):
         log.info("timer_closed pending=%d checkpoint=%d", self._pending, self._stored)
 
 
-def _recalled_offset(props: bytes) -> int | None:
-    """The timer a recall marker takes back (its record's commitlog offset); None when the marker names none."""
-    raw = find_property(props, TIMER_DEL_OFFSET_NEEDLE) if TIMER_DEL_OFFSET_NEEDLE in props else None
-    return int(raw) if raw is not None and raw.isdigit() and len(raw) <= 18 else None
+def marker_body(keys: list[bytes]) -> bytes:
+    """A marker's body: the keys of the timers it takes out."""
+    assert all(len(key) == TIMER_KEY.size for key in keys), "timer keys are 16 bytes"
+    return b"".join(keys)
+
+
+def marked_keys(record: bytes) -> list[bytes]:
+    """The timer keys a marker record (queue 1) names; none when its body is not a whole number of keys (only the
+    broker writes these: logged, as another version's or a bug's)."""
+    fields = HEADER.unpack_from(record)
+    body_len, topic_len, props_len = fields[14], fields[15], fields[16]
+    start = HEADER.size + topic_len + props_len
+    body = record[start:start + body_len]
+    size = TIMER_KEY.size
+    if len(body) % size:
+        log.warning("timer_marker_malformed body_bytes=%d", len(body))
+        return []
+    return [body[i:i + size] for i in range(0, len(body), size)]

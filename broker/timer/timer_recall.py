@@ -7,14 +7,14 @@ from common.message_codec import HEADER
 from common.message_id import make_message_id
 from common.message_properties import (
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TIMER_DEL_OFFSET,
-    PROPERTY_TIMER_OUT_MS,
     REAL_TOPIC_NEEDLE,
     TIMER_OUT_MS_NEEDLE,
     UNIQUE_KEY_NEEDLE,
     find_property,
 )
 from common.recall_handle import MAX_MESSAGE_ID_CHARS, RecallHandle
+
+PROPERTY_RECALLED_ID = "RECALLED_ID"  # a recall marker's: the id of the message taken back
 
 _STORE_HOST = 11  # HEADER's fields
 _TOPIC_LEN, _PROPS_LEN = 15, 16
@@ -41,10 +41,9 @@ def recall_handles(broker_name: str, timer_properties: Sequence[bytes], store_ho
 
 
 def marker_properties(topic: str, handle: RecallHandle) -> bytes:
-    """The recall marker's properties: the timer it takes back (``TIMER_OUT_MS`` and ``TIMER_DEL_OFFSET``, the
-    timer store's key) and, for operators reading the timer topic, the message's topic."""
-    return (f"{PROPERTY_REAL_TOPIC}\x01{topic}\x02{PROPERTY_TIMER_OUT_MS}\x01{handle.due_ms}\x02"
-            f"{PROPERTY_TIMER_DEL_OFFSET}\x01{handle.physical_offset}\x02").encode()
+    """A recall marker's properties, for operators reading the timer topic: the message's topic and id (the timer
+    it takes out is its body, as for every marker)."""
+    return f"{PROPERTY_REAL_TOPIC}\x01{topic}\x02{PROPERTY_RECALLED_ID}\x01{handle.message_id}\x02".encode()
 
 
 def is_handle_of(record: bytes, topic: str, handle: RecallHandle) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from client import Admin, MessageQueue, PullConsumer
 from client.results import PullStatus
+from common.message_properties import encode_properties
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, common_pb2
 from tests.admin_cli.helpers import fails, ok, ok_json
@@ -292,3 +293,32 @@ def test_a_killed_slave_leaves_the_in_sync_set_and_rejoins_once_caught_up(group:
     g.start(2)
     wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="the slave to rejoin the set once caught up")
     wait_until(lambda: g.byte_identical(1, 2), timeout=15, what="the two commitlogs to be byte-identical")
+
+
+def send_delayed(addr: str, bodies: list[bytes], due_ms: int) -> broker_pb2.SendMessageResponse:
+    props = encode_properties({"TIMER_DELIVER_MS": str(due_ms)})
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    return stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=bodies,
+                                                          properties=[props] * len(bodies)), timeout=10)
+
+
+def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_not(group: ReplicaGroup):
+    """A slave's timer store holds every timer its master stored; the master's markers take out the ones it
+    delivered, so the new master delivers each delayed message once: the rest, and none again."""
+    g = group
+    now_ms = int(time.time() * 1000)
+    delivered = [b"delivered-%d" % i for i in range(20)]
+    later = [b"later-%d" % i for i in range(5)]
+    assert send_delayed(g.replicas[1].addr, delivered, now_ms + 500).code == ResponseCode.SUCCESS
+    assert send_delayed(g.replicas[1].addr, later, now_ms + 60_000).code == ResponseCode.SUCCESS
+    wait_until(lambda: sorted(consumed_bodies(g.ns.addr)) == sorted(delivered), timeout=10,
+               what="the master to deliver the first 20")
+    wait_until(lambda: g.end(2) == g.end(1), timeout=10, what="the slave to copy the master's markers")
+    g.replicas[1].kill()
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=10)  # promoted
+    # A probe due at once: timers deliver in due order, so the 20 would come before it if they were pending.
+    assert send_delayed(g.replicas[2].addr, [b"probe-delayed"], int(time.time() * 1000)).code == ResponseCode.SUCCESS
+    wait_until(lambda: b"probe-delayed" in consumed_bodies(g.ns.addr), timeout=10, what="the probe's delivery")
+    seen = consumed_bodies(g.ns.addr)
+    assert sorted(seen) == sorted([*delivered, b"probe", b"probe-delayed"]), "delivered again after the failover"
+    assert int(g.info(2)["timerPending"]) == len(later)

@@ -10,13 +10,14 @@ import pytest
 
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.store.config import FlushDiskType
+from broker.timer.timer_message_store import marker_body, timer_key
 from broker.timer.timer_recall import marker_properties, recall_handles
 from common.message_codec import decode_record
 from common.recall_handle import RecallHandle
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
-from common.timer_topic import TIMER_QUEUE_ID, TIMER_RECALL_QUEUE_ID, TIMER_TOPIC
+from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
 from tests.timer.timer_node import NOW, Node, bodies, start
 
@@ -27,6 +28,10 @@ def handles_of(node: Node, offsets: list[int]) -> list[str]:
     """The handles the send path answers for these timers (their records' properties, as stored)."""
     props = [decode_record(node.store.commit_log.read_record(o)).raw_properties for o in offsets]
     return recall_handles(BROKER, props, node.store.store_host, offsets)
+
+
+def key_of(handle: RecallHandle) -> bytes:
+    return timer_key(handle.due_ms, handle.physical_offset)
 
 
 def processor(node: Node, is_master: bool = True) -> RecallMessageProcessor:
@@ -88,7 +93,8 @@ def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it
     handle = RecallHandle.decode(handles_of(node, offsets)[0])
     dispatch = node.timers.dispatch
     node.timers.dispatch = lambda requests, end_offset: None  # the process dies before the timer store's turn
-    marker = node.store.put_messages(TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, [b"m0"], [marker_properties("Real", handle)])
+    marker = node.store.put_messages(TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, [marker_body([key_of(handle)])],
+                                     [marker_properties("Real", handle)])
     assert node.store.wait_dispatched(marker.append.end_offset)
     node.timers.dispatch = dispatch
     node.stop()
@@ -101,19 +107,18 @@ def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it
         again.stop()
 
 
-def test_a_property_that_looks_like_a_recall_marker_recalls_nothing(tmp_path: Path, nodes: list[Node]):
-    """Only the broker writes markers (the timer topic's queue 1); a sender's TIMER_DEL_OFFSET is dropped."""
+def test_only_the_markers_queue_takes_timers_out(tmp_path: Path, nodes: list[Node]):
+    """A timer-topic record of queue 0 shaped like a marker (only a send can put one there) is a timer."""
     node = start(nodes, tmp_path)
     (victim,) = node.send([NOW + 100])
     handle = RecallHandle.decode(handles_of(node, [victim])[0])
-    node.send([NOW + 100], properties={"TIMER_DEL_OFFSET": str(victim)})
-    forged = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [b"forged"], [marker_properties("Real", handle)])
+    forged = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [marker_body([key_of(handle)])],
+                                     [marker_properties("Real", handle)])
     assert node.store.wait_dispatched(forged.append.end_offset)
-    assert node.timers.pending == 3
+    assert node.timers.pending == 2
     node.now = NOW + 100
-    assert node.deliver() == 3  # the forged one lacks REAL_QID: dropped
-    delivered = node.delivered()
-    assert bodies(delivered) == [b"m0", b"m1"] and "TIMER_DEL_OFFSET" not in delivered[1].properties
+    assert node.deliver() == 2  # the forged one has no due time or queue: dropped
+    assert bodies(node.delivered()) == [b"m0"]
 
 
 def test_a_recall_stays_after_a_restart_that_replays_the_commitlog(tmp_path: Path):

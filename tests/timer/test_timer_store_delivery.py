@@ -52,6 +52,27 @@ def test_replay_skips_what_was_stored_and_never_brings_back_delivered_timers(tmp
         again.stop()
 
 
+def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: Path):
+    """What a slave's timer store sees: every timer its master stored, and the markers of those it delivered (or
+    dropped): once promoted it delivers only the rest."""
+    node = Node(tmp_path, queue_exists=lambda topic, queue_id: topic != "Gone")
+    node.send([NOW + 10, NOW + 20, NOW + 30])
+    node.send([NOW + 15], topic="Gone")
+    node.now = NOW + 20
+    assert node.deliver() == 3 and node.delivery.dropped == 1
+    node.stop()
+    for rebuilt in ("store/consumequeue", "timer"):  # a new timer store replays from the commitlog's start
+        shutil.rmtree(tmp_path / rebuilt)
+    (tmp_path / "store" / "checkpoint" / "commitlog_flushed").unlink()
+    again = Node(tmp_path)
+    try:
+        assert again.timers.pending == 1 and again.timers.first_due() == NOW + 30
+        again.now = NOW + 1000
+        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0", b"m1", b"m2"]
+    finally:
+        again.stop()
+
+
 def test_checkpoint_moves_with_timers_and_on_flush(tmp_path: Path, nodes: list[Node]):
     node = start(nodes, tmp_path)
     node.send([NOW])
