@@ -25,7 +25,7 @@ from typing import Protocol
 
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
-from broker.timer.timer_message_store import TimerMessageStore, marker_body
+from broker.timer.timer_message_store import TIMER_KEY, TimerMessageStore, marker_body
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_record, record_parts
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
@@ -34,10 +34,17 @@ from common.wire_batch import WireBatch
 log = logging.getLogger(__name__)
 
 
+class StoreLimits(Protocol):
+    max_message_size: int
+
+
 class DeliveryStore(Protocol):
     """What the delivery needs of the message store."""
 
     store_host: bytes
+
+    @property
+    def config(self) -> StoreLimits: ...
 
     def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult: ...
 
@@ -48,6 +55,7 @@ QueueExists = Callable[[str, int], bool]
 Clock = Callable[[], int]
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 RETRY_PAUSE_S = 1.0
+MAX_UNMARKED = 1 << 20  # keys of timers taken out whose marker the store refused, kept to go with the next one
 _TIMER_TOPIC = TIMER_TOPIC.encode()
 _NEVER = 1 << 62
 
@@ -73,6 +81,7 @@ class TimerDeliveryService(threading.Thread):
         self._stopped = threading.Event()
         self._next_due = 0  # the due time this thread sleeps until (0 while it looks: any dispatch wakes it)
         self._refused_since: float | None = None
+        self._unmarked: list[bytes] = []  # taken out, their marker refused: it goes with the next one
         timers.due_listeners.append(self.on_dispatched)
 
     def on_dispatched(self, first_due_ms: int) -> None:
@@ -169,17 +178,28 @@ class TimerDeliveryService(threading.Thread):
         return len(timers), len(kept)
 
     def _mark_taken_out(self, keys: list[bytes]) -> None:
-        """The marker of the timers delivered or dropped (see broker/timer/timer_message_store.py), so that a slave,
-        once promoted, does not deliver them again. Not waited for: a crash before it is stored delivers them once
-        more, as a crash before the delete does."""
+        """The markers of the timers delivered or dropped (see broker/timer/timer_message_store.py), so that a
+        slave, once promoted, does not deliver them again: records of at most maxMessageSize bytes. Not waited for:
+        a crash before they are stored delivers those messages once more, as a crash before the delete does. Keys
+        whose marker the store refused go with the next one."""
+        keys = self._unmarked + keys
         if not keys:
             return
-        marker = WireBatch.of(_TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, [marker_body(keys)], [b""],
+        per_record = max(1, self.store.config.max_message_size // TIMER_KEY.size)
+        bodies = [marker_body(keys[i:i + per_record]) for i in range(0, len(keys), per_record)]
+        marker = WireBatch.of(_TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, bodies, [b""] * len(bodies),
                               born_timestamp=self.clock_ms(), born_host=self.store_host, store_host=self.store_host)
-        result = self.store.put_wire_batch(marker, wait_flushed=False)
-        if result.append is None:
-            log.warning("timer_marker_refused count=%d error=%r: a slave promoted later delivers them again",
-                        len(keys), result.error)
+        try:
+            result = self.store.put_wire_batch(marker, wait_flushed=False)
+            error = None if result.append is not None else result.error
+        except Exception as exc:  # the messages are out already: their timers are deleted all the same
+            error = repr(exc)
+        if error is None:
+            self._unmarked = []
+            return
+        self._unmarked = keys[-MAX_UNMARKED:]
+        log.warning("timer_marker_refused count=%d error=%r: kept for the next marker (a slave promoted meanwhile "
+                    "delivers them again)", len(keys), error)
 
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result

@@ -138,7 +138,9 @@ class TimerMessageStore(CommitLogDispatcher):
                 for key in marked_keys(self._read_at(physical, size)):
                     if key in added:
                         added.discard(key)
-                    elif key not in taken_out and self.db.get(key) is not None:
+                    elif key in taken_out or self.db.get(key) is None:
+                        continue  # gone already (the master deleted it when it appended the marker): no tombstone
+                    else:
                         taken_out.add(key)
                     batch.delete(key)
                 continue
@@ -189,7 +191,7 @@ class TimerMessageStore(CommitLogDispatcher):
     # -- delivery ----------------------------------------------------------------------------------
     def pending_record(self, due_ms: int, physical_offset: int) -> bytes | None:
         """The stored record of the timer due at ``due_ms`` from ``physical_offset``; None when none is pending
-        (delivered, recalled, or never stored here). Under ``delivery_lock`` it stays so until :meth:`recall`."""
+        (delivered, recalled, or never stored here). Under ``delivery_lock`` it stays so until :meth:`remove`."""
         return self.db.get(timer_key(due_ms, physical_offset))
 
     def first_due(self) -> int | None:

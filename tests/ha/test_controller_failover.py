@@ -313,6 +313,9 @@ def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_no
     assert send_delayed(g.replicas[1].addr, later, now_ms + 60_000).code == ResponseCode.SUCCESS
     wait_until(lambda: sorted(consumed_bodies(g.ns.addr)) == sorted(delivered), timeout=10,
                what="the master to deliver the first 20")
+    # deleted (so their marker is in the master's commitlog), and the slave has it all
+    wait_until(lambda: int((g.info(1) or {}).get("timerPending", -1)) == len(later), timeout=10,
+               what="the master to delete the delivered timers")
     wait_until(lambda: g.end(2) == g.end(1), timeout=10, what="the slave to copy the master's markers")
     g.replicas[1].kill()
     first_acknowledged_send(g.replicas[2].addr, deadline_s=10)  # promoted
@@ -321,4 +324,5 @@ def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_no
     wait_until(lambda: b"probe-delayed" in consumed_bodies(g.ns.addr), timeout=10, what="the probe's delivery")
     seen = consumed_bodies(g.ns.addr)
     assert sorted(seen) == sorted([*delivered, b"probe", b"probe-delayed"]), "delivered again after the failover"
-    assert int(g.info(2)["timerPending"]) == len(later)
+    wait_until(lambda: int((g.info(2) or {}).get("timerPending", -1)) == len(later), timeout=10,
+               what="the new master to hold only the later timers")

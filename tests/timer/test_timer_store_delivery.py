@@ -16,6 +16,7 @@ from broker.timer import timer_delivery_service
 from broker.timer.timer_delivery_service import wall_clock_ms
 from broker.timer.timer_message_store import due_of_key
 from common.message_codec import decode_record
+from common.timer_topic import TIMER_TOPIC
 from common.wire_batch import WireBatch
 from tests.store.conftest import store_config
 from tests.timer.timer_node import NOW, Node, bodies, start
@@ -52,6 +53,15 @@ def test_replay_skips_what_was_stored_and_never_brings_back_delivered_timers(tmp
         again.stop()
 
 
+def replayed_whole(root: Path) -> Node:
+    """The node on ``root``'s commitlog with a new timer store and consume queue: they replay it from its start, as a
+    slave's do what they copy from their master."""
+    for rebuilt in ("store/consumequeue", "timer"):
+        shutil.rmtree(root / rebuilt)
+    (root / "store" / "checkpoint" / "commitlog_flushed").unlink()
+    return Node(root)
+
+
 def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: Path):
     """What a slave's timer store sees: every timer its master stored, and the markers of those it delivered (or
     dropped): once promoted it delivers only the rest."""
@@ -61,14 +71,59 @@ def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: 
     node.now = NOW + 20
     assert node.deliver() == 3 and node.delivery.dropped == 1
     node.stop()
-    for rebuilt in ("store/consumequeue", "timer"):  # a new timer store replays from the commitlog's start
-        shutil.rmtree(tmp_path / rebuilt)
-    (tmp_path / "store" / "checkpoint" / "commitlog_flushed").unlink()
-    again = Node(tmp_path)
+    again = replayed_whole(tmp_path)
     try:
         assert again.timers.pending == 1 and again.timers.first_due() == NOW + 30
         again.now = NOW + 1000
         assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0", b"m1", b"m2"]
+    finally:
+        again.stop()
+
+
+def test_markers_of_a_large_batch_fit_maxmessagesize(tmp_path: Path):
+    node = Node(tmp_path, max_message_size=4096)  # 256 keys a marker record
+    node.send([NOW + i for i in range(300)])
+    node.now = NOW + 1000
+    assert node.deliver() == 300 and node.timers.pending == 0
+    node.stop()
+    again = replayed_whole(tmp_path)
+    try:
+        assert again.timers.pending == 0
+    finally:
+        again.stop()
+
+
+class RefusesMarkers:
+    """The store refusing the timer topic's writes between a delivery's puts and its marker (a lease lost, a disk
+    filled by the delivery itself)."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store, self.store_host, self.config = store, store.store_host, store.config
+
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
+        if batch.topic == TIMER_TOPIC.encode():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "fenced")
+        return self.store.put_wire_batch(batch, wait_flushed=wait_flushed)
+
+    def wait_flushed(self, offset: int) -> PutMessageStatus:
+        return self.store.wait_flushed(offset)
+
+
+def test_a_refused_marker_goes_with_the_next_one(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    node = Node(tmp_path)
+    node.send([NOW + 1, NOW + 2])
+    node.delivery.store = RefusesMarkers(node.store)
+    node.now = NOW + 10
+    with caplog.at_level(logging.WARNING):
+        assert node.deliver() == 2 and node.timers.pending == 0
+    assert "timer_marker_refused count=2" in caplog.text
+    node.delivery.store = node.store
+    node.send([NOW + 3])
+    assert node.deliver() == 1
+    node.stop()
+    again = replayed_whole(tmp_path)
+    try:
+        assert again.timers.pending == 0
     finally:
         again.stop()
 
