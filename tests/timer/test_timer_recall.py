@@ -19,7 +19,7 @@ from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
-from tests.timer.timer_node import NOW, Node, bodies, start
+from tests.timer.timer_node import NOW, Node, bodies, replayed_whole, start
 
 BROKER = "broker-a"
 
@@ -28,6 +28,13 @@ def handles_of(node: Node, offsets: list[int]) -> list[str]:
     """The handles the send path answers for these timers (their records' properties, as stored)."""
     props = [decode_record(node.store.commit_log.read_record(o)).raw_properties for o in offsets]
     return recall_handles(BROKER, props, node.store.store_host, offsets)
+
+
+def delivers_only(again: Node, expected: list[bytes]) -> None:
+    """A restarted node holds the timers of ``expected`` (due at NOW + 100) and delivers them, no other."""
+    assert again.timers.pending == len(expected) and again.timers.first_due() == NOW + 100
+    again.now = NOW + 100
+    assert again.deliver() == len(expected) and bodies(again.delivered()) == expected
 
 
 def key_of(handle: RecallHandle) -> bytes:
@@ -86,7 +93,7 @@ def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp
     assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0"]
 
 
-def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it(tmp_path: Path):
+def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it(tmp_path: Path, nodes: list[Node]):
     node = Node(tmp_path)
     offsets = node.send([NOW + 100, NOW + 100])
     node.timers.flush()
@@ -98,13 +105,7 @@ def test_a_recall_marker_is_replayed_after_a_crash_before_the_timer_store_saw_it
     assert node.store.wait_dispatched(marker.append.end_offset)
     node.timers.dispatch = dispatch
     node.stop()
-    again = Node(tmp_path)
-    try:
-        assert again.timers.pending == 1
-        again.now = NOW + 100
-        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m1"]
-    finally:
-        again.stop()
+    delivers_only(start(nodes, tmp_path), [b"m1"])
 
 
 def test_only_the_markers_queue_takes_timers_out(tmp_path: Path, nodes: list[Node]):
@@ -121,37 +122,22 @@ def test_only_the_markers_queue_takes_timers_out(tmp_path: Path, nodes: list[Nod
     assert bodies(node.delivered()) == [b"m0"]
 
 
-def test_a_recall_stays_after_a_restart_that_replays_the_commitlog(tmp_path: Path):
+def test_a_recall_stays_after_a_restart_that_replays_the_commitlog(tmp_path: Path, nodes: list[Node]):
     node = Node(tmp_path)
     offsets = node.send([NOW + 100, NOW + 100])
     recall(node, handles_of(node, offsets)[0])
     node.stop()
     shutil.rmtree(tmp_path / "store" / "consumequeue")  # the whole commitlog is dispatched again
-    again = Node(tmp_path)
-    try:
-        assert again.timers.pending == 1
-        again.now = NOW + 100
-        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m1"]
-    finally:
-        again.stop()
+    delivers_only(start(nodes, tmp_path), [b"m1"])
 
 
-def test_a_timer_and_its_recall_replayed_in_one_dispatch(tmp_path: Path):
+def test_a_timer_and_its_recall_replayed_in_one_dispatch(tmp_path: Path, nodes: list[Node]):
     """A timer store rebuilt from the commitlog's start: the timer and its marker arrive in the same batch."""
     node = Node(tmp_path)
     offsets = node.send([NOW + 100, NOW + 100])
     recall(node, handles_of(node, offsets)[1])
     node.stop()
-    shutil.rmtree(tmp_path / "store" / "consumequeue")
-    shutil.rmtree(tmp_path / "timer")
-    (tmp_path / "store" / "checkpoint" / "commitlog_flushed").unlink()  # a new timer store starts at 0
-    again = Node(tmp_path)
-    try:
-        assert again.timers.pending == 1 and again.timers.first_due() == NOW + 100
-        again.now = NOW + 100
-        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0"]
-    finally:
-        again.stop()
+    delivers_only(replayed_whole(nodes, tmp_path), [b"m0"])
 
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])

@@ -19,7 +19,7 @@ from common.message_codec import decode_record
 from common.timer_topic import TIMER_TOPIC
 from common.wire_batch import WireBatch
 from tests.store.conftest import store_config
-from tests.timer.timer_node import NOW, Node, bodies, start
+from tests.timer.timer_node import NOW, Node, bodies, replayed_whole, start
 
 
 # -- the store -------------------------------------------------------------------------------------------
@@ -53,16 +53,7 @@ def test_replay_skips_what_was_stored_and_never_brings_back_delivered_timers(tmp
         again.stop()
 
 
-def replayed_whole(root: Path) -> Node:
-    """The node on ``root``'s commitlog with a new timer store and consume queue: they replay it from its start, as a
-    slave's do what they copy from their master."""
-    for rebuilt in ("store/consumequeue", "timer"):
-        shutil.rmtree(root / rebuilt)
-    (root / "store" / "checkpoint" / "commitlog_flushed").unlink()
-    return Node(root)
-
-
-def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: Path):
+def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: Path, nodes: list[Node]):
     """What a slave's timer store sees: every timer its master stored, and the markers of those it delivered (or
     dropped): once promoted it delivers only the rest."""
     node = Node(tmp_path, queue_exists=lambda topic, queue_id: topic != "Gone")
@@ -71,26 +62,19 @@ def test_a_store_replaying_the_whole_commitlog_does_not_deliver_again(tmp_path: 
     node.now = NOW + 20
     assert node.deliver() == 3 and node.delivery.dropped == 1
     node.stop()
-    again = replayed_whole(tmp_path)
-    try:
-        assert again.timers.pending == 1 and again.timers.first_due() == NOW + 30
-        again.now = NOW + 1000
-        assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0", b"m1", b"m2"]
-    finally:
-        again.stop()
+    again = replayed_whole(nodes, tmp_path)
+    assert again.timers.pending == 1 and again.timers.first_due() == NOW + 30
+    again.now = NOW + 1000
+    assert again.deliver() == 1 and bodies(again.delivered()) == [b"m0", b"m1", b"m2"]
 
 
-def test_markers_of_a_large_batch_fit_maxmessagesize(tmp_path: Path):
+def test_markers_of_a_large_batch_fit_maxmessagesize(tmp_path: Path, nodes: list[Node]):
     node = Node(tmp_path, max_message_size=4096)  # 256 keys a marker record
     node.send([NOW + i for i in range(300)])
     node.now = NOW + 1000
     assert node.deliver() == 300 and node.timers.pending == 0
     node.stop()
-    again = replayed_whole(tmp_path)
-    try:
-        assert again.timers.pending == 0
-    finally:
-        again.stop()
+    assert replayed_whole(nodes, tmp_path).timers.pending == 0
 
 
 class RefusesMarkers:
@@ -109,7 +93,8 @@ class RefusesMarkers:
         return self.store.wait_flushed(offset)
 
 
-def test_a_refused_marker_goes_with_the_next_one(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+def test_a_refused_marker_goes_with_the_next_one(tmp_path: Path, nodes: list[Node],
+                                                 caplog: pytest.LogCaptureFixture):
     node = Node(tmp_path)
     node.send([NOW + 1, NOW + 2])
     node.delivery.store = RefusesMarkers(node.store)
@@ -121,11 +106,7 @@ def test_a_refused_marker_goes_with_the_next_one(tmp_path: Path, caplog: pytest.
     node.send([NOW + 3])
     assert node.deliver() == 1
     node.stop()
-    again = replayed_whole(tmp_path)
-    try:
-        assert again.timers.pending == 0
-    finally:
-        again.stop()
+    assert replayed_whole(nodes, tmp_path).timers.pending == 0
 
 
 def test_checkpoint_moves_with_timers_and_on_flush(tmp_path: Path, nodes: list[Node]):

@@ -1,6 +1,7 @@
 """A message store with the timer store in its dispatch chain and a delivery driven by the test's clock: the timer
 tests' node (``nodes`` in conftest.py stops the ones a test started)."""
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,3 +75,12 @@ def start(nodes: list[Node], root: Path, **kw) -> Node:
 
 def bodies(msgs: list[MessageExt]) -> list[bytes]:
     return [m.body for m in msgs]
+
+
+def replayed_whole(nodes: list[Node], root: Path) -> Node:
+    """A node on ``root``'s commitlog with a new timer store and consume queue, which replay it from its start (as a
+    slave's do what they copy from their master); stopped by the ``nodes`` fixture."""
+    for rebuilt in ("store/consumequeue", "timer"):
+        shutil.rmtree(root / rebuilt)
+    (root / "store" / "checkpoint" / "commitlog_flushed").unlink()
+    return start(nodes, root)
