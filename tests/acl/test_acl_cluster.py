@@ -2,6 +2,7 @@
 authentication and authorization on, the SDK and mqadmin signing their calls."""
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,15 @@ def test_a_producer_with_pub_succeeds_and_one_without_is_refused(cluster: Cluste
         _send(cluster, ("bob", "bob-secret"))
     with pytest.raises(MQClientError, match=r"not signed|UNAUTHENTICATED"):
         _send(cluster, None)
+
+
+def test_a_recall_needs_pub_on_the_topic(cluster: Cluster) -> None:
+    with Producer(cluster.addr, credentials=("alice", "alice-secret"), retry_times=0) as alice, \
+            Producer(cluster.addr, credentials=("bob", "bob-secret"), retry_times=0) as bob:
+        sent = alice.send(Message(TOPIC, b"later", deliver_at_ms=int(time.time() * 1000) + 60_000))
+        with pytest.raises(MQClientError, match=f"no Pub permission on Topic:{TOPIC}"):
+            bob.recall(TOPIC, sent.recall_handle)
+        assert alice.recall(TOPIC, sent.recall_handle) == sent.msg_id
 
 
 def test_admin_rpcs_need_admin(cluster: Cluster) -> None:

@@ -80,6 +80,7 @@ def test_methods_and_resources() -> None:
     assert method_action("/rmq.AclService/CreateUser") == "Admin"
     assert method_action("/rmq.NamesrvService/RegisterBroker") == "Admin"
     assert method_action("/rmq.BrokerService/SendMessageStream") == "Pub"
+    assert method_action("/rmq.BrokerService/RecallMessage") == "Pub"
     assert method_action("/rmq.PopService/PopMessage") == "Sub"
     assert method_action("/rmq.BrokerService/GetBrokerRuntimeInfo") is None
     frame = broker_pb2.SendStreamFrame(requests=[broker_pb2.SendMessageRequest(topic="A"),
