@@ -135,10 +135,11 @@ class TimerMessageStore(CommitLogDispatcher):
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
             if queue_id == TIMER_DELETES_QUEUE_ID:  # the timers it names go (if still there: a replay, a replica)
-                for key in marked_keys(self._read_at(physical, size)):
+                keys = marked_keys(self._read_at(physical, size))
+                for key, stored in zip(keys, self._get_each(keys), strict=True):
                     if key in added:
                         added.discard(key)
-                    elif key in taken_out or self.db.get(key) is None:
+                    elif key in taken_out or stored is None:
                         continue  # gone already (the master deleted it when it appended the marker): no tombstone
                     else:
                         taken_out.add(key)
@@ -232,8 +233,7 @@ class TimerMessageStore(CommitLogDispatcher):
         if not keys:
             return
         with self._apply_lock:
-            found = cast(list[bytes | None], self.db.get(list[Any](keys)))  # a list of keys: a list back
-            present = [key for key, raw in zip(keys, found, strict=True) if raw is not None]
+            present = [key for key, raw in zip(keys, self._get_each(keys), strict=True) if raw is not None]
             if not present:
                 return
             batch = WriteBatch(raw_mode=True)
@@ -242,6 +242,9 @@ class TimerMessageStore(CommitLogDispatcher):
             self.db.write(batch)
         with self._floor_lock:
             self._pending -= len(present)
+
+    def _get_each(self, keys: list[bytes]) -> list[bytes | None]:
+        return cast(list[bytes | None], self.db.get(list[Any](keys))) if keys else []  # one multi-get
 
     def close(self) -> None:
         """After the message store shut down (its last dispatch and flush are in)."""
