@@ -25,6 +25,8 @@ from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
+DISPATCH_WAIT_S = 3.0  # within the SDK's send timeout
+
 
 class RecallMessageProcessor:
     def __init__(self, broker_name: str, timers: Callable[[], TimerMessageStore | None], store: MessageStore,
@@ -49,6 +51,7 @@ class RecallMessageProcessor:
         timers = self.timers()
         if timers is None:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, "the timer store is not loaded yet")
+        self._wait_stored(handle)
         with timers.delivery_lock:
             record = timers.pending_record(handle.due_ms, handle.physical_offset)
             if record is None or not is_handle_of(record, topic, handle):
@@ -67,3 +70,12 @@ class RecallMessageProcessor:
                  handle.message_id, handle.due_ms, handle.physical_offset, result.append.physical_offsets[0])
         code = ResponseCode.SUCCESS if result.ok else ResponseCode.FLUSH_DISK_TIMEOUT  # recalled, not yet on disk
         return broker_pb2.RecallMessageResponse(code=code, message_id=handle.message_id)
+
+    def _wait_stored(self, handle: RecallHandle) -> None:
+        """Until the timer's record reached the timer store: a send is answered once appended, and a recall right
+        after it may come before the dispatch chain got there."""
+        if handle.physical_offset >= self.store.commit_log.max_offset():
+            return  # never written here: found pending by nobody
+        if not self.store.wait_dispatched(handle.physical_offset + 1, DISPATCH_WAIT_S):
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"the timer of message {handle.message_id} is not in the timer "
+                          f"store yet ({DISPATCH_WAIT_S:.0f} s): retry")

@@ -270,7 +270,7 @@ def test_a_recalled_message_is_never_delivered_in_each_flush_mode_and_store_type
     queue = _one_queue_topic(cluster, topic, broker)
     with Producer(cluster.addr) as producer, Producer(cluster.addr, use_streams=False) as unary, \
             PullConsumer(cluster.addr, group="delay-recall") as consumer:
-        at = now_ms() + 2000
+        at = now_ms() + 3000
         recalled = producer.send(Message(topic, b"recalled", deliver_at_ms=at), queue=queue)
         kept = unary.send(Message(topic, b"kept", deliver_at_ms=at), queue=queue)
         assert recalled.recall_handle.startswith(f"r1|{broker}|{at}|") and kept.recall_handle
@@ -311,7 +311,7 @@ def test_a_static_topic_message_is_recalled_on_the_broker_that_holds_it(cluster:
         admin.update_static_topic(topic, 1, brokers=["broker-b"])
     cluster.wait_route_epoch(topic, 1)
     with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-recall-static") as consumer:
-        at = now_ms() + 2000
+        at = now_ms() + 3000
         recalled = producer.send(Message(topic, b"recalled", deliver_at_ms=at), sharding_key="k")
         kept = producer.send(Message(topic, b"kept", deliver_at_ms=at), sharding_key="k")
         assert recalled.queue == kept.queue and recalled.recall_handle.startswith("r1|broker-b|")

@@ -385,11 +385,11 @@ def test_delayed_messages_arrive_no_earlier_than_asked(cluster: Cluster) -> None
             # due before the others, on the same queue: delivered first, had it not been recalled
             recalled = producer.send(Message(topic, b"recalled-" + broker.encode(), deliver_at_ms=sent_at + 1100),
                                      queue=queue)
+            assert producer.recall(topic, recalled.recall_handle) == recalled.msg_id
             by_level = producer.send(Message(topic, b"level-" + broker.encode(), delay_level=1), queue=queue)
             by_time = producer.send(Message(topic, b"time-" + broker.encode(), deliver_at_ms=sent_at + 1200),
                                     queue=queue)
             assert by_level.status is by_time.status is recalled.status is SendStatus.SEND_OK
-            assert producer.recall(topic, recalled.recall_handle) == recalled.msg_id
     with PullConsumer(cluster.addr, group=unique("mx-delay")) as consumer:
         got: dict[bytes, int] = {}
 

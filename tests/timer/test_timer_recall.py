@@ -13,13 +13,14 @@ from broker.store.config import FlushDiskType
 from broker.timer.timer_message_store import marker_body, timer_key
 from broker.timer.timer_recall import marker_properties, recall_handles
 from common.message_codec import decode_record
+from common.message_properties import encode_properties
 from common.recall_handle import RecallHandle
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_QUEUE_ID, TIMER_TOPIC
 from proto import broker_pb2
-from tests.timer.timer_node import NOW, Node, bodies, replayed_whole, start
+from tests.timer.timer_node import NOW, ROUTER, Node, bodies, replayed_whole, start
 
 BROKER = "broker-a"
 
@@ -68,6 +69,22 @@ def test_a_recalled_timer_is_never_delivered(tmp_path: Path, nodes: list[Node], 
     assert node.deliver() == 2 and bodies(node.delivered()) == [b"m0", b"m2"]
     assert refused_code(node, handles[0]) == ResponseCode.QUERY_NOT_FOUND  # delivered already
     assert node.timers.pending == 0
+
+
+def test_a_recall_right_after_the_send_waits_for_the_timer_to_reach_the_store(tmp_path: Path, nodes: list[Node]):
+    """A send is answered once its record is appended; its timer reaches the timer store on the reput thread."""
+    node = start(nodes, tmp_path)
+    props = ROUTER.timer_properties(encode_properties({"UNIQ_KEY": "m0"}), "Real", 1, NOW + 100)
+    outcome: list[str] = []
+    with node.timers._apply_lock:  # the reput thread cannot store the timer yet
+        put = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [b"m0"], [props])
+        (handle,) = recall_handles(BROKER, [props], node.store.store_host, put.append.physical_offsets)
+        recaller = threading.Thread(target=lambda: outcome.append(recall(node, handle).message_id))
+        recaller.start()
+        recaller.join(0.5)
+        assert recaller.is_alive() and outcome == []  # waiting for the dispatch
+    recaller.join(10)
+    assert outcome == ["m0"] and node.timers.pending == 0
 
 
 def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp_path: Path, nodes: list[Node]):
