@@ -89,7 +89,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         if self.recall is None:
             return broker_pb2.RecallMessageResponse(code=ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                                     remark="this broker has no timer store")
-        response = await asyncio.to_thread(self.recall.recall, request)  # waits for its marker's dispatch
+        response = await asyncio.to_thread(self.recall.recall, request)  # may wait for the timer store, a flush
         pending = self._replicated(response)
         if pending is not None:
             await pending

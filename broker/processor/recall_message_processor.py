@@ -1,11 +1,13 @@
 """RecallMessage: a delayed message taken back before it is due, by the recall handle its send answered.
 
-Under the timer store's ``delivery_lock`` (the delivery takes and delivers due timers under it) the timer is
-looked up and checked to be the handle's message of the request's topic; a marker naming it is appended to the
-timer topic's queue of markers, then the timer is deleted. So a SUCCESS means the message is not delivered, and a
-message delivered first is answered QUERY_NOT_FOUND. The marker makes the recall as durable as a send in the
-broker's flush mode: recovery and slaves replay it. A SYNC_MASTER answers once its slaves have it (the servicer).
-Blocks on the store (a SYNC_FLUSH fsync): called off the event loop.
+First the recall waits (briefly) for the timer's record to reach the timer store: a send is answered once appended,
+and the reput thread stores the timer after that. Then, under the timer store's ``delivery_lock`` (the delivery
+takes and delivers due timers under it), the timer is looked up and checked to be the handle's message of the
+request's topic; a marker naming it is appended to the timer topic's queue of markers, then the timer is deleted.
+So a SUCCESS means the message is not delivered, and a message delivered first is answered QUERY_NOT_FOUND. The
+marker makes the recall as durable as a send in the broker's flush mode: recovery and slaves replay it. A
+SYNC_MASTER answers once its slaves have it (the servicer). Blocks on the store (a SYNC_FLUSH fsync): called off
+the event loop.
 """
 
 import logging
@@ -25,7 +27,7 @@ from proto import broker_pb2
 
 log = logging.getLogger(__name__)
 
-DISPATCH_WAIT_S = 3.0  # within the SDK's send timeout
+DISPATCH_WAIT_S = 1.5  # well within the SDK's and the proxy's 3 s call timeout
 
 
 class RecallMessageProcessor:
@@ -74,8 +76,15 @@ class RecallMessageProcessor:
     def _wait_stored(self, handle: RecallHandle) -> None:
         """Until the timer's record reached the timer store: a send is answered once appended, and a recall right
         after it may come before the dispatch chain got there."""
-        if handle.physical_offset >= self.store.commit_log.max_offset():
+        commit_log = self.store.commit_log
+        if handle.physical_offset >= commit_log.max_offset():
             return  # never written here: found pending by nobody
+        if commit_log.replication_gated and handle.physical_offset >= commit_log.confirm_offset:
+            raise Refusal(ResponseCode.SLAVE_NOT_AVAILABLE, f"the timer of message {handle.message_id} is not "
+                          "confirmed by this master's slaves yet: retry once they have it")
         if not self.store.wait_dispatched(handle.physical_offset + 1, DISPATCH_WAIT_S):
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"the timer of message {handle.message_id} is not in the timer "
-                          f"store yet ({DISPATCH_WAIT_S:.0f} s): retry")
+            if self.store.reput.failed:
+                raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, "the dispatch chain stopped (see the broker's "
+                              "log): no recall until the broker restarts")
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"the timer of message {handle.message_id} did not reach the "
+                          f"timer store within {DISPATCH_WAIT_S:g} s: retry")

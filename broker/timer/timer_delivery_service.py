@@ -27,7 +27,7 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
 from broker.timer.timer_message_store import TIMER_KEY, TimerMessageStore, marker_body
 from common.message import MessageExt
-from common.message_codec import CorruptRecordError, decode_record, record_parts
+from common.message_codec import HEADER_SIZE, CorruptRecordError, decode_record, record_parts
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
 from common.wire_batch import WireBatch
 
@@ -38,6 +38,10 @@ class StoreLimits(Protocol):
     max_message_size: int
 
 
+class RecordLimit(Protocol):
+    def max_record_size(self) -> int: ...
+
+
 class DeliveryStore(Protocol):
     """What the delivery needs of the message store."""
 
@@ -45,6 +49,9 @@ class DeliveryStore(Protocol):
 
     @property
     def config(self) -> StoreLimits: ...
+
+    @property
+    def commit_log(self) -> RecordLimit: ...
 
     def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult: ...
 
@@ -55,7 +62,8 @@ QueueExists = Callable[[str, int], bool]
 Clock = Callable[[], int]
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 RETRY_PAUSE_S = 1.0
-MAX_UNMARKED = 1 << 20  # keys of timers taken out whose marker the store refused, kept to go with the next one
+MAX_UNMARKED = 1 << 16  # keys of timers taken out whose marker the store refused, kept to go with the next one
+MARKER_OVERHEAD = HEADER_SIZE + len(TIMER_TOPIC)  # a marker record's bytes besides its body (no properties)
 _TIMER_TOPIC = TIMER_TOPIC.encode()
 _NEVER = 1 << 62
 
@@ -185,21 +193,30 @@ class TimerDeliveryService(threading.Thread):
         keys = self._unmarked + keys
         if not keys:
             return
-        per_record = max(1, self.store.config.max_message_size // TIMER_KEY.size)
+        body_bytes = min(self.store.config.max_message_size, self.store.commit_log.max_record_size() - MARKER_OVERHEAD)
+        per_record = max(1, body_bytes // TIMER_KEY.size)
         bodies = [marker_body(keys[i:i + per_record]) for i in range(0, len(keys), per_record)]
         marker = WireBatch.of(_TIMER_TOPIC, TIMER_DELETES_QUEUE_ID, bodies, [b""] * len(bodies),
                               born_timestamp=self.clock_ms(), born_host=self.store_host, store_host=self.store_host)
         try:
             result = self.store.put_wire_batch(marker, wait_flushed=False)
-            error = None if result.append is not None else result.error
+            error, for_good = (None, False) if result.append is not None else (result.error, result.status in ILLEGAL)
         except Exception as exc:  # the messages are out already: their timers are deleted all the same
-            error = repr(exc)
+            error, for_good = repr(exc), False
         if error is None:
+            if self._unmarked:
+                log.info("timer_marker_resumed count=%d", len(keys))
             self._unmarked = []
             return
+        if for_good:  # it would be refused again (the store's limits): retrying would block every later marker
+            log.error("timer_marker_dropped count=%d error=%r: a slave promoted later delivers them again", len(keys),
+                      error)
+            self._unmarked = []
+            return
+        if not self._unmarked:  # once while it lasts
+            log.warning("timer_marker_refused count=%d error=%r: kept for the next marker (a slave promoted "
+                        "meanwhile delivers them again)", len(keys), error)
         self._unmarked = keys[-MAX_UNMARKED:]
-        log.warning("timer_marker_refused count=%d error=%r: kept for the next marker (a slave promoted meanwhile "
-                    "delivers them again)", len(keys), error)
 
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result

@@ -115,7 +115,13 @@ class ReceiptHandleRenewer:
             due.append(entry)
         if gave_up:
             log.warning("auto_renew_gave_up messages=%d after_ms=%d: they become visible again", gave_up, self.max_ms)
-        outcomes = await asyncio.gather(*(self._renew_one(entry) for entry in due))
+        try:
+            outcomes = await asyncio.gather(*(self._renew_one(entry) for entry in due))
+        finally:  # a round cancelled before a renew of it started: nobody may wait for that one forever
+            for entry in due:
+                if entry.renewing is not None and not entry.renewing.done():
+                    entry.renewing.set_result(None)
+                    entry.renewing = None
         failed = [reason for reason in outcomes if reason is not None]
         if failed:
             log.info("auto_renew_failed messages=%d of=%d first_reason=%r", len(failed), len(due), failed[0])

@@ -4,6 +4,7 @@ delivery; a handle that does not name a pending message of the topic is refused 
 
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,18 @@ def test_a_recall_right_after_the_send_waits_for_the_timer_to_reach_the_store(tm
         assert recaller.is_alive() and outcome == []  # waiting for the dispatch
     recaller.join(10)
     assert outcome == ["m0"] and node.timers.pending == 0
+
+
+def test_a_timer_its_slaves_have_not_confirmed_is_not_waited_for(tmp_path: Path, nodes: list[Node]):
+    """A replication-gated master dispatches only what its slaves confirmed: a recall says so at once."""
+    node = start(nodes, tmp_path)
+    node.store.commit_log.replication_gated = True  # and no slave confirms anything
+    props = ROUTER.timer_properties(encode_properties({"UNIQ_KEY": "m0"}), "Real", 1, NOW + 100)
+    put = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [b"m0"], [props])
+    (handle,) = recall_handles(BROKER, [props], node.store.store_host, put.append.physical_offsets)
+    started = time.monotonic()
+    assert refused_code(node, handle) == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert time.monotonic() - started < 1.0
 
 
 def test_a_handle_that_names_no_pending_message_of_the_topic_changes_nothing(tmp_path: Path, nodes: list[Node]):

@@ -77,12 +77,23 @@ def test_markers_of_a_large_batch_fit_maxmessagesize(tmp_path: Path, nodes: list
     assert replayed_whole(nodes, tmp_path).timers.pending == 0
 
 
+def test_markers_fit_the_commitlog_segment(tmp_path: Path, nodes: list[Node]):
+    node = start(nodes, tmp_path)  # 64 KiB segments: one marker record holds about 4,000 keys
+    node.delivery.batch_size = 5000
+    node.send([NOW + i for i in range(5000)])
+    node.now = NOW + 10_000
+    assert node.deliver() == 5000 and node.timers.pending == 0
+    node.stop()
+    assert replayed_whole(nodes, tmp_path).timers.pending == 0
+
+
 class RefusesMarkers:
     """The store refusing the timer topic's writes between a delivery's puts and its marker (a lease lost, a disk
     filled by the delivery itself)."""
 
     def __init__(self, store: MessageStore) -> None:
-        self.store, self.store_host, self.config = store, store.store_host, store.config
+        self.store, self.store_host = store, store.store_host
+        self.config, self.commit_log = store.config, store.commit_log
 
     def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
         if batch.topic == TIMER_TOPIC.encode():
