@@ -129,10 +129,9 @@ class SendMessageProcessor:
                 if half_batch is not None:
                     return self.store.put_wire_batch(half_batch), None
             if is_delayed_needle_in(joined):
-                timer_batch = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
-                if timer_batch is not None:
-                    return (self.store.put_wire_batch(timer_batch),
-                            record_properties(bytes(timer_batch.buf), timer_batch.sizes))
+                timer = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
+                if timer is not None:
+                    return self.store.put_wire_batch(timer[0]), timer[1]
             return self.store.put_wire_batch(batch), None
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)

@@ -59,21 +59,24 @@ def timer_properties(router: DelayRouter, properties: Sequence[bytes], real_topi
 
 
 def timer_wire_batch(router: DelayRouter, batch: WireBatch, properties: Sequence[bytes], real_topic: str,
-                     real_queue_id: int, now_ms: int) -> WireBatch | None:
+                     real_queue_id: int, now_ms: int) -> tuple[WireBatch, list[bytes]] | None:
     """A checked batch of records (``WireBatch.parse``; ``properties`` from :func:`record_properties`) re-encoded
-    as timer-topic records, or None when it is not delayed (the needle ended another property's name: XDELAY)."""
+    as timer-topic records, with each record's properties there (its recall handle is read from them); None when it
+    is not delayed (the needle ended another property's name: XDELAY)."""
     dues = batch_dues(router, properties, now_ms)
     if dues is None:
         return None
     records = []
+    all_timer_props = []
     buf = batch.buf
     pos = 0
     for size, props, due in zip(batch.sizes, properties, dues, strict=True):
         h = HEADER.unpack_from(buf, pos)
         body = bytes(buf[pos + HEADER_SIZE + h[15] + h[16] : pos + size])
         timer_props = router.timer_properties(props, real_topic, real_queue_id, due)
+        all_timer_props.append(timer_props)
         records.append(b"".join(record_parts(_TIMER_TOPIC, TIMER_QUEUE_ID, [body], [timer_props],
                                              born_timestamp=h[9], born_host=h[10], store_host=h[11], flag=h[4],
                                              sys_flag=h[8], reconsume_times=h[12])))
         pos += size
-    return WireBatch.of_records(_TIMER_TOPIC, TIMER_QUEUE_ID, records)
+    return WireBatch.of_records(_TIMER_TOPIC, TIMER_QUEUE_ID, records), all_timer_props

@@ -37,7 +37,7 @@ from rocksdict import Rdict, ReadOptions, WriteBatch
 from broker.rocksdb_raw import open_raw, raw_items, raw_keys
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
-from common.message_codec import HEADER
+from common.message_codec import decode_record
 from common.message_properties import TIMER_OUT_MS_NEEDLE, find_property
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
 
@@ -267,10 +267,7 @@ def marker_body(keys: list[bytes]) -> bytes:
 def marked_keys(record: bytes) -> list[bytes]:
     """The timer keys a marker record (queue 1) names; none when its body is not a whole number of keys (only the
     broker writes these: logged, as another version's or a bug's)."""
-    fields = HEADER.unpack_from(record)
-    body_len, topic_len, props_len = fields[14], fields[15], fields[16]
-    start = HEADER.size + topic_len + props_len
-    body = record[start:start + body_len]
+    body = decode_record(record, verify_crc=False).body  # the reput read it whole already
     size = TIMER_KEY.size
     if len(body) % size:
         log.warning("timer_marker_malformed body_bytes=%d", len(body))

@@ -3,7 +3,7 @@ takes a timer back (``TimerMessageStore`` applies it), and whether a stored time
 
 from collections.abc import Sequence
 
-from common.message_codec import HEADER
+from common.message_codec import decode_record
 from common.message_id import make_message_id
 from common.message_properties import (
     PROPERTY_REAL_TOPIC,
@@ -15,9 +15,6 @@ from common.message_properties import (
 from common.recall_handle import MAX_MESSAGE_ID_CHARS, RecallHandle
 
 PROPERTY_RECALLED_ID = "RECALLED_ID"  # a recall marker's: the id of the message taken back
-
-_STORE_HOST = 11  # HEADER's fields
-_TOPIC_LEN, _PROPS_LEN = 15, 16
 
 
 def message_id(timer_properties: bytes, store_host: bytes, physical_offset: int) -> str:
@@ -49,9 +46,6 @@ def marker_properties(topic: str, handle: RecallHandle) -> bytes:
 def is_handle_of(record: bytes, topic: str, handle: RecallHandle) -> bool:
     """Whether the stored timer-topic ``record`` is the message ``handle`` names, of ``topic``: a handle cannot
     recall another topic's message (the caller's permission was checked on ``topic``)."""
-    fields = HEADER.unpack_from(record)
-    start = HEADER.size + fields[_TOPIC_LEN]
-    props = record[start:start + fields[_PROPS_LEN]]
-    real_topic = find_property(props, REAL_TOPIC_NEEDLE)
-    return (real_topic == topic.encode()
-            and message_id(props, fields[_STORE_HOST], handle.physical_offset) == handle.message_id)
+    msg = decode_record(record, verify_crc=False)  # a copy the timer store made of a checked record
+    return (find_property(msg.raw_properties, REAL_TOPIC_NEEDLE) == topic.encode()
+            and message_id(msg.raw_properties, msg.raw_store_host, handle.physical_offset) == handle.message_id)

@@ -60,8 +60,11 @@ def test_sdk_refuses_a_mixed_batch():
 def test_a_delayed_batch_becomes_timer_records_of_the_same_messages():
     msgs = [Message("Orders", b"body-%d" % i, tags="t", keys=[f"k{i}"], delay_level=i % 3 + 1) for i in range(5)]
     records, batch = parsed(msgs, flag=7)
-    timer = timer_wire_batch(ROUTER, batch, record_properties(records, batch.sizes), "Orders", 3, NOW)
-    assert timer is not None and timer.topic == TIMER_TOPIC.encode() and timer.queue_id == TIMER_QUEUE_ID
+    timer_and_props = timer_wire_batch(ROUTER, batch, record_properties(records, batch.sizes), "Orders", 3, NOW)
+    assert timer_and_props is not None
+    timer = timer_and_props[0]
+    assert timer_and_props[1] == record_properties(bytes(timer.buf), timer.sizes)
+    assert timer.topic == TIMER_TOPIC.encode() and timer.queue_id == TIMER_QUEUE_ID
     assert len(timer.sizes) == 5 and timer.body_bytes == batch.body_bytes and sum(timer.sizes) == len(timer.buf)
     originals = decode_records(records)
     for i, (before, after) in enumerate(zip(originals, decode_records(bytes(timer.buf)), strict=True)):
