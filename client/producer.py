@@ -142,7 +142,7 @@ class Producer:
         try:
             handle = RecallHandle.decode(recall_handle)
         except InvalidRecallHandle as exc:
-            raise MQClientError(f"cannot recall: {exc}") from None
+            raise MQClientError(f"cannot recall: {exc}", ResponseCode.INVALID_PARAMETER) from None
         what = f"recall of message {handle.message_id} of topic {topic}"
         route = self.client.route(topic)
         if not any(bd.broker_name == handle.broker_name for bd in route.broker_datas):

@@ -255,7 +255,6 @@ class ConsumeProcessor:
         if not 0 <= invisible_ms <= self.config.max_invisible_ms:
             raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
                                                           f"0..{self.config.max_invisible_ms} ms")
-        _handle(request.receipt_handle)
         handle = await self.renewer.release(request.receipt_handle)  # a nack: the client decides from now on
         what = f"change of invisible duration of a message of topic {topic} for group {group}"
         response = await self._change_invisible(group, topic, handle, invisible_ms, what)
@@ -287,7 +286,6 @@ class ConsumeProcessor:
         """A PushConsumer gave up on a message (its attempts ran out client-side): to %DLQ%<group> now."""
         group = check_group(request.group.name)
         topic = check_topic(request.topic.name)
-        _handle(request.receipt_handle)
         current = await self.renewer.release(request.receipt_handle)
         what = f"dead-lettering message {request.message_id[:80]!r} of topic {topic} for group {group}"
         addr = await self.routes.master_addr(topic, _handle(current).broker_name)

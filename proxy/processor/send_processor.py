@@ -14,7 +14,6 @@ from typing import TypeVar
 from client.errors import MQClientError
 from client.producer import Producer
 from client.results import SendResult, SendStatus
-from common.recall_handle import InvalidRecallHandle, RecallHandle
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import OutgoingMessage, to_outgoing
 from proxy.processor.names import check_topic
@@ -56,10 +55,6 @@ class SendProcessor:
         topic = check_topic(request.topic.name)
         if not request.recall_handle:
             raise ProxyError(Code.BAD_REQUEST, "a recall names a recall handle")
-        try:
-            RecallHandle.decode(request.recall_handle)
-        except InvalidRecallHandle as exc:
-            raise ProxyError(Code.BAD_REQUEST, str(exc)) from None
         try:
             # the broker's address may need a route lookup (a blocking name server call): not on the loop
             message_id = await asyncio.to_thread(self.producer.recall, topic, request.recall_handle)
