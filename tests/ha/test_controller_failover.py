@@ -302,10 +302,10 @@ def send_delayed(addr: str, bodies: list[bytes], due_ms: int) -> broker_pb2.Send
                                                           properties=[props] * len(bodies)), timeout=10)
 
 
-def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_not(group: ReplicaGroup):
+def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_not(any_group: ReplicaGroup):
     """A slave's timer store holds every timer its master stored; the master's markers take out the ones it
     delivered, so the new master delivers each delayed message once: the rest, and none again."""
-    g = group
+    g = any_group
     now_ms = int(time.time() * 1000)
     delivered = [b"delivered-%d" % i for i in range(20)]
     later = [b"later-%d" % i for i in range(5)]
