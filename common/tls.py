@@ -75,8 +75,21 @@ def _credentials(ca: bytes | None) -> grpc.ChannelCredentials | None:
     return grpc.ssl_channel_credentials(root_certificates=ca) if ca is not None else None
 
 
+# gRPC's reconnect backoff grows to 120 s by default: a peer back after a long outage (a broker to its clients, a
+# name server or master to a broker) would stay unreachable through that channel for up to two minutes. Capped at
+# 1 s, every channel this project opens reconnects within a second of its peer's return.
+RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000))
+
+
+def with_reconnect_backoff(options: Any) -> list[tuple[str, Any]]:
+    given = list(options or ())
+    named = {name for name, _ in given}
+    return given + [option for option in RECONNECT_OPTIONS if option[0] not in named]
+
+
 def channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.Channel:
     """A sync channel: TLS when ``ca`` (or the process's CA) is given, else plaintext."""
+    options = with_reconnect_backoff(options)
     creds = _credentials(ca)
     if creds is None:
         return grpc.insecure_channel(addr, options=options)
@@ -84,6 +97,7 @@ def channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.Cha
 
 
 def aio_channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.aio.Channel:
+    options = with_reconnect_backoff(options)
     creds = _credentials(ca)
     if creds is None:
         return grpc.aio.insecure_channel(addr, options=options)
