@@ -313,7 +313,8 @@ class BrokerController:
 
     def _slave_synchronize(self, master_addr: Callable[[], str]) -> SlaveSynchronize:
         return SlaveSynchronize(master_addr, self.topic_config_manager, self.subscription_group_manager,
-                                self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager)
+                                self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager,
+                                self._install_pop_state)
 
     def _rejoin(self, why: str) -> None:
         self.rejoin_reason = why
@@ -444,6 +445,11 @@ class BrokerController:
         """Whether a write may wait for slaves: a SYNC_MASTER's, or any in controller mode (roles change). Fixed
         for the broker's life otherwise (role and inSyncReplicas come from its config)."""
         return self.ha is not None and (self.ha.waits_for_slaves() or self.config.enable_controller_mode)
+
+    def _install_pop_state(self, snapshot: bytes, still_following: Callable[[], bool]) -> bool:
+        if self.pop_service is None:  # a static slave copies before POP is wired: the next copy installs
+            return False
+        return self.pop_service.install(snapshot, still_following)
 
     def _forget_pop_state(self) -> None:
         if self.pop_service is not None:  # a static slave follows before POP is wired: forgotten when it is

@@ -104,6 +104,9 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
     async def ForwardToDeadLetterQueue(self, request, context):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)
 
+    async def GetPopState(self, request, context):
+        return await asyncio.to_thread(self.processor.pop_state)
+
 
 def _answer(outcome: PopOutcome) -> tuple[pop_pb2.PopMessageResponse, Encoded]:
     if not outcome.popped:

@@ -269,7 +269,7 @@ ADMIN_METHODS = frozenset({
     "/rmq.BrokerService/DeleteTopic", "/rmq.BrokerService/UpdateAndCreateSubscriptionGroup",
     "/rmq.BrokerService/DeleteSubscriptionGroup", "/rmq.BrokerService/UpdateBrokerConfig",
     "/rmq.BrokerService/GetBrokerConfig", "/rmq.BrokerService/UpdateTopicQueueMapping",
-    "/rmq.BrokerService/GetAllConsumerOffsets",
+    "/rmq.BrokerService/GetAllConsumerOffsets", "/rmq.PopService/GetPopState",
     "/rmq.ConsumerService/ResetOffsetByTime",
     "/rmq.TieredService/ReplaceSegments", "/rmq.TieredService/MarkExpiredSegments",
     "/rmq.TieredService/DropSegments",

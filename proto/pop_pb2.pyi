@@ -1,4 +1,5 @@
 from proto import broker_pb2 as _broker_pb2
+from proto import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +7,12 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PopStateSnapshot(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    def __init__(self, records: _Optional[bytes] = ...) -> None: ...
 
 class PopStreamFrame(_message.Message):
     __slots__ = ("requests",)

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from proto import common_pb2 as proto_dot_common__pb2
 from proto import pop_pb2 as proto_dot_pop__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -64,6 +65,11 @@ class PopServiceStub:
                 request_serializer=proto_dot_pop__pb2.AckStreamFrame.SerializeToString,
                 response_deserializer=proto_dot_pop__pb2.AckStreamAnswers.FromString,
                 _registered_method=True)
+        self.GetPopState = channel.unary_unary(
+                '/rmq.PopService/GetPopState',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_pop__pb2.PopStateSnapshot.FromString,
+                _registered_method=True)
 
 
 class PopServiceServicer:
@@ -114,6 +120,14 @@ class PopServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPopState(self, request, context):
+        """The whole in-flight state, as of one moment (broker/pop/pop_state_store.py packs it): a slave installs its
+        master's copy every few seconds, so a promoted slave hands out only what the master had not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PopServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +160,11 @@ def add_PopServiceServicer_to_server(servicer, server):
                     servicer.AckMessageStream,
                     request_deserializer=proto_dot_pop__pb2.AckStreamFrame.FromString,
                     response_serializer=proto_dot_pop__pb2.AckStreamAnswers.SerializeToString,
+            ),
+            'GetPopState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPopState,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_pop__pb2.PopStateSnapshot.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +329,33 @@ class PopService:
             '/rmq.PopService/AckMessageStream',
             proto_dot_pop__pb2.AckStreamFrame.SerializeToString,
             proto_dot_pop__pb2.AckStreamAnswers.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPopState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.PopService/GetPopState',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_pop__pb2.PopStateSnapshot.FromString,
             options,
             channel_credentials,
             insecure,

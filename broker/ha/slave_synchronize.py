@@ -1,7 +1,9 @@
-"""A slave copies its master's topic configs, static topic mappings, subscription groups and consumer offsets
-(upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics and
-mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from the
-slave while the master is down, or from a promoted slave, may read again what was committed since (at-least-once).
+"""A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets and POP
+state (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics
+and mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from
+the slave while the master is down, or from a promoted slave, may read again what was committed since
+(at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
+its invisible time passes what was acked since; what was in flight or acked before the copy, never too early.
 
 Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
 whatever happened before (a slave that missed changes, a restored store), and the commitlog's byte-for-byte copy
@@ -25,10 +27,12 @@ from common.acl import inner_metadata
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
-from proto import broker_pb2_grpc, common_pb2
+from proto import broker_pb2_grpc, common_pb2, pop_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# A slave's POP state becomes its master's copy; False if it no longer follows (checked under POP's lock).
+InstallPopState = Callable[[bytes, Callable[[], bool]], bool]
 SYNC_INTERVAL_S = 5.0  # upstream's syncBrokerMetadataPeriod in controller mode
 RPC_TIMEOUT_S = 30.0
 
@@ -36,7 +40,8 @@ RPC_TIMEOUT_S = 30.0
 class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None],
-                 mappings: TopicQueueMappingManager | None = None) -> None:
+                 mappings: TopicQueueMappingManager | None = None,
+                 install_pop_state: InstallPopState | None = None) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
@@ -44,8 +49,10 @@ class SlaveSynchronize(threading.Thread):
         self.offsets = offsets
         self.on_topics_changed = on_topics_changed
         self.mappings = mappings
+        self.install_pop_state = install_pop_state
         self._stopped = threading.Event()
         self._synced_from = ""
+        self._pop_state = b""  # the last copy installed: an unchanged one is not written again
 
     def run(self) -> None:
         while not self._stopped.wait(0.2 if not self._synced_from else SYNC_INTERVAL_S):
@@ -57,6 +64,8 @@ class SlaveSynchronize(threading.Thread):
                 self._synced_from = addr
             except grpc.RpcError as exc:
                 log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
+            except Exception:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
+                log.exception("slave_sync_failed master=%s", addr)
 
     def sync_all(self, addr: str) -> None:
         with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
@@ -66,6 +75,7 @@ class SlaveSynchronize(threading.Thread):
             groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
             details = stub.GetAllTopicQueueMapping(empty, **signed).details
+            pop_state = self._fetch_pop_state(channel, signed) if self.install_pop_state is not None else None
         mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}
@@ -89,10 +99,27 @@ class SlaveSynchronize(threading.Thread):
         theirs = {(o.group, o.topic, o.queue_id) for o in offsets}
         self.offsets.delete_offsets([(g, t, q) for g, t, q, _o in self.offsets.all_offsets()
                                      if (g, t, q) not in theirs])
+        self._copy_pop_state(addr, pop_state)
         if changed or gone or mappings_changed:
             log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
                      addr, len(changed), len(gone), len(groups), mappings_changed)
             self.on_topics_changed()
+
+    @staticmethod
+    def _fetch_pop_state(channel: grpc.Channel, signed: dict) -> bytes | None:
+        try:
+            return pop_pb2_grpc.PopServiceStub(channel).GetPopState(common_pb2.Empty(), **signed).records
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return None  # a master of an older release: its slave copies the rest
+
+    def _copy_pop_state(self, addr: str, snapshot: bytes | None) -> None:
+        if self.install_pop_state is None or snapshot is None or snapshot == self._pop_state:
+            return
+        if self.install_pop_state(snapshot, lambda: not self._stopped.is_set()):
+            self._pop_state = snapshot
+            log.info("slave_pop_state_copied master=%s bytes=%d", addr, len(snapshot))
 
     def _copy_mappings(self, masters: list[TopicQueueMappingDetail]) -> int:
         if self.mappings is None:

@@ -187,6 +187,17 @@ class PopService:
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # expired before anyone popped them
                 state.scan_offset = result.next_begin_offset
                 continue
+            if result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and result.next_begin_offset < start:
+                # Past the queue's end: a promoted slave's copy of its master's state names messages that never
+                # reached it (asynchronous replication). New messages take those offsets: they are handed out.
+                end = state.scan_offset = result.next_begin_offset
+                log.warning("pop_scan_offset_lowered group=%s topic=%s queue=%d from=%d to=%d", *key, start, end)
+                for offset in [o for o in state.in_flight if o >= end]:
+                    _settle(state, key, offset, change)
+                for offset in [o for o in state.held if o >= end]:
+                    del state.held[offset]
+                    change.done_held.add((key, offset))
+                break
             if not result.messages:
                 if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:  # filtered out: done with them
                     state.scan_offset = result.next_begin_offset
@@ -269,13 +280,33 @@ class PopService:
             self._write(change)
 
     def forget(self, why: str) -> None:
-        """This broker follows another master now: what it kept in flight is that master's business (POP state is
-        not replicated); kept, it would be stale the next time this broker leads."""
+        """This broker follows another master now: what it kept is stale (that master's copy replaces it:
+        :meth:`install`); kept, it would be wrong the next time this broker leads."""
         with self._lock:
             if self._states:
                 log.warning("pop_state_forgotten queues=%d reason=%r", len(self._states), why)
             self.db.clear()
             self._states = {}
+
+    # -- a slave's copy (broker/ha/slave_synchronize.py) ---------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The whole state as of now, consistent (no call changes it meanwhile): what a slave installs."""
+        with self._lock:
+            return self.db.snapshot()
+
+    def install(self, snapshot: bytes, still_following: Callable[[], bool]) -> bool:
+        """A slave takes its master's :meth:`snapshot` as its own state, durably: promoted, it hands out what the
+        master had not (as of the copy) and accepts the master's receipt handles. Nothing is installed once
+        ``still_following()`` is False (checked under POP's lock, so a late copy never overwrites what this broker
+        did as master); False then."""
+        with self._lock:
+            if not still_following():
+                return False
+            self.db.replace_with(snapshot)
+            self._states = self.db.load()
+            self._last_delivery = max(self._last_delivery,
+                                      max((d for s in self._states.values() for d in s.deliveries), default=0))
+            return True
 
     def forget_queues(self, topic: str, queue_ids: list[int]) -> None:
         """Every group's state of these queues: the next pop starts from the group's committed offset."""

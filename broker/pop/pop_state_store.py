@@ -13,10 +13,14 @@ Keys (group and topic names cannot hold NUL):
 A delivery (what one pop handed out of one queue) is one record: rewritten when some of its messages are acked,
 deleted when the last one is. Stores written before deliveries were kept whole (``I``: one record a message) are
 rewritten so on load. There is no way back: a broker that predates deliveries ignores ``D`` records.
+
+A slave copies the whole database from its master (:meth:`PopStateStore.snapshot`, :meth:`replace_with`): the
+records as they are, so a copy needs no codec of its own beyond the length-prefixed packing.
 """
 
 import functools
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +33,7 @@ QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
 IN_FLIGHT = struct.Struct(">qiq")  # the older one-record-a-message form
 ENTRY = struct.Struct(">qqiH")
+LENGTH = struct.Struct(">I")
 SCAN, DELIVERY, HELD, IN_FLIGHT_TAG = b"S", b"D", b"H", b"I"
 
 
@@ -123,9 +128,22 @@ class PopStateStore:
             batch.put(db_key, b"".join(parts))
 
     def clear(self) -> None:
+        self.replace_with(b"")
+
+    def snapshot(self) -> bytes:
+        """Every record, as :func:`encode_snapshot` packs them: what a slave copies. The caller keeps writes out
+        (POP's lock) for a consistent copy."""
+        return encode_snapshot(raw_items(self.db))
+
+    def replace_with(self, snapshot: bytes) -> None:
+        """This store becomes ``snapshot`` (another's :meth:`snapshot`), in one atomic write batch."""
+        items = decode_snapshot(snapshot)
         batch = WriteBatch(raw_mode=True)
         for key in raw_keys(self.db):
-            batch.delete(key)
+            if key not in items:
+                batch.delete(key)
+        for key, value in items.items():
+            batch.put(key, value)
         self.db.write(batch, self._options)
 
     def close(self) -> None:
@@ -141,3 +159,29 @@ def _entries(value: bytes, delivery: int) -> list[tuple[int, InFlight]]:
         out.append((offset, InFlight(until, times, delivery, value[pos:pos + group_len].decode())))
         pos += group_len
     return out
+
+
+def encode_snapshot(items: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Records back to back: key length (>I), key, value length (>I), value."""
+    parts: list[bytes] = []
+    for key, value in items:
+        parts += (LENGTH.pack(len(key)), key, LENGTH.pack(len(value)), value)
+    return b"".join(parts)
+
+
+def decode_snapshot(snapshot: bytes) -> dict[bytes, bytes]:
+    items: dict[bytes, bytes] = {}
+    view, pos, end = memoryview(snapshot), 0, len(snapshot)
+    while pos < end:
+        fields: list[bytes] = []
+        for _ in range(2):
+            start = pos + LENGTH.size
+            if start > end or start + LENGTH.unpack_from(view, pos)[0] > end:
+                raise ValueError(f"POP state snapshot cut short at byte {pos} of {end}")
+            pos = start + LENGTH.unpack_from(view, pos)[0]
+            fields.append(bytes(view[start:pos]))
+        key, value = fields
+        if key[:1] not in (SCAN, DELIVERY, HELD, IN_FLIGHT_TAG) or key.count(b"\x00") < 2:
+            raise ValueError(f"POP state snapshot holds a key of no POP record: {key[:40]!r}")
+        items[key] = value
+    return items

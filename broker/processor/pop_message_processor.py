@@ -157,6 +157,10 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return pop_pb2.ForwardToDeadLetterQueueResponse(code=ResponseCode.SUCCESS, dlq_topic=dlq_topic(group))
 
+    def pop_state(self) -> pop_pb2.PopStateSnapshot:
+        """The whole in-flight state, for a slave's copy (answered by a slave too: its own copy)."""
+        return pop_pb2.PopStateSnapshot(records=self.service.snapshot())
+
     def dead_letter(self, group: str, topic: str, record: bytes, reconsume_times: int) -> None:
         """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>."""
         msg = decode_record(record)

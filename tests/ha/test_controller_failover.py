@@ -16,8 +16,9 @@ import pytest
 from client import Admin, MessageQueue, PullConsumer
 from client.results import PullStatus
 from common.message_properties import encode_properties
+from common.receipt_handle import ReceiptHandle
 from common.response_code import ResponseCode
-from proto import broker_pb2, broker_pb2_grpc, common_pb2
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
 from tests.admin_cli.helpers import fails, ok, ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 from tests.ha.test_replication import commit_log_bytes, runtime
@@ -326,3 +327,49 @@ def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_no
     assert sorted(seen) == sorted([*delivered, b"probe", b"probe-delayed"]), "delivered again after the failover"
     wait_until(lambda: int((g.info(2) or {}).get("timerPending", -1)) == len(later), timeout=10,
                what="the new master to hold only the later timers")
+
+
+def pop(addr: str, group: str, invisible_ms: int) -> list[ReceiptHandle]:
+    """What one pop of queue 0 hands out (nothing while the broker refuses, as a replica does)."""
+    stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
+    answer = stub.PopMessage(pop_pb2.PopMessageRequest(group=group, topic=TOPIC, queue_id=0, max_msg_nums=32,
+                                                       invisible_time_ms=invisible_ms), timeout=10)
+    return [ReceiptHandle.decode(p.receipt_handle) for p in answer.popped]
+
+
+def ack(addr: str, group: str, handles: list[ReceiptHandle]) -> pop_pb2.AckMessageResponse:
+    stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
+    return stub.AckMessage(pop_pb2.AckMessageRequest(group=group, topic=TOPIC,
+                                                     receipt_handles=[h.encode() for h in handles]), timeout=10)
+
+
+def pop_state(addr: str) -> bytes:
+    stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
+    return stub.GetPopState(common_pb2.Empty(), timeout=10).records
+
+
+def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group: ReplicaGroup):
+    """The slave copies its master's POP state: promoted, it hands out neither what the master acked nor what it
+    had in flight (until that message's invisible time passes), and takes the master's receipt handles."""
+    g, name = group, "pop-failover"
+    with Admin(g.ns.addr) as admin:
+        admin.update_subscription_group(name, brokers=["broker-a"])
+    assert send(g.replicas[1].addr, 0, [b"m-%d" % i for i in range(20)]).code == ResponseCode.SUCCESS
+    handed = wait_until(lambda: pop(g.replicas[1].addr, name, invisible_ms=15_000), timeout=10,
+                        what="the master to hand out the 20")
+    assert [h.queue_offset for h in handed] == list(range(20))
+    assert ack(g.replicas[1].addr, name, handed[:5]).code == ResponseCode.SUCCESS  # 0..4 done, 5..19 in flight
+    master_state = pop_state(g.replicas[1].addr)
+    wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
+               what="the slave to copy the master's POP state")
+    g.replicas[1].kill()
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=15)  # promoted; the probe lands at offset 20
+
+    fresh = wait_until(lambda: pop(g.replicas[2].addr, name, invisible_ms=60_000), timeout=10, interval=0.2,
+                       what="the new master to hand out the probe")
+    assert [h.queue_offset for h in fresh] == [20], "handed out again what the old master had popped"
+    assert ack(g.replicas[2].addr, name, handed[5:6] + handed[10:]).code == ResponseCode.SUCCESS  # old handles
+    # 6..9 were never acked: handed out again once their invisible time passes, as their second delivery
+    again = wait_until(lambda: pop(g.replicas[2].addr, name, invisible_ms=60_000), timeout=25, interval=0.2,
+                       what="the messages in flight at the failover to come due")
+    assert [(h.queue_offset, h.reconsume_times) for h in again] == [(6, 1), (7, 1), (8, 1), (9, 1)]

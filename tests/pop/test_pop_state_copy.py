@@ -1,0 +1,96 @@
+"""A slave's copy of its master's POP state (``PopService.snapshot`` / ``install``), on real RocksDB stores: the
+promoted copy hands out only what the master had not, accepts the master's receipt handles, redelivers what the
+master had in flight once its invisible time passes, keeps it across a restart, and never takes a copy once it no
+longer follows. A copy that names messages the new master never received is lowered to its queue's end."""
+
+import dataclasses
+
+import pytest
+
+from broker.pop.pop_service import PopService
+from broker.pop.pop_state_store import PopStateStore, decode_snapshot, encode_snapshot
+from broker.store.get_message_result import GetMessageResult, GetMessageStatus
+from tests.pop.test_pop_service import TOPIC, Clock, Reader, offsets, query, record
+
+
+class StrictReader(Reader):
+    """As the store answers: past the queue's end is OFFSET_OVERFLOW_BADLY, with the end as the next offset."""
+
+    def get_message(self, topic, queue_id, offset, max_msg_nums, max_total_bytes=0, tags_codes=None):
+        end = self.first + len(self.records)
+        if offset > end:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, end, self.first, end)
+        return super().get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes)
+
+
+def broker(tmp_path, name: str, clock: Clock) -> PopService:
+    return PopService("broker-a", PopStateStore(tmp_path / name, sync=False), lambda *a: None, lambda *a: None,
+                      clock_ms=clock)
+
+
+def following() -> bool:
+    return True
+
+
+def test_a_promoted_copy_hands_out_only_what_its_master_had_not_and_takes_the_masters_handles(tmp_path):
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    reader = Reader([record(o) for o in range(10)])
+    popped = master.pop(query(reader, n=6), lambda q: 0).popped  # 0..5 in flight
+    assert master.ack("g", TOPIC, [p.handle for p in popped[:3]]) == [None] * 3  # 0..2 done
+    assert slave.install(master.snapshot(), following)
+
+    assert offsets(slave.pop(query(reader), lambda q: 0)) == [6, 7, 8, 9]  # not 0..5 again
+    assert slave.ack("g", TOPIC, [popped[3].handle]) == [None]  # the master's handle
+    clock.now += 2000  # 4 and 5 were never acked: handed out again once their invisible time passed
+    again = slave.pop(query(reader), lambda q: 0).popped
+    assert [(p.handle.queue_offset, p.handle.reconsume_times) for p in again] == [(4, 1), (5, 1), (6, 1), (7, 1),
+                                                                                    (8, 1), (9, 1)]
+
+
+def test_an_installed_copy_is_durable_and_replaces_what_the_slave_had(tmp_path):
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    reader = Reader([record(o) for o in range(4)])
+    slave.pop(dataclasses.replace(query(reader), group="stale-group"), lambda q: 0)  # one the master has not
+    master.pop(query(reader, n=2), lambda q: 0)
+    assert slave.install(master.snapshot(), following)
+    assert slave.snapshot() == master.snapshot()
+    slave.close()
+    reopened = broker(tmp_path, "slave", clock)
+    assert reopened.snapshot() == master.snapshot()
+    assert reopened.in_flight_count("g", TOPIC) == 2 and reopened.in_flight_count("stale-group", TOPIC) == 0
+
+
+def test_a_copy_that_arrives_once_the_slave_no_longer_follows_changes_nothing(tmp_path):
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    reader = Reader([record(o) for o in range(4)])
+    master.pop(query(reader, n=4), lambda q: 0)
+    assert offsets(slave.pop(query(reader, n=1), lambda q: 0)) == [0]  # promoted, and popping on its own
+    before = slave.snapshot()
+    assert not slave.install(master.snapshot(), lambda: False)
+    assert slave.snapshot() == before and slave.in_flight_count("g", TOPIC) == 1
+
+
+def test_a_copy_naming_messages_the_new_master_never_received_is_lowered_to_its_queue_end(tmp_path):
+    """Asynchronous replication: the master popped 0..5, the slave has only 0..2. The new master's next messages
+    take offsets 3.. and are handed out; the copy's in-flight entries at 3..5 are dropped, not owed for ever."""
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    master.pop(query(Reader([record(o) for o in range(6)])), lambda q: 0)
+    assert slave.install(master.snapshot(), following)
+    reader = StrictReader([record(o) for o in range(3)])
+    assert offsets(slave.pop(query(reader), lambda q: 0)) == []
+    assert slave.in_flight_count("g", TOPIC) == 3  # 0..2, which it has
+    reader.records.append(record(3))
+    assert offsets(slave.pop(query(reader), lambda q: 0)) == [3]
+
+
+def test_a_snapshot_cut_short_or_of_foreign_keys_is_refused():
+    good = encode_snapshot([(b"Sg\x00T\x00\x00\x00\x00\x00", b"\x00" * 8)])
+    assert decode_snapshot(good) == {b"Sg\x00T\x00\x00\x00\x00\x00": b"\x00" * 8}
+    with pytest.raises(ValueError, match="cut short"):
+        decode_snapshot(good[:-1])
+    with pytest.raises(ValueError, match="no POP record"):
+        decode_snapshot(encode_snapshot([(b"Xjunk", b"")]))
