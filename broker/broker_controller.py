@@ -207,7 +207,8 @@ class BrokerController:
         epochs = EpochFile(Path(c.store_path_root_dir) / EPOCH_FILE_NAME)
         self.replica_services = ReplicaServices(
             identity, local_store, epochs if c.enable_controller_mode else None, self._slave_synchronize,
-            self._start_master_services, lambda: self.registrar, self._rejoin, on_follow=self._forget_pop_state)
+            self._start_master_services, lambda: self.registrar, self._rejoin, on_follow=self._forget_pop_state,
+            on_promoted=self._clamp_pop_state)
         if c.enable_controller_mode:  # every replica may serve slaves; what it is comes from the controller
             local_store.keeps_confirm_checkpoint = True
             self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
@@ -393,10 +394,11 @@ class BrokerController:
         # POP: its in-flight state in its own RocksDB; an offset reset restarts a POP group's queues there too.
         self.pop_state = PopStateStore(Path(c.store_path_root_dir) / "pop",
                                        sync=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
-        pop_service = self.pop_service = PopService(
+        pop_service = PopService(
             c.broker_name, self.pop_state, lambda *a: self.pop_servicer.processor.dead_letter(*a), self._pop_progress)
         if not c.enable_controller_mode and not c.broker_role.is_master:
-            pop_service.forget("brokerRole=SLAVE")
+            pop_service.forget("brokerRole=SLAVE")  # before a copy of its master's can be installed
+        self.pop_service = pop_service
         self.consumer_groups = ConsumerGroupProcessor(
             broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
@@ -450,6 +452,24 @@ class BrokerController:
         if self.pop_service is None:  # a static slave copies before POP is wired: the next copy installs
             return False
         return self.pop_service.install(snapshot, still_following)
+
+    def _clamp_pop_state(self) -> None:
+        if self.pop_service is not None:
+            self.pop_service.clamp(self._pop_queue_end)
+
+    def _pop_queue_end(self, topic: str, queue_id: int) -> int | None:
+        """Where a queue POP keeps state of ends here now (a static topic's logic queue: by its latest item, when
+        that is on this broker); None when not known here."""
+        if self.topic_queue_mapping_manager.get(topic) is None:
+            return self.local_store.max_offset(topic, queue_id)
+        try:
+            ctx = self.static_topics.context(topic, queue_id, LOGIC)
+        except Refusal:
+            return None
+        if ctx is None or not self.static_topics.is_local(ctx.decided[-1]):
+            return None
+        latest = ctx.decided[-1]
+        return latest.logic_strictly(self.local_store.max_offset(topic, latest.queue_id))
 
     def _forget_pop_state(self) -> None:
         if self.pop_service is not None:  # a static slave follows before POP is wired: forgotten when it is

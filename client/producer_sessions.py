@@ -74,6 +74,10 @@ class _BrokerSession:
             self._signals.put(_CLOSE)  # ends the old stream's frames; the next stream reads a queue of its own
             self._signals = queue.Queue()
 
+    def beat(self) -> None:
+        """A heartbeat now (what it names changed), not at the next interval."""
+        self._signals.put(None)
+
     def close(self) -> None:
         self._closed.set()
         self._signals.put(_CLOSE)
@@ -113,6 +117,13 @@ class ProducerSessions:
                 return
             self._topics.add(topic)
         self._keep(refresh=False)
+
+    def heartbeat_now(self) -> None:
+        """Every open session heartbeats now (what :meth:`heartbeat` names changed); new ones do at their start."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.beat()
 
     def on_broken(self) -> None:
         self._stale.set()

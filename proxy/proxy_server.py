@@ -126,7 +126,8 @@ class ProxyServer:
             route=RouteProcessor(routes, endpoints), assignment=AssignmentProcessor(routes, endpoints),
             send=SendProcessor(self._producer, transaction, c.max_body_size), consume=consume,
             client=ClientProcessor(GroupSettingsService(self._admin, c.settings_cache_s), c,
-                                   on_client_gone=consume.renewer.forget_client),
+                                   on_client_gone=consume.renewer.forget_client,
+                                   on_publishing=transaction.publishes),
             transaction=transaction, channels=self.channels)
 
     async def stop(self) -> None:

@@ -19,7 +19,8 @@ class ReplicaServices:
     def __init__(self, identity: GroupIdentity, store: MessageStore, epochs: EpochFile | None,
                  make_slave_sync: Callable[[Callable[[], str]], SlaveSynchronize],
                  start_master_services: Callable[[], None], registrar: Callable[[], NamesrvRegistrar | None],
-                 on_rejoin: Callable[[str], None], on_follow: Callable[[], None] = lambda: None) -> None:
+                 on_rejoin: Callable[[str], None], on_follow: Callable[[], None] = lambda: None,
+                 on_promoted: Callable[[], None] = lambda: None) -> None:
         self.identity = identity
         self.store = store
         self.epochs = epochs
@@ -28,6 +29,7 @@ class ReplicaServices:
         self.registrar = registrar
         self.on_rejoin = on_rejoin
         self.on_follow = on_follow  # what a broker that follows another master drops (its POP state)
+        self.on_promoted = on_promoted  # what a promoted replica fits to what it has (the POP state it copied)
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
 
@@ -55,6 +57,9 @@ class ReplicaServices:
 
     def start_master_services(self) -> None:
         self._start_master_services()
+
+    def promoted(self) -> None:
+        self.on_promoted()
 
     def register_as(self, broker_id: int, master_epoch: int) -> None:
         registrar = self.registrar()

@@ -45,6 +45,8 @@ class RoleHooks(Protocol):
 
     def start_master_services(self) -> None: ...
 
+    def promoted(self) -> None: ...  # dispatch reached the copied log's end; nothing served as master yet
+
     def register_as(self, broker_id: int, master_epoch: int) -> None: ...
 
     def rejoin(self, why: str) -> None: ...
@@ -145,6 +147,7 @@ class ReplicasManager:
         while not await asyncio.to_thread(self.store.wait_dispatched, end, PROMOTION_DISPATCH_TIMEOUT_S):
             log.error("promotion_waits_for_dispatch end=%d dispatched=%d", end, self.store.reput.reput_from_offset)
         commit_log.topic_queue_table = self.store.consume_queue_store.queue_max_offsets()
+        await asyncio.to_thread(self.hooks.promoted)
         self.role = "MASTER"
         if not self._master_services_started:
             self._master_services_started = True

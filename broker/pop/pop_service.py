@@ -187,17 +187,6 @@ class PopService:
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # expired before anyone popped them
                 state.scan_offset = result.next_begin_offset
                 continue
-            if result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and result.next_begin_offset < start:
-                # Past the queue's end: a promoted slave's copy of its master's state names messages that never
-                # reached it (asynchronous replication). New messages take those offsets: they are handed out.
-                end = state.scan_offset = result.next_begin_offset
-                log.warning("pop_scan_offset_lowered group=%s topic=%s queue=%d from=%d to=%d", *key, start, end)
-                for offset in [o for o in state.in_flight if o >= end]:
-                    _settle(state, key, offset, change)
-                for offset in [o for o in state.held if o >= end]:
-                    del state.held[offset]
-                    change.done_held.add((key, offset))
-                break
             if not result.messages:
                 if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:  # filtered out: done with them
                     state.scan_offset = result.next_begin_offset
@@ -287,6 +276,26 @@ class PopService:
                 log.warning("pop_state_forgotten queues=%d reason=%r", len(self._states), why)
             self.db.clear()
             self._states = {}
+
+    def clamp(self, end_of: Callable[[str, int], int | None]) -> None:
+        """A promoted slave's copy may name messages that never reached it (asynchronous replication): each queue's
+        scan offset is lowered to the queue's end here (``end_of(topic, queue id)``; None: unknown, left as is),
+        and what was in flight or held at or past it is dropped, before new messages take those offsets."""
+        with self._lock:
+            change = PopWrite()
+            for key, state in self._states.items():
+                end = end_of(key[1], key[2])
+                if end is None or state.scan_offset <= end:
+                    continue
+                log.warning("pop_scan_offset_lowered group=%s topic=%s queue=%d from=%d to=%d reason=promoted",
+                            *key, state.scan_offset, end)
+                state.scan_offset = change.scan[key] = end
+                for offset in [o for o in state.in_flight if o >= end]:
+                    _settle(state, key, offset, change)
+                for offset in [o for o in state.held if o >= end]:
+                    del state.held[offset]
+                    change.done_held.add((key, offset))
+            self._write(change)
 
     # -- a slave's copy (broker/ha/slave_synchronize.py) ---------------------------------------------------------
     def snapshot(self) -> bytes:

@@ -7,7 +7,7 @@ group's config on the brokers), receive batch size and long polling timeout. Mem
 brokers: POP keeps a group's progress whoever pops, so heartbeats are only answered."""
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -22,6 +22,7 @@ from proxy.v2_codes import Code, ProxyError, ok_status
 log = logging.getLogger(__name__)
 
 ClientType = definition_pb2.ClientType
+OnPublishing = Callable[[str, list[str]], Awaitable[None]]  # client id, the topics it publishes
 CONSUMER_TYPES = (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER, ClientType.PULL_CONSUMER)
 PRODUCER_MAX_ATTEMPTS = 3  # a send tried three times in all, as upstream's proxy tells producers
 PRODUCER_BACKOFF = definition_pb2.ExponentialBackoff(initial=Duration(nanos=10_000_000), max=Duration(seconds=1),
@@ -33,10 +34,12 @@ CONSUMER_BACKOFF = definition_pb2.CustomizedBackoff(
 
 class ClientProcessor:
     def __init__(self, groups: GroupSettingsService, config: ProxyConfig,
-                 on_client_gone: Callable[[str], None] = lambda client_id: None) -> None:
+                 on_client_gone: Callable[[str], None] = lambda client_id: None,
+                 on_publishing: OnPublishing | None = None) -> None:
         self.groups = groups
         self.config = config
         self.on_client_gone = on_client_gone  # what the proxy keeps for a client it lets go (auto-renewed messages)
+        self.on_publishing = on_publishing  # a producer's topics (the transaction checks of their groups)
 
     async def heartbeat(self, request: service_pb2.HeartbeatRequest) -> service_pb2.HeartbeatResponse:
         if request.client_type not in ClientType.values():
@@ -70,6 +73,8 @@ class ClientProcessor:
                                                                         exponential_backoff=PRODUCER_BACKOFF))
             settings.publishing.max_body_size = self.config.max_body_size
             settings.publishing.validate_message_type = True
+            if self.on_publishing is not None:
+                await self.on_publishing(channel.client_id, [topic.name for topic in reported.publishing.topics])
         elif client_type in CONSUMER_TYPES:
             group = reported.subscription.group.name
             if not group:

@@ -6,25 +6,29 @@ message per request); its transaction id (``common.transaction_id``) goes back t
 id. v2 sends name no producer group, so the proxy picks one per topic (:func:`producer_group`): the same string is
 the half message's PGROUP and the group the check sessions heartbeat.
 
-Checks: per v2 client and topic it sent half messages to, the SDK's :class:`ProducerSessions` keeps a
-``ProducerSession`` with the topic's masters in the client's name; a broker's check becomes a
-``RecoverOrphanedTransactionCommand`` pushed to that client (or any producer of the topic connected here), whose
-checker answers with EndTransaction(source=SOURCE_SERVER_CHECK). The sessions close when the client's Telemetry
-stream ends or it says it terminates."""
+Checks: the proxy keeps one ``ProducerSession`` with each master of the topics its producers publish (the SDK's
+:class:`ProducerSessions`, in the proxy's own name), heartbeating the group of every topic a producer connected here
+said it publishes (its Telemetry settings) or sent a half message to. Settings come first, so after a proxy
+restart the sessions are back as soon as the producers reconnect, not only once one sends another transactional
+message. A broker's check becomes a ``RecoverOrphanedTransactionCommand`` pushed to one producer of the topic
+connected here (any: upstream asks one of the group), whose checker answers with
+EndTransaction(source=SOURCE_SERVER_CHECK). A topic's group leaves the heartbeat when its last producer goes (its
+Telemetry stream ends or it says it terminates): the brokers then keep its checks for a producer to come."""
 
 import asyncio
 import contextlib
 import logging
 import random
-import threading
+from collections.abc import Iterable
 from dataclasses import replace
 
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.producer import Producer
-from client.producer_sessions import ProducerSessions
+from client.producer_sessions import ProducerSessions, new_client_id
 from client.transaction import HalfMessage, TransactionResolution, end_transaction
 from common.message_codec import CorruptRecordError, decode_record
+from common.topic_validator import InvalidTopicError, validate_topic
 from common.transaction_id import InvalidTransactionId, TransactionId
 from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from proto import transaction_pb2
@@ -37,6 +41,7 @@ from proxy.v2_codes import Code, ProxyError, ok_status
 log = logging.getLogger(__name__)
 
 GROUP_PREFIX = "PROXY_TX_"
+GROUPS_PER_SESSION = 512  # topics one sessions object heartbeats (a broker takes up to 1024 groups a heartbeat)
 RESOLUTIONS = {definition_pb2.COMMIT: TransactionResolution.COMMIT,
                definition_pb2.ROLLBACK: TransactionResolution.ROLLBACK}
 
@@ -50,15 +55,29 @@ def _never_asked(_msg: object) -> TransactionResolution:  # checks are forwarded
     return TransactionResolution.UNKNOWN
 
 
-class _ClientSessions(ProducerSessions):
-    """One v2 client's sessions for one topic's group: a check is forwarded to the client, never answered here."""
+class _ProxySessions(ProducerSessions):
+    """The proxy's sessions with the masters of up to ``GROUPS_PER_SESSION`` topics; they heartbeat the groups of
+    the topics a connected producer publishes. A check is forwarded to a producer, never answered here."""
 
-    def __init__(self, processor: "TransactionProcessor", client: ClientInstance, topic: str, client_id: str,
+    def __init__(self, processor: "TransactionProcessor", client: ClientInstance, client_id: str,
                  loop: asyncio.AbstractEventLoop, heartbeat_interval_s: float) -> None:
         self._processor = processor
         self._loop = loop
-        super().__init__(client, producer_group(topic), client_id, _never_asked, topics=[topic],
-                         heartbeat_interval_s=heartbeat_interval_s)
+        self._groups: tuple[str, ...] = ()  # replaced whole: the session threads read it while the loop changes it
+        super().__init__(client, GROUP_PREFIX, client_id, _never_asked, heartbeat_interval_s=heartbeat_interval_s)
+
+    def heartbeat(self) -> transaction_pb2.ProducerHeartbeat:
+        return transaction_pb2.ProducerHeartbeat(client_id=self.client_id, producer_groups=self._groups)
+
+    def checks(self, topics: Iterable[str]) -> None:
+        """Heartbeat the groups of ``topics`` (no others), with sessions open to their masters. Blocks (routes)."""
+        groups = tuple(sorted(producer_group(t) for t in topics))
+        if groups == self._groups:
+            return
+        self._groups = groups
+        for topic in topics:
+            self.add_topic(topic)
+        self.heartbeat_now()
 
     def _answer(self, addr: str, check: transaction_pb2.TransactionCheckRequest) -> None:
         try:
@@ -72,8 +91,7 @@ class _ClientSessions(ProducerSessions):
         if check.msg_id:
             message.system_properties.message_id = check.msg_id
         with contextlib.suppress(RuntimeError):  # the loop closed: the proxy stopped
-            self._loop.call_soon_threadsafe(self._processor.forward_check, self.client_id, message,
-                                            check.transaction_id)
+            self._loop.call_soon_threadsafe(self._processor.forward_check, message, check.transaction_id)
 
 
 class TransactionProcessor:
@@ -82,8 +100,12 @@ class TransactionProcessor:
         self.channels = channels
         self.producer = producer
         self.heartbeat_interval_s = heartbeat_interval_s
-        self._sessions: dict[tuple[str, str], _ClientSessions] = {}  # (client id, topic)
-        self._lock = threading.Lock()
+        # topic -> the producers connected here that publish it (said so in their settings, or sent it a half
+        # message): its group is heartbeated while there is one. Touched on the event loop only.
+        self._publishers: dict[str, set[str]] = {}
+        self._sessions: list[_ProxySessions] = []  # each for up to GROUPS_PER_SESSION topics, in order
+        self._placed: dict[str, int] = {}  # topic -> the index of its sessions
+        self._syncing: asyncio.Lock | None = None  # made on the loop, at first use
 
     def _producer(self) -> Producer:
         if self.producer is None:
@@ -99,8 +121,7 @@ class TransactionProcessor:
         group = producer_group(msg.topic)
         half = replace(msg, properties={**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true",
                                         PROPERTY_PRODUCER_GROUP: group})
-        if client_id:
-            self._keep_sessions(producer, client_id, msg.topic)  # before any check can be due
+        await self.publishes(client_id, [msg.topic])  # sessions before any check can be due
         try:
             result = await asyncio.to_thread(producer._send_half, half)
         except MQClientError as exc:
@@ -113,12 +134,39 @@ class TransactionProcessor:
         return service_pb2.SendResultEntry(status=ok_status(), message_id=message.message_id,
                                            transaction_id=tx.encode(), offset=-1)
 
-    def _keep_sessions(self, producer: Producer, client_id: str, topic: str) -> None:
-        key = (client_id, topic)
-        with self._lock:
-            if key not in self._sessions:
-                self._sessions[key] = _ClientSessions(self, producer.client, topic, client_id,
-                                                      asyncio.get_running_loop(), self.heartbeat_interval_s)
+    async def publishes(self, client_id: str, topics: Iterable[str]) -> None:
+        """Producer ``client_id`` publishes ``topics``: their groups are heartbeated, so their checks come here."""
+        if self.producer is None or not client_id:
+            return
+        joined = False
+        for topic in topics:
+            try:
+                validate_topic(producer_group(topic))  # a name the brokers refuse would break every group's session
+            except InvalidTopicError as exc:
+                log.info("transaction_checks_not_kept topic=%.64r client_id=%s reason=%r", topic, client_id, str(exc))
+                continue
+            clients = self._publishers.setdefault(topic, set())
+            joined |= not clients
+            clients.add(client_id)
+        if joined:
+            await self._sync()
+
+    async def _sync(self) -> None:
+        """Every sessions' heartbeat to the topics with a producer connected here (sessions made as needed)."""
+        if self._syncing is None:
+            self._syncing = asyncio.Lock()
+        async with self._syncing:  # one at a time: each sets its sessions' groups whole
+            live = sorted(t for t, clients in self._publishers.items() if clients)
+            for topic in live:
+                if topic not in self._placed:
+                    if not self._sessions or list(self._placed.values()).count(len(self._sessions) - 1) \
+                            >= GROUPS_PER_SESSION:
+                        assert self.producer is not None
+                        self._sessions.append(_ProxySessions(self, self.producer.client, new_client_id(),
+                                                             asyncio.get_running_loop(), self.heartbeat_interval_s))
+                    self._placed[topic] = len(self._sessions) - 1
+            for i, sessions in enumerate(self._sessions):
+                await asyncio.to_thread(sessions.checks, [t for t in live if self._placed[t] == i])
 
     async def end_transaction(self, request: service_pb2.EndTransactionRequest,
                               client_id: str) -> service_pb2.EndTransactionResponse:
@@ -144,16 +192,9 @@ class TransactionProcessor:
             raise client_error(f"{resolution.value.lower()} of transaction {tx}", exc) from None
         return service_pb2.EndTransactionResponse(status=ok_status())
 
-    def forward_check(self, client_id: str, message: definition_pb2.Message, transaction_id: str) -> None:
-        """A broker asks about a transaction of ``client_id``: that client resolves it (any producer of the topic
-        connected here when it is gone)."""
-        channel = self.channels.get(client_id)
-        command = service_pb2.TelemetryCommand(
-            recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=transaction_id))
-        if channel is not None and channel.client_type == definition_pb2.PRODUCER:
-            channel.send(command)
-        elif not self.recover_orphaned_transaction(message, transaction_id):
+    def forward_check(self, message: definition_pb2.Message, transaction_id: str) -> None:
+        """A broker asks about a transaction: a producer of its topic connected here resolves it."""
+        if not self.recover_orphaned_transaction(message, transaction_id):
             log.info("transaction_check_unforwarded tx=%s topic=%s: no producer connected", transaction_id,
                      message.topic.name)
 
@@ -169,14 +210,17 @@ class TransactionProcessor:
         return True
 
     async def client_gone(self, client_id: str) -> None:
-        """The client ended its Telemetry stream or terminated: its check sessions close."""
-        with self._lock:
-            gone = [self._sessions.pop(key) for key in list(self._sessions) if key[0] == client_id]
-        for sessions in gone:
-            await asyncio.to_thread(sessions.close)
+        """The client ended its Telemetry stream or terminated: the groups of topics only it published leave the
+        heartbeat (the brokers keep their checks until a producer of the topic connects)."""
+        left = False
+        for clients in self._publishers.values():
+            if client_id in clients:
+                clients.discard(client_id)
+                left |= not clients
+        if left:
+            await self._sync()
 
     def close(self) -> None:
-        with self._lock:
-            gone, self._sessions = list(self._sessions.values()), {}
+        gone, self._sessions = self._sessions, []
         for sessions in gone:
             sessions.close()

@@ -348,6 +348,9 @@ def pop_state(addr: str) -> bytes:
     return stub.GetPopState(common_pb2.Empty(), timeout=10).records
 
 
+INVISIBLE_MS = 25_000  # outlasts the slave's copy (up to 5 s) and the failover on a loaded machine
+
+
 def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group: ReplicaGroup):
     """The slave copies its master's POP state: promoted, it hands out neither what the master acked nor what it
     had in flight (until that message's invisible time passes), and takes the master's receipt handles."""
@@ -355,7 +358,7 @@ def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group:
     with Admin(g.ns.addr) as admin:
         admin.update_subscription_group(name, brokers=["broker-a"])
     assert send(g.replicas[1].addr, 0, [b"m-%d" % i for i in range(20)]).code == ResponseCode.SUCCESS
-    handed = wait_until(lambda: pop(g.replicas[1].addr, name, invisible_ms=15_000), timeout=10,
+    handed = wait_until(lambda: pop(g.replicas[1].addr, name, invisible_ms=INVISIBLE_MS), timeout=10,
                         what="the master to hand out the 20")
     assert [h.queue_offset for h in handed] == list(range(20))
     assert ack(g.replicas[1].addr, name, handed[:5]).code == ResponseCode.SUCCESS  # 0..4 done, 5..19 in flight
@@ -370,6 +373,7 @@ def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group:
     assert [h.queue_offset for h in fresh] == [20], "handed out again what the old master had popped"
     assert ack(g.replicas[2].addr, name, handed[5:6] + handed[10:]).code == ResponseCode.SUCCESS  # old handles
     # 6..9 were never acked: handed out again once their invisible time passes, as their second delivery
-    again = wait_until(lambda: pop(g.replicas[2].addr, name, invisible_ms=60_000), timeout=25, interval=0.2,
+    again = wait_until(lambda: pop(g.replicas[2].addr, name, invisible_ms=60_000), timeout=INVISIBLE_MS / 1000 + 10,
+                       interval=0.2,
                        what="the messages in flight at the failover to come due")
     assert [(h.queue_offset, h.reconsume_times) for h in again] == [(6, 1), (7, 1), (8, 1), (9, 1)]

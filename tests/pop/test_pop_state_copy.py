@@ -1,7 +1,8 @@
 """A slave's copy of its master's POP state (``PopService.snapshot`` / ``install``), on real RocksDB stores: the
 promoted copy hands out only what the master had not, accepts the master's receipt handles, redelivers what the
 master had in flight once its invisible time passes, keeps it across a restart, and never takes a copy once it no
-longer follows. A copy that names messages the new master never received is lowered to its queue's end."""
+longer follows. At promotion, a copy that names messages the new master never received is fitted to the ends of
+its queues."""
 
 import dataclasses
 
@@ -9,18 +10,7 @@ import pytest
 
 from broker.pop.pop_service import PopService
 from broker.pop.pop_state_store import PopStateStore, decode_snapshot, encode_snapshot
-from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from tests.pop.test_pop_service import TOPIC, Clock, Reader, offsets, query, record
-
-
-class StrictReader(Reader):
-    """As the store answers: past the queue's end is OFFSET_OVERFLOW_BADLY, with the end as the next offset."""
-
-    def get_message(self, topic, queue_id, offset, max_msg_nums, max_total_bytes=0, tags_codes=None):
-        end = self.first + len(self.records)
-        if offset > end:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, end, self.first, end)
-        return super().get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes)
 
 
 def broker(tmp_path, name: str, clock: Clock) -> PopService:
@@ -73,18 +63,37 @@ def test_a_copy_that_arrives_once_the_slave_no_longer_follows_changes_nothing(tm
     assert slave.snapshot() == before and slave.in_flight_count("g", TOPIC) == 1
 
 
-def test_a_copy_naming_messages_the_new_master_never_received_is_lowered_to_its_queue_end(tmp_path):
-    """Asynchronous replication: the master popped 0..5, the slave has only 0..2. The new master's next messages
-    take offsets 3.. and are handed out; the copy's in-flight entries at 3..5 are dropped, not owed for ever."""
+def test_a_promoted_copy_naming_messages_it_never_received_is_fitted_to_its_queues(tmp_path):
+    """Asynchronous replication: the master popped 0..5, the promoted slave has only 0..2 (and nothing of another
+    queue). Fitted at promotion, before any send: the next messages take offsets 3.. and are handed out fresh, and a
+    handle the master gave for offset 3 acks nothing (it named a message this broker never had)."""
     clock = Clock()
     master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
-    master.pop(query(Reader([record(o) for o in range(6)])), lambda q: 0)
+    old = master.pop(query(Reader([record(o) for o in range(6)])), lambda q: 0).popped
+    master.pop(dataclasses.replace(query(Reader([record(o) for o in range(2)])), queue_ids=[1]), lambda q: 0)
     assert slave.install(master.snapshot(), following)
-    reader = StrictReader([record(o) for o in range(3)])
-    assert offsets(slave.pop(query(reader), lambda q: 0)) == []
-    assert slave.in_flight_count("g", TOPIC) == 3  # 0..2, which it has
-    reader.records.append(record(3))
-    assert offsets(slave.pop(query(reader), lambda q: 0)) == [3]
+    slave.clamp(lambda topic, queue_id: {0: 3, 1: 0}[queue_id])
+    assert slave.in_flight_count("g", TOPIC) == 3  # 0..2 of queue 0, which it has
+
+    reader = Reader([record(o) for o in range(5)])  # sends after the promotion: 3 and 4
+    assert offsets(slave.pop(query(reader), lambda q: 0)) == [3, 4]
+    assert slave.ack("g", TOPIC, [old[3].handle]) != [None]
+    empty_queue = dataclasses.replace(query(Reader([record(0)])), queue_ids=[1])
+    assert offsets(slave.pop(empty_queue, lambda q: 0)) == [0]  # its first message, though the copy said 0..1
+    reopened_state = slave.snapshot()
+    slave.close()
+    assert broker(tmp_path, "slave", clock).snapshot() == reopened_state  # fitted durably
+
+
+def test_fitting_leaves_queues_whose_end_is_unknown_or_not_passed(tmp_path):
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    master.pop(query(Reader([record(o) for o in range(4)])), lambda q: 0)
+    assert slave.install(master.snapshot(), following)
+    before = slave.snapshot()
+    slave.clamp(lambda topic, queue_id: None)
+    slave.clamp(lambda topic, queue_id: 4)
+    assert slave.snapshot() == before
 
 
 def test_a_snapshot_cut_short_or_of_foreign_keys_is_refused():

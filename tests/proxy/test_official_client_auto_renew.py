@@ -1,12 +1,15 @@
 """Auto-renew through mqproxy with the official client's PushConsumer: a listener that takes longer than the
 invisible time keeps its message (the proxy renews it), consumes it once, and its ack (with the handle it
-received, void at the broker since the renews) lands: nothing comes again."""
+received, void at the broker since the renews) lands: nothing comes again. On a normal topic and on a static one
+(whose renews and ack go to the logic queue's leader, in logic offsets)."""
 
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from client import Admin
+from tests.cluster import wait_until
 from tests.proxy.conftest import OfficialClient, ProxyCluster, running_proxy_cluster
 from tests.proxy.test_official_client_receive import deliveries, fresh_topic, send
 
@@ -22,9 +25,18 @@ def renew_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyClu
         yield cluster
 
 
+def static_topic(proxy_cluster: ProxyCluster) -> str:
+    topic = f"ProxyRenewStatic_{uuid.uuid4().hex[:8]}"
+    with Admin(proxy_cluster.namesrv) as admin:
+        admin.update_static_topic(topic, 2, brokers=["broker-a", "broker-b"])
+        wait_until(lambda: admin.is_static_topic(topic), timeout=15, what="the static topic routed")
+    return topic
+
+
+@pytest.mark.parametrize("make_topic", [fresh_topic, static_topic], ids=["normal", "static"])
 def test_a_slow_listener_keeps_its_message_and_consumes_it_once(renew_cluster: ProxyCluster,
-                                                                official_client: OfficialClient):
-    topic = fresh_topic(renew_cluster)
+                                                                official_client: OfficialClient, make_topic):
+    topic = make_topic(renew_cluster)
     sent = send(official_client, renew_cluster, topic, 6)
     group = f"renew_{uuid.uuid4().hex[:8]}"
     # lingers past the slow message's end by more than an invisible time: an ack that failed would show it again
