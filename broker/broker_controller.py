@@ -98,6 +98,7 @@ from proto.broker_pb2 import LOGIC
 log = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.5  # how soon health follows the store's write refusals
+STARTUP_DISPATCH_WAIT_S = 30.0  # a master's start waits this long for dispatch before fitting POP state
 # what grpc.health.v1.Health and reflection name (the client port's services)
 SERVICE_NAMES = tuple(module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
     (broker_pb2, "BrokerService"), (kv_pb2, "KvService"), (tiered_pb2, "TieredService"),
@@ -399,6 +400,8 @@ class BrokerController:
         if not c.enable_controller_mode and not c.broker_role.is_master:
             pop_service.forget("brokerRole=SLAVE")  # before a copy of its master's can be installed
         self.pop_service = pop_service
+        if not c.enable_controller_mode and c.broker_role.is_master:  # perhaps a slave, restarted as master
+            self._clamp_started_master()
         self.consumer_groups = ConsumerGroupProcessor(
             broker_name=c.broker_name, manager=self.consumer_manager, locks=self.rebalance_locks,
             topic_config_manager=self.topic_config_manager, subscription_group_manager=self.subscription_group_manager,
@@ -454,8 +457,22 @@ class BrokerController:
         return self.pop_service.install(snapshot, still_following)
 
     def _clamp_pop_state(self) -> None:
-        if self.pop_service is not None:
+        """Runs as this broker becomes master (promoted, or started as one): a failure must not keep it from that."""
+        if self.pop_service is None:
+            return
+        try:
             self.pop_service.clamp(self._pop_queue_end)
+        except Exception:
+            log.exception("pop_state_not_fitted: POP state kept as copied")
+
+    def _clamp_started_master(self) -> None:
+        """A master on fixed roles may be a slave an operator restarted as master, with its master's POP state: fitted
+        as a promoted one is, once dispatch has reached the log's end (before, the queues' ends are not yet known)."""
+        end = self.local_store.commit_log.max_offset()
+        if self.local_store.wait_dispatched(end, STARTUP_DISPATCH_WAIT_S):
+            self._clamp_pop_state()
+        else:
+            log.warning("pop_state_not_fitted reason=dispatch_behind end=%d", end)
 
     def _pop_queue_end(self, topic: str, queue_id: int) -> int | None:
         """Where a queue POP keeps state of ends here now (a static topic's logic queue: by its latest item, when
@@ -466,7 +483,7 @@ class BrokerController:
             ctx = self.static_topics.context(topic, queue_id, LOGIC)
         except Refusal:
             return None
-        if ctx is None or not self.static_topics.is_local(ctx.decided[-1]):
+        if ctx is None or not ctx.decided or not self.static_topics.is_local(ctx.decided[-1]):
             return None
         latest = ctx.decided[-1]
         return latest.logic_strictly(self.local_store.max_offset(topic, latest.queue_id))

@@ -118,6 +118,12 @@ class ProducerSessions:
             self._topics.add(topic)
         self._keep(refresh=False)
 
+    def set_topics(self, topics: Iterable[str]) -> None:
+        """Keep sessions with the masters of exactly ``topics`` (those of no other topic close). Blocks (routes)."""
+        with self._lock:
+            self._topics = set(topics)
+        self._keep(refresh=False)
+
     def heartbeat_now(self) -> None:
         """Every open session heartbeats now (what :meth:`heartbeat` names changed); new ones do at their start."""
         with self._lock:

@@ -284,7 +284,11 @@ class PopService:
         with self._lock:
             change = PopWrite()
             for key, state in self._states.items():
-                end = end_of(key[1], key[2])
+                try:
+                    end = end_of(key[1], key[2])
+                except Exception as exc:  # (a queue the topic no longer has): left as is, as an unknown end
+                    log.warning("pop_queue_end_unknown group=%s topic=%s queue=%d error=%r", *key, exc)
+                    end = None
                 if end is None or state.scan_offset <= end:
                     continue
                 log.warning("pop_scan_offset_lowered group=%s topic=%s queue=%d from=%d to=%d reason=promoted",

@@ -73,8 +73,6 @@ class ClientProcessor:
                                                                         exponential_backoff=PRODUCER_BACKOFF))
             settings.publishing.max_body_size = self.config.max_body_size
             settings.publishing.validate_message_type = True
-            if self.on_publishing is not None:
-                await self.on_publishing(channel.client_id, [topic.name for topic in reported.publishing.topics])
         elif client_type in CONSUMER_TYPES:
             group = reported.subscription.group.name
             if not group:
@@ -87,6 +85,11 @@ class ClientProcessor:
             settings.subscription.long_polling_timeout.CopyFrom(duration(self.config.max_long_polling_ms))
         else:
             raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, f"client type {client_type} is not served")
-        channel.settings = settings
+        channel.settings = settings  # first: a check due at once finds this producer among the topic's
         log.info("client_settings client_id=%s client_type=%s", channel.client_id, ClientType.Name(client_type))
+        if client_type == ClientType.PRODUCER and self.on_publishing is not None:
+            try:
+                await self.on_publishing(channel.client_id, [topic.name for topic in reported.publishing.topics])
+            except Exception:  # the settings hold all the same; the next settings or half message tries again
+                log.exception("transaction_checks_not_kept client_id=%s", channel.client_id)
         return service_pb2.TelemetryCommand(status=ok_status(), settings=settings)

@@ -13,7 +13,8 @@ restart the sessions are back as soon as the producers reconnect, not only once 
 message. A broker's check becomes a ``RecoverOrphanedTransactionCommand`` pushed to one producer of the topic
 connected here (any: upstream asks one of the group), whose checker answers with
 EndTransaction(source=SOURCE_SERVER_CHECK). A topic's group leaves the heartbeat when its last producer goes (its
-Telemetry stream ends or it says it terminates): the brokers then keep its checks for a producer to come."""
+Telemetry stream ends or it says it terminates); a check then finds no producer and counts all the same, as upstream
+(a group gone for good does not keep a half message for ever: ``transactionCheckMax``)."""
 
 import asyncio
 import contextlib
@@ -71,12 +72,12 @@ class _ProxySessions(ProducerSessions):
 
     def checks(self, topics: Iterable[str]) -> None:
         """Heartbeat the groups of ``topics`` (no others), with sessions open to their masters. Blocks (routes)."""
-        groups = tuple(sorted(producer_group(t) for t in topics))
+        topics = sorted(topics)
+        groups = tuple(producer_group(t) for t in topics)
         if groups == self._groups:
             return
         self._groups = groups
-        for topic in topics:
-            self.add_topic(topic)
+        self.set_topics(topics)
         self.heartbeat_now()
 
     def _answer(self, addr: str, check: transaction_pb2.TransactionCheckRequest) -> None:
@@ -106,6 +107,7 @@ class TransactionProcessor:
         self._sessions: list[_ProxySessions] = []  # each for up to GROUPS_PER_SESSION topics, in order
         self._placed: dict[str, int] = {}  # topic -> the index of its sessions
         self._syncing: asyncio.Lock | None = None  # made on the loop, at first use
+        self._closed = False
 
     def _producer(self) -> Producer:
         if self.producer is None:
@@ -136,7 +138,7 @@ class TransactionProcessor:
 
     async def publishes(self, client_id: str, topics: Iterable[str]) -> None:
         """Producer ``client_id`` publishes ``topics``: their groups are heartbeated, so their checks come here."""
-        if self.producer is None or not client_id:
+        if self.producer is None or not client_id or self._closed:
             return
         joined = False
         for topic in topics:
@@ -152,21 +154,32 @@ class TransactionProcessor:
             await self._sync()
 
     async def _sync(self) -> None:
-        """Every sessions' heartbeat to the topics with a producer connected here (sessions made as needed)."""
+        """Every sessions' heartbeat to the topics with a producer connected here: a topic that has one gets a place
+        (in the first sessions with room, made as needed), one that has none any more leaves its sessions."""
         if self._syncing is None:
             self._syncing = asyncio.Lock()
         async with self._syncing:  # one at a time: each sets its sessions' groups whole
-            live = sorted(t for t, clients in self._publishers.items() if clients)
-            for topic in live:
-                if topic not in self._placed:
-                    if not self._sessions or list(self._placed.values()).count(len(self._sessions) - 1) \
-                            >= GROUPS_PER_SESSION:
-                        assert self.producer is not None
-                        self._sessions.append(_ProxySessions(self, self.producer.client, new_client_id(),
-                                                             asyncio.get_running_loop(), self.heartbeat_interval_s))
-                    self._placed[topic] = len(self._sessions) - 1
+            for topic in [t for t, clients in self._publishers.items() if not clients]:
+                del self._publishers[topic]
+                self._placed.pop(topic, None)
+            for topic in sorted(self._publishers):
+                if topic not in self._placed and not self._closed:
+                    self._placed[topic] = self._place()
             for i, sessions in enumerate(self._sessions):
-                await asyncio.to_thread(sessions.checks, [t for t in live if self._placed[t] == i])
+                await asyncio.to_thread(sessions.checks, [t for t, at in self._placed.items() if at == i])
+
+    def _place(self) -> int:
+        """The index of the first sessions with room for a topic (new sessions when none has)."""
+        used = [0] * len(self._sessions)
+        for at in self._placed.values():
+            used[at] += 1
+        for i, n in enumerate(used):
+            if n < GROUPS_PER_SESSION:
+                return i
+        assert self.producer is not None
+        self._sessions.append(_ProxySessions(self, self.producer.client, new_client_id(), asyncio.get_running_loop(),
+                                             self.heartbeat_interval_s))
+        return len(self._sessions) - 1
 
     async def end_transaction(self, request: service_pb2.EndTransactionRequest,
                               client_id: str) -> service_pb2.EndTransactionResponse:
@@ -201,10 +214,15 @@ class TransactionProcessor:
     def recover_orphaned_transaction(self, message: definition_pb2.Message, transaction_id: str) -> bool:
         """Ask one producer that publishes ``message``'s topic (any: upstream asks one of the group) to resolve the
         transaction; False when no such producer is connected to this proxy."""
-        producers = self.channels.producers_of(message.topic.name)
+        topic = message.topic.name
+        producers = {ch.client_id: ch for ch in self.channels.producers_of(topic)}
+        for client_id in self._publishers.get(topic, ()):  # also those that sent it half messages, unlisted
+            channel = self.channels.get(client_id)
+            if channel is not None and channel.client_type == definition_pb2.PRODUCER:
+                producers[client_id] = channel
         if not producers:
             return False
-        random.choice(producers).send(service_pb2.TelemetryCommand(
+        random.choice(list(producers.values())).send(service_pb2.TelemetryCommand(
             recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
                 message=message, transaction_id=transaction_id)))
         return True
@@ -221,6 +239,7 @@ class TransactionProcessor:
             await self._sync()
 
     def close(self) -> None:
+        self._closed = True
         gone, self._sessions = self._sessions, []
         for sessions in gone:
             sessions.close()
