@@ -229,7 +229,7 @@ class TransactionProcessor:
 
     async def client_gone(self, client_id: str) -> None:
         """The client ended its Telemetry stream or terminated: the groups of topics only it published leave the
-        heartbeat (the brokers keep their checks until a producer of the topic connects)."""
+        heartbeat (their checks find no producer meanwhile, as when none is connected)."""
         left = False
         for clients in self._publishers.values():
             if client_id in clients:
