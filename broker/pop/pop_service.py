@@ -89,7 +89,7 @@ class PopService:
         self.clock_ms = clock_ms
         self._lock = threading.RLock()  # re-entrant: a caller may hold it around a call (``held_if_free``)
         self._states = db.load()
-        self._last_delivery = max((d for s in self._states.values() for d in s.deliveries), default=0)
+        self._last_delivery = _latest_delivery(self._states)
         log.info("pop_state_loaded queues=%d in_flight=%d", len(self._states),
                  sum(len(s.in_flight) for s in self._states.values()))
 
@@ -317,8 +317,7 @@ class PopService:
                 return False
             self.db.replace_with(snapshot)
             self._states = self.db.load()
-            self._last_delivery = max(self._last_delivery,
-                                      max((d for s in self._states.values() for d in s.deliveries), default=0))
+            self._last_delivery = max(self._last_delivery, _latest_delivery(self._states))
             return True
 
     def forget_queues(self, topic: str, queue_ids: list[int]) -> None:
@@ -403,6 +402,11 @@ class PopService:
     def close(self) -> None:
         with self._lock:
             self.db.close()
+
+
+def _latest_delivery(states: dict[PopKey, QueuePopState]) -> int:
+    """The highest delivery number in ``states`` (0 when none): new deliveries are numbered above it."""
+    return max((d for s in states.values() for d in s.deliveries), default=0)
 
 
 def _put(state: QueuePopState, key: PopKey, offset: int, entry: InFlight, change: PopWrite) -> None:
