@@ -49,10 +49,22 @@ def _fill(ns_addr: str, count: int) -> None:
             p.result()
 
 
+def _queue_ends(consumer: PullConsumer, queues: list[MessageQueue], count: int,
+                timeout_s: float = 10.0) -> dict[MessageQueue, int]:
+    """Each queue's end once the ``count`` messages sent are all there: a send is answered when appended, and a
+    queue's end moves when the message is dispatched, a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = {mq: consumer.max_offset(mq) for mq in queues}
+        if sum(ends.values()) >= count or time.monotonic() > deadline:
+            return ends
+        time.sleep(0.01)
+
+
 def _pull_once(ns_addr: str, count: int, window: int) -> float:
     with PullConsumer(ns_addr, group="bench-pull") as consumer:
         queues = consumer.queues(TOPIC)
-        ends = {mq: consumer.max_offset(mq) for mq in queues}
+        ends = _queue_ends(consumer, queues, count)
         cursor = {mq: 0 for mq in queues}
         in_flight: dict[MessageQueue, Future] = {}
         got = 0
@@ -61,6 +73,8 @@ def _pull_once(ns_addr: str, count: int, window: int) -> float:
             for mq in queues:
                 if mq not in in_flight and cursor[mq] < ends[mq] and len(in_flight) < window:
                     in_flight[mq] = consumer.pull_async(mq, cursor[mq], BATCH)
+            if not in_flight:
+                raise RuntimeError(f"the queues hold {got:,} of the {count:,} messages sent")
             mq, future = next(iter(in_flight.items()))
             result = future.result()
             del in_flight[mq]
