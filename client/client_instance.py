@@ -179,6 +179,17 @@ class ClientInstance:
         return self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
             namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
 
+    def sends_from_cache(self, topic: str) -> bool:
+        """Whether a send to ``topic`` picks its queue and its broker's master from the cache alone, never asking
+        the name server: a normal topic's route, fetched (a route borrowed from TBW102 is stored as nearly
+        expired) and not about to expire, each of its brokers with a master, no broker address marked down."""
+        cached = self._routes.get(topic)
+        if cached is None or time.monotonic() - cached[0] >= ROUTE_TTL_S - DEFAULT_ROUTE_TTL_S:
+            return False
+        route = cached[1]
+        return (not is_static(route) and not self.down.any_down()
+                and all(0 in bd.broker_addrs for bd in route.broker_datas))
+
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
 
@@ -186,10 +197,12 @@ class ClientInstance:
         self._routes.clear()
 
     # -- replicas ----------------------------------------------------------------------------------
-    def report_failure(self, addr: str, status: grpc.StatusCode | None) -> bool:
+    def report_failure(self, addr: str, status: grpc.StatusCode | None,
+                       connected: Callable[[], bool] | None = None) -> bool:
         """A call to ``addr`` failed with ``status``. When that says the broker is gone, ``addr`` is marked down
-        for a while (reads go to the group's next replica, sends to another group): True then."""
-        if not unreachable(status, lambda: channel_connected(self.channel(addr))):
+        for a while (reads go to the group's next replica, sends to another group): True then. ``connected``:
+        whether the channel the call went on is connected, when that is not this instance's own channel."""
+        if not unreachable(status, connected or (lambda: channel_connected(self.channel(addr)))):
             return False
         if not self.down.is_down(addr):
             log.info("broker_marked_down addr=%s status=%s", addr, status.name if status else "?")

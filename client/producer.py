@@ -37,6 +37,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import batch_wire_properties
 from client.producer_sessions import ProducerSessions, new_client_id
+from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
@@ -372,8 +373,13 @@ class Producer:
         err = rpc_error(f"send to {mq}", addr, exc)
         err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
         # The broker is gone: marked down, so sends pick other groups; a static send waits for a new master.
-        err.failover = self.client.report_failure(addr, exc.code())  # type: ignore[attr-defined]
+        err.failover = self.client.report_failure(addr, exc.code(),  # type: ignore[attr-defined]
+                                                  lambda: self._channel_ready(addr))
         return err
+
+    def _channel_ready(self, addr: str) -> bool:
+        """Whether the channel sends to ``addr`` go on is connected (asked after one timed out)."""
+        return channel_connected(self.client.channel(addr))
 
     def _result(self, mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
         try:

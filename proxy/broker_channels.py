@@ -18,6 +18,11 @@ class BrokerChannels:
             ch = self._channels[addr] = tls.aio_channel(addr, CHANNEL_OPTIONS)
         return ch
 
+    def ready(self, addr: str) -> bool:
+        """Whether the channel to ``addr`` is connected now (False when none was opened)."""
+        ch = self._channels.get(addr)
+        return ch is not None and ch.get_state() is grpc.ChannelConnectivity.READY
+
     def pop_service(self, addr: str) -> pop_pb2_grpc.PopServiceStub:
         return pop_pb2_grpc.PopServiceStub(self.channel(addr))
 

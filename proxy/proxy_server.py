@@ -7,7 +7,6 @@ import logging
 import grpc
 
 from client.admin import Admin
-from client.producer import Producer
 from common.acl import set_inner_credentials
 from common.metrics import (
     Health,
@@ -22,7 +21,9 @@ from common.rpc_boundary import RequestDecoding
 from common.tls import add_port
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from proxy.broker_channels import BrokerChannels
+from proxy.broker_send_streams import BrokerSendStreams
 from proxy.group_settings import GroupSettingsService
+from proxy.loop_producer import LoopProducer
 from proxy.messaging_servicer import MessagingServicer
 from proxy.processor.assignment_processor import AssignmentProcessor
 from proxy.processor.client_processor import ClientProcessor
@@ -57,10 +58,11 @@ class ProxyServer:
         self.config = config
         self.port = 0
         self._server: grpc.aio.Server | None = None
-        self._producer: Producer | None = None
+        self._producer: LoopProducer | None = None
         self._transaction: TransactionProcessor | None = None
         self._admin: Admin | None = None
         self._brokers = BrokerChannels()
+        self._send_streams = BrokerSendStreams(self._brokers)
         self.channels = TelemetryChannels()
         self.registry = new_registry()
         self.rpc_metrics = RpcMetrics(self.registry)  # v2 calls by method; unary ones timed
@@ -111,11 +113,12 @@ class ProxyServer:
         c = self.config
         if c.inner_credentials is not None:
             set_inner_credentials(c.inner_credentials)  # the POP calls on self._brokers sign with them
-        self._producer = Producer(c.namesrv_addr, group=PRODUCER_GROUP, send_timeout_ms=c.send_timeout_ms,
-                                  credentials=c.inner_credentials)
+        self._producer = LoopProducer(asyncio.get_running_loop(), self._send_streams, c.namesrv_addr,
+                                      group=PRODUCER_GROUP, send_timeout_ms=c.send_timeout_ms,
+                                      credentials=c.inner_credentials)
         self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000),
                             credentials=c.inner_credentials)
-        routes = TopicRouteService(self._producer.client)  # one route cache for sends and the rest
+        routes = TopicRouteService(self._producer.client, self._brokers)  # one route cache for sends and the rest
         endpoints = own_endpoints(c.host, self.port)
         self._transaction = TransactionProcessor(self.channels, self._producer)
         transaction = self._transaction
@@ -144,6 +147,7 @@ class ProxyServer:
             self._renew_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renew_task
+        await self._send_streams.close()
         await self._brokers.close()
         if self._transaction is not None:
             await asyncio.to_thread(self._transaction.close)

@@ -16,6 +16,7 @@ from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_lead
 from common.perm import is_readable
 from common.response_code import ResponseCode
 from proto import common_pb2
+from proxy.broker_channels import BrokerChannels
 from proxy.v2_codes import Code, ProxyError, from_response_code
 
 T = TypeVar("T")
@@ -33,8 +34,9 @@ class StaticView:
 
 
 class TopicRouteService:
-    def __init__(self, client: ClientInstance) -> None:
+    def __init__(self, client: ClientInstance, brokers: BrokerChannels) -> None:
         self.client = client
+        self.brokers = brokers
 
     async def route(self, topic: str, for_publish: bool = False) -> common_pb2.TopicRouteData:
         """The topic's route; ``for_publish``: an unknown topic borrows TBW102's (brokers that create topics on
@@ -50,7 +52,8 @@ class TopicRouteService:
         """A broker of ``topic`` did not answer: its route is fetched again on next use, and a dead address is
         marked down (a restarted broker registers a new one; without this the proxy waited out the route's age)."""
         self.client.invalidate_route(topic)
-        self.client.report_failure(addr, exc.code() if hasattr(exc, "code") else None)
+        self.client.report_failure(addr, exc.code() if hasattr(exc, "code") else None,
+                                   lambda: self.brokers.ready(addr))  # the proxy's calls go on its own channels
 
     async def leader_addr(self, topic: str, logic_id: int) -> str:
         """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``."""

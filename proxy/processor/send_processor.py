@@ -12,9 +12,9 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from client.errors import MQClientError
-from client.producer import Producer
 from client.results import SendResult, SendStatus
 from proto.v2 import definition_pb2, service_pb2
+from proxy.loop_producer import LoopProducer
 from proxy.message_convert import OutgoingMessage, to_outgoing
 from proxy.processor.names import check_topic
 from proxy.processor.transaction_processor import TransactionProcessor
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 class SendProcessor:
-    def __init__(self, producer: Producer, transactions: TransactionProcessor, max_body_size: int) -> None:
+    def __init__(self, producer: LoopProducer, transactions: TransactionProcessor, max_body_size: int) -> None:
         self.producer = producer
         self.transactions = transactions
         self.max_body_size = max_body_size
@@ -37,7 +37,10 @@ class SendProcessor:
             raise ProxyError(Code.BAD_REQUEST, "a send needs at least one message")
         if len(request.messages) > MAX_MESSAGES_PER_SEND:
             raise ProxyError(Code.BAD_REQUEST, f"a send carries at most {MAX_MESSAGES_PER_SEND} messages")
-        entries = await asyncio.gather(*(self._send_one(msg, client_id) for msg in request.messages))
+        if len(request.messages) == 1:  # the usual send: no task for it
+            entries = [await self._send_one(request.messages[0], client_id)]
+        else:
+            entries = await asyncio.gather(*(self._send_one(msg, client_id) for msg in request.messages))
         return service_pb2.SendMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
 
     async def _send_one(self, msg: definition_pb2.Message, client_id: str) -> service_pb2.SendResultEntry:
@@ -65,9 +68,11 @@ class SendProcessor:
     async def _send(self, outgoing: OutgoingMessage) -> SendResult:
         what = f"send to topic {outgoing.message.topic}"
         try:
-            # send_async may look the route up (a blocking name server call on a cache miss): not on the loop
-            future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
-                                             sharding_key=outgoing.message_group)
+            if self.producer.sends_from_loop(outgoing.message.topic):
+                future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
+            else:  # the producer would look the route up first (a blocking name server call): not on the loop
+                future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
+                                                 sharding_key=outgoing.message_group)
             return await settled(future)
         except MQClientError as exc:
             error = client_error(what, exc)
@@ -83,11 +88,21 @@ async def settled(future: Future[T]) -> T:
     waiter: asyncio.Future[T] = loop.create_future()
 
     def copy(done: Future[T]) -> None:
+        if _running_loop() is loop:  # settled on the loop itself (see LoopProducer)
+            _copy_outcome(done, waiter)
+            return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the proxy stopped): nobody waits
             loop.call_soon_threadsafe(_copy_outcome, done, waiter)
 
     future.add_done_callback(copy)
     return await waiter
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
