@@ -316,7 +316,7 @@ class BrokerController:
     def _slave_synchronize(self, master_addr: Callable[[], str]) -> SlaveSynchronize:
         return SlaveSynchronize(master_addr, self.topic_config_manager, self.subscription_group_manager,
                                 self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager,
-                                self._install_pop_state)
+                                _PopStateCopies(self))
 
     def _rejoin(self, why: str) -> None:
         self.rejoin_reason = why
@@ -450,11 +450,6 @@ class BrokerController:
         """Whether a write may wait for slaves: a SYNC_MASTER's, or any in controller mode (roles change). Fixed
         for the broker's life otherwise (role and inSyncReplicas come from its config)."""
         return self.ha is not None and (self.ha.waits_for_slaves() or self.config.enable_controller_mode)
-
-    def _install_pop_state(self, snapshot: bytes, still_following: Callable[[], bool]) -> bool:
-        if self.pop_service is None:  # a static slave copies before POP is wired: the next copy installs
-            return False
-        return self.pop_service.install(snapshot, still_following)
 
     def _clamp_pop_state(self) -> None:
         """Runs as this broker becomes master (promoted, or started as one): a failure must not keep it from that."""
@@ -624,3 +619,19 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+class _PopStateCopies:
+    """A slave's copy of its master's POP state, kept by its POP service (none yet: a static slave copies before
+    POP is wired, and the next copy installs)."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self._broker = broker
+
+    def copied_from(self) -> str:
+        service = self._broker.pop_service
+        return service.copied_from() if service is not None else ""
+
+    def install(self, snapshot: bytes, still_following: Callable[[], bool], version: str) -> bool:
+        service = self._broker.pop_service
+        return service.install(snapshot, still_following, version) if service is not None else False

@@ -105,7 +105,7 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)
 
     async def GetPopState(self, request, context):
-        return await asyncio.to_thread(self.processor.pop_state)
+        return await asyncio.to_thread(self.processor.pop_state, request)
 
 
 def _answer(outcome: PopOutcome) -> tuple[pop_pb2.PopMessageResponse, Encoded]:

@@ -1,10 +1,12 @@
 """Shared plumbing of producers, consumers and admin: name server look-ups, the route cache, channels."""
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import grpc
@@ -34,6 +36,13 @@ DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one
 DEGRADED_ROUTE_MAX_AGE_S = 0.2
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
+
+
+_cache_only: ContextVar[bool] = ContextVar("route_cache_only", default=False)
+
+
+class RouteNotCached(MQClientError):
+    """A route was needed that the cache could not give, within :meth:`ClientInstance.cache_only`."""
 
 
 def namesrv_addrs(addr: str | None) -> list[str]:
@@ -175,20 +184,33 @@ class ClientInstance:
         self._routes[topic] = (time.monotonic(), response.route)
         return response.route
 
+    @contextlib.contextmanager
+    def cache_only(self) -> Iterator[None]:
+        """Within it, a route the cache cannot give raises :class:`RouteNotCached` instead of being fetched: an
+        event loop must not wait on the name server."""
+        token = _cache_only.set(True)
+        try:
+            yield
+        finally:
+            _cache_only.reset(token)
+
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
+        if _cache_only.get():
+            raise RouteNotCached(f"the route of {topic} is not cached")
         return self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
             namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
 
     def sends_from_cache(self, topic: str) -> bool:
-        """Whether a send to ``topic`` picks its queue and its broker's master from the cache alone, never asking
-        the name server: a normal topic's route, fetched (a route borrowed from TBW102 is stored as nearly
-        expired) and not about to expire, each of its brokers with a master, no broker address marked down."""
+        """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:
+        a normal topic's route, fetched (a route borrowed from TBW102 is stored as nearly expired) and not about
+        to expire, each of its brokers with a master not marked down. Likely, not sure (another thread may drop
+        the route meanwhile): :meth:`cache_only` makes sure."""
         cached = self._routes.get(topic)
         if cached is None or time.monotonic() - cached[0] >= ROUTE_TTL_S - DEFAULT_ROUTE_TTL_S:
             return False
         route = cached[1]
-        return (not is_static(route) and not self.down.any_down()
-                and all(0 in bd.broker_addrs for bd in route.broker_datas))
+        return not is_static(route) and all(0 in bd.broker_addrs and not self.down.is_down(bd.broker_addrs[0])
+                                            for bd in route.broker_datas)
 
     def invalidate_route(self, topic: str) -> None:
         self._routes.pop(topic, None)

@@ -9,12 +9,14 @@ TLS_ONLY_HINT = "if the server is TLS only, give the client its CA: tls_ca=, mqa
 
 
 class StatusError(grpc.RpcError):
-    """A failure with a gRPC status that no call raised itself: a request of a broken or silent stream."""
+    """A failure with a gRPC status that no call raised itself: a request of a broken or silent stream.
+    ``connected``: whether the channel it went on was connected as it failed (None: not known here)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
+    def __init__(self, code: grpc.StatusCode, details: str = "", connected: bool | None = None) -> None:
         super().__init__(details)
         self._code = code
         self._details = details
+        self.connected = connected
 
     def code(self) -> grpc.StatusCode:
         return self._code

@@ -374,12 +374,14 @@ class Producer:
         err.retryable = exc.code() in RETRYABLE_STATUS  # type: ignore[attr-defined]
         # The broker is gone: marked down, so sends pick other groups; a static send waits for a new master.
         err.failover = self.client.report_failure(addr, exc.code(),  # type: ignore[attr-defined]
-                                                  lambda: self._channel_ready(addr))
+                                                  lambda: self._channel_ready(addr, exc))
         return err
 
-    def _channel_ready(self, addr: str) -> bool:
-        """Whether the channel sends to ``addr`` go on is connected (asked after one timed out)."""
-        return channel_connected(self.client.channel(addr))
+    def _channel_ready(self, addr: str, exc: grpc.RpcError) -> bool:
+        """Whether the channel the failed send to ``addr`` went on is connected (asked after one timed out): as
+        the error says, when it was failed by a stream that knew."""
+        connected = getattr(exc, "connected", None)
+        return channel_connected(self.client.channel(addr)) if connected is None else connected
 
     def _result(self, mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
         try:

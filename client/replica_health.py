@@ -36,10 +36,6 @@ class DownAddresses:
             with self._lock:
                 self._until.pop(addr, None)
 
-    def any_down(self) -> bool:
-        """Whether any address is marked (expired marks included until asked about)."""
-        return bool(self._until)
-
     def is_down(self, addr: str) -> bool:
         until = self._until.get(addr)
         if until is None:

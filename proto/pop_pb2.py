@@ -23,46 +23,47 @@ _sym_db = _symbol_database.Default()
 
 
 from proto import broker_pb2 as proto_dot_broker__pb2
-from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fproto/pop.proto\x12\x03rmq\x1a\x12proto/broker.proto\x1a\x12proto/common.proto\"#\n\x10PopStateSnapshot\x12\x0f\n\x07records\x18\x01 \x01(\x0c\":\n\x0ePopStreamFrame\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.rmq.PopMessageRequest\">\n\x10PopStreamAnswers\x12*\n\tresponses\x18\x01 \x03(\x0b\x32\x17.rmq.PopMessageResponse\":\n\x0e\x41\x63kStreamFrame\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.rmq.AckMessageRequest\">\n\x10\x41\x63kStreamAnswers\x12*\n\tresponses\x18\x01 \x03(\x0b\x32\x17.rmq.AckMessageResponse\"\xef\x01\n\x11PopMessageRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x12\n\nexpression\x18\x04 \x01(\t\x12\x14\n\x0cmax_msg_nums\x18\x05 \x01(\x05\x12\x19\n\x11invisible_time_ms\x18\x06 \x01(\x03\x12\x14\n\x0cpoll_time_ms\x18\x07 \x01(\x03\x12(\n\naddressing\x18\x08 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x12\n\nrequest_id\x18\n \x01(\x03\"\\\n\rPoppedMessage\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x17\n\x0freconsume_times\x18\x02 \x01(\x05\x12\x1a\n\x12invisible_until_ms\x18\x03 \x01(\x03\"{\n\x12PopMessageResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\"\n\x06popped\x18\x04 \x03(\x0b\x32\x12.rmq.PoppedMessage\x12\x12\n\nrequest_id\x18\x05 \x01(\x03\"^\n\x11\x41\x63kMessageRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x03 \x03(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\x03\"A\n\tAckResult\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0e\n\x06remark\x18\x03 \x01(\t\"g\n\x12\x41\x63kMessageResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x1f\n\x07results\x18\x03 \x03(\x0b\x32\x0e.rmq.AckResult\x12\x12\n\nrequest_id\x18\x04 \x01(\x03\"m\n\x1a\x43hangeInvisibleTimeRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x19\n\x11invisible_time_ms\x18\x04 \x01(\x03\"o\n\x1b\x43hangeInvisibleTimeResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x1a\n\x12invisible_until_ms\x18\x04 \x01(\x03\"W\n\x1f\x46orwardToDeadLetterQueueRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\"S\n ForwardToDeadLetterQueueResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x11\n\tdlq_topic\x18\x03 \x01(\t2\x87\x04\n\nPopService\x12=\n\nPopMessage\x12\x16.rmq.PopMessageRequest\x1a\x17.rmq.PopMessageResponse\x12=\n\nAckMessage\x12\x16.rmq.AckMessageRequest\x1a\x17.rmq.AckMessageResponse\x12X\n\x13\x43hangeInvisibleTime\x12\x1f.rmq.ChangeInvisibleTimeRequest\x1a .rmq.ChangeInvisibleTimeResponse\x12g\n\x18\x46orwardToDeadLetterQueue\x12$.rmq.ForwardToDeadLetterQueueRequest\x1a%.rmq.ForwardToDeadLetterQueueResponse\x12\x42\n\x10PopMessageStream\x12\x13.rmq.PopStreamFrame\x1a\x15.rmq.PopStreamAnswers(\x01\x30\x01\x12\x42\n\x10\x41\x63kMessageStream\x12\x13.rmq.AckStreamFrame\x1a\x15.rmq.AckStreamAnswers(\x01\x30\x01\x12\x30\n\x0bGetPopState\x12\n.rmq.Empty\x1a\x15.rmq.PopStateSnapshotb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fproto/pop.proto\x12\x03rmq\x1a\x12proto/broker.proto\"(\n\x0fPopStateRequest\x12\x15\n\rknown_version\x18\x01 \x01(\t\"G\n\x10PopStateSnapshot\x12\x0f\n\x07records\x18\x01 \x01(\x0c\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x11\n\tunchanged\x18\x03 \x01(\x08\":\n\x0ePopStreamFrame\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.rmq.PopMessageRequest\">\n\x10PopStreamAnswers\x12*\n\tresponses\x18\x01 \x03(\x0b\x32\x17.rmq.PopMessageResponse\":\n\x0e\x41\x63kStreamFrame\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.rmq.AckMessageRequest\">\n\x10\x41\x63kStreamAnswers\x12*\n\tresponses\x18\x01 \x03(\x0b\x32\x17.rmq.AckMessageResponse\"\xef\x01\n\x11PopMessageRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x12\n\nexpression\x18\x04 \x01(\t\x12\x14\n\x0cmax_msg_nums\x18\x05 \x01(\x05\x12\x19\n\x11invisible_time_ms\x18\x06 \x01(\x03\x12\x14\n\x0cpoll_time_ms\x18\x07 \x01(\x03\x12(\n\naddressing\x18\x08 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x12\n\nrequest_id\x18\n \x01(\x03\"\\\n\rPoppedMessage\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x17\n\x0freconsume_times\x18\x02 \x01(\x05\x12\x1a\n\x12invisible_until_ms\x18\x03 \x01(\x03\"{\n\x12PopMessageResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\"\n\x06popped\x18\x04 \x03(\x0b\x32\x12.rmq.PoppedMessage\x12\x12\n\nrequest_id\x18\x05 \x01(\x03\"^\n\x11\x41\x63kMessageRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0freceipt_handles\x18\x03 \x03(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\x03\"A\n\tAckResult\x12\x16\n\x0ereceipt_handle\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0e\n\x06remark\x18\x03 \x01(\t\"g\n\x12\x41\x63kMessageResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x1f\n\x07results\x18\x03 \x03(\x0b\x32\x0e.rmq.AckResult\x12\x12\n\nrequest_id\x18\x04 \x01(\x03\"m\n\x1a\x43hangeInvisibleTimeRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x19\n\x11invisible_time_ms\x18\x04 \x01(\x03\"o\n\x1b\x43hangeInvisibleTimeResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\x12\x1a\n\x12invisible_until_ms\x18\x04 \x01(\x03\"W\n\x1f\x46orwardToDeadLetterQueueRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x16\n\x0ereceipt_handle\x18\x03 \x01(\t\"S\n ForwardToDeadLetterQueueResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x11\n\tdlq_topic\x18\x03 \x01(\t2\x91\x04\n\nPopService\x12=\n\nPopMessage\x12\x16.rmq.PopMessageRequest\x1a\x17.rmq.PopMessageResponse\x12=\n\nAckMessage\x12\x16.rmq.AckMessageRequest\x1a\x17.rmq.AckMessageResponse\x12X\n\x13\x43hangeInvisibleTime\x12\x1f.rmq.ChangeInvisibleTimeRequest\x1a .rmq.ChangeInvisibleTimeResponse\x12g\n\x18\x46orwardToDeadLetterQueue\x12$.rmq.ForwardToDeadLetterQueueRequest\x1a%.rmq.ForwardToDeadLetterQueueResponse\x12\x42\n\x10PopMessageStream\x12\x13.rmq.PopStreamFrame\x1a\x15.rmq.PopStreamAnswers(\x01\x30\x01\x12\x42\n\x10\x41\x63kMessageStream\x12\x13.rmq.AckStreamFrame\x1a\x15.rmq.AckStreamAnswers(\x01\x30\x01\x12:\n\x0bGetPopState\x12\x14.rmq.PopStateRequest\x1a\x15.rmq.PopStateSnapshotb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.pop_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POPSTATESNAPSHOT']._serialized_start=64
-  _globals['_POPSTATESNAPSHOT']._serialized_end=99
-  _globals['_POPSTREAMFRAME']._serialized_start=101
-  _globals['_POPSTREAMFRAME']._serialized_end=159
-  _globals['_POPSTREAMANSWERS']._serialized_start=161
-  _globals['_POPSTREAMANSWERS']._serialized_end=223
-  _globals['_ACKSTREAMFRAME']._serialized_start=225
-  _globals['_ACKSTREAMFRAME']._serialized_end=283
-  _globals['_ACKSTREAMANSWERS']._serialized_start=285
-  _globals['_ACKSTREAMANSWERS']._serialized_end=347
-  _globals['_POPMESSAGEREQUEST']._serialized_start=350
-  _globals['_POPMESSAGEREQUEST']._serialized_end=589
-  _globals['_POPPEDMESSAGE']._serialized_start=591
-  _globals['_POPPEDMESSAGE']._serialized_end=683
-  _globals['_POPMESSAGERESPONSE']._serialized_start=685
-  _globals['_POPMESSAGERESPONSE']._serialized_end=808
-  _globals['_ACKMESSAGEREQUEST']._serialized_start=810
-  _globals['_ACKMESSAGEREQUEST']._serialized_end=904
-  _globals['_ACKRESULT']._serialized_start=906
-  _globals['_ACKRESULT']._serialized_end=971
-  _globals['_ACKMESSAGERESPONSE']._serialized_start=973
-  _globals['_ACKMESSAGERESPONSE']._serialized_end=1076
-  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_start=1078
-  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_end=1187
-  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_start=1189
-  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_end=1300
-  _globals['_FORWARDTODEADLETTERQUEUEREQUEST']._serialized_start=1302
-  _globals['_FORWARDTODEADLETTERQUEUEREQUEST']._serialized_end=1389
-  _globals['_FORWARDTODEADLETTERQUEUERESPONSE']._serialized_start=1391
-  _globals['_FORWARDTODEADLETTERQUEUERESPONSE']._serialized_end=1474
-  _globals['_POPSERVICE']._serialized_start=1477
-  _globals['_POPSERVICE']._serialized_end=1996
+  _globals['_POPSTATEREQUEST']._serialized_start=44
+  _globals['_POPSTATEREQUEST']._serialized_end=84
+  _globals['_POPSTATESNAPSHOT']._serialized_start=86
+  _globals['_POPSTATESNAPSHOT']._serialized_end=157
+  _globals['_POPSTREAMFRAME']._serialized_start=159
+  _globals['_POPSTREAMFRAME']._serialized_end=217
+  _globals['_POPSTREAMANSWERS']._serialized_start=219
+  _globals['_POPSTREAMANSWERS']._serialized_end=281
+  _globals['_ACKSTREAMFRAME']._serialized_start=283
+  _globals['_ACKSTREAMFRAME']._serialized_end=341
+  _globals['_ACKSTREAMANSWERS']._serialized_start=343
+  _globals['_ACKSTREAMANSWERS']._serialized_end=405
+  _globals['_POPMESSAGEREQUEST']._serialized_start=408
+  _globals['_POPMESSAGEREQUEST']._serialized_end=647
+  _globals['_POPPEDMESSAGE']._serialized_start=649
+  _globals['_POPPEDMESSAGE']._serialized_end=741
+  _globals['_POPMESSAGERESPONSE']._serialized_start=743
+  _globals['_POPMESSAGERESPONSE']._serialized_end=866
+  _globals['_ACKMESSAGEREQUEST']._serialized_start=868
+  _globals['_ACKMESSAGEREQUEST']._serialized_end=962
+  _globals['_ACKRESULT']._serialized_start=964
+  _globals['_ACKRESULT']._serialized_end=1029
+  _globals['_ACKMESSAGERESPONSE']._serialized_start=1031
+  _globals['_ACKMESSAGERESPONSE']._serialized_end=1134
+  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_start=1136
+  _globals['_CHANGEINVISIBLETIMEREQUEST']._serialized_end=1245
+  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_start=1247
+  _globals['_CHANGEINVISIBLETIMERESPONSE']._serialized_end=1358
+  _globals['_FORWARDTODEADLETTERQUEUEREQUEST']._serialized_start=1360
+  _globals['_FORWARDTODEADLETTERQUEUEREQUEST']._serialized_end=1447
+  _globals['_FORWARDTODEADLETTERQUEUERESPONSE']._serialized_start=1449
+  _globals['_FORWARDTODEADLETTERQUEUERESPONSE']._serialized_end=1532
+  _globals['_POPSERVICE']._serialized_start=1535
+  _globals['_POPSERVICE']._serialized_end=2064
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,4 @@
 from proto import broker_pb2 as _broker_pb2
-from proto import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -8,11 +7,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PopStateRequest(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: str
+    def __init__(self, known_version: _Optional[str] = ...) -> None: ...
+
 class PopStateSnapshot(_message.Message):
-    __slots__ = ("records",)
+    __slots__ = ("records", "version", "unchanged")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     records: bytes
-    def __init__(self, records: _Optional[bytes] = ...) -> None: ...
+    version: str
+    unchanged: bool
+    def __init__(self, records: _Optional[bytes] = ..., version: _Optional[str] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class PopStreamFrame(_message.Message):
     __slots__ = ("requests",)

@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from proto import common_pb2 as proto_dot_common__pb2
 from proto import pop_pb2 as proto_dot_pop__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -67,7 +66,7 @@ class PopServiceStub:
                 _registered_method=True)
         self.GetPopState = channel.unary_unary(
                 '/rmq.PopService/GetPopState',
-                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                request_serializer=proto_dot_pop__pb2.PopStateRequest.SerializeToString,
                 response_deserializer=proto_dot_pop__pb2.PopStateSnapshot.FromString,
                 _registered_method=True)
 
@@ -122,7 +121,8 @@ class PopServiceServicer:
 
     def GetPopState(self, request, context):
         """The whole in-flight state, as of one moment (broker/pop/pop_state_store.py packs it): a slave installs its
-        master's copy every few seconds, so a promoted slave hands out only what the master had not.
+        master's copy every few seconds, so a promoted slave hands out only what the master had not. A caller that
+        names the version of its copy gets "unchanged" (and no records) while the state is still that version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -163,7 +163,7 @@ def add_PopServiceServicer_to_server(servicer, server):
             ),
             'GetPopState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPopState,
-                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    request_deserializer=proto_dot_pop__pb2.PopStateRequest.FromString,
                     response_serializer=proto_dot_pop__pb2.PopStateSnapshot.SerializeToString,
             ),
     }
@@ -354,7 +354,7 @@ class PopService:
             request,
             target,
             '/rmq.PopService/GetPopState',
-            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_pop__pb2.PopStateRequest.SerializeToString,
             proto_dot_pop__pb2.PopStateSnapshot.FromString,
             options,
             channel_credentials,

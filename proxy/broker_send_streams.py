@@ -55,6 +55,7 @@ class _SendStream:
         self.ready.set()
 
     async def _write(self) -> None:
+        """Frames of what is ready; ends when the stream breaks (whatever ended it fails what is pending)."""
         try:
             while self.broken is None:
                 await self.ready.wait()
@@ -72,10 +73,16 @@ class _SendStream:
                             size += sum(map(len, encoded))
                     if frame:
                         await self.call.write(repeated_message_field(FRAME_REQUESTS_FIELD, frame))
-        except grpc.RpcError as exc:  # the reader sees the same break and fails what is pending
+        except grpc.RpcError as exc:
             log.debug("send_stream_write_failed addr=%s code=%s", self.addr, exc.code())
         except asyncio.InvalidStateError:  # the call ended under us (closed, or the broker hung up)
             pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("send_stream_writer_failed addr=%s", self.addr)
+        finally:  # a writer that ended leaves the stream unusable: the next send opens another
+            self.fail_all(StatusError(grpc.StatusCode.UNAVAILABLE, "the send stream's writer ended"))
 
     def _written_unanswered(self) -> int:
         """Sends written and not answered yet, which the window counts (a send that timed out before it was
@@ -115,15 +122,17 @@ class _SendStream:
             if not answer.done():
                 answer.set_exception(StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
         if late and self.outgoing:
-            self.ready.set()  # a late answer frees its place in the window
+            # not written yet (the broker stopped reading): not kept; and a late answer frees its place in the window
+            self.outgoing = deque(item for item in self.outgoing if item[0] in self.pending)
+            self.ready.set()
 
     async def close(self) -> None:
+        self.fail_all(StatusError(grpc.StatusCode.CANCELLED, "the proxy is closing"))
         self.call.cancel()
         for task in (self.writer, self.reader):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self.fail_all(StatusError(grpc.StatusCode.CANCELLED, "the proxy is closing"))
 
 
 class BrokerSendStreams:
@@ -136,10 +145,14 @@ class BrokerSendStreams:
         self._ids = itertools.count(1)
         self._streams: dict[str, _SendStream] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
 
     def send(self, addr: str, request: broker_pb2.SendMessageRequest, tail: Sequence[bytes],
              timeout_s: float) -> Answer:
         answer: Answer = asyncio.get_running_loop().create_future()
+        if self._closed:  # not retryable: a producer's retry of a send failed by the close ends here
+            answer.set_exception(StatusError(grpc.StatusCode.FAILED_PRECONDITION, "the proxy is closing"))
+            return answer
         stream = self._streams.get(addr)
         if stream is None or stream.broken is not None:
             stream = self._streams[addr] = _SendStream(self.brokers.channel(addr), addr, self._window)
@@ -157,6 +170,7 @@ class BrokerSendStreams:
                 stream.expire(now)
 
     async def close(self) -> None:
+        self._closed = True
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

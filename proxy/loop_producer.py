@@ -3,15 +3,14 @@
 The plain SDK producer sends on its own gRPC threads: a v2 send went from the loop to a worker thread, to the
 send stream's writer thread, back through its reader thread and to the loop again, and those hand-offs cost the
 proxy more than the rest of the send (issue 17's bench). Here an attempt goes on the broker's send stream from the
-loop (``proxy/broker_send_streams.py``), and
-:meth:`LoopProducer.sends_from_loop` tells the send processor when the producer's queue choice is answered from
-its caches, so such a send never leaves the loop. The producer's own rules (queue choice, retries on another
-broker, static topics) are the SDK's, unchanged: an attempt that failed or was refused is settled on a worker
-thread, since its retry may look a route up on the name server (a blocking call)."""
+loop (``proxy/broker_send_streams.py``), and a send whose queue and broker the producer picks from its route cache
+never leaves the loop. The producer's own rules (queue choice, retries on another broker, static topics) are the
+SDK's, unchanged: an attempt that failed or was refused is settled on a thread of this producer's, since its retry
+may look a route up on the name server (a blocking call)."""
 
 import asyncio
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -23,7 +22,9 @@ from proto import broker_pb2
 from proxy.broker_send_streams import BrokerSendStreams
 
 SETTLED_ON_LOOP = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT})  # no retry can follow
-READY_ASK_TIMEOUT_S = 1.0
+# Threads of their own (not the loop's default executor, where a transactional send waits for its outcome: a
+# settlement queued behind such waits would never run).
+SETTLING_THREADS = 4
 
 
 class LoopProducer(Producer):
@@ -33,9 +34,11 @@ class LoopProducer(Producer):
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread, as the proxy's collaborators are
         self._streams = streams
+        self._settling = ThreadPoolExecutor(SETTLING_THREADS, thread_name_prefix="proxy-send-settle")
 
     def sends_from_loop(self, topic: str) -> bool:
-        """Whether a send to ``topic`` can start on the loop: nothing before its first attempt blocks."""
+        """Whether a send to ``topic`` is likely to start on the loop without a name server call; the send
+        processor makes sure with ``client.cache_only()`` (a miss raises RouteNotCached before anything is sent)."""
         return self.client.sends_from_cache(topic)
 
     def _call(self, addr: str, send: _Send, queue_id: int, addressing: broker_pb2.QueueAddressing,
@@ -45,29 +48,35 @@ class LoopProducer(Producer):
         outcome: Future = Future()
 
         def start() -> None:
-            answer = self._streams.send(addr, request, send.records_field, timeout_s or self.send_timeout_s)
-            answer.add_done_callback(lambda done: self._settle(done, outcome))
+            try:
+                answer = self._streams.send(addr, request, send.records_field, timeout_s or self.send_timeout_s)
+            except BaseException as exc:  # the outcome must settle, whatever failed
+                self._settling.submit(outcome.set_exception, exc)
+                raise
+            answer.add_done_callback(lambda done: self._settle(addr, done, outcome))
 
         if threading.get_ident() == self._loop_thread:
             start()
-        else:  # a retry, made on a worker thread
+        else:  # a retry, made on a settling thread or a timer's
             self._loop.call_soon_threadsafe(start)
         return outcome
 
-    def _channel_ready(self, addr: str) -> bool:
-        """Asked on a worker thread after a send timed out: the loop reads its channel's state."""
-
-        async def ready() -> bool:
-            return self._streams.brokers.ready(addr)
-
-        return asyncio.run_coroutine_threadsafe(ready(), self._loop).result(READY_ASK_TIMEOUT_S)
-
-    def _settle(self, answer: "asyncio.Future[broker_pb2.SendMessageResponse]", outcome: Future) -> None:
+    def _settle(self, addr: str, answer: "asyncio.Future[broker_pb2.SendMessageResponse]", outcome: Future) -> None:
+        """On the loop. A stored send settles here; anything else on a settling thread, since the producer may
+        retry it and look a route up for that (a blocking call)."""
         if answer.cancelled():
-            outcome.set_exception(StatusError(grpc.StatusCode.CANCELLED, "the proxy is closing"))
-        elif answer.exception() is not None:
-            self._loop.run_in_executor(None, outcome.set_exception, answer.exception())
+            self._settling.submit(outcome.set_exception, StatusError(grpc.StatusCode.CANCELLED, "send cancelled"))
+            return
+        error = answer.exception()
+        if error is not None:
+            if isinstance(error, StatusError) and error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                error.connected = self._streams.brokers.ready(addr)  # a slow broker, or a gone one
+            self._settling.submit(outcome.set_exception, error)
         elif answer.result().code in SETTLED_ON_LOOP:
             outcome.set_result(answer.result())
         else:
-            self._loop.run_in_executor(None, outcome.set_result, answer.result())
+            self._settling.submit(outcome.set_result, answer.result())
+
+    def close(self) -> None:
+        super().close()
+        self._settling.shutdown(wait=False)

@@ -14,6 +14,7 @@ the next ``updateTopic``; a mapping change is re-applied by the operator's retri
 import logging
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 
@@ -27,12 +28,22 @@ from common.acl import inner_metadata
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
-from proto import broker_pb2_grpc, common_pb2, pop_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-# A slave's POP state becomes its master's copy; False if it no longer follows (checked under POP's lock).
-InstallPopState = Callable[[bytes, Callable[[], bool]], bool]
+
+
+class PopStateCopies(Protocol):
+    """Where a slave keeps its copy of the master's POP state."""
+
+    def copied_from(self) -> str:
+        """The master's state version the slave's state is an unchanged copy of ("": none)."""
+
+    def install(self, snapshot: bytes, still_following: Callable[[], bool], version: str) -> bool:
+        """The slave's POP state becomes ``snapshot``; False if it no longer follows (checked under POP's lock)."""
+
+
 SYNC_INTERVAL_S = 5.0  # upstream's syncBrokerMetadataPeriod in controller mode
 RPC_TIMEOUT_S = 30.0
 
@@ -41,7 +52,7 @@ class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None],
                  mappings: TopicQueueMappingManager | None = None,
-                 install_pop_state: InstallPopState | None = None) -> None:
+                 pop_state: PopStateCopies | None = None) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
@@ -49,10 +60,9 @@ class SlaveSynchronize(threading.Thread):
         self.offsets = offsets
         self.on_topics_changed = on_topics_changed
         self.mappings = mappings
-        self.install_pop_state = install_pop_state
+        self.pop_state = pop_state
         self._stopped = threading.Event()
         self._synced_from = ""
-        self._pop_state = b""  # the last copy installed: an unchanged one is not written again
 
     def run(self) -> None:
         while not self._stopped.wait(0.2 if not self._synced_from else SYNC_INTERVAL_S):
@@ -75,7 +85,7 @@ class SlaveSynchronize(threading.Thread):
             groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
             details = stub.GetAllTopicQueueMapping(empty, **signed).details
-            pop_state = self._fetch_pop_state(channel, signed) if self.install_pop_state is not None else None
+            pop_state = self._fetch_pop_state(channel, signed)
         mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}
@@ -105,21 +115,24 @@ class SlaveSynchronize(threading.Thread):
                      addr, len(changed), len(gone), len(groups), mappings_changed)
             self.on_topics_changed()
 
-    @staticmethod
-    def _fetch_pop_state(channel: grpc.Channel, signed: dict) -> bytes | None:
+    def _fetch_pop_state(self, channel: grpc.Channel, signed: dict) -> pop_pb2.PopStateSnapshot | None:
+        """The master's POP state, unless the copy here is of its current version (answered "unchanged")."""
+        if self.pop_state is None:
+            return None
+        request = pop_pb2.PopStateRequest(known_version=self.pop_state.copied_from())
         try:
-            return pop_pb2_grpc.PopServiceStub(channel).GetPopState(common_pb2.Empty(), **signed).records
+            return pop_pb2_grpc.PopServiceStub(channel).GetPopState(request, **signed)
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
             return None  # a master of an older release: its slave copies the rest
 
-    def _copy_pop_state(self, addr: str, snapshot: bytes | None) -> None:
-        if self.install_pop_state is None or snapshot is None or snapshot == self._pop_state:
+    def _copy_pop_state(self, addr: str, snapshot: pop_pb2.PopStateSnapshot | None) -> None:
+        if self.pop_state is None or snapshot is None or snapshot.unchanged:
             return
-        if self.install_pop_state(snapshot, lambda: not self._stopped.is_set()):
-            self._pop_state = snapshot
-            log.info("slave_pop_state_copied master=%s bytes=%d", addr, len(snapshot))
+        if self.pop_state.install(snapshot.records, lambda: not self._stopped.is_set(), snapshot.version):
+            log.info("slave_pop_state_copied master=%s version=%s bytes=%d", addr, snapshot.version,
+                     len(snapshot.records))
 
     def _copy_mappings(self, masters: list[TopicQueueMappingDetail]) -> int:
         if self.mappings is None:

@@ -307,15 +307,27 @@ class PopService:
         with self._lock:
             return self.db.snapshot()
 
-    def install(self, snapshot: bytes, still_following: Callable[[], bool]) -> bool:
-        """A slave takes its master's :meth:`snapshot` as its own state, durably: promoted, it hands out what the
-        master had not (as of the copy) and accepts the master's receipt handles. Nothing is installed once
-        ``still_following()`` is False (checked under POP's lock, so a late copy never overwrites what this broker
-        did as master); False then."""
+    def snapshot_since(self, known: str) -> tuple[str, bytes | None]:
+        """The state's version and, unless that is still ``known`` (the version of a slave's copy), the
+        :meth:`snapshot` of it: an unchanged state is neither read nor sent again."""
+        with self._lock:
+            version = self.db.version
+            return version, (None if version == known else self.db.snapshot())
+
+    def copied_from(self) -> str:
+        """The master's version this state is an unchanged copy of ("": none)."""
+        with self._lock:
+            return self.db.copied_from
+
+    def install(self, snapshot: bytes, still_following: Callable[[], bool], version: str = "") -> bool:
+        """A slave takes its master's :meth:`snapshot` (of ``version``) as its own state, durably: promoted, it
+        hands out what the master had not (as of the copy) and accepts the master's receipt handles. Nothing is
+        installed once ``still_following()`` is False (checked under POP's lock, so a late copy never overwrites
+        what this broker did as master); False then."""
         with self._lock:
             if not still_following():
                 return False
-            self.db.replace_with(snapshot)
+            self.db.replace_with(snapshot, version)
             self._states = self.db.load()
             self._last_delivery = max(self._last_delivery, _latest_delivery(self._states))
             return True

@@ -19,6 +19,7 @@ records as they are, so a copy needs no codec of its own beyond the length-prefi
 """
 
 import functools
+import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -68,6 +69,20 @@ class PopStateStore:
         self.db = open_raw(path)
         self._options = WriteOptions()
         self._options.sync = sync
+        # A version names the state as of now: this store's opening and its writes since. A slave that holds a copy
+        # of version V asks for V's successor only (an unchanged state is not read nor sent again).
+        self._opening = os.urandom(8).hex()
+        self._writes = 0
+        self.copied_from = ""  # the master's version this store is a copy of ("": none, or written since)
+
+    @property
+    def version(self) -> str:
+        return f"{self._opening}-{self._writes}"
+
+    def _changing(self) -> None:
+        """Any write: before it, so a failed one changes the version too (a copy taken again is harmless)."""
+        self._writes += 1
+        self.copied_from = ""
 
     def load(self) -> dict[PopKey, QueuePopState]:
         states: dict[PopKey, QueuePopState] = {}
@@ -97,6 +112,7 @@ class PopStateStore:
             for raw in older_keys:
                 batch.delete(raw)
             self._put_deliveries(batch, older)
+            self._changing()
             self.db.write(batch, self._options)
         return states
 
@@ -111,6 +127,7 @@ class PopStateStore:
             batch.delete(HELD + _queue_key(key) + OFFSET.pack(offset))
         for key in change.done_scan:
             batch.delete(SCAN + _queue_key(key))
+        self._changing()
         self.db.write(batch, self._options)
 
     @staticmethod
@@ -135,8 +152,9 @@ class PopStateStore:
         (POP's lock) for a consistent copy."""
         return encode_snapshot(raw_items(self.db))
 
-    def replace_with(self, snapshot: bytes) -> None:
-        """This store becomes ``snapshot`` (another's :meth:`snapshot`), in one atomic write batch."""
+    def replace_with(self, snapshot: bytes, copied_from: str = "") -> None:
+        """This store becomes ``snapshot`` (another's :meth:`snapshot`, of ``copied_from``, its :attr:`version`),
+        in one atomic write batch."""
         items = decode_snapshot(snapshot)
         batch = WriteBatch(raw_mode=True)
         for key in raw_keys(self.db):
@@ -144,7 +162,9 @@ class PopStateStore:
                 batch.delete(key)
         for key, value in items.items():
             batch.put(key, value)
+        self._changing()
         self.db.write(batch, self._options)
+        self.copied_from = copied_from
 
     def close(self) -> None:
         self.db.close()

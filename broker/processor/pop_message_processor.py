@@ -157,9 +157,13 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return pop_pb2.ForwardToDeadLetterQueueResponse(code=ResponseCode.SUCCESS, dlq_topic=dlq_topic(group))
 
-    def pop_state(self) -> pop_pb2.PopStateSnapshot:
-        """The whole in-flight state, for a slave's copy (answered by a slave too: its own copy)."""
-        return pop_pb2.PopStateSnapshot(records=self.service.snapshot())
+    def pop_state(self, request: pop_pb2.PopStateRequest) -> pop_pb2.PopStateSnapshot:
+        """The whole in-flight state, for a slave's copy (answered by a slave too: its own copy), unless the copy
+        the caller holds is still of the current version."""
+        version, records = self.service.snapshot_since(request.known_version)
+        if records is None:
+            return pop_pb2.PopStateSnapshot(version=version, unchanged=True)
+        return pop_pb2.PopStateSnapshot(records=records, version=version)
 
     def dead_letter(self, group: str, topic: str, record: bytes, reconsume_times: int) -> None:
         """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>."""

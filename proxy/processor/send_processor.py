@@ -11,6 +11,7 @@ import contextlib
 from concurrent.futures import Future
 from typing import TypeVar
 
+from client.client_instance import RouteNotCached
 from client.errors import MQClientError
 from client.results import SendResult, SendStatus
 from proto.v2 import definition_pb2, service_pb2
@@ -69,10 +70,15 @@ class SendProcessor:
         what = f"send to topic {outgoing.message.topic}"
         try:
             if self.producer.sends_from_loop(outgoing.message.topic):
-                future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
-            else:  # the producer would look the route up first (a blocking name server call): not on the loop
-                future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
-                                                 sharding_key=outgoing.message_group)
+                try:
+                    with self.producer.client.cache_only():
+                        future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
+                    return await settled(future)
+                except RouteNotCached:  # raised before anything was sent: sent as below
+                    pass
+            # the producer looks the route up first (a blocking name server call): not on the loop
+            future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
+                                             sharding_key=outgoing.message_group)
             return await settled(future)
         except MQClientError as exc:
             error = client_error(what, exc)

@@ -345,7 +345,7 @@ def ack(addr: str, group: str, handles: list[ReceiptHandle]) -> pop_pb2.AckMessa
 
 def pop_state(addr: str) -> bytes:
     stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
-    return stub.GetPopState(common_pb2.Empty(), timeout=10).records
+    return stub.GetPopState(pop_pb2.PopStateRequest(), timeout=10).records
 
 
 INVISIBLE_MS = 25_000  # outlasts the slave's copy (up to 5 s) and the failover on a loaded machine

@@ -103,3 +103,37 @@ def test_a_snapshot_cut_short_or_of_foreign_keys_is_refused():
         decode_snapshot(good[:-1])
     with pytest.raises(ValueError, match="no POP record"):
         decode_snapshot(encode_snapshot([(b"Xjunk", b"")]))
+
+
+def test_a_state_unchanged_since_the_slaves_copy_is_neither_read_nor_sent_again(tmp_path):
+    """The slave names the version of its copy; the master answers "unchanged" until POP changes its state. Any
+    write on the slave (a forget as it follows another master) makes its copy no copy: the next one is whole."""
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    reader = Reader([record(o) for o in range(6)])
+    master.pop(query(reader, n=2), lambda q: 0)
+    assert slave.copied_from() == ""
+    version, records = master.snapshot_since(slave.copied_from())
+    assert records == master.snapshot()
+    assert slave.install(records, following, version)
+    assert slave.copied_from() == version
+    assert master.snapshot_since(version) == (version, None)  # nothing changed: nothing sent
+
+    master.pop(query(reader, n=2), lambda q: 0)
+    newer, records = master.snapshot_since(version)
+    assert newer != version and records == master.snapshot()
+    assert slave.install(records, following, newer) and slave.copied_from() == newer
+
+    slave.forget("follows another master")
+    assert slave.copied_from() == ""
+    assert master.snapshot_since(slave.copied_from())[1] == master.snapshot()
+
+
+def test_a_reopened_master_has_a_version_no_slave_copied(tmp_path):
+    clock = Clock()
+    master = broker(tmp_path, "master", clock)
+    master.pop(query(Reader([record(0)])), lambda q: 0)
+    version, _ = master.snapshot_since("")
+    master.close()
+    reopened = broker(tmp_path, "master", clock)
+    assert reopened.snapshot_since(version)[1] == reopened.snapshot()  # same records, but sent: a new opening

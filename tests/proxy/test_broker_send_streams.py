@@ -187,3 +187,40 @@ def test_closing_fails_the_sends_still_unanswered(broker: FakeBroker):
 
     error = run(scenario)
     assert isinstance(error, StatusError) and error.code() is grpc.StatusCode.CANCELLED
+
+
+def test_sends_not_written_before_their_deadline_are_dropped_with_it(broker: FakeBroker):
+    stop = threading.Event()
+
+    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for _ in frames:
+            stop.wait(10)
+        return iter(())
+
+    broker.behaviour = silent
+
+    async def scenario(streams: BrokerSendStreams) -> list[BaseException | Response]:
+        try:
+            return await asyncio.gather(*(send(streams, broker.addr, "t", timeout_s=0.3) for _ in range(3)),
+                                        return_exceptions=True)
+        finally:
+            stop.set()
+
+    outcomes = run(scenario, window=1)  # one written; two wait for its answer, which never comes
+    assert all(isinstance(o, StatusError) and o.code() is grpc.StatusCode.DEADLINE_EXCEEDED for o in outcomes)
+    assert sum(len(f.requests) for f in broker.frames) == 1
+
+
+def test_a_send_after_closing_fails_at_once_and_opens_nothing(broker: FakeBroker):
+    async def scenario(streams: BrokerSendStreams) -> BaseException | None:
+        await send(streams, broker.addr, "before")
+        await streams.close()
+        try:
+            await send(streams, broker.addr, "after")
+        except StatusError as exc:
+            return exc
+        return None
+
+    error = run(scenario)
+    assert isinstance(error, StatusError) and error.code() is grpc.StatusCode.FAILED_PRECONDITION  # not retried
+    assert broker.streams_opened == 1
