@@ -56,6 +56,7 @@ class _SendStream:
 
     async def _write(self) -> None:
         """Frames of what is ready; ends when the stream breaks (whatever ended it fails what is pending)."""
+        ended = StatusError(grpc.StatusCode.UNAVAILABLE, "the send stream's writer ended")
         try:
             while self.broken is None:
                 await self.ready.wait()
@@ -79,10 +80,12 @@ class _SendStream:
             pass
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception:  # the proxy's fault, not the broker's: not reported as a broker gone
             log.exception("send_stream_writer_failed addr=%s", self.addr)
+            ended = StatusError(grpc.StatusCode.INTERNAL, "the proxy's send stream failed")
         finally:  # a writer that ended leaves the stream unusable: the next send opens another
-            self.fail_all(StatusError(grpc.StatusCode.UNAVAILABLE, "the send stream's writer ended"))
+            self.fail_all(ended)
+            self.call.cancel()
 
     def _written_unanswered(self) -> int:
         """Sends written and not answered yet, which the window counts (a send that timed out before it was

@@ -10,6 +10,7 @@ may look a route up on the name server (a blocking call)."""
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -23,8 +24,8 @@ from proxy.broker_send_streams import BrokerSendStreams
 
 SETTLED_ON_LOOP = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT})  # no retry can follow
 # Threads of their own (not the loop's default executor, where a transactional send waits for its outcome: a
-# settlement queued behind such waits would never run).
-SETTLING_THREADS = 4
+# settlement queued behind such waits would never run); a retry's route look-up may hold one a while.
+SETTLING_THREADS = 16
 
 
 class LoopProducer(Producer):
@@ -51,7 +52,7 @@ class LoopProducer(Producer):
             try:
                 answer = self._streams.send(addr, request, send.records_field, timeout_s or self.send_timeout_s)
             except BaseException as exc:  # the outcome must settle, whatever failed
-                self._settling.submit(outcome.set_exception, exc)
+                self._off_loop(outcome, outcome.set_exception, exc)
                 raise
             answer.add_done_callback(lambda done: self._settle(addr, done, outcome))
 
@@ -65,17 +66,24 @@ class LoopProducer(Producer):
         """On the loop. A stored send settles here; anything else on a settling thread, since the producer may
         retry it and look a route up for that (a blocking call)."""
         if answer.cancelled():
-            self._settling.submit(outcome.set_exception, StatusError(grpc.StatusCode.CANCELLED, "send cancelled"))
+            self._off_loop(outcome, outcome.set_exception, StatusError(grpc.StatusCode.CANCELLED, "send cancelled"))
             return
         error = answer.exception()
         if error is not None:
             if isinstance(error, StatusError) and error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 error.connected = self._streams.brokers.ready(addr)  # a slow broker, or a gone one
-            self._settling.submit(outcome.set_exception, error)
+            self._off_loop(outcome, outcome.set_exception, error)
         elif answer.result().code in SETTLED_ON_LOOP:
             outcome.set_result(answer.result())
         else:
-            self._settling.submit(outcome.set_result, answer.result())
+            self._off_loop(outcome, outcome.set_result, answer.result())
+
+    def _off_loop(self, outcome: Future, settle: Callable[[Any], None], value: Any) -> None:
+        """``settle(value)`` (a method of ``outcome``) on a settling thread."""
+        try:
+            self._settling.submit(settle, value)
+        except RuntimeError:  # closed: an error no retry follows, settled here (a retry might look a route up)
+            outcome.set_exception(StatusError(grpc.StatusCode.FAILED_PRECONDITION, "the proxy is closing"))
 
     def close(self) -> None:
         super().close()

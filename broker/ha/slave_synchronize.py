@@ -63,6 +63,7 @@ class SlaveSynchronize(threading.Thread):
         self.pop_state = pop_state
         self._stopped = threading.Event()
         self._synced_from = ""
+        self._unversioned = b""  # the last copy of a master that names no versions (an older release)
 
     def run(self) -> None:
         while not self._stopped.wait(0.2 if not self._synced_from else SYNC_INTERVAL_S):
@@ -119,18 +120,26 @@ class SlaveSynchronize(threading.Thread):
         """The master's POP state, unless the copy here is of its current version (answered "unchanged")."""
         if self.pop_state is None:
             return None
-        request = pop_pb2.PopStateRequest(known_version=self.pop_state.copied_from())
+        known = self.pop_state.copied_from()
         try:
-            return pop_pb2_grpc.PopServiceStub(channel).GetPopState(request, **signed)
+            answer = pop_pb2_grpc.PopServiceStub(channel).GetPopState(pop_pb2.PopStateRequest(known_version=known),
+                                                                       **signed)
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
             return None  # a master of an older release: its slave copies the rest
+        if answer.unchanged and (not known or answer.version != known):  # not what was asked: no copy this time
+            log.warning("slave_pop_state_answer_odd known=%r unchanged_version=%r", known, answer.version)
+            return None
+        return answer
 
     def _copy_pop_state(self, addr: str, snapshot: pop_pb2.PopStateSnapshot | None) -> None:
         if self.pop_state is None or snapshot is None or snapshot.unchanged:
             return
+        if not snapshot.version and snapshot.records == self._unversioned:
+            return  # an older master (it names no versions): an identical copy is not installed again
         if self.pop_state.install(snapshot.records, lambda: not self._stopped.is_set(), snapshot.version):
+            self._unversioned = b"" if snapshot.version else snapshot.records
             log.info("slave_pop_state_copied master=%s version=%s bytes=%d", addr, snapshot.version,
                      len(snapshot.records))
 

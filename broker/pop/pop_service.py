@@ -327,8 +327,9 @@ class PopService:
         with self._lock:
             if not still_following():
                 return False
-            self.db.replace_with(snapshot, version)
+            self.db.replace_with(snapshot)
             self._states = self.db.load()
+            self.db.copied_from = version  # only once loaded: a copy that failed to load is taken again
             self._last_delivery = max(self._last_delivery, _latest_delivery(self._states))
             return True
 

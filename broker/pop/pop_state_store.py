@@ -152,9 +152,8 @@ class PopStateStore:
         (POP's lock) for a consistent copy."""
         return encode_snapshot(raw_items(self.db))
 
-    def replace_with(self, snapshot: bytes, copied_from: str = "") -> None:
-        """This store becomes ``snapshot`` (another's :meth:`snapshot`, of ``copied_from``, its :attr:`version`),
-        in one atomic write batch."""
+    def replace_with(self, snapshot: bytes) -> None:
+        """This store becomes ``snapshot`` (another's :meth:`snapshot`), in one atomic write batch."""
         items = decode_snapshot(snapshot)
         batch = WriteBatch(raw_mode=True)
         for key in raw_keys(self.db):
@@ -164,7 +163,6 @@ class PopStateStore:
             batch.put(key, value)
         self._changing()
         self.db.write(batch, self._options)
-        self.copied_from = copied_from
 
     def close(self) -> None:
         self.db.close()

@@ -69,22 +69,28 @@ class SendProcessor:
     async def _send(self, outgoing: OutgoingMessage) -> SendResult:
         what = f"send to topic {outgoing.message.topic}"
         try:
-            if self.producer.sends_from_loop(outgoing.message.topic):
-                try:
-                    with self.producer.client.cache_only():
-                        future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
-                    return await settled(future)
-                except RouteNotCached:  # raised before anything was sent: sent as below
-                    pass
-            # the producer looks the route up first (a blocking name server call): not on the loop
-            future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
-                                             sharding_key=outgoing.message_group)
+            future = self._send_from_loop(outgoing) if self.producer.sends_from_loop(outgoing.message.topic) else None
+            if future is None:  # the producer looks the route up first (a blocking name server call): not on the loop
+                future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
+                                                 sharding_key=outgoing.message_group)
             return await settled(future)
         except MQClientError as exc:
             error = client_error(what, exc)
             if error.code == Code.BAD_REQUEST and outgoing.message.deliver_at_ms:  # the broker's timer limits
                 error = ProxyError(Code.ILLEGAL_DELIVERY_TIME, error.message)
             raise error from None
+
+    def _send_from_loop(self, outgoing: OutgoingMessage) -> Future[SendResult] | None:
+        """The send started on the loop; None when its route was not in the cache after all (nothing was sent:
+        the miss comes before any attempt, raised or set on the future at once)."""
+        try:
+            with self.producer.client.cache_only():
+                future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
+        except RouteNotCached:
+            return None
+        if future.done() and isinstance(future.exception(), RouteNotCached):
+            return None
+        return future
 
 
 async def settled(future: Future[T]) -> T:

@@ -137,3 +137,18 @@ def test_a_reopened_master_has_a_version_no_slave_copied(tmp_path):
     master.close()
     reopened = broker(tmp_path, "master", clock)
     assert reopened.snapshot_since(version)[1] == reopened.snapshot()  # same records, but sent: a new opening
+
+
+def test_a_copy_that_failed_to_load_is_not_taken_for_current(tmp_path, monkeypatch):
+    clock = Clock()
+    master, slave = broker(tmp_path, "master", clock), broker(tmp_path, "slave", clock)
+    master.pop(query(Reader([record(o) for o in range(2)])), lambda q: 0)
+    version, records = master.snapshot_since("")
+
+    def unreadable() -> None:
+        raise OSError("read error")
+
+    monkeypatch.setattr(slave.db, "load", unreadable)
+    with pytest.raises(OSError):
+        slave.install(records, following, version)
+    assert slave.copied_from() == ""  # asked for whole again next time

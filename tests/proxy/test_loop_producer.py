@@ -116,3 +116,17 @@ def test_a_send_in_cache_only_raises_before_sending_when_the_route_is_gone(broke
 
     with_producer(broker, scenario)
     assert broker.frames == []
+
+
+def test_a_send_after_the_producer_closed_fails_instead_of_hanging(broker: FakeBroker):
+    async def scenario(producer: LoopProducer) -> BaseException | None:
+        await producer._streams.close()
+        await asyncio.to_thread(producer.close)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(producer.send_async(Message(TOPIC, b"x"))), 5)
+        except MQClientError as exc:
+            return exc
+        return None
+
+    error = with_producer(broker, scenario)
+    assert error is not None and "FAILED_PRECONDITION" in str(error)
