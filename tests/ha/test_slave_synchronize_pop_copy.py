@@ -1,6 +1,6 @@
 """``SlaveSynchronize``'s POP copy step against answers as a master gives them: a copy is installed with its
-version, an "unchanged" answer installs nothing, and a master of an
-older release (no versions) has an identical copy installed once, not every time."""
+version, an "unchanged" answer installs nothing, and a master of an older release (no versions) has an identical
+copy installed once, not every time."""
 
 from collections.abc import Callable
 
