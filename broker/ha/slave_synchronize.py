@@ -1,5 +1,6 @@
 """A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets and POP
-state (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known. Topics
+state (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known, and
+POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics
 and mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from
 the slave while the master is down, or from a promoted slave, may read again what was committed since
 (at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
@@ -13,6 +14,7 @@ the next ``updateTopic``; a mapping change is re-applied by the operator's retri
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -45,6 +47,12 @@ class PopStateCopies(Protocol):
 
 
 SYNC_INTERVAL_S = 5.0  # upstream's syncBrokerMetadataPeriod in controller mode
+FIRST_SYNC_RETRY_S = 0.2
+# POP state changes with every pop and ack, and what changed since the last copy is handed out again after a
+# failover: it is asked for every second ("unchanged" costs the master nothing), but a copy that took t waits at
+# least t / POP_COPY_SHARE, so copying a large state takes no more than that share of either broker's time.
+POP_COPY_INTERVAL_S = 1.0
+POP_COPY_SHARE = 0.05
 RPC_TIMEOUT_S = 30.0
 
 
@@ -66,17 +74,40 @@ class SlaveSynchronize(threading.Thread):
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
 
     def run(self) -> None:
-        while not self._stopped.wait(0.2 if not self._synced_from else SYNC_INTERVAL_S):
+        next_sync = next_pop_copy = time.monotonic()
+        while not self._stopped.wait(max(0.0, min(next_sync, next_pop_copy) - time.monotonic())):
             addr = self.master_addr()
+            now = time.monotonic()
             if not addr:
+                next_sync = next_pop_copy = now + FIRST_SYNC_RETRY_S
                 continue
-            try:
-                self.sync_all(addr)
-                self._synced_from = addr
-            except grpc.RpcError as exc:
-                log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
-            except Exception:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
-                log.exception("slave_sync_failed master=%s", addr)
+            if now >= next_sync:
+                if self._guarded(addr, self.sync_all):
+                    self._synced_from = addr
+                next_sync = now + (SYNC_INTERVAL_S if self._synced_from else FIRST_SYNC_RETRY_S)
+                next_pop_copy = time.monotonic() + POP_COPY_INTERVAL_S  # sync_all copied POP state too
+            elif now >= next_pop_copy:
+                self._guarded(addr, self.copy_pop_state)
+                took = time.monotonic() - now
+                next_pop_copy = now + took + max(POP_COPY_INTERVAL_S, took / POP_COPY_SHARE)
+
+    def _guarded(self, addr: str, step: Callable[[str], None]) -> bool:
+        try:
+            step(addr)
+            return True
+        except grpc.RpcError as exc:
+            log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
+        except Exception:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
+            log.exception("slave_sync_failed master=%s", addr)
+        return False
+
+    def copy_pop_state(self, addr: str) -> None:
+        """The master's POP state alone, when it changed (between the copies of everything)."""
+        if self.pop_state is None:
+            return
+        with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
+            snapshot = self._fetch_pop_state(channel, {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()})
+        self._copy_pop_state(addr, snapshot)
 
     def sync_all(self, addr: str) -> None:
         with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
