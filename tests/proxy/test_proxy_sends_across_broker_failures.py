@@ -51,8 +51,7 @@ def send_all(stub: service_pb2_grpc.MessagingServiceStub, topic: str, count: int
     return took
 
 
-def run_with_fault(tmp_path: Path, fault_signal: signal.Signals, count: int) -> tuple[Cluster, dict[str, float]]:
-    cluster = make_cluster(tmp_path, registerNameServerPeriod=1000)
+def run_with_fault(cluster: Cluster, tmp_path: Path, fault_signal: signal.Signals, count: int) -> dict[str, float]:
     topic = f"ProxyFailover_{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 4)
     proxy = start_proxy(tmp_path / "mqproxy", cluster.addr)
@@ -66,7 +65,7 @@ def run_with_fault(tmp_path: Path, fault_signal: signal.Signals, count: int) -> 
         if victim.alive:
             victim.proc.send_signal(signal.SIGCONT)
         proxy.stop(strict=False)
-    return cluster, took
+    return took
 
 
 def stored_ids(cluster: Cluster, topic_prefix: str = "ProxyFailover_") -> set[str]:
@@ -78,8 +77,9 @@ def stored_ids(cluster: Cluster, topic_prefix: str = "ProxyFailover_") -> set[st
 
 
 def test_sends_in_flight_on_a_killed_broker_are_retried_and_every_answered_one_is_stored(tmp_path: Path):
-    cluster, took = run_with_fault(tmp_path, signal.SIGKILL, 400)
+    cluster = make_cluster(tmp_path, registerNameServerPeriod=1000)
     try:
+        took = run_with_fault(cluster, tmp_path, signal.SIGKILL, 400)
         cluster.brokers["broker-b"].proc.wait(10)
         cluster.start_broker("broker-b")  # what it stored before the kill is read back from its store
         stored = wait_until(lambda: (ids := stored_ids(cluster)) >= set(took) and ids, timeout=30,
@@ -90,10 +90,11 @@ def test_sends_in_flight_on_a_killed_broker_are_retried_and_every_answered_one_i
 
 
 def test_sends_to_a_silent_broker_time_out_and_are_retried_on_the_other(tmp_path: Path):
-    # a send written to the stopped broker waits out the proxy's send timeout (3 s), then goes elsewhere; the
-    # broker is slow, not gone (its connection stays up), so later sends go there too: only a few follow
-    cluster, took = run_with_fault(tmp_path, signal.SIGSTOP, 166)
+    cluster = make_cluster(tmp_path, registerNameServerPeriod=1000)
     try:
+        # a send written to the stopped broker waits out the proxy's send timeout (3 s), then goes elsewhere; the
+        # broker is slow, not gone (its connection stays up), so later sends go there too: only a few follow
+        took = run_with_fault(cluster, tmp_path, signal.SIGSTOP, 166)
         assert max(took.values()) > 2.5, "no send was in flight on the stopped broker: the test proved nothing"
         assert max(took.values()) < 20
         stored = wait_until(lambda: (ids := stored_ids(cluster)) >= set(took) and ids, timeout=30,
