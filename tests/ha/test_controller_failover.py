@@ -35,10 +35,11 @@ def runtime_or_none(ns: str, broker: Daemon) -> dict[str, str] | None:
         return None
 
 
-def send(addr: str, queue_id: int, bodies: list[bytes], timeout: float = 10.0) -> broker_pb2.SendMessageResponse:
+def send(addr: str, queue_id: int, bodies: list[bytes], timeout: float = 10.0, topic: str = TOPIC,
+         addressing: int = broker_pb2.ADDRESSING_UNSPECIFIED) -> broker_pb2.SendMessageResponse:
     stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
-    return stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=queue_id, bodies=bodies),
-                            timeout=timeout)
+    return stub.SendMessage(broker_pb2.SendMessageRequest(topic=topic, queue_id=queue_id, bodies=bodies,
+                                                          addressing=addressing), timeout=timeout)
 
 
 class ReplicaGroup:
@@ -125,9 +126,9 @@ def any_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Replic
     yield from started_group(tmp_path, flushDiskType=flush, storeType=store_type, **extra)
 
 
-def _has_topic(addr: str) -> bool:
+def _has_topic(addr: str, topic: str = TOPIC) -> bool:
     stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
-    return any(c.topic_name == TOPIC for c in stub.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs)
+    return any(c.topic_name == topic for c in stub.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs)
 
 
 def consumed_bodies(ns: str) -> list[bytes]:
@@ -329,17 +330,19 @@ def test_a_promoted_replica_delivers_only_the_delayed_messages_its_master_had_no
                what="the new master to hold only the later timers")
 
 
-def pop(addr: str, group: str, invisible_ms: int) -> list[ReceiptHandle]:
+def pop(addr: str, group: str, invisible_ms: int, topic: str = TOPIC,
+        addressing: int = broker_pb2.ADDRESSING_UNSPECIFIED) -> list[ReceiptHandle]:
     """What one pop of queue 0 hands out (nothing while the broker refuses, as a replica does)."""
     stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
-    answer = stub.PopMessage(pop_pb2.PopMessageRequest(group=group, topic=TOPIC, queue_id=0, max_msg_nums=32,
-                                                       invisible_time_ms=invisible_ms), timeout=10)
+    answer = stub.PopMessage(pop_pb2.PopMessageRequest(group=group, topic=topic, queue_id=0, max_msg_nums=32,
+                                                       invisible_time_ms=invisible_ms, addressing=addressing),
+                             timeout=10)
     return [ReceiptHandle.decode(p.receipt_handle) for p in answer.popped]
 
 
-def ack(addr: str, group: str, handles: list[ReceiptHandle]) -> pop_pb2.AckMessageResponse:
+def ack(addr: str, group: str, handles: list[ReceiptHandle], topic: str = TOPIC) -> pop_pb2.AckMessageResponse:
     stub = pop_pb2_grpc.PopServiceStub(grpc.insecure_channel(addr))
-    return stub.AckMessage(pop_pb2.AckMessageRequest(group=group, topic=TOPIC,
+    return stub.AckMessage(pop_pb2.AckMessageRequest(group=group, topic=topic,
                                                      receipt_handles=[h.encode() for h in handles]), timeout=10)
 
 
@@ -377,3 +380,30 @@ def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group:
                        interval=0.2,
                        what="the messages in flight at the failover to come due")
     assert [(h.queue_offset, h.reconsume_times) for h in again] == [(6, 1), (7, 1), (8, 1), (9, 1)]
+
+
+def test_a_promoted_replica_keeps_what_its_master_popped_of_a_static_topic(group: ReplicaGroup):
+    """As above for a logic queue the group leads: the copied POP state is in physical terms and fitted at
+    promotion through the logic queue's item on this broker, so the new master hands out only what came after."""
+    g, name, topic = group, "pop-failover-static", "FailoverStaticT"
+    logic = {"topic": topic, "addressing": broker_pb2.LOGIC}
+    with Admin(g.ns.addr) as admin:
+        admin.update_static_topic(topic, 1, brokers=["broker-a"])
+        admin.update_subscription_group(name, brokers=["broker-a"])
+    wait_until(lambda: send(g.replicas[1].addr, 0, [b"m-%d" % i for i in range(20)], **logic).code
+               == ResponseCode.SUCCESS, timeout=10, what="the master to take sends to the logic queue")
+    handed = wait_until(lambda: pop(g.replicas[1].addr, name, INVISIBLE_MS, **logic), timeout=10,
+                        what="the master to hand out the 20")
+    assert len(handed) == 20
+    assert ack(g.replicas[1].addr, name, handed[:5], topic).code == ResponseCode.SUCCESS
+    master_state = pop_state(g.replicas[1].addr)
+    wait_until(lambda: pop_state(g.replicas[2].addr) == master_state and _has_topic(g.replicas[2].addr, topic),
+               timeout=15, interval=0.2, what="the slave to copy the master's POP state and the static topic")
+    g.replicas[1].kill()
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=15)  # promoted
+
+    assert send(g.replicas[2].addr, 0, [b"probe-static"], **logic).code == ResponseCode.SUCCESS
+    fresh = wait_until(lambda: pop(g.replicas[2].addr, name, 60_000, **logic), timeout=10, interval=0.2,
+                       what="the new master to hand out the probe")
+    assert [h.queue_offset for h in fresh] == [handed[-1].queue_offset + 1], "handed out again what was popped"
+    assert ack(g.replicas[2].addr, name, handed[5:], topic).code == ResponseCode.SUCCESS  # the master's handles
