@@ -60,6 +60,17 @@ def answer_each(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterato
                                  for r in reversed(frame.requests)])  # out of order: matched by id
 
 
+def silent_until(stop: threading.Event) -> Behaviour:
+    """Reads the frames and answers none, until ``stop`` is set (10 s at most a frame)."""
+
+    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for _ in frames:
+            stop.wait(10)
+        return iter(())
+
+    return silent
+
+
 @pytest.fixture
 def broker(request: pytest.FixtureRequest) -> Iterator[FakeBroker]:
     fake = FakeBroker(getattr(request, "param", answer_each))
@@ -123,12 +134,7 @@ def test_no_more_than_the_window_is_written_unanswered(broker: FakeBroker):
 def test_a_send_not_answered_in_time_fails_with_deadline_exceeded(broker: FakeBroker):
     stop = threading.Event()
 
-    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        next(frames)
-        stop.wait(10)
-        return iter(())
-
-    broker.behaviour = silent
+    broker.behaviour = silent_until(stop)
 
     async def scenario(streams: BrokerSendStreams) -> BaseException | None:
         try:
@@ -168,11 +174,7 @@ def test_a_broken_stream_fails_what_it_held_and_the_next_send_opens_another(brok
 def test_closing_fails_the_sends_still_unanswered(broker: FakeBroker):
     stop = threading.Event()
 
-    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        stop.wait(10)
-        return iter(())
-
-    broker.behaviour = silent
+    broker.behaviour = silent_until(stop)
 
     async def scenario(streams: BrokerSendStreams) -> BaseException | None:
         pending = send(streams, broker.addr, "t")
@@ -192,12 +194,7 @@ def test_closing_fails_the_sends_still_unanswered(broker: FakeBroker):
 def test_sends_not_written_before_their_deadline_are_dropped_with_it(broker: FakeBroker):
     stop = threading.Event()
 
-    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        for _ in frames:
-            stop.wait(10)
-        return iter(())
-
-    broker.behaviour = silent
+    broker.behaviour = silent_until(stop)
 
     async def scenario(streams: BrokerSendStreams) -> list[BaseException | Response]:
         try:

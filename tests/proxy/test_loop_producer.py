@@ -23,7 +23,7 @@ from proto import broker_pb2, common_pb2
 from proxy.broker_channels import BrokerChannels
 from proxy.broker_send_streams import BrokerSendStreams
 from proxy.loop_producer import LoopProducer
-from tests.proxy.test_broker_send_streams import FakeBroker
+from tests.proxy.test_broker_send_streams import FakeBroker, silent_until
 
 TOPIC = "LoopProducerTopic"
 UNREACHABLE_NAMESRV = "127.0.0.1:1"  # every route comes from the cache the test fills
@@ -86,12 +86,7 @@ def test_more_refused_sends_waited_for_on_default_workers_than_there_are_workers
 def test_a_send_timed_out_on_a_connected_broker_does_not_mark_it_down(broker: FakeBroker):
     stop = threading.Event()
 
-    def silent(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        for _ in frames:
-            stop.wait(10)
-        return iter(())
-
-    broker.behaviour = silent
+    broker.behaviour = silent_until(stop)
 
     async def scenario(producer: LoopProducer) -> tuple[BaseException | None, bool]:
         try:
