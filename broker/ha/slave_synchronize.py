@@ -35,7 +35,6 @@ from proto import broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
 log = logging.getLogger(__name__)
 
 
-
 class PopStateCopies(Protocol):
     """Where a slave keeps its copy of the master's POP state."""
 
@@ -105,14 +104,14 @@ class SlaveSynchronize(threading.Thread):
         """The master's POP state alone, when it changed (between the copies of everything)."""
         if self.pop_state is None:
             return
-        with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
-            snapshot = self._fetch_pop_state(channel, {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()})
+        with _master_channel(addr) as channel:
+            snapshot = self._fetch_pop_state(channel, _signed())
         self._copy_pop_state(addr, snapshot)
 
     def sync_all(self, addr: str) -> None:
-        with tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)]) as channel:
+        with _master_channel(addr) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
-            empty, signed = common_pb2.Empty(), {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()}
+            empty, signed = common_pb2.Empty(), _signed()
             configs = stub.GetAllTopicConfig(empty, **signed).configs
             groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
@@ -191,3 +190,12 @@ class SlaveSynchronize(threading.Thread):
         self._stopped.set()
         if self.is_alive():
             self.join(timeout=5)
+
+
+def _master_channel(addr: str) -> grpc.Channel:
+    return tls.channel(addr, options=[("grpc.max_receive_message_length", 1 << 30)])  # whole tables in one answer
+
+
+def _signed() -> dict:
+    """A call's timeout and the daemon's inner credentials."""
+    return {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()}

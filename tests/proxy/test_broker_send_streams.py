@@ -13,16 +13,9 @@ import pytest
 
 from client.grpc_errors import StatusError
 from common.encoded_fields import bytes_field
-from proto import broker_pb2
 from proxy.broker_channels import BrokerChannels
 from proxy.broker_send_streams import BrokerSendStreams
-
-Frame = broker_pb2.SendStreamFrame
-Answers = broker_pb2.SendStreamAnswers
-Request = broker_pb2.SendMessageRequest
-Response = broker_pb2.SendMessageResponse
-RECORDS_FIELD = Request.DESCRIPTOR.fields_by_name["records"].number
-Behaviour = Callable[[Iterator[Any], grpc.ServicerContext], Iterator[Any]]
+from tests.client.test_rpc_stream import RECORDS_FIELD, Answers, Behaviour, Frame, Request, Response
 
 
 class FakeBroker:
