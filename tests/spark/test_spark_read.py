@@ -146,6 +146,8 @@ def test_dataframe_of_a_static_topic_has_logic_queues_and_offsets(spark, cluster
     expected: Expected = {}
     with Admin(cluster.addr) as admin:
         admin.update_static_topic(topic, 4, brokers=["broker-a"])
+        # the name server routes it once broker-a registers again: a send before then finds no route
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
         send(cluster, topic, 120, expected, 0)
         wait_all_uploaded(cluster, topic)
         # the logic queues move to broker-b: their later messages sit there at physical offsets from 0
