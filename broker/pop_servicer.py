@@ -71,8 +71,10 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             yield frame
 
     async def AckMessageStream(self, request_iterator, context):
+        # In order: an ack waits for no other broker and no message, only for POP's lock, which every call takes
+        # in turn anyway; a task each would cost more than most acks.
         async for frame in answer_frames(request_iterator, self._ack, pop_pb2.AckMessageResponse,
-                                         in_order=False, rpc="AckMessageStream"):
+                                         in_order=True, rpc="AckMessageStream"):
             yield frame
 
     async def _pop(self, request: pop_pb2.PopMessageRequest) -> tuple[pop_pb2.PopMessageResponse, Encoded]:
