@@ -1,18 +1,20 @@
 """The feature matrix (issue 13, item 7): every feature end to end under both flush modes and both store types.
 
-{ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV,
-tiered read after local expiry, query by key, delayed messages and a recall, a consumer group with a retry and a dead
-letter}. One cluster per (flush, store type) — a name
-server and two brokers with KV, tiered storage (posix) and static topics all on at once, since features meeting
-in the same broker is the point — and one test function per feature (query by key has a second one, on a static
-topic across a remap). Local commitlog segments are small and expire about a second after they are sealed, so the
-tiered cell can drive its data out of the local store within seconds.
+{ASYNC_FLUSH, SYNC_FLUSH} x {default, defaultRocksDB} x {normal topic, static topic across a remap, KV, tiered read
+after local expiry, query by key, delayed messages and a recall, a consumer group with a retry and a dead letter,
+POP consumption (SimpleConsumer) on a normal and a static topic, transactions with a check-back}. One cluster per
+(flush, store type) — a name server and two brokers with KV, tiered storage (posix) and static topics all on at
+once, since features meeting in the same broker is the point — and one test function per feature (query by key and
+POP have a second one, on a static topic across a remap). Local commitlog segments are small and expire about a
+second after they are sealed, so the tiered cell can drive its data out of the local store within seconds.
 """
 
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
@@ -26,8 +28,12 @@ from client import (
     PullConsumer,
     PullStatus,
     PushConsumer,
+    SimpleConsumer,
+    TransactionResolution,
 )
 from client.results import SendResult, SendStatus
+from common.message import MessageExt
+from common.receipt_handle import ReceiptHandle
 from common.statictopic.logic_queue_mapping_item import BLOCK_SIZE, LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -53,6 +59,8 @@ def matrix_settings(flush: str, store_type: str) -> dict[str, object]:
         "tieredStoreConsumeQueueMaxSize": 28 * 1024,
         "staticTopicCleanInterval": 500,  # the clean service runs while the tier serves expired links
         "messageDelayLevel": "1s 1s 1s 2s",  # retries (level 3 + n) wait a second, not 10 s
+        "transactionTimeOut": 1000,  # an unresolved half message is first checked a second after its send, not 6 s
+        "transactionCheckInterval": 500,  # and again every half second, not every 30 s
     }
 
 
@@ -453,3 +461,159 @@ def test_consumer_group_shares_retries_and_dead_letters(cluster: Cluster) -> Non
     finally:
         for m in members:
             m.close()
+
+
+# -- 7. POP (SimpleConsumer): receive, ack, redelivery after the invisible time -----------------------------
+def receive(consumer: SimpleConsumer, count: int, invisible_ms: int = 30_000, ack: bool = False,
+            timeout: float = 15) -> list[MessageExt]:
+    """Receive until ``count`` messages came (each batch acked when ``ack``); a route moment (a remap) is asked
+    again."""
+    got: list[MessageExt] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} received; last error: {errors[-1:]}"
+        try:
+            batch = consumer.receive(32, invisible_ms=invisible_ms, wait_ms=200)
+        except MQClientError as exc:
+            errors.append(str(exc))
+            continue
+        if batch and ack:
+            consumer.ack(batch)
+        got += batch
+    return got
+
+
+def assert_nothing_comes_back(consumer: SimpleConsumer, window_s: float) -> None:
+    """Every receive for ``window_s`` (longer than any invisible time handed out) comes back empty."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        stray = consumer.receive(32, invisible_ms=30_000, wait_ms=300)
+        assert stray == [], [(m.body, m.reconsume_times) for m in stray]
+
+
+def test_pop_receive_ack_and_redelivery(cluster: Cluster) -> None:
+    topic, group = unique("MxPop"), unique("mx-pop")
+    create_topic(cluster, topic, 4)
+    sent: dict[bytes, SendResult] = {}
+    with Producer(cluster.addr) as producer:
+        for i in range(200):
+            body = b"pop-%03d-" % i + bytes(range(64))
+            sent[body] = producer.send(Message(topic, body, tags="P", keys=[f"pop-{i}"]))
+    assert {r.queue.broker_name for r in sent.values()} == set(BROKERS)
+    # three of each broker's messages are held: never acked on their first delivery
+    held = {body for broker in BROKERS for body in [b for b, r in sent.items() if r.queue.broker_name == broker][:3]}
+
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        first = receive(consumer, len(sent))
+        assert sorted(m.body for m in first) == sorted(sent), "not every message exactly once"
+        for m in first:
+            r = sent[m.body]
+            assert (m.topic, m.msg_id, m.tags, m.keys, m.reconsume_times) == \
+                (topic, r.msg_id, "P", [f"pop-{int(m.body[4:7])}"], 0)
+            assert (ReceiptHandle.decode(m.receipt_handle).broker_name, m.queue_id, m.queue_offset) == \
+                (r.queue.broker_name, r.queue.queue_id, r.queue_offset)
+        acks: list[Future[None]] = [consumer.ack_async([m for m in first[i:i + 32] if m.body not in held])
+                                    for i in range(0, len(first), 32)]
+        for ack in acks:
+            ack.result(timeout=10)
+        kept = [m for m in first if m.body in held]
+        for m in kept:  # was invisible for 30 s: come back in a second instead
+            old = m.receipt_handle
+            consumer.change_invisible(m, 1000)
+            assert m.receipt_handle != old
+
+        again = receive(consumer, len(held), invisible_ms=1000)
+        assert sorted(m.body for m in again) == sorted(held)
+        assert all(m.reconsume_times == 1 for m in again), [(m.body, m.reconsume_times) for m in again]
+        assert {m.msg_id for m in again} == {sent[b].msg_id for b in held}
+        consumer.ack(again)
+        assert_nothing_comes_back(consumer, 2.0)  # twice the redelivery's invisible time: the acks held
+
+    with PullConsumer(cluster.addr, group=group) as reader:  # the group's progress: every queue consumed
+        per_queue = Counter(r.queue for r in sent.values())
+        wait_until(lambda: all(reader.committed(mq) == per_queue[mq] for mq in reader.queues(topic)), timeout=10,
+                   what="the group's committed offsets at the end of every queue")
+
+
+def test_pop_on_a_static_topic_across_a_remap(cluster: Cluster) -> None:
+    topic, group, queues = unique("MxPopStatic"), unique("mx-pop-static"), 4
+    with Admin(cluster.addr) as admin:
+        created = admin.update_static_topic(topic, queues, brokers=["broker-a"])
+    wait_route_epoch(cluster, topic, created.epoch)
+    sent: dict[bytes, SendResult] = {}
+
+    def produce(producer: Producer, tag: str, n: int) -> None:
+        for i in range(n):
+            body = f"{tag}-{i}".encode()
+            r = producer.send(Message(topic, body), sharding_key=f"user-{i % 7}")
+            assert r.status is SendStatus.SEND_OK and r.queue.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
+            sent[body] = r
+
+    with Producer(cluster.addr) as producer, SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        produce(producer, "before", 60)
+        got = receive(consumer, 20, ack=True)  # some consumed before the remap, the rest left behind on broker-a
+        with Admin(cluster.addr) as admin:
+            moved = admin.remap_static_topic(topic, brokers=["broker-b"])
+        assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
+        wait_route_epoch(cluster, topic, moved.epoch)
+        produce(producer, "after", 60)
+        got += receive(consumer, len(sent) - len(got), ack=True, timeout=20)
+        assert_nothing_comes_back(consumer, 1.0)
+
+    counts = Counter(m.body for m in got)
+    assert set(counts) == set(sent) and max(counts.values()) == 1, "not every message exactly once"
+    assert {r.queue_offset for r in sent.values()} & set(range(BLOCK_SIZE)), "nothing on the first link"
+    assert max(r.queue_offset for r in sent.values()) >= BLOCK_SIZE, "nothing on the second link"
+    for m in got:  # logic queues and logic offsets, as the send results said, on both links
+        r = sent[m.body]
+        assert (m.queue_id, m.queue_offset, m.msg_id, m.reconsume_times) == \
+            (r.queue.queue_id, r.queue_offset, r.msg_id, 0), m.body
+
+
+# -- 8. transactions: commit, rollback, and one resolved by the check-back ----------------------------------
+def test_transaction_commit_rollback_and_check(cluster: Cluster) -> None:
+    topic, group = unique("MxTx"), unique("mx-tx")
+    create_topic(cluster, topic, 4)
+    checks: dict[bytes, list[int]] = {}  # body -> TRANSACTION_CHECK_TIMES of each check
+    lock = threading.Lock()
+
+    def checker(msg: MessageExt) -> TransactionResolution:
+        with lock:
+            times = checks.setdefault(msg.body, [])
+            times.append(int(msg.properties["TRANSACTION_CHECK_TIMES"]))
+            # undecided at the first check, committed at the next
+            return TransactionResolution.UNKNOWN if len(times) == 1 else TransactionResolution.COMMIT
+
+    def delivered() -> list[bytes]:
+        with PullConsumer(cluster.addr, group=unique("mx-tx-reader")) as reader:
+            return sorted(body for mq in reader.queues(topic) for _, body in read_all(reader, mq))
+
+    def pending() -> int:
+        with Admin(cluster.addr) as admin:
+            return sum(int(admin.broker_runtime_info(b.addr)["transactionHalfPending"])
+                       for b in admin.brokers("DefaultCluster"))
+
+    committed = [b"committed-%d" % i for i in range(4)]
+    rolled_back = [b"rolled-back-%d" % i for i in range(4)]
+    checked = [b"checked-%d" % i for i in range(2)]
+    brokers: set[str] = set()
+    with Producer(cluster.addr, group=group, transaction_checker=checker) as producer:
+        for body in committed:
+            tx = producer.begin_transaction()
+            r = tx.send(Message(topic, body, keys=[body.decode()]))
+            assert r.status is SendStatus.SEND_OK and r.queue_offset == -1
+            brokers.add(r.queue.broker_name)
+            tx.commit()
+        for body in rolled_back:
+            tx = producer.begin_transaction()
+            brokers.add(tx.send(Message(topic, body)).queue.broker_name)
+            tx.rollback()
+        for body in checked:  # left open: the brokers ask the checker
+            brokers.add(producer.begin_transaction().send(Message(topic, body)).queue.broker_name)
+        assert brokers == set(BROKERS)
+        wait_until(lambda: set(checked) <= set(delivered()) and pending() == 0, timeout=10, interval=0.2,
+                   what="the open transactions checked back and committed")
+    assert delivered() == sorted(committed + checked)  # committed and checked ones once; rolled back ones never
+    with lock:
+        assert {body: times[:2] for body, times in checks.items()} == {body: [1, 2] for body in checked}
