@@ -71,8 +71,8 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             yield frame
 
     async def AckMessageStream(self, request_iterator, context):
-        # In order: an ack waits for no other broker and no message, only for POP's lock, which every call takes
-        # in turn anyway; a task each would cost more than most acks.
+        # In order, without a task each (which would cost more than most acks): an ack itself waits for no other
+        # broker and no message, only for its turn at POP's lock (or worker), which every call takes in turn.
         async for frame in answer_frames(request_iterator, self._ack, pop_pb2.AckMessageResponse,
                                          in_order=True, rpc="AckMessageStream"):
             yield frame

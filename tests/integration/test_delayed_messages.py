@@ -56,17 +56,27 @@ def now_ms() -> int:
 class WallClockSteps:
     """How far the wall clock was stepped back while a test ran (the offset of time.time() to time.monotonic()
     falling): a broker and a consumer reading that clock on either side of a step disagree by it, which is not a
-    message delivered early. NTP slewing moves both clocks alike and is not counted."""
+    message delivered early. NTP slewing moves both clocks alike and is not counted. Each reading brackets the
+    wall clock between two monotonic ones, so a thread paused meanwhile can only hide a step, never make one up;
+    a reading that took over a millisecond is dropped."""
 
     def __init__(self) -> None:
-        self.first = self.least = time.time() - time.monotonic()
+        self.first = self.least = self._offsets()[1]
+
+    @staticmethod
+    def _offsets() -> tuple[float, float]:
+        """(offset at most, offset at least), or the first at +inf when the reading took too long."""
+        before = time.monotonic()
+        wall = time.time()
+        after = time.monotonic()
+        return (wall - before if after - before < 0.001 else float("inf")), wall - after
 
     def sample(self) -> None:
-        self.least = min(self.least, time.time() - time.monotonic())
+        self.least = min(self.least, self._offsets()[0])
 
     @property
     def back_ms(self) -> float:
-        return (self.first - self.least) * 1000
+        return max(0.0, self.first - self.least) * 1000
 
 
 @dataclass

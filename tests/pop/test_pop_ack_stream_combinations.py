@@ -21,9 +21,9 @@ from tests.pop.test_pop_consumption import create
 
 TOTAL = 3_000
 THREADS = 6
-CRASH_BATCH = 200  # popped with a short invisible time before the kill: half acked, half left in flight
+CRASH_BATCH = 200  # popped before the kill: half acked, half left in flight with a short invisible time
 PHASE1_INVISIBLE_MS = 6_000  # long enough for a receive's ack, short enough to come due after the restart
-CRASH_INVISIBLE_MS = 1_500
+CRASH_INVISIBLE_MS = 1_500  # what the un-acked half is changed to just before the kill
 
 
 def produce_batches(addr: str, topic: str, bodies: list[bytes], batch: int = 100) -> None:
@@ -99,7 +99,8 @@ def test_concurrent_acks_in_order_on_the_stream_and_across_a_sigkill(tmp_path, s
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=40)
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a consumer thread did not finish"
         assert not errors, errors
         assert set(received) == set(bodies), f"{len(set(bodies) - set(received))} messages never received"
         twice = [b for b, n in received.items() if n > 1]
@@ -121,8 +122,7 @@ def test_concurrent_acks_in_order_on_the_stream_and_across_a_sigkill(tmp_path, s
         crash: list = []
         deadline = time.monotonic() + 10
         while len(crash) < CRASH_BATCH and time.monotonic() < deadline:
-            crash += consumer.receive(32, invisible_ms=CRASH_INVISIBLE_MS, wait_ms=100)
-        popped_at = time.monotonic()
+            crash += consumer.receive(32, invisible_ms=30_000, wait_ms=100)
         assert sorted(m.body for m in crash) == sorted(crash_bodies)
         a, b, d = crash[:10], crash[10:20], crash[20:30]
         stale = [stale_acks[0][0], valid_acks[0][0][-1]]  # acked in phase 1
@@ -153,7 +153,8 @@ def test_concurrent_acks_in_order_on_the_stream_and_across_a_sigkill(tmp_path, s
         consumer.ack(rest_acked)
         acked = {m.body for m in crash[:CRASH_BATCH // 2]}
         unacked = {m.body for m in crash[CRASH_BATCH // 2:]}
-        assert time.monotonic() - popped_at < CRASH_INVISIBLE_MS / 1000, "the test ran too slow to ack in time"
+        for m in crash[CRASH_BATCH // 2:]:  # due soon after the restart, not in 30 s
+            consumer.change_invisible(m, CRASH_INVISIBLE_MS)
         for con in consumers:
             con.close()
         c.brokers["broker-a"].kill()
