@@ -116,6 +116,19 @@ def record(sent: dict[MessageQueue, dict[int, bytes]], batch: list[Message], res
         queue[result.queue_offset + i] = msg.body
 
 
+def send_by_message_group(producer: Producer, topic: str, tag: str, n: int, pad: bytes = b"",
+                          ) -> list[tuple[bytes, SendResult]]:
+    """``n`` messages to a static topic, spread by message group (seven users): each answered with a logic
+    queue and offset."""
+    out: list[tuple[bytes, SendResult]] = []
+    for i in range(n):
+        body = f"{tag}-{i}".encode() + pad
+        r = producer.send(Message(topic, body, keys=[f"{tag}-{i}"]), sharding_key=f"user-{i % 7}")
+        assert r.status is SendStatus.SEND_OK and r.queue.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
+        out.append((body, r))
+    return out
+
+
 def read_all(consumer: PullConsumer, mq: MessageQueue, start: int = 0) -> list[tuple[int, bytes]]:
     """(offset, body) of every message of ``mq`` from ``start`` until the queue says there is nothing more."""
     out: list[tuple[int, bytes]] = []
@@ -168,10 +181,7 @@ def test_static_topic_offsets_continue_across_a_remap(cluster: Cluster) -> None:
     sent: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(queues)}  # logic queue -> (offset, body)
 
     def produce(producer: Producer, tag: str, n: int) -> None:
-        for i in range(n):
-            body = f"{tag}-{i}".encode() + b"x" * 100
-            r = producer.send(Message(topic, body, keys=[f"{tag}-{i}"]), sharding_key=f"user-{i % 7}")
-            assert r.status is SendStatus.SEND_OK and r.queue.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
+        for body, r in send_by_message_group(producer, topic, tag, n, pad=b"x" * 100):
             sent[r.queue.queue_id].append((r.queue_offset, body))
 
     with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group=unique("mx-static")) as consumer:
@@ -545,22 +555,15 @@ def test_pop_on_a_static_topic_across_a_remap(cluster: Cluster) -> None:
     wait_route_epoch(cluster, topic, created.epoch)
     sent: dict[bytes, SendResult] = {}
 
-    def produce(producer: Producer, tag: str, n: int) -> None:
-        for i in range(n):
-            body = f"{tag}-{i}".encode()
-            r = producer.send(Message(topic, body), sharding_key=f"user-{i % 7}")
-            assert r.status is SendStatus.SEND_OK and r.queue.broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME
-            sent[body] = r
-
     with Producer(cluster.addr) as producer, SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
-        produce(producer, "before", 60)
+        sent.update(send_by_message_group(producer, topic, "before", 60))
         # Invisible for 2 s: a lost ack would hand its message out again within the check at the end.
         got = receive(consumer, 20, invisible_ms=2000, ack=True)  # some before the remap, the rest left on broker-a
         with Admin(cluster.addr) as admin:
             moved = admin.remap_static_topic(topic, brokers=["broker-b"])
         assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
         wait_route_epoch(cluster, topic, moved.epoch)
-        produce(producer, "after", 60)
+        sent.update(send_by_message_group(producer, topic, "after", 60))
         got += receive(consumer, len(sent) - len(got), invisible_ms=2000, ack=True, timeout=20)
         assert_nothing_comes_back(consumer, 3.0)
 
