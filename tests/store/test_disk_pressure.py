@@ -333,7 +333,7 @@ def test_a_short_write_raises_and_leaves_no_partial_unit(tmp_path: Path, monkeyp
     cq = FileConsumeQueue(TOPIC, 0, tmp_path / "cq", 20 * 100)
     cq.load()
     cq.put_units(0, b"".join(UNIT.pack(1000 + i, 100, 7) for i in range(10)))
-    real_pwrite = os.pwrite
+    real_pwrite = mapped_file.pwrite_holding_gil
     calls: list[int] = []
 
     def short_then_full(fd: int, data: bytes, pos: int) -> int:
@@ -342,7 +342,7 @@ def test_a_short_write_raises_and_leaves_no_partial_unit(tmp_path: Path, monkeyp
             return real_pwrite(fd, bytes(data)[:7], pos)  # the disk took 7 bytes of the unit
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(mapped_file.os, "pwrite", short_then_full)
+    monkeypatch.setattr(mapped_file, "pwrite_holding_gil", short_then_full)
     with pytest.raises(OSError) as raised:
         cq.put_units(10, UNIT.pack(2000, 100, 7))
     assert raised.value.errno == errno.ENOSPC and len(calls) == 2
