@@ -4,7 +4,11 @@ ways in the same run, single async sends of 1 KiB with ``--window`` in flight fr
 - our SDK here, ``Producer.send_async`` straight to the broker (``bench/cluster_bench.py``'s ``produce_rate``);
 - the official RocketMQ 5 Python client (``rocketmq-python-client``) in a subprocess of its own venv, its
   ``Producer.send_async`` through mqproxy (v2 gRPC; the proxy sends on with our SDK):
-  ``bench/official_client/produce_rate.py``. Target: >= 0.5x the SDK's rate.
+  ``bench/official_client/produce_rate.py``. Target: >= 0.5x the SDK's rate;
+- the same client against a proxy whose sends answer at once, storing nothing
+  (``bench/official_client/answering_proxy.py``): the client's own ceiling on this machine, with only a proxy's
+  gRPC front end in the way. No proxy can take the client past it, so the row shows how much of the gap to the
+  target is the client's.
 
 The client's venv is the proxy tests' (``cluster/official_client.py``): reused when present, else made here by pip
 (not in smoke mode, which must stay short). When it cannot be had, the client's row is "not run" with the reason.
@@ -19,6 +23,7 @@ from bench.cluster_bench import produce_rate
 from bench.daemons import start_broker, start_namesrv, start_proxy, stop_all, wait_until
 from bench.harness import BODY, Config, Metric, Recorder, Target
 from client import Admin, Producer
+from cluster.daemon_process import Daemon, start_daemon
 from cluster.official_client import (
     CLIENT_REQUIREMENT,
     ClientInstallError,
@@ -38,6 +43,8 @@ METRICS = [
            echo="unary", issue=17, short="SDK direct"),
     Metric("proxy.official", "produce 1 KiB, official Python client via mqproxy, single async sends", "msgs/s",
            echo="unary", vs="proxy.sdk_direct", target=Target(">=", 0.5, of="proxy.sdk_direct"), issue=17),
+    Metric("proxy.official_ceiling", "the same client, a proxy answering sends at once (stores nothing)", "msgs/s",
+           echo="unary", vs="proxy.sdk_direct", issue=17),
 ]
 
 
@@ -75,6 +82,11 @@ def _official_rate(python: Path, endpoint: str, cfg: Config, workdir: Path) -> t
     return float(result["rate"]), note
 
 
+def _start_answering_proxy(workdir: Path, namesrv_addr: str) -> Daemon:
+    return start_daemon("answering-proxy", "bench.official_client.answering_proxy",
+                        ["-n", namesrv_addr, "--host", "127.0.0.1", "-p", "0"], workdir / "answering-proxy")
+
+
 def scenario(cfg: Config, rec: Recorder) -> None:
     workdir = cfg.workdir / "proxy"
     python, why_not = _client_python(cfg)  # before the daemons: an install takes a while
@@ -92,8 +104,14 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             rec.record("proxy.sdk_direct", produce_rate(producer, TOPIC, cfg, batch=1), note)
         if python is None:
             rec.skip("proxy.official", why_not)
+            rec.skip("proxy.official_ceiling", why_not)
             return
         rate, sent = _official_rate(python, proxy.addr, cfg, workdir)
         rec.record("proxy.official", rate, f"{note}, {sent}")
+        proxy.stop()
+        answering = _start_answering_proxy(workdir, ns.addr)
+        daemons.insert(0, answering)
+        rate, sent = _official_rate(python, answering.addr, cfg, workdir)
+        rec.record("proxy.official_ceiling", rate, f"{note}, {sent}")
     finally:
         stop_all(daemons)

@@ -49,6 +49,9 @@ class WireBatch:
     max_body: int
     max_properties: int
     buf: bytearray
+    # Each record's property block; equal blocks side by side are one object (a producer's batch mostly repeats
+    # one), so whoever looks into them (delay, transactions, dispatch) can skip a repeat by identity.
+    properties: list[bytes]
 
     @classmethod
     def parse(cls, records: bytes, topic: bytes, queue_id: int, store_host: bytes, max_count: int) -> "WireBatch":
@@ -64,6 +67,8 @@ class WireBatch:
         topic_len = len(topic)
         fixed = HEADER_SIZE + topic_len
         sizes: list[int] = []
+        properties: list[bytes] = []
+        props = b""
         body_bytes = max_body = max_props = pos = 0
         while pos < end:
             if end - pos < HEADER_SIZE:
@@ -77,6 +82,9 @@ class WireBatch:
             put_id(buf, pos + OFFSET_QUEUE_ID, queue_id)
             put_host(buf, pos + OFFSET_STORE_HOST, store_host)
             sizes.append(size)
+            if p_len != len(props) or not records.startswith(props, pos + fixed):  # not the last record's block
+                props = records[pos + fixed : pos + fixed + p_len]
+            properties.append(props)
             body_bytes += body_len
             if body_len > max_body:
                 max_body = body_len
@@ -87,7 +95,7 @@ class WireBatch:
                 raise CorruptRecordError(f"batch holds more than {max_count} records")
         if not sizes:
             raise CorruptRecordError("batch is empty: no records")
-        return cls(topic, queue_id, sizes, body_bytes, max_body, max_props, buf)
+        return cls(topic, queue_id, sizes, body_bytes, max_body, max_props, buf, properties)
 
     @classmethod
     def of(cls, topic: bytes, queue_id: int, bodies: Sequence[bytes], properties: Sequence[bytes], *,
@@ -99,7 +107,8 @@ class WireBatch:
         fixed = HEADER_SIZE + len(topic)
         body_sizes = list(map(len, bodies))
         sizes = [fixed + len(props) + n for props, n in zip(properties, body_sizes, strict=True)]
-        return cls(topic, queue_id, sizes, sum(body_sizes), max(body_sizes), max(map(len, properties)), buf)
+        return cls(topic, queue_id, sizes, sum(body_sizes), max(body_sizes), max(map(len, properties)), buf,
+                   _runs_shared(properties))
 
     @classmethod
     def of_records(cls, topic: bytes, queue_id: int, records: Sequence[bytes]) -> "WireBatch":
@@ -108,8 +117,9 @@ class WireBatch:
         unpack = CHECKED_FIELDS.unpack_from
         fields = [unpack(r) for r in records]
         bodies = [f[3] for f in fields]
+        properties = [r[HEADER_SIZE + f[4] : HEADER_SIZE + f[4] + f[5]] for r, f in zip(records, fields, strict=True)]
         return cls(topic, queue_id, [f[0] for f in fields], sum(bodies), max(bodies), max(f[5] for f in fields),
-                   bytearray().join(records))
+                   bytearray().join(records), _runs_shared(properties))
 
     def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
                physical_offsets: list[int]) -> memoryview:
@@ -127,6 +137,16 @@ class WireBatch:
     def total_size(self) -> int:
         return len(self.buf)
 
+
+def _runs_shared(properties: Sequence[bytes]) -> list[bytes]:
+    """``properties`` with each block equal to the one before it replaced by that one."""
+    shared: list[bytes] = []
+    last = b""
+    for props in properties:
+        if props != last:
+            last = props
+        shared.append(last)
+    return shared
 
 
 def _what_is_wrong(records: bytes, pos: int, n: int, topic: bytes) -> str:

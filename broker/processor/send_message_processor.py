@@ -14,7 +14,7 @@ from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from broker.timer.delay_router import DelayRouter, is_delayed_needle_in
-from broker.timer.timer_batch import record_properties, timer_properties, timer_wire_batch
+from broker.timer.timer_batch import timer_properties, timer_wire_batch
 from broker.timer.timer_recall import recall_handles
 from broker.transaction.half_message import half_properties, half_wire_batch, is_half_needle_in
 from common.kv_shard import KV_TOPIC
@@ -122,14 +122,13 @@ class SendMessageProcessor:
             except CorruptRecordError as exc:
                 raise RequestError(f"records of the batch: {exc}") from None
             self._check_total(batch.body_bytes)
-            blocks = record_properties(request.records, batch.sizes)
-            joined = b"".join(blocks)
+            joined = b"".join(batch.properties)
             if is_half_needle_in(joined):
-                half_batch = half_wire_batch(batch, blocks, topic, queue_id, static)
+                half_batch = half_wire_batch(batch, topic, queue_id, static)
                 if half_batch is not None:
                     return self.store.put_wire_batch(half_batch), None
             if is_delayed_needle_in(joined):
-                timer = timer_wire_batch(self.delay_router, batch, blocks, topic, queue_id, _now_ms())
+                timer = timer_wire_batch(self.delay_router, batch, topic, queue_id, _now_ms())
                 if timer is not None:
                     return self.store.put_wire_batch(timer[0]), timer[1]
             return self.store.put_wire_batch(batch), None

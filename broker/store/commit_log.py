@@ -8,8 +8,9 @@ the tail of a segment too small for the next record gets an end-of-segment marke
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -31,6 +32,16 @@ class NothingAppended(OSError):
     """The commitlog refused a batch before any of its records was written (e.g. ENOSPC): nothing changed."""
 
 
+class AppendObserver(Protocol):
+    """Told of every run of records ``append_batch`` writes into a segment, in commitlog order (reput's dispatch
+    hints, ``broker/store/dispatch/dispatch_hints.py``), and that the log was truncated."""
+
+    def appended(self, topic: str, queue_id: int, queue_offset: int, physical_offsets: Sequence[int],
+                 sizes: Sequence[int], properties: Sequence[bytes], store_timestamp: int, end: int) -> None: ...
+
+    def forget(self) -> None: ...
+
+
 class CommitLog:
     def __init__(self, store_dir: Path, mapped_file_size: int, close_grace_s: float = 30.0) -> None:
         self.mapped_file_queue = MappedFileQueue(store_dir, mapped_file_size, close_grace_s)
@@ -47,6 +58,7 @@ class CommitLog:
         self._confirm_lock = threading.Lock()
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._append_listeners: list[Callable[[int], None]] = []
+        self._append_observer: AppendObserver | None = None
 
     # -- geometry ----------------------------------------------------------------------------------
     @property
@@ -72,6 +84,9 @@ class CommitLog:
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called with the new end after every append (replication wakes its senders)."""
         self._append_listeners.append(listener)
+
+    def observe_appends(self, observer: AppendObserver) -> None:
+        self._append_observer = observer
 
     def advance_confirm_offset(self, offset: int) -> None:
         """What this store alone would confirm (appended, or flushed under SYNC_FLUSH)."""
@@ -108,6 +123,7 @@ class CommitLog:
         """Append a batch of one queue; its records get consecutive queue offsets."""
         physical_offsets: list[int] = []
         sizes = batch.sizes
+        observer = self._append_observer
         with self._lock:
             key = (batch.topic.decode(), batch.queue_id)
             first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)
@@ -131,6 +147,9 @@ class CommitLog:
                         continue
                     physical = segment.file_from_offset + segment.wrote_position
                     segment.append(batch.encode(i, j, queue_offset, physical, now, physical_offsets))
+                    if observer is not None:
+                        observer.appended(key[0], batch.queue_id, queue_offset, physical_offsets[i - j:], sizes[i:j],
+                                          batch.properties[i:j], now, segment.file_from_offset + segment.wrote_position)
                     queue_offset += j - i
                     i = j
             except OSError as exc:
@@ -228,6 +247,8 @@ class CommitLog:
     def recover_to(self, end: int) -> None:
         """Make ``end`` the commitlog end: zero a torn tail, drop later segments."""
         self.mapped_file_queue.truncate_to(end)
+        if self._append_observer is not None:
+            self._append_observer.forget()
         for segment in self.mapped_file_queue.files:
             if segment.end_offset <= end:
                 segment.wrote_position = segment.flushed_position = segment.file_size
@@ -239,6 +260,8 @@ class CommitLog:
         with self._lock:
             assert end >= self.confirm_offset, f"cutting at {end}, below the confirm offset {self.confirm_offset}"
             self.mapped_file_queue.truncate_to(end)
+            if self._append_observer is not None:
+                self._append_observer.forget()
             self._local_confirm = min(self._local_confirm, end)
             self._replicated = min(self._replicated, end)
 

@@ -8,7 +8,6 @@ for the same test over the whole records (the needles are searched through every
 record's properties looked at exactly.
 """
 
-import struct
 from collections.abc import Sequence
 
 from broker.timer.delay_router import DelayRouter
@@ -18,21 +17,6 @@ from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
 from common.wire_batch import WireBatch
 
 _TIMER_TOPIC = TIMER_TOPIC.encode()
-_LENGTHS = struct.Struct(">BH")  # topic and properties lengths, the header's last fields
-_LENGTHS_AT = HEADER_SIZE - _LENGTHS.size
-
-
-def record_properties(records: bytes, sizes: Sequence[int]) -> list[bytes]:
-    """The property block of each record of a checked batch (``WireBatch.parse``)."""
-    out = []
-    pos = 0
-    unpack = _LENGTHS.unpack_from
-    for size in sizes:
-        topic_len, props_len = unpack(records, pos + _LENGTHS_AT)
-        start = pos + HEADER_SIZE + topic_len
-        out.append(records[start : start + props_len])
-        pos += size
-    return out
 
 
 def batch_dues(router: DelayRouter, properties: Sequence[bytes], now_ms: int) -> list[int] | None:
@@ -58,11 +42,12 @@ def timer_properties(router: DelayRouter, properties: Sequence[bytes], real_topi
             for p, due in zip(properties, dues, strict=True)]
 
 
-def timer_wire_batch(router: DelayRouter, batch: WireBatch, properties: Sequence[bytes], real_topic: str,
-                     real_queue_id: int, now_ms: int) -> tuple[WireBatch, list[bytes]] | None:
-    """A checked batch of records (``WireBatch.parse``; ``properties`` from :func:`record_properties`) re-encoded
-    as timer-topic records, with each record's properties there (its recall handle is read from them); None when it
-    is not delayed (the needle ended another property's name: XDELAY)."""
+def timer_wire_batch(router: DelayRouter, batch: WireBatch, real_topic: str, real_queue_id: int,
+                     now_ms: int) -> tuple[WireBatch, list[bytes]] | None:
+    """A checked batch of records (``WireBatch.parse``) re-encoded as timer-topic records, with each record's
+    properties there (its recall handle is read from them); None when it is not delayed (the needle ended another
+    property's name: XDELAY)."""
+    properties = batch.properties
     dues = batch_dues(router, properties, now_ms)
     if dues is None:
         return None

@@ -90,11 +90,10 @@ def _with_target(props: bytes, real_topic: str, real_queue_id: int) -> bytes:
     return props + (f"{PROPERTY_REAL_TOPIC}\x01{real_topic}\x02{PROPERTY_REAL_QID}\x01{real_queue_id}\x02").encode()
 
 
-def half_wire_batch(batch: WireBatch, properties: Sequence[bytes], real_topic: str, real_queue_id: int,
-                    static: bool) -> WireBatch | None:
-    """A checked batch of records (``properties`` from ``record_properties``) as the half topic's record, or None
-    when it holds no half message."""
-    half_props = half_properties(properties, real_topic, real_queue_id, static)
+def half_wire_batch(batch: WireBatch, real_topic: str, real_queue_id: int, static: bool) -> WireBatch | None:
+    """A checked batch of records (``WireBatch.parse``) as the half topic's record, or None when it holds no half
+    message."""
+    half_props = half_properties(batch.properties, real_topic, real_queue_id, static)
     if half_props is None:
         return None
     h = HEADER.unpack_from(batch.buf, 0)

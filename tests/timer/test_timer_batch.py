@@ -5,7 +5,7 @@ import pytest
 
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from broker.timer.delay_router import DelayRouter, delivered_properties, timer_target
-from broker.timer.timer_batch import record_properties, timer_properties, timer_wire_batch
+from broker.timer.timer_batch import timer_properties, timer_wire_batch
 from client import MQClientError
 from client.message_encoding import batch_wire_properties
 from common.message import Message
@@ -60,10 +60,10 @@ def test_sdk_refuses_a_mixed_batch():
 def test_a_delayed_batch_becomes_timer_records_of_the_same_messages():
     msgs = [Message("Orders", b"body-%d" % i, tags="t", keys=[f"k{i}"], delay_level=i % 3 + 1) for i in range(5)]
     records, batch = parsed(msgs, flag=7)
-    timer_and_props = timer_wire_batch(ROUTER, batch, record_properties(records, batch.sizes), "Orders", 3, NOW)
+    timer_and_props = timer_wire_batch(ROUTER, batch, "Orders", 3, NOW)
     assert timer_and_props is not None
     timer = timer_and_props[0]
-    assert timer_and_props[1] == record_properties(bytes(timer.buf), timer.sizes)
+    assert timer_and_props[1] == timer.properties
     assert timer.topic == TIMER_TOPIC.encode() and timer.queue_id == TIMER_QUEUE_ID
     assert len(timer.sizes) == 5 and timer.body_bytes == batch.body_bytes and sum(timer.sizes) == len(timer.buf)
     originals = decode_records(records)
@@ -84,22 +84,21 @@ def test_a_batch_mixing_delayed_and_immediate_messages_is_refused():
     records = encode_wire_batch(b"T", [b"a", b"b"], delayed + plain, born_timestamp=NOW, born_host=BORN_HOST)
     batch = WireBatch.parse(records, b"T", 0, STORE_HOST, 4096)
     with pytest.raises(RequestError, match="all delayed or all immediate: 1 of 2 messages are delayed"):
-        timer_wire_batch(ROUTER, batch, record_properties(records, batch.sizes), "T", 0, NOW)
+        timer_wire_batch(ROUTER, batch, "T", 0, NOW)
     with pytest.raises(RequestError, match="all delayed or all immediate"):
         timer_properties(ROUTER, plain + delayed, "T", 0, NOW)
 
 
 def test_a_body_or_another_name_holding_the_needle_is_not_delayed():
     msgs = [Message("T", b"DELAY\x013\x02TIMER_DELIVER_MS\x011\x02", properties={"XDELAY": "4"})]
-    records, batch = parsed(msgs)
-    blocks = record_properties(records, batch.sizes)
+    _records, batch = parsed(msgs)
+    blocks = batch.properties
     assert b"XDELAY\x01" in b"".join(blocks)  # the cheap test hits ...
-    assert timer_wire_batch(ROUTER, batch, blocks, "T", 3, NOW) is None  # ... the exact one does not
+    assert timer_wire_batch(ROUTER, batch, "T", 3, NOW) is None  # ... the exact one does not
     assert timer_properties(ROUTER, blocks, "T", 3, NOW) is None
 
 
-def test_record_properties_are_each_records_block():
+def test_a_checked_batch_holds_each_records_property_block():
     msgs = [Message("T", b"x" * n, tags=f"tag{n}") for n in (1, 100, 3)]
-    records, batch = parsed(msgs)
-    assert [decode_properties(p)["TAGS"] for p in record_properties(records, batch.sizes)] == ["tag1", "tag100",
-                                                                                                "tag3"]
+    _records, batch = parsed(msgs)
+    assert [decode_properties(p)["TAGS"] for p in batch.properties] == ["tag1", "tag100", "tag3"]

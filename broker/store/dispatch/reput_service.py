@@ -1,4 +1,6 @@
-"""Reput: reads the commitlog from the lowest dispatcher checkpoint and feeds the dispatch chain.
+"""Reput: reads the commitlog from the lowest dispatcher checkpoint and feeds the dispatch chain. What this
+process appended comes with dispatch hints (``dispatch_hints.py``): the requests are taken as the appender made
+them instead of being parsed back out of the segment.
 
 A failure while parsing or dispatching (a broken invariant: a record that is not where it should be, a
 dispatcher that cannot apply) fail-stops the store instead of being retried forever: writes that nobody could
@@ -8,16 +10,16 @@ import logging
 import mmap
 import threading
 import time
-import zlib
 from collections.abc import Callable
 
 from broker.store.commit_log import CommitLog
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.dispatch_hints import DispatchHints
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from broker.store.fault_points import check_dispatch
 from broker.store.running_flags import RunningFlags
 from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
-from common.message_properties import TAGS_NEEDLE, find_property
+from common.message_properties import properties_tags_code
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,6 @@ def parse_records(
     out: list[DispatchRequest] = []
     append = out.append
     unpack = DISPATCH_FIELDS.unpack_from
-    crc32 = zlib.crc32
     find = mm.find
     raw_topic, topic = b"", ""
     props_seen: bytes | None = None
@@ -62,8 +63,7 @@ def parse_records(
             props = props_seen
         else:
             props_seen = props
-            tags = find_property(props, TAGS_NEEDLE) if TAGS_NEEDLE in props else None
-            tags_code = (crc32(tags) or 1) if tags else 0
+            tags_code = properties_tags_code(props)
         append((topic, queue_id, queue_offset, physical, size, tags_code, store_ts, props))
         pos += size
     return out, pos, False
@@ -84,7 +84,9 @@ class ReputMessageService(threading.Thread):
         self._progress = threading.Condition()
         self._pass_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
+        self.hints = DispatchHints()
         commit_log.add_confirm_listener(self._on_confirmed)
+        commit_log.observe_appends(self.hints)
 
     def _on_confirmed(self, _offset: int) -> None:
         if not self._wakeup.is_set():  # Event.set takes a lock and notifies even when already set
@@ -110,6 +112,11 @@ class ReputMessageService(threading.Thread):
         mfq = self.commit_log.mapped_file_queue
         while self.reput_from_offset < self.commit_log.confirm_offset and not self._stopped.is_set():
             offset = self.reput_from_offset
+            hinted = self.hints.take(offset, self.commit_log.confirm_offset, MAX_BATCH_RECORDS)
+            if hinted is not None:
+                self._dispatch(*hinted)
+                count += len(hinted[0])
+                continue
             segment = mfq.find(offset)
             if segment is None:  # expired under us: continue at the oldest segment still here
                 first = mfq.min_offset()
