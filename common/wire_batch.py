@@ -139,12 +139,13 @@ class WireBatch:
 
 
 def _runs_shared(properties: Sequence[bytes]) -> list[bytes]:
-    """``properties`` with each block equal to the one before it replaced by that one."""
+    """``properties`` with each block equal to the one before it replaced by that one, every block ``bytes`` (what
+    parsing the stored record gives: a caller's bytearray or memoryview is copied)."""
     shared: list[bytes] = []
     last = b""
     for props in properties:
         if props != last:
-            last = props
+            last = props if type(props) is bytes else bytes(props)
         shared.append(last)
     return shared
 

@@ -148,8 +148,8 @@ class CommitLog:
                     physical = segment.file_from_offset + segment.wrote_position
                     segment.append(batch.encode(i, j, queue_offset, physical, now, physical_offsets))
                     if observer is not None:
-                        observer.appended(key[0], batch.queue_id, queue_offset, physical_offsets[i - j:], sizes[i:j],
-                                          batch.properties[i:j], now, segment.file_from_offset + segment.wrote_position)
+                        self._tell(observer, key[0], batch, i, j, queue_offset, physical_offsets[i - j:], now,
+                                   segment.file_from_offset + segment.wrote_position)
                     queue_offset += j - i
                     i = j
             except OSError as exc:
@@ -164,6 +164,18 @@ class CommitLog:
         for listener in self._append_listeners:
             listener(end)
         return AppendResult(physical_offsets, first_queue_offset, now, end)
+
+    @staticmethod
+    def _tell(observer: AppendObserver, topic: str, batch: WireBatch, i: int, j: int, queue_offset: int,
+              physical_offsets: list[int], store_timestamp: int, end: int) -> None:
+        """The records are written: whatever the observer does must not undo that (its hints are a shortcut;
+        forgotten, reput parses the bytes)."""
+        try:
+            observer.appended(topic, batch.queue_id, queue_offset, physical_offsets, batch.sizes[i:j],
+                              batch.properties[i:j], store_timestamp, end)
+        except Exception:
+            log.exception("append_observer_failed topic=%s queue_id=%d", topic, batch.queue_id)
+            observer.forget()
 
     # -- replication -------------------------------------------------------------------------------
     def read_replica(self, offset: int, max_bytes: int) -> memoryview:

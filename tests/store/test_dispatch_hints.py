@@ -12,7 +12,7 @@ from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_hints import DispatchHints
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from broker.store.message_store import MessageStore
-from common.message_properties import encode_properties
+from common.message_properties import encode_properties, tags_code
 from common.wire_batch import WireBatch, encode_wire_batch
 from tests.store.conftest import store_config
 
@@ -84,6 +84,7 @@ def test_hinted_dispatch_equals_what_parsing_the_commitlog_gives(tmp_path: Path,
     assert store.wait_dispatched(end, 10)
     assert store.commit_log.mapped_file_queue.min_offset() == 0 and end > 4 * 64 * 1024  # several segments
     assert sum(parsed) == 0 and store.reput.hints.dropped == 0  # every record came from a hint
+    assert store.reput.hints.pending_records == 0
     store.shutdown()
 
     replayed = KeepingDispatcher()
@@ -98,7 +99,7 @@ def test_reput_parses_what_was_not_hinted(tmp_path: Path):
     """Too many hints waiting: the rest go unhinted, and reput parses them, in order, the same."""
     kept = KeepingDispatcher()
     store = _open(tmp_path, kept)
-    store.reput.hints.max_pending = 3
+    store.reput.hints.max_pending_records = 3
     store.commit_log.replication_gated = True  # nothing is confirmed until the "replicas" say so
     results = [store.put_messages("Gated", i % 2, [b"x" * (100 + i)], [_props(i)]) for i in range(10)]
     assert store.reput.hints.dropped == 7
@@ -106,7 +107,40 @@ def test_reput_parses_what_was_not_hinted(tmp_path: Path):
     assert store.wait_dispatched(results[-1].append.end_offset, 10)
     assert [r[3] for r in kept.requests] == [p for r in results for p in r.append.physical_offsets]
     assert [r[2] for r in kept.requests] == [i // 2 for i in range(10)]
+    assert store.reput.hints.pending_records == 0
     store.shutdown()
+
+
+def test_an_observer_that_fails_costs_only_the_hints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    kept = KeepingDispatcher()
+    store = _open(tmp_path, kept)
+    real_appended = store.reput.hints.appended
+    calls = [0]
+
+    def fails_once(*args: object) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise MemoryError("no room for the hint")
+        real_appended(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.reput.hints, "appended", fails_once)
+    results = [store.put_messages("Obs", 0, [b"x" * 50] * 3, [_props(i)] * 3) for i in range(4)]
+    assert all(r.ok for r in results)
+    assert [r.append.queue_offset for r in results] == [0, 3, 6, 9]  # the queue offsets moved on all the same
+    assert store.wait_dispatched(results[-1].append.end_offset, 10)
+    assert [r[2] for r in kept.requests] == list(range(12))
+    store.shutdown()
+
+
+def test_property_blocks_given_as_buffers_are_hinted_as_bytes():
+    block = encode_properties({"TAGS": "TagA"})
+    batch = WireBatch.of(b"T", 0, [b"a", b"b"], [memoryview(block), bytearray(block)], born_timestamp=0,
+                         born_host=bytes(8), store_host=bytes(8))
+    assert [type(p) for p in batch.properties] == [bytes, bytes] and batch.properties == [block, block]
+    hints = DispatchHints()
+    hints.appended("T", 0, 0, [0, 100], [100, 100], batch.properties, 1, 200)
+    taken = hints.take(0, 200, 4096)
+    assert taken is not None and taken[0][0][5] == taken[0][1][5] == tags_code("TagA")
 
 
 def _hints_of(*runs: tuple[int, int, int]) -> DispatchHints:

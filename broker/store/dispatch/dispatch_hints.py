@@ -16,25 +16,30 @@ from itertools import repeat
 from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, DispatchRequest
 from common.message_properties import properties_tags_code
 
-# Hints waiting for the confirm offset (a SYNC_MASTER's slaves behind, a SYNC_FLUSH behind the disk): past this
-# many, appends go unhinted and reput parses them.
-MAX_PENDING_HINTS = 1024
+# Records hinted and waiting for the confirm offset (a SYNC_MASTER's slaves behind, a SYNC_FLUSH behind the disk, a
+# fail-stopped reput): past this many, appends go unhinted and reput parses them.
+MAX_PENDING_RECORDS = 65_536
 Hint = tuple[int, int, list[DispatchRequest]]  # start offset, end offset, the requests
 
 
 class DispatchHints:
-    def __init__(self, max_pending: int = MAX_PENDING_HINTS) -> None:
-        self.max_pending = max_pending
-        self.dropped = 0  # hints not kept because too many waited
+    def __init__(self, max_pending_records: int = MAX_PENDING_RECORDS) -> None:
+        self.max_pending_records = max_pending_records
+        self.dropped = 0  # hints not kept because too many records waited
         self._hints: deque[Hint] = deque()
+        self._pending_records = 0
         self._lock = threading.Lock()  # the appender offers and forgets, reput takes
+
+    @property
+    def pending_records(self) -> int:
+        return self._pending_records
 
     def appended(self, topic: str, queue_id: int, queue_offset: int, physical_offsets: Sequence[int],
                  sizes: Sequence[int], properties: Sequence[bytes], store_timestamp: int, end: int) -> None:
         """Records just written back to back from ``physical_offsets[0]`` to ``end``, with consecutive queue
         offsets from ``queue_offset``; ``properties``: their blocks, a repeat of the one before as the same
         object (``WireBatch.properties``)."""
-        if len(self._hints) >= self.max_pending:
+        if self._pending_records + len(sizes) > self.max_pending_records:  # racy read: a bound, not an invariant
             self.dropped += 1
             return
         requests = list(zip(repeat(topic), repeat(queue_id), range(queue_offset, queue_offset + len(sizes)),
@@ -42,6 +47,7 @@ class DispatchHints:
                             strict=False))  # the repeats are endless: the records' own columns give the length
         with self._lock:
             self._hints.append((physical_offsets[0], end, requests))
+            self._pending_records += len(requests)
 
     def take(self, offset: int, limit: int, max_records: int) -> tuple[list[DispatchRequest], int] | None:
         """The requests of the hints that start at ``offset`` and follow one another up to ``limit`` (at most
@@ -50,7 +56,7 @@ class DispatchHints:
         with self._lock:
             hints = self._hints
             while hints and hints[0][0] < offset:  # reput parsed past them
-                hints.popleft()
+                self._pending_records -= len(hints.popleft()[2])
             if not hints or hints[0][0] != offset:
                 return None
             if hints[0][1] > limit:  # confirmed part-way (a replica's ack): the confirmed records, the rest later
@@ -59,6 +65,7 @@ class DispatchHints:
             while hints and hints[0][0] == end and hints[0][1] <= limit and len(requests) < max_records:
                 _, end, more = hints.popleft()
                 requests += more
+            self._pending_records -= len(requests)
         assert requests[0][PHYSICAL_OFFSET] == offset, f"a hint's first record is not at commitlog offset {offset}"
         return requests, end
 
@@ -72,12 +79,14 @@ class DispatchHints:
         if below == 0:
             return None
         self._hints[0] = (at, end, requests[below:])
+        self._pending_records -= below
         return requests[:below], at
 
     def forget(self) -> None:
         """The commitlog was truncated: what was hinted may be written over."""
         with self._lock:
             self._hints.clear()
+            self._pending_records = 0
 
 
 def _tags_codes(properties: Sequence[bytes]) -> list[int]:

@@ -141,6 +141,7 @@ class ReputMessageService(threading.Thread):
         with self._progress:
             self.failed = True
             self._progress.notify_all()
+        self.hints.forget()  # nothing more is dispatched: they would only hold memory
 
     def _dispatch(self, requests: list[DispatchRequest], end: int) -> None:
         check_dispatch(self.reput_from_offset)
