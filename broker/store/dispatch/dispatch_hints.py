@@ -83,7 +83,7 @@ class DispatchHints:
         return requests[:below], at
 
     def forget(self) -> None:
-        """The commitlog was truncated: what was hinted may be written over."""
+        """The commitlog was truncated (what was hinted may be written over), or reput stopped for good."""
         with self._lock:
             self._hints.clear()
             self._pending_records = 0
