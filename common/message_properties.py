@@ -89,6 +89,7 @@ def properties_tags_code(raw: bytes) -> int:
     """The tags code of a record's property block (wire form)."""
     return tags_code(find_property(raw, TAGS_NEEDLE)) if TAGS_NEEDLE in raw else 0
 
+
 # Consumer groups: a retried or dead-lettered message keeps where it came from and how often it was retried.
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"

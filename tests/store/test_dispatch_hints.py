@@ -68,7 +68,7 @@ def _put_a_mix(store: MessageStore) -> int:
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
 def test_hinted_dispatch_equals_what_parsing_the_commitlog_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 flush: FlushDiskType):
+                                                                 flush: FlushDiskType, store_type: str):
     parsed: list[int] = []
     real_parse = reput_service.parse_records
 
@@ -79,7 +79,7 @@ def test_hinted_dispatch_equals_what_parsing_the_commitlog_gives(tmp_path: Path,
 
     monkeypatch.setattr(reput_service, "parse_records", counted_parse)
     hinted = KeepingDispatcher()
-    store = _open(tmp_path, hinted, flush_disk_type=flush)
+    store = _open(tmp_path, hinted, flush_disk_type=flush, store_type=store_type)
     end = _put_a_mix(store)
     assert store.wait_dispatched(end, 10)
     assert store.commit_log.mapped_file_queue.min_offset() == 0 and end > 4 * 64 * 1024  # several segments
@@ -88,10 +88,11 @@ def test_hinted_dispatch_equals_what_parsing_the_commitlog_gives(tmp_path: Path,
     store.shutdown()
 
     replayed = KeepingDispatcher()
-    store = _open(tmp_path, replayed, flush_disk_type=flush)  # a new process: no hints, the records are parsed
+    store = _open(tmp_path, replayed, flush_disk_type=flush, store_type=store_type)  # no hints: parsed
     assert store.wait_dispatched(end, 10)
     assert sum(parsed) == len(hinted.requests)
     assert replayed.requests == hinted.requests
+    assert store.max_offset("Hint0", 0) == len([r for r in hinted.requests if r[0] == "Hint0" and r[1] == 0])
     store.shutdown()
 
 
