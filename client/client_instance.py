@@ -5,8 +5,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import grpc
@@ -34,6 +35,7 @@ DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one
 # controller promotes within tens of milliseconds, and a route fetched just before that would otherwise keep
 # keyed sends on the dead master for as long as it is cached.
 DEGRADED_ROUTE_MAX_AGE_S = 0.2
+_NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
@@ -82,6 +84,8 @@ class ClientInstance:
         self._channels: dict[str, grpc.Channel] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
+        # Each route's groups as {broker name: {broker id: address}}, made from the route object they are kept with.
+        self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
         self._static_views: dict[str, tuple[common_pb2.TopicRouteData, int, dict[int, str]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
@@ -236,12 +240,15 @@ class ClientInstance:
         self.down.clear(addr)
 
     def group_addrs(self, topic: str, broker_name: str, for_publish: bool = False,
-                    max_age_s: float = ROUTE_TTL_S) -> dict[int, str]:
-        """{broker id: address} of ``broker_name``'s live replicas in the topic's route (empty: not in it)."""
-        for bd in self.route(topic, for_publish=for_publish, max_age_s=max_age_s).broker_datas:
-            if bd.broker_name == broker_name:
-                return dict(bd.broker_addrs)
-        return {}
+                    max_age_s: float = ROUTE_TTL_S) -> Mapping[int, str]:
+        """{broker id: address} of ``broker_name``'s live replicas in the topic's route (empty: not in it); read
+        only (shared by the calls that read the same route)."""
+        route = self.route(topic, for_publish=for_publish, max_age_s=max_age_s)
+        cached = self._groups.get(topic)
+        if cached is None or cached[0] is not route:  # a protobuf map is slow to read: once per route fetched
+            cached = self._groups[topic] = (route, {bd.broker_name: dict(bd.broker_addrs)
+                                                    for bd in route.broker_datas})
+        return cached[1].get(broker_name, _NO_REPLICAS)
 
     def has_live_master(self, topic: str, broker_name: str, for_publish: bool = False) -> bool:
         """Whether the cached route names a master of ``broker_name`` that is not marked down."""
@@ -267,7 +274,8 @@ class ClientInstance:
             raise MQClientError(f"broker {broker_name} of topic {topic} has no live replica")
         return addr
 
-    def _group_with_master(self, topic: str, broker_name: str, for_publish: bool, writing: bool) -> dict[int, str]:
+    def _group_with_master(self, topic: str, broker_name: str, for_publish: bool,
+                           writing: bool) -> Mapping[int, str]:
         """The group's replicas, from the cached route while it names a live master. Else from a fresher one:
         fetched at once when the group is missing or a write finds no master (as before failover existed); at
         most every :data:`DEGRADED_ROUTE_MAX_AGE_S` while the master is only marked down or a read has slaves to

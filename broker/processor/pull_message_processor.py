@@ -65,7 +65,7 @@ class PullMessageProcessor:
                 group, config.topic_name, request.queue_id, request.commit_offset), group, request)
         result = self.store.get_message(config.topic_name, request.queue_id, request.queue_offset,
                                         request.max_msg_nums, request.max_bytes or DEFAULT_MAX_BYTES,
-                                        set(codes) if codes is not None else None)
+                                        set(codes) if codes is not None else None, runs=True)
         response = to_response(result, request.queue_offset, with_records=False)
         caught_up = response.code == ResponseCode.PULL_NOT_FOUND
         return PullOutcome(response, (config.topic_name, request.queue_id, request.queue_offset) if caught_up else None,

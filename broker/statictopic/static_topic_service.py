@@ -68,7 +68,7 @@ class StaticTopicService:
         if self.is_local(item):
             result = self.store.get_message(request.topic, item.queue_id, physical, request.max_msg_nums,
                                             request.max_bytes or DEFAULT_MAX_BYTES,
-                                            set(tags_codes) if tags_codes is not None else None)
+                                            set(tags_codes) if tags_codes is not None else None, runs=True)
             return to_response(result, physical)
         sub = broker_pb2.PullMessageRequest()
         sub.CopyFrom(request)

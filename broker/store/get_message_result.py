@@ -19,5 +19,7 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[bytes] = field(default_factory=list)  # whole records, as stored
+    # Whole records, as stored: one an item, or (``get_message(runs=True)``) records that follow one another in
+    # the commitlog as one item.
+    messages: list[bytes] = field(default_factory=list)
     total_bytes: int = 0

@@ -254,9 +254,11 @@ class MessageStore(MessageStoreReader):
 
     # -- read --------------------------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    max_total_bytes: int = 4 * 1024 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
+                    max_total_bytes: int = 4 * 1024 * 1024, tags_codes: set[int] | None = None,
+                    runs: bool = False) -> GetMessageResult:
         """Up to ``max_msg_nums`` records (or ``max_total_bytes``) of a queue from ``offset``; with
-        ``tags_codes``, only messages whose tag hash is in it."""
+        ``tags_codes``, only messages whose tag hash is in it; ``runs``: records that follow one another in the
+        commitlog come as one item of ``messages`` (one copy for a pull that sends them on as they are)."""
         cqs = self.consume_queue_store
         min_offset = cqs.min_offset(topic, queue_id)
         max_offset = cqs.max_offset(topic, queue_id)
@@ -272,20 +274,20 @@ class MessageStore(MessageStoreReader):
         if status is not None:
             return GetMessageResult(status, next_offset, min_offset, max_offset)
         messages, total, next_offset = self._read_queue(topic, queue_id, offset, max_msg_nums, max_total_bytes,
-                                                        tags_codes)
+                                                        tags_codes, runs)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, min_offset, max_offset, messages, total)
 
     def _read_queue(self, topic: str, queue_id: int, offset: int, max_nums: int, max_bytes: int,
-                    tags_codes: set[int] | None) -> tuple[list[bytes], int, int]:
+                    tags_codes: set[int] | None, runs: bool) -> tuple[list[bytes], int, int]:
         messages: list[bytes] = []
-        total = 0
-        scanned = 0
+        total = count = scanned = 0
         commit_min = self.commit_log.min_offset()
         find = self.commit_log.mapped_file_queue.find
         segment = None
-        while len(messages) < max_nums and scanned < MAX_SCAN_UNITS:
-            units = self.consume_queue_store.read_units(topic, queue_id, offset, max(max_nums - len(messages), 32))
+        run_start = run_end = 0  # the records gathered in ``segment`` and not copied out yet (runs)
+        while count < max_nums and scanned < MAX_SCAN_UNITS:
+            units = self.consume_queue_store.read_units(topic, queue_id, offset, max(max_nums - count, 32))
             if not units:
                 break
             for physical_offset, size, tags_code in units:
@@ -294,20 +296,32 @@ class MessageStore(MessageStoreReader):
                     offset += 1
                     scanned += 1
                     continue
-                if messages and total + size > max_bytes:
-                    return messages, total, offset
+                if count and total + size > max_bytes:
+                    max_nums = count  # full: copy out what was gathered and stop
+                    break
                 if segment is None or not segment.file_from_offset <= physical_offset < segment.end_offset:
+                    if segment is not None and run_end > run_start:
+                        messages.append(segment.mm[run_start:run_end])
+                    run_start = run_end = 0
                     segment = find(physical_offset)
                     if segment is None:
                         offset += 1
                         continue
                 pos = physical_offset - segment.file_from_offset
-                messages.append(segment.mm[pos : pos + size])
+                if runs and pos == run_end and run_end > run_start:
+                    run_end += size
+                else:
+                    if run_end > run_start:
+                        messages.append(segment.mm[run_start:run_end])
+                    run_start, run_end = pos, pos + size
                 total += size
                 offset += 1
                 scanned += 1
-                if len(messages) >= max_nums:
+                count += 1
+                if count >= max_nums:
                     break
+        if segment is not None and run_end > run_start:
+            messages.append(segment.mm[run_start:run_end])
         return messages, total, offset
 
     def min_offset(self, topic: str, queue_id: int) -> int:

@@ -20,9 +20,10 @@ class MessageStoreReader(ABC):
     @abstractmethod
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
-                    tags_codes: set[int] | None = None) -> GetMessageResult:
+                    tags_codes: set[int] | None = None, runs: bool = False) -> GetMessageResult:
         """Up to ``max_msg_nums`` records (or ``max_total_bytes``) of a queue from ``offset``; with
-        ``tags_codes``, only messages whose tag hash is in it."""
+        ``tags_codes``, only messages whose tag hash is in it; ``runs``: records that follow one another in the
+        store may come as one item of ``messages`` (for a reader that sends them on joined)."""
 
     @abstractmethod
     def min_offset(self, topic: str, queue_id: int) -> int:

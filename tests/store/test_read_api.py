@@ -62,3 +62,31 @@ def test_tag_filter(open_store: StoreFactory):
     both = store.get_message("TagT", 0, 0, 5, tags_codes={tags_code("A"), tags_code("B")})
     assert [decode_record(m).queue_offset for m in both.messages] == [0, 1, 3, 4, 6]
     assert both.next_begin_offset == 7
+
+
+def test_runs_join_records_that_follow_one_another_and_nothing_else(open_store: StoreFactory):
+    """``runs=True`` (a pull that sends records on joined): the same bytes, in the same order, as record by record;
+    one item per stretch of records back to back in one commitlog segment. Two queues written in turns, a tag
+    filter and segment ends break the stretches."""
+    store = open_store(mapped_file_size_commit_log=8 * 1024)
+    r = None
+    for round_ in range(6):
+        for queue_id in (0, 1):
+            bodies = [f"{queue_id}-{round_}-{i}".encode() * 30 for i in range(5)]
+            tags = [encode_properties({"TAGS": "A" if i % 4 else "B"}) for i in range(5)]
+            r = store.put_messages("RunT", queue_id, bodies, tags)
+    assert r is not None
+    store.wait_dispatched(r.append.end_offset)
+    for offset, max_nums, max_bytes, codes in ((0, 30, 1 << 20, None), (3, 11, 1 << 20, None),
+                                               (0, 30, 2000, None), (0, 30, 1 << 20, {tags_code("A")})):
+        single = store.get_message("RunT", 0, offset, max_nums, max_bytes, codes)
+        joined = store.get_message("RunT", 0, offset, max_nums, max_bytes, codes, runs=True)
+        assert b"".join(joined.messages) == b"".join(single.messages) and joined.total_bytes == single.total_bytes
+        assert (joined.status, joined.next_begin_offset) == (single.status, single.next_begin_offset)
+        stretches, end = 0, None
+        for record in single.messages:
+            m = decode_record(record)
+            segment_start = m.physical_offset - m.physical_offset % (8 * 1024)
+            stretches += m.physical_offset != end or m.physical_offset == segment_start
+            end = m.physical_offset + len(record)
+        assert len(joined.messages) == stretches < len(single.messages)

@@ -72,10 +72,11 @@ class TieredMessageStore(MessageStoreReader):
     # -- reads the tier may serve --------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
-                    tags_codes: set[int] | None = None) -> GetMessageResult:
+                    tags_codes: set[int] | None = None, runs: bool = False) -> GetMessageResult:
         flat = self.flat_files.get(topic, queue_id)
         if not self._from_tier(topic, queue_id, offset):
-            result = self.local.get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes)
+            result = self.local.get_message(topic, queue_id, offset, max_msg_nums, max_total_bytes, tags_codes,
+                                            runs)
             in_tier = (flat is not None and flat.min_offset <= offset < flat.max_offset
                        and self.level is not TieredStorageLevel.DISABLE)
             if result.messages or not in_tier or (result.status is GetMessageStatus.NO_MATCHED_MESSAGE and tags_codes):
