@@ -84,9 +84,10 @@ class ClientInstance:
         self._channels: dict[str, grpc.Channel] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
-        # Each route's groups as {broker name: {broker id: address}}, made from the route object they are kept with.
+        # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
+        # {broker name: {broker id: address}}; a static topic's logic queue count and leaders.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
-        self._static_views: dict[str, tuple[common_pb2.TopicRouteData, int, dict[int, str]]] = {}
+        self._static_views: dict[str, tuple[common_pb2.TopicRouteData, tuple[int, dict[int, str]]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
 
@@ -244,11 +245,7 @@ class ClientInstance:
         """{broker id: address} of ``broker_name``'s live replicas in the topic's route (empty: not in it); read
         only (shared by the calls that read the same route)."""
         route = self.route(topic, for_publish=for_publish, max_age_s=max_age_s)
-        cached = self._groups.get(topic)
-        if cached is None or cached[0] is not route:  # a protobuf map is slow to read: once per route fetched
-            cached = self._groups[topic] = (route, {bd.broker_name: dict(bd.broker_addrs)
-                                                    for bd in route.broker_datas})
-        return cached[1].get(broker_name, _NO_REPLICAS)
+        return _per_route(self._groups, topic, route, _groups_of).get(broker_name, _NO_REPLICAS)
 
     def has_live_master(self, topic: str, broker_name: str, for_publish: bool = False) -> bool:
         """Whether the cached route names a master of ``broker_name`` that is not marked down."""
@@ -311,12 +308,7 @@ class ClientInstance:
         route = self.route(topic, refresh, for_publish=for_publish)
         if not is_static(route):
             return None
-        cached = self._static_views.get(topic)
-        if cached is not None and cached[0] is route:
-            return cached
-        view = (route, *logic_queue_leaders(route))
-        self._static_views[topic] = view
-        return view
+        return (route, *_per_route(self._static_views, topic, route, logic_queue_leaders))
 
     def logic_leaders(self, topic: str, refresh: bool = False, for_publish: bool = False) -> dict[int, str]:
         """{logic id: leading broker name} for a static topic (:data:`VIRTUAL_BROKER_NAME` where nobody
@@ -374,3 +366,20 @@ class ClientInstance:
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()
+
+
+V = TypeVar("V")
+
+
+def _per_route(cache: dict[str, tuple[common_pb2.TopicRouteData, V]], topic: str, route: common_pb2.TopicRouteData,
+               make: Callable[[common_pb2.TopicRouteData], V]) -> V:
+    """What ``make`` reads from ``route``, made once per route fetched: kept with the route object it came from
+    (a fetch or a refresh brings a new one). Protobuf fields are slow to read on every send and pull."""
+    cached = cache.get(topic)
+    if cached is None or cached[0] is not route:
+        cached = cache[topic] = (route, make(route))
+    return cached[1]
+
+
+def _groups_of(route: common_pb2.TopicRouteData) -> dict[str, dict[int, str]]:
+    return {bd.broker_name: dict(bd.broker_addrs) for bd in route.broker_datas}

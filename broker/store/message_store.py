@@ -17,6 +17,7 @@ from broker.store.dispatch.reput_service import ReputMessageService
 from broker.store.flush_service import FlushService, GroupCommitService, PeriodicFlushService
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.index.index_service import IndexService
+from broker.store.mapped_file import MappedFile
 from broker.store.message_store_reader import MessageStoreReader
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.store.recovery import mark_clean_shutdown, recover
@@ -280,12 +281,11 @@ class MessageStore(MessageStoreReader):
 
     def _read_queue(self, topic: str, queue_id: int, offset: int, max_nums: int, max_bytes: int,
                     tags_codes: set[int] | None, runs: bool) -> tuple[list[bytes], int, int]:
-        messages: list[bytes] = []
+        spans: list[tuple[MappedFile, int, int]] = []  # what to copy out: a record each, or (runs) a stretch
         total = count = scanned = 0
         commit_min = self.commit_log.min_offset()
         find = self.commit_log.mapped_file_queue.find
         segment = None
-        run_start = run_end = 0  # the records gathered in ``segment`` and not copied out yet (runs)
         while count < max_nums and scanned < MAX_SCAN_UNITS:
             units = self.consume_queue_store.read_units(topic, queue_id, offset, max(max_nums - count, 32))
             if not units:
@@ -297,32 +297,24 @@ class MessageStore(MessageStoreReader):
                     scanned += 1
                     continue
                 if count and total + size > max_bytes:
-                    max_nums = count  # full: copy out what was gathered and stop
-                    break
+                    return _copied(spans), total, offset
                 if segment is None or not segment.file_from_offset <= physical_offset < segment.end_offset:
-                    if segment is not None and run_end > run_start:
-                        messages.append(segment.mm[run_start:run_end])
-                    run_start = run_end = 0
                     segment = find(physical_offset)
                     if segment is None:
                         offset += 1
                         continue
                 pos = physical_offset - segment.file_from_offset
-                if runs and pos == run_end and run_end > run_start:
-                    run_end += size
+                if runs and spans and spans[-1][0] is segment and spans[-1][2] == pos:
+                    spans[-1] = (segment, spans[-1][1], pos + size)
                 else:
-                    if run_end > run_start:
-                        messages.append(segment.mm[run_start:run_end])
-                    run_start, run_end = pos, pos + size
+                    spans.append((segment, pos, pos + size))
                 total += size
                 offset += 1
                 scanned += 1
                 count += 1
                 if count >= max_nums:
                     break
-        if segment is not None and run_end > run_start:
-            messages.append(segment.mm[run_start:run_end])
-        return messages, total, offset
+        return _copied(spans), total, offset
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.consume_queue_store.min_offset(topic, queue_id)
@@ -414,3 +406,8 @@ class MessageStore(MessageStoreReader):
         self.consume_queue_store.correct_min_offset(commit_log_min_offset)
         if self.index_service:
             self.index_service.delete_expired(commit_log_min_offset)
+
+
+def _copied(spans: list[tuple[MappedFile, int, int]]) -> list[bytes]:
+    """The stored bytes of each span, copied out of its segment (one copy: a pull sends them on as they are)."""
+    return [segment.mm[start:end] for segment, start, end in spans]
