@@ -282,11 +282,14 @@ class MessageStore(MessageStoreReader):
     def _read_queue(self, topic: str, queue_id: int, offset: int, max_nums: int, max_bytes: int,
                     tags_codes: set[int] | None, runs: bool) -> tuple[list[bytes], int, int]:
         spans: list[tuple[MappedFile, int, int]] = []  # what to copy out: a record each, or (runs) a stretch
+        run_segment: MappedFile | None = None  # the open span, kept in locals: extending it is the hot step
+        run_start = run_end = 0
         total = count = scanned = 0
         commit_min = self.commit_log.min_offset()
         find = self.commit_log.mapped_file_queue.find
         segment = None
-        while count < max_nums and scanned < MAX_SCAN_UNITS:
+        full = False
+        while not full and count < max_nums and scanned < MAX_SCAN_UNITS:
             units = self.consume_queue_store.read_units(topic, queue_id, offset, max(max_nums - count, 32))
             if not units:
                 break
@@ -297,23 +300,28 @@ class MessageStore(MessageStoreReader):
                     scanned += 1
                     continue
                 if count and total + size > max_bytes:
-                    return _copied(spans), total, offset
+                    full = True
+                    break
                 if segment is None or not segment.file_from_offset <= physical_offset < segment.end_offset:
                     segment = find(physical_offset)
                     if segment is None:
                         offset += 1
                         continue
                 pos = physical_offset - segment.file_from_offset
-                if runs and spans and spans[-1][0] is segment and spans[-1][2] == pos:
-                    spans[-1] = (segment, spans[-1][1], pos + size)
+                if runs and run_segment is segment and run_end == pos:
+                    run_end = pos + size
                 else:
-                    spans.append((segment, pos, pos + size))
+                    if run_segment is not None:
+                        spans.append((run_segment, run_start, run_end))
+                    run_segment, run_start, run_end = segment, pos, pos + size
                 total += size
                 offset += 1
                 scanned += 1
                 count += 1
                 if count >= max_nums:
                     break
+        if run_segment is not None:
+            spans.append((run_segment, run_start, run_end))
         return _copied(spans), total, offset
 
     def min_offset(self, topic: str, queue_id: int) -> int:
