@@ -20,7 +20,6 @@ import grpc
 from bench.daemons import Daemon
 from bench.echo_server import METHOD, STREAM_METHOD
 from bench.harness import BATCH, BODY, Config, Metric, paced, percentile, windowed_rate
-from client.io_loop import IoLoop
 from client.rpc_stream import RpcStream
 from common.encoded_fields import bytes_field
 from proto import broker_pb2
@@ -35,11 +34,11 @@ METRICS = [
 ]
 RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
 KEYS = ("unary", "batch", "stream", "p50", "p99", "rss")
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
 
 def measure(server: Daemon, cfg: Config) -> dict[str, float]:
-    channel = grpc.insecure_channel(server.addr, options=CHANNEL_OPTIONS)
+    channel = grpc.insecure_channel(server.addr, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                          ("grpc.max_send_message_length", 64 << 20)])
     try:
         echo = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)  # bytes as they are
         batch = BODY * BATCH
@@ -47,7 +46,7 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
                                    cfg.warmup)
         batch_rate = windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, cfg.window,
                                    cfg.seconds, cfg.warmup)
-        stream_rate = _stream_rate(server.addr, batch, cfg)
+        stream_rate = _stream_rate(channel, batch, cfg)
         samples: list[float] = []
 
         def one(_: int) -> None:
@@ -62,30 +61,17 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
         channel.close()
 
 
-def _stream_rate(addr: str, frame: bytes, cfg: Config) -> float:
-    """Requests echoed on one stream, as the SDK sends them (``RpcStream`` on an I/O loop of its own, on a
-    ``grpc.aio`` channel): frames of requests, each with its request id and the bytes as an encoded ``records``
-    field; each frame comes back as it went (read as one answer a request)."""
-    io = IoLoop("echo-stream-io")
-    channels: list[grpc.aio.Channel] = []
-
-    def open_call() -> grpc.aio.StreamStreamCall:
-        channels.append(grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS))
-        call = channels[-1].stream_stream(STREAM_METHOD, request_serializer=None, response_deserializer=_as_answers)
-        return call()  # type: ignore[call-arg]  # no request iterator: RpcStream writes the frames
-
-    async def close_channels() -> None:
-        for ch in channels:
-            await ch.close(None)
-
-    stream = RpcStream(io, open_call, "echo-stream", window=cfg.window)
+def _stream_rate(channel: grpc.Channel, frame: bytes, cfg: Config) -> float:
+    """Requests echoed on one stream, as the SDK sends them: frames of requests, each with its request id and
+    the bytes as an encoded ``records`` field; each frame comes back as it went (read as one answer a request)."""
+    call = channel.stream_stream(STREAM_METHOD, request_serializer=None, response_deserializer=_as_answers)
+    stream = RpcStream(call, "echo-stream", window=cfg.window)
     records = bytes_field(RECORDS_FIELD, frame)
     try:
         return windowed_rate(lambda: stream.call(broker_pb2.SendMessageRequest(), 10, records),
                              lambda r: BATCH, cfg.window, cfg.seconds, cfg.warmup)
     finally:
         stream.close()
-        io.stop(close_channels())
 
 
 def _as_answers(frame: bytes) -> broker_pb2.SendStreamAnswers:

@@ -14,7 +14,6 @@ import grpc
 
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
-from client.io_loop import IoLoop
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
@@ -36,7 +35,6 @@ DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one
 # controller promotes within tens of milliseconds, and a route fetched just before that would otherwise keep
 # keyed sends on the dead master for as long as it is cached.
 DEGRADED_ROUTE_MAX_AGE_S = 0.2
-STATE_WAIT_S = 0.2  # for the I/O loop to say whether a stream channel is up
 _NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
@@ -85,8 +83,6 @@ class ClientInstance:
             raise MQClientError(str(exc)) from None
         self._channels: dict[str, grpc.Channel] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
-        self._io: IoLoop | None = None  # the streams' loop, started with the first stream
-        self._aio_channels: dict[str, grpc.aio.Channel] = {}  # the streams' channels: made and used on that loop
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders.
@@ -130,29 +126,18 @@ class ClientInstance:
                 service: str = "rmq.BrokerService") -> RpcStream:
         stream = self._streams.get((addr, method))
         if stream is None:
+            open_call = self.open_stream(addr, method, answers_class, service)
             with self._lock:
                 stream = self._streams.get((addr, method))
                 if stream is None:
-                    if self._io is None:
-                        self._io = IoLoop(f"client-io-{id(self):x}")
-                    open_call = self.open_stream(addr, method, answers_class, service)
-                    stream = self._streams[addr, method] = RpcStream(self._io, open_call, f"{method}-{addr}", window)
+                    stream = self._streams[addr, method] = RpcStream(open_call, f"{method}-{addr}", window)
         return stream
 
     def open_stream(self, addr: str, method: str, answers_class: Any,
-                    service: str = "rmq.BrokerService") -> Callable[[], Any]:
-        """Opens a stream method (of BrokerService unless said) taking frames as the bytes ``RpcStream`` encodes;
-        called on the I/O loop, where the address's ``grpc.aio`` channel is made and used."""
-        def open_call() -> Any:
-            ch = self._aio_channels.get(addr)
-            if ch is None:
-                ch = self._aio_channels[addr] = tls.aio_channel(addr, CHANNEL_OPTIONS, self.tls_ca)
-            call = ch.stream_stream(f"/{service}/{method}", request_serializer=None,
-                                    response_deserializer=answers_class.FromString)
-            # No request iterator: RpcStream writes the frames (the stubs do not know it is optional on grpc.aio)
-            return call(metadata=self.signer.metadata() if self.signer is not None else None)  # type: ignore[call-arg]
-
-        return open_call
+                    service: str = "rmq.BrokerService") -> Callable[..., Any]:
+        """A stream method (of BrokerService unless said) taking frames as the bytes ``RpcStream`` encodes."""
+        return self.channel(addr).stream_stream(f"/{service}/{method}", request_serializer=None,
+                                                response_deserializer=answers_class.FromString)
 
     def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         return namesrv_pb2_grpc.NamesrvServiceStub(self.channel(addr))
@@ -244,35 +229,12 @@ class ClientInstance:
         """A call to ``addr`` failed with ``status``. When that says the broker is gone, ``addr`` is marked down
         for a while (reads go to the group's next replica, sends to another group): True then. ``connected``:
         whether the channel the call went on is connected, when that is not this instance's own channel."""
-        if not unreachable(status, connected or (lambda: self.connected(addr))):
+        if not unreachable(status, connected or (lambda: channel_connected(self.channel(addr)))):
             return False
         if not self.down.is_down(addr):
             log.info("broker_marked_down addr=%s status=%s", addr, status.name if status else "?")
         self.down.mark(addr)
         return True
-
-    def connected(self, addr: str) -> bool:
-        """Whether a connection of this instance to ``addr`` is up (READY): its streams' channel (asked on the I/O
-        loop, where that channel lives) or its channel for unary calls. Either one up means the host is alive."""
-        io = self._io
-        if io is not None and addr in self._aio_channels:
-            try:
-                if io.in_loop():
-                    ready = self._stream_channel_ready(addr)
-                else:
-                    ready = io.run(self._stream_channel_ready_soon(addr)).result(STATE_WAIT_S)
-            except Exception:  # closed meanwhile, or the loop is busy: ask the other channel
-                ready = False
-            if ready:
-                return True
-        return channel_connected(self.channel(addr))
-
-    def _stream_channel_ready(self, addr: str) -> bool:
-        ch = self._aio_channels.get(addr)
-        return ch is not None and ch.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
-
-    async def _stream_channel_ready_soon(self, addr: str) -> bool:
-        return self._stream_channel_ready(addr)
 
     def report_answer(self, addr: str) -> None:
         """``addr`` answered: whatever failed there before, it is up now."""
@@ -404,15 +366,6 @@ class ClientInstance:
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()
-            io, self._io = self._io, None
-        if io is not None:
-            io.stop(self._close_aio_channels())
-
-    async def _close_aio_channels(self) -> None:
-        channels = list(self._aio_channels.values())
-        self._aio_channels.clear()
-        for ch in channels:
-            await ch.close(None)
 
 
 V = TypeVar("V")

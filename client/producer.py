@@ -37,6 +37,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import batch_wire_properties
 from client.producer_sessions import ProducerSessions, new_client_id
+from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
@@ -380,7 +381,7 @@ class Producer:
         """Whether the channel the failed send to ``addr`` went on is connected (asked after one timed out): as
         the error says, when it was failed by a stream that knew."""
         connected = getattr(exc, "connected", None)
-        return self.client.connected(addr) if connected is None else connected
+        return channel_connected(self.client.channel(addr)) if connected is None else connected
 
     def _result(self, mq: MessageQueue, addr: str, call: Future, send: "_Send", static: bool = False) -> SendResult:
         try:

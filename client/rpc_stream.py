@@ -2,28 +2,26 @@
 
 A per-call gRPC round costs the broker more than the work of a batch; a stream pays it once, and a frame
 carries every request that was ready to go (the broker answers in frames the same way), so the busier the
-stream, the less each request pays. The stream lives on the client's I/O loop (``client/io_loop.py``): callers
-hand requests over and get futures back, never blocking, so a callback may send again. Flow control: at most
-``window`` requests are outstanding on a stream; more wait in the client, in order, until answers free room.
-A request not answered within its timeout fails with DEADLINE_EXCEEDED. When the stream breaks, every
-outstanding request fails with the stream's status (UNAVAILABLE when the broker went away) and the next call
-opens a new stream: callers retry as they would a failed unary call.
+stream, the less each request pays. Flow control:
+at most ``window`` requests are outstanding on a stream (the request generator, run by gRPC's own thread,
+waits for answers before it hands over more; callers never block, so a callback may send again). A request
+not answered within its timeout fails with DEADLINE_EXCEEDED. When the stream breaks, every outstanding request
+fails with the stream's status (UNAVAILABLE when the broker went away) and the next call opens a new stream:
+callers retry as they would a failed unary call.
 """
 
-import asyncio
-import contextlib
 import itertools
 import logging
+import queue
+import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 import grpc
 
 from client.grpc_errors import StatusError
-from client.io_loop import IoLoop
 from common.encoded_fields import repeated_message_field
 
 log = logging.getLogger(__name__)
@@ -34,133 +32,99 @@ FRAME_REQUESTS_FIELD = 1
 MAX_FRAME_REQUESTS = 64
 MAX_FRAME_RECORD_BYTES = 4 * 1024 * 1024
 REAP_INTERVAL_S = 0.1
-
-Encoded = tuple[bytes, ...]
-
-
-class _Pending:
-    """A request waiting for its answer; ``sent``: it left in a frame, so it holds a place in the window."""
-
-    __slots__ = ("deadline", "future", "sent")
-
-    def __init__(self, future: "Future[Any]", deadline: float) -> None:
-        self.future = future
-        self.deadline = deadline
-        self.sent = False
+_CLOSE = object()
 
 
 class _Stream:
-    """One open stream, used only on the I/O loop: requests not yet sent, requests waiting for answers, the task
-    that writes frames and the one that reads answers."""
+    """One open stream: its outgoing queue, the requests waiting for answers, the thread that reads answers."""
 
-    def __init__(self, call: Any, window: int | None) -> None:
-        self.call = call  # a grpc.aio StreamStreamCall
-        self.window = window or UNLIMITED
-        self.pending: dict[int, _Pending] = {}
-        self.unsent: deque[tuple[int, Encoded]] = deque()
-        self.in_flight = 0  # sent and neither answered nor expired
+    def __init__(self, open_call: Callable[..., Any], window: int | None, name: str) -> None:
+        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.pending: dict[int, tuple[Future[Any], float]] = {}
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(window or UNLIMITED)
         self.broken: StatusError | None = None
-        self.wake = asyncio.Event()
-        self.writer = asyncio.ensure_future(self._write())
-        self.reader = asyncio.ensure_future(self._read())
+        self.responses = open_call(self._requests())
+        self.reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self.reader.start()
 
-    def submit(self, request_id: int, encoded: Encoded, future: "Future[Any]", deadline: float) -> None:
-        if self.broken is not None:
-            _fail(future, self.broken)
-            return
-        self.pending[request_id] = _Pending(future, deadline)
-        self.unsent.append((request_id, encoded))
-        self.wake.set()
+    def _requests(self) -> Iterator[bytes]:
+        """Encoded frames: the first request waits for a slot and for a request; those queued behind it (with
+        slots free) go along in the same frame."""
+        while True:
+            self.slots.acquire()
+            item = self.outgoing.get()
+            if item is _CLOSE:
+                return
+            frame = [item]
+            size = _size(item)
+            closing = False
+            while len(frame) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
+                try:
+                    item = self.outgoing.get_nowait()
+                except queue.Empty:
+                    self.slots.release()
+                    break
+                if item is _CLOSE:
+                    closing = True
+                    break
+                frame.append(item)
+                size += _size(item)
+            yield repeated_message_field(FRAME_REQUESTS_FIELD, frame)
+            if closing:
+                return
 
-    def _next_frame(self) -> list[Encoded]:
-        """Requests that go together: in order, while the window has room and the frame is not full."""
-        frame: list[Encoded] = []
-        size = 0
-        while self.unsent and self.in_flight < self.window and len(frame) < MAX_FRAME_REQUESTS \
-                and size < MAX_FRAME_RECORD_BYTES:
-            request_id, encoded = self.unsent.popleft()
-            entry = self.pending.get(request_id)
-            if entry is None:  # it expired while waiting: it is not sent
-                continue
-            entry.sent = True
-            self.in_flight += 1
-            frame.append(encoded)
-            size += _size(encoded)
-        return frame
-
-    async def _write(self) -> None:
+    def _read(self) -> None:
         try:
-            while True:
-                await self.wake.wait()
-                self.wake.clear()
-                while frame := self._next_frame():
-                    await self.call.write(repeated_message_field(FRAME_REQUESTS_FIELD, frame))
-        except asyncio.CancelledError:
-            pass
-        except grpc.RpcError as exc:  # the reader sees the stream's end and says why
-            log.debug("stream_write_failed code=%s", exc.code())
-        except Exception as exc:  # e.g. writing after the call ended: fail what waits
-            self.fail_all(StatusError(grpc.StatusCode.UNAVAILABLE, f"the stream failed: {exc!r}"))
-
-    async def _read(self) -> None:
-        try:
-            async for answers in self.call:
+            for answers in self.responses:
                 for response in answers.responses:
-                    entry = self.pending.pop(response.request_id, None)
-                    if entry is not None:  # None: it timed out, was failed and freed its place already
-                        self.in_flight -= 1
-                        _settle(entry.future, response)
-                if self.unsent:
-                    self.wake.set()
+                    with self.lock:
+                        entry = self.pending.pop(response.request_id, None)
+                    if entry is not None:  # None: it timed out, was failed and freed its slot already
+                        self.slots.release()
+                        _settle(entry[0], response)
             error = StatusError(grpc.StatusCode.UNAVAILABLE, "the broker closed the stream")
-        except asyncio.CancelledError:
-            error = StatusError(grpc.StatusCode.CANCELLED, "the client is closed")
         except grpc.RpcError as exc:
             error = StatusError(exc.code(), exc.details() or str(exc))
         self.fail_all(error)
 
     def fail_all(self, error: StatusError) -> None:
-        if self.broken is None:
+        with self.lock:
             self.broken = error
-        failed = list(self.pending.values())
-        self.pending.clear()
-        self.unsent.clear()
-        self.writer.cancel()
-        for entry in failed:
-            _fail(entry.future, error)
+            failed = list(self.pending.values())
+            self.pending.clear()
+        self.slots.release(len(failed) + 1)  # a generator waiting for a slot gets to see the close
+        self.outgoing.put(_CLOSE)
+        for future, _ in failed:
+            _fail(future, error)
 
     def expire(self, now: float) -> None:
-        late = [rid for rid, entry in self.pending.items() if entry.deadline <= now]
-        for rid in late:  # a late answer frees nothing: the window does not shrink for good
-            entry = self.pending.pop(rid)
-            self.in_flight -= entry.sent
-            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
-        if late and self.unsent:
-            self.wake.set()
-
-    def close(self) -> None:
-        self.call.cancel()
-        self.reader.cancel()
-        self.fail_all(StatusError(grpc.StatusCode.CANCELLED, "the client is closed"))
+        with self.lock:
+            late = [rid for rid, (_, deadline) in self.pending.items() if deadline <= now]
+            expired = [self.pending.pop(rid)[0] for rid in late]
+        if expired:
+            self.slots.release(len(expired))  # a late answer frees nothing: the window does not shrink for good
+        for future in expired:
+            _fail(future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
 
 
 class RpcStream:
     """``call(request, timeout_s, tail)`` sends ``request`` on the stream (setting its ``request_id``) and returns
-    a future of its answer. ``open_call`` (run on ``io``) opens the stream: a ``grpc.aio`` stream-stream call that
-    takes encoded frames (bytes; field 1: the requests) and yields decoded answer frames (``responses``)."""
+    a future of its answer. ``open_call`` opens the stream: a stream-stream method that takes encoded frames
+    (bytes; field 1: the requests) and yields decoded answer frames (``responses``)."""
 
-    def __init__(self, io: IoLoop, open_call: Callable[[], Any], name: str,
-                 window: int | None = DEFAULT_WINDOW) -> None:
+    def __init__(self, open_call: Callable[..., Any], name: str, window: int | None = DEFAULT_WINDOW) -> None:
         """``window=None``: no limit (pulls: a parked long-polling pull holds its place, and a push consumer parks
         one a queue)."""
-        self._io = io
         self._open_call = open_call
         self._name = name
         self._window = window
         self._ids = itertools.count(1)
-        self._stream: _Stream | None = None  # used on the I/O loop only
+        self._lock = threading.Lock()
+        self._stream: _Stream | None = None
         self._closed = False
-        self._reaping = False
+        self._reaper = threading.Thread(target=self._reap, name=f"{name}-reaper", daemon=True)
+        self._reaper_started = False
 
     def call(self, request: Any, timeout_s: float, tail: Sequence[bytes] = ()) -> "Future[Any]":
         """``tail``: fields of the request already encoded (``common/encoded_fields.py``), e.g. a send's
@@ -169,50 +133,45 @@ class RpcStream:
         request_id = next(self._ids)
         request.request_id = request_id
         encoded = (request.SerializeToString(), *tail)
-        if not self._closed:
-            try:
-                self._io.call_soon(self._submit, request_id, encoded, future, time.monotonic() + timeout_s)
+        with self._lock:
+            if self._closed:
+                _fail(future, StatusError(grpc.StatusCode.CANCELLED, "the client is closed"))
                 return future
-            except RuntimeError:  # the I/O loop stopped: the client is closed
-                pass
-        _fail(future, StatusError(grpc.StatusCode.CANCELLED, "the client is closed"))
+            stream = self._stream
+            if stream is None or stream.broken is not None:
+                stream = self._stream = _Stream(self._open_call, self._window, self._name)
+                if not self._reaper_started:
+                    self._reaper_started = True
+                    self._reaper.start()
+        with stream.lock:
+            if stream.broken is not None:
+                error = stream.broken
+            else:
+                error = None
+                stream.pending[request_id] = (future, time.monotonic() + timeout_s)
+        if error is not None:
+            _fail(future, error)
+            return future
+        stream.outgoing.put(encoded)
         return future
 
-    def _submit(self, request_id: int, encoded: Encoded, future: "Future[Any]", deadline: float) -> None:
-        if self._closed:
-            _fail(future, StatusError(grpc.StatusCode.CANCELLED, "the client is closed"))
-            return
-        stream = self._stream
-        if stream is None or stream.broken is not None:
-            try:
-                stream = self._stream = _Stream(self._open_call(), self._window)
-            except Exception as exc:  # e.g. a bad address: this request fails, the next tries again
-                _fail(future, StatusError(grpc.StatusCode.UNAVAILABLE, f"{self._name}: cannot open: {exc!r}"))
-                return
-            if not self._reaping:
-                self._reaping = True
-                self._io.loop.call_later(REAP_INTERVAL_S, self._reap)
-        stream.submit(request_id, encoded, future, deadline)
-
     def _reap(self) -> None:
-        if self._closed:
-            return
-        if self._stream is not None:
-            self._stream.expire(time.monotonic())
-        self._io.loop.call_later(REAP_INTERVAL_S, self._reap)
+        while not self._closed:
+            time.sleep(REAP_INTERVAL_S)
+            stream = self._stream
+            if stream is not None:
+                stream.expire(time.monotonic())
 
     def close(self) -> None:
-        self._closed = True
-        if self._io.in_loop():
-            self._close_stream()
-            return
-        with contextlib.suppress(RuntimeError):  # the I/O loop stopped already
-            self._io.call_soon(self._close_stream)
-
-    def _close_stream(self) -> None:
-        stream, self._stream = self._stream, None
+        with self._lock:
+            self._closed = True
+            stream, self._stream = self._stream, None
         if stream is not None:
-            stream.close()
+            stream.outgoing.put(_CLOSE)
+            stream.slots.release()
+            cancel = getattr(stream.responses, "cancel", None)
+            if cancel is not None:
+                cancel()
 
 
 def _size(encoded: Sequence[bytes]) -> int:

@@ -5,7 +5,6 @@ normal topics through per-test ``handlers`` and static topics through :class:`Fa
 of logic queue chains (segments on brokers, logic offsets, leaders, "retry now" at a drained older segment).
 """
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -82,35 +81,6 @@ class FakeMethod:
         return DoneCall(lambda: self.broker.invoke(self.method, request))
 
 
-class FakeStreamCall:
-    """The ``grpc.aio`` stream call an ``RpcStream`` drives, on a fake broker: each frame written is answered at
-    once, a request at a time as unary calls; a broker that is down ends the stream with UNAVAILABLE."""
-
-    def __init__(self, method: FakeMethod, frame_class: Any) -> None:
-        self._method = method
-        self._frame_class = frame_class
-        self._answers: asyncio.Queue[Any] = asyncio.Queue()
-
-    async def write(self, data: bytes) -> None:
-        try:
-            for answer in self._method(iter([self._frame_class.FromString(data)])):  # type: ignore[attr-defined]
-                self._answers.put_nowait(answer)
-        except grpc.RpcError as exc:
-            self._answers.put_nowait(exc)
-
-    def __aiter__(self) -> "FakeStreamCall":
-        return self
-
-    async def __anext__(self) -> Any:
-        item = await self._answers.get()
-        if isinstance(item, grpc.RpcError):
-            raise item
-        return item
-
-    def cancel(self) -> bool:
-        return True
-
-
 class FakeStub:
     def __init__(self, broker: "FakeBroker") -> None:
         self._broker = broker
@@ -165,10 +135,10 @@ class FakeCluster:
         client.open_stream = self.open_stream  # type: ignore[method-assign]
 
     def open_stream(self, addr: str, method: str, answers_class: Any,
-                    service: str = "rmq.BrokerService") -> Callable[[], Any]:
+                    service: str = "rmq.BrokerService") -> Callable[..., Any]:
         stub = self.stub(addr)
         frame_class = broker_pb2.SendStreamFrame if method == "SendMessageStream" else broker_pb2.PullStreamFrame
-        return lambda: FakeStreamCall(getattr(stub, method), frame_class)
+        return lambda frames: getattr(stub, method)(frame_class.FromString(f) for f in frames)
 
     def stub(self, addr: str) -> FakeStub:
         for broker in self.brokers.values():

@@ -15,7 +15,6 @@ import grpc
 import pytest
 
 from client.grpc_errors import StatusError
-from client.io_loop import IoLoop
 from client.rpc_stream import RpcStream
 from common.encoded_fields import bytes_field
 from proto import broker_pb2
@@ -71,31 +70,27 @@ def server() -> Iterator[FakeServer]:
 
 
 @pytest.fixture
-def open_stream(server: FakeServer) -> Iterator[Callable[..., RpcStream]]:
-    """Makes ``RpcStream``s on the fake server's method, on an I/O loop of their own (closed at the end)."""
-    io = IoLoop("test-io")
-    channels: list[grpc.aio.Channel] = []  # made on the I/O loop, as a client's are
+def channel(server: FakeServer) -> Iterator[grpc.Channel]:
+    ch = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    yield ch
+    ch.close()
+
+
+@pytest.fixture
+def open_stream(channel: grpc.Channel) -> Iterator[Callable[..., RpcStream]]:
+    """Makes ``RpcStream``s on the fake server's method (closed at the end)."""
     made: list[RpcStream] = []
 
-    def open_call() -> Any:
-        if not channels:
-            channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{server.port}"))
-        # Frames go as the bytes RpcStream encodes; answers are decoded.
-        return channels[0].stream_stream(METHOD, request_serializer=None, response_deserializer=Answers.FromString)()
-
     def make(window: int = 64) -> RpcStream:
-        stream = RpcStream(io, open_call, "test-stream", window=window)
+        # Frames go as the bytes RpcStream encodes; answers are decoded.
+        open_call = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=Answers.FromString)
+        stream = RpcStream(open_call, "test-stream", window=window)
         made.append(stream)
         return stream
-
-    async def close_channels() -> None:
-        for ch in channels:
-            await ch.close(None)
 
     yield make
     for stream in made:
         stream.close()
-    io.stop(close_channels())
 
 
 def requests_of(frames: Iterator[Any]) -> Iterator[Request]:

@@ -104,19 +104,6 @@ def test_stream_producer_and_stream_consumer_see_the_same_messages_in_order(clus
     assert {(m.topic, m.queue_id, m.store_host) for m in got} == {(topic, 1, cluster.brokers["broker-b"].addr)}
 
 
-def test_a_timeout_on_a_stream_to_a_live_broker_does_not_mark_it_down(cluster: Cluster):
-    """Streams go on their own (grpc.aio) channel: whether the broker is alive after a timeout is asked of that
-    channel too, not only of the unary channel a stream-only client never connected."""
-    topic = "StreamAliveT"
-    cluster.create_topic(topic, queues=1)
-    with Producer(cluster.addr) as producer:
-        result = producer.send(Message(topic, b"hello"))
-        addr = cluster.brokers[result.queue.broker_name].addr
-        assert producer.client.connected(addr)
-        assert not producer.client.report_failure(addr, grpc.StatusCode.DEADLINE_EXCEEDED)
-        assert not producer.client.down.is_down(addr)
-
-
 def test_threads_sending_at_once_share_the_producers_stream_per_broker(cluster: Cluster):
     topic = "StreamThreadsT"
     cluster.create_topic(topic, queues=4)
