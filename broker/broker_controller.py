@@ -200,6 +200,7 @@ class BrokerController:
             self.store = self.tiered.store
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
         local_store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
+        local_store.reput.dispatch_on(threading.get_ident(), asyncio.get_running_loop().call_soon)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
             self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
         self.timer.attach(local_store)  # the same: pending timers are replayed into it

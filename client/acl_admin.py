@@ -25,7 +25,7 @@ class AclAdmin:
             raise MQClientError("give exactly one of a cluster or a broker list")
         out = []
         for b in self.admin.brokers(cluster, brokers):
-            stub = acl_pb2_grpc.AclServiceStub(self.admin.client.channel(b.addr))
+            stub = self.admin.client.stub(acl_pb2_grpc.AclServiceStub, b.addr)
             try:
                 response = getattr(stub, method)(request, timeout=self.admin.client.rpc_timeout_s)
             except grpc.RpcError as exc:

@@ -316,7 +316,7 @@ class Admin:
                 continue
             what = f"tiered status of {topic}"
             try:
-                response = tiered_pb2_grpc.TieredServiceStub(self.client.channel(addr)).GetTieredStatus(
+                response = self.client.stub(tiered_pb2_grpc.TieredServiceStub, addr).GetTieredStatus(
                     tiered_pb2.TieredStatusRequest(topic=topic), timeout=self.client.rpc_timeout_s)
             except grpc.RpcError as exc:
                 raise rpc_error(what, addr, exc) from None

@@ -27,6 +27,7 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+S = TypeVar("S")
 
 ROUTE_TTL_S = 30.0
 DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one soon after the first send
@@ -82,6 +83,9 @@ class ClientInstance:
         except tls.TlsError as exc:
             raise MQClientError(str(exc)) from None
         self._channels: dict[str, grpc.Channel] = {}
+        # A generated stub builds a callable per method of its service (~270 us for BrokerService): made once per
+        # (service, address), not per call.
+        self._stubs: dict[tuple[object, str], Any] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
@@ -102,8 +106,16 @@ class ClientInstance:
                                                                self.signer)
         return ch
 
+    def stub(self, stub_class: Callable[[grpc.Channel], S], addr: str) -> S:
+        """The ``stub_class`` (a generated ``...ServiceStub``) on the channel to ``addr``."""
+        key = (stub_class, addr)
+        stub = self._stubs.get(key)
+        if stub is None:
+            stub = self._stubs[key] = stub_class(self.channel(addr))  # a race makes two equal stubs: harmless
+        return stub
+
     def broker(self, addr: str) -> broker_pb2_grpc.BrokerServiceStub:
-        return broker_pb2_grpc.BrokerServiceStub(self.channel(addr))
+        return self.stub(broker_pb2_grpc.BrokerServiceStub, addr)
 
     def send_stream(self, addr: str) -> RpcStream:
         """The long-lived send stream to the broker at ``addr`` (opened on first use, reopened after a break)."""
@@ -140,7 +152,7 @@ class ClientInstance:
                                                 response_deserializer=answers_class.FromString)
 
     def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
-        return namesrv_pb2_grpc.NamesrvServiceStub(self.channel(addr))
+        return self.stub(namesrv_pb2_grpc.NamesrvServiceStub, addr)
 
     def call_namesrv(self, what: str, call: Callable[[namesrv_pb2_grpc.NamesrvServiceStub], T]) -> T:
         """Ask the name servers in turn until one answers."""
@@ -366,6 +378,7 @@ class ClientInstance:
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()
+            self._stubs.clear()
 
 
 V = TypeVar("V")

@@ -32,7 +32,7 @@ class GroupAdmin:
         self.client = client
 
     def _stub(self, addr: str) -> consumer_pb2_grpc.ConsumerServiceStub:
-        return consumer_pb2_grpc.ConsumerServiceStub(self.client.channel(addr))
+        return self.client.stub(consumer_pb2_grpc.ConsumerServiceStub, addr)
 
     def connection(self, group: str, broker_addrs: list[str]) -> list[GroupMember]:
         """The group's members over all brokers (a member's queues are what it last reported to each)."""

@@ -135,7 +135,7 @@ class KVClient:
         while True:
             masters = self._masters()
             for name, addr in masters:
-                stub = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr))
+                stub = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr)
                 try:
                     response = stub.Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
                 except grpc.RpcError as exc:
@@ -164,7 +164,7 @@ class KVClient:
         instance = self._instance
         addr = (instance.leader_read_addr(KV_TOPIC, shard, refresh=refresh) if read
                 else instance.leader_addr(KV_TOPIC, shard, refresh=refresh))
-        return addr, kv_pb2_grpc.KvServiceStub(instance.channel(addr))
+        return addr, instance.stub(kv_pb2_grpc.KvServiceStub, addr)
 
     def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R],
                   retry_transport: bool = True, read: bool = False) -> R:
@@ -268,7 +268,7 @@ class KVClient:
         what = f"KV get of {len(slots)} keys"
         request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
         try:
-            response = kv_pb2_grpc.KvServiceStub(self._instance.channel(addr)).Get(request, timeout=self._timeout_s)
+            response = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr).Get(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:

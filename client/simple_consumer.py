@@ -183,7 +183,7 @@ class SimpleConsumer:
 
     def _call(self, what: str, broker_name: str, method: str, request):
         addr = self.client.master_addr(self.topic, broker_name)
-        stub = pop_pb2_grpc.PopServiceStub(self.client.channel(addr))
+        stub = self.client.stub(pop_pb2_grpc.PopServiceStub, addr)
         return self._answered(what, addr, lambda: getattr(stub, method)(request, timeout=self.client.rpc_timeout_s))
 
     def _on_stream(self, what: str, broker_name: str, stream: Callable[[str], RpcStream], request,

@@ -82,7 +82,7 @@ def end_transaction(client: "ClientInstance", group: str, half: HalfMessage, res
             client.invalidate_route(half.topic)
         target = addr or client.master_addr(half.topic, half.transaction_id.broker_name, for_publish=True)
         try:
-            response = transaction_pb2_grpc.TransactionServiceStub(client.channel(target)).EndTransaction(
+            response = client.stub(transaction_pb2_grpc.TransactionServiceStub, target).EndTransaction(
                 request, timeout=timeout_s)
         except grpc.RpcError as exc:
             error = rpc_error(what, target, exc)

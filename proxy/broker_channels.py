@@ -11,6 +11,7 @@ from proto import pop_pb2_grpc
 class BrokerChannels:
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._pop_services: dict[str, pop_pb2_grpc.PopServiceStub] = {}  # a stub builds a callable per method
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         ch = self._channels.get(addr)
@@ -24,9 +25,13 @@ class BrokerChannels:
         return ch is not None and ch.get_state() is grpc.ChannelConnectivity.READY
 
     def pop_service(self, addr: str) -> pop_pb2_grpc.PopServiceStub:
-        return pop_pb2_grpc.PopServiceStub(self.channel(addr))
+        stub = self._pop_services.get(addr)
+        if stub is None:
+            stub = self._pop_services[addr] = pop_pb2_grpc.PopServiceStub(self.channel(addr))
+        return stub
 
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
+        self._pop_services.clear()
         for ch in channels:
             await ch.close(None)

@@ -1,4 +1,5 @@
-"""Writers wait on the event loop until the KV dispatcher applied their record; the reput thread wakes them."""
+"""Writers wait on the event loop until the KV dispatcher applied their record; the pass that applied it (in the
+reput thread, or on the loop itself: ``ReputMessageService.dispatch_on``) wakes them."""
 
 import asyncio
 import functools
@@ -45,7 +46,7 @@ class KvApplyWaiters:
         settle(reason)
 
     def on_applied(self, offset: int) -> None:
-        """Called by the dispatcher (reput thread) after each apply."""
+        """Called by the dispatcher (in a reput pass, on either thread) after each apply."""
         ready = []
         with self._lock:
             self._applied = offset

@@ -46,7 +46,7 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         self._stored = 0  # the applied offset as written in the state store
         self._outcomes: OrderedDict[int, CasOutcome] = OrderedDict()
         self._outcomes_lock = threading.Lock()
-        self._apply_lock = threading.Lock()  # dispatch (reput thread) and flush (flush thread) both write state
+        self._apply_lock = threading.Lock()  # dispatch (a reput pass) and flush (flush thread) both write state
         self.apply_listeners: list[ApplyListener] = []
         self.applied_ops = 0
 

@@ -2,8 +2,9 @@
 per shard's queue - and answered together once the KV dispatcher applied them.
 
 Why: a put cost mostly per append, not per byte - the store's checks and batch encoding, a commitlog write, a
-wake-up of the reput thread and a pass of the dispatch chain with its RocksDB write batch, a wake-up of the
-event loop and an apply timer - and gRPC answers writers released together more cheaply than one by one.
+pass of the dispatch chain with its RocksDB write batch (on the loop for a small group, else after a wake-up of
+the reput thread), a wake-up of the writers and an apply timer - and gRPC answers writers released together more
+cheaply than one by one.
 
 When a group closes: a lone writer's record is appended at the end of the loop turn it arrived in (it waits
 for nothing). Once writers are concurrent - one arrives while others wait, or the last group held more than

@@ -1,8 +1,8 @@
 """Long polling: a pull that found nothing waits here until a message arrives for its queue or it times out.
 
-Waiters live on the server's event loop; the reput thread reports arrivals with ``call_soon_threadsafe``,
-so nothing polls. A waiter re-checks the queue after registering, closing the race with an arrival that
-happened between the empty read and the registration.
+Waiters live on the server's event loop; a reput pass (in its thread, or on the loop) reports arrivals with
+``call_soon_threadsafe``, so nothing polls. A waiter re-checks the queue after registering, closing the race with
+an arrival that happened between the empty read and the registration.
 """
 
 import asyncio
@@ -52,7 +52,7 @@ class PullRequestHoldService:
         return any(self.max_offset(topic, queue_id) > offset for queue_id, offset in offsets.items())
 
     def on_arrivals(self, requests: list[DispatchRequest]) -> None:
-        """Called on the reput thread after each dispatch batch."""
+        """Called by a reput pass (on either thread) after each dispatch batch."""
         if not self._waiters:
             return
         waiting = self._waiters

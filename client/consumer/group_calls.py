@@ -30,7 +30,7 @@ class GroupCalls:
         self.client_id = client_id
 
     def _stub(self, addr: str) -> consumer_pb2_grpc.ConsumerServiceStub:
-        return consumer_pb2_grpc.ConsumerServiceStub(self.client.channel(addr))
+        return self.client.stub(consumer_pb2_grpc.ConsumerServiceStub, addr)
 
     def broker_addrs(self, topic: str, refresh: bool = False) -> list[str]:
         """The masters serving ``topic``, sorted (every member asks the same one first)."""

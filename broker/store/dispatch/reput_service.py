@@ -24,7 +24,12 @@ from common.message_properties import properties_tags_code
 log = logging.getLogger(__name__)
 
 MAX_BATCH_RECORDS = 4096
+# A larger backlog is left to the reput thread (``dispatch_on``): a producer's batches at full speed, whose passes
+# there gather several appends and run beside the loop's next ones (dispatched on the loop, 64 x 1 KiB batches
+# were produced ~10% slower), or a catch-up, which must not hold up the loop.
+INLINE_MAX_BYTES = 32 * 1024
 ArrivalListener = Callable[[list[DispatchRequest]], None]
+CallSoon = Callable[[Callable[[], None]], object]
 
 
 def parse_records(
@@ -85,12 +90,44 @@ class ReputMessageService(threading.Thread):
         self._pass_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
         self.hints = DispatchHints()
+        self._inline: tuple[int, CallSoon] | None = None
+        self._inline_scheduled = False
         commit_log.add_confirm_listener(self._on_confirmed)
         commit_log.observe_appends(self.hints)
 
+    def dispatch_on(self, thread_id: int, call_soon: CallSoon) -> None:
+        """What is confirmed on ``thread_id`` (the broker's event loop, where ASYNC_FLUSH appends) is dispatched on
+        that thread, by ``call_soon`` once the current step is done, instead of by a wake-up of the reput thread: a
+        parked pull is answered without two thread hand-offs (0.3-0.5 ms of a send-to-receive on a busy machine), and
+        the appends of one loop turn are dispatched in one pass."""
+        self._inline = (thread_id, call_soon)
+
     def _on_confirmed(self, _offset: int) -> None:
+        inline = self._inline
+        if inline is not None and threading.get_ident() == inline[0]:
+            if not self._inline_scheduled:  # called under the commitlog's lock: dispatch after it, not here
+                self._inline_scheduled = True
+                inline[1](self._dispatch_inline)
+            return
         if not self._wakeup.is_set():  # Event.set takes a lock and notifies even when already set
             self._wakeup.set()
+
+    def _dispatch_inline(self) -> None:
+        self._inline_scheduled = False
+        backlog = self.commit_log.confirm_offset - self.reput_from_offset
+        if backlog <= 0:
+            return
+        # A pass running in the reput thread may have looked at the confirm offset already: wake it for another.
+        if backlog > INLINE_MAX_BYTES or not self._pass_lock.acquire(blocking=False):
+            self._wakeup.set()
+            return
+        try:
+            if not self.failed:
+                self._do_reput()
+        except Exception as exc:
+            self._fail(exc)  # logged there; the appends stand, the store stopped taking more
+        finally:
+            self._pass_lock.release()
 
     def start_from(self, offset: int) -> None:
         self.reput_from_offset = max(offset, self.commit_log.min_offset())
