@@ -40,7 +40,7 @@ class _BrokerSession:
     def __init__(self, sessions: "ProducerSessions", addr: str) -> None:
         self.addr = addr
         self._owner = sessions
-        self._stub = transaction_pb2_grpc.TransactionServiceStub(sessions.client.channel(addr))
+        self._stub = sessions.client.stub(transaction_pb2_grpc.TransactionServiceStub, addr)
         self._signals: queue.Queue[object] = queue.Queue()
         self._closed = threading.Event()
         self._call: grpc.Future | None = None

@@ -1,7 +1,7 @@
 """RecallMessage: a delayed message taken back before it is due, by the recall handle its send answered.
 
 First the recall waits (briefly) for the timer's record to reach the timer store: a send is answered once appended,
-and the reput thread stores the timer after that. Then, under the timer store's ``delivery_lock`` (the delivery
+and a reput pass stores the timer after that. Then, under the timer store's ``delivery_lock`` (the delivery
 takes and delivers due timers under it), the timer is looked up and checked to be the handle's message of the
 request's topic; a marker naming it is appended to the timer topic's queue of markers, then the timer is deleted.
 So a SUCCESS means the message is not delivered, and a message delivered first is answered QUERY_NOT_FOUND. The

@@ -93,7 +93,7 @@ class TimerDeliveryService(threading.Thread):
         timers.due_listeners.append(self.on_dispatched)
 
     def on_dispatched(self, first_due_ms: int) -> None:
-        """A dispatch stored timers, the earliest due at ``first_due_ms`` (reput thread)."""
+        """A dispatch stored timers, the earliest due at ``first_due_ms`` (a reput pass, on either thread)."""
         if first_due_ms < self._next_due and not self._wakeup.is_set():
             self._wakeup.set()
 

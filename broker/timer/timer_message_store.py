@@ -76,7 +76,7 @@ class TimerMessageStore(CommitLogDispatcher):
         self._applied = 0  # commitlog offset after the last record looked at
         self._stored = 0  # the checkpoint as written in RocksDB
         self._durable = 0  # the checkpoint as of the last WAL sync
-        self._apply_lock = threading.Lock()  # dispatch (reput thread) and flush (flush thread) write the checkpoint
+        self._apply_lock = threading.Lock()  # dispatch (a reput pass) and flush (flush thread) write the checkpoint
         self._floor_lock = threading.Lock()
         self._floor = b""  # no pending timer sorts below it
         self._pending = 0

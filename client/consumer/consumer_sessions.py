@@ -29,7 +29,7 @@ class BrokerSession:
     def __init__(self, client: ClientInstance, addr: str, frame: FrameSource, on_notice: NoticeHandler,
                  heartbeat_interval_s: float) -> None:
         self.addr = addr
-        self._stub = consumer_pb2_grpc.ConsumerServiceStub(client.channel(addr))
+        self._stub = client.stub(consumer_pb2_grpc.ConsumerServiceStub, addr)
         self._frame = frame
         self._on_notice = on_notice
         self._interval_s = heartbeat_interval_s

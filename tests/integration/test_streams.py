@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from client import Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus, SendResult, SendStatus
+from client.replica_health import channel_connected
 from common.message_id import encode_host
 from common.response_code import ResponseCode
 from common.wire_batch import encode_wire_batch
@@ -102,6 +103,19 @@ def test_stream_producer_and_stream_consumer_see_the_same_messages_in_order(clus
     assert [{k: m.properties[k] for k in ("n", "note")} for m in got] == [m.properties for m in sent]
     assert [m.msg_id for m in got] == [*batch_result.msg_ids, *(r.msg_id for r in results[1:])]
     assert {(m.topic, m.queue_id, m.store_host) for m in got} == {(topic, 1, cluster.brokers["broker-b"].addr)}
+
+
+def test_a_timeout_on_a_stream_to_a_live_broker_does_not_mark_it_down(cluster: Cluster):
+    """A stream request that timed out asks whether the broker is alive (the channel the stream went on is
+    connected): a slow but live broker is not marked down, so sends do not leave it."""
+    topic = "StreamAliveT"
+    cluster.create_topic(topic, queues=1)
+    with Producer(cluster.addr) as producer:
+        result = producer.send(Message(topic, b"hello"))
+        addr = cluster.brokers[result.queue.broker_name].addr
+        assert channel_connected(producer.client.channel(addr))
+        assert not producer.client.report_failure(addr, grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert not producer.client.down.is_down(addr)
 
 
 def test_threads_sending_at_once_share_the_producers_stream_per_broker(cluster: Cluster):

@@ -122,10 +122,9 @@ class ReputMessageService(threading.Thread):
             self._wakeup.set()
             return
         try:
-            if not self.failed:
-                self._do_reput()
-        except Exception as exc:
-            self._fail(exc)  # logged there; the appends stand, the store stopped taking more
+            self._pass()
+        except Exception:
+            pass  # fail-stopped and logged by the pass; the appends stand, the store takes no more
         finally:
             self._pass_lock.release()
 
@@ -136,13 +135,17 @@ class ReputMessageService(threading.Thread):
         """Dispatch everything up to the confirm offset; returns how many records were dispatched. One pass at
         a time: shutdown runs a last pass from its own thread while the reput thread may still be in one."""
         with self._pass_lock:
-            if self.failed:
-                return 0
-            try:
-                return self._do_reput()
-            except Exception as exc:
-                self._fail(exc)
-                raise
+            return self._pass()
+
+    def _pass(self) -> int:
+        """One pass, under the pass lock: a failure fail-stops the store, and is raised."""
+        if self.failed:
+            return 0
+        try:
+            return self._do_reput()
+        except Exception as exc:
+            self._fail(exc)
+            raise
 
     def _do_reput(self) -> int:
         count = 0

@@ -1,6 +1,6 @@
 """Uploads messages to the tier: the tiered member of the commitlog's dispatch chain.
 
-``dispatch`` (reput thread, only ever below the confirm offset) just queues each record's position per queue.
+``dispatch`` (a reput pass, only ever below the confirm offset) just queues each record's position per queue.
 An upload thread group-commits a queue when it has ``group_commit_count`` records, ``group_commit_bytes``
 bytes, or its oldest one waited ``group_commit_age_s``: it reads the records from the local commitlog,
 appends them to the queue's flat files and commits commitlog then consume queue.
