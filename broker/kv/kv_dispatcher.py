@@ -12,17 +12,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.kv import kv_record
-from broker.kv.kv_record import DELETED, KvOp, present, value_of
+from broker.kv.kv_record import DELETED, KvOp, check_format, present, value_of
 from broker.kv.kv_state_store import KvStateStore, StateWrites
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
-from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, SIZE, TOPIC, DispatchRequest
 from common.kv_shard import KV_TOPIC
 from common.message_codec import HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
 MAX_KEPT_OUTCOMES = 65_536  # CAS outcomes nobody collected (replayed ones) are dropped oldest first
+MAX_SPAN_BYTES = 8 << 20  # a dispatch's KV records are read in one piece up to this (other records may lie between)
 _KV_TOPIC_LEN = len(KV_TOPIC.encode())
+_PUT, _DELETE = KvOp.PUT, KvOp.DELETE  # an enum member read per op costs more than the test
 
 ApplyListener = Callable[[int], None]
 ReadAt = Callable[[int, int], bytes]
@@ -71,28 +73,42 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         if end_offset <= self._applied:
             return  # re-dispatch of what was applied before a restart
         applied_from = self._applied
-        writes: StateWrites = {}
-        ops = 0
-        for topic, queue_id, _, physical, size, _, _, props in requests:
-            if topic == KV_TOPIC and physical >= applied_from:
-                body_at = HEADER_SIZE + _KV_TOPIC_LEN + len(props)
-                record = kv_record.decode(props, self._read_at(physical + body_at, size - body_at))
-                self._apply(writes, queue_id, physical, record)
-                ops += 1
-        if ops:
-            self.state.apply(writes, end_offset)
-            self._stored = end_offset
-            self.applied_ops += ops
+        records = [r for r in requests if r[TOPIC] == KV_TOPIC and r[PHYSICAL_OFFSET] >= applied_from]
+        if records:
+            self._apply(records, end_offset)
         self._applied = end_offset
 
-    def _apply(self, writes: StateWrites, partition: int, physical: int, record: kv_record.KvRecord) -> None:
+    def _apply(self, records: list[DispatchRequest], end_offset: int) -> None:
+        read = self._reader(records[0][PHYSICAL_OFFSET], records[-1][PHYSICAL_OFFSET] + records[-1][SIZE])
+        writes: StateWrites = {}
+        for _, queue_id, _, physical, size, _, _, props in records:
+            op, key = kv_record.op_and_key(props)
+            body = read(physical + HEADER_SIZE + _KV_TOPIC_LEN + len(props), physical + size)
+            check_format(body)
+            if op is _PUT:
+                writes[(queue_id, key)] = body  # its raw state as it is (kv_record: a body is a present state)
+            elif op is _DELETE:
+                writes[(queue_id, key)] = DELETED
+            else:
+                self._compare_and_set(writes, queue_id, physical, kv_record.decode_cas(key, body))
+        self.state.apply(writes, end_offset)
+        self._stored = end_offset
+        self.applied_ops += len(records)
+
+    def _reader(self, start: int, end: int) -> Callable[[int, int], bytes]:
+        """``read(a, b)``: commitlog bytes ``a..b`` within ``start..end``. One read of the whole span when it lies in
+        one segment and is not large (a batch parsed or appended together, mostly KV records), instead of a segment
+        lookup and a read per op."""
+        if end - start <= MAX_SPAN_BYTES:
+            span = self._read_at(start, end - start)
+            if len(span) == end - start:  # else it runs into the next segment
+                return lambda a, b: span[a - start : b - start]
+        return lambda a, b: self._read_at(a, b - a)
+
+    def _compare_and_set(self, writes: StateWrites, partition: int, physical: int, record: kv_record.KvRecord,
+                         ) -> None:
+        """Decided against the state as of the record's place in the commitlog; the outcome is kept for its writer."""
         slot = (partition, record.key)
-        if record.op is KvOp.PUT:
-            writes[slot] = present(record.value)
-            return
-        if record.op is KvOp.DELETE:
-            writes[slot] = DELETED
-            return
         current = writes.get(slot)
         if current is None:
             current = self.state.get(partition, [record.key])[0]

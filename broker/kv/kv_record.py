@@ -7,7 +7,6 @@ The base is what older brokers of the shard held for the key when the leader had
 remap); carrying it in the record keeps CAS decided at apply time and replayable.
 """
 
-import base64
 import binascii
 import struct
 from dataclasses import dataclass
@@ -69,24 +68,38 @@ _OPS = {op.value: op for op in KvOp}
 _PROPERTIES_HEAD = {op: OP_NEEDLE + op.value + _END + KEY_NEEDLE for op in KvOp}
 # What KvRecord.encode writes: ``KV_OP\x01XXX\x02KV_KEY\x01<base64>\x02`` (read without searching).
 _OP_AT, _KEY_AT = len(OP_NEEDLE), len(OP_NEEDLE) + 3 + len(_END + KEY_NEEDLE)
+_OP_OF_HEAD = {head: op for op, head in _PROPERTIES_HEAD.items()}
 
 
 def decode(properties: bytes, body: bytes) -> KvRecord:
-    if properties.startswith(OP_NEEDLE) and properties[_OP_AT + 3 : _KEY_AT] == _END + KEY_NEEDLE \
-            and properties.endswith(_END) and properties.count(_END) == 2:
-        op, key = _op(properties[_OP_AT : _OP_AT + 3]), base64.b64decode(properties[_KEY_AT:-1])
-    else:
-        op, key = _decode_properties(properties)
-    assert body[:1] == FORMAT, f"KV record body format {body[:1]!r} unknown"
+    op, key = op_and_key(properties)
+    check_format(body)
     if op is not KvOp.CAS:
         return KvRecord(op, key, body[1:])
-    return _decode_cas(key, body)
+    return decode_cas(key, body)
+
+
+def op_and_key(properties: bytes) -> tuple[KvOp, bytes]:
+    """A record's op and key: read at their fixed positions in what :meth:`KvRecord.encode` writes (the only
+    separator after the key's start is the last byte), searched for in any other properties."""
+    op = _OP_OF_HEAD.get(properties[:_KEY_AT])
+    if op is not None and properties.find(_END, _KEY_AT) == len(properties) - 1:
+        return op, binascii.a2b_base64(properties[_KEY_AT:-1])
+    return _decode_properties(properties)
+
+
+def check_format(body: bytes) -> None:
+    assert body[:1] == FORMAT, f"KV record body format {body[:1]!r} unknown"
+
+
+# A put's body (format byte, value) is the value's raw state, byte for byte: applying a put stores its body.
+assert FORMAT[0] == PRESENT_TAG
 
 
 def _decode_properties(properties: bytes) -> tuple[KvOp, bytes]:
     op_raw, key_raw = find_property(properties, OP_NEEDLE), find_property(properties, KEY_NEEDLE)
     assert op_raw is not None and key_raw is not None, "KV record without KV_OP or KV_KEY"
-    return _op(bytes(op_raw)), base64.b64decode(key_raw)
+    return _op(bytes(op_raw)), binascii.a2b_base64(key_raw)
 
 
 def _op(raw: bytes) -> KvOp:
@@ -96,7 +109,7 @@ def _op(raw: bytes) -> KvOp:
     return op
 
 
-def _decode_cas(key: bytes, body: bytes) -> KvRecord:
+def decode_cas(key: bytes, body: bytes) -> KvRecord:
     expected_len, base_len = CAS_HEAD.unpack_from(body, 1)
     pos = 1 + CAS_HEAD.size
     expected = None

@@ -25,8 +25,9 @@ DATA = b"D"
 APPLIED_KEY = b"A"
 
 
-def _data_key(partition: int, key: bytes) -> bytes:
-    return DATA + PARTITION.pack(partition) + key
+def _head(partition: int) -> bytes:
+    """What every data key of ``partition`` starts with."""
+    return DATA + PARTITION.pack(partition)
 
 
 def _snapshot_get(snap: Snapshot, key: bytes) -> bytes | None:
@@ -59,12 +60,12 @@ class RocksDBKvStateStore(KvStateStore):
         return self._applied
 
     def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
-        head = DATA + PARTITION.pack(partition)
+        head = _head(partition)
         return cast(list[bytes | None], self.db.get([head + k for k in keys]))  # a list of keys: a list back
 
     def get_each(self, partitions: list[int], keys: list[bytes]) -> list[bytes | None]:
         # One multi-get for every shard: each call costs on its own, and RocksDB batches a call's lookups.
-        heads = {partition: DATA + PARTITION.pack(partition) for partition in set(partitions)}
+        heads = {partition: _head(partition) for partition in set(partitions)}
         return cast(list[bytes | None], self.db.get([heads[p] + key for p, key in zip(partitions, keys, strict=True)]))
 
     def scan(self, partition: int, prefix: bytes, start_after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
@@ -72,11 +73,11 @@ class RocksDBKvStateStore(KvStateStore):
 
     def _iterate(self, partition: int, prefix: bytes, start_after: bytes, limit: int | None = None,
                  ) -> Iterator[tuple[bytes, bytes]]:
-        head = DATA + PARTITION.pack(partition)
+        head = _head(partition)
         start = head + max(prefix, start_after + b"\x00") if start_after else head + prefix
         end = prefix_end(prefix)
         options = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
-        options.set_iterate_upper_bound(head + end if end is not None else DATA + PARTITION.pack(partition + 1))
+        options.set_iterate_upper_bound(head + end if end is not None else _head(partition + 1))
         cut = len(head)
         for n, (key, raw) in enumerate(raw_items(self.db, from_key=start, read_opt=options), 1):
             yield key[cut:], raw
@@ -86,8 +87,13 @@ class RocksDBKvStateStore(KvStateStore):
     def apply(self, writes: StateWrites, applied_offset: int) -> None:
         assert applied_offset >= self._applied, f"applied offset went back: {applied_offset} < {self._applied}"
         batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        heads: dict[int, bytes] = {}
         for (partition, key), raw in writes.items():
-            batch.put(_data_key(partition, key), raw)
+            head = heads.get(partition)
+            if head is None:
+                head = heads[partition] = _head(partition)
+            put(head + key, raw)
         batch.put(APPLIED_KEY, OFFSET.pack(applied_offset))
         self.db.write(batch, self._write_options)
         self._applied = applied_offset
@@ -111,7 +117,7 @@ class RocksDBKvStateStore(KvStateStore):
         snap = self.db.snapshot()
         raw = _snapshot_get(snap, APPLIED_KEY)
         offset = OFFSET.unpack(raw)[0] if raw is not None else 0
-        head = DATA + PARTITION.pack(partition)
+        head = _head(partition)
 
         def entries() -> Iterator[tuple[bytes, bytes]]:
             for key, _ in self._iterate(partition, b"", b""):

@@ -221,7 +221,8 @@ class CommitLog:
         return segment.read(pos, size) if size > 0 else None
 
     def read_at(self, offset: int, size: int) -> bytes:
-        """``size`` bytes at commitlog ``offset`` (within one record the caller located; no checks)."""
+        """``size`` bytes at commitlog ``offset``, which the caller located (a record, or a run of them; no checks).
+        They come from ``offset``'s segment: a span past its end comes back short."""
         segment = self.mapped_file_queue.find(offset)
         assert segment is not None, f"commitlog offset {offset} is not held"
         return segment.read(offset - segment.file_from_offset, size)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.kv import kv_dispatcher
 from broker.kv.kv_dispatcher import CasOutcome, KvCommitLogDispatcher
 from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, KvOp, KvRecord, present
 from broker.kv.kv_state_store import KvStateStore
@@ -410,6 +411,46 @@ def test_batch_straddling_the_applied_offset(tmp_path: Path, backend: str, nodes
         assert manual.applied_ops == 4
         assert manual.applied_offset == end
         assert state.snapshot(0)[0] == end
+    finally:
+        state.close()
+
+
+@pytest.mark.parametrize("how", ["per-segment", "whole-log", "span-limit"])
+def test_dispatches_spanning_other_topics_and_segments(tmp_path: Path, backend: str, nodes: list[Node],
+                                                       monkeypatch: pytest.MonkeyPatch, how: str):
+    """A dispatch's bodies are read in one piece when it lies in one segment and is small (per-segment: other
+    topics' records between), else one read per record (whole-log: it runs into the next segments; span-limit:
+    spread further than the limit); every way applies the same state."""
+    if how == "span-limit":
+        monkeypatch.setattr(kv_dispatcher, "MAX_SPAN_BYTES", 1)
+    recorder = Recorder()
+    node = start(nodes, tmp_path, backend, extra=recorder)
+    for i in range(120):  # ~1.1 KiB each: three 64 KiB segments
+        node.put(i % 2, put(b"k%d" % (i % 7), b"v%d-" % i + b"x" * 1000), delete(b"gone"))
+        if i % 10 == 0:
+            node.other(body=b"o" * 3000)
+    segment_size = node.store.config.mapped_file_size_commit_log
+    assert node.end() > 2 * segment_size, "the log must span segments"
+    requests = [r for batch, _ in recorder.batches for r in batch]
+    if how == "whole-log":
+        dispatches = [(requests, node.end())]
+    else:
+        by_segment: dict[int, list[DispatchRequest]] = {}
+        for r in requests:
+            by_segment.setdefault(r[3] // segment_size, []).append(r)
+        dispatches = [(batch, batch[-1][3] + batch[-1][4]) for batch in by_segment.values()]
+        assert all(any(r[0] != KV_TOPIC for r in batch) for batch, _ in dispatches[:2])
+
+    state = make_state(backend, tmp_path / "manual")
+    manual = KvCommitLogDispatcher(state, node.store.commit_log.read_at)
+    manual.load()
+    try:
+        for batch, end in dispatches:
+            manual.dispatch(batch, end)
+        assert manual.applied_ops == 240
+        assert dump(state) == dump(node.state)
+        assert state.get(1, [b"k6"]) == [present(b"v111-" + b"x" * 1000)]  # 111: the last i with i%7=6, i%2=1
+        assert state.get(0, [b"gone"]) == [DELETED]
     finally:
         state.close()
 

@@ -66,10 +66,14 @@ def test_properties_wire_form():
     assert find_property(props, b"KV_OP\x01") == b"CAS"
 
 
-def test_decode_tolerates_other_properties_around():
+@pytest.mark.parametrize("before, after", [(b"TAGS\x01t\x02", b"UNIQ_KEY\x01u\x02"), (b"", b"UNIQ_KEY\x01u\x02"),
+                                           (b"TAGS\x01t\x02", b"")], ids=["around", "after", "before"])
+def test_decode_tolerates_other_properties(before: bytes, after: bytes):
+    """What ``encode`` writes is read at fixed positions; properties with others around it are searched."""
     props, body = KvRecord(KvOp.PUT, b"key", b"value").encode()
-    decoded = kv_record.decode(b"TAGS\x01t\x02" + props + b"UNIQ_KEY\x01u\x02", body)
+    decoded = kv_record.decode(before + props + after, body)
     assert decoded == KvRecord(KvOp.PUT, b"key", b"value")
+    assert kv_record.op_and_key(before + props + after) == (KvOp.PUT, b"key")
 
 
 def test_decode_accepts_memoryview_and_bytearray_bodies():

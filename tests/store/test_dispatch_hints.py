@@ -83,7 +83,11 @@ def test_hinted_dispatch_equals_what_parsing_the_commitlog_gives(tmp_path: Path,
     end = _put_a_mix(store)
     assert store.wait_dispatched(end, 10)
     assert store.commit_log.mapped_file_queue.min_offset() == 0 and end > 4 * 64 * 1024  # several segments
-    assert sum(parsed) == 0 and store.reput.hints.dropped == 0  # every record came from a hint
+    assert store.reput.hints.dropped == 0
+    if flush is FlushDiskType.ASYNC_FLUSH:
+        assert sum(parsed) == 0  # every record came from a hint: the appender confirms after recording it
+    else:  # the flusher confirms: between a write and its hint it may flush and confirm, and reput parses those
+        assert sum(parsed) <= len(hinted.requests) // 10, f"{sum(parsed)} of {len(hinted.requests)} parsed"
     assert store.reput.hints.pending_records == 0
     store.shutdown()
 
