@@ -16,10 +16,10 @@ tail cut anywhere in a record always breaks either the structure or the CRC.
 
 import mmap
 import struct
-import zlib
 from collections.abc import Sequence
 
 from common.message import MessageExt
+from common.record_crc import crc32
 
 MESSAGE_MAGIC = 0x524D5131  # "RMQ1"
 BLANK_MAGIC = 0x424C4E4B  # "BLNK", end-of-segment marker; no torn prefix of MESSAGE_MAGIC reads as it
@@ -56,7 +56,7 @@ def record_parts(topic: bytes, queue_id: int, bodies: Sequence[bytes], propertie
     """The pieces of records back to back (header, topic, properties, body each), every record with the given
     queue offset, physical offset and store time: the commitlog writes its own into them as it appends
     (``common/wire_batch.py``). The one encoder of records: the SDK's batches, the store's own writes, tools."""
-    crc32, pack = zlib.crc32, HEADER.pack
+    pack = HEADER.pack
     topic_crc, fixed, topic_len = crc32(topic), HEADER_SIZE + len(topic), len(topic)
     parts: list[bytes] = []
     add = parts.extend
@@ -99,7 +99,7 @@ def check_record(buf: memoryview | bytes | mmap.mmap, pos: int, limit: int, expe
         return -1
     if record_size(h[15], h[16], h[14]) != size:
         return -1
-    if verify_crc and zlib.crc32(buf[pos + HEADER_SIZE : pos + size]) != h[2]:
+    if verify_crc and crc32(buf[pos + HEADER_SIZE : pos + size]) != h[2]:
         return -1
     return size
 
@@ -115,7 +115,7 @@ def decode_record(buf: memoryview | bytes, pos: int = 0, verify_crc: bool = True
     if size != record_size(topic_len, props_len, body_len) or pos + size > len(buf):
         raise CorruptRecordError(f"record at {pos} is torn: size {size}, {len(buf) - pos} bytes present")
     var = bytes(buf[pos + HEADER_SIZE : pos + size])
-    if verify_crc and zlib.crc32(var) != crc:
+    if verify_crc and crc32(var) != crc:
         raise CorruptRecordError(f"record at {pos} (commitlog offset {physical_offset}) fails its CRC")
     props_end = topic_len + props_len
     return MessageExt(var[:topic_len].decode(), var[props_end:], queue_id, queue_offset, physical_offset, store_ts,

@@ -7,7 +7,6 @@ it valid: a record's bytes are encoded once, by the producer, and are the bytes 
 """
 
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -18,6 +17,7 @@ from common.message_codec import (
     CorruptRecordError,
     record_parts,
 )
+from common.record_crc import crc32
 
 OFFSET_QUEUE_ID = 12
 OFFSET_QUEUE_OFFSET = 20  # queue offset, physical offset, store time: three i64 side by side
@@ -60,7 +60,6 @@ class WireBatch:
         view = memoryview(records)
         end = len(records)
         unpack = CHECKED_FIELDS.unpack_from
-        crc32 = zlib.crc32
         starts_with = records.startswith
         buf = bytearray(records)
         put_id, put_host = QUEUE_ID.pack_into, HOST.pack_into

@@ -245,16 +245,17 @@ class CommitLog:
             if segment.end_offset <= start:
                 continue
             pos = start - segment.file_from_offset
-            mm, limit, base = segment.mm, segment.file_size, segment.file_from_offset
-            while True:
-                size = check_record(mm, pos, limit, base + pos, verify_crc)
-                if size > 0:
-                    pos += size
-                elif size == 0:
-                    start = segment.end_offset
-                    break
-                else:
-                    return base + pos
+            limit, base = segment.file_size, segment.file_from_offset
+            with memoryview(segment.mm) as view:  # a record's CRC is taken over a slice of it, not over a copy
+                while True:
+                    size = check_record(view, pos, limit, base + pos, verify_crc)
+                    if size > 0:
+                        pos += size
+                    elif size == 0:
+                        start = segment.end_offset
+                        break
+                    else:
+                        return base + pos
         return start
 
     def recover_to(self, end: int) -> None:
