@@ -22,7 +22,7 @@ from common.message_codec import HEADER_SIZE
 log = logging.getLogger(__name__)
 
 MAX_KEPT_OUTCOMES = 65_536  # CAS outcomes nobody collected (replayed ones) are dropped oldest first
-MAX_SPAN_BYTES = 8 << 20  # a dispatch's KV records are read in one piece up to this (other records may lie between)
+MAX_SPAN_BYTES = 8 << 20  # the most a dispatch's KV records are read in one piece (other records may lie between)
 _KV_TOPIC_LEN = len(KV_TOPIC.encode())
 _PUT, _DELETE = KvOp.PUT, KvOp.DELETE  # an enum member read per op costs more than the test
 
@@ -79,7 +79,8 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         self._applied = end_offset
 
     def _apply(self, records: list[DispatchRequest], end_offset: int) -> None:
-        read = self._reader(records[0][PHYSICAL_OFFSET], records[-1][PHYSICAL_OFFSET] + records[-1][SIZE])
+        read = self._reader(records[0][PHYSICAL_OFFSET], records[-1][PHYSICAL_OFFSET] + records[-1][SIZE],
+                            sum(r[SIZE] for r in records))
         writes: StateWrites = {}
         for _, queue_id, _, physical, size, _, _, props in records:
             op, key = kv_record.op_and_key(props)
@@ -95,11 +96,12 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         self._stored = end_offset
         self.applied_ops += len(records)
 
-    def _reader(self, start: int, end: int) -> Callable[[int, int], bytes]:
-        """``read(a, b)``: commitlog bytes ``a..b`` within ``start..end``. One read of the whole span when it lies in
-        one segment and is not large (a batch parsed or appended together, mostly KV records), instead of a segment
-        lookup and a read per op."""
-        if end - start <= MAX_SPAN_BYTES:
+    def _reader(self, start: int, end: int, wanted: int) -> Callable[[int, int], bytes]:
+        """``read(a, b)``: commitlog bytes ``a..b`` within ``start..end``, of records ``wanted`` bytes in all. One read
+        of the whole span instead of a segment lookup and a read per op, when it lies in one segment, is not large,
+        and is mostly those records (a KV batch parsed or appended together; not two puts far apart between other
+        topics' messages, which would copy everything between them)."""
+        if end - start <= min(MAX_SPAN_BYTES, 2 * wanted):
             span = self._read_at(start, end - start)
             if len(span) == end - start:  # else it runs into the next segment
                 return lambda a, b: span[a - start : b - start]

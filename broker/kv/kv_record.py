@@ -72,6 +72,8 @@ _OP_OF_HEAD = {head: op for op, head in _PROPERTIES_HEAD.items()}
 
 
 def decode(properties: bytes, body: bytes) -> KvRecord:
+    """The inverse of :meth:`KvRecord.encode` (tools, tests). The KV dispatcher takes the same steps without the
+    record object: :func:`op_and_key`, :func:`check_format`, and :func:`decode_cas` only for a CAS."""
     op, key = op_and_key(properties)
     check_format(body)
     if op is not KvOp.CAS:

@@ -455,6 +455,34 @@ def test_dispatches_spanning_other_topics_and_segments(tmp_path: Path, backend: 
         state.close()
 
 
+def test_a_span_mostly_of_other_topics_is_not_copied(tmp_path: Path, backend: str, nodes: list[Node]):
+    """Puts with 40 KiB of another topic between them, dispatched together: each body is read alone, not the span
+    between them; a batch of puts side by side alone is one read."""
+    recorder = Recorder()
+    node = start(nodes, tmp_path, backend, extra=recorder)
+    node.put(0, put(b"a", b"1"))
+    node.other(body=b"o" * 40_000)
+    node.put(0, put(b"b", b"2"), put(b"c", b"3"))
+    requests = [r for batch, _ in recorder.batches for r in batch]
+    reads: list[int] = []
+
+    def read_at(offset: int, size: int) -> bytes:
+        reads.append(size)
+        return node.store.commit_log.read_at(offset, size)
+
+    for name, dispatched, expected_reads in (("all", requests, 3), ("pair", requests[-2:], 1)):
+        reads.clear()
+        state = make_state(backend, tmp_path / name)
+        manual = KvCommitLogDispatcher(state, read_at)
+        manual.load()
+        try:
+            manual.dispatch(dispatched, node.end())
+            assert len(reads) == expected_reads and max(reads) < 1000
+            assert state.get(0, [b"b", b"c"]) == [present(b"2"), present(b"3")]
+        finally:
+            state.close()
+
+
 # -- durability --------------------------------------------------------------------------------------------
 def test_checkpoint_lags_until_the_state_is_flushed(tmp_path: Path, backend: str, nodes: list[Node]):
     node = start(nodes, tmp_path, backend)
