@@ -1,7 +1,10 @@
-"""One thread keeps a long-polling pull in flight for every queue a push consumer holds (upstream's
-PullMessageService): pulls are asynchronous, their answers come back to this thread, which caches the messages in
-the queue's process queue, hands them to the consume service and pulls again. A queue over its cache limits waits
-(flow control) instead of pulling; a failed pull is tried again after a pause."""
+"""Every queue a push consumer holds keeps one long-polling pull in flight (upstream's PullMessageService).
+
+Pulls are asynchronous. An answer is handled where it arrives, on the thread that reads the broker's stream
+(callers never block there): its messages are cached in the queue's process queue, the next pull goes out and the
+messages go to the consume service, with no hand-off to another thread on the way. This service's own thread
+starts the pulls of queues rebalance hands it and of those waiting out a pause: a queue over its cache limits
+waits (flow control) instead of pulling, and a failed pull is tried again after a pause."""
 
 import heapq
 import itertools
@@ -53,13 +56,14 @@ class PullMessageService(threading.Thread):
         self.on_messages = on_messages
         self.on_offset_moved = on_offset_moved
         self.orderly = orderly
-        self._events: queue.Queue[tuple[ProcessQueue, Future | None] | None] = queue.Queue()
-        self._delayed: list[tuple[float, int, ProcessQueue]] = []
+        # (queue, pause in seconds): pull it now (0) or after the pause; None wakes the thread to stop.
+        self._events: queue.SimpleQueue[tuple[ProcessQueue, float] | None] = queue.SimpleQueue()
+        self._delayed: list[tuple[float, int, ProcessQueue]] = []  # this thread's alone
         self._seq = itertools.count()
         self._stopped = threading.Event()
 
     def pull_now(self, pq: ProcessQueue) -> None:
-        self._events.put((pq, None))
+        self._events.put((pq, 0.0))
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -70,13 +74,13 @@ class PullMessageService(threading.Thread):
                 event = None
             if event is None and self._stopped.is_set():
                 return
-            self._due()
             if event is not None:
-                pq, answer = event
-                if answer is None:
-                    self._pull(pq)
+                pq, pause_s = event
+                if pause_s:
+                    heapq.heappush(self._delayed, (time.monotonic() + pause_s, next(self._seq), pq))
                 else:
-                    self._answered(pq, answer)
+                    self._pull(pq)
+            self._due()
 
     def _due(self) -> None:
         now = time.monotonic()
@@ -84,7 +88,8 @@ class PullMessageService(threading.Thread):
             self._pull(heapq.heappop(self._delayed)[2])
 
     def _later(self, pq: ProcessQueue, pause_s: float) -> None:
-        heapq.heappush(self._delayed, (time.monotonic() + pause_s, next(self._seq), pq))
+        """Any thread: this service's thread pulls ``pq`` again after ``pause_s``."""
+        self._events.put((pq, pause_s))
 
     def _pull(self, pq: ProcessQueue) -> None:
         if pq.dropped or self._stopped.is_set():
@@ -103,30 +108,40 @@ class PullMessageService(threading.Thread):
         except MQClientError as exc:
             self._failed(pq, exc)
             return
-        future.add_done_callback(lambda f: self._events.put((pq, f)))
+        future.add_done_callback(lambda f: self._answered(pq, f))
 
     def _answered(self, pq: ProcessQueue, answer: Future) -> None:
+        """The stream reader's thread (or the caller's, for a pull that failed at once)."""
         if pq.dropped or self._stopped.is_set():
             return
+        try:
+            run = self._take(pq, answer)
+            if run is not None:
+                self.on_messages(pq, run)
+        except Exception:  # a bug: said here with its queue (the future would log it without one)
+            if not self._stopped.is_set():  # closing: the consume pool may be gone already
+                log.exception("pull_answer_failed queue=%s next_offset=%d", pq.mq, pq.next_offset)
+
+    def _take(self, pq: ProcessQueue, answer: Future) -> Run | None:
+        """Caches what ``answer`` brought and sends the queue's next pull; returns the run to hand to the
+        consumers, after the pull went out: the next pull's round trip overlaps their work."""
         try:
             result: PullResult = answer.result()
         except MQClientError as exc:
             self._failed(pq, exc)
-            return
+            return None
         if result.status is PullStatus.OFFSET_ILLEGAL:
             log.warning("pull_offset_moved queue=%s from=%d to=%d", pq.mq, pq.next_offset, result.next_begin_offset)
             self.on_offset_moved(pq, result.next_begin_offset)
             self._pull(pq)
-            return
+            return None
         pq.next_offset = result.next_begin_offset
         if result.status is not PullStatus.FOUND:
             self._pull(pq)
-            return
-        # The run is cached before the next pull goes out (flow control counts it), and handed to the consumers
-        # after: the next pull's round trip overlaps their work.
-        run = pq.put(result.messages, records_size(result.messages))
+            return None
+        run = pq.put(result.messages, records_size(result.messages))  # cached first: flow control counts it
         self._pull(pq)
-        self.on_messages(pq, run)
+        return run
 
     def _failed(self, pq: ProcessQueue, exc: MQClientError) -> None:
         if not self._stopped.is_set():

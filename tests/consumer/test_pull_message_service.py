@@ -1,0 +1,145 @@
+"""The push consumer's pull service, against a pull consumer whose answers the test gives: an answer is handled on
+the thread that brings it, a failure while handling one does not leave its queue without a pull, a queue over its
+cache limit waits, and a failed pull is tried again."""
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, cast
+
+import pytest
+
+from client.consumer import pull_message_service
+from client.consumer.process_queue import ProcessQueue, Run
+from client.consumer.pull_message_service import PullMessageService, PullSettings
+from client.errors import MQClientError
+from client.pull_consumer import PullConsumer
+from client.results import PullResult, PullStatus
+from common.message import MessageExt
+from common.message_queue import MessageQueue
+
+MQ = MessageQueue("PullServiceT", "broker-a", 0)
+
+
+class AnsweredByTest:
+    """``pull_async`` as a push consumer calls it; each pull's future waits in ``pulls`` for the test to settle."""
+
+    def __init__(self) -> None:
+        self.pulls: list[tuple[int, Future]] = []
+        self.changed = threading.Condition()
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, sub_expression: str,
+                   suspend_ms: int = 0) -> Future:
+        future: Future = Future()
+        with self.changed:
+            self.pulls.append((offset, future))
+            self.changed.notify_all()
+        return future
+
+    def wait_pulls(self, n: int, timeout_s: float = 5.0) -> list[tuple[int, Future]]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.pulls) >= n, timeout_s), f"{len(self.pulls)} pulls, not {n}"
+            return list(self.pulls)
+
+
+def messages(first: int, n: int) -> list[MessageExt]:
+    return [MessageExt(MQ.topic, b"m", MQ.queue_id, first + i, 0, 0, 0) for i in range(n)]
+
+
+def found(first: int, n: int) -> PullResult:
+    return PullResult(PullStatus.FOUND, messages(first, n), next_begin_offset=first + n)
+
+
+def service(consumer: AnsweredByTest, on_messages: Callable[[ProcessQueue, Run], None],
+            settings: PullSettings | None = None) -> PullMessageService:
+    svc = PullMessageService(cast(PullConsumer, consumer), settings or PullSettings(), lambda _topic: "*", on_messages,
+                             lambda pq, offset: pq.reset(offset), orderly=False)
+    svc.start()
+    return svc
+
+
+def test_an_answer_is_handled_on_the_thread_that_brings_it_and_the_next_pull_goes_out():
+    consumer = AnsweredByTest()
+    handled: list[tuple[str, list[int]]] = []
+    svc = service(consumer, lambda pq, run: handled.append(
+        (threading.current_thread().name, [m.queue_offset for m in run.msgs])))
+    try:
+        pq = ProcessQueue(MQ, 0)
+        svc.pull_now(pq)
+        (offset, first), = consumer.wait_pulls(1)
+        assert offset == 0
+        answering = threading.Thread(target=first.set_result, args=(found(0, 3),), name="stream-reader")
+        answering.start()
+        answering.join()
+        assert handled == [("stream-reader", [0, 1, 2])]  # handed over before the reader thread went on
+        assert consumer.wait_pulls(2)[1][0] == 3  # and the next pull starts where the run ended
+        assert pq.cached() == (3, 3)
+    finally:
+        svc.shutdown()
+
+
+def test_a_failure_handing_over_a_run_is_logged_and_the_queue_keeps_pulling(caplog: pytest.LogCaptureFixture):
+    consumer = AnsweredByTest()
+    calls: list[int] = []
+
+    def on_messages(_pq: ProcessQueue, run: Run) -> None:
+        calls.append(len(run.msgs))
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the consume service")
+
+    svc = service(consumer, on_messages)
+    try:
+        pq = ProcessQueue(MQ, 0)
+        svc.pull_now(pq)
+        consumer.wait_pulls(1)[0][1].set_result(found(0, 2))
+        assert "pull_answer_failed queue=" in caplog.text
+        offset, second = consumer.wait_pulls(2)[1]  # went out before the hand-over failed
+        assert offset == 2
+        second.set_result(found(2, 1))
+        assert consumer.wait_pulls(3)[2][0] == 3
+        assert calls == [2, 1] and len(consumer.pulls) == 3  # one pull in flight, never two
+    finally:
+        svc.shutdown()
+
+
+def test_a_queue_over_its_cache_limit_waits_until_its_messages_are_done(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pull_message_service, "FLOW_CONTROL_PAUSE_S", 0.02)
+    consumer = AnsweredByTest()
+    runs: list[Run] = []
+    svc = service(consumer, lambda pq, run: runs.append(run), PullSettings(cached_messages_limit=4))
+    try:
+        pq = ProcessQueue(MQ, 0)
+        svc.pull_now(pq)
+        consumer.wait_pulls(1)[0][1].set_result(found(0, 4))
+        time.sleep(0.2)  # several flow-control pauses: none of them may pull
+        assert len(consumer.pulls) == 1
+        pq.finish(runs[0], 0, 4)
+        assert consumer.wait_pulls(2)[1][0] == 4
+    finally:
+        svc.shutdown()
+
+
+def test_a_failed_pull_is_tried_again_from_the_same_offset(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pull_message_service, "PULL_FAILURE_PAUSE_S", 0.05)
+    consumer = AnsweredByTest()
+    svc = service(consumer, lambda pq, run: None)
+    try:
+        pq = ProcessQueue(MQ, 7)
+        svc.pull_now(pq)
+        consumer.wait_pulls(1)[0][1].set_exception(MQClientError("broker-a is unreachable"))
+        assert consumer.wait_pulls(2)[1][0] == 7
+    finally:
+        svc.shutdown()
+
+
+def test_answers_after_shutdown_are_dropped():
+    consumer = AnsweredByTest()
+    handled: list[Any] = []
+    svc = service(consumer, lambda pq, run: handled.append(run))
+    pq = ProcessQueue(MQ, 0)
+    svc.pull_now(pq)
+    (_, pending), = consumer.wait_pulls(1)
+    svc.shutdown()
+    pending.set_result(found(0, 1))
+    assert handled == [] and len(consumer.pulls) == 1
