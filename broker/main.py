@@ -10,6 +10,7 @@ from pathlib import Path
 
 from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
+from client.switch_interval import keep_switch_interval
 from common.statictopic.mapping_checks import MappingError
 from common.tls import TlsError, set_process_ca
 
@@ -69,6 +70,8 @@ def rejoin(why: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The broker's own hand-offs were tuned at Python's default; the SDK clients it runs (KV provisioning) keep it.
+    keep_switch_interval()
     args = parse_args(argv)
     try:
         config = load_config(args)

@@ -17,6 +17,7 @@ from client.grpc_errors import business_error, rpc_error
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
+from client.switch_interval import lower_switch_interval
 from common import tls
 from common.acl import signed_channel, signer_of
 from common.message_queue import MessageQueue
@@ -69,6 +70,7 @@ class ClientInstance:
     def __init__(self, namesrv_addr: str | None, rpc_timeout_s: float = 10.0,
                  down: DownAddresses | None = None, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:
+        lower_switch_interval()
         self.namesrv_addrs = namesrv_addrs(namesrv_addr)
         # ACL: (access key, secret key) every call is signed with (RocketMQ 5's MQv2-HMAC-SHA1), or None
         try:

@@ -21,11 +21,11 @@ import logging
 import os
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from client.consumer.allocate_strategy import AllocateStrategy, allocate_averagely
 from client.consumer.consume_concurrently_service import ConsumeConcurrentlyService, Handler
 from client.consumer.consume_orderly_service import ConsumeOrderlyService
+from client.consumer.consume_pool import ConsumePool
 from client.consumer.consumer_sessions import ConsumerSessions
 from client.consumer.group_calls import GroupCalls, queue_ref
 from client.consumer.offset_store import OffsetStore, RemoteOffsetStore
@@ -85,7 +85,7 @@ class PushConsumer:
         client = self.consumer.client
         self.calls = GroupCalls(client, group, self.client_id)
         self.offsets = OffsetStore() if self.broadcasting else RemoteOffsetStore(self.consumer)
-        self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
+        self._pool = ConsumePool(consume_threads, f"consume-{group}")
         self.consume: ConsumeConcurrentlyService | ConsumeOrderlyService = (
             ConsumeOrderlyService(self.handler, self._pool, self.offsets, self._dead_letter,
                                   DEFAULT_MAX_RECONSUME_TIMES if max_reconsume_times is None else max_reconsume_times)

@@ -8,8 +8,8 @@ stays in its process queue (holding the commit point) and is tried again here af
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
+from client.consumer.consume_pool import ConsumePool
 from client.consumer.consume_result import ConsumeResult
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
@@ -40,7 +40,7 @@ def _log_failure(msg: MessageExt) -> None:
 
 
 class ConsumeConcurrentlyService:
-    def __init__(self, handler: Handler, pool: ThreadPoolExecutor, offsets: OffsetStore,
+    def __init__(self, handler: Handler, pool: ConsumePool, offsets: OffsetStore,
                  send_back: SendBack | None) -> None:
         """``send_back=None`` (broadcasting): a failed message is logged and skipped, as upstream."""
         self.handler = handler

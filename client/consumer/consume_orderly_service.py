@@ -9,9 +9,9 @@ and the queue moves on.
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from client.consumer.consume_concurrently_service import Handler, SendBack, handled
+from client.consumer.consume_pool import ConsumePool
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
@@ -24,7 +24,7 @@ LEASE_TRUST_S = 30.0  # a lease not renewed this long is not trusted (the broker
 
 
 class ConsumeOrderlyService:
-    def __init__(self, handler: Handler, pool: ThreadPoolExecutor, offsets: OffsetStore, dead_letter: SendBack,
+    def __init__(self, handler: Handler, pool: ConsumePool, offsets: OffsetStore, dead_letter: SendBack,
                  max_reconsume_times: int) -> None:
         self.handler = handler
         self.pool = pool
