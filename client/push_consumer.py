@@ -4,8 +4,9 @@
   or leaves, and the members rebalance at once; a periodic pass every 20 s is the safety net).
 - Rebalance (``client/consumer/rebalance_impl.py``): queues split by ``allocate`` (upstream's averaging by
   default); ``message_model="BROADCASTING"`` gives every member every queue, with offsets kept by the member.
-- Consumption: one pull thread for all queues, a bounded pool of ``consume_threads`` for the handler; the
-  committed offset is the lowest message not yet done.
+- Consumption: a long-polling pull in flight per queue, its answer taken on the stream's reader thread; the
+  handler runs in the consume pool (``client/consumer/consume_pool.py``: at most ``consume_threads`` threads, as
+  many running at once as keep tasks finishing); the committed offset is the lowest message not yet done.
 - Failures: a handler that raises or returns ``ConsumeResult.LATER`` has its message retried through
   ``%RETRY%<group>`` (10 s, 30 s, 1 m, ...) and after ``max_reconsume_times`` retries (None: the group's
   retryMaxTimes, 16 unless ``updateSubGroup -r`` changed it) it goes to ``%DLQ%<group>``.
