@@ -3,10 +3,10 @@
 The SDK's answers cross threads. A stream's reader thread settles the future a caller waits on, and a push
 consumer's handlers run in a pool. A thread woken while another runs Python waits for the GIL until the runner
 blocks or the switch interval forces it to let go: up to 5 ms by default, several round trips to a broker.
-Measured on this project's machine kind (2 cores, 1 KiB messages, ``python -m bench --only cluster group``, seven
-runs beside seven at 5 ms, medians): pull consumption of batches of 64 went from 106k to 130k msgs/s and single
-async sends from 2.2k to 2.9k a second. Batch produce fell from 44.7k to 40.0k (a probe of nine runs each saw
-45.2k against 45.0k; 0.2 ms cost it 10-15%) and send-to-receive p99 rose from 4.7 to 6.2 ms, both noisy.
+Measured on this project's machine kind (2 cores, 1 KiB messages, ``python -m bench --only cluster``, ten runs
+beside ten at 5 ms, medians): pull consumption of batches of 64 went from 101k to 130k msgs/s and single async
+sends from 2.2k to 2.8k a second. Batch produce fell from 43.6k to 40.1k (a probe of nine runs each saw 45.2k
+against 45.0k; 0.2 ms cost it 10-15%) and send-to-receive p99 rose from 5.3 to 6.2 ms, both noisy.
 
 The first client changes it once, and only when the process still has Python's default: an application that set
 its own keeps it, and one that wants the default back sets it after creating its clients. A daemon that tunes
