@@ -3,11 +3,10 @@ runs in a process of its own, as the setting is the whole process's."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from cluster.daemon_process import REPO
 
 
 def interval_after(setup: str) -> float:

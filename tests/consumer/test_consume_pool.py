@@ -7,13 +7,7 @@ import time
 import pytest
 
 from client.consumer.consume_pool import ConsumePool
-
-
-def wait_for(cond, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+from cluster.daemon_process import wait_until
 
 
 def test_tasks_that_keep_finishing_run_on_one_thread():
@@ -51,11 +45,11 @@ def test_tasks_that_wait_let_more_threads_run_up_to_the_maximum():
     try:
         for _ in range(6):
             pool.submit(task)
-        wait_for(lambda: len(running) == 4)
+        wait_until(lambda: len(running) == 4, timeout=5, interval=0.005)
         time.sleep(0.1)  # several grow periods: never more than the maximum
         assert len(running) == 4 and len(set(running)) == 4 and pool.allowed == 4
         release.set()
-        wait_for(lambda: len(running) == 6)
+        wait_until(lambda: len(running) == 6, timeout=5, interval=0.005)
     finally:
         release.set()
         pool.shutdown()
@@ -67,9 +61,9 @@ def test_a_pool_whose_threads_idle_lets_fewer_run():
     try:
         for _ in range(4):
             pool.submit(release.wait, 10)
-        wait_for(lambda: pool.allowed == 4)
+        wait_until(lambda: pool.allowed == 4, timeout=5, interval=0.005)
         release.set()
-        wait_for(lambda: pool.allowed == 1)
+        wait_until(lambda: pool.allowed == 1, timeout=5, interval=0.005)
     finally:
         release.set()
         pool.shutdown()
@@ -106,7 +100,7 @@ def test_shutdown_waits_for_running_tasks_and_drops_waiting_ones_when_asked():
     assert started.wait(5)
     closer = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True})
     closer.start()
-    wait_for(lambda: pool._shutdown)
+    wait_until(lambda: pool._shutdown, timeout=5, interval=0.005)
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(ran.append, "third")
     release.set()
@@ -119,9 +113,10 @@ def test_shutdown_without_cancelling_runs_what_waits_and_every_thread_ends():
     first, release = threading.Event(), threading.Event()
     for _ in range(3):
         pool.submit(first.wait, 5)
-    wait_for(lambda: pool.allowed == 3)
+    wait_until(lambda: pool.allowed == 3, timeout=5, interval=0.005)
     first.set()
-    wait_for(lambda: pool.allowed == 1)  # three threads, one of them allowed to run: two wait for a turn
+    # three threads, one of them allowed to run: two wait for a turn
+    wait_until(lambda: pool.allowed == 1, timeout=5, interval=0.005)
     pool.grow_after_s = 60.0
     ran: list[int] = []
     pool.submit(release.wait, 5)
