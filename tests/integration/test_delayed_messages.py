@@ -81,7 +81,9 @@ class WallClockSteps:
 
 @dataclass
 class Receiver:
-    """Long-polls every queue of a topic at once and notes when each message came in."""
+    """Long-polls every queue of a topic at once and notes when each message came in: the time its pull's answer
+    was settled, taken in the future's callback. A time taken once after `wait` returns would be too early for a
+    pull that settles while the loop reads the others, and a message would look delivered before it was stored."""
 
     consumer: PullConsumer
     queues: list[MessageQueue]
@@ -91,6 +93,7 @@ class Receiver:
     def until(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
         offsets = {mq: 0 for mq in self.queues}
         pulls: dict[MessageQueue, Future[PullResult]] = {}
+        settled_ms: dict[int, float] = {}  # id of a pull's future -> wall clock when its answer was settled
         deadline = time.monotonic() + timeout_s
         while not done():
             if time.monotonic() > deadline:
@@ -98,12 +101,13 @@ class Receiver:
             for mq in self.queues:
                 if mq not in pulls:
                     pulls[mq] = self.consumer.pull_async(mq, offsets[mq], 256, suspend_ms=300)
+                    pulls[mq].add_done_callback(lambda f: settled_ms.setdefault(id(f), time.time() * 1000))
             wait(list(pulls.values()), timeout=1, return_when=FIRST_COMPLETED)
-            arrived = time.time() * 1000
             self.clock.sample()
             for mq, pull in list(pulls.items()):
-                if pull.done():
+                if id(pull) in settled_ms:  # not done(): a future is done a moment before its callbacks run
                     del pulls[mq]
+                    arrived = settled_ms.pop(id(pull))
                     result = pull.result()
                     for m in result.messages:
                         self.got.setdefault(m.body, []).append((arrived, m))
