@@ -97,7 +97,7 @@ def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
     snapshot = tier.snapshot()
     referenced = {s.path for s in snapshot.segments}
     paths = tier_objects.garbage(snapshot.location, snapshot.broker_name, referenced, grace_s)
-    freed = sum(tier_objects.delete_object(snapshot.location, p) for p in paths)
+    freed = sum(tier_objects.on_each_object(tier_objects.delete_object, snapshot.location, paths))
     return len(paths), freed
 
 
@@ -144,12 +144,11 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
 
 
 def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
-    for p in parts:
-        tier_objects.retire(root, p.path)
+    paths = [p.path for p in parts]
+    tier_objects.on_each_object(tier_objects.retire, root, paths)  # every marker written before the swap
     if tier.replace(parts, merged_record(parts, merged_path)):
         return True
-    for p in parts:  # refused: the job leaves no trace
-        tier_objects.unretire(root, p.path)
+    tier_objects.on_each_object(tier_objects.unretire, root, paths)  # refused: the job leaves no trace
     tier_objects.delete_object(root, merged_path)
     return False
 

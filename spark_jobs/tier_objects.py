@@ -13,8 +13,11 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config
@@ -22,6 +25,11 @@ from common.message_codec import HEADER_SIZE, MESSAGE_MAGIC
 
 RETIRED = ".retired"
 CQ_UNIT_SIZE = 28
+# Calls a job's driver keeps in flight on the tier's objects (retire, unretire, delete): each is one or more
+# round trips to the store (an object store's are tens of milliseconds), so a thousand made one after another
+# took most of a compaction's time.
+OBJECT_CALLS_IN_FLIGHT = 16
+T = TypeVar("T")
 
 
 class CorruptObjectError(ValueError):
@@ -131,6 +139,17 @@ def verify(data: bytes, segment_type: int, base_offset: int, expected_size: int)
     return records
 
 
+def on_each_object(call: Callable[[Tier, str], T], tier: Tier, paths: Iterable[str]) -> list[T]:
+    """``call(tier, path)`` for every path, up to :data:`OBJECT_CALLS_IN_FLIGHT` at once; the results in the
+    paths' order. Every call has ended when this returns or raises (the first failure, once all ended)."""
+    paths = list(paths)
+    if len(paths) <= 1:
+        return [call(tier, p) for p in paths]
+    with ThreadPoolExecutor(min(OBJECT_CALLS_IN_FLIGHT, len(paths)), thread_name_prefix="tier-object") as pool:
+        futures = [pool.submit(call, tier, p) for p in paths]
+    return [f.result() for f in futures]
+
+
 def delete_object(tier: Tier, path: str) -> int:
     """Delete an object and its marker; returns the bytes freed (0 if it was gone: idempotent)."""
     root = _posix(tier)
@@ -205,15 +224,17 @@ def _object_store_garbage(loc: TierLocation, broker_name: str, referenced: set[s
     factory = loc.factory()
     objects = factory.list_objects(broker_name)
     out: list[str] = []
+    stale_markers: list[str] = []
     for rel, mtime in sorted(objects.items()):
         if rel.endswith(RETIRED):
             obj = rel[: -len(RETIRED)]
             if (obj in referenced and now - mtime > grace_s) or obj not in objects:
-                factory.open(rel).destroy()
+                stale_markers.append(rel)
             continue
         if rel in referenced:
             continue
         since = objects.get(rel + RETIRED, mtime)
         if now - since > grace_s:
             out.append(rel)
+    on_each_object(lambda _, marker: factory.open(marker).destroy(), loc, stale_markers)
     return out
