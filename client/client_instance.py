@@ -374,13 +374,16 @@ class ClientInstance:
 
     def close(self) -> None:
         with self._lock:
-            for stream in self._streams.values():
-                stream.close()
+            streams = list(self._streams.values())
             self._streams.clear()
-            for ch in self._channels.values():
-                ch.close()
+            channels = list(self._channels.values())
             self._channels.clear()
             self._stubs.clear()
+        # Outside the lock: a stream's close waits for its reader thread, whose answer callbacks may need the lock.
+        for stream in streams:
+            stream.close()
+        for ch in channels:
+            ch.close()
 
 
 V = TypeVar("V")

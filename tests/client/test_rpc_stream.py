@@ -2,6 +2,7 @@
 request id, the window, deadlines, broken streams and reopening, closing."""
 
 import contextlib
+import gc
 import queue
 import random
 import threading
@@ -12,6 +13,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import grpc
+import grpc._channel
 import pytest
 
 from client.grpc_errors import StatusError
@@ -371,6 +373,23 @@ def test_close_cancels_pending_requests(server: FakeServer, open_stream):
     stream.close()
     for call in pending:
         assert failure(call, timeout_s=5).code() is grpc.StatusCode.CANCELLED
+
+
+def test_close_ends_the_reader_and_finalizes_the_call_without_the_garbage_collector(server: FakeServer, open_stream):
+    """Left to the collector, the call could be finalized as the process exits, with a frozen daemon thread holding
+    its lock: mqadmin printed its answer and hung (3 runs in 150)."""
+    server.behaviour = shuffled_echo
+    stream = open_stream()
+    assert stream.call(Request(queue_id=1), 10.0).result(timeout=10).queue_offset == 10
+    reader = stream._stream.reader
+    gc.disable()  # what is still alive after close() then is what only the collector would free
+    try:
+        stream.close()
+        assert not reader.is_alive()
+        calls = [o for o in gc.get_objects() if isinstance(o, grpc._channel._MultiThreadedRendezvous)]
+        assert not calls, f"{len(calls)} stream call(s) outlived close()"
+    finally:
+        gc.enable()
 
 
 def test_calls_after_close_fail_at_once_with_cancelled(server: FakeServer, open_stream):
