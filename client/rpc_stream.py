@@ -33,10 +33,10 @@ MAX_FRAME_REQUESTS = 64
 MAX_FRAME_RECORD_BYTES = 4 * 1024 * 1024
 REAP_INTERVAL_S = 0.1
 # How long close() waits for the reader thread to end after cancelling the call. The call must not outlive
-# close(): left to the garbage collector (the stream and its request generator refer to each other), it may be
-# finalized while the process exits, when daemon threads are frozen where they stood; one frozen holding the
-# call's lock makes the finalizer wait for ever (mqadmin printed its answer and hung, 3 runs in 150 on a loaded
-# machine).
+# close(): left to the garbage collector (the cancelled call is raised as the reader's exception, whose traceback
+# refers back to it), it may be finalized while the process exits, when daemon threads are frozen where they
+# stood; one frozen holding the call's lock makes the finalizer wait for ever (mqadmin printed its answer and hung,
+# 3 runs in 150 on a loaded machine).
 CLOSE_JOIN_S = 5.0
 _CLOSE = object()
 
