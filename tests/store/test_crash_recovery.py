@@ -31,7 +31,14 @@ from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageStatus
 from common.message_codec import BLANK_MAGIC, BLANK_MIN_LENGTH, MESSAGE_MAGIC, check_record, decode_record
 from common.message_properties import encode_properties, tags_code
-from tests.store.crash_child import COMMIT_LOG_SEGMENT, CONSUME_QUEUE_SEGMENT, QUEUES, TOPIC, store_config
+from tests.store.crash_child import (
+    COMMIT_LOG_SEGMENT,
+    CONSUME_QUEUE_SEGMENT,
+    QUEUES,
+    TOPIC,
+    open_ack_file,
+    store_config,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CQ_UNIT = struct.Struct(">qiq")
@@ -324,6 +331,18 @@ def last_acked(acks: Acks, store_dir: Path) -> tuple[int, int, Path, int, int]:
 
 
 # -- tests ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("left", "kept"), [(b"0 1 aa\n1 2 b", b"0 1 aa\n"), (b"1 2 b", b""),
+                                            (b"0 1 aa\n", b"0 1 aa\n")])
+def test_a_child_drops_the_report_line_a_sigkill_cut_short(tmp_path: Path, left: bytes, kept: bytes) -> None:
+    """A SIGKILL can cut a report's write short; the next child's lines must not be glued to the cut one."""
+    ack_file = tmp_path / "acks"
+    ack_file.write_bytes(left)
+    fd = open_ack_file(str(ack_file))
+    os.write(fd, b"2 3 cc\n")
+    os.close(fd)
+    assert ack_file.read_bytes() == kept + b"2 3 cc\n"
+
+
 @pytest.mark.slow
 def test_sigkill_cycles_lose_no_acknowledged_message(tmp_path: Path, store_type: str) -> None:
     seed = int.from_bytes(os.urandom(4), "big")
