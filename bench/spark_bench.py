@@ -121,7 +121,7 @@ def copy_objects(task: tuple[tier_objects.TierLocation, list[tuple[str, int]], s
     """The S3 bare task: read the parts (each up to its recorded size) and write their concatenation as one new
     object, through the tier's own client; returns its bytes."""
     location, parts, out = task
-    data = b"".join(tier_objects.read_object(location, path)[:size] for path, size in parts)
+    data = b"".join(tier_objects.read_run(location, parts))  # as the job reads a group
     tier_objects.write_object(location, out, data)
     return len(data)
 

@@ -3,7 +3,8 @@ reserve time.
 
 1. The broker marks what expired and advances the queues' min offsets (consume queue before commitlog); it
    answers every segment marked and not yet dropped (so a run after a crash finishes what the last began).
-2. Executors delete those objects in parallel (a missing object is fine: deleted before the crash).
+2. Executors delete those objects in parallel, a task a directory (one queue's commitlog or consume queue: on
+   an object store one listing and batch deletes); a missing object is fine (deleted before a crash).
 3. The broker drops their records.
 Every step is idempotent: re-running after a crash at any point converges, and a run with nothing expired
 changes nothing.
@@ -22,9 +23,9 @@ from spark_jobs.job_output import fail, summary
 log = logging.getLogger("spark_jobs.cleanup")
 
 
-def delete(task: tuple[tier_objects.Tier, str]) -> int:
-    root, path = task
-    return tier_objects.delete_object(root, path)
+def delete(task: tuple[tier_objects.Tier, list[str]]) -> int:
+    root, paths = task
+    return tier_objects.delete_objects(root, paths)
 
 
 def run(broker: str, master: str | None, s3: S3Access | None = None) -> dict[str, float]:
@@ -38,7 +39,7 @@ def run(broker: str, master: str | None, s3: S3Access | None = None) -> dict[str
 
             sc = spark_session("tiered-cleanup", master).sparkContext
             root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
-            tasks = [(root, s.path) for s in expired]
+            tasks = [(root, paths) for paths in tier_objects.group_by_directory(s.path for s in expired).values()]
             freed = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).map(delete).sum()
         elif expired:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: the cleanup "

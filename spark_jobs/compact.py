@@ -69,7 +69,7 @@ def merge(task: MergeTask) -> MergeResult:
     root = task.root
     parts = [tiered_pb2.TieredSegment.FromString(p) for p in task.parts]
     try:
-        data = b"".join(tier_objects.read_object(root, p.path)[: p.size] for p in parts)
+        data = b"".join(tier_objects.read_run(root, [(p.path, p.size) for p in parts]))
         expected = sum(p.size for p in parts)
         records = tier_objects.verify(data, parts[0].type, parts[0].base_offset, expected)  # the bytes written
         tier_objects.write_object(root, task.merged_path, data)  # fsynced
@@ -97,7 +97,7 @@ def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
     snapshot = tier.snapshot()
     referenced = {s.path for s in snapshot.segments}
     paths = tier_objects.garbage(snapshot.location, snapshot.broker_name, referenced, grace_s)
-    freed = sum(tier_objects.on_each_object(tier_objects.delete_object, snapshot.location, paths))
+    freed = tier_objects.delete_objects(snapshot.location, paths)
     return len(paths), freed
 
 
@@ -122,7 +122,10 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
         if tasks:
             spark = spark_session("tiered-compact", master)
             sc = spark.sparkContext
+            stage_started = time.monotonic()
             results = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).map(merge).collect()
+            log.info("compact_merge_stage groups=%d seconds=%.1f", len(tasks), time.monotonic() - stage_started)
+        commits_started = time.monotonic()
         merged = failed = read = 0
         merged_bytes = 0
         for result in results:
@@ -135,10 +138,14 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
                 continue
             merged += 1
             merged_bytes += result.size
+        log.info("compact_committed merged=%d failed=%d seconds=%.1f", merged, failed,
+                 time.monotonic() - commits_started)
         deleted = 0
         if wait_grace and merged:
             time.sleep(grace_s + 0.1)
+            collect_started = time.monotonic()
             deleted, _ = collect_garbage(tier, grace_s)
+            log.info("compact_retired_deleted objects=%d seconds=%.1f", deleted, time.monotonic() - collect_started)
     return {"segments_read": read, "groups_merged": merged, "groups_failed": failed, "bytes": merged_bytes,
             "deleted": deleted + gc_objects, "garbage_bytes": gc_bytes, "seconds": time.monotonic() - started}
 

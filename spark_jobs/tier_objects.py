@@ -77,6 +77,24 @@ def read_object(tier: Tier, path: str) -> bytes:
     return seg.read(0, size)
 
 
+def read_run(tier: Tier, parts: list[tuple[str, int]]) -> list[bytes]:
+    """The first ``size`` bytes of each ``(path, size)``, all in one directory (a compaction group's parts). On
+    an object store one listing finds every part's chunks and the GETs overlap (:data:`OBJECT_CALLS_IN_FLIGHT`);
+    a part shorter than its size comes back short (the caller verifies)."""
+    root = _posix(tier)
+    if root is not None:
+        out = []
+        for path, size in parts:
+            with open(root / path, "rb") as f:
+                out.append(f.read(size))
+        return out
+    loc = location(tier)
+    segments = dict(zip((path for path, _ in parts), loc.factory().open_run([path for path, _ in parts]),
+                        strict=True))
+    sizes = dict(parts)
+    return on_each_object(lambda _, path: segments[path].read(0, sizes[path]), loc, [path for path, _ in parts])
+
+
 def read_range(tier: Tier, path: str, position: int, length: int) -> bytes:
     root = _posix(tier)
     if root is not None:
@@ -170,6 +188,39 @@ def delete_object(tier: Tier, path: str) -> int:
     return size
 
 
+def group_by_directory(paths: Iterable[str]) -> dict[str, list[str]]:
+    """Paths by their directory (one queue's commitlog or consume queue), each list in the paths' order."""
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        out.setdefault(path.rpartition("/")[0], []).append(path)
+    return out
+
+
+def delete_objects(tier: Tier, paths: Iterable[str]) -> int:
+    """:func:`delete_object` for many objects nothing reads any more (garbage, expired); returns the bytes freed.
+    On an object store one listing and batch deletes a directory, the directories :data:`OBJECT_CALLS_IN_FLIGHT`
+    at once: a thousand garbage objects were five thousand requests one by one."""
+    paths = list(paths)
+    if _posix(tier) is not None:
+        return sum(delete_object(tier, path) for path in paths)
+    return sum(_destroy_by_directory(location(tier), paths, with_markers=True))
+
+
+def _destroy_by_directory(loc: TierLocation, paths: list[str], with_markers: bool = False) -> list[int]:
+    """Object-store objects (and their markers) destroyed a directory at a time; the sizes of ``paths``."""
+    factory = loc.factory()
+    by_directory = group_by_directory(paths)
+
+    def destroy(_: Tier, directory: str) -> list[int]:
+        run = by_directory[directory]
+        return factory.destroy_run(run + [p + RETIRED for p in run] if with_markers else run)[: len(run)]
+
+    grouped = [path for run in by_directory.values() for path in run]
+    freed = [size for run_sizes in on_each_object(destroy, loc, by_directory) for size in run_sizes]
+    sizes = dict(zip(grouped, freed, strict=True))
+    return [sizes[path] for path in paths]
+
+
 def retire(tier: Tier, path: str) -> None:
     root = _posix(tier)
     if root is None:
@@ -236,5 +287,5 @@ def _object_store_garbage(loc: TierLocation, broker_name: str, referenced: set[s
         since = objects.get(rel + RETIRED, mtime)
         if now - since > grace_s:
             out.append(rel)
-    on_each_object(lambda _, marker: factory.open(marker).destroy(), loc, stale_markers)
+    _destroy_by_directory(loc, stale_markers)
     return out

@@ -78,8 +78,8 @@ def compact_args(addr: str, topic: str, target: int, *more: str, master: str = "
 
 def test_two_thousand_segments_compact_to_a_few_under_concurrent_reads(tmp_path: Path) -> None:
     """On the posix tier. The s3 tier runs this scenario with the job on a standalone cluster
-    (``test_spark_standalone``), at ~960 segments: each is one GET from moto's single server process, and the
-    2,400 here took four minutes of CI's thirty."""
+    (``test_spark_standalone``), at ~320 segments: there every request goes to moto's single server process,
+    and the 2,400 here took four minutes of CI's thirty."""
     compaction_under_concurrent_reads(tmp_path, {}, ())
 
 

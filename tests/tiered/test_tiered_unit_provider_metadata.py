@@ -18,7 +18,7 @@ from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider, segment_path
 from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 from broker.tiered.provider.posix_file_segment import PosixFileSegment
-from broker.tiered.provider.s3_file_segment import S3FileSegment
+from broker.tiered.provider.s3_file_segment import S3FileSegment, s3_client
 
 CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
 
@@ -107,6 +107,42 @@ def test_backends_at_different_roots_do_not_share_objects(factory: FileSegmentFa
     other = FileSegmentFactory(factory.provider, tmp_path / "other-tier", factory.s3)
     factory.open("b/T/0/commitlog/00000000000000000000").write(0, b"mine")
     assert other.open("b/T/0/commitlog/00000000000000000000").real_size() == 0
+
+
+def test_a_run_of_segments_opened_together_reads_as_each_alone(factory: FileSegmentFactory):
+    """``open_run`` (a compaction group's parts): the same bytes as opening each; on s3 from one LIST, which
+    neither the run's neighbours, nor a merged object beside a part, nor other queues' objects confuse."""
+    def path(queue: int, base: int, kind: FileSegmentType = CL) -> str:
+        return segment_path("b", "T", queue, kind, base)
+
+    run = [path(0, 1000), path(0, 2000), path(0, 3000)]  # 2000 is never written
+    factory.open(path(0, 0)).write(0, b"before")
+    factory.open(run[0]).write(0, b"one-")
+    factory.open(run[0]).write(4, b"two")  # two chunks
+    factory.open(run[2]).write(0, b"0123456789")
+    factory.open(run[2]).write(4, b"ab")  # the shadowed tail must not come back
+    factory.open(run[0] + ".c0a1b2c3").write(0, b"merged")  # sorts before run[0]'s own chunks
+    factory.open(path(0, 4000)).write(0, b"after")
+    factory.open(path(1, 1000)).write(0, b"other queue")
+    factory.open(path(0, 1000, CQ)).write(0, b"other type")
+
+    lists: list[str] = []
+    if factory.provider is TieredBackendServiceProvider.S3:
+        assert factory.s3 is not None
+        events = s3_client(factory.s3).meta.events
+        events.register("before-call.s3.ListObjectsV2", lambda **kw: lists.append("LIST"), unique_id="count-lists")
+    try:
+        segments = factory.open_run(run)
+        got = [s.read(0, size) for s, size in zip(segments, (7, 0, 6), strict=True)]  # as compaction reads
+    finally:
+        if factory.provider is TieredBackendServiceProvider.S3:
+            events.unregister("before-call.s3.ListObjectsV2", unique_id="count-lists")
+    assert [s.path for s in segments] == run
+    assert got == [b"one-two", b"", b"0123ab"] == [factory.open(p).read(0, 100) for p in run]
+    if factory.provider is TieredBackendServiceProvider.S3:
+        assert lists == ["LIST"]
+        with pytest.raises(ValueError, match="one directory"):
+            factory.open_run([run[0], path(1, 1000)])
 
 
 # -- metadata: topics and queues -------------------------------------------------------------------------

@@ -68,6 +68,33 @@ class FileSegmentFactory:
                     continue
         return out
 
+    def open_run(self, paths: list[str]) -> list[FileSegment]:
+        """Segments of one directory, to be read together: on s3 one listing finds all their chunks (see
+        :func:`~broker.tiered.provider.s3_file_segment.chunk_layouts`); elsewhere as :meth:`open` each."""
+        if self.provider is not TieredBackendServiceProvider.S3:
+            return [self.open(path) for path in paths]
+        from broker.tiered.provider.s3_file_segment import S3FileSegment, chunk_layouts
+
+        assert self.s3 is not None
+        layouts = chunk_layouts(self.s3, str(self.root), paths)
+        return [S3FileSegment(self.s3, str(self.root), path, layouts[path]) for path in paths]
+
+    def destroy_run(self, paths: list[str]) -> list[int]:
+        """Delete segments of one directory that nothing reads any more; returns each one's size before. On s3
+        one listing and batch deletes, in no particular order (see
+        :func:`~broker.tiered.provider.s3_file_segment.destroy_run`); elsewhere :meth:`FileSegment.destroy` each."""
+        if self.provider is TieredBackendServiceProvider.S3:
+            from broker.tiered.provider.s3_file_segment import destroy_run
+
+            assert self.s3 is not None
+            return destroy_run(self.s3, str(self.root), paths)
+        sizes = []
+        for path in paths:
+            segment = self.open(path)
+            sizes.append(segment.real_size())
+            segment.destroy()
+        return sizes
+
     def open(self, path: str) -> FileSegment:
         if self.provider is TieredBackendServiceProvider.S3:
             from broker.tiered.provider.s3_file_segment import S3FileSegment

@@ -27,6 +27,11 @@ size; the dispatcher re-sends from there. A crash while a new segment's stale ch
 
 Every segment object caches its chunk list (one writer, the broker, owns a segment); ``real_size`` always
 lists the backend again, and a read past the cached end lists again before answering short.
+
+The Spark jobs touch runs of neighbouring segments of one directory: ``chunk_layouts`` finds all their chunks
+with one listing (a compaction group's reads), and ``destroy_run`` deletes whole unreferenced segments with
+batch deletes, in any order (garbage and expired segments: nothing reads them, a crash leaves remains the next
+run deletes).
 """
 
 import threading
@@ -39,10 +44,13 @@ from broker.tiered.provider.file_segment import FileSegment
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
 else:
     S3Client = Any
+    ObjectIdentifierTypeDef = dict
 
 CHUNK_DIGITS = 20
+DELETE_BATCH = 1000  # S3's most keys in one DeleteObjects request
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +133,67 @@ def segment_of_key(key: str) -> str | None:
     return head if head and len(tail) == CHUNK_DIGITS and tail.isdigit() else None
 
 
+def chunk_layouts(config: S3Config, prefix: str, paths: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """The chunks ((start, size), by start) of each segment in ``paths``, all in one directory, from one listing
+    that starts at the first and stops past the last. A compaction reads runs of neighbouring segments: one LIST
+    a run (a page per thousand chunks) rather than one a segment. A segment with no chunk maps to []."""
+    keys = {object_key(prefix, path): path for path in paths}
+    directories = {key.rpartition("/")[0] for key in keys}
+    if len(directories) != 1:
+        raise ValueError(f"segments of one directory expected, got {sorted(directories)}")
+    layouts: dict[str, list[tuple[int, int]]] = {path: [] for path in paths}
+    if not keys:
+        return layouts
+    # Past every chunk key ("<key>/<digits>"; '~' sorts after the digits). Not max(keys) + "/~": "<p>.retired"
+    # sorts after "<p>" but before "<p>/<digits>" ('.' < '/').
+    stop_after = max(key + "/~" for key in keys)
+    paginator = s3_client(config).get_paginator("list_objects_v2")
+    # StartAfter the first segment's own key: its chunks ("<key>/<start>") sort right after it.
+    for page in paginator.paginate(Bucket=config.bucket, Prefix=directories.pop() + "/", StartAfter=min(keys)):
+        for obj in page.get("Contents", []):
+            key = obj["Key"]
+            if key > stop_after:
+                return _sorted(layouts)
+            segment = segment_of_key(key)
+            if segment in keys:
+                layouts[keys[segment]].append((int(key[len(segment) + 1:]), obj["Size"]))
+    return _sorted(layouts)
+
+
+def _sorted(layouts: dict[str, list[tuple[int, int]]]) -> dict[str, list[tuple[int, int]]]:
+    for chunks in layouts.values():
+        chunks.sort()
+    return layouts
+
+
+def destroy_run(config: S3Config, prefix: str, paths: list[str]) -> list[int]:
+    """Delete whole segments of one directory that nothing reads any more (garbage, expired): one listing, then
+    one DeleteObjects request a thousand chunks, rather than a listing and a DELETE a chunk. The chunks go in no
+    particular order, so unlike :meth:`S3FileSegment.destroy` a crash part-way can leave a segment with a gap:
+    only for segments no record references, whose remains the next run lists and deletes. Returns each
+    segment's size before (0: it was gone already)."""
+    layouts = chunk_layouts(config, prefix, paths)
+    keys = [f"{object_key(prefix, path)}/{start:0{CHUNK_DIGITS}d}" for path in paths for start, _ in layouts[path]]
+    client = s3_client(config)
+    for i in range(0, len(keys), DELETE_BATCH):
+        batch: list[ObjectIdentifierTypeDef] = [{"Key": key} for key in keys[i : i + DELETE_BATCH]]
+        errors = client.delete_objects(Bucket=config.bucket, Delete={"Objects": batch, "Quiet": True}).get("Errors")
+        if errors:
+            first = errors[0]
+            raise OSError(f"s3 refused to delete {len(errors)} of {len(batch)} chunks, first {first.get('Key')}: "
+                          f"{first.get('Code')} {first.get('Message')}")
+    return [S3FileSegment._end(layouts[path]) for path in paths]
+
+
 class S3FileSegment(FileSegment):
-    def __init__(self, config: S3Config, prefix: str, path: str) -> None:
+    def __init__(self, config: S3Config, prefix: str, path: str,
+                 chunks: list[tuple[int, int]] | None = None) -> None:
+        """``chunks``: the layout if the caller listed it already (:func:`chunk_layouts`); else the first use
+        lists it."""
         super().__init__(path)
         self.config = config
         self._base = object_key(prefix, path) + "/"
-        self._chunks: list[tuple[int, int]] | None = None  # (start, size), by start
+        self._chunks: list[tuple[int, int]] | None = chunks  # (start, size), by start
         self._lock = threading.Lock()
 
     @property
