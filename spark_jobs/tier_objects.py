@@ -89,10 +89,10 @@ def read_run(tier: Tier, parts: list[tuple[str, int]]) -> list[bytes]:
                 out.append(f.read(size))
         return out
     loc = location(tier)
-    segments = dict(zip((path for path, _ in parts), loc.factory().open_run([path for path, _ in parts]),
-                        strict=True))
+    paths = [path for path, _ in parts]
+    segments = dict(zip(paths, loc.factory().open_run(paths), strict=True))
     sizes = dict(parts)
-    return on_each_object(lambda _, path: segments[path].read(0, sizes[path]), loc, [path for path, _ in parts])
+    return on_each_object(lambda _, path: segments[path].read(0, sizes[path]), loc, paths)
 
 
 def read_range(tier: Tier, path: str, position: int, length: int) -> bytes:
@@ -203,22 +203,19 @@ def delete_objects(tier: Tier, paths: Iterable[str]) -> int:
     paths = list(paths)
     if _posix(tier) is not None:
         return sum(delete_object(tier, path) for path in paths)
-    return sum(_destroy_by_directory(location(tier), paths, with_markers=True))
+    return _destroy_by_directory(location(tier), paths, with_markers=True)
 
 
-def _destroy_by_directory(loc: TierLocation, paths: list[str], with_markers: bool = False) -> list[int]:
-    """Object-store objects (and their markers) destroyed a directory at a time; the sizes of ``paths``."""
+def _destroy_by_directory(loc: TierLocation, paths: list[str], with_markers: bool = False) -> int:
+    """Object-store objects (and their markers) destroyed a directory at a time; the bytes ``paths`` held."""
     factory = loc.factory()
     by_directory = group_by_directory(paths)
 
-    def destroy(_: Tier, directory: str) -> list[int]:
+    def destroy(_: Tier, directory: str) -> int:
         run = by_directory[directory]
-        return factory.destroy_run(run + [p + RETIRED for p in run] if with_markers else run)[: len(run)]
+        return sum(factory.destroy_run(run + [p + RETIRED for p in run] if with_markers else run)[: len(run)])
 
-    grouped = [path for run in by_directory.values() for path in run]
-    freed = [size for run_sizes in on_each_object(destroy, loc, by_directory) for size in run_sizes]
-    sizes = dict(zip(grouped, freed, strict=True))
-    return [sizes[path] for path in paths]
+    return sum(on_each_object(destroy, loc, by_directory))
 
 
 def retire(tier: Tier, path: str) -> None:

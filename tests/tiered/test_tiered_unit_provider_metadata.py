@@ -111,7 +111,8 @@ def test_backends_at_different_roots_do_not_share_objects(factory: FileSegmentFa
 
 def test_a_run_of_segments_opened_together_reads_as_each_alone(factory: FileSegmentFactory):
     """``open_run`` (a compaction group's parts): the same bytes as opening each; on s3 from one LIST, which
-    neither the run's neighbours, nor a merged object beside a part, nor other queues' objects confuse."""
+    neither the run's neighbours, nor a merged object beside a part, nor other queues' objects confuse. Then
+    ``destroy_run`` deletes the run and nothing beside it."""
     def path(queue: int, base: int, kind: FileSegmentType = CL) -> str:
         return segment_path("b", "T", queue, kind, base)
 
@@ -143,6 +144,11 @@ def test_a_run_of_segments_opened_together_reads_as_each_alone(factory: FileSegm
         assert lists == ["LIST"]
         with pytest.raises(ValueError, match="one directory"):
             factory.open_run([run[0], path(1, 1000)])
+
+    assert factory.destroy_run(run) == [7, 0, 6]  # the sizes they had
+    assert [factory.open(p).real_size() for p in run] == [0, 0, 0]
+    assert [factory.open(p).read(0, 100) for p in (path(0, 0), run[0] + ".c0a1b2c3", path(0, 4000))] == \
+        [b"before", b"merged", b"after"]  # the neighbours stay
 
 
 # -- metadata: topics and queues -------------------------------------------------------------------------

@@ -119,10 +119,10 @@ def object_key(prefix: str, path: str) -> str:
     return f"{prefix}/{path}" if prefix else path
 
 
-def list_keys(config: S3Config, prefix: str) -> Iterator[tuple[str, int, datetime]]:
-    """(key, size, last modified) of every object under ``prefix``."""
+def list_keys(config: S3Config, prefix: str, start_after: str = "") -> Iterator[tuple[str, int, datetime]]:
+    """(key, size, last modified) of every object under ``prefix`` (after ``start_after``), in key order."""
     paginator = s3_client(config).get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=config.bucket, Prefix=prefix):
+    for page in paginator.paginate(Bucket=config.bucket, Prefix=prefix, StartAfter=start_after):
         for obj in page.get("Contents", []):
             yield obj["Key"], obj["Size"], obj["LastModified"]
 
@@ -137,30 +137,23 @@ def chunk_layouts(config: S3Config, prefix: str, paths: list[str]) -> dict[str, 
     """The chunks ((start, size), by start) of each segment in ``paths``, all in one directory, from one listing
     that starts at the first and stops past the last. A compaction reads runs of neighbouring segments: one LIST
     a run (a page per thousand chunks) rather than one a segment. A segment with no chunk maps to []."""
+    layouts: dict[str, list[tuple[int, int]]] = {path: [] for path in paths}
+    if not paths:
+        return layouts
     keys = {object_key(prefix, path): path for path in paths}
     directories = {key.rpartition("/")[0] for key in keys}
     if len(directories) != 1:
         raise ValueError(f"segments of one directory expected, got {sorted(directories)}")
-    layouts: dict[str, list[tuple[int, int]]] = {path: [] for path in paths}
-    if not keys:
-        return layouts
     # Past every chunk key ("<key>/<digits>"; '~' sorts after the digits). Not max(keys) + "/~": "<p>.retired"
     # sorts after "<p>" but before "<p>/<digits>" ('.' < '/').
     stop_after = max(key + "/~" for key in keys)
-    paginator = s3_client(config).get_paginator("list_objects_v2")
     # StartAfter the first segment's own key: its chunks ("<key>/<start>") sort right after it.
-    for page in paginator.paginate(Bucket=config.bucket, Prefix=directories.pop() + "/", StartAfter=min(keys)):
-        for obj in page.get("Contents", []):
-            key = obj["Key"]
-            if key > stop_after:
-                return _sorted(layouts)
-            segment = segment_of_key(key)
-            if segment in keys:
-                layouts[keys[segment]].append((int(key[len(segment) + 1:]), obj["Size"]))
-    return _sorted(layouts)
-
-
-def _sorted(layouts: dict[str, list[tuple[int, int]]]) -> dict[str, list[tuple[int, int]]]:
+    for key, size, _ in list_keys(config, directories.pop() + "/", start_after=min(keys)):
+        if key > stop_after:
+            break
+        segment = segment_of_key(key)
+        if segment in keys:
+            layouts[keys[segment]].append((int(key[len(segment) + 1:]), size))
     for chunks in layouts.values():
         chunks.sort()
     return layouts
