@@ -44,11 +44,14 @@ dev: $(DEV_STAMP)
 bench-extra: $(BENCH_STAMP)  # the peers the bench compares with (Redis, NATS): make bench only
 venv: dev spark
 
-# PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite.
+# PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite. Its files run on
+# TEST_WORKERS processes (a file's tests stay together, on one, in order: they share module fixtures);
+# most of a test's time is spent waiting on daemons, so two workers fit CI's two cores.
+TEST_WORKERS ?= 2
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The suite on each supported Python in its own venv (.venv-3.12, ...; PYTHON's version uses $(VENV)).
 # A version found neither on PATH nor under pyenv is skipped; the exit status says whether all that ran passed.

@@ -7,6 +7,7 @@ made once, where pytest keeps its cache (``.pytest_cache/d/rocketmq-python-clien
 while its stamp names the same requirement; ``pytest --cache-clear`` or ``make clean`` makes it again.
 """
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -33,13 +34,20 @@ def installed_python(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path | None:
 
 
 def install_client(cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
-    """The interpreter of a venv with the client, made (once) if needed; ClientInstallError when it cannot be."""
+    """The interpreter of a venv with the client, made (once) if needed; ClientInstallError when it cannot be.
+    Several processes may ask at once (the suite's workers): one makes the venv while the others wait on a lock."""
     python = installed_python(cache_dir)
     if python is not None:
         return python
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / "install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return installed_python(cache_dir) or _make_venv(cache_dir)
+
+
+def _make_venv(cache_dir: Path) -> Path:
     venv = cache_dir / "venv"
     python = venv / "bin" / "python"
-    cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=120,
                        capture_output=True, text=True)
