@@ -46,7 +46,7 @@ venv: dev spark
 
 # PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite. Its files run on
 # TEST_WORKERS processes (pytest-xdist; a file's tests stay together, on one, in order: they share module
-# fixtures). In one process the suite kept about one of CI's two cores busy: 41-44 minutes, against 24-25 on two.
+# fixtures). In one process the suite kept about one of CI's two cores busy: 41-44 minutes, against 19-25 on two.
 # TEST_WORKERS=0 runs the tests in pytest's own process (for --pdb).
 TEST_WORKERS ?= 2
 test: venv
