@@ -20,12 +20,17 @@ def test_a_worker_waiting_on_the_install_uses_the_venv_the_other_made(tmp_path: 
         fcntl.flock(lock, fcntl.LOCK_EX)  # this test is the worker installing
         waiter = subprocess.Popen([sys.executable, "-c", INSTALL, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
-        with contextlib.suppress(subprocess.TimeoutExpired):  # it should still be waiting after 3 s
-            waiter.wait(3)
-        assert waiter.poll() is None, f"a second worker must wait while the first installs: {waiter.communicate()}"
-        python.parent.mkdir(parents=True)
-        python.write_text("")  # what the first worker's install leaves
-        (tmp_path / "installed").write_text(CLIENT_REQUIREMENT)
+        try:  # a failed check must not leave the waiter to install the real client once the lock is free
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it should still be waiting after 3 s
+                waiter.wait(3)
+            assert waiter.poll() is None, f"a second worker must wait while the first installs: {waiter.communicate()}"
+            python.parent.mkdir(parents=True)
+            python.write_text("")  # what the first worker's install leaves
+            (tmp_path / "installed").write_text(CLIENT_REQUIREMENT)
+        except BaseException:
+            waiter.kill()
+            waiter.wait()
+            raise
     out, err = waiter.communicate(timeout=30)
     assert waiter.returncode == 0, err
     assert out.strip() == str(python), "the waiter must take the venv made, not make its own"
