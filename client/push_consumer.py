@@ -95,12 +95,12 @@ class PushConsumer:
         self.pull_service = PullMessageService(
             self.consumer, PullSettings(batch_size=pull_batch_size, long_poll_ms=long_poll_ms), self._expression,
             self._on_messages, self._on_offset_moved, orderly)
+        self._wakeup = threading.Event()  # a notice came (a member joined or left, offsets reset) or closing
         self.rebalance_impl = RebalanceImpl(
             self.consumer, self.calls, self.offsets, allocate,
             RebalanceSettings(self.client_id, self.broadcasting, orderly, consume_from_first),
-            self._topics, self.pull_service.pull_now)
+            self._topics, self.pull_service.pull_now, interrupted=self._wakeup.is_set)
         self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000)
-        self._wakeup = threading.Event()
         self._resets: set[tuple[str, str]] = set()  # (topic, broker name) whose offsets were reset
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -6,6 +6,11 @@ strategy; all compute the same split with no coordination. A queue that leaves i
 running on it finish, and its offset is committed before it is forgotten; a queue that arrives starts at the
 group's committed offset (else first or last, as configured; a retry topic from its start). Orderly consumers also
 need the queue's lease before taking it. Broadcasting: every member takes every queue.
+
+A pass decides from the member list it read when it began, and taking a queue costs round trips. A member that
+joins meanwhile takes its share at once, so a pass still taking queues from the old list would consume them beside
+it (duplicates). So a pass stops taking queues as soon as it is ``interrupted`` (a member joined or left: the caller
+runs a new pass), and :meth:`held` shows the queues as the last finished pass left them, never half a pass.
 """
 
 import logging
@@ -39,7 +44,7 @@ class RebalanceSettings:
 class RebalanceImpl:
     def __init__(self, consumer: PullConsumer, calls: GroupCalls, offsets: OffsetStore, strategy: AllocateStrategy,
                  settings: RebalanceSettings, topics: Callable[[], list[str]],
-                 on_added: Callable[[ProcessQueue], None]) -> None:
+                 on_added: Callable[[ProcessQueue], None], interrupted: Callable[[], bool] = lambda: False) -> None:
         self.consumer = consumer
         self.calls = calls
         self.offsets = offsets
@@ -47,21 +52,27 @@ class RebalanceImpl:
         self.settings = settings
         self.topics = topics
         self.on_added = on_added
+        self.interrupted = interrupted
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._held: list[MessageQueue] = []  # as the last finished pass left them
         self._lock = threading.Lock()  # one rebalance at a time
 
     def rebalance(self) -> bool:
         """Bring the held queues in line with the split; False while something was missing (a route, this member
-        not yet in the broker's list, a lease), so the caller tries again soon."""
+        not yet in the broker's list, a lease, or the members changed during the pass), so the caller tries again
+        soon."""
         with self._lock:
             complete = True
             for topic in self.topics():
+                if not complete and self.interrupted():  # the next pass reads the new member list
+                    break
                 try:
                     complete &= self._rebalance_topic(topic)
                 except MQClientError as exc:
                     if not is_retry_topic(topic):  # a retry topic is created by the first heartbeat
                         log.warning("rebalance_failed topic=%s error=%s", topic, exc)
                     complete = False
+            self._held = sorted(self.process_queues)
             return complete
 
     def _rebalance_topic(self, topic: str) -> bool:
@@ -74,13 +85,28 @@ class RebalanceImpl:
             complete = self.settings.client_id in members
         self._drop([mq for mq in self.process_queues if mq.topic == topic and mq not in mine])
         added = [mq for mq in mine if mq not in self.process_queues]
+        if added and self._interrupted(topic, len(added)):
+            return False
         if self.settings.orderly and added:
             granted = self.calls.lock(added)
             complete &= len(granted) == len(added)
             added = [mq for mq in added if mq in granted]
-        for mq in added:
+        for i, mq in enumerate(added):
+            if self._interrupted(topic, len(added) - i):
+                if self.settings.orderly:
+                    for left in added[i:]:
+                        self.calls.unlock(left)
+                return False
             complete &= self._add(mq)
         return complete
+
+    def _interrupted(self, topic: str, pending: int) -> bool:
+        """The members changed since this pass read their list: its remaining queues are left to the next pass."""
+        if not self.interrupted():
+            return False
+        log.info("rebalance_interrupted topic=%s queues_not_taken=%d client=%s", topic, pending,
+                 self.settings.client_id)
+        return True
 
     def _add(self, mq: MessageQueue) -> bool:
         try:
@@ -145,6 +171,7 @@ class RebalanceImpl:
     def drop_all(self) -> None:
         with self._lock:
             self._drop(list(self.process_queues))
+            self._held = []
 
     def restart_queues(self, topic: str, broker_name: str) -> None:
         """The group's offsets on the broker's queues of ``topic`` were reset: drop them without keeping their
@@ -157,4 +184,5 @@ class RebalanceImpl:
         self.rebalance()
 
     def held(self) -> list[MessageQueue]:
-        return sorted(self.process_queues)
+        """The queues this member consumes, as of its last finished pass."""
+        return list(self._held)

@@ -1,0 +1,107 @@
+"""Rebalance against a group whose member list the test sets: a member that joins while a pass is still taking
+queues from the old list must not find those queues consumed beside it (the pass stops and the next one reads the
+new list), and what the member shows as held is only ever a finished pass's result."""
+
+from typing import cast
+
+from client.consumer.allocate_strategy import allocate_averagely
+from client.consumer.group_calls import GroupCalls
+from client.consumer.offset_store import OffsetStore
+from client.consumer.process_queue import ProcessQueue
+from client.consumer.rebalance_impl import RebalanceImpl, RebalanceSettings
+from client.pull_consumer import PullConsumer
+from common.message_queue import MessageQueue
+
+TOPIC = "RebalanceT"
+QUEUES = [MessageQueue(TOPIC, broker, qid) for broker in ("broker-a", "broker-b") for qid in (0, 1)]
+ME, OTHER = "10.0.0.1@1#0", "10.0.0.1@1#1"  # sorted: ME takes the first half of the sorted queues
+
+
+class Group:
+    """The broker side as the member sees it: the topic's queues, the member list, leases, committed offsets."""
+
+    def __init__(self, members: list[str]) -> None:
+        self.members = members
+        self.leased: set[MessageQueue] = set()
+
+    # PullConsumer
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return list(QUEUES)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return 0
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return 0
+
+    # GroupCalls
+    def consumer_list(self, topic: str) -> list[str]:
+        return list(self.members)
+
+    def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        self.leased.update(mqs)
+        return set(mqs)
+
+    def unlock(self, mq: MessageQueue) -> None:
+        self.leased.discard(mq)
+
+
+class JoinWhileTaking:
+    """Takes the member's queues as a pass adds them; after the first one, ``OTHER`` joins (the broker's notice
+    interrupts the pass) and the member list grows."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.interrupted = False
+        self.taken: list[MessageQueue] = []
+        self.held_while_taking: list[list[MessageQueue]] = []
+        self.impl: RebalanceImpl | None = None
+
+    def on_added(self, pq: ProcessQueue) -> None:
+        assert self.impl is not None
+        self.taken.append(pq.mq)
+        self.held_while_taking.append(self.impl.held())
+        if OTHER not in self.group.members:
+            self.group.members.append(OTHER)
+            self.interrupted = True
+
+
+def rebalance_impl(group: Group, joiner: JoinWhileTaking, orderly: bool = False) -> RebalanceImpl:
+    impl = RebalanceImpl(cast(PullConsumer, group), cast(GroupCalls, group), OffsetStore(), allocate_averagely,
+                         RebalanceSettings(ME, broadcasting=False, orderly=orderly, consume_from_first=True),
+                         lambda: [TOPIC], joiner.on_added, interrupted=lambda: joiner.interrupted)
+    joiner.impl = impl
+    return impl
+
+
+def test_a_pass_stops_taking_queues_when_a_member_joins_and_the_next_takes_only_its_share() -> None:
+    group = Group([ME])
+    joiner = JoinWhileTaking(group)
+    impl = rebalance_impl(group, joiner)
+    assert impl.rebalance() is False  # alone, it would take all four; it took one, then the join stopped it
+    assert joiner.taken == QUEUES[:1]
+    joiner.interrupted = False  # the loop runs the next pass at once
+    assert impl.rebalance() is True
+    mine = allocate_averagely(ME, QUEUES, [ME, OTHER])
+    assert impl.held() == mine == QUEUES[:2]
+    assert set(joiner.taken) == set(mine)  # never a queue of the new member's share
+
+
+def test_held_shows_a_finished_pass_never_half_of_one() -> None:
+    group = Group([ME, OTHER])
+    joiner = JoinWhileTaking(group)
+    impl = rebalance_impl(group, joiner)
+    assert impl.rebalance() is True
+    assert joiner.held_while_taking == [[], []]  # while the pass took its two queues, none showed
+    assert impl.held() == QUEUES[:2]
+
+
+def test_an_orderly_pass_that_stops_frees_the_leases_of_the_queues_it_did_not_take() -> None:
+    group = Group([ME])
+    joiner = JoinWhileTaking(group)
+    impl = rebalance_impl(group, joiner, orderly=True)
+    assert impl.rebalance() is False
+    assert group.leased == set(joiner.taken) == set(QUEUES[:1])  # the other three were leased, then freed
+    joiner.interrupted = False
+    assert impl.rebalance() is True
+    assert group.leased == set(impl.held()) == set(QUEUES[:2])
