@@ -14,6 +14,7 @@ so a run whose machine got busier half-way shows it.
 """
 
 import time
+from concurrent.futures import Future
 
 import grpc
 
@@ -61,15 +62,24 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
         channel.close()
 
 
-def _stream_rate(channel: grpc.Channel, frame: bytes, cfg: Config) -> float:
-    """Requests echoed on one stream, as the SDK sends them: frames of requests, each with its request id and
-    the bytes as an encoded ``records`` field; each frame comes back as it went (read as one answer a request)."""
+def open_echo_stream(channel: grpc.Channel, window: int) -> RpcStream:
+    """The echo's stream as the SDK uses its streams: frames of requests, each with its request id; each frame
+    comes back as it went (read as one answer a request)."""
     call = channel.stream_stream(STREAM_METHOD, request_serializer=None, response_deserializer=_as_answers)
-    stream = RpcStream(call, "echo-stream", window=cfg.window)
-    records = bytes_field(RECORDS_FIELD, frame)
+    return RpcStream(call, "echo-stream", window=window)
+
+
+def echo_on_stream(stream: RpcStream, payload: bytes) -> "Future[broker_pb2.SendMessageResponse]":
+    """One request carrying ``payload`` as an encoded ``records`` field, echoed on ``stream``."""
+    return stream.call(broker_pb2.SendMessageRequest(), 10, bytes_field(RECORDS_FIELD, payload))
+
+
+def _stream_rate(channel: grpc.Channel, frame: bytes, cfg: Config) -> float:
+    """Frames of ``BATCH`` records echoed on one stream, ``window`` in flight."""
+    stream = open_echo_stream(channel, cfg.window)
     try:
-        return windowed_rate(lambda: stream.call(broker_pb2.SendMessageRequest(), 10, records),
-                             lambda r: BATCH, cfg.window, cfg.seconds, cfg.warmup)
+        return windowed_rate(lambda: echo_on_stream(stream, frame), lambda r: BATCH, cfg.window, cfg.seconds,
+                             cfg.warmup)
     finally:
         stream.close()
 

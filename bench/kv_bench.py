@@ -8,15 +8,18 @@ stopped broker's commitlog through its ``MessageStore`` - the records the broker
 batch, far faster than through the broker - and applied by the broker when it starts on it. So the gets find
 every key, and the commitlog holds enough KV ops for the replay measurement.
 
-Callers work like the echo's: one thread here keeps N calls in flight with gRPC futures (``windowed_rate``) on
-the broker's ``KvService`` - the calls ``KVClient`` makes (``Write`` of one key, ``Get`` with LOGIC
-addressing and packed states), without its synchronous wrapper, which cannot keep calls in flight from one thread.
+Callers work like the echo's: one thread here keeps N calls in flight with futures (``windowed_rate``) on
+the broker's ``KvService`` - the calls ``KVClient`` makes (a put: one write on its ``WriteStream``; a get:
+``Get`` with LOGIC addressing and packed states), without its synchronous wrapper, which cannot keep calls in
+flight from one thread.
 
 - put / get, 16 callers: 16 calls in flight. Their ceiling is the same bare gRPC echo server
   (``bench/echo_server.py``, its own process) driven here with 16 unary calls in flight (the run's own echo
-  is at ``--window``, 8, in flight); echo, put and get are measured in alternating rounds (the median of
-  each), so drift on a shared machine hits all three alike. A put overwrites the next key in turn and is
-  answered after the KV dispatcher applied it; a get reads one random key;
+  is at ``--window``, 8, in flight), and, for puts, which go on a stream, its stream echo with 16 single 1 KiB
+  requests in flight (a put's shape); the echoes, put and get are measured in alternating rounds (the median
+  of each), so drift on a shared machine hits all alike. The issue's target compares a put with the unary
+  echo; the stream echo is shown beside it as the ceiling of the way puts travel now. A put overwrites the
+  next key in turn and is answered after the KV dispatcher applied it; a get reads one random key;
 - batched get: one ``Get`` of 64 random keys (over all 8 shards, all led by this broker) a call, ``--window``
   calls in flight like the run's batch echo; keys/s;
 - replay after a crash: the broker (its commitlog: the keys above, the measured puts) is SIGKILLed (the abort
@@ -45,6 +48,7 @@ from typing import Any
 import grpc
 
 from bench.daemons import Daemon, start_broker, start_echo, start_namesrv, stop_all, wait_until
+from bench.echo_bench import echo_on_stream, open_echo_stream
 from bench.echo_server import METHOD
 from bench.harness import BATCH, BODY, SCALED, Config, Metric, Pending, Recorder, Target, windowed_rate
 from broker.broker_config import load_broker_config
@@ -53,6 +57,7 @@ from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingMana
 from broker.store.message_store import MessageStore
 from client import Admin, KVClient
 from client.kv_client import response_states
+from client.rpc_stream import RpcStream
 from common.kv_shard import KV_TOPIC, shard_of
 from common.response_code import ResponseCode
 from proto import broker_pb2, kv_pb2, kv_pb2_grpc
@@ -71,8 +76,10 @@ REPLAYED = re.compile(r"store_recovered .*\breplayed=(\d+)")
 METRICS = [
     Metric("kv.echo_unary16", "gRPC echo, unary 1 KiB, 16 in flight", "calls/s", echo="unary",
            short="echo unary @16", issue=6),
-    Metric("kv.put", "KV put (acked after apply), 16 callers", "ops/s", echo="unary", vs="kv.echo_unary16",
-           target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
+    Metric("kv.echo_stream16", "gRPC stream echo, 1 KiB requests, 16 in flight", "calls/s", echo="stream",
+           short="echo stream @16", issue=6),
+    Metric("kv.put", "KV put (acked after apply), 16 callers, on KVClient's stream", "ops/s", echo="unary",
+           vs="kv.echo_stream16", target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
     Metric("kv.get", "KV get, 16 callers", "ops/s", echo="unary", vs="kv.echo_unary16",
            target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
     Metric("kv.mget", "KV batched get, 64 keys a call", "keys/s", echo="batch", target=Target(">=", 100_000),
@@ -91,18 +98,22 @@ class Loader:
     def __init__(self, broker_addr: str, keys: list[bytes]) -> None:
         self.channel = grpc.insecure_channel(broker_addr, options=CHANNEL_OPTIONS)
         self.stub = kv_pb2_grpc.KvServiceStub(self.channel)
+        self.writes = RpcStream(self.channel.stream_stream("/rmq.KvService/WriteStream", request_serializer=None,
+                                                          response_deserializer=kv_pb2.KvWriteAnswers.FromString),
+                                "bench-kv-writes")
         self.keys = keys
         self.turn = 0
         self.puts = 0  # acknowledged: each is a record in the commitlog
         self.rnd = random.Random(6)
 
     def close(self) -> None:
+        self.writes.close()
         self.channel.close()
 
     def submit_put(self) -> Pending[kv_pb2.KvWriteResponse]:
         k = self.keys[self.turn % len(self.keys)]
         self.turn += 1
-        return self.stub.Write.future(kv_pb2.KvWriteRequest(op=kv_pb2.KV_PUT, key=k, value=BODY), timeout=10)
+        return self.writes.call(kv_pb2.KvWriteRequest(op=kv_pb2.KV_PUT, key=k, value=BODY), 10)
 
     def put_done(self, response: kv_pb2.KvWriteResponse) -> int:
         if response.code != ResponseCode.SUCCESS:
@@ -170,13 +181,19 @@ def _alternate(measures: list[Callable[[float, float], float]], cfg: Config) -> 
     return [statistics.median(r) for r in rates]
 
 
-def _alternate_callers(loader: Loader, echo_call: grpc.UnaryUnaryMultiCallable, cfg: Config) -> list[float]:
-    """Echo, put and get rates with ``CALLERS`` calls in flight, in alternating rounds."""
-    return _alternate([
-        lambda s, w: windowed_rate(lambda: echo_call.future(BODY, timeout=10), lambda r: 1, CALLERS, s, w),
-        lambda s, w: windowed_rate(loader.submit_put, loader.put_done, CALLERS, s, w),
-        lambda s, w: windowed_rate(loader.submit_get(1), loader.get_done, CALLERS, s, w),
-    ], cfg)
+def _alternate_callers(loader: Loader, echo_channel: grpc.Channel, cfg: Config) -> list[float]:
+    """Unary echo, stream echo, put and get rates with ``CALLERS`` calls in flight, in alternating rounds."""
+    echo_call = echo_channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+    echo_stream = open_echo_stream(echo_channel, CALLERS)
+    try:
+        return _alternate([
+            lambda s, w: windowed_rate(lambda: echo_call.future(BODY, timeout=10), lambda r: 1, CALLERS, s, w),
+            lambda s, w: windowed_rate(lambda: echo_on_stream(echo_stream, BODY), lambda r: 1, CALLERS, s, w),
+            lambda s, w: windowed_rate(loader.submit_put, loader.put_done, CALLERS, s, w),
+            lambda s, w: windowed_rate(loader.submit_get(1), loader.get_done, CALLERS, s, w),
+        ], cfg)
+    finally:
+        echo_stream.close()
 
 
 def _log_time(line: str) -> float | None:
@@ -244,9 +261,9 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         daemons.insert(0, broker)
 
         loader = Loader(broker.addr, keys)
-        echo_call = echo_channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
-        echo16, put, get = _alternate_callers(loader, echo_call, cfg)
+        echo16, stream16, put, get = _alternate_callers(loader, echo_channel, cfg)
         rec.record("kv.echo_unary16", echo16, f"median of {ROUNDS} rounds, alternating with put and get")
+        rec.record("kv.echo_stream16", stream16, f"median of {ROUNDS} rounds")
         rec.record("kv.put", put, f"{len(keys):,} keys, median of {ROUNDS}")
         rec.record("kv.get", get, f"median of {ROUNDS}")
         mget = windowed_rate(loader.submit_get(BATCH), loader.get_done, cfg.window, cfg.seconds, cfg.warmup)

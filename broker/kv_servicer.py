@@ -3,6 +3,7 @@ answered by the RPC boundary (``common/rpc_boundary.py``)."""
 
 from broker.processor.kv_processor import KvProcessor
 from common.rpc_boundary import rpc_boundary
+from common.stream_answers import answer_frames
 from proto import kv_pb2, kv_pb2_grpc
 
 
@@ -13,6 +14,12 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
 
     async def Write(self, request, context):
         return await self.kv.write(request)
+
+    async def WriteStream(self, request_iterator, context):
+        # Each write in a task of its own: those in flight together join one group commit, as concurrent calls.
+        async for frame in answer_frames(request_iterator, self.kv.write, kv_pb2.KvWriteResponse, in_order=False,
+                                         rpc="KvWriteStream"):
+            yield frame
 
     async def Get(self, request, context):
         return await self.kv.get(request)

@@ -24,7 +24,7 @@ from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
-from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc, pop_pb2
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, kv_pb2, namesrv_pb2, namesrv_pb2_grpc, pop_pb2
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -135,6 +135,10 @@ class ClientInstance:
     def ack_stream(self, addr: str) -> RpcStream:
         return self._stream(addr, "AckMessageStream", pop_pb2.AckStreamAnswers, DEFAULT_WINDOW,
                             service="rmq.PopService")
+
+    def kv_write_stream(self, addr: str) -> RpcStream:
+        """KV writes: those in flight together join one group commit on the broker and come back in one frame."""
+        return self._stream(addr, "WriteStream", kv_pb2.KvWriteAnswers, DEFAULT_WINDOW, service="rmq.KvService")
 
     def _stream(self, addr: str, method: str, answers_class: Any, window: int | None,
                 service: str = "rmq.BrokerService") -> RpcStream:

@@ -135,9 +135,8 @@ class KVClient:
         while True:
             masters = self._masters()
             for name, addr in masters:
-                stub = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr)
                 try:
-                    response = stub.Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
+                    response = self._stub(addr).Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
                 except grpc.RpcError as exc:
                     raise rpc_error("KV store provisioning", addr, exc) from None
                 if response.code == ResponseCode.SUCCESS:
@@ -160,16 +159,18 @@ class KVClient:
         return sorted((name, data.broker_addrs[0]) for name, data in info.broker_addr_table.items()
                       if 0 in data.broker_addrs)
 
-    def _stub(self, shard: int, refresh: bool, read: bool = False) -> tuple[str, kv_pb2_grpc.KvServiceStub]:
+    def _addr(self, shard: int, refresh: bool, read: bool = False) -> str:
         instance = self._instance
-        addr = (instance.leader_read_addr(KV_TOPIC, shard, refresh=refresh) if read
+        return (instance.leader_read_addr(KV_TOPIC, shard, refresh=refresh) if read
                 else instance.leader_addr(KV_TOPIC, shard, refresh=refresh))
-        return addr, instance.stub(kv_pb2_grpc.KvServiceStub, addr)
 
-    def _on_shard(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R],
-                  retry_transport: bool = True, read: bool = False) -> R:
-        """``call`` on the shard's leader (a read: on its read replica); refresh-and-retry on not-leader, busy,
-        unreachable and a failover, until the retry timeout."""
+    def _stub(self, addr: str) -> kv_pb2_grpc.KvServiceStub:
+        return self._instance.stub(kv_pb2_grpc.KvServiceStub, addr)
+
+    def _on_shard(self, shard: int, what: str, call: Callable[[str], R], retry_transport: bool = True,
+                  read: bool = False) -> R:
+        """``call`` of the shard's leader's address (a read: of its read replica); refresh-and-retry on
+        not-leader, busy, unreachable and a failover, until the retry timeout."""
         deadline = time.monotonic() + self._retry_s
         refresh, pause = False, 0.01
         while True:
@@ -180,19 +181,19 @@ class KVClient:
             time.sleep(pause)
             pause = min(pause * 2, RETRY_PAUSE_MAX_S)
 
-    def _shard_call(self, shard: int, what: str, call: Callable[[kv_pb2_grpc.KvServiceStub], R], refresh: bool,
-                    read: bool, retry_transport: bool, deadline: float) -> R | None:
+    def _shard_call(self, shard: int, what: str, call: Callable[[str], R], refresh: bool, read: bool,
+                    retry_transport: bool, deadline: float) -> R | None:
         """One try: the successful response, or None when another try is worth it (raises otherwise)."""
         late = time.monotonic() > deadline
         try:
-            addr, stub = self._stub(shard, refresh, read)
+            addr = self._addr(shard, refresh, read)
         except MQClientError as exc:
             if getattr(exc, "no_master", False) and not late:
                 return None  # a failover: its group has no master in the route yet; nothing was sent
             raise
         try:
-            response = call(stub)
-        except grpc.RpcError as exc:
+            response = call(addr)
+        except grpc.RpcError as exc:  # a stream's failures too (StatusError)
             down = self._instance.report_failure(addr, exc.code())  # a read then asks the group's next replica
             if not (retry_transport and (exc.code() in RETRYABLE_STATUS or (read and down))) or late:
                 raise rpc_error(what, addr, exc) from None
@@ -207,8 +208,8 @@ class KVClient:
     # -- writes ------------------------------------------------------------------------------------
     def _write(self, request: kv_pb2.KvWriteRequest, what: str, retry_transport: bool = True) -> kv_pb2.KvWriteResponse:
         shard = shard_of(request.key, self.shards())
-        return self._on_shard(shard, what, lambda stub: stub.Write(request, timeout=self._timeout_s),
-                              retry_transport)
+        return self._on_shard(shard, what, lambda addr: self._instance.kv_write_stream(addr).call(
+            request, self._timeout_s).result(), retry_transport)
 
     def put(self, key: Bytes, value: Bytes) -> None:
         k, v = _b(key, "key"), _b(value, "value")
@@ -268,7 +269,7 @@ class KVClient:
         what = f"KV get of {len(slots)} keys"
         request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
         try:
-            response = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr).Get(request, timeout=self._timeout_s)
+            response = self._stub(addr).Get(request, timeout=self._timeout_s)
         except grpc.RpcError as exc:
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
@@ -297,15 +298,16 @@ class KVClient:
         request = kv_pb2.KvScanRequest(shard=shard, prefix=prefix, start_after=start_after, limit=limit,
                                        addressing=broker_pb2.LOGIC)
         response = self._on_shard(shard, f"KV scan of shard {shard}",
-                                  lambda stub: stub.Scan(request, timeout=self._timeout_s), read=True)
+                                  lambda addr: self._stub(addr).Scan(request, timeout=self._timeout_s), read=True)
         return [(e.key, e.value) for e in response.entries]
 
     # -- snapshots ---------------------------------------------------------------------------------
     def export_snapshot(self, shard: int) -> list[kv_pb2.KvSnapshotChunk]:
         """A consistent copy of one shard from its leader: a header chunk, then entry chunks."""
-        addr, stub = self._stub(shard, refresh=False)
+        addr = self._addr(shard, refresh=False)
         try:
-            return list(stub.ExportSnapshot(kv_pb2.KvSnapshotRequest(shard=shard), timeout=max(self._timeout_s, 300)))
+            return list(self._stub(addr).ExportSnapshot(kv_pb2.KvSnapshotRequest(shard=shard),
+                                                        timeout=max(self._timeout_s, 300)))
         except grpc.RpcError as exc:
             raise rpc_error(f"KV snapshot export of shard {shard}", addr, exc) from None
 
@@ -315,6 +317,7 @@ class KVClient:
             raise MQClientError("a KV snapshot starts with a header chunk")
         shard = chunks[0].header.shard
         response = self._on_shard(shard, f"KV snapshot import of shard {shard}",
-                                  lambda stub: stub.ImportSnapshot(iter(chunks), timeout=max(self._timeout_s, 300)),
+                                  lambda addr: self._stub(addr).ImportSnapshot(iter(chunks),
+                                                                               timeout=max(self._timeout_s, 300)),
                                   retry_transport=False)
         return response.imported

@@ -29,32 +29,48 @@ KV_PRESENT: KvEntryState
 KV_DELETED: KvEntryState
 
 class KvWriteRequest(_message.Message):
-    __slots__ = ("op", "key", "value", "expected", "expect_absent")
+    __slots__ = ("op", "key", "value", "expected", "expect_absent", "request_id")
     OP_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
     EXPECT_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     op: KvOpType
     key: bytes
     value: bytes
     expected: bytes
     expect_absent: bool
-    def __init__(self, op: _Optional[_Union[KvOpType, str]] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., expected: _Optional[bytes] = ..., expect_absent: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    def __init__(self, op: _Optional[_Union[KvOpType, str]] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., expected: _Optional[bytes] = ..., expect_absent: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class KvWriteResponse(_message.Message):
-    __slots__ = ("code", "remark", "applied", "exists", "current")
+    __slots__ = ("code", "remark", "applied", "exists", "current", "request_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     CURRENT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     applied: bool
     exists: bool
     current: bytes
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., applied: _Optional[bool] = ..., exists: _Optional[bool] = ..., current: _Optional[bytes] = ...) -> None: ...
+    request_id: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., applied: _Optional[bool] = ..., exists: _Optional[bool] = ..., current: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class KvWriteFrame(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[KvWriteRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[KvWriteRequest, _Mapping]]] = ...) -> None: ...
+
+class KvWriteAnswers(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[KvWriteResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[KvWriteResponse, _Mapping]]] = ...) -> None: ...
 
 class KvEntry(_message.Message):
     __slots__ = ("key", "state", "value")

@@ -39,6 +39,11 @@ class KvServiceStub:
                 request_serializer=proto_dot_kv__pb2.KvWriteRequest.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.KvWriteResponse.FromString,
                 _registered_method=True)
+        self.WriteStream = channel.stream_stream(
+                '/rmq.KvService/WriteStream',
+                request_serializer=proto_dot_kv__pb2.KvWriteFrame.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.KvWriteAnswers.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/rmq.KvService/Get',
                 request_serializer=proto_dot_kv__pb2.KvGetRequest.SerializeToString,
@@ -71,6 +76,15 @@ class KvServiceServicer:
 
     def Write(self, request, context):
         """Put, delete or compare-and-set one key on the leader of its shard.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteStream(self, request_iterator, context):
+        """Writes on one long-lived stream (what KVClient uses): frames of requests, each answered with its
+        request_id once applied. Writes of one stream in flight together may apply in any order, like concurrent
+        Write calls.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +133,11 @@ def add_KvServiceServicer_to_server(servicer, server):
                     servicer.Write,
                     request_deserializer=proto_dot_kv__pb2.KvWriteRequest.FromString,
                     response_serializer=proto_dot_kv__pb2.KvWriteResponse.SerializeToString,
+            ),
+            'WriteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.WriteStream,
+                    request_deserializer=proto_dot_kv__pb2.KvWriteFrame.FromString,
+                    response_serializer=proto_dot_kv__pb2.KvWriteAnswers.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -173,6 +192,33 @@ class KvService:
             '/rmq.KvService/Write',
             proto_dot_kv__pb2.KvWriteRequest.SerializeToString,
             proto_dot_kv__pb2.KvWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rmq.KvService/WriteStream',
+            proto_dot_kv__pb2.KvWriteFrame.SerializeToString,
+            proto_dot_kv__pb2.KvWriteAnswers.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,7 +8,10 @@ import grpc
 import pytest
 
 from client import Admin, KVClient, Message, Producer
+from client.acl_admin import AclAdmin
+from client.errors import MQClientError
 from common.acl import sign
+from common.kv_shard import KV_TOPIC
 from proto import common_pb2, controller_pb2, controller_pb2_grpc, ha_pb2, ha_pb2_grpc
 from tests.acl.test_acl_cluster import INNER, NAMESRV_ARGS, ROOT, SETTINGS
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
@@ -90,6 +93,20 @@ def test_the_kv_store_provisions_itself_with_the_inner_credentials(group: Signed
     with KVClient(group.ns.addr, credentials=ROOT) as kv:
         kv.put(b"signed-key", b"v")
         assert kv.get(b"signed-key") == b"v"
+
+
+def test_kv_writes_on_their_stream_need_pub_on_the_kv_topic(group: SignedGroup) -> None:
+    with Admin(group.ns.addr, credentials=ROOT) as admin:
+        acl = AclAdmin(admin)
+        acl.create_user("kv-reader", "kv-reader-secret", cluster="DefaultCluster")
+        acl.create_acl("User:kv-reader", [f"Topic:{KV_TOPIC}"], ["Sub"], "Allow", cluster="DefaultCluster")
+    with KVClient(group.ns.addr, credentials=ROOT) as root:
+        root.put(b"read-only-key", b"v")
+    with KVClient(group.ns.addr, credentials=("kv-reader", "kv-reader-secret")) as reader:
+        assert reader.get(b"read-only-key") == b"v"
+        with pytest.raises(MQClientError, match=f"no Pub permission on Topic:{KV_TOPIC}"):
+            reader.put(b"read-only-key", b"overwritten")
+        assert reader.get(b"read-only-key") == b"v"
 
 
 def test_a_broker_in_controller_mode_is_elected_through_signed_controller_calls(group: SignedGroup,

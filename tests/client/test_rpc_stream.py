@@ -302,8 +302,9 @@ def test_each_request_has_its_own_deadline(server: FakeServer, open_stream):
 # -- broken streams -------------------------------------------------------------------------------------------
 
 
-def abort_first_stream_after(n: int) -> Behaviour:
-    """The first stream aborts RESOURCE_EXHAUSTED once ``n`` requests arrived; later streams echo."""
+def abort_first_stream_after(n: int, gate: threading.Event | None = None) -> Behaviour:
+    """The first stream aborts RESOURCE_EXHAUSTED once ``n`` requests arrived (and ``gate`` is set, when given);
+    later streams echo."""
     streams = 0
 
     def behaviour(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
@@ -315,15 +316,19 @@ def abort_first_stream_after(n: int) -> Behaviour:
             return
         for seen, _ in enumerate(requests_of(frames), 1):
             if seen == n:
+                if gate is not None:
+                    assert gate.wait(10), "the test never opened the gate"
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "go away")
 
     return behaviour
 
 
 def test_an_aborted_stream_fails_every_pending_request_with_its_status(server: FakeServer, open_stream):
-    server.behaviour = abort_first_stream_after(2)
+    all_sent = threading.Event()  # else, on a busy machine, the abort may come first and the last calls open a new
+    server.behaviour = abort_first_stream_after(2, all_sent)  # stream, which answers them
     stream = open_stream(window=2)
     calls = [stream.call(Request(queue_id=i), 10.0) for i in range(5)]  # 3 of them still wait for the window
+    all_sent.set()
     for call in calls:
         error = failure(call)
         assert (error.code(), error.details()) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "go away")
@@ -382,6 +387,7 @@ def test_close_ends_the_reader_and_finalizes_the_call_without_the_garbage_collec
     stream = open_stream()
     assert stream.call(Request(queue_id=1), 10.0).result(timeout=10).queue_offset == 10
     reader = stream._stream.reader
+    gc.collect()  # garbage of earlier tests in this process (a stream broken and replaced) is not this one's
     gc.disable()  # what is still alive after close() then is what only the collector would free
     try:
         stream.close()

@@ -139,6 +139,34 @@ BAD_REQUESTS = [
 ]
 
 
+def test_bad_writes_on_the_write_stream_are_answered_each_and_the_stream_goes_on(cluster: Cluster, stub):
+    """KVClient's writes travel on WriteStream: a bad one is answered with its own id and what was wrong; the
+    others of its frame, and later frames, are written."""
+    frames = [kv_pb2.KvWriteFrame(requests=[
+        kv_pb2.KvWriteRequest(request_id=1, op=kv_pb2.KV_PUT, key=b"", value=b"v"),
+        kv_pb2.KvWriteRequest(request_id=2, op=kv_pb2.KV_PUT, key=b"stream-good", value=b"one"),
+        kv_pb2.KvWriteRequest(request_id=3, op=42, key=b"stream-good", value=b"v")])]
+    answers = {r.request_id: r for frame in stub.WriteStream(iter(frames), timeout=30) for r in frame.responses}
+    assert sorted(answers) == [1, 2, 3]
+    assert (answers[1].code, answers[1].remark) == (ResponseCode.INVALID_PARAMETER, "key is empty")
+    assert answers[2].code == ResponseCode.SUCCESS, answers[2].remark
+    assert answers[3].code == ResponseCode.INVALID_PARAMETER and "KV op 42" in answers[3].remark
+    with KVClient(cluster.addr) as kv:
+        assert kv.get(b"stream-good") == b"one"
+    assert_still_serving(cluster, stub, "stream-bad-writes")
+
+
+def test_a_write_stream_frame_that_does_not_parse_ends_the_stream_with_invalid_argument(cluster: Cluster, stub):
+    with grpc.insecure_channel(cluster.brokers["broker-a"].addr) as channel:
+        call = channel.stream_stream("/rmq.KvService/WriteStream", request_serializer=None,
+                                     response_deserializer=kv_pb2.KvWriteAnswers.FromString)
+        with pytest.raises(grpc.RpcError) as err:
+            list(call(iter([b"\xff\xff\xff"]), timeout=10))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, (err.value.code(), err.value.details())
+    assert "does not parse" in err.value.details()
+    assert_still_serving(cluster, stub, "stream-garbage")
+
+
 @pytest.mark.parametrize(("call", "says"), BAD_REQUESTS)
 def test_bad_raw_request_is_invalid_argument(cluster: Cluster, stub, call, says, request: pytest.FixtureRequest):
     with pytest.raises(grpc.RpcError) as err:
