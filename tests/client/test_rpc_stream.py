@@ -324,8 +324,10 @@ def abort_first_stream_after(n: int, gate: threading.Event | None = None) -> Beh
 
 
 def test_an_aborted_stream_fails_every_pending_request_with_its_status(server: FakeServer, open_stream):
-    all_sent = threading.Event()  # else, on a busy machine, the abort may come first and the last calls open a new
-    server.behaviour = abort_first_stream_after(2, all_sent)  # stream, which answers them
+    # The abort waits for all five calls: on a busy machine it could come first, and the last calls would open a
+    # second stream, which answers them.
+    all_sent = threading.Event()
+    server.behaviour = abort_first_stream_after(2, all_sent)
     stream = open_stream(window=2)
     calls = [stream.call(Request(queue_id=i), 10.0) for i in range(5)]  # 3 of them still wait for the window
     all_sent.set()
