@@ -56,8 +56,8 @@ from broker.kv.kv_record import MAX_BODY_BYTES, KvOp, KvRecord
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.message_store import MessageStore
 from client import Admin, KVClient
+from client.client_instance import ClientInstance
 from client.kv_client import response_states
-from client.rpc_stream import RpcStream
 from common.kv_shard import KV_TOPIC, shard_of
 from common.response_code import ResponseCode
 from proto import broker_pb2, kv_pb2, kv_pb2_grpc
@@ -95,20 +95,17 @@ def key(i: int) -> bytes:
 class Loader:
     """KV calls on one broker's KvService as futures, for ``windowed_rate``."""
 
-    def __init__(self, broker_addr: str, keys: list[bytes]) -> None:
-        self.channel = grpc.insecure_channel(broker_addr, options=CHANNEL_OPTIONS)
-        self.stub = kv_pb2_grpc.KvServiceStub(self.channel)
-        self.writes = RpcStream(self.channel.stream_stream("/rmq.KvService/WriteStream", request_serializer=None,
-                                                          response_deserializer=kv_pb2.KvWriteAnswers.FromString),
-                                "bench-kv-writes")
+    def __init__(self, namesrv_addr: str, broker_addr: str, keys: list[bytes]) -> None:
+        self.client = ClientInstance(namesrv_addr)  # KVClient's channel and write stream, called without it
+        self.stub = self.client.stub(kv_pb2_grpc.KvServiceStub, broker_addr)
+        self.writes = self.client.kv_write_stream(broker_addr)
         self.keys = keys
         self.turn = 0
         self.puts = 0  # acknowledged: each is a record in the commitlog
         self.rnd = random.Random(6)
 
     def close(self) -> None:
-        self.writes.close()
-        self.channel.close()
+        self.client.close()
 
     def submit_put(self) -> Pending[kv_pb2.KvWriteResponse]:
         k = self.keys[self.turn % len(self.keys)]
@@ -260,7 +257,7 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         broker, _ = _start(workdir, ns.addr)  # applies them
         daemons.insert(0, broker)
 
-        loader = Loader(broker.addr, keys)
+        loader = Loader(ns.addr, broker.addr, keys)
         echo16, stream16, put, get = _alternate_callers(loader, echo_channel, cfg)
         rec.record("kv.echo_unary16", echo16, f"median of {ROUNDS} rounds, alternating with put and get")
         rec.record("kv.echo_stream16", stream16, f"median of {ROUNDS} rounds")
