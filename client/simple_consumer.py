@@ -5,10 +5,15 @@ retryMaxTimes it goes to ``%DLQ%<group>``. Members need no rebalancing: any numb
 In a group created with consumeMessageOrderly (``mqadmin updateSubGroup -o true``), a message group's messages
 come one after another, each once the one before it was acked.
 
+A receive asks the topic's brokers in turn until one hands out messages (the last one asked holds the long
+poll). A broker that cannot be reached is skipped, and while it is marked down not asked at all, so one dead
+broker of several costs a receive nothing; a receive fails only when no broker answered.
+
 A message keeps the handle of its delivery in ``receipt_handle``; ``change_invisible`` replaces it."""
 
 import functools
 import itertools
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -29,6 +34,8 @@ from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
+
+log = logging.getLogger(__name__)
 
 
 class SimpleConsumer:
@@ -61,14 +68,26 @@ class SimpleConsumer:
             raise MQClientError(f"max_nums {max_nums} is outside 1..{MAX_RECEIVE}")
         brokers, addressing = self._brokers()
         start = next(self._turn)
-        for i in range(len(brokers)):
-            broker_name = brokers[(start + i) % len(brokers)]
-            last = i == len(brokers) - 1
+        ordered = [brokers[(start + i) % len(brokers)] for i in range(len(brokers))]
+        # A broker whose master is marked down is asked only when no other one is live (a mark is a guess): one
+        # dead broker of several neither fails receives nor takes their long poll.
+        ordered = [b for b in ordered if self.client.has_live_master(self.topic, b)] or ordered
+        unreachable: list[MQClientError] = []
+        for i, broker_name in enumerate(ordered):
+            last = i == len(ordered) - 1
             request = pop_pb2.PopMessageRequest(
                 group=self.group, topic=self.topic, queue_id=-1, expression=self.tags, max_msg_nums=max_nums,
                 invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0, addressing=addressing)
-            addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
-                                             request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
+            try:
+                addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
+                                                 request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
+            except MQClientError as exc:
+                if not (getattr(exc, "unreachable", False) or getattr(exc, "no_master", False)):
+                    raise
+                log.warning("receive_skipped_broker topic=%s group=%s broker=%s error=%s", self.topic, self.group,
+                            broker_name, exc)
+                unreachable.append(exc)
+                continue
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:  # a static topic was remapped: new leaders
                 self.client.invalidate_route(self.topic)
                 continue
@@ -81,6 +100,8 @@ class SimpleConsumer:
                 msg.receipt_handle = popped.receipt_handle
                 msg.reconsume_times = popped.reconsume_times
             return messages
+        if len(unreachable) == len(ordered):  # no broker answered: the caller hears it, not an empty receive
+            raise unreachable[0]
         return []
 
     def ack(self, messages: MessageExt | Iterable[MessageExt]) -> None:
@@ -198,8 +219,9 @@ class SimpleConsumer:
             response = call()
         except grpc.RpcError as exc:
             self.client.invalidate_route(self.topic)
-            self.client.report_failure(addr, exc.code())
-            raise rpc_error(what, addr, exc) from None
+            error = rpc_error(what, addr, exc)
+            error.unreachable = self.client.report_failure(addr, exc.code())  # type: ignore[attr-defined]
+            raise error from None
         self.client.report_answer(addr)
         return addr, response
 

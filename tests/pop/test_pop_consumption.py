@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, Message, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
+from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
 from common.group_topics import dlq_topic
 from common.message_properties import PROPERTY_SHARDING_KEY
 from common.response_code import ResponseCode
@@ -253,6 +253,36 @@ def test_pop_under_sync_flush_the_rocksdb_store_and_kv_with_tiered_reads(tmp_pat
             again = drain(consumer, 10, invisible_ms=30_000)  # the 10 un-acked come back, once each
         assert sorted(m.body for m in again) == sorted(m.body for m in first[10:])
         assert all(m.reconsume_times == 1 for m in again)
+    finally:
+        c.stop()
+
+
+def test_a_dead_broker_is_skipped_and_receives_go_on_from_the_others(tmp_path):
+    """One of two brokers SIGKILLed: no receive fails, and the other broker's messages all come; with both dead
+    the receive says so."""
+    c = make_cluster(tmp_path, registerNameServerPeriod=1000)
+    try:
+        topic, group = "PopDeadBrokerT", "pop-dead-broker"
+        create(c, topic)
+        with SimpleConsumer(c.addr, group=group, topic=topic) as consumer:
+            assert consumer.receive(32, wait_ms=0) == []  # the route, and a stream to each broker
+            c.brokers["broker-a"].kill()
+            bodies = [b"alive-%02d" % i for i in range(40)]
+            with Producer(c.addr) as producer:
+                for i, body in enumerate(bodies):
+                    producer.send(Message(topic, body), queue=MessageQueue(topic, "broker-b", i % 4))
+            got: list = []
+            deadline = time.monotonic() + 20
+            while len(got) < len(bodies) and time.monotonic() < deadline:
+                batch = consumer.receive(32, invisible_ms=30_000, wait_ms=200)  # raises nothing
+                if batch:
+                    consumer.ack(batch)
+                got += batch
+            assert sorted(m.body for m in got) == bodies
+
+            c.brokers["broker-b"].kill()
+            with pytest.raises(MQClientError, match="UNAVAILABLE"):
+                consumer.receive(32, invisible_ms=30_000, wait_ms=200)
     finally:
         c.stop()
 
