@@ -72,7 +72,7 @@ class SimpleConsumer:
         # A broker whose master is marked down is asked only when no other one is live (a mark is a guess): one
         # dead broker of several neither fails receives nor takes their long poll.
         ordered = [b for b in ordered if self.client.has_live_master(self.topic, b)] or ordered
-        unreachable: list[MQClientError] = []
+        skipped: list[MQClientError] = []
         for i, broker_name in enumerate(ordered):
             last = i == len(ordered) - 1
             request = pop_pb2.PopMessageRequest(
@@ -82,11 +82,11 @@ class SimpleConsumer:
                 addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
                                                  request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
             except MQClientError as exc:
-                if not (getattr(exc, "unreachable", False) or getattr(exc, "no_master", False)):
+                if not (getattr(exc, "failover", False) or getattr(exc, "no_master", False)):
                     raise
                 log.warning("receive_skipped_broker topic=%s group=%s broker=%s error=%s", self.topic, self.group,
                             broker_name, exc)
-                unreachable.append(exc)
+                skipped.append(exc)
                 continue
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:  # a static topic was remapped: new leaders
                 self.client.invalidate_route(self.topic)
@@ -100,8 +100,8 @@ class SimpleConsumer:
                 msg.receipt_handle = popped.receipt_handle
                 msg.reconsume_times = popped.reconsume_times
             return messages
-        if len(unreachable) == len(ordered):  # no broker answered: the caller hears it, not an empty receive
-            raise unreachable[0]
+        if len(skipped) == len(ordered):  # no broker answered: the caller hears it, not an empty receive
+            raise skipped[0]
         return []
 
     def ack(self, messages: MessageExt | Iterable[MessageExt]) -> None:
@@ -220,7 +220,8 @@ class SimpleConsumer:
         except grpc.RpcError as exc:
             self.client.invalidate_route(self.topic)
             error = rpc_error(what, addr, exc)
-            error.unreachable = self.client.report_failure(addr, exc.code())  # type: ignore[attr-defined]
+            # as the producer's errors: failover when the broker is gone (marked down)
+            error.failover = self.client.report_failure(addr, exc.code())  # type: ignore[attr-defined]
             raise error from None
         self.client.report_answer(addr)
         return addr, response

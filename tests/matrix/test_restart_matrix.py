@@ -219,9 +219,13 @@ def test_every_feature_recovers_from_a_sigkill_of_both_brokers(cluster: Cluster)
         for mq in sorted(work.sent, key=str):  # sends go on at the next offset, and reach the tier
             r = send_retrying_once(producer, Message(work.topic, b"after-restart"), mq)
             assert r.queue_offset == len(work.sent[mq]), mq
-        wait_until(lambda: (lambda m: m if m and all(m[(mq.broker_name, mq.queue_id)] == len(work.sent[mq]) + 1
-                                                       for mq in work.sent) else None)(
-            tier_caught_up(cluster, work.topic)), timeout=20, what="the tier to take the sends after the restart")
+
+        def tier_took_the_sends() -> bool:
+            maxes = tier_caught_up(cluster, work.topic)
+            return maxes is not None and all(maxes[(mq.broker_name, mq.queue_id)] == len(work.sent[mq]) + 1
+                                             for mq in work.sent)
+
+        wait_until(tier_took_the_sends, timeout=20, what="the tier to take the sends after the restart")
 
 
 def check_pop(cluster: Cluster, work: Workload) -> None:
