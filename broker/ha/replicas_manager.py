@@ -123,6 +123,8 @@ class ReplicasManager:
                     self.hooks.rejoin(f"the controller moved the master to {a.master_id} at epoch {a.master_epoch}")
                 return
             if a.master_id == 0:
+                if (self.master_id, self.master_epoch) != (0, a.master_epoch):
+                    self._log_no_master(a)
                 self.master_id, self.master_epoch = 0, a.master_epoch
                 return
             if (a.master_id, a.master_epoch, a.master_ha_addr) != (self.master_id, self.master_epoch,
@@ -166,6 +168,13 @@ class ReplicasManager:
         self.hooks.register_as(self.identity.broker_id, a.master_epoch)
         log.warning("role_changed role=SLAVE broker=%s id=%d master_id=%d master=%s epoch=%d",
                     self.identity.broker_name, self.identity.broker_id, a.master_id, a.master_addr, a.master_epoch)
+
+    def _log_no_master(self, a: controller_pb2.ReplicaAssignment) -> None:
+        # A live replica that takes no writes says why: the controller elects only a member of the set.
+        in_set = self.identity.broker_id in a.sync_state_set
+        log.warning("group_has_no_master broker=%s id=%d epoch=%d sync_state_set=%s in_set=%s fenced_until=%r",
+                    self.identity.broker_name, self.identity.broker_id, a.master_epoch, sorted(a.sync_state_set),
+                    in_set, "this replica is elected" if in_set else "a member of the sync state set is back")
 
     def _refresh_fence(self) -> None:
         """A master takes writes exactly while its lease holds."""

@@ -108,6 +108,7 @@ class ReplicasInfoManager:
                 raise ControllerRefusal(f"broker {hb.broker_name} belongs to cluster {group.cluster_name}, "
                                         f"not {hb.cluster_name}")
             old = self._live.get(hb.broker_name, {}).get(hb.broker_id)
+            returning = old is None or not old.alive(now)
             if (session_id and old is not None and old.session_id == session_id and not old.session_open
                     and old.gone_reason == SESSION_ENDED and group is not None):
                 return self._assignment(group)  # decided in a worker thread after its stream had already ended
@@ -132,7 +133,10 @@ class ReplicasInfoManager:
                 self._note(logging.INFO, "controller_replica_registered broker=%s id=%d addr=%s ha_addr=%s new=%s",
                            hb.broker_name, hb.broker_id, hb.broker_addr, hb.ha_addr, hb.broker_id not in group.replicas)
             if new.master_id == NO_MASTER:
-                new = self._elect(new, now, "no_master") or new
+                elected = self._elect(new, now, "no_master")
+                if elected is None and returning:
+                    self._log_not_electable(new, hb.broker_id)
+                new = elected or new
             return self._commit(group, new)
 
     def session_ended(self, broker_name: str, broker_id: int, session_id: int = 0) -> None:
@@ -314,6 +318,15 @@ class ReplicasInfoManager:
                    _ids(group.sync_state_set))
         # The set is kept: whichever of its members comes back first is elected (it holds everything committed).
         return replace(group, master_id=NO_MASTER, master_epoch=group.master_epoch + 1)
+
+    @staticmethod
+    def _log_not_electable(group: GroupState, broker_id: int) -> None:
+        # Once per return: an operator sees why a live replica stays fenced, and what would end the wait.
+        log.warning("controller_replica_not_electable broker=%s id=%d epoch=%d sync_state_set=%s reason=%r",
+                    group.broker_name, broker_id, group.master_epoch, _ids(group.sync_state_set),
+                    "the group has no master and only a member of the sync state set may be elected (one may hold "
+                    "acknowledged messages this replica lacks): start one, or restart the controller with "
+                    "--enable-elect-unclean-master to accept that loss")
 
     def _log_elected(self, group: GroupState, reason: str, candidates: Iterable[int],
                      chosen: int | None = None) -> None:

@@ -222,6 +222,25 @@ def test_no_candidate_then_the_first_set_member_back_wins(ctl: Controller):
     assert ctl.state()[0] == 2
 
 
+def test_a_whole_group_killed_at_once_waits_for_the_last_master_and_says_so(ctl: Controller,
+                                                                              caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="namesrv.controller")
+    two_in_sync(ctl)
+    ctl.manager.session_ended(BROKER, 1)  # both SIGKILLed: 2 is elected before its own session ends
+    ctl.manager.session_ended(BROKER, 2)
+    assert ctl.state() == (0, 3, (2,), 3)
+    ctl.beat(1, epoch=1, session=7)  # 1 restarts first: it may lack what 2 acknowledged as master
+    ctl.beat(1, epoch=1, session=7)
+    ctl.manager.scan()
+    assert ctl.state()[0] == 0
+    waits = [r.getMessage() for r in caplog.records if "controller_replica_not_electable" in r.getMessage()]
+    assert len(waits) == 1, waits  # once per return, not per heartbeat
+    assert waits[0].startswith("controller_replica_not_electable broker=broker-a id=1 epoch=3 sync_state_set=[2]")
+    assert "--enable-elect-unclean-master" in waits[0]
+    assert ctl.beat(2, epoch=2, session=8).master_id == 2  # the last master back: elected, 1 follows it
+    assert ctl.beat(1, epoch=1, session=7).master_id == 2
+
+
 # ---- AlterSyncStateSet -------------------------------------------------------------------------------------------
 
 
