@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client import Admin, MessageQueue, PullConsumer
+from client import Admin, Message, MessageQueue, Producer, PullConsumer
 from client.results import PullStatus
 from common.message_properties import encode_properties
 from common.receipt_handle import ReceiptHandle
@@ -22,6 +22,8 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
 from tests.admin_cli.helpers import fails, ok, ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 from tests.ha.test_replication import commit_log_bytes, runtime
+from tests.transaction.test_transactions import CHECKS, COMMIT, ROLLBACK, Checker, bodies
+from tests.transaction.test_transactions import TOPIC as TX_TOPIC
 
 SEGMENT = 256 * 1024  # small segments: the copies and the cut cross several
 TOPIC = "FailoverT"
@@ -432,3 +434,37 @@ def test_a_promoted_replica_keeps_what_its_master_popped_of_a_static_topic(group
                        what="the new master to hand out the probe")
     assert [h.queue_offset for h in fresh] == [handed[-1].queue_offset + 1], "handed out again what was popped"
     assert ack(g.replicas[2].addr, name, handed[5:], topic).code == ResponseCode.SUCCESS  # the master's handles
+
+
+@pytest.fixture
+def tx_group(tmp_path: Path) -> Iterator[ReplicaGroup]:
+    yield from started_group(tmp_path, **CHECKS)
+
+
+def test_a_promoted_replica_checks_back_the_transactions_its_master_left_open(tx_group: ReplicaGroup):
+    """Half messages and their ends are commitlog records, so the replica has them: once promoted it asks the
+    producer about the open ones and delivers each committed message once, the rolled back one never."""
+    g, topic = tx_group, TX_TOPIC  # the Checker expects it
+    with Admin(g.ns.addr) as admin:
+        admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    wait_until(lambda: _has_topic(g.replicas[2].addr, topic), timeout=20, what="the slave to copy the topic")
+    checker = Checker({b"open-commit": COMMIT, b"open-rollback": ROLLBACK})
+    with Producer(g.ns.addr, transaction_checker=checker) as producer:
+        committed = producer.begin_transaction()
+        committed.send(Message(topic, b"committed"))
+        committed.commit()
+        for body in (b"open-commit", b"open-rollback"):
+            producer.begin_transaction().send(Message(topic, body))  # left open: checked after transactionTimeOut
+        g.replicas[1].kill()  # before the first check could come
+        wait_until(lambda: g.role(2) == "MASTER", timeout=15, what="replica 2 to be elected")
+        wait_until(lambda: b"open-commit" in bodies(g.ns.addr, topic) and checker.checks_of(b"open-rollback")
+                   and g.info(2)["transactionHalfPending"] == "0", timeout=20,
+                   what="the new master to check back both open transactions")
+        g.start(1)
+        wait_until(lambda: g.in_sync(2, "1,2"), timeout=20, what="the old master to rejoin the set")
+        checks = list(checker.calls)
+        time.sleep(4 * CHECKS["transactionCheckInterval"] / 1000)  # more checks would come by now
+        assert checker.calls == checks
+        assert checker.checked() == {b"open-commit", b"open-rollback"}  # the committed one is never asked about
+    assert bodies(g.ns.addr, topic) == [b"committed", b"open-commit"]
