@@ -3,6 +3,8 @@
 - ``Refusal`` (a business outcome): the RPC's response message with ``code`` and ``remark``. An RPC whose
   response has no code (a stream, or a list of everything) answers gRPC FAILED_PRECONDITION naming the code.
 - ``RequestError`` (a malformed request): gRPC INVALID_ARGUMENT with its message.
+- a full disk (ENOSPC, or RocksDB saying so): logged on one line and answered as a ``Refusal`` with
+  SERVICE_NOT_AVAILABLE, "disk full: ...", as the commitlog refuses a write when its disk fills.
 - anything else: logged once at ERROR with its traceback and the RPC's name, and answered gRPC INTERNAL naming
   the exception (never gRPC's bare UNKNOWN).
 - bytes that are not the request message at all: INVALID_ARGUMENT too. gRPC decodes a request before any
@@ -25,6 +27,7 @@ from google.protobuf.message_factory import GetMessageClass
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import code_name
+from common.storage_refusal import disk_full_refusal, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +159,9 @@ async def _fail(context: grpc.aio.ServicerContext, rpc: str, exc: Exception,
         await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{code_name(exc.code)}: {exc.remark}")
     if isinstance(exc, RequestError):
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if is_disk_full(exc):  # not a bug: one line, and the caller is told the disk is full
+        log.error("rpc_refused_disk_full rpc=%s error=%r", rpc, exc)
+        return await _fail(context, rpc, disk_full_refusal(exc), response_class)
     log.error("rpc_failed rpc=%s error=%s", rpc, type(exc).__name__, exc_info=exc)
     await _abort(context, grpc.StatusCode.INTERNAL, f"{rpc} failed: {type(exc).__name__}: {exc}")
 

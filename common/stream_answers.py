@@ -25,6 +25,7 @@ from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.rpc_boundary import UndecodableRequest
+from common.storage_refusal import disk_full_refusal, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,15 @@ async def _respond(request: Any, handle: Handler, response_class: type[Message],
     except RequestError as exc:
         response = response_class(code=ResponseCode.INVALID_PARAMETER, remark=str(exc))
     except Exception as exc:
-        log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
-                  exc_info=exc)
-        response = response_class(code=ResponseCode.SYSTEM_ERROR, remark=f"{rpc} failed: {type(exc).__name__}: {exc}")
+        if is_disk_full(exc):  # not a bug: one line, as at the RPC boundary
+            log.error("rpc_refused_disk_full rpc=%s request_id=%d error=%r", rpc, request.request_id, exc)
+            refusal = disk_full_refusal(exc)
+            response = response_class(code=refusal.code, remark=refusal.remark)
+        else:
+            log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
+                      exc_info=exc)
+            response = response_class(code=ResponseCode.SYSTEM_ERROR,
+                                      remark=f"{rpc} failed: {type(exc).__name__}: {exc}")
     return response, tail
 
 

@@ -2,6 +2,7 @@
 or INTERNAL (logged once, with the RPC's name and the traceback). Driven through grpcio-testing."""
 
 import asyncio
+import errno
 import logging
 import types
 from collections.abc import Iterator
@@ -107,6 +108,28 @@ def test_an_unexpected_exception_is_internal_and_logged_once_with_its_traceback(
     (record,) = boundary_log.records
     assert record.levelno == logging.ERROR and "rpc=rmq.KvService.Write" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device", "config/mapping.json"),
+                                   Exception("IO error: No space left on device: While appending to file: 9.sst")],
+                         ids=["ENOSPC", "rocksdb"])
+def test_a_full_disk_is_a_refusal_logged_on_one_line(server, servicer, boundary_log, error):
+    servicer.error = error
+    response, code, _ = write(server)
+    assert code is grpc.StatusCode.OK
+    assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE and response.remark.startswith("disk full: ")
+    assert "No space left on device" in response.remark
+    (record,) = boundary_log.records
+    assert record.getMessage().startswith("rpc_refused_disk_full rpc=rmq.KvService.Write error=")
+    assert record.exc_info is None
+
+
+def test_other_os_errors_are_still_bugs_with_their_traceback(server, servicer, boundary_log):
+    servicer.error = PermissionError(errno.EACCES, "Permission denied")
+    _, code, _ = write(server)
+    assert code is grpc.StatusCode.INTERNAL
+    (record,) = boundary_log.records
+    assert record.exc_info is not None
 
 
 def test_long_details_are_cut(server, servicer):

@@ -6,18 +6,21 @@ before the file system is full; then a filler file takes the rest, and every ack
 by a consumer group the broker has never seen too; SIGTERM exits 0; once the tmpfs is remounted bigger a restart
 recovers every acknowledged message and takes writes again. The same story also runs on the broker's steered disk
 probe (``PYROCKETMQ_DISK_USAGE_FILE``, see ``broker/store/disk_usage_watcher.py``), and only on it where mounting
-is not allowed: the path is picked at run time, never skipped."""
+is not allowed: the path is picked at run time, never skipped. It runs once more with every RocksDB store on the
+full disk (storeType=defaultRocksDB: consume queue and metadata; kvEnable: the KV state), whose memtables cannot
+be flushed at the stop: the stop still exits 0 with one line per refused step, and a KV value put before the disk
+filled is there after the restart."""
 
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from broker.store.disk_usage_watcher import USAGE_FILE_ENV
-from client import Admin, Message, MQClientError, Producer, PullConsumer
+from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer
 from common.response_code import ResponseCode
 from tests.cluster import Cluster, make_cluster
 from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
@@ -36,6 +39,7 @@ class SmallDisk:
 
     mount: Path
     usage_file: Path | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # more broker.conf keys
 
     @property
     def real(self) -> bool:
@@ -66,28 +70,33 @@ class SmallDisk:
             self.usage_file.write_text("50")
 
 
-@pytest.fixture(params=["tmpfs", "probe"])
+ROCKSDB_AND_KV = {"storeType": "defaultRocksDB", "kvEnable": "true"}
+
+
+@pytest.fixture(params=["tmpfs", "probe", "tmpfs-rocksdb-kv"])
 def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
     """``tmpfs``: a real 24 MiB file system where this process may mount one, else the probe; ``probe``: always
-    the steered usage file (so both paths run where mounting works)."""
+    the steered usage file (so both paths run where mounting works); ``tmpfs-rocksdb-kv``: as ``tmpfs``, with the
+    RocksDB stores and the KV store on it."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    if request.param == "tmpfs" and try_mount_tmpfs(mount, "24m"):
+    settings = ROCKSDB_AND_KV if request.param == "tmpfs-rocksdb-kv" else {}
+    if request.param.startswith("tmpfs") and try_mount_tmpfs(mount, "24m"):
         try:
-            yield SmallDisk(mount)
+            yield SmallDisk(mount, settings=settings)
         finally:
             unmount(mount)
         return
     usage_file = tmp_path / "disk-usage"
     usage_file.write_text("50")
     monkeypatch.setenv(USAGE_FILE_ENV, str(usage_file))  # the broker processes inherit it
-    yield SmallDisk(mount, usage_file)
+    yield SmallDisk(mount, usage_file, settings)
 
 
 def _start(tmp_path: Path, disk: SmallDisk) -> Cluster:
     cluster = make_cluster(tmp_path / "cluster", ("broker-a",), registerNameServerPeriod=1000,
                            storePathRootDir=disk.store, flushDiskType="SYNC_FLUSH",
-                           mappedFileSizeCommitLog=MIB, cleanFileForciblyEnable="false")
+                           mappedFileSizeCommitLog=MIB, cleanFileForciblyEnable="false", **disk.settings)
     cluster.create_topic(TOPIC, queues=QUEUES)
     return cluster
 
@@ -137,6 +146,10 @@ def test_a_broker_on_a_small_disk_refuses_before_full_keeps_serving_and_recovers
     cluster = _start(tmp_path, disk)
     try:
         broker = cluster.brokers["broker-a"]
+        kv = "kvEnable" in disk.settings
+        if kv:
+            with KVClient(cluster.addr) as client:
+                client.put(b"put-before-full", b"kept")
         acked: dict[int, dict[int, bytes]] = {}
         with Producer(cluster.addr) as producer:
             refused = _send_until_refused(producer, acked, disk)
@@ -155,6 +168,9 @@ def test_a_broker_on_a_small_disk_refuses_before_full_keeps_serving_and_recovers
             info = admin.broker_runtime_info(broker.addr)
         assert info["storeWriteable"] == "false" and info["storeRefusal"].startswith("disk full:"), info
         assert float(info["commitLogDiskRatio"]) > 0.9, info
+        if kv:
+            with KVClient(cluster.addr) as client, pytest.raises(MQClientError, match="disk full"):
+                client.put(b"put-while-full", b"refused")
 
         if disk.real:
             disk.fill_up()  # now truly full: reads must not need a single byte
@@ -169,6 +185,9 @@ def test_a_broker_on_a_small_disk_refuses_before_full_keeps_serving_and_recovers
         assert _read_all(cluster.addr, "group-after-restart") == acked
         with Producer(cluster.addr) as producer:
             assert producer.send(Message(TOPIC, b"after the disk grew")).queue_offset >= 0
+        if kv:
+            with KVClient(cluster.addr) as client:
+                assert (client.get(b"put-before-full"), client.get(b"put-while-full")) == (b"kept", None)
         assert "Traceback" not in broker.log()
     finally:
         cluster.stop()

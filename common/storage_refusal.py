@@ -1,0 +1,27 @@
+"""Errors that mean the disk refused a write, told apart from bugs: they are logged on one line and answered as
+a refusal, without a traceback (the reason is the whole story, and an operator acts on it, not a developer)."""
+
+import errno
+
+from common.refusal import Refusal
+from common.response_code import ResponseCode
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DISK_FULL_TEXT = "No space left on device"
+
+
+def is_rocksdb_io_error(exc: BaseException) -> bool:
+    """RocksDB's I/O failure: rocksdict raises it as a bare Exception whose text is RocksDB's status."""
+    return type(exc) is Exception and str(exc).startswith("IO error:")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """The file system (or a RocksDB write on it) had no space left."""
+    if isinstance(exc, OSError):
+        return exc.errno in DISK_FULL_ERRNOS
+    return is_rocksdb_io_error(exc) and DISK_FULL_TEXT in str(exc)
+
+
+def disk_full_refusal(exc: BaseException) -> Refusal:
+    """What a caller is answered for a write the full disk refused: as the commitlog answers one."""
+    return Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"disk full: {exc}")
