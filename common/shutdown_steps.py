@@ -26,4 +26,3 @@ def run_shutdown_steps(steps: Iterable[ShutdownStep], logger: logging.Logger) ->
             else:
                 logger.exception("shutdown_step_failed step=%s", name)
     return failed
-
