@@ -51,6 +51,7 @@ from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from broker.processor.tiered_processor import TieredProcessor
 from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.static_topic_service import StaticTopicService
+from broker.statictopic.timer_delivery_route import StaticTopicDeliveryRoute
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.store.config import FlushDiskType
 from broker.store.message_store import MessageStore
@@ -298,7 +299,9 @@ class BrokerController:
                                        "from its master")
 
     def _start_master_services(self) -> None:
-        self.timer.start(self.local_store, self._queue_exists)
+        self.timer.start(self.local_store, self._queue_exists, StaticTopicDeliveryRoute(
+            self.config.broker_name, self.topic_queue_mapping_manager, self.peer_brokers,
+            self.local_store.config.max_message_size))
         self.transactions.start(self.local_store, self.consumer_offset_manager, self.topic_config_manager,
                                 self._announce)
         if self.tiered is not None:

@@ -1,4 +1,5 @@
-"""Calls to other brokers (static topics read older items and consumer offsets where they live).
+"""Calls to other brokers (static topics read older items and consumer offsets where they live; the timer sends a
+static topic's due messages to their logic queue's leader).
 
 Addresses come from the name servers' cluster info, cached and refreshed when a broker name is missing.
 """
@@ -9,11 +10,12 @@ import time
 
 import grpc
 
+from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
 from common import tls
 from common.acl import inner_metadata
 from common.refusal import Refusal
 from common.response_code import ResponseCode
-from proto import broker_pb2_grpc, common_pb2, namesrv_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,24 @@ class PeerBrokers:
                         self._addrs[name] = data.broker_addrs[0]
                 self._fetched_at = time.monotonic()
             return
+
+    def logic_queue_leader(self, topic: str, logic_queue_id: int) -> str:
+        """The broker that leads logic queue ``logic_queue_id`` of static topic ``topic``, by the name servers'
+        route (as a client finds it); PeerBrokerError when none answers or none leads it."""
+        for ns in self.namesrv_addrs:
+            try:
+                response = namesrv_pb2_grpc.NamesrvServiceStub(self._channel(ns)).GetRouteInfoByTopic(
+                    namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                log.warning("peer_lookup_failed namesrv=%s status=%s", ns, exc.code().name)
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                leader = logic_queue_leaders(response.route)[1].get(logic_queue_id, VIRTUAL_BROKER_NAME)
+                if leader != VIRTUAL_BROKER_NAME:
+                    return leader
+            raise PeerBrokerError(f"no broker leads logic queue {logic_queue_id} of {topic} in the name servers' "
+                                  f"route ({response.remark or 'it names no leader'})")
+        raise PeerBrokerError(f"no name server answered the route of {topic}")
 
     def _channel(self, addr: str) -> grpc.Channel:
         with self._lock:

@@ -78,7 +78,8 @@ class SendMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, f"topic {config.topic_name} is not writeable here")
         queue_id = ctx.leader.queue_id if ctx is not None else request.queue_id
         checked_queue_id(config, queue_id, writing=True)
-        # The real queue of a static topic's delayed message is the physical one here, where it is delivered.
+        # A static topic's delayed message keeps the physical queue here and its logic queue: it is delivered
+        # here, or to the logic queue's leader should the queue have moved meanwhile.
         result, timer_props = self._put(request, config.topic_name, queue_id, static=ctx is not None)
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
@@ -128,7 +129,8 @@ class SendMessageProcessor:
                 if half_batch is not None:
                     return self.store.put_wire_batch(half_batch), None
             if is_delayed_needle_in(joined):
-                timer = timer_wire_batch(self.delay_router, batch, topic, queue_id, _now_ms())
+                timer = timer_wire_batch(self.delay_router, batch, topic, queue_id, _now_ms(),
+                                         request.queue_id if static else None)
                 if timer is not None:
                     return self.store.put_wire_batch(timer[0]), timer[1]
             return self.store.put_wire_batch(batch), None
@@ -142,7 +144,8 @@ class SendMessageProcessor:
             put_topic, put_queue_id, properties = HALF_TOPIC, HALF_QUEUE_ID, half_props
             sys_flag = with_transaction_type(sys_flag, TRANSACTION_PREPARED_TYPE)
         elif request.properties and is_delayed_needle_in(b"".join(request.properties)):
-            timer_props = timer_properties(self.delay_router, properties, topic, queue_id, _now_ms())
+            timer_props = timer_properties(self.delay_router, properties, topic, queue_id, _now_ms(),
+                                           request.queue_id if static else None)
             if timer_props is not None:
                 put_topic, put_queue_id, properties = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,

@@ -2,8 +2,9 @@
 
 One mechanism for both kinds: a delay level (``DELAY``) becomes the broker's wall clock at send plus the level's
 delay, an absolute time (``TIMER_DELIVER_MS``) stays what it is, and either is stored in the timer topic with
-``REAL_TOPIC``, ``REAL_QID`` and ``TIMER_OUT_MS`` (the due time) added. The send processor and the consumer
-groups' retry path (sendMessageBack) both route through here.
+``REAL_TOPIC``, ``REAL_QID`` and ``TIMER_OUT_MS`` (the due time) added, and for a static topic ``REAL_LOGIC_QID``
+(its logic queue: the delivery finds the queue's leader by it, should the queue move while the message waits).
+The send processor and the consumer groups' retry path (sendMessageBack) both route through here.
 """
 
 from collections.abc import Sequence
@@ -12,11 +13,13 @@ from dataclasses import dataclass
 from common.message_properties import (
     DELAY_NEEDLE,
     PROPERTY_DELAY,
+    PROPERTY_REAL_LOGIC_QID,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
+    REAL_LOGIC_QID_NEEDLE,
     REAL_QID_NEEDLE,
     REAL_TOPIC_NEEDLE,
     TIMER_DELIVER_MS_NEEDLE,
@@ -27,7 +30,8 @@ from common.message_properties import (
 from common.request_error import RequestError, require
 
 _SEP = PROPERTY_SEPARATOR.encode()
-_ROUTING = frozenset(p.encode() for p in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TIMER_OUT_MS))
+_ROUTING = frozenset(p.encode() for p in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_REAL_LOGIC_QID,
+                                           PROPERTY_TIMER_OUT_MS))
 # What a delivered message no longer carries: it is an ordinary message of its topic again.
 _TIMER_ONLY = _ROUTING | {PROPERTY_DELAY.encode(), PROPERTY_TIMER_DELIVER_MS.encode()}
 # Timer keys pack the due time in 8 bytes whose first is zero (any time before the year 2 million): the timer
@@ -46,8 +50,9 @@ class TimerTarget:
     """Where and when a timer-topic record is delivered, read back from its properties."""
 
     topic: str
-    queue_id: int
+    queue_id: int  # the queue of this broker it was sent to
     due_ms: int
+    logic_queue_id: int | None = None  # a static topic's: the logic queue
 
 
 class DelayRouter:
@@ -87,17 +92,19 @@ class DelayRouter:
         """The delay of ``level`` in ms, the level clamped to 1..max_level (as upstream does for retries)."""
         return self.level_delays_ms[min(max(level, 1), self.max_level) - 1]
 
-    def timer_properties(self, raw_properties: bytes, real_topic: str, real_queue_id: int, due_ms: int) -> bytes:
+    def timer_properties(self, raw_properties: bytes, real_topic: str, real_queue_id: int, due_ms: int,
+                         logic_queue_id: int | None = None) -> bytes:
         """The wire properties of the timer-topic record: the message's own (any routing properties it carried
         replaced) with where and when to deliver it."""
         assert 0 <= due_ms <= MAX_DUE_MS, f"due time {due_ms} out of range"
         if REAL_TOPIC_NEEDLE in raw_properties or REAL_QID_NEEDLE in raw_properties \
-                or TIMER_OUT_MS_NEEDLE in raw_properties:
+                or TIMER_OUT_MS_NEEDLE in raw_properties or REAL_LOGIC_QID_NEEDLE in raw_properties:
             raw_properties = strip_properties(raw_properties, _ROUTING)
         elif raw_properties and not raw_properties.endswith(_SEP):
             raw_properties += _SEP
+        logic = f"{PROPERTY_REAL_LOGIC_QID}\x01{logic_queue_id}\x02" if logic_queue_id is not None else ""
         return raw_properties + (f"{PROPERTY_REAL_TOPIC}\x01{real_topic}\x02{PROPERTY_REAL_QID}\x01{real_queue_id}"
-                                 f"\x02{PROPERTY_TIMER_OUT_MS}\x01{due_ms}\x02").encode()
+                                 f"\x02{logic}{PROPERTY_TIMER_OUT_MS}\x01{due_ms}\x02").encode()
 
 
 def timer_target(raw_properties: bytes) -> TimerTarget | None:
@@ -108,7 +115,9 @@ def timer_target(raw_properties: bytes) -> TimerTarget | None:
     due = find_property(raw_properties, TIMER_OUT_MS_NEEDLE)
     if not topic or qid is None or due is None or not _digits(qid) or not _digits(due):
         return None
-    return TimerTarget(topic.decode(errors="replace"), int(qid), int(due))
+    logic = find_property(raw_properties, REAL_LOGIC_QID_NEEDLE)
+    logic_queue_id = int(logic) if logic is not None and _digits(logic) else None
+    return TimerTarget(topic.decode(errors="replace"), int(qid), int(due), logic_queue_id)
 
 
 def delivered_properties(raw_properties: bytes) -> bytes:

@@ -32,18 +32,18 @@ def batch_dues(router: DelayRouter, properties: Sequence[bytes], now_ms: int) ->
 
 
 def timer_properties(router: DelayRouter, properties: Sequence[bytes], real_topic: str, real_queue_id: int,
-                     now_ms: int) -> list[bytes] | None:
+                     now_ms: int, logic_queue_id: int | None = None) -> list[bytes] | None:
     """A batch of bodies and properties (unary sends): the timer-topic properties of each, or None when the
-    batch is not delayed."""
+    batch is not delayed. ``logic_queue_id``: a static topic's logic queue (``real_queue_id`` is physical)."""
     dues = batch_dues(router, properties, now_ms)
     if dues is None:
         return None
-    return [router.timer_properties(p, real_topic, real_queue_id, due)
+    return [router.timer_properties(p, real_topic, real_queue_id, due, logic_queue_id)
             for p, due in zip(properties, dues, strict=True)]
 
 
 def timer_wire_batch(router: DelayRouter, batch: WireBatch, real_topic: str, real_queue_id: int,
-                     now_ms: int) -> tuple[WireBatch, list[bytes]] | None:
+                     now_ms: int, logic_queue_id: int | None = None) -> tuple[WireBatch, list[bytes]] | None:
     """A checked batch of records (``WireBatch.parse``) re-encoded as timer-topic records, with each record's
     properties there (its recall handle is read from them); None when it is not delayed (the needle ended another
     property's name: XDELAY)."""
@@ -58,7 +58,7 @@ def timer_wire_batch(router: DelayRouter, batch: WireBatch, real_topic: str, rea
     for size, props, due in zip(batch.sizes, properties, dues, strict=True):
         h = HEADER.unpack_from(buf, pos)
         body = bytes(buf[pos + HEADER_SIZE + h[15] + h[16] : pos + size])
-        timer_props = router.timer_properties(props, real_topic, real_queue_id, due)
+        timer_props = router.timer_properties(props, real_topic, real_queue_id, due, logic_queue_id)
         all_timer_props.append(timer_props)
         records.append(b"".join(record_parts(_TIMER_TOPIC, TIMER_QUEUE_ID, [body], [timer_props],
                                              born_timestamp=h[9], born_host=h[10], store_host=h[11], flag=h[4],

@@ -14,6 +14,9 @@ is beyond the topic's queues) is dropped with a warning: nobody could read it, a
 forever. So is one the store refuses as illegal (maxMessageSize lowered since the send). A store that refuses
 writes (disk full, fail-stop), or an fsync that failed after the put, keeps the timers pending; delivery retries
 every second (after a fail-stop, that is after the restart).
+
+A static topic's message whose logic queue moved to another broker while it waited is sent to that broker
+(``DeliveryRoute``), and kept pending, tried again every second, while that broker does not take it.
 """
 
 import logging
@@ -25,6 +28,7 @@ from typing import Protocol
 
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
+from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, LocalDelivery
 from broker.timer.timer_message_store import TIMER_KEY, TimerMessageStore, marker_body
 from common.message import MessageExt
 from common.message_codec import HEADER_SIZE, CorruptRecordError, decode_record, record_parts
@@ -74,11 +78,13 @@ def wall_clock_ms() -> int:
 
 class TimerDeliveryService(threading.Thread):
     def __init__(self, timers: TimerMessageStore, store: DeliveryStore, queue_exists: QueueExists, *,
-                 clock_ms: Clock = wall_clock_ms, batch_size: int = 1024, max_sleep_s: float = 0.1) -> None:
+                 route: DeliveryRoute | None = None, clock_ms: Clock = wall_clock_ms, batch_size: int = 1024,
+                 max_sleep_s: float = 0.1) -> None:
         super().__init__(name="timer-delivery", daemon=True)
         self.timers = timers
         self.store = store
         self.queue_exists = queue_exists
+        self.route = route or LocalDelivery()
         self.store_host = store.store_host
         self.clock_ms = clock_ms
         self.batch_size = batch_size
@@ -90,6 +96,7 @@ class TimerDeliveryService(threading.Thread):
         self._next_due = 0  # the due time this thread sleeps until (0 while it looks: any dispatch wakes it)
         self._refused_since: float | None = None
         self._unmarked: list[bytes] = []  # taken out, their marker refused: it goes with the next one
+        self._forwards_refused: set[tuple[str, DeliveryTarget]] = set()  # each logged once while it lasts
         timers.due_listeners.append(self.on_dispatched)
 
     def on_dispatched(self, first_due_ms: int) -> None:
@@ -126,11 +133,12 @@ class TimerDeliveryService(threading.Thread):
         return taken
 
     def _deliver_due(self) -> tuple[int, int]:
-        """(timers taken, timers kept pending because the store refused them)."""
+        """(timers taken, timers kept pending because the store, or the broker they are forwarded to, refused
+        them)."""
         timers = self.timers.take_due(self.clock_ms(), self.batch_size)
         if not timers:
             return 0, 0
-        groups: dict[tuple[str, int], list[tuple[bytes, MessageExt]]] = defaultdict(list)
+        groups: dict[tuple[str, int, int | None], list[tuple[bytes, MessageExt]]] = defaultdict(list)
         done: list[bytes] = []
         for key, record in timers:
             try:
@@ -145,14 +153,21 @@ class TimerDeliveryService(threading.Thread):
                            "REAL_QID or TIMER_OUT_MS")
                 done.append(key)
                 continue
-            groups[target.topic, target.queue_id].append((key, msg))
+            groups[target.topic, target.queue_id, target.logic_queue_id].append((key, msg))
         kept: list[bytes] = []
         put: list[bytes] = []  # in the commitlog, to be flushed
         end_offset = 0
         try:
-            for (topic, queue_id), items in groups.items():
+            for (topic, queue_id, logic_queue_id), items in groups.items():
                 keys = [k for k, _ in items]
-                result = self._put(topic, queue_id, [m for _, m in items])
+                where = self.route.target(topic, queue_id, logic_queue_id)
+                if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
+                    forwarded = self._forward(where, topic, [m for _, m in items])
+                    self.delivered += forwarded
+                    done.extend(keys[:forwarded])
+                    kept.extend(keys[forwarded:])
+                    continue
+                result = self._put(topic, where.queue_id, [m for _, m in items])
                 if result is None:
                     done.extend(keys)  # dropped
                 elif result.append is not None:
@@ -225,16 +240,35 @@ class TimerDeliveryService(threading.Thread):
             self._drop(topic, queue_id, len(messages), "the topic or queue no longer exists on this broker")
             return None
         raw_topic = topic.encode()
-        records = [b"".join(record_parts(raw_topic, queue_id, [m.body], [delivered_properties(m.raw_properties)],
-                                         born_timestamp=m.born_timestamp, born_host=m.raw_born_host,
-                                         store_host=self.store_host, flag=m.flag, sys_flag=m.sys_flag,
-                                         reconsume_times=m.reconsume_times))
-                   for m in messages]
+        records = self._records(raw_topic, queue_id, messages)
         result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, records), wait_flushed=False)
         if result.status in ILLEGAL:
             self._drop(topic, queue_id, len(messages), f"refused by the store: {result.error}")
             return None
         return result
+
+    def _forward(self, target: DeliveryTarget, topic: str, messages: list[MessageExt]) -> int:
+        """Send the messages to the broker that leads their logic queue now; how many it stored."""
+        sent = self.route.forward(target, topic, self._records(topic.encode(), target.queue_id, messages))
+        refusal = (topic, target)
+        if sent.error is None:
+            self._forwards_refused.discard(refusal)
+            log.info("timer_forwarded topic=%s logic_queue=%d leader=%s count=%d", topic, target.queue_id,
+                     sent.broker, sent.stored)
+        elif refusal not in self._forwards_refused:  # once while it lasts: tried again every second
+            self._forwards_refused.add(refusal)
+            log.warning("timer_forward_refused topic=%s logic_queue=%d leader=%s stored=%d waiting=%d reason=%r",
+                        topic, target.queue_id, sent.broker or "unknown", sent.stored, len(messages) - sent.stored,
+                        sent.error)
+        return sent.stored
+
+    def _records(self, raw_topic: bytes, queue_id: int, messages: list[MessageExt]) -> list[bytes]:
+        """The messages as they were sent: commitlog records of their real topic, without the delay."""
+        return [b"".join(record_parts(raw_topic, queue_id, [m.body], [delivered_properties(m.raw_properties)],
+                                      born_timestamp=m.born_timestamp, born_host=m.raw_born_host,
+                                      store_host=self.store_host, flag=m.flag, sys_flag=m.sys_flag,
+                                      reconsume_times=m.reconsume_times))
+                for m in messages]
 
     def _drop(self, topic: str, queue_id: int, count: int, reason: str) -> None:
         self.dropped += count

@@ -246,6 +246,30 @@ def test_static_topic(cluster: DelayCluster):
         assert arrived >= sent_at + 1000 and msg.queue_offset == 0  # its logic offset
 
 
+def test_a_delayed_message_follows_its_logic_queue_when_the_queue_moves_before_it_is_due(cluster: DelayCluster):
+    """It waits in broker-a's timer, which led the logic queue when it was sent; the queue moves to broker-b and
+    the consumer hops there: put into broker-a's old queue, nobody would read it. It is sent to broker-b."""
+    topic = "DelayMovesT"
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, 1, brokers=["broker-a"])
+    cluster.wait_route_epoch(topic, 1)
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-moves") as consumer:
+        producer.send(Message(topic, b"before"))
+        sent_at = now_ms()
+        producer.send(Message(topic, b"moved", deliver_at_ms=sent_at + 4000))
+        with Admin(cluster.addr) as admin:
+            epoch = admin.remap_static_topic(topic, brokers=["broker-b"]).epoch
+        cluster.wait_route_epoch(topic, epoch)
+        producer.send(Message(topic, b"after"))
+        receiver = Receiver(consumer, consumer.queues(topic))
+        receiver.until(lambda: b"moved" in receiver.got and now_ms() > sent_at + 6000, timeout_s=20,
+                       what="the delayed message after the move (and then nothing more)")
+    assert {body: len(arrivals) for body, arrivals in receiver.got.items()} == {b"before": 1, b"moved": 1, b"after": 1}
+    arrived, msg = receiver.got[b"moved"][0]
+    assert arrived >= sent_at + 4000 and msg.queue_offset >= 10_000  # in broker-b's link of the chain
+    assert "timer_forwarded topic=DelayMovesT logic_queue=0 leader=broker-b count=1" in cluster.brokers["broker-a"].log()
+
+
 def test_sigkill_with_ten_thousand_pending_timers_loses_none(cluster: DelayCluster):
     broker = "broker-b"
     topic = "DelayKillT"
