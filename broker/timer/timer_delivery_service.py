@@ -156,6 +156,7 @@ class TimerDeliveryService(threading.Thread):
             groups[target.topic, target.queue_id, target.logic_queue_id].append((key, msg))
         kept: list[bytes] = []
         put: list[bytes] = []  # in the commitlog, to be flushed
+        forwarded_any = False
         end_offset = 0
         try:
             for (topic, queue_id, logic_queue_id), items in groups.items():
@@ -163,6 +164,7 @@ class TimerDeliveryService(threading.Thread):
                 where = self.route.target(topic, queue_id, logic_queue_id)
                 if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
                     forwarded = self._forward(where, topic, [m for _, m in items])
+                    forwarded_any = forwarded_any or forwarded > 0
                     self.delivered += forwarded
                     done.extend(keys[:forwarded])
                     kept.extend(keys[forwarded:])
@@ -176,9 +178,9 @@ class TimerDeliveryService(threading.Thread):
                 else:
                     kept.extend(keys)
         except Exception:
-            # Nothing of them put yet: taken again next time. Some put: they stay stored (not taken again before
-            # a restart, which delivers them once more) rather than be put again every second.
-            if not put:
+            # Nothing of them put (or forwarded) yet: taken again next time. Some put: they stay stored (not taken
+            # again before a restart, which delivers them once more) rather than be put again every second.
+            if not put and not forwarded_any:
                 self.timers.give_back(timers[0][0])
             raise
         if put:

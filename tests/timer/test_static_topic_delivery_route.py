@@ -85,7 +85,8 @@ def test_a_forward_sends_logic_addressed_records_in_chunks_and_stops_at_a_refusa
     assert [(b, r.topic, r.queue_id, r.addressing, len(r.records)) for b, r in peers.sent] == [
         ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 200), ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 200),
         ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 100)]
-    refused = route(tmp_path / "r", "broker-a", moved_detail("broker-a"), FakePeers(code=ResponseCode.NOT_LEADER_FOR_QUEUE))
+    not_leader = FakePeers(code=ResponseCode.NOT_LEADER_FOR_QUEUE)
+    refused = route(tmp_path / "r", "broker-a", moved_detail("broker-a"), not_leader)
     sent = refused.forward(DeliveryTarget(0, "broker-b"), TOPIC, records)
     assert (sent.stored, sent.broker) == (0, "broker-b")
     assert sent.error == "broker broker-b answered NOT_LEADER_FOR_QUEUE: not now"

@@ -13,8 +13,10 @@ from broker.store.config import FlushDiskType, StoreType
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer import timer_delivery_service
+from broker.timer.delivery_route import DeliveryTarget, Forwarded
 from broker.timer.timer_delivery_service import wall_clock_ms
 from broker.timer.timer_message_store import due_of_key
+from common.message import MessageExt
 from common.message_codec import decode_record
 from common.timer_topic import TIMER_TOPIC
 from common.wire_batch import WireBatch
@@ -299,3 +301,46 @@ def test_a_put_that_raises_leaves_the_timers_to_be_taken_again(tmp_path: Path, n
         node.deliver()
     monkeypatch.setattr(node.store, "put_wire_batch", put_wire_batch)
     assert node.deliver() == 2 and bodies(node.delivered()) == [b"m0", b"m1"]
+
+
+class MovedQueueRoute:
+    """Queue 1 of "Real" moved to broker-b as logic queue 0: its messages are forwarded, the first ``refusals``
+    forwards refused; every other queue is delivered here."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.refusals = refusals
+        self.forwarded: list[tuple[DeliveryTarget, list[MessageExt]]] = []
+
+    def target(self, topic: str, queue_id: int, logic_queue_id: int | None) -> DeliveryTarget:
+        return DeliveryTarget(0, "broker-b") if (topic, queue_id) == ("Real", 1) else DeliveryTarget(queue_id)
+
+    def forward(self, target: DeliveryTarget, topic: str, records: list[bytes]) -> Forwarded:
+        if self.refusals:
+            self.refusals -= 1
+            return Forwarded(0, "broker-b", "broker broker-b answered NOT_LEADER_FOR_QUEUE")
+        self.forwarded.append((target, [decode_record(r) for r in records]))
+        return Forwarded(len(records), "broker-b")
+
+
+def test_messages_of_a_moved_queue_are_forwarded_and_kept_while_refused(tmp_path: Path, nodes: list[Node],
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="broker.timer.timer_delivery_service")
+    monkeypatch.setattr(timer_delivery_service, "RETRY_PAUSE_S", 0)
+    node = start(nodes, tmp_path)
+    route = node.delivery.route = MovedQueueRoute(refusals=2)
+    node.send([NOW, NOW + 1], properties={"KEYS": "k"})
+    node.send([NOW + 2], queue_id=2)
+    node.now = NOW + 10
+    assert node.deliver() == 3  # queue 2 here; queue 1 refused by its leader: kept
+    assert bodies(node.delivered(queue_id=2)) == [b"m2"] and node.timers.pending == 2
+    assert node.deliver() == 2 and node.timers.pending == 2  # refused again: logged once
+    assert node.deliver() == 2 and node.timers.pending == 0
+    assert node.delivered() == [] and node.delivery.delivered == 3  # nothing put into the old queue here
+    [(target, sent)] = route.forwarded
+    assert target == DeliveryTarget(0, "broker-b") and bodies(sent) == [b"m0", b"m1"]
+    assert sent[0].properties == {"UNIQ_KEY": "m0", "KEYS": "k"} and sent[0].born_timestamp == NOW - 5
+    refused = [r for r in caplog.records if "timer_forward_refused" in r.getMessage()]
+    assert len(refused) == 1 and "leader=broker-b stored=0 waiting=2" in refused[0].getMessage()
+    assert any("timer_forwarded topic=Real logic_queue=0 leader=broker-b count=2" in r.getMessage()
+               for r in caplog.records)
