@@ -11,6 +11,8 @@ from client.errors import MQClientError
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TIMEOUT_MS = 10_000
+INT32_MAX = (1 << 31) - 1  # the largest value a proto int32 field takes (queue ids, counts)
+INT64_MAX = (1 << 63) - 1  # int64 fields (offsets, broker ids)
 NO_NAMESRV = "no name server address: pass -n HOST:PORT or set NAMESRV_ADDR"
 
 

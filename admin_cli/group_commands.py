@@ -5,7 +5,7 @@ import logging
 
 import click
 
-from admin_cli.context import CommandFailed, as_json, command, open_admin, resolve_targets, target_options
+from admin_cli.context import INT32_MAX, CommandFailed, as_json, command, open_admin, resolve_targets, target_options
 from admin_cli.output import MISSING, Column, Row, Table, emit_tables, format_timestamp, to_json
 from admin_cli.timestamps import TIMESTAMP, UPSTREAM_PATTERN
 from client.admin import Admin
@@ -23,7 +23,7 @@ QueueKey = tuple[str, str, int]  # topic, broker name, queue id
 @target_options
 @click.option("-s", "--consumeEnable", "consume_enable", type=bool, default=True, show_default=True,
               help="Whether the group may consume.")
-@click.option("-r", "--retryMaxTimes", "retry_max_times", type=click.IntRange(min=0), default=16,
+@click.option("-r", "--retryMaxTimes", "retry_max_times", type=click.IntRange(min=0, max=INT32_MAX), default=16,
               show_default=True, help="Redeliveries before a message goes to the dead-letter queue.")
 @click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=False, show_default=True,
               help="FIFO: POP consumers get a message group's messages one after another, in order.")

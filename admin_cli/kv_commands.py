@@ -35,7 +35,8 @@ def open_kv() -> KVClient:
         raise CommandFailed(NO_NAMESRV, ctx)
     t = settings(ctx).timeout_ms
     retry_ms = 15_000 if t == DEFAULT_TIMEOUT_MS else t
-    return ctx.with_resource(KVClient(addr, rpc_timeout_ms=t, retry_timeout_ms=retry_ms))
+    return ctx.with_resource(KVClient(addr, rpc_timeout_ms=t, retry_timeout_ms=retry_ms, tls_ca=settings(ctx).tls_ca,
+                                      credentials=settings(ctx).credentials))
 
 
 def text(value: bytes | None) -> str | None:

@@ -54,6 +54,8 @@ class AdminGroup(click.Group):
             fail(exc.format_message(), getattr(exc, "ctx", None))
         except click.Abort:
             fail("aborted")
+        except UnicodeEncodeError:  # argv bytes that are not UTF-8 reach Python as lone surrogates
+            fail("an argument is not valid UTF-8 text")
         except Exception as exc:  # a bug must still be one line, not a traceback
             fail(f"unexpected error: {type(exc).__name__}: {exc}")
         sys.exit(rv if isinstance(rv, int) else 0)

@@ -2,7 +2,17 @@
 
 import click
 
-from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, open_admin, settings, timeout_ms
+from admin_cli.context import (
+    INT32_MAX,
+    INT64_MAX,
+    NO_NAMESRV,
+    CommandFailed,
+    as_json,
+    command,
+    open_admin,
+    settings,
+    timeout_ms,
+)
 from admin_cli.output import Column, Row, Table, body_preview, emit_record, emit_tables, format_timestamp
 from client import Message, Producer, PullConsumer
 from client.admin import TOOLS_CONSUMER_GROUP
@@ -55,8 +65,9 @@ def query_msg_by_id(msg_id: str, topic: str | None) -> None:
 @command("queryMsgByOffset", "Show the message at an offset of one queue of a topic on a broker.")
 @click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 @click.option("-b", "--brokerName", "broker_name", required=True, metavar="BROKER", help="Broker name.")
-@click.option("-i", "--queueId", "queue_id", required=True, type=click.IntRange(0), metavar="QUEUE", help="Queue id.")
-@click.option("-o", "--offset", "offset", required=True, type=click.IntRange(0), metavar="OFFSET",
+@click.option("-i", "--queueId", "queue_id", required=True, type=click.IntRange(0, INT32_MAX), metavar="QUEUE",
+              help="Queue id.")
+@click.option("-o", "--offset", "offset", required=True, type=click.IntRange(0, INT64_MAX), metavar="OFFSET",
               help="Queue offset.")
 def query_msg_by_offset(topic: str, broker_name: str, queue_id: int, offset: int) -> None:
     msg = open_admin().query_msg_by_offset(topic.strip(), broker_name.strip(), queue_id, offset)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 import grpc
 
-from admin_cli.context import NO_NAMESRV, CommandFailed, as_json, command, settings, timeout_ms
+from admin_cli.context import INT64_MAX, NO_NAMESRV, CommandFailed, as_json, command, settings, timeout_ms
 from admin_cli.output import Column, Row, Table, emit_record, render_record, render_table, to_json
 from client.client_instance import namesrv_addrs
 from client.grpc_errors import rpc_error
@@ -44,9 +44,13 @@ def call_controller(what: str, call: Callable[[controller_pb2_grpc.ControllerSer
     raw = (settings(ctx).namesrv_addr or "").strip()
     if not raw:
         raise CommandFailed(NO_NAMESRV, ctx)
+    try:
+        ca = tls.read_ca(path) if (path := settings(ctx).tls_ca) else None
+    except tls.TlsError as exc:
+        raise CommandFailed(str(exc), ctx) from None
     unreachable: list[str] = []
     for addr in namesrv_addrs(raw):
-        channel = ctx.with_resource(tls.channel(addr, ca=tls.read_ca(ca) if (ca := settings(ctx).tls_ca) else None))
+        channel = ctx.with_resource(tls.channel(addr, ca=ca))
         try:
             return call(controller_pb2_grpc.ControllerServiceStub(channel))
         except grpc.RpcError as exc:
@@ -94,7 +98,7 @@ def get_sync_state_set(broker_name: str) -> None:
 @command("electMaster", "Make a replica the master of its broker group (it must be alive, and in the sync state "
                         "set unless the controller allows unclean elections); -i 0 lets the controller choose.")
 @broker_name_option
-@click.option("-i", "--brokerId", "broker_id", required=True, type=click.IntRange(min=0), metavar="ID",
+@click.option("-i", "--brokerId", "broker_id", required=True, type=click.IntRange(min=0, max=INT64_MAX), metavar="ID",
               help="The replica's brokerId; 0: the controller chooses.")
 def elect_master(broker_name: str, broker_id: int) -> None:
     assignment = call_controller(f"election of {broker_name}/{broker_id}", lambda stub: stub.ElectMaster(

@@ -341,6 +341,13 @@ class Admin:
                             brokers: list[str] | None = None) -> StaticTopicUpdate:
         """Create static topic ``topic`` with ``queue_num`` logic queues, or extend it to that many, on the
         masters of ``cluster`` or the named brokers (brokers already holding the topic join them)."""
+        if topic == KV_TOPIC:
+            raise MQClientError(f"topic {KV_TOPIC} is the KV store: create it with kvInit; its number of shards "
+                                "cannot change (keys hash over it)")
+        return self._update_static_topic(topic, queue_num, cluster, brokers)
+
+    def _update_static_topic(self, topic: str, queue_num: int, cluster: str | None,
+                             brokers: list[str] | None) -> StaticTopicUpdate:
         result = self.static_topics.update_static_topic(topic, queue_num, cluster, brokers)
         self.client.invalidate_route(topic)
         return result
@@ -394,7 +401,7 @@ class Admin:
                                 "cannot change (keys hash over it)")
         if status is not None:
             return None
-        return self.update_static_topic(KV_TOPIC, shards, cluster, brokers)
+        return self._update_static_topic(KV_TOPIC, shards, cluster, brokers)
 
     def is_static_topic(self, topic: str) -> bool:
         """Whether the name servers' route of ``topic`` carries a static-topic mapping."""

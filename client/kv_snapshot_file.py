@@ -12,7 +12,13 @@ LENGTH = struct.Struct(">I")
 
 
 def write_snapshot(path: Path, chunks: list[kv_pb2.KvSnapshotChunk]) -> int:
-    """Write the chunks; returns the number of entries."""
+    """Write the chunks (to ``path.tmp``, then renamed over ``path``); returns the number of entries. A path that
+    names no file, or an existing one that is not a regular file (a device, a directory), is refused: the rename
+    would replace it."""
+    if not path.name or path.name in (".", ".."):
+        raise MQClientError(f"cannot write a KV snapshot to {str(path)!r}: name a file")
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise MQClientError(f"cannot write a KV snapshot to {path}: it exists and is not a regular file")
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(MAGIC)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from client.errors import MQClientError
 from common.message import Message
+from common.message_codec import MAX_PROPERTIES_BYTES
 from common.message_properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
@@ -76,7 +77,11 @@ def wire_properties(msg: Message, unique_key: str) -> bytes:
         user = encode_properties(properties) if properties else b""
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
-    return head.encode() + user
+    raw = head.encode() + user
+    if len(raw) > MAX_PROPERTIES_BYTES:  # the record's properties length is 16 bits
+        raise MQClientError(f"the message's properties (tags, keys and the rest) are {len(raw)} bytes: at most "
+                            f"{MAX_PROPERTIES_BYTES}")
+    return raw
 
 
 def _delay_property(msg: Message) -> str:

@@ -31,7 +31,7 @@ from common.statictopic.static_topic_plan import (
     plan_remap,
 )
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
-from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, MAX_QUEUE_NUMS
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
 from common.topic_validator import InvalidTopicError, validate_topic
 from proto import broker_pb2, common_pb2
@@ -351,6 +351,9 @@ class StaticTopicAdmin:
         if topic in SYSTEM_TOPICS:
             raise MQClientError(f"topic {topic} is a system topic: a static topic needs a name of its own")
         targets, states = self.read_targets(topic, cluster, brokers)
+        if queue_num > MAX_QUEUE_NUMS * len(states):  # before planning: a plan holds an item per logic queue
+            raise MQClientError(f"static topic {topic} not changed: {queue_num} logic queues do not fit on the "
+                                f"{len(states)} broker(s) concerned, {MAX_QUEUE_NUMS} queues at most each")
         old_total = max((s.detail.total_queues for s in states.values() if s.detail is not None), default=0)
         try:
             updates = plan_create_or_extend(topic, queue_num, states, targets, self.clock())

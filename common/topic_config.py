@@ -8,6 +8,7 @@ from common.perm import PERM_INHERIT, PERM_READ_WRITE
 # for a topic the name server does not know yet (the broker then creates that topic on first send).
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 DEFAULT_TOPIC_PERM = PERM_READ_WRITE | PERM_INHERIT
+MAX_QUEUE_NUMS = 1024  # read or write queues of a topic on one broker
 
 
 @dataclass(slots=True)
@@ -24,8 +25,8 @@ class TopicConfig:
         from common.topic_validator import validate_topic
 
         validate_topic(self.topic_name)
-        if not 1 <= self.write_queue_nums <= 1024 or not 1 <= self.read_queue_nums <= 1024:
-            raise ValueError(f"queue numbers must be 1..1024 (read {self.read_queue_nums}, "
+        if not 1 <= self.write_queue_nums <= MAX_QUEUE_NUMS or not 1 <= self.read_queue_nums <= MAX_QUEUE_NUMS:
+            raise ValueError(f"queue numbers must be 1..{MAX_QUEUE_NUMS} (read {self.read_queue_nums}, "
                              f"write {self.write_queue_nums})")
         if self.perm & ~0xF:
             raise ValueError(f"perm {self.perm} has unknown bits")

@@ -7,6 +7,7 @@ repair before trying again.
 import itertools
 from collections.abc import Mapping
 
+from common.kv_shard import KV_TOPIC
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
@@ -60,6 +61,9 @@ def check_update(old: TopicQueueMappingDetail | None, new: TopicQueueMappingDeta
     if old is None:
         return
     where = f"broker {new.bname}, topic {new.topic}"
+    if new.topic == KV_TOPIC and new.total_queues != old.total_queues:  # keys hash over the number of shards
+        raise MappingError(f"{where}: the KV store has {old.total_queues} shards; the number of shards cannot "
+                           f"change ({new.total_queues} offered)")
     if new.scope != old.scope:
         raise MappingError(f"{where}: scope mismatch: {old.scope} held, {new.scope} offered")
     if new.epoch < old.epoch:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from admin_cli.kv_commands import text
-from client import KVClient
+from client import Admin, KVClient, MQClientError
 from tests.admin_cli.helpers import CLUSTER, fails, mqadmin, ok, ok_json, table_lines
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -193,3 +193,20 @@ def test_kv_init_again_with_the_same_shards_is_a_no_op(cluster: Cluster):
     assert "nothing to do" in out
     with KVClient(cluster.addr) as kv:
         assert kv.shards(refresh=True) == SHARDS
+
+
+def test_update_static_topic_cannot_resize_the_kv_store(cluster: Cluster):
+    """keys hash over the number of shards: only kvInit creates them, and the brokers refuse a resize too"""
+    line = fails(cluster.addr, "updateStaticTopic", "-t", "rmq_sys_KV", "-c", CLUSTER, "-qn", str(SHARDS * 2))
+    assert "is the KV store: create it with kvInit" in line
+    with Admin(cluster.addr) as admin, pytest.raises(MQClientError, match="number of shards cannot change"):
+        admin.static_topics.update_static_topic("rmq_sys_KV", SHARDS * 2, CLUSTER, None)  # past the SDK's check
+    with KVClient(cluster.addr) as kv:
+        assert kv.shards(refresh=True) == SHARDS
+
+
+def test_export_refuses_a_path_that_is_not_a_regular_file(cluster: Cluster, tmp_path: Path):
+    assert "is not a regular file" in fails(cluster.addr, "kvExport", "--shard", "0", "-f", "/dev/null")
+    assert Path("/dev/null").is_char_device()
+    assert "is a directory" in fails(cluster.addr, "kvExport", "--shard", "0", "-f", str(tmp_path))
+    assert "name a file" in fails(cluster.addr, "kvExport", "--shard", "0", "-f", "")

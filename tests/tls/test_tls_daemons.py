@@ -88,6 +88,8 @@ def test_mqadmin_with_tls_ca(tls_cluster: TlsCluster) -> None:
     ok(tls_cluster.addr, "--tls-ca", tls_cluster.ca, "topicList")
     out = ok(tls_cluster.addr, "clusterList", env={"ROCKETMQ_TLS_CA": tls_cluster.ca})
     assert "broker-tls" in out
+    # the KV commands reach the cluster over TLS too (its KV store is off: the answer says so)
+    assert "has kvEnable=true" in fails(tls_cluster.addr, "--tls-ca", tls_cluster.ca, "kvGet", "-k", "k")
 
 
 def test_mqadmin_without_or_with_another_ca_fails_in_one_line(tls_cluster: TlsCluster) -> None:
