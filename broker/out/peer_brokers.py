@@ -1,7 +1,8 @@
 """Calls to other brokers (static topics read older items and consumer offsets where they live; the timer sends a
 static topic's due messages to their logic queue's leader).
 
-Addresses come from the name servers' cluster info, cached and refreshed when a broker name is missing.
+Addresses come from the name servers' cluster info, cached, and refreshed every 30 s, when a broker name is
+missing, and (at most once a second) after a broker was unreachable: it may be back at another address.
 """
 
 import logging
@@ -20,6 +21,7 @@ from proto import broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 log = logging.getLogger(__name__)
 
 REFRESH_AFTER_S = 30.0
+REFRESH_UNREACHABLE_AFTER_S = 1.0  # a peer was unreachable: its address is looked up again, but not on every call
 RPC_TIMEOUT_S = 10.0
 
 
@@ -36,12 +38,14 @@ class PeerBrokers:
         self.namesrv_addrs = namesrv_addrs
         self._addrs: dict[str, str] = {self_name: self_addr}
         self._fetched_at = 0.0
+        self._unreachable = False  # a call found a peer unreachable since the last refresh
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
     def addr_of(self, bname: str) -> str:
         addr = self._addrs.get(bname)
-        if addr is None or time.monotonic() - self._fetched_at > REFRESH_AFTER_S:
+        age = time.monotonic() - self._fetched_at
+        if addr is None or age > REFRESH_AFTER_S or (self._unreachable and age > REFRESH_UNREACHABLE_AFTER_S):
             self._refresh()
             addr = self._addrs.get(bname)
         if addr is None:
@@ -61,6 +65,7 @@ class PeerBrokers:
                     if 0 in data.broker_addrs:
                         self._addrs[name] = data.broker_addrs[0]
                 self._fetched_at = time.monotonic()
+                self._unreachable = False
             return
 
     def logic_queue_leader(self, topic: str, logic_queue_id: int) -> str:
@@ -95,6 +100,8 @@ class PeerBrokers:
             return getattr(service(self._channel(self.addr_of(bname))), method)(request, timeout=RPC_TIMEOUT_S,
                                                                                     metadata=inner_metadata())
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self._unreachable = True
             raise PeerBrokerError(f"{method} on broker {bname} failed: {exc.code().name}: {exc.details()}") from None
 
     def close(self) -> None:

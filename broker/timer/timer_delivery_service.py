@@ -157,6 +157,7 @@ class TimerDeliveryService(threading.Thread):
         kept: list[bytes] = []
         put: list[bytes] = []  # in the commitlog, to be flushed
         forwarded_any = False
+        kept_by_leader = 0  # of kept: refused by the broker that leads their logic queue (or none found)
         end_offset = 0
         try:
             for (topic, queue_id, logic_queue_id), items in groups.items():
@@ -168,6 +169,7 @@ class TimerDeliveryService(threading.Thread):
                     self.delivered += forwarded
                     done.extend(keys[:forwarded])
                     kept.extend(keys[forwarded:])
+                    kept_by_leader += len(keys) - forwarded
                     continue
                 result = self._put(topic, where.queue_id, [m for _, m in items])
                 if result is None:
@@ -195,7 +197,7 @@ class TimerDeliveryService(threading.Thread):
         self._mark_taken_out(done)
         self.timers.remove(done)
         if kept:
-            self._refused(len(kept))
+            self._refused(len(kept) - kept_by_leader, kept_by_leader)
             self.timers.give_back(min(kept))
         elif self._refused_since is not None:
             log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
@@ -276,11 +278,13 @@ class TimerDeliveryService(threading.Thread):
         self.dropped += count
         log.warning("timer_message_dropped topic=%s queue_id=%d count=%d reason=%r", topic, queue_id, count, reason)
 
-    def _refused(self, count: int) -> None:
+    def _refused(self, by_store: int, by_leader: int) -> None:
         if self._refused_since is None:  # once while it lasts
             self._refused_since = time.monotonic()
-            log.warning("timer_delivery_refused pending=%d waiting=%d: the store takes no writes; retrying every %g s",
-                        self.timers.pending, count, RETRY_PAUSE_S)
+            why = " and ".join(w for n, w in ((by_store, "this broker's store takes no writes"),
+                                              (by_leader, "a logic queue's leader takes none now")) if n)
+            log.warning("timer_delivery_refused pending=%d waiting_store=%d waiting_leader=%d: %s; retrying every %g s",
+                        self.timers.pending, by_store, by_leader, why, RETRY_PAUSE_S)
 
     def shutdown(self) -> None:
         self._stopped.set()

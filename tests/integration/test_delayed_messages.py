@@ -271,6 +271,37 @@ def test_a_delayed_message_follows_its_logic_queue_when_the_queue_moves_before_i
     assert forwarded in cluster.brokers["broker-a"].log()
 
 
+def test_a_moved_queue_s_delayed_message_survives_both_brokers_killed_around_its_due_time(cluster: DelayCluster):
+    """As above, but broker-a (the timer) is SIGKILLed and restarted before the message is due, and broker-b (the
+    new leader) is down when it comes due: broker-a keeps it pending, and forwards it once broker-b is back."""
+    topic = "DelayMovesKillT"
+    with Admin(cluster.addr) as admin:
+        admin.update_static_topic(topic, 1, brokers=["broker-a"])
+    cluster.wait_route_epoch(topic, 1)
+    with Producer(cluster.addr) as producer:
+        producer.send(Message(topic, b"before"))
+        due = now_ms() + 6000
+        producer.send(Message(topic, b"moved", deliver_at_ms=due))
+    with Admin(cluster.addr) as admin:
+        epoch = admin.remap_static_topic(topic, brokers=["broker-b"]).epoch
+    cluster.wait_route_epoch(topic, epoch)
+    cluster.brokers["broker-a"].kill()
+    cluster.start_broker("broker-a")
+    cluster.brokers["broker-b"].kill()
+    refused = f"timer_forward_refused topic={topic} logic_queue=0 leader=broker-b"
+    wait_until(lambda: refused in cluster.brokers["broker-a"].log(), timeout=15, what="a refused forward")
+    assert now_ms() >= due
+    cluster.start_broker("broker-b")
+    cluster.wait_route_epoch(topic, epoch)
+    with PullConsumer(cluster.addr, group="delay-moves-kill") as consumer:
+        receiver = Receiver(consumer, consumer.queues(topic))
+        receiver.until(lambda: b"moved" in receiver.got and now_ms() > due + 3000, timeout_s=20,
+                       what="the delayed message after the restarts (and then nothing more)")
+    assert {body: len(arrivals) for body, arrivals in receiver.got.items()} == {b"before": 1, b"moved": 1}
+    assert receiver.got[b"moved"][0][1].queue_offset >= 10_000  # in broker-b's link of the chain
+    assert f"timer_forwarded topic={topic} logic_queue=0 leader=broker-b count=1" in cluster.brokers["broker-a"].log()
+
+
 def test_sigkill_with_ten_thousand_pending_timers_loses_none(cluster: DelayCluster):
     broker = "broker-b"
     topic = "DelayKillT"

@@ -342,5 +342,7 @@ def test_messages_of_a_moved_queue_are_forwarded_and_kept_while_refused(tmp_path
     assert sent[0].properties == {"UNIQ_KEY": "m0", "KEYS": "k"} and sent[0].born_timestamp == NOW - 5
     refused = [r for r in caplog.records if "timer_forward_refused" in r.getMessage()]
     assert len(refused) == 1 and "leader=broker-b stored=0 waiting=2" in refused[0].getMessage()
+    [waiting] = [r.getMessage() for r in caplog.records if "timer_delivery_refused" in r.getMessage()]
+    assert "waiting_store=0 waiting_leader=2: a logic queue's leader takes none now" in waiting
     assert any("timer_forwarded topic=Real logic_queue=0 leader=broker-b count=2" in r.getMessage()
                for r in caplog.records)

@@ -1,0 +1,73 @@
+"""PeerBrokers finds a peer again when it comes back at another address: a static topic's older items and the
+timer's forwards go on within about a second, not after the 30 s refresh. Real gRPC servers on real sockets: a
+name server's cluster info, and a broker that answers GetBrokerRuntimeInfo."""
+
+import time
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from broker.out import peer_brokers
+from broker.out.peer_brokers import PeerBrokerError, PeerBrokers
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+
+
+class ClusterInfo(namesrv_pb2_grpc.NamesrvServiceServicer):
+    def __init__(self) -> None:
+        self.addr = ""
+        self.asked = 0
+
+    def GetBrokerClusterInfo(self, request, context):
+        self.asked += 1
+        answer = namesrv_pb2.ClusterInfo()
+        answer.broker_addr_table["broker-b"].broker_addrs[0] = self.addr
+        return answer
+
+
+class RuntimeInfo(broker_pb2_grpc.BrokerServiceServicer):
+    def GetBrokerRuntimeInfo(self, request, context):
+        return broker_pb2.BrokerRuntimeInfo(table={"brokerName": "broker-b"})
+
+
+def serve(add: object, servicer: object) -> tuple[grpc.Server, str]:
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    add(servicer, server)  # type: ignore[operator]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def namesrv() -> Iterator[tuple[ClusterInfo, str]]:
+    info = ClusterInfo()
+    server, addr = serve(namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server, info)
+    yield info, addr
+    server.stop(None)
+
+
+def runtime(peers: PeerBrokers) -> str:
+    return peers.call("broker-b", "GetBrokerRuntimeInfo", common_pb2.Empty()).table["brokerName"]
+
+
+def test_a_peer_back_at_another_address_is_found_again_after_a_failed_call(namesrv, monkeypatch):
+    monkeypatch.setattr(peer_brokers, "REFRESH_UNREACHABLE_AFTER_S", 0.2)
+    info, ns_addr = namesrv
+    first, info.addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo())
+    peers = PeerBrokers([ns_addr], "broker-a", "127.0.0.1:1")
+    try:
+        assert runtime(peers) == "broker-b" and info.asked == 1
+        first.stop(None)  # broker-b is gone, and comes back elsewhere
+        second, info.addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo())
+        with pytest.raises(PeerBrokerError, match="UNAVAILABLE"):
+            runtime(peers)
+        with pytest.raises(PeerBrokerError, match="UNAVAILABLE"):  # not looked up again at once
+            runtime(peers)
+        assert info.asked == 1
+        time.sleep(0.25)
+        assert runtime(peers) == "broker-b" and info.asked == 2
+        assert runtime(peers) == "broker-b" and info.asked == 2  # found: cached again
+        second.stop(None)
+    finally:
+        peers.close()
