@@ -109,9 +109,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     async def _pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         pull = self.pull.pull
-        logic = request.addressing == LOGIC  # may read older items on other brokers: off the event loop
+        blocks = self.pull.blocks(request)  # reads older items on other brokers, or a tier: off the event loop
         started = time.perf_counter()
-        outcome: PullOutcome = await run(pull, request, in_thread=logic)
+        outcome: PullOutcome = await run(pull, request, in_thread=blocks)
         elapsed_s = time.perf_counter() - started
         timeout_s = min(request.suspend_timeout_ms, self.max_suspend_ms) / 1000
         if outcome.hold is not None and timeout_s > 0:
@@ -121,7 +121,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 if not await self.hold_service.wait_for_arrival(*hold, left):
                     break
                 started = time.perf_counter()
-                outcome = await run(pull, request, in_thread=logic)
+                outcome = await run(pull, request, in_thread=blocks)
                 elapsed_s = time.perf_counter() - started
         self.stats.get_count += 1
         if self.metrics is not None:  # messages: the queue offsets this answer moves the consumer past
@@ -148,8 +148,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetMaxOffset(self, request, context):
         return await run(self.consumer_manage.max_offset, request, in_thread=request.addressing == LOGIC)
 
-    async def SearchOffset(self, request, context):
-        return await run(self.consumer_manage.search_offset, request, in_thread=request.addressing == LOGIC)
+    async def SearchOffset(self, request, context):  # may search a second tier's index too
+        return await run(self.consumer_manage.search_offset, request, in_thread=True)
 
     async def QueryMessage(self, request, context):
         return await run(self.query.query_by_key, request)

@@ -1,11 +1,12 @@
 """The broker's POP face (proto/pop.proto): decode, call the processor, encode. A pop that finds nothing waits
 (long polling) for a message to arrive on its queues or an in-flight one to come due, then tries once more.
 
-A POP call may wait on another broker (a static topic's older item), an fsync (SYNC_FLUSH) or a dead letter's
-replication (a SYNC_MASTER), and the loop must never wait for those: such calls run on POP's worker thread. The
-others (``PopMessageProcessor.runs_inline``: the common case) run on the loop when POP's lock is free and no call
-waits for the worker, sparing the two thread hand-offs that cost more than the pop itself; otherwise they queue
-behind the worker's calls."""
+A POP call may wait on another broker (a static topic's older item), an fsync (SYNC_FLUSH), a dead letter's
+replication (a SYNC_MASTER) or a second tier's backend (a pop owed messages only the tier serves), and the loop
+must never wait for those: such calls run on POP's worker thread. The others (``PopMessageProcessor.runs_inline``
+and ``pop_runs_inline``: the common case) run on the loop when POP's lock is free and no call waits for the
+worker, sparing the two thread hand-offs that cost more than the pop itself; otherwise they queue behind the
+worker's calls."""
 
 import asyncio
 import contextlib
@@ -41,10 +42,11 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="pop")
         self._queued = 0  # calls handed to the worker and not done: inline calls never jump ahead of them
 
-    async def _run(self, call: Callable[[T], R], request: T, topic: str) -> R:
-        if self._queued == 0 and self.processor.runs_inline(topic):
+    async def _run(self, call: Callable[[T], R], request: T, inline: Callable[[], bool]) -> R:
+        """``inline()``: whether the call may run on the loop (asked under POP's lock, when it is free)."""
+        if self._queued == 0:
             with self.processor.service.held_if_free() as free:
-                if free:
+                if free and inline():
                     return call(request)
         loop = asyncio.get_running_loop()
         done = self._worker.submit(call, request)
@@ -82,7 +84,8 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         deadline = time.monotonic() + min(request.poll_time_ms, self.max_suspend_ms) / 1000
         while True:
             started = time.perf_counter()
-            outcome: PopOutcome = await self._run(self.processor.pop, request, request.topic)
+            outcome: PopOutcome = await self._run(self.processor.pop, request,
+                                                  lambda: self.processor.pop_runs_inline(request))
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0:
                 answer = _answer(outcome)
@@ -98,10 +101,11 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
         return await self._ack(request)
 
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
-        return await self._run(self.processor.ack, request, request.topic)
+        return await self._run(self.processor.ack, request, lambda: self.processor.runs_inline(request.topic))
 
     async def ChangeInvisibleTime(self, request, context):
-        return await self._run(self.processor.change_invisible_time, request, request.topic)
+        return await self._run(self.processor.change_invisible_time, request,
+                               lambda: self.processor.runs_inline(request.topic))
 
     async def ForwardToDeadLetterQueue(self, request, context):
         return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)

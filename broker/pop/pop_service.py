@@ -408,6 +408,12 @@ class PopService:
         return ReceiptHandle(self.broker_name, key[2], offset, entry.delivery, entry.invisible_until_ms,
                              entry.reconsume_times)
 
+    def owed_from(self, group: str, topic: str, queue_id: int) -> int:
+        """The lowest offset a pop of the queue may read for the group (0 when it never popped the queue here)."""
+        with self._lock:
+            state = self._states.get((group, topic, queue_id))
+            return state.consumed_offset() if state is not None else 0
+
     def in_flight_count(self, group: str, topic: str) -> int:
         with self._lock:
             return sum(len(s.in_flight) for (g, t, _), s in self._states.items() if g == group and t == topic)

@@ -183,6 +183,18 @@ class PopMessageProcessor:
         reads the store as a pull on the loop does, and may dead-letter, a local append)."""
         return self.never_waits and self.static_topics.mapping_manager.get(topic) is None
 
+    def pop_runs_inline(self, request: pop_pb2.PopMessageRequest) -> bool:
+        """As :meth:`runs_inline`, and no queue the pop may read owes the group a message a second tier serves
+        (its backend may stall). Called under POP's lock."""
+        if not self.runs_inline(request.topic):
+            return False
+        config = self.topics.select(request.topic)
+        if config is None:  # refused by the pop itself
+            return True
+        queue_ids = [request.queue_id] if request.queue_id >= 0 else range(config.read_queue_nums)
+        return not any(self.store.may_wait_on_tier(request.topic, q, 0) and self.store.may_wait_on_tier(
+            request.topic, q, self.service.owed_from(request.group, request.topic, q)) for q in queue_ids)
+
     def _reader_of(self, group: str, topic: str, queue_id: int) -> QueueReader:
         if self.static_topics.mapping_manager.get(topic) is None:
             return self.store

@@ -16,6 +16,7 @@ from common.refusal import Refusal
 from common.request_error import require
 from common.response_code import ResponseCode
 from proto import broker_pb2
+from proto.broker_pb2 import LOGIC
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,12 @@ class PullMessageProcessor:
         self.static_topics = static_topics
         self.store = store
         self.refusal = refusal  # why this broker serves no pulls now (a slave without slaveReadEnable)
+
+    def blocks(self, request: broker_pb2.PullMessageRequest) -> bool:
+        """Whether the pull may wait on something other than this broker's own memory and disks: a logic queue's
+        older items on other brokers, or a second tier's backend."""
+        return request.addressing == LOGIC or self.store.may_wait_on_tier(request.topic, request.queue_id,
+                                                                          request.queue_offset)
 
     def pull(self, request: broker_pb2.PullMessageRequest) -> PullOutcome:
         """Raises RequestError for a malformed pull, Refusal for one that cannot be served here."""

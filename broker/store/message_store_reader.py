@@ -25,6 +25,12 @@ class MessageStoreReader(ABC):
         ``tags_codes``, only messages whose tag hash is in it; ``runs``: records that follow one another in the
         store may come as one item of ``messages`` (for a reader that sends them on joined)."""
 
+    def may_wait_on_tier(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a read of the queue at ``offset`` or above may be served by a second tier, and so wait on its
+        backend (an object store across the network): the broker makes such reads off its event loop, where one
+        backend that stalls would stall every client. The local store alone: never."""
+        return False
+
     @abstractmethod
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The queue's lowest readable offset."""

@@ -12,7 +12,7 @@ from broker.pop_servicer import PopServicer
 
 def test_a_cancelled_wait_keeps_its_worker_call_counted_until_the_call_ends(tmp_path):
     service = PopService("b", PopStateStore(tmp_path / "pop", sync=False), lambda *a: None, lambda *a: None)
-    processor = SimpleNamespace(runs_inline=lambda topic: True, service=service)
+    processor = SimpleNamespace(service=service)
     servicer = PopServicer(processor, hold_service=None, max_suspend_ms=0)  # type: ignore[arg-type]
     release = threading.Event()
     ran: list[str] = []
@@ -38,14 +38,14 @@ def test_a_cancelled_wait_keeps_its_worker_call_counted_until_the_call_ends(tmp_
         holder = threading.Thread(target=hold_the_lock)
         holder.start()
         assert held.wait(10)
-        waiting = asyncio.ensure_future(servicer._run(slow, "worker-call", "T"))
+        waiting = asyncio.ensure_future(servicer._run(slow, "worker-call", lambda: True))
         await asyncio.sleep(0.05)
         waiting.cancel()
         await asyncio.sleep(0.05)
         assert servicer._queued == 1  # its wait was cancelled, but the worker still has it
         release.set()
         holder.join(10)
-        assert await servicer._run(inline, "next-call", "T") == "next-call"
+        assert await servicer._run(inline, "next-call", lambda: True) == "next-call"
         assert ran == ["worker-call", "next-call"]
         for _ in range(100):
             if servicer._queued == 0:

@@ -289,6 +289,20 @@ def test_not_in_mem_reads_the_tier_for_old_local_segments(expired_node: Node):
     assert (got, tier) == ([(hot[0], local_position(node, 0, hot[0]))], 0)
 
 
+@pytest.mark.parametrize("level", list(TieredStorageLevel))
+def test_may_wait_on_tier_says_whether_a_read_at_or_above_the_offset_is_served_by_the_tier(expired_node: Node,
+                                                                                          level: TieredStorageLevel):
+    """What the broker asks before reading on its event loop: True whenever a read at that offset or above would
+    go to the tier (whose backend may stall), and False where no read at or above it does."""
+    node = expired_node
+    node.put(0, b"not uploaded yet")
+    store = TieredMessageStore(node.local, node.tiered.flat_files, level)
+    served = [reads(store, 0, q, 1)[3] > 0 for q in range(301)]  # which single-message reads the tier served
+    for offset in (0, 1, node.local.min_offset(TOPIC, 0) - 1, node.local.min_offset(TOPIC, 0), 150, 299, 300, 400):
+        assert store.may_wait_on_tier(TOPIC, 0, offset) == any(served[offset:]), offset
+    assert not node.local.may_wait_on_tier(TOPIC, 0, 0)  # the local store alone never does
+
+
 def test_facade_is_a_reader_only_and_looks_up_by_id_and_key_locally(expired_node: Node):
     node = expired_node
     store = node.tiered.store

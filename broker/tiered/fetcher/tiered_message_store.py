@@ -69,6 +69,15 @@ class TieredMessageStore(MessageStoreReader):
                 return newest.file_from_offset - segment.file_from_offset >= hot_bytes
         return False
 
+    def may_wait_on_tier(self, topic: str, queue_id: int, offset: int) -> bool:
+        # The tier serves offsets below its end: FORCE all of them; the other levels the oldest first, so whether
+        # the oldest such offset at or above ``offset`` comes from the tier answers for all above it. (A local
+        # segment that expires between this answer and the read sends that read to the tier all the same.)
+        flat = self.flat_files.get(topic, queue_id)
+        if self.level is TieredStorageLevel.DISABLE or flat is None or offset >= flat.max_offset:
+            return False
+        return self.level is TieredStorageLevel.FORCE or self._from_tier(topic, queue_id, max(offset, flat.min_offset))
+
     # -- reads the tier may serve --------------------------------------------------------------------
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
