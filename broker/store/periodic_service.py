@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 
 log = logging.getLogger(__name__)
 
+SHUTDOWN_WAIT_S = 10.0
+
 
 class PeriodicService(ABC, threading.Thread):
     """A daemon thread that calls :meth:`run_once` every ``interval_s`` (or at once when woken) until shut down.
@@ -49,8 +51,15 @@ class PeriodicService(ABC, threading.Thread):
     def run_once(self) -> object:
         """One pass of the service's work."""
 
-    def shutdown(self) -> None:
+    def request_stop(self) -> None:
+        """No pass after the one running (if any): :meth:`shutdown` then waits for it."""
         self._stopped.set()
         self._wakeup.set()
+
+    def shutdown(self) -> None:
+        self.request_stop()
         if self.is_alive():
-            self.join(timeout=10)
+            self.join(timeout=SHUTDOWN_WAIT_S)
+            if self.is_alive():  # a pass waits on something (a tier's backend): the stop goes on without it
+                log.warning("service_stop_timeout service=%s waited_s=%g: a pass is still running", self.name,
+                            SHUTDOWN_WAIT_S)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from broker.store.message_store import MessageStore
 from broker.store.periodic_service import PeriodicService
-from broker.tiered.dispatcher.tiered_dispatcher import GroupCommitPolicy, TieredDispatcher
+from broker.tiered.dispatcher.tiered_dispatcher import SHUTDOWN_WAIT_S, GroupCommitPolicy, TieredDispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.file.flat_file_store import FlatFileStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
@@ -59,8 +59,10 @@ class TieredStore:
 
     def shutdown(self) -> None:
         """Before the local store shuts down: the last uploads read its commitlog."""
+        waited_until = time.monotonic() + SHUTDOWN_WAIT_S  # both passes end (or are waited for) together
+        self.dispatcher.request_stop()
         self.clean_service.shutdown()
-        self.dispatcher.shutdown()
+        self.dispatcher.shutdown(wait_s=max(0.5, waited_until - time.monotonic()))
         self.flat_files.shutdown()
 
     def close(self) -> None:

@@ -51,3 +51,44 @@ def test_a_stopped_s3_server_holds_up_only_the_reads_it_serves(tmp_path: Path, s
         if stopped:
             os.kill(s3_server.process.pid, signal.SIGCONT)
         cluster.stop()
+
+
+def test_a_stop_does_not_wait_for_a_stopped_s3_server_and_the_restart_uploads_the_rest(tmp_path: Path,
+                                                                                         s3_server: S3Server) -> None:
+    """Messages sent while the S3 server is stopped cannot be uploaded; the broker's stop waits about 10 s for the
+    upload in progress, says what it skipped, and exits 0. Restarted once the server runs again, the broker
+    uploads them from its checkpoint: the tier ends up with every message once, and consumers read them all."""
+    cluster = tiered_cluster(tmp_path, tieredStorageLevel="FORCE", **s3_server.broker_conf("stall-stop"))
+    stopped = False
+    try:
+        cluster.create_topic("StallT", queues=1)
+        with Producer(cluster.addr) as producer:
+            producer.send_batch([Message("StallT", b"before-%d" % i) for i in range(100)])
+            with Admin(cluster.addr) as admin:
+                wait_until(lambda: admin.tiered_status("StallT")[0].queues[0].tiered_max_offset == 100, timeout=30,
+                           what="the first 100 uploaded")
+            os.kill(s3_server.process.pid, signal.SIGSTOP)
+            stopped = True
+            producer.send_batch([Message("StallT", b"during-%d" % i) for i in range(100)])
+        time.sleep(1)  # an upload of them is waiting on the stopped server
+        broker = cluster.brokers["broker-a"]
+        started = time.monotonic()
+        assert broker.stop(timeout=30) == 0
+        assert time.monotonic() - started < 15
+        log = broker.log()
+        assert "tiered_final_upload_skipped" in log and "Traceback" not in log
+        os.kill(s3_server.process.pid, signal.SIGCONT)
+        stopped = False
+        cluster.start_broker("broker-a")
+        with Admin(cluster.addr) as admin:
+            wait_until(lambda: admin.tiered_status("StallT")[0].queues[0].tiered_max_offset == 200, timeout=30,
+                       what="the rest uploaded after the restart")
+        with PullConsumer(cluster.addr, group="stall") as consumer:
+            wait_until(lambda: consumer.queues("StallT"), what="route after the restart")
+            mq = consumer.queues("StallT")[0]
+            bodies = [m.body for m in consumer.pull(mq, 0, 256).messages]
+        assert bodies == [b"before-%d" % i for i in range(100)] + [b"during-%d" % i for i in range(100)]
+    finally:
+        if stopped:
+            os.kill(s3_server.process.pid, signal.SIGCONT)
+        cluster.stop()

@@ -2,6 +2,7 @@
 after a restart) and the read facade's storage levels. The upload thread is not started: tests drive
 ``upload_due`` themselves."""
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -14,9 +15,13 @@ from broker.store.consume_queue.consume_queue_store import BoundaryType
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
+from broker.tiered.dispatcher import tiered_dispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
+from broker.tiered.provider.file_segment import FileSegment
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
+from broker.tiered.provider.memory_file_segment import MemoryFileSegment
+from broker.tiered.provider.posix_file_segment import PosixFileSegment
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.tiered.tiered_store import TieredStore
 from common.message_codec import decode_record
@@ -188,6 +193,82 @@ def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: 
     node.put(0, b"q0-3")
     node.dispatcher.upload_due(force=True)
     assert tier_matches_local(node, 0) == 4
+
+
+class FailingWrites:
+    """A backend's writes fail with ``error`` while ``failing`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, segment_class: type[FileSegment], error: Exception) -> None:
+        self.failing = True
+        self.error = error
+        write = segment_class.write
+
+        def failing_write(segment: FileSegment, position: int, data: bytes) -> None:
+            if self.failing:
+                raise self.error
+            write(segment, position, data)
+
+        monkeypatch.setattr(segment_class, "write", failing_write)
+
+
+@pytest.mark.parametrize("error", [OSError(5, "Input/output error"), RuntimeError("a bug")])
+def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, monkeypatch, caplog, error):
+    """A backend's failure (an OSError, or boto3's errors) is one warning line while it lasts; anything else is
+    a bug and keeps its traceback, once. Either way the upload thread retries with growing pauses, and uploads
+    everything once the backend is back."""
+    monkeypatch.setattr(tiered_dispatcher, "RETRY_MIN_S", 0.01)
+    monkeypatch.setattr(tiered_dispatcher, "RETRY_MAX_S", 0.05)
+    caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
+    backend = FailingWrites(monkeypatch, MemoryFileSegment, error)
+    node = nodes(TieredBackendServiceProvider.MEMORY, group_commit_count=1)
+    node.dispatcher.start()
+    for i in range(20):
+        node.put(0, b"m%d" % i)
+    deadline = time.monotonic() + 10
+    while node.dispatcher._failed_passes < 5:
+        assert time.monotonic() < deadline, "the upload thread did not retry"
+        time.sleep(0.01)
+    backend.failing = False
+    while tiered_max(node) < 20:
+        assert time.monotonic() < deadline, "nothing uploaded once the backend was back"
+        time.sleep(0.01)
+    assert tier_matches_local(node, 0) == 20
+    lines = [r for r in caplog.records if "tiered_upload" in r.getMessage()]
+    first, resumed = lines[0], lines[-1]
+    assert len(lines) == 2 and "tiered_upload_resumed" in resumed.getMessage()
+    if isinstance(error, OSError):
+        assert "tiered_upload_refused pending_records=" in first.getMessage() and first.exc_info is None
+    else:
+        assert "tiered_upload_failed" in first.getMessage() and first.exc_info is not None
+
+
+def test_a_stop_while_the_backend_fails_skips_the_final_upload_and_the_restart_uploads_it(nodes, monkeypatch,
+                                                                                          caplog):
+    monkeypatch.setattr(tiered_dispatcher, "RETRY_MIN_S", 0.01)
+    caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
+    backend = FailingWrites(monkeypatch, PosixFileSegment, OSError(28, "No space left on device"))
+    node = nodes(TieredBackendServiceProvider.POSIX, group_commit_count=1)
+    node.dispatcher.start()
+    for i in range(10):
+        node.put(0, b"m%d" % i)
+    deadline = time.monotonic() + 10
+    while node.dispatcher._failed_passes < 2:
+        assert time.monotonic() < deadline, "the upload thread did not retry"
+        time.sleep(0.01)
+    started = time.monotonic()
+    node.stop()
+    assert time.monotonic() - started < 5
+    assert any("tiered_final_upload_skipped" in r.getMessage() and "reason=the backend is failing" in r.getMessage()
+               for r in caplog.records)
+    backend.failing = False
+    again = nodes(TieredBackendServiceProvider.POSIX, group_commit_count=1)
+    again.dispatcher.upload_due(force=True)
+    assert tier_matches_local(again, 0) == 10
+
+
+def tiered_max(node: Node) -> int:
+    flat = node.tiered.flat_files.get(TOPIC, 0)
+    return flat.max_offset if flat is not None else 0
 
 
 # -- the read facade -----------------------------------------------------------------------------------------

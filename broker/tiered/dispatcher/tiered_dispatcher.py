@@ -5,6 +5,9 @@ An upload thread group-commits a queue when it has ``group_commit_count`` record
 bytes, or its oldest one waited ``group_commit_age_s``: it reads the records from the local commitlog,
 appends them to the queue's flat files and commits commitlog then consume queue.
 
+A backend that fails (see ``provider/file_segment.py``) is retried with a growing pause, logged once while it
+lasts and once when it is back; the stop does not wait for it (the restart uploads from the checkpoint).
+
 Checkpoint: the commitlog offset of the oldest record not yet committed to the tier (or the dispatched end),
 stored in the metadata store by ``flush``. Local commitlog segments do not expire above it, and after a crash
 the chain replays from it; records whose queue offset the tier already has are skipped.
@@ -21,6 +24,7 @@ from broker.store.dispatch.dispatch_request import DispatchRequest
 from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
 from broker.tiered.file.flat_message_file import UNIT
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
+from broker.tiered.provider.file_segment import is_backend_error
 from common.kv_shard import KV_TOPIC
 from common.timer_topic import TIMER_TOPIC
 
@@ -31,6 +35,8 @@ ReadAt = Callable[[int, int], bytes]
 # records), replaying them from a tier is not a use.
 NOT_TIERED = (KV_TOPIC, TIMER_TOPIC)
 MAX_RUN_BYTES = 4 * 1024 * 1024  # one local read and one tier append per run of contiguous records
+RETRY_MIN_S, RETRY_MAX_S = 0.5, 10.0  # the pause after a failed upload pass, doubled while they keep failing
+SHUTDOWN_WAIT_S = 10.0  # the stop waits this long for a pass in progress; what is left is uploaded after restart
 
 
 @dataclass(slots=True)
@@ -70,6 +76,8 @@ class TieredDispatcher(CommitLogDispatcher):
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None  # monotonic time of the first failed pass in a row
+        self._failed_passes = 0
         self.uploaded_messages = 0
         self.uploaded_bytes = 0
 
@@ -139,14 +147,38 @@ class TieredDispatcher(CommitLogDispatcher):
         self._thread.start()
 
     def _run(self) -> None:
+        pause = 0.0
         while not self._stopped.is_set():
             self._wakeup.wait(min(0.05, self.policy.age_s))
             self._wakeup.clear()
             try:
                 self.upload_due()
-            except Exception:
-                log.exception("tiered_upload_failed")
-                time.sleep(0.5)
+            except Exception as exc:
+                pause = min(RETRY_MAX_S, max(RETRY_MIN_S, pause * 2))
+                self._failed(exc, pause)
+                self._stopped.wait(pause)  # not cut short by new records: they wait for the backend anyway
+                continue
+            pause = 0.0
+            if self._failing_since is not None:
+                log.info("tiered_upload_resumed after_s=%.1f failed_passes=%d", time.monotonic() - self._failing_since,
+                         self._failed_passes)
+                self._failing_since, self._failed_passes = None, 0
+
+    def _failed(self, exc: Exception, pause: float) -> None:
+        self._failed_passes += 1
+        if self._failing_since is not None:  # once while it lasts
+            return
+        self._failing_since = time.monotonic()
+        if is_backend_error(exc):
+            log.warning("tiered_upload_refused pending_records=%d checkpoint=%d error=%r: the backend failed; "
+                        "retried with pauses up to %g s (local segments are kept until uploaded)",
+                        self.pending_records(), self.current_checkpoint(), exc, RETRY_MAX_S)
+        else:
+            log.exception("tiered_upload_failed pending_records=%d retry_in_s=%g", self.pending_records(), pause)
+
+    def pending_records(self) -> int:
+        with self._lock:
+            return sum(len(p.requests) for p in self._pending.values())
 
     def upload_due(self, force: bool = False) -> int:
         """Commit every queue whose group is due (all with ``force``); returns records uploaded."""
@@ -214,10 +246,20 @@ class TieredDispatcher(CommitLogDispatcher):
     def _append_run(self, flat, start: int, end: int, units: list[tuple[int, int, int, int]]) -> None:
         flat.append_run(bytearray(self._read_at(start, end - start)), units)
 
-    def shutdown(self) -> None:
+    def request_stop(self) -> None:
+        """No pass after the one running (if any): :meth:`shutdown` then waits for it and uploads the rest."""
         self._stopped.set()
         self._wakeup.set()
+
+    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> None:
+        self.request_stop()
         if self._thread is not None:
-            self._thread.join(timeout=30)
-        self.upload_due(force=True)
+            self._thread.join(timeout=wait_s)
+        busy = self._thread is not None and self._thread.is_alive()
+        if busy or self._failing_since is not None:  # the backend is slow or failing: not waited for again
+            log.warning("tiered_final_upload_skipped pending_records=%d checkpoint=%d reason=%s: uploaded after the "
+                        "restart, from the checkpoint", self.pending_records(), self.current_checkpoint(),
+                        "an upload pass is still running" if busy else "the backend is failing")
+        else:
+            self.upload_due(force=True)
         self.flush()

@@ -3,6 +3,10 @@
 The backend only stores bytes at positions; what a segment *is* (type, base offset, committed size, status,
 times) is kept by the metadata store. Writes are positioned (``write(position, data)``): after a crash the
 flat file re-sends from the size it trusts, overwriting any torn tail the backend kept.
+
+Failures: a backend that cannot do what is asked (a full or failing disk, a mount gone, an object store that is
+down, slow or refuses the keys) raises OSError or its client library's own errors; :func:`is_backend_error` tells
+those from bugs here, so callers log them on one line and try again later.
 """
 
 from abc import ABC, abstractmethod
@@ -39,3 +43,12 @@ class FileSegment(ABC):
     @abstractmethod
     def destroy(self) -> None:
         """Delete the object (idempotent)."""
+
+
+BACKEND_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")  # what the s3 backend's errors come from
+
+
+def is_backend_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a backend's failure (see the module's doc), as opposed to a bug."""
+    return isinstance(exc, OSError) or any(c.__module__.split(".")[0] in BACKEND_LIBRARIES
+                                           for c in type(exc).__mro__)
