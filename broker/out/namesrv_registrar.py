@@ -1,9 +1,13 @@
 """Registers this broker with every name server: at start, every ``registerNameServerPeriod`` ms (the
 heartbeat), and at once after a topic change. After the first full registration only what changed since
-the version a name server acknowledged is sent; a name server that lost that version asks for a full one."""
+the version a name server acknowledged is sent; a name server that lost that version asks for a full one.
+
+Each name server has a lane (a thread) of its own: one that stalls (its registration waits up to 30 s) delays
+only its own heartbeats, and the others keep the broker alive in their routes."""
 
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ log = logging.getLogger(__name__)
 
 COMPRESS_ABOVE_BYTES = 256 * 1024
 RPC_TIMEOUT_S = 30
+STOP_WAIT_S = 5.0  # a stop waits this long for registrations under way (then unregisters all the same)
 
 
 @dataclass
@@ -42,11 +47,10 @@ def add_topic_configs(body: namesrv_pb2.RegisterBrokerBody, configs: list[TopicC
             p.attributes.update(c.attributes)
 
 
-class NamesrvRegistrar(threading.Thread):
+class NamesrvRegistrar:
     def __init__(self, identity: BrokerIdentity, namesrv_addrs: list[str], topics: TopicConfigManager,
                  period_ms: int, heartbeat_timeout_ms: int,
                  mapping_infos: Callable[[], dict[str, common_pb2.TopicQueueMappingInfo]] = dict) -> None:
-        super().__init__(name="namesrv-registrar", daemon=True)
         self.identity = identity
         self.topics = topics
         self.period_s = period_ms / 1000
@@ -55,34 +59,43 @@ class NamesrvRegistrar(threading.Thread):
         self._channels = {addr: tls.channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
                           for addr in namesrv_addrs}
         self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
-        self._trigger = threading.Event()
         self._stopped = threading.Event()
+        self._lanes = {addr: _Lane(self, addr) for addr in namesrv_addrs}
         self.master_epoch = 0  # controller mode
 
+    def start(self) -> None:
+        for lane in self._lanes.values():
+            lane.start()
+
     def trigger(self) -> None:
-        self._trigger.set()
+        for lane in self._lanes.values():
+            lane.wakeup.set()
 
     def register_as(self, broker_id: int, master_epoch: int) -> None:
         """Controller mode: the replica's role changed (id 0 while it is master): register afresh, at once."""
         self.identity.broker_id = broker_id
         self.master_epoch = master_epoch
         self._acked.clear()  # a full registration: the name server files the address under its new id
-        self._trigger.set()
-
-    def run(self) -> None:
-        while not self._stopped.is_set():
-            self._trigger.wait(self.period_s)
-            self._trigger.clear()
-            if not self._stopped.is_set():
-                self.register_all()
+        self.trigger()
 
     def register_all(self) -> None:
-        for addr in self._channels:
-            try:
-                self._register(addr)
-            except grpc.RpcError as exc:
-                self._acked.pop(addr, None)  # unknown what it holds now: send everything next time
-                log.warning("register_failed namesrv=%s status=%s detail=%s", addr, exc.code().name, exc.details())
+        """Once with every name server, all at the same time; returns when each answered or failed."""
+        self._each(self.register)
+
+    def register(self, addr: str) -> None:
+        try:
+            self._register(addr)
+        except grpc.RpcError as exc:
+            self._acked.pop(addr, None)  # unknown what it holds now: send everything next time
+            log.warning("register_failed namesrv=%s status=%s detail=%s", addr, exc.code().name, exc.details())
+
+    def _each(self, call: Callable[[str], None]) -> None:
+        threads = [threading.Thread(target=call, args=(addr,), name=f"namesrv-{addr}", daemon=True)
+                   for addr in self._channels]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def _register(self, addr: str) -> None:
         version = self.topics.data_version
@@ -127,18 +140,41 @@ class NamesrvRegistrar(threading.Thread):
         request = namesrv_pb2.UnregisterBrokerRequest(
             cluster_name=self.identity.cluster_name, broker_name=self.identity.broker_name,
             broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr)
-        for addr, channel in self._channels.items():
+
+        def unregister(addr: str) -> None:
             try:
-                namesrv_pb2_grpc.NamesrvServiceStub(channel).UnregisterBroker(
+                namesrv_pb2_grpc.NamesrvServiceStub(self._channels[addr]).UnregisterBroker(
                     request, timeout=5, metadata=inner_metadata())
             except grpc.RpcError as exc:
                 log.warning("unregister_failed namesrv=%s status=%s", addr, exc.code().name)
 
+        self._each(unregister)
+
     def shutdown(self) -> None:
         self._stopped.set()
-        self._trigger.set()
-        if self.is_alive():
-            self.join(timeout=RPC_TIMEOUT_S)
+        self.trigger()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for lane in self._lanes.values():
+            if lane.is_alive():
+                lane.join(timeout=max(0.0, deadline - time.monotonic()))
         self.unregister_all()
         for channel in self._channels.values():
             channel.close()
+
+
+class _Lane(threading.Thread):
+    """One name server's heartbeats: every period, or at once when woken (a topic change, a new role)."""
+
+    def __init__(self, registrar: NamesrvRegistrar, addr: str) -> None:
+        super().__init__(name=f"namesrv-registrar-{addr}", daemon=True)
+        self.registrar = registrar
+        self.addr = addr
+        self.wakeup = threading.Event()
+
+    def run(self) -> None:
+        stopped = self.registrar._stopped
+        while not stopped.is_set():
+            self.wakeup.wait(self.registrar.period_s)
+            self.wakeup.clear()
+            if not stopped.is_set():
+                self.registrar.register(self.addr)
