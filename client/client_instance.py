@@ -32,6 +32,9 @@ S = TypeVar("S")
 
 ROUTE_TTL_S = 30.0
 DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one soon after the first send
+# The name servers did not answer a route refresh: the last route is used, and they are asked again this much later
+# (not at every call: a name server that stalls holds each call for the RPC timeout).
+STALE_ROUTE_RETRY_S = 30.0
 # While a group has no live master, reads come from a slave: a route this old is fetched again, so they return to
 # the master (or a newly promoted one) soon after the name server names it, without a fetch per read. Short: a
 # controller promotes within tens of milliseconds, and a route fetched just before that would otherwise keep
@@ -90,6 +93,7 @@ class ClientInstance:
         self._stubs: dict[tuple[object, str], Any] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
+        self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
@@ -190,11 +194,30 @@ class ClientInstance:
     def route(self, topic: str, refresh: bool = False, for_publish: bool = False,
               max_age_s: float = ROUTE_TTL_S) -> common_pb2.TopicRouteData:
         """The topic's route (cached for 30 s, or ``max_age_s``). ``for_publish``: a topic the name server does
-        not know borrows the route of TBW102, served by brokers that create topics on first send."""
+        not know borrows the route of TBW102, served by brokers that create topics on first send. When no name
+        server answers, the last route is used (as upstream's clients do: brokers outlive a name server outage),
+        even for ``refresh``; they are asked again after :data:`STALE_ROUTE_RETRY_S`."""
         cached = self._routes.get(topic)
-        if cached is not None and not refresh and time.monotonic() - cached[0] < max_age_s:
+        now = time.monotonic()
+        if cached is not None and not refresh and now - cached[0] < max_age_s:
             return cached[1]
-        response = self._fetch_route(topic)
+        failed_at = self._route_failed_at.get(topic)
+        if cached is not None and failed_at is not None and now - failed_at < STALE_ROUTE_RETRY_S:
+            return cached[1]
+        try:
+            response = self._fetch_route(topic)
+        except RouteNotCached:
+            raise
+        except MQClientError as exc:
+            if cached is None:
+                raise
+            if self._route_failed_at.setdefault(topic, now) is now:  # once while it lasts (the first thread)
+                log.warning("route_kept topic=%s age_s=%.0f error=%s: no name server answered; the last route is "
+                            "used, and asked for again every %g s", topic, now - cached[0], exc, STALE_ROUTE_RETRY_S)
+            self._route_failed_at[topic] = now
+            return cached[1]
+        if self._route_failed_at.pop(topic, None) is not None:
+            log.info("route_refreshed topic=%s after_s=%.0f", topic, now - cached[0] if cached else 0.0)
         if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
             default = self._fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default.code == ResponseCode.SUCCESS:

@@ -38,6 +38,7 @@ class StaticTopicCleanService(PeriodicService):
         self.offsets = ConsumerOffsetCarry(static_topics)
         self.is_master = is_master  # a slave copies its master's mappings and offsets: it trims nothing itself
         self._leads: dict[tuple[str, str], bool] = {}  # (broker, topic) -> leads a logic queue of it (this pass)
+        self._unreachable: set[tuple[str, str]] = set()  # (topic, broker) skipped since its broker did not answer
 
     def run_once(self) -> int:
         """One pass over every mapping; returns how many items and chains were dropped."""
@@ -90,6 +91,7 @@ class StaticTopicCleanService(PeriodicService):
             return False
         try:
             physical_min = self.static_topics.physical_offset(item, "GetMinOffset", detail.topic)
+            self._unreachable.discard((detail.topic, item.bname))
             if holds_readable_data(item, physical_min):
                 return False
             if newer_there and item.end_offset > item.start_offset:
@@ -99,7 +101,9 @@ class StaticTopicCleanService(PeriodicService):
                 return False
             return not self._leads_some(item.bname, detail.topic)
         except PeerBrokerError as exc:
-            log.warning("static_clean_skipped topic=%s broker=%s reason=%s", detail.topic, item.bname, exc)
+            if (detail.topic, item.bname) not in self._unreachable:  # once while it lasts, not at every pass
+                self._unreachable.add((detail.topic, item.bname))
+                log.warning("static_clean_skipped topic=%s broker=%s reason=%s", detail.topic, item.bname, exc)
             return False
 
     def _leads_some(self, bname: str, topic: str) -> bool:

@@ -1,5 +1,6 @@
 """The static-topic clean service's rules, with the physical queues and the peers' mappings as plain data."""
 
+import logging
 from pathlib import Path
 
 from broker.out.peer_brokers import PeerBrokerError
@@ -167,3 +168,25 @@ def test_a_slave_trims_nothing(tmp_path: Path):
     service = StaticTopicCleanService(manager, FakeStaticTopics({("old", 0): 10}, peers, FakeOffsets()),  # type: ignore[arg-type]
                                       lambda: None, interval_ms=1000, is_master=lambda: False)
     assert service.run_once() == 0 and len(manager.get(T).hosted_queues[0]) == 2  # type: ignore[union-attr]
+
+
+def test_a_broker_that_does_not_answer_is_logged_once_while_it_lasts(tmp_path: Path, caplog):
+    """Every pass skips its links (nothing is dropped on a guess), and says so once, not at every pass."""
+    manager = TopicQueueMappingManager(tmp_path, "lead")
+    manager.update(TopicQueueMappingDetail(T, 4, "lead", 1, hosted_queues={0: [
+        item(0, "old", 0, 0, end=10), item(1, "lead", 0, 10_000)]}))
+    peers = FakePeers({"old": False}, frozenset({"old"}), {})
+    static_topics = FakeStaticTopics({("old", 0): 10}, peers, FakeOffsets())
+    service = StaticTopicCleanService(manager, static_topics, lambda: None,  # type: ignore[arg-type]
+                                      interval_ms=1000)
+    caplog.set_level(logging.INFO, logger="broker.statictopic.static_topic_clean_service")
+
+    def skipped() -> int:
+        return sum("static_clean_skipped" in r.getMessage() for r in caplog.records)
+
+    assert [service.run_once() for _ in range(3)] == [0, 0, 0] and skipped() == 1
+    peers.down = frozenset()  # it answers again; then it goes down again: said once more
+    static_topics.mins[("old", 0)] = 9  # (still readable there: kept)
+    assert service.run_once() == 0 and skipped() == 1
+    peers.down = frozenset({"old"})
+    assert service.run_once() == 0 and service.run_once() == 0 and skipped() == 2
