@@ -67,6 +67,9 @@ class PeerBrokers:
                 self._fetched_at = time.monotonic()
                 self._unreachable = False
             return
+        with self._lock:  # no name server answered: the addresses held are used, and asked for again later
+            self._fetched_at = time.monotonic()
+            self._unreachable = False
 
     def logic_queue_leader(self, topic: str, logic_queue_id: int) -> str:
         """The broker that leads logic queue ``logic_queue_id`` of static topic ``topic``, by the name servers'

@@ -18,9 +18,12 @@ class ClusterInfo(namesrv_pb2_grpc.NamesrvServiceServicer):
     def __init__(self) -> None:
         self.addr = ""
         self.asked = 0
+        self.failing = False
 
     def GetBrokerClusterInfo(self, request, context):
         self.asked += 1
+        if self.failing:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "name server failing")
         answer = namesrv_pb2.ClusterInfo()
         answer.broker_addr_table["broker-b"].broker_addrs[0] = self.addr
         return answer
@@ -70,4 +73,19 @@ def test_a_peer_back_at_another_address_is_found_again_after_a_failed_call(names
         assert runtime(peers) == "broker-b" and info.asked == 2  # found: cached again
         second.stop(None)
     finally:
+        peers.close()
+
+
+def test_while_no_name_server_answers_the_addresses_held_are_used_and_asked_for_later(namesrv):
+    info, ns_addr = namesrv
+    broker, info.addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo())
+    peers = PeerBrokers([ns_addr], "broker-a", "127.0.0.1:1")
+    try:
+        assert runtime(peers) == "broker-b" and info.asked == 1
+        info.failing = True  # from now on the name server answers UNAVAILABLE
+        peers._fetched_at -= peer_brokers.REFRESH_AFTER_S + 1  # the addresses are due for a refresh
+        assert runtime(peers) == "broker-b" and info.asked == 2  # asked, failed: the address held is used
+        assert runtime(peers) == "broker-b" and info.asked == 2  # not asked again at every call
+    finally:
+        broker.stop(None)
         peers.close()
