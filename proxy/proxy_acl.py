@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from client.errors import MQClientError
 from common.acl import AUTH_KEY, DATE_KEY, OPEN_PREFIXES, PUB, SUB, AclError, inner_metadata, parse_authorization
 from proto import acl_pb2, acl_pb2_grpc
 from proto.v2 import definition_pb2, service_pb2
@@ -75,11 +76,25 @@ class BrokerAuthority:
         self._timeout_s = timeout_s
         self._addrs: list[str] = []
         self._read_at = 0.0
+        self._kept = False  # the name servers did not answer the last read: the masters read before are used
 
     async def _addresses(self, refresh: bool) -> list[str]:
+        """The masters, read again every 30 s (or when ``refresh``). While no name server answers, the masters
+        read last are asked (as clients keep their routes): an outage of the name servers does not refuse calls."""
         if refresh or not self._addrs or time.monotonic() - self._read_at > BROKERS_TTL_S:
-            self._addrs = sorted(await asyncio.to_thread(self._masters))
-            self._read_at = time.monotonic()
+            try:
+                addrs = sorted(await asyncio.to_thread(self._masters))
+            except MQClientError as exc:
+                if not self._addrs:
+                    raise AclError(grpc.StatusCode.INTERNAL, f"cannot find a broker to check the caller's "
+                                                             f"credentials with: {exc}") from None
+                if not self._kept:  # once while it lasts
+                    log.warning("acl_brokers_kept brokers=%s error=%s: no name server answered; the brokers read "
+                                "last are asked", ",".join(self._addrs), exc)
+                self._kept = True
+                self._read_at = time.monotonic()  # asked for again after the TTL, not at every call
+                return self._addrs
+            self._addrs, self._read_at, self._kept = addrs, time.monotonic(), False
         return self._addrs
 
     async def ask(self, request: acl_pb2.AclAuthorizeRequest) -> acl_pb2.AclAuthorizeResponse:
