@@ -18,6 +18,7 @@ from broker.processor.pull_outcome import PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from broker.remote_waits import REMOTE_WAITS
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
 from common.stream_answers import Answer, answer_frames
@@ -25,11 +26,14 @@ from proto import broker_pb2, broker_pb2_grpc
 from proto.broker_pb2 import LOGIC
 
 
-async def run(call: Callable[..., Any], *args: Any, in_thread: bool = False) -> Any:
-    """A processor call: a coroutine function is awaited; ``in_thread`` for calls that block (a SYNC_FLUSH put
-    waits for its fsync; a logic-queue request may call other brokers)."""
+async def run(call: Callable[..., Any], *args: Any, in_thread: bool = False, remote: bool = False) -> Any:
+    """A processor call: a coroutine function is awaited; ``in_thread`` for calls that block on this machine (a
+    SYNC_FLUSH put waits for its fsync); ``remote`` for calls that may wait on another system (a logic-queue
+    request calls other brokers, a read may be served by a tier's backend): on the remote-wait threads."""
     if inspect.iscoroutinefunction(call):
         return await call(*args)
+    if remote:
+        return await REMOTE_WAITS.run(call, *args)
     return await asyncio.to_thread(call, *args) if in_thread else call(*args)
 
 
@@ -111,7 +115,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         pull = self.pull.pull
         blocks = self.pull.blocks(request)  # reads older items on other brokers, or a tier: off the event loop
         started = time.perf_counter()
-        outcome: PullOutcome = await run(pull, request, in_thread=blocks)
+        outcome: PullOutcome = await run(pull, request, remote=blocks)
         elapsed_s = time.perf_counter() - started
         timeout_s = min(request.suspend_timeout_ms, self.max_suspend_ms) / 1000
         if outcome.hold is not None and timeout_s > 0:
@@ -121,7 +125,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 if not await self.hold_service.wait_for_arrival(*hold, left):
                     break
                 started = time.perf_counter()
-                outcome = await run(pull, request, in_thread=blocks)
+                outcome = await run(pull, request, remote=blocks)
                 elapsed_s = time.perf_counter() - started
         self.stats.get_count += 1
         if self.metrics is not None:  # messages: the queue offsets this answer moves the consumer past
@@ -137,19 +141,19 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     # Logic-queue requests may call the brokers of older items: they run off the event loop.
     async def UpdateConsumerOffset(self, request, context):
-        return await run(self.consumer_manage.update_offset, request, in_thread=request.addressing == LOGIC)
+        return await run(self.consumer_manage.update_offset, request, remote=request.addressing == LOGIC)
 
     async def QueryConsumerOffset(self, request, context):
-        return await run(self.consumer_manage.query_offset, request, in_thread=request.addressing == LOGIC)
+        return await run(self.consumer_manage.query_offset, request, remote=request.addressing == LOGIC)
 
     async def GetMinOffset(self, request, context):
-        return await run(self.consumer_manage.min_offset, request, in_thread=request.addressing == LOGIC)
+        return await run(self.consumer_manage.min_offset, request, remote=request.addressing == LOGIC)
 
     async def GetMaxOffset(self, request, context):
-        return await run(self.consumer_manage.max_offset, request, in_thread=request.addressing == LOGIC)
+        return await run(self.consumer_manage.max_offset, request, remote=request.addressing == LOGIC)
 
     async def SearchOffset(self, request, context):  # may search a second tier's index too
-        return await run(self.consumer_manage.search_offset, request, in_thread=True)
+        return await run(self.consumer_manage.search_offset, request, remote=True)
 
     async def QueryMessage(self, request, context):
         return await run(self.query.query_by_key, request)

@@ -40,6 +40,6 @@ class ConsumerServicer(consumer_pb2_grpc.ConsumerServiceServicer):
         return self.groups.connection(request)
 
     async def ResetOffsetByTime(self, request, context):
-        response = await run(self.groups.reset_offset_by_time, request, in_thread=True)
+        response = await run(self.groups.reset_offset_by_time, request, remote=True)  # static topics' peers, a tier
         self.groups.announce_reset(request)
         return response

@@ -19,6 +19,7 @@ from broker.broker_metrics import BrokerMetrics
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
 from broker.processor.pop_message_processor import PopMessageProcessor
+from broker.remote_waits import REMOTE_WAITS
 from common.encoded_fields import bytes_field_pieces
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
@@ -108,7 +109,7 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
                                lambda: self.processor.runs_inline(request.topic))
 
     async def ForwardToDeadLetterQueue(self, request, context):
-        return await asyncio.to_thread(self.processor.forward_to_dead_letter_queue, request)
+        return await REMOTE_WAITS.run(self.processor.forward_to_dead_letter_queue, request)  # reads: peers, a tier
 
     async def GetPopState(self, request, context):
         return await asyncio.to_thread(self.processor.pop_state, request)

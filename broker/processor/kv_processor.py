@@ -17,6 +17,7 @@ from broker.kv.kv_group_commit import KvGroupCommit
 from broker.kv.kv_provisioner import KvProvisioner, KvProvisionError
 from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord
 from broker.kv.kv_store import KvStore
+from broker.remote_waits import REMOTE_WAITS
 from broker.statictopic.logic_queue_context import LogicQueueContext
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
@@ -180,7 +181,7 @@ class KvProcessor:
     async def _older_get(kv: KvStore, ctx: LogicQueueContext, keys: list[bytes],
                          found: list[bytes | None] | None = None) -> list[bytes | None]:
         """Older items of the chain, some on other brokers (PeerBrokerError when one cannot answer)."""
-        return await asyncio.to_thread(kv.reader.older_get, ctx.chain, keys, found or [None] * len(keys))
+        return await REMOTE_WAITS.run(kv.reader.older_get, ctx.chain, keys, found or [None] * len(keys))
 
     @staticmethod
     def _partition(request: kv_pb2.KvGetRequest | kv_pb2.KvScanRequest) -> int:
@@ -237,7 +238,7 @@ class KvProcessor:
         if len(ctx.chain) == 1:
             entries, exhausted = kv.reader.scan(*args)
         else:  # older items may be on other brokers: off the event loop
-            entries, exhausted = await asyncio.to_thread(kv.reader.scan, *args)
+            entries, exhausted = await REMOTE_WAITS.run(kv.reader.scan, *args)
         return self._scan_response(entries, exhausted)
 
     @staticmethod

@@ -9,32 +9,41 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from client import Admin, Message, Producer, PullConsumer, SimpleConsumer
 from tests.cluster import wait_until
 from tests.s3_server import S3Server
 from tests.tiered.test_tiered_acceptance import tiered_cluster
 
+QUEUES = 8
 
-def test_a_stopped_s3_server_holds_up_only_the_reads_it_serves(tmp_path: Path, s3_server: S3Server) -> None:
-    cluster = tiered_cluster(tmp_path, tieredStorageLevel="FORCE", **s3_server.broker_conf("stall"))
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_stopped_s3_server_holds_up_only_the_reads_it_serves(tmp_path: Path, s3_server: S3Server,
+                                                               flush: str) -> None:
+    """8 pulls (one per queue: more than asyncio's default pool has threads here, which a SYNC_FLUSH send waits
+    on) and a POP receive of old messages wait on the stopped server; sends and new pulls do not."""
+    cluster = tiered_cluster(tmp_path, tieredStorageLevel="FORCE", flushDiskType=flush,
+                             **s3_server.broker_conf(f"stall-{flush.lower()}"))
     stopped = False
     try:
-        cluster.create_topic("OldT", queues=1)
+        cluster.create_topic("OldT", queues=QUEUES)
         cluster.create_topic("NewT", queues=1)
         with Producer(cluster.addr) as producer, Admin(cluster.addr) as admin:
             for _ in range(10):
                 producer.send_batch([Message("OldT", b"old" * 300) for _ in range(100)])
             broker = cluster.brokers["broker-a"].addr
-            wait_until(lambda: admin.tiered_status("OldT")[0].queues[0].tiered_max_offset == 1000, timeout=30,
-                       what="OldT uploaded to the tier")
+            wait_until(lambda: sum(q.tiered_max_offset for q in admin.tiered_status("OldT")[0].queues) == 1000,
+                       timeout=30, what="OldT uploaded to the tier")
             os.kill(s3_server.process.pid, signal.SIGSTOP)
             stopped = True
             with PullConsumer(cluster.addr, group="old") as puller, \
                     SimpleConsumer(cluster.addr, group="old-pop", topic="OldT") as popper, \
-                    PullConsumer(cluster.addr, group="new") as fresh, ThreadPoolExecutor(2) as pool:
-                old_pull = pool.submit(puller.pull, puller.queues("OldT")[0], 0, 32)
+                    PullConsumer(cluster.addr, group="new") as fresh, ThreadPoolExecutor(QUEUES + 1) as pool:
+                old_pulls = [pool.submit(puller.pull, mq, 0, 8) for mq in puller.queues("OldT")]
                 old_pop = pool.submit(popper.receive, 16, 60_000, 0)
-                time.sleep(0.5)  # both are waiting on the stopped server now
+                time.sleep(0.5)  # all are waiting on the stopped server now
                 new_mq = fresh.queues("NewT")[0]
                 started = time.monotonic()
                 for i in range(20):
@@ -42,10 +51,10 @@ def test_a_stopped_s3_server_holds_up_only_the_reads_it_serves(tmp_path: Path, s
                 assert [m.body for m in fresh.pull(new_mq, 0, 32).messages] == [b"new-%d" % i for i in range(20)]
                 assert admin.broker_runtime_info(broker)["brokerName"] == "broker-a"
                 assert time.monotonic() - started < 3, "the broker was held up by the stopped S3 server"
-                assert not old_pull.done() and not old_pop.done()
+                assert not any(f.done() for f in old_pulls) and not old_pop.done()
                 os.kill(s3_server.process.pid, signal.SIGCONT)
                 stopped = False
-                assert len(old_pull.result(timeout=60).messages) == 32
+                assert [len(f.result(timeout=60).messages) for f in old_pulls] == [8] * QUEUES
                 assert len(old_pop.result(timeout=60)) == 16
     finally:
         if stopped:

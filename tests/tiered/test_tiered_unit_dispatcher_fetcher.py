@@ -211,6 +211,19 @@ class FailingWrites:
         monkeypatch.setattr(segment_class, "write", failing_write)
 
 
+def uploading_while_failing(nodes, provider: TieredBackendServiceProvider, messages: int, failed_passes: int) -> Node:
+    """A node whose upload thread runs, with ``messages`` to upload, once it failed ``failed_passes`` times."""
+    node = nodes(provider, group_commit_count=1)
+    node.dispatcher.start()
+    for i in range(messages):
+        node.put(0, b"m%d" % i)
+    deadline = time.monotonic() + 10
+    while node.dispatcher._failed_passes < failed_passes:
+        assert time.monotonic() < deadline, "the upload thread did not retry"
+        time.sleep(0.01)
+    return node
+
+
 @pytest.mark.parametrize("error", [OSError(5, "Input/output error"), RuntimeError("a bug")])
 def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, monkeypatch, caplog, error):
     """A backend's failure (an OSError, or boto3's errors) is one warning line while it lasts; anything else is
@@ -220,16 +233,10 @@ def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, m
     monkeypatch.setattr(tiered_dispatcher, "RETRY_MAX_S", 0.05)
     caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
     backend = FailingWrites(monkeypatch, MemoryFileSegment, error)
-    node = nodes(TieredBackendServiceProvider.MEMORY, group_commit_count=1)
-    node.dispatcher.start()
-    for i in range(20):
-        node.put(0, b"m%d" % i)
+    node = uploading_while_failing(nodes, TieredBackendServiceProvider.MEMORY, messages=20, failed_passes=5)
     deadline = time.monotonic() + 10
-    while node.dispatcher._failed_passes < 5:
-        assert time.monotonic() < deadline, "the upload thread did not retry"
-        time.sleep(0.01)
     backend.failing = False
-    while tiered_max(node) < 20:
+    while tiered_max(node) < 20 or node.dispatcher._failing_since is not None:  # (resumed: logged after)
         assert time.monotonic() < deadline, "nothing uploaded once the backend was back"
         time.sleep(0.01)
     assert tier_matches_local(node, 0) == 20
@@ -247,14 +254,7 @@ def test_a_stop_while_the_backend_fails_skips_the_final_upload_and_the_restart_u
     monkeypatch.setattr(tiered_dispatcher, "RETRY_MIN_S", 0.01)
     caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
     backend = FailingWrites(monkeypatch, PosixFileSegment, OSError(28, "No space left on device"))
-    node = nodes(TieredBackendServiceProvider.POSIX, group_commit_count=1)
-    node.dispatcher.start()
-    for i in range(10):
-        node.put(0, b"m%d" % i)
-    deadline = time.monotonic() + 10
-    while node.dispatcher._failed_passes < 2:
-        assert time.monotonic() < deadline, "the upload thread did not retry"
-        time.sleep(0.01)
+    node = uploading_while_failing(nodes, TieredBackendServiceProvider.POSIX, messages=10, failed_passes=2)
     started = time.monotonic()
     node.stop()
     assert time.monotonic() - started < 5
