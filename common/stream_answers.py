@@ -11,6 +11,9 @@ it):
 A message that does not parse at all has no request id to answer: it ends the stream with INVALID_ARGUMENT
 (through the RPC boundary, ``common/rpc_boundary.py``). Answer frames leave encoded (``RequestDecoding`` lets
 bytes through a stream's response serializer), so big fields are copied once.
+
+A stream takes no more requests while it owes its client too much (:class:`_Backlog`): then HTTP/2's flow control
+holds back a client that sends without reading its answers, instead of the broker buffering them without end.
 """
 
 import asyncio
@@ -40,6 +43,36 @@ ANSWERS_FIELD = 1  # responses, in every answer frame
 
 MAX_ANSWERS_PER_FRAME = 256
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # what one answer frame carries (each answer is below 4 MiB)
+# What one stream may owe its client before it takes no more requests: requests taken and not yet answered on the
+# wire (long-polling pulls included: a push consumer parks one a queue), and bytes of answers ready and not yet
+# written. A client that sent pulls and never read the answers grew a broker by 100 MB/s without them.
+MAX_PENDING_ANSWERS = 4096
+MAX_BUFFERED_BYTES = 64 * 1024 * 1024
+SPAWNS_BEFORE_YIELD = 32  # the reader lets the requests it spawned run (and count their answers) this often
+
+
+class _Backlog:
+    def __init__(self) -> None:
+        self.pending = 0
+        self.buffered = 0
+        self._room = asyncio.Event()
+
+    def full(self) -> bool:
+        return self.pending >= MAX_PENDING_ANSWERS or self.buffered >= MAX_BUFFERED_BYTES
+
+    async def room(self) -> None:
+        """Until the stream owes little enough to take a request."""
+        while self.full():
+            self._room.clear()
+            await self._room.wait()
+
+    def ready(self, answer: "Encoded") -> None:
+        self.buffered += sum(map(len, answer))
+
+    def written(self, answers: int, size: int) -> None:
+        self.pending -= answers
+        self.buffered -= size
+        self._room.set()
 
 
 async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: type[Message], *,
@@ -52,6 +85,11 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
     In order, that wait runs in a task of its own, so the next request goes on."""
     answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
+    backlog = _Backlog()
+
+    def give(answer: Encoded) -> None:
+        backlog.ready(answer)
+        answers.put_nowait(answer)
 
     def spawn(work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -62,7 +100,7 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
         response, tail = await _respond(request, handle, response_class, rpc)
         pending = settle(response) if settle is not None else None
         if pending is None:
-            answers.put_nowait(_encode(request, response, tail))
+            give(_encode(request, response, tail))
         else:
             await settled(request, response, tail, pending)
 
@@ -73,23 +111,30 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
             log.error("rpc_failed rpc=%s request_id=%d error=%s", rpc, request.request_id, type(exc).__name__,
                       exc_info=exc)
             response = response_class(code=ResponseCode.SYSTEM_ERROR, remark=f"{rpc} failed: {exc!r}")
-        answers.put_nowait(_encode(request, response, tail))
+        give(_encode(request, response, tail))
 
     async def read() -> None:
+        spawned = 0
         try:
             async for frame in frames:
                 if isinstance(frame, UndecodableRequest):
                     raise RequestError(f"a frame does not parse: {frame.reason}")
                 for request in frame.requests:
+                    if backlog.full():  # (checked first: most requests do not wait, and an await costs)
+                        await backlog.room()
+                    backlog.pending += 1
                     if not in_order:
                         spawn(answer(request))  # settled in the same task
+                        spawned += 1
+                        if spawned % SPAWNS_BEFORE_YIELD == 0:  # their answers count before more are taken
+                            await asyncio.sleep(0)
                     elif settle is None:
                         await answer(request)
                     else:
                         response, tail = await _respond(request, handle, response_class, rpc)
                         pending = settle(response)  # settle sees it now
                         if pending is None:
-                            answers.put_nowait(_encode(request, response, tail))
+                            give(_encode(request, response, tail))
                         else:
                             spawn(settled(request, response, tail, pending))
             if tasks:
@@ -102,9 +147,10 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
     try:
         ended = False
         while not ended:
-            ready, ended, failure = _take_ready(await answers.get(), answers)
+            ready, size, ended, failure = _take_ready(await answers.get(), answers)
             if ready:  # answers given before the stream failed still go out
                 yield repeated_message_field(ANSWERS_FIELD, ready)
+                backlog.written(len(ready), size)
             if failure is not None:
                 raise failure
     finally:
@@ -114,21 +160,21 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
 
 
 def _take_ready(first: Encoded | BaseException | None, answers: "asyncio.Queue[Encoded | BaseException | None]",
-                ) -> tuple[list[Encoded], bool, BaseException | None]:
-    """``first`` and the answers queued behind it, up to a frame's worth; whether the last answer was given (None
-    is queued once every request was answered); and the stream's failure if it came next."""
+                ) -> tuple[list[Encoded], int, bool, BaseException | None]:
+    """``first`` and the answers queued behind it, up to a frame's worth, and their bytes; whether the last answer
+    was given (None is queued once every request was answered); and the stream's failure if it came next."""
     ready: list[Encoded] = []
     size = 0
     item = first
     while True:
         if isinstance(item, BaseException):
-            return ready, True, item
+            return ready, size, True, item
         if item is None:
-            return ready, True, None
+            return ready, size, True, None
         ready.append(item)
         size += sum(map(len, item))
         if answers.empty() or len(ready) >= MAX_ANSWERS_PER_FRAME or size >= MAX_FRAME_BYTES:
-            return ready, False, None
+            return ready, size, False, None
         item = answers.get_nowait()
 
 
