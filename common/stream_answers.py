@@ -38,6 +38,7 @@ Answer = Message | tuple[Message, Sequence[bytes]]
 Handler = Callable[[Any], Awaitable[Answer]]
 Settle = Callable[[Any], Awaitable[None] | None]  # None: nothing to wait for, the answer goes at once
 Encoded = tuple[bytes, ...]
+Queued = tuple[Encoded, int]  # an answer and its bytes, waiting to leave
 ANSWERS_FIELD = 1  # responses, in every answer frame
 
 
@@ -66,9 +67,6 @@ class _Backlog:
             self._room.clear()
             await self._room.wait()
 
-    def ready(self, answer: "Encoded") -> None:
-        self.buffered += sum(map(len, answer))
-
     def written(self, answers: int, size: int) -> None:
         self.pending -= answers
         self.buffered -= size
@@ -83,13 +81,14 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
     no other). ``settle(response)``: called as soon as a request is handled, and what it returns (unless None)
     awaited before the answer leaves (a SYNC_MASTER's send: its replication); it may change the response's code.
     In order, that wait runs in a task of its own, so the next request goes on."""
-    answers: asyncio.Queue[Encoded | BaseException | None] = asyncio.Queue()
+    answers: asyncio.Queue[Queued | BaseException | None] = asyncio.Queue()
     tasks: set[asyncio.Task[None]] = set()
     backlog = _Backlog()
 
     def give(answer: Encoded) -> None:
-        backlog.ready(answer)
-        answers.put_nowait(answer)
+        size = sum(map(len, answer))  # once: the backlog and the frame's bound both count it
+        backlog.buffered += size
+        answers.put_nowait((answer, size))
 
     def spawn(work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -159,7 +158,7 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
             task.cancel()
 
 
-def _take_ready(first: Encoded | BaseException | None, answers: "asyncio.Queue[Encoded | BaseException | None]",
+def _take_ready(first: Queued | BaseException | None, answers: "asyncio.Queue[Queued | BaseException | None]",
                 ) -> tuple[list[Encoded], int, bool, BaseException | None]:
     """``first`` and the answers queued behind it, up to a frame's worth, and their bytes; whether the last answer
     was given (None is queued once every request was answered); and the stream's failure if it came next."""
@@ -171,8 +170,8 @@ def _take_ready(first: Encoded | BaseException | None, answers: "asyncio.Queue[E
             return ready, size, True, item
         if item is None:
             return ready, size, True, None
-        ready.append(item)
-        size += sum(map(len, item))
+        ready.append(item[0])
+        size += item[1]
         if answers.empty() or len(ready) >= MAX_ANSWERS_PER_FRAME or size >= MAX_FRAME_BYTES:
             return ready, size, False, None
         item = answers.get_nowait()

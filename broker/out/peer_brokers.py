@@ -53,6 +53,8 @@ class PeerBrokers:
         return addr
 
     def _refresh(self) -> None:
+        """From the first name server that answers; when none does, the addresses held are kept. Either way they
+        are asked for again only after the next refresh is due (a stalled name server holds each call 10 s)."""
         for ns in self.namesrv_addrs:
             try:
                 info = namesrv_pb2_grpc.NamesrvServiceStub(self._channel(ns)).GetBrokerClusterInfo(
@@ -64,10 +66,8 @@ class PeerBrokers:
                 for name, data in info.broker_addr_table.items():
                     if 0 in data.broker_addrs:
                         self._addrs[name] = data.broker_addrs[0]
-                self._fetched_at = time.monotonic()
-                self._unreachable = False
-            return
-        with self._lock:  # no name server answered: the addresses held are used, and asked for again later
+            break
+        with self._lock:
             self._fetched_at = time.monotonic()
             self._unreachable = False
 

@@ -192,6 +192,8 @@ class PopMessageProcessor:
         if config is None:  # refused by the pop itself
             return True
         queue_ids = [request.queue_id] if request.queue_id >= 0 else range(config.read_queue_nums)
+        # At 0 first: False at once for the local store and for a queue the tier serves nothing of, sparing the
+        # owed offset (a walk over the queue's in-flight messages).
         return not any(self.store.may_wait_on_tier(request.topic, q, 0) and self.store.may_wait_on_tier(
             request.topic, q, self.service.owed_from(request.group, request.topic, q)) for q in queue_ids)
 

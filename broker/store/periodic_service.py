@@ -38,10 +38,15 @@ class PeriodicService(ABC, threading.Thread):
         if error == self._last_error:
             return
         self._last_error = error
-        if isinstance(exc, OSError):  # the disk said no: the reason is the whole story
+        if self.is_environmental(exc):  # the disk (or a backend) said no: the reason is the whole story
             log.error("service_failed service=%s error=%r", self.name, exc)
         else:
             log.exception("service_failed service=%s", self.name)
+
+    @staticmethod
+    def is_environmental(exc: Exception) -> bool:
+        """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback)."""
+        return isinstance(exc, OSError)
 
     def wake(self) -> None:
         """Run a pass now instead of at the end of the interval."""

@@ -11,7 +11,7 @@ from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.file.flat_file_store import FlatFileStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
-from broker.tiered.provider.file_segment import FileSegmentType
+from broker.tiered.provider.file_segment import FileSegmentType, is_backend_error
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
 
@@ -114,6 +114,8 @@ class TieredStore:
 
 
 class TieredCleanService(PeriodicService):
+    is_environmental = staticmethod(is_backend_error)  # an object store that is down is not a bug either
+
     def __init__(self, tiered: TieredStore, interval_s: float) -> None:
         super().__init__("tiered-clean", interval_s)
         self.tiered = tiered

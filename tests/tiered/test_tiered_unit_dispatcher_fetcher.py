@@ -398,3 +398,19 @@ def test_facade_is_a_reader_only_and_looks_up_by_id_and_key_locally(expired_node
     assert oldest.queue_offset == 0 and oldest.physical_offset < node.local.commit_log.min_offset()
     assert store.select_one_message_by_offset(oldest.physical_offset) is None  # by id: the local commitlog only
     assert store.last_store_timestamp(TOPIC, 0) == node.local.last_store_timestamp(TOPIC, 0) > 0
+
+
+def test_a_backend_failure_is_the_environment_s_for_the_tier_s_services_and_a_bug_is_not():
+    """What the upload thread and the tier's clean service log on one line (a backend's failure) or with a
+    traceback (anything else)."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from broker.store.periodic_service import PeriodicService
+    from broker.tiered.provider.file_segment import is_backend_error
+    from broker.tiered.tiered_store import TieredCleanService
+
+    down = EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+    assert is_backend_error(down) and is_backend_error(OSError(28, "No space left on device"))
+    assert not is_backend_error(ValueError("a bug"))
+    assert TieredCleanService.is_environmental(down) and not TieredCleanService.is_environmental(ValueError("x"))
+    assert not PeriodicService.is_environmental(down) and PeriodicService.is_environmental(OSError())
