@@ -1,9 +1,9 @@
 """KVClient: put, get, delete, compare-and-set and prefix scans on the brokers' KV store.
 
 Keys hash to the shards of the system static topic ``rmq_sys_KV``; each call goes to the broker leading the
-key's shard. While a shard moves (remap) its brokers answer "not leader" or "busy": the client refreshes the
-route and retries until ``retry_timeout_ms``. A compare-and-set is not retried after a transport failure
-(it may have applied); that surfaces as an MQClientError.
+key's shard. While a shard moves (remap) its brokers answer "not leader" or "busy", and while its broker restarts
+the route names no leader for it: the client refreshes the route and retries until ``retry_timeout_ms``. A
+compare-and-set is not retried after a transport failure (it may have applied); that surfaces as an MQClientError.
 
 Broker groups: writes go to the master of the shard's leader group only. While that group has no master (its
 master died, a slave answers NO_PERMISSION, or the route names none yet) a write waits for one, retrying until
@@ -188,8 +188,9 @@ class KVClient:
         try:
             addr = self._addr(shard, refresh, read)
         except MQClientError as exc:
-            if getattr(exc, "no_master", False) and not late:
-                return None  # a failover: its group has no master in the route yet; nothing was sent
+            if getattr(exc, "no_leader", False) and not late:
+                return None  # a failover or a move seen between two registrations: nobody leads the shard in the
+                # route yet (or its group has no master yet); nothing was sent
             raise
         try:
             response = call(addr)
@@ -254,10 +255,19 @@ class KVClient:
         while pending:
             total = self.shards(refresh)
             by_broker: dict[str, list[int]] = {}
+            unled: list[int] = []
             for i in pending:
-                addr = self._instance.leader_read_addr(KV_TOPIC, shard_of(ks[i], total), refresh=refresh)
+                try:
+                    addr = self._instance.leader_read_addr(KV_TOPIC, shard_of(ks[i], total), refresh=refresh)
+                except MQClientError as exc:
+                    if not getattr(exc, "no_leader", False) or time.monotonic() > deadline:
+                        raise
+                    unled.append(i)  # nobody leads its shard in the route yet (see _shard_call)
+                    continue
                 by_broker.setdefault(addr, []).append(i)
-            pending = []
+            pending = unled
+            if unled:
+                time.sleep(0.05)
             for addr, slots in by_broker.items():
                 if not self._get_from(addr, ks, slots, out, deadline):
                     pending += slots  # a shard moved: ask again where it is now

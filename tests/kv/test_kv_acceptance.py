@@ -1,20 +1,23 @@
 """KV store acceptance against real daemons: linearizable compare-and-set under contention, durability across
-SIGKILL, snapshot export and import. Each runs in four modes that between them cover both backends
-(kvStoreType), both flush modes, both store types, and a store created by kvInit or on first use."""
+SIGKILL, calls that wait for a restarting broker, snapshot export and import. Each runs in four modes that between
+them cover both backends (kvStoreType), both flush modes, both store types, and a store created by kvInit or on
+first use."""
 
 import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 
 import pytest
 
 from client import Admin, KVClient, MQClientError
-from common.kv_shard import DEFAULT_KV_SHARDS, shard_of
+from client.static_route import VIRTUAL_BROKER_NAME
+from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC, shard_of
 from tests.cluster import Cluster, Daemon, make_cluster, wait_until
 
 SHARDS = 4  # what kvInit creates here; a store made on first use has DEFAULT_KV_SHARDS
@@ -270,7 +273,48 @@ def test_acknowledged_puts_survive_sigkill(tmp_path: Path, mode: KvMode):
         cluster.stop()
 
 
-# -- 3. snapshot export and import -----------------------------------------------------------------------
+# -- 3. a shard's broker restarting -----------------------------------------------------------------------
+
+
+def test_calls_to_a_restarting_broker_s_shards_wait_for_it(cluster: Cluster, mode: KvMode):
+    """A clean stop unregisters the broker: the route then names no leader for its shards. A put and a batched
+    get of keys there, issued meanwhile, wait for the broker's return (within the client's retry timeout)
+    instead of failing at once; what was stored before the stop is there after it."""
+    with KVClient(cluster.addr) as kv, Admin(cluster.addr) as admin:
+        total = kv.shards(refresh=True)
+        leaders = admin.client.logic_leaders(KV_TOPIC, refresh=True)
+        on_a = next(s for s in range(total) if leaders[s] == "broker-a")
+        on_b = next(s for s in range(total) if leaders[s] == "broker-b")
+        key_a, kept_a, key_b = (next(k for k in (b"restart-%s-%d" % (tag, i) for i in count())
+                                     if shard_of(k, total) == shard)
+                                for tag, shard in ((b"put", on_a), (b"kept", on_a), (b"b", on_b)))
+        kv.put(kept_a, b"kept")
+        kv.put(key_b, b"on-b")
+
+        cluster.brokers["broker-a"].stop()
+        wait_until(lambda: admin.client.logic_leaders(KV_TOPIC, refresh=True)[on_a] == VIRTUAL_BROKER_NAME,
+                   timeout=10, what=f"shard {on_a} without a leader in the route")
+        outcome: dict[str, object] = {}
+
+        def call(name: str, fn: Callable[[], object]) -> threading.Thread:
+            def run() -> None:
+                try:
+                    outcome[name] = fn()
+                except BaseException as exc:
+                    outcome[name] = exc
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            return thread
+
+        threads = [call("put", lambda: kv.put(key_a, b"during")), call("get", lambda: kv.get_batch([kept_a, key_b]))]
+        restart(cluster, "broker-a")
+        for thread in threads:
+            thread.join(30)
+        assert outcome == {"put": None, "get": [b"kept", b"on-b"]}, outcome
+        assert kv.get_batch([key_a, kept_a, key_b]) == [b"during", b"kept", b"on-b"]
+
+
+# -- 4. snapshot export and import -----------------------------------------------------------------------
 SNAP_KEYS = 2000
 
 
