@@ -5,7 +5,8 @@ carries every request that was ready to go (the broker answers in frames the sam
 stream, the less each request pays. Flow control:
 at most ``window`` requests are outstanding on a stream (the request generator, run by gRPC's own thread,
 waits for answers before it hands over more; callers never block, so a callback may send again). A request
-not answered within its timeout fails with DEADLINE_EXCEEDED. When the stream breaks, every outstanding request
+not answered within its timeout fails with DEADLINE_EXCEEDED; one whose timeout passed while it waited for the
+window is dropped unsent (a retry of it then stores no second copy). When the stream breaks, every outstanding request
 fails with the stream's status (UNAVAILABLE when the broker went away) and the next call opens a new stream:
 callers retry as they would a failed unary call.
 """
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -41,12 +43,21 @@ CLOSE_JOIN_S = 5.0
 _CLOSE = object()
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A request waiting for its answer."""
+
+    future: "Future[Any]"
+    deadline: float  # time.monotonic()
+    sent: bool = False  # taken into a frame (it holds a slot of the window)
+
+
 class _Stream:
     """One open stream: its outgoing queue, the requests waiting for answers, the thread that reads answers."""
 
     def __init__(self, open_call: Callable[..., Any], window: int | None, name: str) -> None:
-        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.pending: dict[int, tuple[Future[Any], float]] = {}
+        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (request id, encoded pieces), or _CLOSE
+        self.pending: dict[int, _Pending] = {}
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(window or UNLIMITED)
         self.broken: StatusError | None = None
@@ -62,8 +73,11 @@ class _Stream:
             item = self.outgoing.get()
             if item is _CLOSE:
                 return
-            frame = [item]
-            size = _size(item)
+            if not self._sending(item[0]):
+                self.slots.release()
+                continue
+            frame = [item[1]]
+            size = _size(item[1])
             closing = False
             while len(frame) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
                 try:
@@ -74,11 +88,24 @@ class _Stream:
                 if item is _CLOSE:
                     closing = True
                     break
-                frame.append(item)
-                size += _size(item)
+                if not self._sending(item[0]):
+                    self.slots.release()
+                    continue
+                frame.append(item[1])
+                size += _size(item[1])
             yield repeated_message_field(FRAME_REQUESTS_FIELD, frame)
             if closing:
                 return
+
+    def _sending(self, request_id: int) -> bool:
+        """Whether the request is still wanted (marked sent: it holds a slot of the window until answered or
+        expired); False when it expired or failed while it waited (it is dropped unsent)."""
+        with self.lock:
+            entry = self.pending.get(request_id)
+            if entry is None:
+                return False
+            entry.sent = True
+            return True
 
     def _read(self) -> None:
         try:
@@ -88,7 +115,7 @@ class _Stream:
                         entry = self.pending.pop(response.request_id, None)
                     if entry is not None:  # None: it timed out, was failed and freed its slot already
                         self.slots.release()
-                        _settle(entry[0], response)
+                        _settle(entry.future, response)
             error = StatusError(grpc.StatusCode.UNAVAILABLE, "the broker closed the stream")
         except grpc.RpcError as exc:
             error = StatusError(exc.code(), exc.details() or str(exc))
@@ -104,17 +131,20 @@ class _Stream:
             self.pending.clear()
         self.slots.release(len(failed) + 1)  # a generator waiting for a slot gets to see the close
         self.outgoing.put(_CLOSE)
-        for future, _ in failed:
-            _fail(future, error)
+        for entry in failed:
+            _fail(entry.future, error)
 
     def expire(self, now: float) -> None:
         with self.lock:
-            late = [rid for rid, (_, deadline) in self.pending.items() if deadline <= now]
-            expired = [self.pending.pop(rid)[0] for rid in late]
-        if expired:
-            self.slots.release(len(expired))  # a late answer frees nothing: the window does not shrink for good
-        for future in expired:
-            _fail(future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"))
+            late = [rid for rid, entry in self.pending.items() if entry.deadline <= now]
+            expired = [self.pending.pop(rid) for rid in late]
+        sent = sum(entry.sent for entry in expired)
+        if sent:
+            self.slots.release(sent)  # a late answer frees nothing: the window does not shrink for good
+        for entry in expired:
+            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"
+                                            if entry.sent else "not sent in time: the stream's window stayed full "
+                                            "(dropped unsent)"))
 
 
 class RpcStream:
@@ -157,11 +187,11 @@ class RpcStream:
                 error = stream.broken
             else:
                 error = None
-                stream.pending[request_id] = (future, time.monotonic() + timeout_s)
+                stream.pending[request_id] = _Pending(future, time.monotonic() + timeout_s)
         if error is not None:
             _fail(future, error)
             return future
-        stream.outgoing.put(encoded)
+        stream.outgoing.put((request_id, encoded))
         return future
 
     def _reap(self) -> None:

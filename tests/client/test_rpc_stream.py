@@ -270,6 +270,44 @@ def test_a_late_answer_to_a_timed_out_request_frees_its_slot(server: FakeServer,
     assert late.exception() is not None  # the late answer did not overwrite the failure
 
 
+
+def test_a_request_whose_time_ran_out_while_it_waited_for_the_window_is_never_sent(server: FakeServer,
+                                                                                    open_stream):
+    """Window 1: the first request is held unanswered while the ones behind it time out waiting. They fail as not
+    sent, the server never sees them (a retry of one stores no second copy), and the window is still one wide:
+    once the first is answered, later requests go one at a time."""
+    release = threading.Event()
+    seen: list[int] = []
+    lock = threading.Lock()
+    most_outstanding = [0]
+    answered = [0]
+
+    def hold_the_first(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in requests_of(frames):
+            with lock:
+                seen.append(request.queue_id)
+                most_outstanding[0] = max(most_outstanding[0], len(seen) - answered[0])
+            if request.queue_id == 0:
+                release.wait(10)
+            with lock:
+                answered[0] += 1
+            yield Answers(responses=[echo(request)])
+
+    server.behaviour = hold_the_first
+    stream = open_stream(window=1)
+    first = stream.call(Request(queue_id=0), 10.0)
+    waiting = [stream.call(Request(queue_id=i), 0.2) for i in range(1, 6)]
+    for call in waiting:
+        error = failure(call)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED and "dropped unsent" in error.details()
+    release.set()
+    assert first.result(timeout=10).queue_offset == 0
+    later = [stream.call(Request(queue_id=i), 10.0) for i in range(10, 14)]
+    assert [f.result(timeout=10).queue_offset for f in later] == [100, 110, 120, 130]
+    assert seen == [0, 10, 11, 12, 13]
+    assert most_outstanding[0] == 1
+
+
 # -- deadlines ------------------------------------------------------------------------------------------------
 
 
