@@ -18,6 +18,7 @@ from broker.broker_stats import BrokerStats
 from broker.client.consumer_manager import ConsumerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
 from broker.consumer_servicer import ConsumerServicer
+from broker.flush_waiters import FlushWaiters
 from broker.ha.epoch_file import FILE_NAME as EPOCH_FILE_NAME
 from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_service import GroupIdentity, HAService
@@ -366,10 +367,11 @@ class BrokerController:
         self.static_topics = StaticTopicService(c.broker_name, self.topic_queue_mapping_manager,
                                                 self.consumer_offset_manager, self.store, self.peer_brokers)
         limits = SendLimits(c.max_message_size, c.auto_create_topic_enable, c.default_topic_queue_nums)
+        sync_flush = c.flush_disk_type is FlushDiskType.SYNC_FLUSH  # sends wait for their fsync on the loop
         self.broker_servicer = BrokerServicer(
             send=SendMessageProcessor(limits, self.topic_config_manager, self.static_topics, self.local_store,
                                       self._announce, delay_router=self.timer.router,
-                                      slave=not c.broker_role.is_master),
+                                      slave=not c.broker_role.is_master, waits_for_flush=not sync_flush),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, self.static_topics, self.store,
                                       refusal=self._pull_refusal),
@@ -391,7 +393,8 @@ class BrokerController:
                                           self._is_master),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,
             long_polling_max_suspend_ms=c.long_polling_max_suspend_ms,
-            sync_flush=c.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+            sync_flush=sync_flush,
+            flush_waiters=FlushWaiters(self.local_store.flush_service) if sync_flush else None)
         self.kv_servicer = KvServicer(KvProcessor(c.broker_name, self.kv, self.kv_provisioner,
                                                   self.topic_queue_mapping_manager, self.static_topics,
                                                   self.local_store))

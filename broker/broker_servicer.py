@@ -9,6 +9,7 @@ from typing import Any
 
 from broker.broker_metrics import BrokerMetrics
 from broker.broker_stats import BrokerStats
+from broker.flush_waiters import FlushWaiters
 from broker.ha.ha_service import HAService
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
@@ -43,7 +44,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                  consumer_manage: ConsumerManageProcessor, query: QueryMessageProcessor, admin: AdminBrokerProcessor,
                  hold_service: PullRequestHoldService, stats: BrokerStats, long_polling_max_suspend_ms: int,
                  sync_flush: bool, recall: RecallMessageProcessor | None = None, ha: HAService | None = None,
-                 metrics: BrokerMetrics | None = None) -> None:
+                 metrics: BrokerMetrics | None = None, flush_waiters: FlushWaiters | None = None) -> None:
+        """``flush_waiters`` (SYNC_FLUSH, with a send processor that does not wait for flushes): a send is appended
+        on the event loop and answered once flushed (FLUSH_DISK_TIMEOUT after syncFlushTimeout, or
+        SERVICE_NOT_AVAILABLE once a failed fsync stopped the store)."""
         self.send = send
         self.pull = pull
         self.consumer_manage = consumer_manage
@@ -52,30 +56,54 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.hold_service = hold_service
         self.stats = stats
         self.max_suspend_ms = long_polling_max_suspend_ms
-        self.sync_flush = sync_flush
         self.recall = recall  # None: the broker has no timer (tests of other parts)
         self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
         self.metrics = metrics  # metricsExporterType=PROM: moved once per batch
+        self.flush_waiters = flush_waiters
+        self._sends_block = sync_flush and flush_waiters is None  # a put that waits for its fsync: in a thread
+        self._settles_send = flush_waiters is not None or ha is not None
 
     async def SendMessage(self, request, context):
         response = await self._send(request)
-        pending = self._replicated(response)
+        pending = self._settle_send(response)
         if pending is not None:
             await pending
         return response
 
     async def SendMessageStream(self, request_iterator, context):
-        # ASYNC_FLUSH appends on the event loop, in the order the batches came; SYNC_FLUSH waits for fsyncs in
-        # threads, so batches in flight together may be appended in either order (as unary calls would). A
-        # SYNC_MASTER's wait for its slaves runs beside the next appends.
+        # Appends run on the event loop, in the order the batches came; a SYNC_FLUSH send's wait for its fsync
+        # and a SYNC_MASTER's wait for its slaves run beside the next appends. (A put that waits for its fsync
+        # itself runs in a thread, and batches in flight together may then be appended in either order.)
         async for frame in answer_frames(request_iterator, self._send, broker_pb2.SendMessageResponse,
-                                         in_order=not self.sync_flush, rpc="SendMessageStream",
-                                         settle=self._replicated if self.ha is not None else None):
+                                         in_order=not self._sends_block, rpc="SendMessageStream",
+                                         settle=self._settle_send if self._settles_send else None):
             yield frame
+
+    def _settle_send(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None] | None:
+        """What a stored send's answer waits for, called right after it was appended: its fsync (SYNC_FLUSH),
+        then its slaves (SYNC_MASTER); None: it goes at once."""
+        replicated = self._replicated(response)
+        if self.flush_waiters is None or response.code != ResponseCode.SUCCESS:
+            return replicated
+        store = self.send.store
+        flushed = self.flush_waiters.wait(store.commit_log.max_offset(), store.config.sync_flush_timeout_ms / 1000)
+        return self._after_flush(response, flushed, replicated)
+
+    async def _after_flush(self, response: broker_pb2.SendMessageResponse, flushed: Awaitable[bool],
+                           replicated: Awaitable[None] | None) -> None:
+        if not await flushed:
+            # Never acknowledge what may not be on disk: a failed fsync is a refusal; a slow one, a stored result.
+            refusal = self.send.store.unflushed_refusal()
+            if refusal is not None:
+                response.code, response.remark = ResponseCode.SERVICE_NOT_AVAILABLE, refusal
+            else:
+                response.code = ResponseCode.FLUSH_DISK_TIMEOUT
+        if replicated is not None:
+            await replicated  # (a send no longer SUCCESS is not waited for)
 
     async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         started = time.perf_counter()
-        response = await run(self.send.send, request, in_thread=self.sync_flush)
+        response = await run(self.send.send, request, in_thread=self._sends_block)
         self.stats.put_count += len(response.physical_offsets)
         if self.metrics is not None:  # metricsExporterType=PROM: once per batch
             stored = len(response.physical_offsets)

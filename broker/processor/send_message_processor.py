@@ -48,7 +48,7 @@ class SendMessageProcessor:
     def __init__(self, limits: SendLimits, topic_config_manager: TopicConfigManager,
                  static_topics: StaticTopicService, store: MessageStore,
                  on_topics_changed: Callable[[], None], *, delay_router: DelayRouter = DEFAULT_DELAY_ROUTER,
-                 slave: bool = False) -> None:
+                 slave: bool = False, waits_for_flush: bool = True) -> None:
         self.limits = limits
         self.topic_config_manager = topic_config_manager
         self.static_topics = static_topics
@@ -56,6 +56,8 @@ class SendMessageProcessor:
         self.on_topics_changed = on_topics_changed
         self.delay_router = delay_router  # the levels and longest delay of this broker (messageDelayLevel, ...)
         self.slave = slave  # brokerRole=SLAVE: writes go to the master
+        # False: a SYNC_FLUSH put returns once appended; the caller waits for the fsync (broker/flush_waiters.py)
+        self.waits_for_flush = waits_for_flush
 
     def send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         """A batch as commitlog records (``records``, what the SDK sends) or as bodies and properties."""
@@ -127,13 +129,13 @@ class SendMessageProcessor:
             if is_half_needle_in(joined):
                 half_batch = half_wire_batch(batch, topic, queue_id, static)
                 if half_batch is not None:
-                    return self.store.put_wire_batch(half_batch), None
+                    return self.store.put_wire_batch(half_batch, wait_flushed=self.waits_for_flush), None
             if is_delayed_needle_in(joined):
                 timer = timer_wire_batch(self.delay_router, batch, topic, queue_id, _now_ms(),
                                          request.queue_id if static else None)
                 if timer is not None:
-                    return self.store.put_wire_batch(timer[0]), timer[1]
-            return self.store.put_wire_batch(batch), None
+                    return self.store.put_wire_batch(timer[0], wait_flushed=self.waits_for_flush), timer[1]
+            return self.store.put_wire_batch(batch, wait_flushed=self.waits_for_flush), None
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
         put_topic, put_queue_id, sys_flag = topic, queue_id, request.sys_flag
@@ -150,7 +152,8 @@ class SendMessageProcessor:
                 put_topic, put_queue_id, properties = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
-                                       flag=request.flag, sys_flag=sys_flag), timer_props
+                                       flag=request.flag, sys_flag=sys_flag,
+                                       wait_flushed=self.waits_for_flush), timer_props
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

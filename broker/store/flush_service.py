@@ -11,6 +11,7 @@ after a failed fsync Linux may report success for pages it already dropped. Wait
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from broker.store.commit_log import CommitLog
 from broker.store.fault_points import check_fsync
@@ -30,6 +31,19 @@ class FlushService(threading.Thread):
         self._cond = threading.Condition()
         self.flushed_offset = commit_log.flushed_offset()
         self.failed = False
+        self._listeners: list[Callable[[int | None], None]] = []
+
+    def add_flush_listener(self, listener: Callable[[int | None], None]) -> None:
+        """Called on the flusher's thread after each flush with the flushed offset, and with None once a flush
+        failed (the store fail-stopped: nothing more will be flushed). It must not block."""
+        self._listeners.append(listener)
+
+    def _tell(self, flushed: int | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(flushed)
+            except Exception:  # a listener's bug must not stop the flusher
+                log.exception("flush_listener_failed listener=%r", listener)
 
     def flush_once(self) -> int:
         """Flush what was written; on a failed fsync fail-stop the store and raise."""
@@ -46,11 +60,13 @@ class FlushService(threading.Thread):
             with self._cond:
                 self.failed = True
                 self._cond.notify_all()
+            self._tell(None)
             raise
         with self._cond:
             self.flushed_offset = flushed
             self._cond.notify_all()
         self.commit_log.on_flushed(flushed)
+        self._tell(flushed)
         return flushed
 
     def on_truncated(self, end: int) -> None:

@@ -197,13 +197,19 @@ class MessageStore(MessageStoreReader):
         self.flush_service.request()
         timeout_s = self.config.sync_flush_timeout_ms / 1000
         if wait_flushed and not self.flush_service.wait_flushed(append.end_offset, timeout_s):
-            # The fsync failed: never acknowledge what may not be on disk. (A disk-full refusal set meanwhile is no
-            # reason: this record is stored and will be flushed.)
-            if self.running_flags.fail_stop_reason is not None:
-                refusal = self.running_flags.write_refusal() or self.running_flags.fail_stop_reason
+            refusal = self.unflushed_refusal()
+            if refusal is not None:
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, refusal)
             return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, append=append, store_host=self.store_host)
         return PutMessageResult(PutMessageStatus.PUT_OK, append=append, store_host=self.store_host)
+
+    def unflushed_refusal(self) -> str | None:
+        """Why a write whose flush did not come must be refused: the fsync failed (never acknowledge what may not
+        be on disk). None when the flush was only slow (a stored result: FLUSH_DISK_TIMEOUT). A disk-full refusal
+        set meanwhile is no reason: the record is stored and will be flushed."""
+        if self.running_flags.fail_stop_reason is None:
+            return None
+        return self.running_flags.write_refusal() or self.running_flags.fail_stop_reason
 
     def _append_failed(self, exc: OSError) -> PutMessageResult:
         """The commitlog refused bytes (a disk filled faster than the watcher measured, or an I/O error). If none
