@@ -8,6 +8,7 @@ missing, and (at most once a second) after a broker was unreachable: it may be b
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -34,8 +35,10 @@ class PeerBrokerError(Refusal):
 
 
 class PeerBrokers:
-    def __init__(self, namesrv_addrs: list[str], self_name: str, self_addr: str) -> None:
+    def __init__(self, namesrv_addrs: list[str], self_name: str, self_addr: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.namesrv_addrs = namesrv_addrs
+        self._clock = clock
         self._addrs: dict[str, str] = {self_name: self_addr}
         self._fetched_at = 0.0
         self._unreachable = False  # a call found a peer unreachable since the last refresh
@@ -44,7 +47,7 @@ class PeerBrokers:
 
     def addr_of(self, bname: str) -> str:
         addr = self._addrs.get(bname)
-        age = time.monotonic() - self._fetched_at
+        age = self._clock() - self._fetched_at
         if addr is None or age > REFRESH_AFTER_S or (self._unreachable and age > REFRESH_UNREACHABLE_AFTER_S):
             self._refresh()
             addr = self._addrs.get(bname)
@@ -68,7 +71,7 @@ class PeerBrokers:
                         self._addrs[name] = data.broker_addrs[0]
             break
         with self._lock:
-            self._fetched_at = time.monotonic()
+            self._fetched_at = self._clock()
             self._unreachable = False
 
     def logic_queue_leader(self, topic: str, logic_queue_id: int) -> str:
