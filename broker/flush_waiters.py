@@ -2,26 +2,22 @@
 
 A SYNC_FLUSH send is appended on the loop like any other and answered once the group commit flushed past its
 end. A thread per waiting send (asyncio's default pool, six threads on two cores) let six sends share an fsync
-at most: single sends ran at 500 a second. Here every waiting answer is a future on the loop, and the flusher
-posts each flushed offset to the loop once, which settles every answer it covers; a failed fsync settles them all
-as failed at once.
+at most: single sends ran at 500 a second. Here every waiting answer is a future on the loop
+(``broker/offset_waiters.py``), and the flusher posts each flushed offset to the loop once, which settles every
+answer it covers; a failed fsync settles them all as failed at once.
 """
 
-import asyncio
 import contextlib
-import heapq
-import itertools
 import threading
 
+from broker.offset_waiters import OffsetWaiters
 from broker.store.flush_service import FlushService
 
 
 class FlushWaiters:
     def __init__(self, flush_service: FlushService) -> None:
         self.flush_service = flush_service
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []  # (offset, seq, future): a heap
-        self._seq = itertools.count()
+        self._waiters = OffsetWaiters(timed_out=False)
         self._posted = threading.Lock()  # guards _pending and _latest, written by the flusher's thread
         self._pending = False  # a settle is posted to the loop and has not run yet
         self._latest: int | None = 0  # the newest flushed offset (None: a flush failed)
@@ -34,24 +30,16 @@ class FlushWaiters:
             return False
         if flusher.flushed_offset >= offset:
             return True
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        heapq.heappush(self._waiters, (offset, next(self._seq), future))
+        future = self._waiters.add(offset, timeout_s)
         flusher.request()
-        # Flushed between the look above and the push, with the settle already run: not waited for in vain.
+        # Flushed between the look above and the add, with the settle already run: not waited for in vain.
         if flusher.flushed_offset >= offset or flusher.failed:
             self._settle_now(None if flusher.failed else flusher.flushed_offset)
-        timer = loop.call_later(timeout_s, _give_up, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        return await future
 
     def _flushed(self, offset: int | None) -> None:
         """The flusher's listener (its thread): one settle posted at a time, for the newest offset."""
-        loop = self._loop
+        loop = self._waiters.loop
         if loop is None:
             return  # nobody waited yet
         with self._posted:
@@ -69,13 +57,7 @@ class FlushWaiters:
         self._settle_now(latest)
 
     def _settle_now(self, flushed: int | None) -> None:
-        waiters = self._waiters
-        while waiters and (flushed is None or waiters[0][0] <= flushed):
-            future = heapq.heappop(waiters)[2]
-            if not future.done():
-                future.set_result(flushed is not None)
-
-
-def _give_up(future: "asyncio.Future[bool]") -> None:
-    if not future.done():
-        future.set_result(False)
+        if flushed is None:
+            self._waiters.settle_all(False)
+        else:
+            self._waiters.settle(flushed, True)

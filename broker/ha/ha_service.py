@@ -16,11 +16,8 @@ where its log stops agreeing with the master's (the leader-epoch rule): it cuts 
 """
 
 import asyncio
-import heapq
-import itertools
 import logging
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +25,7 @@ from typing import Any
 from broker.ha.broker_role import BrokerRole
 from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.sync_state_set import SetProposal, SyncStateSet
+from broker.offset_waiters import OffsetWaiters
 from broker.store.commit_log import CommitLog
 from common.refusal import Refusal
 from common.request_error import RequestError
@@ -39,7 +37,6 @@ log = logging.getLogger(__name__)
 
 FRAME_BYTES = 1024 * 1024  # large frames: catch-up speed is bytes per round of the event loop
 HEARTBEAT_S = 5.0  # an empty frame when nothing was appended, so a silent link is noticed
-EXPIRY_CHECK_S = 0.1  # how often sends waiting for their slaves are checked for their timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +65,8 @@ class HAService:
         self.commit_log = commit_log
         self._loop = loop
         self._acks: dict[int, int] = {}  # connected slave id -> offset it acknowledged
-        self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # (offset, seq, future), a heap
-        self._deadlines: deque[tuple[float, asyncio.Future[int]]] = deque()  # in the order the waits began
-        self._expiry: asyncio.TimerHandle | None = None
+        self._waiters: OffsetWaiters[int] = OffsetWaiters(ResponseCode.FLUSH_SLAVE_TIMEOUT)  # sends, by their end
         self._loop_thread = threading.get_ident()
-        self._seq = itertools.count()
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
         commit_log.replication_gated = self.waits_for_slaves() or epochs is not None
         commit_log.add_append_listener(self._on_append)
@@ -107,21 +101,7 @@ class HAService:
             return ResponseCode.SUCCESS
         if self.epochs is None and len(self._acks) < max(1, self.in_sync_replicas - 1):
             return ResponseCode.SLAVE_NOT_AVAILABLE
-        future: asyncio.Future[int] = self._loop.create_future()
-        heapq.heappush(self._waiters, (offset, next(self._seq), future))
-        self._deadlines.append((self._loop.time() + timeout_s, future))
-        if self._expiry is None:
-            self._expiry = self._loop.call_later(EXPIRY_CHECK_S, self._expire)
-        return await future
-
-    def _expire(self) -> None:
-        """Fail the waits older than their timeout (one timer for all of them, not one per send)."""
-        now, deadlines = self._loop.time(), self._deadlines
-        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
-            future = deadlines.popleft()[1]
-            if not future.done():
-                future.set_result(ResponseCode.FLUSH_SLAVE_TIMEOUT)
-        self._expiry = self._loop.call_later(EXPIRY_CHECK_S, self._expire) if deadlines else None
+        return await self._waiters.add(offset, timeout_s)
 
     def slave_acks(self) -> dict[int, int]:
         return dict(self._acks)
@@ -195,10 +175,7 @@ class HAService:
             return
         replicated = self.replicated_offset()
         self.commit_log.set_replicated_offset(replicated)
-        while self._waiters and self._waiters[0][0] <= replicated:
-            future = heapq.heappop(self._waiters)[2]
-            if not future.done():
-                future.set_result(ResponseCode.SUCCESS)
+        self._waiters.settle(replicated, ResponseCode.SUCCESS)
 
     def _on_append(self, _end: int) -> None:
         """From whichever thread appended (ASYNC_FLUSH: the loop's own; a SYNC_FLUSH put: a worker thread)."""
