@@ -93,6 +93,8 @@ class ClientInstance:
         self._stubs: dict[tuple[object, str], Any] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
+        # topic -> (the route they came from, its writable queues): built once per route, not once per send
+        self._publish_queues: dict[str, tuple[common_pb2.TopicRouteData, tuple[MessageQueue, ...]]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders.
@@ -326,13 +328,20 @@ class ClientInstance:
         self.route(topic, refresh=True, for_publish=for_publish)
         return self.group_addrs(topic, broker_name, for_publish)
 
-    def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+    def publish_queues(self, topic: str, refresh: bool = False) -> tuple[MessageQueue, ...]:
         """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""
         route = self.route(topic, refresh, for_publish=True)
+        cached = self._publish_queues.get(topic)
+        if cached is not None and cached[0] is route:
+            return cached[1]
         if is_static(route):
-            return static_queues(topic, route)
-        return [MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
-                if is_writeable(qd.perm) for q in range(qd.write_queue_nums)]
+            queues = tuple(static_queues(topic, route))
+        else:
+            queues = tuple(MessageQueue(topic, qd.broker_name, q)
+                           for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
+                           if is_writeable(qd.perm) for q in range(qd.write_queue_nums))
+        self._publish_queues[topic] = (route, queues)
+        return queues
 
     def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Readable queues; for a static topic its N logic queues."""

@@ -228,7 +228,7 @@ class Producer:
             raise MQClientError(f"topic {topic} has no writable queue")
         if is_logic_queue(queues[0]):
             leaders = self.client.logic_leaders(topic, for_publish=True)
-            queues = [mq for mq in queues if leaders.get(mq.queue_id, VIRTUAL_BROKER_NAME) != VIRTUAL_BROKER_NAME]
+            queues = tuple(mq for mq in queues if leaders.get(mq.queue_id, VIRTUAL_BROKER_NAME) != VIRTUAL_BROKER_NAME)
             if not queues:
                 raise MQClientError(f"topic {topic}: none of its logic queues has a leader right now")
         with self._lock:
@@ -236,7 +236,7 @@ class Producer:
             start = self._round_robin
         return self._pick(topic, queues, start, avoid_broker)
 
-    def _pick(self, topic: str, queues: list[MessageQueue], start: int, avoid_broker: str | None) -> MessageQueue:
+    def _pick(self, topic: str, queues: Sequence[MessageQueue], start: int, avoid_broker: str | None) -> MessageQueue:
         """Round robin from ``start``, skipping ``avoid_broker``; a group whose master is dead (marked down) or
         missing would fail the send, so its queues are taken only when no other group has a live master."""
         live: dict[str, bool] = {}  # per group, asked once: usually the first queue looked at is taken

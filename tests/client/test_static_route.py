@@ -129,15 +129,19 @@ def instance(fake: FakeCluster) -> ClientInstance:
 def test_publish_and_subscribe_queues_of_a_static_topic_are_its_logic_queues(fake, instance):
     fake.routes[T] = static_route(T, 3, {"broker-a": (1000, {0: 0, 1: 1}), "broker-b": (1000, {})})
     expected = [MessageQueue(T, LOGICAL_QUEUE_MOCK_BROKER_NAME, i) for i in range(3)]
-    assert instance.publish_queues(T) == expected
+    assert list(instance.publish_queues(T)) == expected
     assert instance.subscribe_queues(T) == expected
 
 
 def test_publish_and_subscribe_queues_of_a_normal_topic_are_unchanged(fake, instance):
     fake.routes["N"] = normal_route("N", {"broker-b": 2, "broker-a": 1})
     expected = [MessageQueue("N", "broker-a", 0), MessageQueue("N", "broker-b", 0), MessageQueue("N", "broker-b", 1)]
-    assert instance.publish_queues("N") == expected
+    assert list(instance.publish_queues("N")) == expected
     assert instance.subscribe_queues("N") == expected
+    assert instance.publish_queues("N") is instance.publish_queues("N")  # built once per route, not per send
+    fake.routes["N"] = normal_route("N", {"broker-a": 2})  # a new route: its own queues
+    assert list(instance.publish_queues("N", refresh=True)) == [MessageQueue("N", "broker-a", 0),
+                                                               MessageQueue("N", "broker-a", 1)]
 
 
 def test_leader_addr_uses_the_cached_route(fake, instance):
