@@ -40,7 +40,10 @@ def call(channel: grpc.Channel) -> bool:
 def test_a_channel_that_failed_for_seconds_reaches_its_returned_peer_within_a_second():
     port = free_port()
     with tls.channel(f"127.0.0.1:{port}") as channel:
-        outage_end = time.monotonic() + 6.0  # long enough for the default backoff to reach ~4 s
+        # Long enough for gRPC's default backoff to leave ~6 s (4.6 to 7.2 with its jitter) between the peer's
+        # return and the next attempt; capped, the attempts come every 1 s (+-20%), so 3 s leaves a loaded
+        # machine room and still tells the two apart.
+        outage_end = time.monotonic() + 10.0
         while time.monotonic() < outage_end:
             assert not call(channel)
             time.sleep(0.05)
@@ -48,7 +51,7 @@ def test_a_channel_that_failed_for_seconds_reaches_its_returned_peer_within_a_se
         try:
             back = time.monotonic()
             while not call(channel):
-                assert time.monotonic() - back < 1.5, "the channel did not reconnect within 1.5 s of its peer's return"
+                assert time.monotonic() - back < 3.0, "the channel did not reconnect within 3 s of its peer's return"
                 time.sleep(0.05)
         finally:
             server.stop(None)

@@ -32,7 +32,9 @@ def test_parked_pull_returns_soon_after_a_matching_send(cluster: Cluster):
             assert result["status"] is PullStatus.FOUND and result["bodies"] == [f"wake-{round_}".encode()]
             latencies.append(result["at"] - sent_at)
         print(f"long-poll wake latencies ms: {[round(x * 1000, 1) for x in latencies]}")
-        assert sorted(latencies)[len(latencies) // 2] < 0.05, latencies  # median under 50 ms
+        # Woken by the arrival: a periodic re-check (a second, as upstream's short polling) would make the median
+        # about half its period; 250 ms leaves a loaded machine room (idle, the median is 5 to 20 ms).
+        assert sorted(latencies)[len(latencies) // 2] < 0.25, latencies
 
 
 def test_parked_pull_times_out_with_not_found(cluster: Cluster):
@@ -40,8 +42,9 @@ def test_parked_pull_times_out_with_not_found(cluster: Cluster):
     cluster.create_topic(topic, queues=1)
     with PullConsumer(cluster.addr, group="lp-idle") as consumer:
         mq = consumer.queues(topic)[0]
+        offset = consumer.max_offset(mq)
         start = time.monotonic()
-        result = consumer.pull(mq, consumer.max_offset(mq), 32, suspend_ms=700)
+        result = consumer.pull(mq, offset, 32, suspend_ms=700)
         waited = time.monotonic() - start
         assert result.status is PullStatus.NO_NEW_MSG
         assert 0.6 <= waited < 2.0, waited
