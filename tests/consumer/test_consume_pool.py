@@ -11,7 +11,7 @@ from cluster.daemon_process import wait_until
 
 
 def test_tasks_that_keep_finishing_run_on_one_thread():
-    pool = ConsumePool(8, "quick", grow_after_s=0.5)  # no pause of 0.5 s between two tasks, even on a busy machine
+    pool = ConsumePool(8, "quick", grow_after_s=5)  # no pause of 5 s between two tasks, even on a busy machine
     threads: set[str] = set()
     done = threading.Event()
     n = 2000

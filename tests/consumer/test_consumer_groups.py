@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from client import Admin, Message, MessageQueue, Producer, PushConsumer
+from client.push_consumer import REBALANCE_INTERVAL_S
 from tests.cluster import Cluster, make_cluster, wait_until
 
 
@@ -75,7 +76,8 @@ def test_members_of_a_group_share_the_queues_each_message_once(cluster: Cluster)
             c.close()
 
 
-def test_a_clean_leave_hands_the_queues_over_within_two_seconds(cluster: Cluster):
+def test_a_clean_leave_hands_the_queues_over_within_five_seconds(cluster: Cluster):
+    """The broker tells the survivor at once: far sooner than its periodic rebalance (every 20 s) would."""
     topic, group = "GroupLeaveT", "leave"
     cluster.create_topic(topic, queues=4)
     a, b = Collector(), Collector()
@@ -91,8 +93,10 @@ def test_a_clean_leave_hands_the_queues_over_within_two_seconds(cluster: Cluster
         wait_until(lambda: a.count() + b.count() >= len(sent), timeout=20, what="the first messages")
         second.close()
         started = time.monotonic()
-        wait_until(lambda: held(first, topic) == all_queues, timeout=5, what="the survivor to take all")
-        assert time.monotonic() - started <= 2.0
+        wait_until(lambda: held(first, topic) == all_queues, timeout=10, what="the survivor to take all")
+        # 5 s leaves a loaded machine room and is still a quarter of the periodic pass's interval at most.
+        elapsed = time.monotonic() - started
+        assert elapsed <= 5.0 <= REBALANCE_INTERVAL_S / 4, f"handed over after {elapsed:.1f} s"
         more = send(cluster, topic, 500, "after")
         wait_until(lambda: set(more) <= set(a.bodies), timeout=20, what="the survivor to consume the rest")
         assert members_of(cluster, group) == [first.client_id]

@@ -255,18 +255,20 @@ def test_a_delayed_message_follows_its_logic_queue_when_the_queue_moves_before_i
     cluster.wait_route_epoch(topic, 1)
     with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="delay-moves") as consumer:
         producer.send(Message(topic, b"before"))
-        sent_at = now_ms()
-        producer.send(Message(topic, b"moved", deliver_at_ms=sent_at + 4000))
+        due = now_ms() + 10_000  # room for the remap on a loaded machine (it takes ~0.2 s on an idle one)
+        producer.send(Message(topic, b"moved", deliver_at_ms=due))
         with Admin(cluster.addr) as admin:
             epoch = admin.remap_static_topic(topic, brokers=["broker-b"]).epoch
         cluster.wait_route_epoch(topic, epoch)
+        assert now_ms() < due, "the remap took longer than the delay: the message came due before the move"
         producer.send(Message(topic, b"after"))
         receiver = Receiver(consumer, consumer.queues(topic))
-        receiver.until(lambda: b"moved" in receiver.got and now_ms() > sent_at + 6000, timeout_s=20,
+        receiver.until(lambda: b"moved" in receiver.got and now_ms() > due + 2000,
+                       timeout_s=(due - now_ms()) / 1000 + 20,
                        what="the delayed message after the move (and then nothing more)")
     assert {body: len(arrivals) for body, arrivals in receiver.got.items()} == {b"before": 1, b"moved": 1, b"after": 1}
     arrived, msg = receiver.got[b"moved"][0]
-    assert arrived >= sent_at + 4000 and msg.queue_offset >= 10_000  # in broker-b's link of the chain
+    assert arrived >= due and msg.queue_offset >= 10_000  # in broker-b's link of the chain
     forwarded = "timer_forwarded topic=DelayMovesT logic_queue=0 leader=broker-b count=1"
     assert forwarded in cluster.brokers["broker-a"].log()
 
@@ -280,7 +282,9 @@ def test_a_moved_queue_s_delayed_message_survives_both_brokers_killed_around_its
     cluster.wait_route_epoch(topic, 1)
     with Producer(cluster.addr) as producer:
         producer.send(Message(topic, b"before"))
-        due = now_ms() + 6000
+        # Room for the remap, broker-a's restart and broker-b's kill before it is due: ~1 s on an idle machine,
+        # 16 s with the two cores busy thrice over (the restart dominates).
+        due = now_ms() + 20_000
         producer.send(Message(topic, b"moved", deliver_at_ms=due))
     with Admin(cluster.addr) as admin:
         epoch = admin.remap_static_topic(topic, brokers=["broker-b"]).epoch
@@ -288,8 +292,10 @@ def test_a_moved_queue_s_delayed_message_survives_both_brokers_killed_around_its
     cluster.brokers["broker-a"].kill()
     cluster.start_broker("broker-a")
     cluster.brokers["broker-b"].kill()
+    assert now_ms() < due, "the remap and the restarts took longer than the delay: it came due before they were done"
     refused = f"timer_forward_refused topic={topic} logic_queue=0 leader=broker-b"
-    wait_until(lambda: refused in cluster.brokers["broker-a"].log(), timeout=15, what="a refused forward")
+    wait_until(lambda: refused in cluster.brokers["broker-a"].log(), timeout=(due - now_ms()) / 1000 + 15,
+               what="a refused forward")
     assert now_ms() >= due
     cluster.start_broker("broker-b")
     cluster.wait_route_epoch(topic, epoch)
@@ -382,17 +388,21 @@ def test_a_recall_survives_a_sigkill(cluster: DelayCluster):
     topic = "DelayRecallKillT"
     queue = _one_queue_topic(cluster, topic, broker)
     with Producer(cluster.addr) as producer:
-        at = now_ms() + 3000
+        # Sent, recalled and killed while still pending: ~0.2 s on an idle machine, 0.5 s with the two cores busy
+        # thrice over.
+        at = now_ms() + 10_000
         sent = producer.send_batch([Message(topic, b"recalled-%d" % i, deliver_at_ms=at) for i in range(50)]
                                    + [Message(topic, b"kept", deliver_at_ms=at)], queue=queue)
         for handle in sent.recall_handles[:50]:
             producer.recall(topic, handle)
     cluster.brokers[broker].kill()
+    assert now_ms() < at, "the sends and recalls took longer than the delay: killed after they came due"
     cluster.start_broker(broker)
     with PullConsumer(cluster.addr, group="delay-recall-kill") as consumer:
         wait_until(lambda: consumer.queues(topic) == [queue], what="route after restart")
         receiver = Receiver(consumer, [queue])
-        receiver.until(lambda: b"kept" in receiver.got, timeout_s=15, what="the message not recalled")
+        receiver.until(lambda: b"kept" in receiver.got, timeout_s=(at - now_ms()) / 1000 + 15,
+                       what="the message not recalled")
     assert set(receiver.got) == {b"kept"}
 
 

@@ -80,12 +80,13 @@ def test_unacked_message_comes_back_after_its_invisible_time_with_its_count_rais
     create(cluster, topic, queues=1, brokers=("broker-a",))
     produce(cluster, topic, [b"again"])
     with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
-        first = consumer.receive(1, invisible_ms=1000)
+        started = time.monotonic()
+        first = consumer.receive(1, invisible_ms=5000)  # long enough that the next receive is surely within it
         assert [m.body for m in first] == [b"again"] and first[0].reconsume_times == 0
         assert consumer.receive(1, invisible_ms=1000) == []  # invisible meanwhile
-        t0 = time.monotonic()
-        second = consumer.receive(1, invisible_ms=5000, wait_ms=3000)
-        assert time.monotonic() - t0 < 2.5  # long polling woke when it came due
+        second = consumer.receive(1, invisible_ms=30_000, wait_ms=20_000)
+        # Long polling woke when it came due (5 s after the pop), not when its 20 s were up.
+        assert time.monotonic() - started < 12
         assert [m.body for m in second] == [b"again"] and second[0].reconsume_times == 1
         assert second[0].msg_id == first[0].msg_id
         with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
@@ -129,11 +130,15 @@ def test_change_invisible_time_gives_a_new_handle_and_delays_redelivery(cluster:
     create(cluster, topic, queues=1, brokers=("broker-a",))
     produce(cluster, topic, [b"slow"])
     with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
-        [msg] = consumer.receive(1, invisible_ms=1000)
+        [msg] = consumer.receive(1, invisible_ms=5000)  # the change surely comes within it
+        popped = time.monotonic()  # after the broker popped it: the old invisible time ends by popped + 5 s
         old = msg.receipt_handle
-        consumer.change_invisible(msg, 4000)
+        consumer.change_invisible(msg, 30_000)
         assert msg.receipt_handle != old
-        assert consumer.receive(1, invisible_ms=1000, wait_ms=2000) == []  # not back after the first 1 s
+        # Not back after the first 5 s: a long poll wakes when an in-flight message comes due, so the old
+        # invisible time, had it stayed, would show within the second to spare.
+        while (left_s := popped + 6 - time.monotonic()) > 0:
+            assert consumer.receive(1, invisible_ms=1000, wait_ms=int(left_s * 1000) + 1) == []
         consumer.ack(msg)
         with pytest.raises(MQClientError, match="INVALID_RECEIPT_HANDLE"):
             consumer.change_invisible(msg, 1000)  # acked: nothing to change

@@ -113,7 +113,11 @@ def test_no_more_than_the_window_is_written_unanswered(broker: FakeBroker):
 
     async def scenario(streams: BrokerSendStreams) -> int:
         sent = [send(streams, broker.addr, "t") for _ in range(7)]
-        await asyncio.sleep(0.3)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while sum(len(f.requests) for f in broker.frames) < 3 and loop.time() < deadline:  # the window's worth
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # a send written past the window would have arrived by now too
         written = sum(len(f.requests) for f in broker.frames)
         for _ in range(7):
             gate.release()
