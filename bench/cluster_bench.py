@@ -2,7 +2,8 @@
 this process, 1 KiB bodies, ``Config.window`` calls in flight from one thread (as for the echo).
 
 - produce: SDK batches of 64 with async sends (on the SDK's send stream: vs the stream echo of the same frames,
-  issue 14 asks for >= 0.5x), and single async sends (vs the unary echo);
+  issue 14 asks for >= 0.5x), and single async sends (vs the unary echo); single async sends again with 64 in
+  flight, by a plain producer and by one with ``auto_batch=True`` (``client/send_accumulator.py``);
 - consume: pull 64 at a time round-robin over 8 queues, re-reading each queue from 0 at its end;
 - latency: one message every 1/rate s with synchronous sends, a long-polling consumer (suspend 1 s) records
   send-to-receive times; p50 / p99 beside the echo's round trip at the same rate (a send and a pull response
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 from bench.daemons import Daemon, start_broker, start_namesrv, stop_all, wait_until
@@ -30,6 +32,10 @@ METRICS = [
     Metric("cluster.produce_batch", "produce, SDK batches of 64, async", "msgs/s", echo="stream",
            target=Target(">=", 0.5, of="echo.stream"), issue=14),
     Metric("cluster.produce_single", "produce, single async sends", "calls/s", echo="unary", issue=3),
+    Metric("cluster.produce_single64", "produce, single async sends, 64 in flight", "msgs/s", echo="unary",
+           issue=14, short="single @64"),
+    Metric("cluster.produce_single_auto64", "produce, single async sends, 64 in flight, auto_batch", "msgs/s",
+           echo="unary", vs="cluster.produce_single64", issue=14, short="auto_batch @64"),
     Metric("cluster.consume", "consume, pull 64", "msgs/s", echo="stream", target=Target(">=", 200_000), issue=3),
     Metric("cluster.latency_p50", "send-to-receive p50, long polling", "ms", echo="p50", issue=3),
     Metric("cluster.latency_p99", "send-to-receive p99, long polling", "ms", echo="p99",
@@ -115,6 +121,10 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         with Producer(ns.addr) as producer, PullConsumer(ns.addr, group="bench") as consumer:
             rec.record("cluster.produce_batch", produce_rate(producer, TOPIC, cfg))
             rec.record("cluster.produce_single", produce_rate(producer, TOPIC, cfg, batch=1))
+            rec.record("cluster.produce_single64", produce_rate(producer, TOPIC, replace(cfg, window=64), batch=1))
+        with Producer(ns.addr, auto_batch=True) as batching:
+            rec.record("cluster.produce_single_auto64",
+                       produce_rate(batching, TOPIC, replace(cfg, window=64), batch=1))
             rec.record("cluster.consume", consume_rate(consumer, TOPIC, cfg))
             p50, p99 = latency_ms(producer, consumer, LAT_TOPIC, cfg)
             note = f"{cfg.latency_rate:,} msgs/s"

@@ -39,6 +39,7 @@ from client.message_encoding import batch_wire_properties
 from client.producer_sessions import ProducerSessions, new_client_id
 from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
+from client.send_accumulator import SendAccumulator
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
 from common.encoded_fields import bytes_field
@@ -75,11 +76,16 @@ class Producer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_PRODUCER",
                  send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True,
                  transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = (),
-                 tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
+                 tls_ca: str | None = None, credentials: tuple[str, str] | None = None,
+                 auto_batch: bool = False, batch_max_in_flight: int = 2) -> None:
         """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream.
         ``transaction_checker``: what the brokers ask about this group's transactions nobody ended (see
         ``client/transaction.py``); the producer then keeps a session with the masters of ``topics`` and of every
-        topic it sends half messages to."""
+        topic it sends half messages to. ``auto_batch``: single sends of a topic made while
+        ``batch_max_in_flight`` requests of it are on their way leave together as one batch
+        (``client/send_accumulator.py``)."""
+        if batch_max_in_flight < 1:
+            raise MQClientError(f"batch_max_in_flight must be at least 1, not {batch_max_in_flight}")
         self.group = group
         self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
@@ -92,6 +98,7 @@ class Producer:
         self.client_id = new_client_id()
         self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
                           if transaction_checker is not None else None)
+        self._accumulator = SendAccumulator(self.send_batch_async, batch_max_in_flight) if auto_batch else None
 
     def __enter__(self) -> "Producer":
         return self
@@ -106,7 +113,7 @@ class Producer:
 
     # -- API ---------------------------------------------------------------------------------------
     def send(self, msg: Message, sharding_key: str | None = None, queue: MessageQueue | None = None) -> SendResult:
-        return self.send_batch([msg], sharding_key=sharding_key, queue=queue)
+        return self.send_async(msg, sharding_key, queue).result()
 
     def send_batch(self, msgs: Sequence[Message], sharding_key: str | None = None,
                    queue: MessageQueue | None = None) -> SendResult:
@@ -115,6 +122,9 @@ class Producer:
 
     def send_async(self, msg: Message, sharding_key: str | None = None,
                    queue: MessageQueue | None = None) -> "Future[SendResult]":
+        if (self._accumulator is not None and queue is None and sharding_key is None
+                and not (msg.delay_level or msg.deliver_at_ms)):
+            return self._accumulator.add(msg)
         return self.send_batch_async([msg], sharding_key, queue)
 
     def send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
