@@ -107,6 +107,8 @@ class Producer:
         self.close()
 
     def close(self) -> None:
+        if self._accumulator is not None:  # its waiting sends leave, and are answered, before the channels close
+            self._accumulator.close(self.send_timeout_s)
         if self._sessions is not None:
             self._sessions.close()
         self.client.close()

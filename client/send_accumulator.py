@@ -12,10 +12,12 @@ Each send gets its own ``SendResult``: the batch's queue, its own queue offset, 
 id. A batch is stored whole or not at all, so its sends succeed or fail together. Sends with a ``sharding_key``,
 an explicit queue or a delay go alone (a key's queue is its own; a batch is all delayed or none). A batch the
 producer refuses before sending (a message it cannot encode) is sent again one message at a time, so only the
-bad message fails.
+bad message fails. ``Producer.close`` sends what still waits at once and waits (at most the send timeout) for
+every request to be answered before it closes the channels.
 """
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -46,11 +48,15 @@ class SendAccumulator:
         self.max_bytes = max_bytes
         self._topics: dict[tuple[str, int], _Topic] = {}
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a topic has nothing left on its way
+        self._closed = False
 
     def add(self, msg: Message) -> "Future[SendResult]":
         future: Future[SendResult] = Future()
         key = (msg.topic, msg.flag)
         with self._lock:
+            if self._closed:
+                raise MQClientError("cannot send: the producer is closed")
             topic = self._topics.get(key)
             if topic is None:
                 topic = self._topics[key] = _Topic()
@@ -61,6 +67,19 @@ class SendAccumulator:
         if batch:
             self._send(key, batch)
         return future
+
+    def close(self, timeout_s: float) -> None:
+        """Send what waits now, and wait (at most ``timeout_s``) until every request was answered: the producer
+        accepted those sends, and its channels close next. Sends after this are refused."""
+        with self._lock:
+            self._closed = True
+            ready = [(key, self._take(topic)) for key, topic in self._topics.items() if topic.waiting]
+        for key, batch in ready:
+            self._send(key, batch)
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._topics and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
 
     def _take(self, topic: _Topic) -> list[tuple[Message, "Future[SendResult]"]]:
         """The waiting sends as one request (under the lock)."""
@@ -116,6 +135,7 @@ class SendAccumulator:
             following = self._take(topic) if topic.waiting else None
             if following is None and topic.in_flight == 0:
                 del self._topics[key]  # a producer of many topics keeps no state for the idle ones
+                self._idle.notify_all()
         return following
 
 

@@ -2,6 +2,8 @@
 The batch sender here is a stand-in whose requests finish when the test says; the daemons' side is in
 ``tests/integration/test_auto_batch.py``."""
 
+import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -133,3 +135,26 @@ def test_a_static_topic_s_undecided_offset_stays_undecided_for_each_send():
     requests.answer(0)
     requests.answer(1, queue_offset=-1)
     assert [f.result().queue_offset for f in waiting] == [-1, -1]
+
+
+def test_close_sends_what_waits_at_once_waits_for_the_answers_and_refuses_later_sends():
+    requests = Requests()
+    acc = SendAccumulator(requests, max_in_flight=1)
+    acc.add(msg(b"0"))
+    waiting = acc.add(msg(b"1"))
+    answered = threading.Timer(0.2, lambda: [requests.answer(i) for i in range(len(requests.sent))])
+    answered.start()
+    acc.close(timeout_s=10)
+    assert requests.bodies() == [[b"0"], [b"1"]]  # the waiting send left without its turn
+    assert waiting.result(timeout=0).queue_offset == 100  # and close returned only once it was answered
+    with pytest.raises(MQClientError, match="closed"):
+        acc.add(msg(b"2"))
+
+
+def test_close_gives_up_waiting_after_its_timeout():
+    requests = Requests()
+    acc = SendAccumulator(requests, max_in_flight=1)
+    acc.add(msg(b"0"))  # never answered
+    start = time.monotonic()
+    acc.close(timeout_s=0.2)
+    assert 0.2 <= time.monotonic() - start < 5
