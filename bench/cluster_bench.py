@@ -122,9 +122,9 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             rec.record("cluster.produce_batch", produce_rate(producer, TOPIC, cfg))
             rec.record("cluster.produce_single", produce_rate(producer, TOPIC, cfg, batch=1))
             rec.record("cluster.produce_single64", produce_rate(producer, TOPIC, replace(cfg, window=64), batch=1))
-        with Producer(ns.addr, auto_batch=True) as batching:
-            rec.record("cluster.produce_single_auto64",
-                       produce_rate(batching, TOPIC, replace(cfg, window=64), batch=1))
+            with Producer(ns.addr, auto_batch=True) as batching:
+                rec.record("cluster.produce_single_auto64",
+                           produce_rate(batching, TOPIC, replace(cfg, window=64), batch=1))
             rec.record("cluster.consume", consume_rate(consumer, TOPIC, cfg))
             p50, p99 = latency_ms(producer, consumer, LAT_TOPIC, cfg)
             note = f"{cfg.latency_rate:,} msgs/s"

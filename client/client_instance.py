@@ -102,12 +102,15 @@ class ClientInstance:
         self._static_views: dict[str, tuple[common_pb2.TopicRouteData, tuple[int, dict[int, str]]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
+        self._closed = False
 
     # -- channels ----------------------------------------------------------------------------------
     def channel(self, addr: str) -> grpc.Channel:
         ch = self._channels.get(addr)
         if ch is None:
             with self._lock:
+                if self._closed:  # a channel opened now would never be closed (nor its stream's threads end)
+                    raise MQClientError(f"the client is closed: no call to {addr}")
                 ch = self._channels.get(addr)
                 if ch is None:
                     ch = self._channels[addr] = signed_channel(tls.channel(addr, CHANNEL_OPTIONS, self.tls_ca),
@@ -152,6 +155,8 @@ class ClientInstance:
         if stream is None:
             open_call = self.open_stream(addr, method, answers_class, service)
             with self._lock:
+                if self._closed:
+                    raise MQClientError(f"the client is closed: no {method} to {addr}")
                 stream = self._streams.get((addr, method))
                 if stream is None:
                     stream = self._streams[addr, method] = RpcStream(open_call, f"{method}-{addr}", window)
@@ -410,6 +415,7 @@ class ClientInstance:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             streams = list(self._streams.values())
             self._streams.clear()
             channels = list(self._channels.values())
