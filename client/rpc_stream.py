@@ -70,42 +70,46 @@ class _Stream:
         slots free) go along in the same frame."""
         while True:
             self.slots.acquire()
-            item = self.outgoing.get()
-            if item is _CLOSE:
+            first = self.outgoing.get()
+            if first is _CLOSE:
                 return
-            if not self._sending(item[0]):
-                self.slots.release()
-                continue
-            frame = [item[1]]
-            size = _size(item[1])
-            closing = False
-            while len(frame) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
-                try:
-                    item = self.outgoing.get_nowait()
-                except queue.Empty:
-                    self.slots.release()
-                    break
-                if item is _CLOSE:
-                    closing = True
-                    break
-                if not self._sending(item[0]):
-                    self.slots.release()
-                    continue
-                frame.append(item[1])
-                size += _size(item[1])
-            yield repeated_message_field(FRAME_REQUESTS_FIELD, frame)
+            taken, closing = self._take_queued(first)
+            frame = self._still_wanted(taken)
+            if frame:
+                yield repeated_message_field(FRAME_REQUESTS_FIELD, frame)
             if closing:
                 return
 
-    def _sending(self, request_id: int) -> bool:
-        """Whether the request is still wanted (marked sent: it holds a slot of the window until answered or
-        expired); False when it expired or failed while it waited (it is dropped unsent)."""
-        with self.lock:
-            entry = self.pending.get(request_id)
-            if entry is None:
-                return False
-            entry.sent = True
-            return True
+    def _take_queued(self, first: tuple[int, Sequence[bytes]]) -> tuple[list[tuple[int, Sequence[bytes]]], bool]:
+        """``first`` and the requests queued behind it that get a slot, up to a frame's worth; whether the stream
+        is closing."""
+        taken = [first]
+        size = _size(first[1])
+        while len(taken) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
+            try:
+                item = self.outgoing.get_nowait()
+            except queue.Empty:
+                self.slots.release()
+                return taken, False
+            if item is _CLOSE:
+                return taken, True
+            taken.append(item)
+            size += _size(item[1])
+        return taken, False
+
+    def _still_wanted(self, taken: list[tuple[int, Sequence[bytes]]]) -> list[Sequence[bytes]]:
+        """The encoded requests still pending, marked sent (each holds its slot until answered or expired); those
+        that expired or failed while they waited are dropped unsent and give their slot back."""
+        wanted: list[Sequence[bytes]] = []
+        with self.lock:  # once a frame
+            for request_id, encoded in taken:
+                entry = self.pending.get(request_id)
+                if entry is not None:
+                    entry.sent = True
+                    wanted.append(encoded)
+        if len(wanted) < len(taken):
+            self.slots.release(len(taken) - len(wanted))
+        return wanted
 
     def _read(self) -> None:
         try:

@@ -94,7 +94,10 @@ class SendAccumulator:
             following = self._finish(key)
             if isinstance(exc, MQClientError) and len(batch) > 1:  # one message may be at fault:
                 for msg, future in batch:  # each goes alone, so only that one fails
-                    _chain(self._send_alone(msg), future)
+                    try:
+                        _chain(self._send_batch([msg]), future)
+                    except Exception as alone:
+                        _give(future, error=alone)
             else:
                 for _, future in batch:
                     _give(future, error=exc)
@@ -102,14 +105,6 @@ class SendAccumulator:
                 self._send(key, following)
             return
         sent.add_done_callback(lambda call: self._settle(key, batch, call))
-
-    def _send_alone(self, msg: Message) -> "Future[SendResult]":
-        try:
-            return self._send_batch([msg])
-        except Exception as exc:
-            failed: Future[SendResult] = Future()
-            failed.set_exception(exc)
-            return failed
 
     def _settle(self, key: tuple[str, int], batch: list[tuple[Message, "Future[SendResult]"]],
                 call: "Future[SendResult]") -> None:
