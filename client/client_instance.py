@@ -1,6 +1,7 @@
 """Shared plumbing of producers, consumers and admin: name server look-ups, the route cache, channels."""
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -93,13 +94,12 @@ class ClientInstance:
         self._stubs: dict[tuple[object, str], Any] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
-        # topic -> (the route they came from, its writable queues): built once per route, not once per send
-        self._publish_queues: dict[str, tuple[common_pb2.TopicRouteData, tuple[MessageQueue, ...]]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
-        # {broker name: {broker id: address}}; a static topic's logic queue count and leaders.
+        # {broker name: {broker id: address}}; a static topic's logic queue count and leaders; the writable queues.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
         self._static_views: dict[str, tuple[common_pb2.TopicRouteData, tuple[int, dict[int, str]]]] = {}
+        self._publish_queues: dict[str, tuple[common_pb2.TopicRouteData, tuple[MessageQueue, ...]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
         self._closed = False
@@ -336,17 +336,7 @@ class ClientInstance:
     def publish_queues(self, topic: str, refresh: bool = False) -> tuple[MessageQueue, ...]:
         """Writable queues; for a static topic its N logic queues (led or not: N is what a key hashes over)."""
         route = self.route(topic, refresh, for_publish=True)
-        cached = self._publish_queues.get(topic)
-        if cached is not None and cached[0] is route:
-            return cached[1]
-        if is_static(route):
-            queues = tuple(static_queues(topic, route))
-        else:
-            queues = tuple(MessageQueue(topic, qd.broker_name, q)
-                           for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
-                           if is_writeable(qd.perm) for q in range(qd.write_queue_nums))
-        self._publish_queues[topic] = (route, queues)
-        return queues
+        return _per_route(self._publish_queues, topic, route, functools.partial(_writable_queues, topic))
 
     def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Readable queues; for a static topic its N logic queues."""
@@ -439,6 +429,13 @@ def _per_route(cache: dict[str, tuple[common_pb2.TopicRouteData, V]], topic: str
     if cached is None or cached[0] is not route:
         cached = cache[topic] = (route, make(route))
     return cached[1]
+
+
+def _writable_queues(topic: str, route: common_pb2.TopicRouteData) -> tuple[MessageQueue, ...]:
+    if is_static(route):
+        return tuple(static_queues(topic, route))
+    return tuple(MessageQueue(topic, qd.broker_name, q) for qd in sorted(route.queue_datas, key=lambda d: d.broker_name)
+                 if is_writeable(qd.perm) for q in range(qd.write_queue_nums))
 
 
 def _groups_of(route: common_pb2.TopicRouteData) -> dict[str, dict[int, str]]:
