@@ -85,14 +85,8 @@ class MessageStore(MessageStoreReader):
                                      self.commit_log.store_timestamp_at)
 
     def _replay_start(self) -> int:
-        """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it (asked by
-        the clean service when it would delete; one lagging behind the dispatch is flushed first)."""
-        dispatched = self.reput.reput_from_offset
-        keeping = [d for d in self.dispatchers if d.keeps_commit_log]
-        for d in keeping:
-            if d.checkpoint() < dispatched:
-                d.flush_for_expiry()
-        return min([dispatched, *(d.checkpoint() for d in keeping)])
+        """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it."""
+        return min([self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers if d.keeps_commit_log)])
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:

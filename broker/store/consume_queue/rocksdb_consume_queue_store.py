@@ -221,9 +221,6 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
     def flush(self) -> None:
         self._flush(force=False)
 
-    def flush_for_expiry(self) -> None:
-        self._flush(force=True)
-
     def _flush(self, force: bool) -> None:
         with self._flush_lock:
             db = self._db

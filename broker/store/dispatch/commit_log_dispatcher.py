@@ -33,10 +33,5 @@ class CommitLogDispatcher(ABC):
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make applied state durable and advance the checkpoint."""
 
-    def flush_for_expiry(self) -> None:
-        """Make applied state durable now: commitlog segments below ``checkpoint`` are about to expire (a
-        dispatcher that keeps the commitlog and flushes on a long interval must not hold expiry back that long)."""
-        self.flush()
-
     def truncate_dirty(self, commit_log_end: int) -> None:  # noqa: B027 - optional hook
         """Forget state that points at or past ``commit_log_end`` (the commitlog lost its tail)."""
