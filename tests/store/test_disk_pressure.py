@@ -18,7 +18,7 @@ import pytest
 from broker.broker_config import ConfigError, load_broker_config
 from broker.store import disk_usage_watcher, mapped_file
 from broker.store.checkpoint import OffsetCheckpoint
-from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
+from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.consume_queue.file_consume_queue import UNIT, FileConsumeQueue
 from broker.store.disk_usage_watcher import MIN_CHECK_STEP, USAGE_FILE_ENV, DiskUsage, measure_disk_usage
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
@@ -205,27 +205,6 @@ def test_forced_deletion_honours_dispatchers_that_keep_the_commit_log(tmp_path: 
         while store.delete_expired_files(ignore_delete_when=False):
             pass
         assert store.commit_log.min_offset() == keeping.durable
-    finally:
-        store.shutdown()
-
-
-def test_the_rocksdb_consume_queue_keeps_the_commit_log_until_it_flushed(tmp_path: Path, disk: SteeredDisk) -> None:
-    """Its units and queue maxima go to RocksDB without a WAL: what it has not flushed is rebuilt only from the
-    commitlog. A segment expired before that flush, then a SIGKILL, restarted its queues at offset 0."""
-    store = MessageStore(store_config(tmp_path / "store", file_reserved_time_hours=1000, delete_when=_not_now(),
-                                      store_type=StoreType.DEFAULT_ROCKSDB))
-    store.start()
-    try:
-        _fill(store, 300)
-        cq = store.consume_queue_store
-        assert cq.checkpoint() < int(_segments(store)[1].name)  # not flushed yet
-        disk.set_percent(99)
-        assert store.delete_expired_files(ignore_delete_when=False) == 0
-        cq._flush(force=True)  # as its flush interval would, later
-        while store.delete_expired_files(ignore_delete_when=False):
-            pass
-        assert store.commit_log.min_offset() > 0
-        assert store.commit_log.min_offset() <= cq.checkpoint()
     finally:
         store.shutdown()
 

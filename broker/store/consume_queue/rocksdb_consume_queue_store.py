@@ -107,10 +107,6 @@ def read_durable_checkpoint(root: Path) -> int | None:
 
 
 class RocksDBConsumeQueueStore(ConsumeQueueStore):
-    # Units and queue maxima written since the last flush (no WAL) are rebuilt only by replaying the commitlog: a
-    # segment expired before they were flushed, then a SIGKILL, restarted its queues at offset 0.
-    keeps_commit_log = True
-
     def __init__(self, root: Path, store_time: Callable[[int], int], *,
                  flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S, flush_bytes: int = DEFAULT_FLUSH_BYTES) -> None:
         self.root = root

@@ -14,9 +14,8 @@ class CommitLogDispatcher(ABC):
     """
 
     name: str = "dispatcher"
-    # True for state that only a replay can rebuild (KV, the timer, the tier, the RocksDB consume queue):
-    # commitlog segments expire only below this dispatcher's checkpoint. Others (the file consume queue, whose
-    # files outlive the process; the index) lose nothing when expired data is gone.
+    # True for state that only a replay can rebuild (the KV store): commitlog segments expire only below
+    # this dispatcher's checkpoint. Others (consume queue, index) lose nothing when expired data is gone.
     keeps_commit_log: bool = False
 
     @abstractmethod
