@@ -39,3 +39,10 @@ def unlogged_write_options() -> WriteOptions:
     options = WriteOptions()
     options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says a method
     return options
+
+
+def synced_write_options() -> WriteOptions:
+    """Write options with the write-ahead log on and synced before the write returns."""
+    options = WriteOptions()
+    options.sync = True
+    return options

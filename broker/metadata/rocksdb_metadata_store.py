@@ -35,7 +35,7 @@ from broker.metadata.metadata_codec import (
     V,
 )
 from broker.metadata.metadata_store import MetadataStore, MetadataStores
-from broker.rocksdb_raw import raw_items
+from broker.rocksdb_raw import raw_items, synced_write_options
 from broker.store.config import StoreType
 
 log = logging.getLogger(__name__)
@@ -178,9 +178,7 @@ class RocksDBMetadata:
         marker.put(FORMAT_KEY, str(FORMAT_VERSION).encode())
         if present:
             marker.put(META_PREFIX + b"imported", str(int(time.time() * 1000)).encode())
-        synced = WriteOptions()
-        synced.sync = True
-        self.db.write(marker, synced)
+        self.db.write(marker, synced_write_options())
         if not present:
             log.info("metadata_created path=%s", self.path)
             return

@@ -162,12 +162,16 @@ class MappedFileQueue:
         f.wrote_position = f.flushed_position = offset - start
         return f
 
-    def delete_first(self, should_delete: Callable[[MappedFile], bool], max_count: int) -> list[MappedFile]:
-        """Delete leading segments while ``should_delete`` holds; never the last (the one written)."""
+    def delete_first(self, should_delete: Callable[[MappedFile], bool], max_count: int,
+                     before_delete: Callable[[int], bool] | None = None) -> list[MappedFile]:
+        """Delete leading segments while ``should_delete`` holds; never the last (the one written).
+        ``before_delete(new_min_offset)`` runs once they are chosen; False keeps them all."""
         files = list(self._files)
         removed: list[MappedFile] = []
         while len(files) > 1 and len(removed) < max_count and should_delete(files[0]):
             removed.append(files.pop(0))
+        if removed and before_delete is not None and not before_delete(files[0].file_from_offset):
+            return []
         if removed:
             with self._lock:  # from the list as it is now: a segment may have been added meanwhile
                 self._set([f for f in self._files if f not in removed])

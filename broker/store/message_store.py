@@ -70,6 +70,7 @@ class MessageStore(MessageStoreReader):
         self.disk_watcher = DiskUsageWatcher(config, self.running_flags, self.commit_log.mapped_file_queue.store_dir,
                                              self.commit_log.max_offset)
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
+                                                   self.consume_queue_store.prepare_expiry,
                                                    self._on_commit_log_expired, self.disk_watcher)
         self.disk_watcher.on_pressure(self.clean_service.wake)
         self.page_release = PageReleaseService(self.commit_log)

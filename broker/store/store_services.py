@@ -73,18 +73,21 @@ class CleanCommitLogService(PeriodicService):
       ``cleanFileForciblyEnable=false``), and only until it no longer is.
 
     Never the segment being written, never one the dispatch chain has not passed or a dispatcher that keeps the
-    commitlog (KV) has not made durable. Then moves queues' min offsets past the gap. A deleted segment's space
-    returns only when its mapping closes (``destroyMappedFileGrace`` later): until then it counts as freed, or
-    every pass of that grace would delete more."""
+    commitlog (KV) has not made durable. Before deleting, ``before_delete`` lets the consume queue make durable
+    what replay could not rebuild (if it cannot, nothing goes). Then moves queues' min offsets past the gap. A
+    deleted segment's space returns only when its mapping closes (``destroyMappedFileGrace`` later): until then
+    it counts as freed, or every pass of that grace would delete more."""
 
     MAX_DELETE_PER_PASS = 10
 
     def __init__(self, config: MessageStoreConfig, commit_log: CommitLog, dispatched_offset: Callable[[], int],
-                 on_deleted: Callable[[int], None], disk_watcher: "DiskUsageWatcher") -> None:
+                 before_delete: Callable[[int], None], on_deleted: Callable[[int], None],
+                 disk_watcher: "DiskUsageWatcher") -> None:
         super().__init__("clean-commitlog", config.clean_resource_interval_ms / 1000)
         self.config = config
         self.commit_log = commit_log
         self.dispatched_offset = dispatched_offset
+        self.before_delete = before_delete
         self.on_deleted = on_deleted
         self.disk_watcher = disk_watcher
 
@@ -100,7 +103,7 @@ class CleanCommitLogService(PeriodicService):
         crowded = used > self.config.disk_max_used_space_ratio
         removed: list[MappedFile] = []
         if crowded or ignore_delete_when or self.is_delete_hour():
-            removed = mfq.delete_first(self._deletable(usage, retired), self.MAX_DELETE_PER_PASS)
+            removed = mfq.delete_first(self._deletable(usage, retired), self.MAX_DELETE_PER_PASS, self._prepare)
         if removed:
             min_offset = self.commit_log.min_offset()
             log.info("commitlog_expired deleted=%d new_min_offset=%d disk_used_percent=%.1f", len(removed),
@@ -110,6 +113,14 @@ class CleanCommitLogService(PeriodicService):
         if removed or retired:
             self.disk_watcher.check()  # space may be back: take writes again without waiting for the next check
         return len(removed)
+
+    def _prepare(self, new_min_offset: int) -> bool:
+        try:
+            self.before_delete(new_min_offset)
+        except Exception as exc:  # e.g. ENOSPC: deleting now could lose what a crash cannot rebuild
+            log.error("commitlog_expiry_held new_min_offset=%d reason=%r", new_min_offset, exc)
+            return False
+        return True
 
     def _deletable(self, usage: "DiskUsage", retired: int) -> Callable[[MappedFile], bool]:
         """Which leading segments may go: dispatched ones past their reserved time, and, while the disk stays

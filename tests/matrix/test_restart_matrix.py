@@ -60,9 +60,11 @@ class Workload:
         self.cluster = cluster
         self.topic, self.static_topic = unique("RsNormal"), unique("RsStatic")
         self.pop_topic, self.delay_topic, self.tx_topic = unique("RsPop"), unique("RsDelay"), unique("RsTx")
+        self.auto_topic = unique("RsAuto")  # single sends of an auto_batch producer
         self.group = unique("rs-group")
         self.sent: dict[MessageQueue, dict[int, bytes]] = {}
         self.static_sent: dict[int, list[tuple[int, bytes]]] = {}
+        self.auto_sent: dict[MessageQueue, dict[int, bytes]] = {}
         self.kv: dict[bytes, bytes | None] = {}
         self.pop_bodies = [b"pop-%03d" % i for i in range(200)]
         self.pop_acked: set[bytes] = set()
@@ -77,7 +79,7 @@ class Workload:
 
     def run(self, producer: Producer) -> None:
         c = self.cluster
-        for topic in (self.topic, self.pop_topic, self.delay_topic, self.tx_topic):
+        for topic in (self.topic, self.pop_topic, self.delay_topic, self.tx_topic, self.auto_topic):
             create_topic(c, topic, 4)
         with Admin(c.addr) as admin:
             created = admin.update_static_topic(self.static_topic, 4, brokers=["broker-a"])
@@ -86,6 +88,7 @@ class Workload:
         for i in range(30):
             batch = [Message(self.topic, b"n-%03d-%02d-" % (i, j) + bytes([i]) * 500) for j in range(10)]
             record(self.sent, batch, producer.send_batch(batch))
+        self._auto_batched()
         self._static(producer, "first")
         with Admin(c.addr) as admin:
             moved = admin.remap_static_topic(self.static_topic, brokers=["broker-b"])
@@ -124,6 +127,14 @@ class Workload:
         for i in range(6):
             producer.send(Message(self.delay_topic, b"delay-%d" % i, deliver_at_ms=self.due_ms))
         producer.begin_transaction().send(Message(self.tx_topic, b"tx-open"))
+
+    def _auto_batched(self) -> None:
+        """600 single sends at once from one thread: they leave in batches, each answered on its own."""
+        with Producer(self.cluster.addr, auto_batch=True) as batching:
+            msgs = [Message(self.auto_topic, b"a-%04d-" % i + bytes(300)) for i in range(600)]
+            futures = [batching.send_async(msg) for msg in msgs]
+            for msg, future in zip(msgs, futures, strict=True):
+                record(self.auto_sent, [msg], future.result(timeout=30))
 
     def _static(self, producer: Producer, tag: str) -> None:
         for body, r in send_by_message_group(producer, self.static_topic, tag, 40):
@@ -178,6 +189,8 @@ def test_every_feature_recovers_from_a_sigkill_of_both_brokers(cluster: Cluster)
                 got = read_all(reader, mq)
                 assert [o for o, _ in got] == list(range(len(want))), mq
                 assert dict(got) == want, f"bytes differ on {mq}"
+            for mq in reader.queues(work.auto_topic):  # each auto-batched send where its own result said
+                assert dict(read_all(reader, mq)) == work.auto_sent.get(mq, {}), mq
             for mq in reader.queues(work.static_topic):  # both links
                 assert read_all(reader, mq) == sorted(work.static_sent[mq.queue_id]), mq
         with PullConsumer(cluster.addr, group=work.group) as consumer:

@@ -13,6 +13,8 @@ A SIGKILL can still cut that write short (the kernel checks for a fatal signal b
 first drops an unterminated last line left by the one before; otherwise its first line would be glued to it.
 ``ready`` is printed once the store has started. With ``--count N`` the child stops appending after N
 acknowledged messages, waits until they are dispatched, prints ``done`` and idles until it is killed.
+``--expire`` (with ``--count``) then appends to queue 0 alone until the commitlog starts a new segment and
+deletes every older segment before ``done``: the other queues have no message left in the commitlog.
 With ``--store-type defaultRocksDB`` the consume queue lives in RocksDB (WAL off) and is flushed as often
 as the checkpoints are written, so the interval means the same for both store types.
 """
@@ -65,6 +67,34 @@ def open_ack_file(path: str) -> int:
     return fd
 
 
+def put_and_ack(store: MessageStore, ack_fd: int, queue_id: int, bodies: list[bytes],
+                properties: list[bytes]) -> int | None:
+    """One put; once acknowledged, one ack line per message. Returns the put's end offset, None if refused."""
+    result = store.put_messages(TOPIC, queue_id, bodies, properties)
+    if result.status is not PutMessageStatus.PUT_OK:
+        print(f"put_failed status={result.status.value} error={result.error}", file=sys.stderr, flush=True)
+        return None
+    assert result.append is not None
+    lines = "".join(f"{queue_id} {result.queue_offset + i} {hashlib.sha256(body).hexdigest()}\n"
+                    for i, body in enumerate(bodies))
+    write_all(ack_fd, lines.encode())
+    return result.append.end_offset
+
+
+def expire_all_but_queue_zero(store: MessageStore, ack_fd: int, last_end: int) -> int:
+    """Queue 0 alone until the commitlog rolls to a new segment, then every older segment expires."""
+    segment = last_end // COMMIT_LOG_SEGMENT
+    while last_end // COMMIT_LOG_SEGMENT == segment:
+        end = put_and_ack(store, ack_fd, 0, [os.urandom(1000)], [b""])
+        assert end is not None
+        last_end = end
+    assert store.wait_dispatched(last_end, 10.0)
+    store.config.file_reserved_time_hours = 0
+    while store.delete_expired_files():
+        pass
+    return last_end
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.store.crash_child")
     parser.add_argument("store_dir")
@@ -73,6 +103,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-interval-ms", type=int, default=1000,
                         help="how often dispatcher state and the flushed checkpoint are written")
     parser.add_argument("--store-type", type=StoreType, default=StoreType.DEFAULT, choices=list(StoreType))
+    parser.add_argument("--expire", action="store_true", help="after --count, expire all but queue 0's last messages")
     args = parser.parse_args()
 
     rng = random.Random(os.getpid())
@@ -96,19 +127,16 @@ def main() -> int:
                 properties.append(encode_properties(props))
             else:
                 properties.append(b"")
-        result = store.put_messages(TOPIC, queue_id, bodies, properties)
-        if result.status is not PutMessageStatus.PUT_OK:
-            print(f"put_failed status={result.status.value} error={result.error}", file=sys.stderr, flush=True)
+        end = put_and_ack(store, ack_fd, queue_id, bodies, properties)
+        if end is None:
             if args.count is not None:
                 return 3
             continue
-        assert result.append is not None
-        last_end = result.append.end_offset
-        lines = "".join(f"{queue_id} {result.queue_offset + i} {hashlib.sha256(body).hexdigest()}\n"
-                        for i, body in enumerate(bodies))
-        write_all(ack_fd, lines.encode())
+        last_end = end
         acked += len(bodies)
 
+    if args.expire:
+        last_end = expire_all_but_queue_zero(store, ack_fd, last_end)
     if not store.wait_dispatched(last_end, 10.0):
         print(f"dispatch_timeout end={last_end}", file=sys.stderr, flush=True)
         return 4

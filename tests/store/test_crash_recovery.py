@@ -508,3 +508,29 @@ def test_consume_queue_past_end_is_truncated(tmp_path: Path, store_type: str) ->
         assert verify_store(store, acks) == expected_max_offsets(acks)
         assert store.commit_log.max_offset() == physical
         put_and_read_back(store, qid, offset, expected_physical=physical)
+
+
+def test_queues_whose_messages_all_expired_keep_their_offsets_across_a_sigkill(tmp_path: Path,
+                                                                               store_type: str) -> None:
+    """Queues 1-3 lose every message to expiry while their consume queue was never flushed (for RocksDB: only
+    in the memtable, the WAL is off). After the SIGKILL no replay can rebuild their max offsets: they must
+    still be where they were, or new messages would take offsets consumers have already seen."""
+    store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
+    acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 200,
+                              "--checkpoint-interval-ms", "3600000", "--expire")
+    expected = expected_max_offsets(acks)
+    with opened_store(store_dir, store_type) as store:
+        commit_log_min = store.commit_log.min_offset()
+        assert commit_log_min > 0
+        in_log = commit_log_records(store)
+        assert {qid for qid, _ in in_log} == {0}, "queues 1-3 still have messages in the commitlog"
+        for qid in range(QUEUES):
+            assert store.max_offset(TOPIC, qid) == expected[qid], f"queue {qid} does not continue where it was"
+        for qid in range(1, QUEUES):
+            assert store.min_offset(TOPIC, qid) == expected[qid], f"queue {qid}: its expired units are served"
+        surviving = sorted(offset for qid, offset in in_log)
+        assert surviving[-1] + 1 == expected[0] and store.min_offset(TOPIC, 0) <= surviving[0]
+        for offset in surviving:
+            assert hashlib.sha256(read_one(store, 0, offset).body).hexdigest() == acks[(0, offset)]
+        for qid in range(QUEUES):
+            put_and_read_back(store, qid, expected[qid])

@@ -289,6 +289,32 @@ def test_correct_min_offset_moves_min_and_deletes_units(tmp_path: Path):
     cq.shutdown()
 
 
+def test_prepare_expiry_logs_only_queues_it_empties_and_only_past_the_checkpoint(tmp_path: Path):
+    cq = open_cq(tmp_path / "cq", flush_interval_s=3600)
+    counting = CountingDb(cq.db)
+    cq._db = counting  # type: ignore[assignment]
+    log = Log()
+    cq.dispatch(log.append("Gone", 0, 10) + log.append("Kept", 0, 10), log.end)
+    boundary = log.end  # everything so far expires
+    cq.dispatch(log.append("Kept", 0, 5), log.end)
+    wal = [p for p in (tmp_path / "cq").iterdir() if p.suffix == ".log"]
+    cq.prepare_expiry(boundary)
+    # one synced batch through the WAL: Gone emptied (its units deleted, bounds at its max); Kept untouched,
+    # since its units past the boundary come back by replay after a crash
+    assert counting.batches[2:] == [2] and any(p.stat().st_size > 0 for p in wal)  # a range delete, the bounds
+    assert (cq.min_offset("Gone", 0), cq.max_offset("Gone", 0)) == (10, 10)
+    assert (cq.min_offset("Kept", 0), cq.max_offset("Kept", 0)) == (0, 15)
+    cq.correct_min_offset(boundary)  # after the deletion: the rest moves as always
+    assert cq.min_offset("Kept", 0) == 10
+    cq.flush_interval_s = 0
+    cq.flush()
+    cq.dispatch(log.append("Gone2", 0, 3), log.end)
+    writes = len(counting.batches)
+    cq.prepare_expiry(log.end - 3 * SIZE)  # covered by the flushed checkpoint: nothing to write
+    assert len(counting.batches) == writes
+    cq.shutdown()
+
+
 def test_truncate_dirty_cuts_units_past_the_commit_log_end(tmp_path: Path):
     cq = open_cq(tmp_path / "cq", flush_interval_s=0)
     log = Log()

@@ -73,6 +73,11 @@ class ConsumeQueueStore(CommitLogDispatcher):
     def correct_min_offset(self, commit_log_min_offset: int) -> None:
         """Move every queue's min offset past units whose messages the commitlog no longer has."""
 
+    def prepare_expiry(self, commit_log_min_offset: int) -> None:
+        """Called before the commitlog below ``commit_log_min_offset`` is deleted: make durable now whatever a
+        crash right after the deletion could not rebuild by replay. Raises when that fails (the segments stay)."""
+        return None
+
     @abstractmethod
     def delete_topic(self, topic: str) -> None: ...
 

@@ -22,7 +22,9 @@ of a core and 0.80 GB of compaction writes; this policy 61% and 0.33 GB. So a ca
 ``flush_interval_s`` (10 s) passed since the last flush or the active memtable holds ``flush_bytes``
 (48 MiB, about when RocksDB would switch memtables itself); otherwise it does nothing and the checkpoint
 lags: a crash re-dispatches up to ~10 s more of the commitlog (idempotent). ``shutdown`` always flushes;
-truncation at recovery and topic deletion flush at once, expiry at the next call.
+truncation at recovery and topic deletion flush at once, expiry at the next call. The one thing replay cannot
+rebuild is the max offset of a queue whose messages all expired before a flush: ``prepare_expiry`` writes those
+queues' bounds through the WAL before the segments go (see there).
 """
 
 import logging
@@ -32,9 +34,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from broker.rocksdb_raw import raw_items, unlogged_write_options
+from broker.rocksdb_raw import raw_items, synced_write_options, unlogged_write_options
 from broker.store.consume_queue.consume_queue_store import (
     BoundaryType,
     ConsumeQueueStore,
@@ -115,6 +117,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         self.flush_bytes = flush_bytes
         self._db: Rdict | None = None
         self._write_options = unlogged_write_options()
+        self._synced_write_options = synced_write_options()
         self._queues: dict[QueueKey, _Queue] = {}
         self._dispatched_offset = 0
         self._checkpoint = 0
@@ -333,6 +336,27 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
     # -- maintenance -------------------------------------------------------------------------------
     def correct_min_offset(self, commit_log_min_offset: int) -> None:
         """Move each queue's min past units below the commitlog's min and delete_range them."""
+        applied = self._apply_min_moves(self._min_moves(commit_log_min_offset), self._write_options)
+        if applied:
+            self._flush_now = True  # durable at the next flush call, not after seconds
+            log.info("consume_queue_min_corrected commitlog_min=%d queues=%d", commit_log_min_offset, applied)
+
+    def prepare_expiry(self, commit_log_min_offset: int) -> None:
+        """A queue whose units all lie below the new commitlog min may hold them only in the memtable (the WAL is
+        off). After a crash, no replay could bring back its max offset (its messages are gone): the queue would
+        restart at an old offset and hand those offsets out again. So each such queue's emptied bounds go through
+        the WAL, synced, before the segments go. A queue with a unit above the new min needs nothing: replay
+        brings that unit back. Nothing at all when the flushed checkpoint already covers the range."""
+        if self._checkpoint >= commit_log_min_offset:
+            return
+        emptied = [(q, low) for q, low in self._min_moves(commit_log_min_offset) if low >= q.max_offset]
+        applied = self._apply_min_moves(emptied, self._synced_write_options, only_emptying=True)
+        if applied:
+            log.info("consume_queue_emptied_before_expiry commitlog_min=%d checkpoint=%d queues=%d",
+                     commit_log_min_offset, self._checkpoint, applied)
+
+    def _min_moves(self, commit_log_min_offset: int) -> list[tuple[_Queue, int]]:
+        """Each queue with units below ``commit_log_min_offset``, and the offset of its first unit at or past it."""
         moves: list[tuple[_Queue, int]] = []
         for queue in list(self._queues.values()):
             low, high = queue.min_offset, queue.max_offset
@@ -349,25 +373,31 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
             new_low = bisect_offsets(low, high, physical, commit_log_min_offset, strict=False)
             if new_low > low:
                 moves.append((queue, new_low))
+        return moves
+
+    def _apply_min_moves(self, moves: list[tuple[_Queue, int]], write_options: WriteOptions,
+                         only_emptying: bool = False) -> int:
+        """Write the moves in one batch; returns how many applied. ``only_emptying`` skips a queue that got a
+        unit since the moves were computed (that unit lies above the expired range)."""
         if not moves:
-            return
+            return 0
         batch = WriteBatch(raw_mode=True)
         applied: list[tuple[_Queue, int]] = []
         with self._lock:
             for queue, new_low in moves:
                 if queue.min_offset >= new_low or self._queues.get(queue.key) is not queue:
                     continue  # moved or deleted meanwhile
+                if only_emptying and new_low < queue.max_offset:
+                    continue
                 new_low = min(new_low, queue.max_offset)
                 batch.delete_range(queue.prefix + OFFSET.pack(0), queue.prefix + OFFSET.pack(new_low))
                 batch.put(queue.meta_key, META.pack(new_low, queue.max_offset))
                 applied.append((queue, new_low))
-            if not applied:
-                return
-            self.db.write(batch, self._write_options)
+            if applied:
+                self.db.write(batch, write_options)
             for queue, new_low in applied:
                 queue.min_offset = new_low
-            self._flush_now = True  # durable at the next flush call, not after seconds
-        log.info("consume_queue_min_corrected commitlog_min=%d queues=%d", commit_log_min_offset, len(applied))
+        return len(applied)
 
     def delete_topic(self, topic: str) -> None:
         name = topic.encode()
