@@ -16,6 +16,12 @@ from typing import IO, Any
 
 import pytest
 
+# PySpark forks to launch its JVM (a preexec_fn), and gRPC's fork handlers, running in that child of a process with
+# channels open, can end it before its exec: "epoll_wait error", then JAVA_GATEWAY_EXITED (seen once in the Spark
+# tests). spark_jobs turns them off for its own processes (spark_jobs/__init__.py); a test process imports gRPC long
+# before spark_jobs, so it is done here, before any test module imports gRPC. No test forks a gRPC user.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 FAULT_DIR_ENV = "RMQ_TEST_FAULT_DIR"
 _open_files: list[IO[str]] = []
 

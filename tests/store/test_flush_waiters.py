@@ -35,9 +35,10 @@ def test_waits_share_one_fsync_and_each_ends_once_its_offset_is_flushed(open_sto
     """The fsync is held while 64 sends append and wait; once it goes, one or two fsyncs answer all of them (a
     thread per wait let six share one)."""
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    waiters = FlushWaiters(store.flush_service)
     flushes: list[int] = []
+    # Told before the waiters' own listener: a flush is recorded before the waits it ends can be answered.
     store.flush_service.add_flush_listener(lambda offset: flushes.append(-1 if offset is None else offset))
+    waiters = FlushWaiters(store.flush_service)
     gate = threading.Event()
     real_flush = store.commit_log.mapped_file_queue.flush
 
