@@ -71,7 +71,7 @@ class MessageStore(MessageStoreReader):
                                              self.commit_log.max_offset)
         self.clean_service = CleanCommitLogService(config, self.commit_log, self._replay_start,
                                                    self.consume_queue_store.prepare_expiry,
-                                                   self._on_commit_log_expired, self.disk_watcher)
+                                                   self.correct_min_offsets, self.disk_watcher)
         self.disk_watcher.on_pressure(self.clean_service.wake)
         self.page_release = PageReleaseService(self.commit_log)
         self.store_host = encode_host(config.store_host)
@@ -417,7 +417,8 @@ class MessageStore(MessageStoreReader):
         """Run one expiry pass now (normally the clean service's timer does); returns segments deleted."""
         return self.clean_service.run_once(ignore_delete_when=ignore_delete_when)
 
-    def _on_commit_log_expired(self, commit_log_min_offset: int) -> None:
+    def correct_min_offsets(self, commit_log_min_offset: int) -> None:
+        """What follows the commitlog's min moving (expiry, and again at start: a crash may have lost the moves)."""
         self.consume_queue_store.correct_min_offset(commit_log_min_offset)
         if self.index_service:
             self.index_service.delete_expired(commit_log_min_offset)

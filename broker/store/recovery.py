@@ -50,7 +50,7 @@ def recover(store: "MessageStore") -> None:
     except Exception:  # e.g. a full disk: fail-stopped and logged; start anyway, serving what was dispatched
         replayed = -1
     if commit_log.min_offset() > 0:  # a queue's min moved by expiry may not have been made durable before a crash
-        store.consume_queue_store.correct_min_offset(commit_log.min_offset())
+        store.correct_min_offsets(commit_log.min_offset())
     commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
     log.info(
         "store_recovered mode=%s commitlog_min=%d commitlog_end=%d confirm=%d reput_from=%d replayed=%d "
