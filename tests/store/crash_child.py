@@ -37,11 +37,11 @@ COMMIT_LOG_SEGMENT = 64 * 1024
 CONSUME_QUEUE_SEGMENT = 20 * 500
 
 
-def store_config(store_dir: str, checkpoint_interval_ms: int = 1000,
-                 store_type: StoreType = StoreType.DEFAULT) -> MessageStoreConfig:
+def store_config(store_dir: str, checkpoint_interval_ms: int = 1000, store_type: StoreType = StoreType.DEFAULT,
+                 flush_disk_type: FlushDiskType = FlushDiskType.SYNC_FLUSH) -> MessageStoreConfig:
     return MessageStoreConfig(
         store_path_root_dir=store_dir,
-        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        flush_disk_type=flush_disk_type,
         mapped_file_size_commit_log=COMMIT_LOG_SEGMENT,
         mapped_file_size_consume_queue=CONSUME_QUEUE_SEGMENT,
         flush_interval_consume_queue_ms=checkpoint_interval_ms,
@@ -104,10 +104,13 @@ def main() -> int:
                         help="how often dispatcher state and the flushed checkpoint are written")
     parser.add_argument("--store-type", type=StoreType, default=StoreType.DEFAULT, choices=list(StoreType))
     parser.add_argument("--expire", action="store_true", help="after --count, expire all but queue 0's last messages")
+    parser.add_argument("--flush-disk-type", type=FlushDiskType, default=FlushDiskType.SYNC_FLUSH,
+                        choices=list(FlushDiskType), help="ASYNC_FLUSH: acknowledged before the fsync")
     args = parser.parse_args()
 
     rng = random.Random(os.getpid())
-    store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms, args.store_type))
+    store = MessageStore(store_config(args.store_dir, args.checkpoint_interval_ms, args.store_type,
+                                      args.flush_disk_type))
     if args.store_type is StoreType.DEFAULT_ROCKSDB:  # a RocksDB flush (and checkpoint) on every flush service run
         store.consume_queue_store.flush_interval_s = args.checkpoint_interval_ms / 1000
     ack_fd = open_ack_file(args.ack_file)

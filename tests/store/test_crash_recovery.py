@@ -510,14 +510,15 @@ def test_consume_queue_past_end_is_truncated(tmp_path: Path, store_type: str) ->
         put_and_read_back(store, qid, offset, expected_physical=physical)
 
 
-def test_queues_whose_messages_all_expired_keep_their_offsets_across_a_sigkill(tmp_path: Path,
-                                                                               store_type: str) -> None:
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_queues_whose_messages_all_expired_keep_their_offsets_across_a_sigkill(tmp_path: Path, store_type: str,
+                                                                               flush: str) -> None:
     """Queues 1-3 lose every message to expiry while their consume queue was never flushed (for RocksDB: only
     in the memtable, the WAL is off). After the SIGKILL no replay can rebuild their max offsets: they must
     still be where they were, or new messages would take offsets consumers have already seen."""
     store_dir, ack_file = tmp_path / "store", tmp_path / "acks"
     acks = run_child_to_count(store_dir, ack_file, tmp_path / "child.log", store_type, 200,
-                              "--checkpoint-interval-ms", "3600000", "--expire")
+                              "--checkpoint-interval-ms", "3600000", "--expire", "--flush-disk-type", flush)
     expected = expected_max_offsets(acks)
     with opened_store(store_dir, store_type) as store:
         commit_log_min = store.commit_log.min_offset()
