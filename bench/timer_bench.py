@@ -89,11 +89,12 @@ def _receive(ns_addr: str, count: int, timeout_s: float) -> tuple[list[float], l
     the store (ms past its due time). Raises if one came early."""
     lateness: dict[int, float] = {}
     stored: dict[int, float] = {}
-    early: list[tuple[int, float]] = []
+    early: list[tuple[int, float, int]] = []  # message number, ms arrived and ms stored past its due time
     with PullConsumer(ns_addr, group="bench-timer") as consumer:
         queues = consumer.queues(TOPIC)
         offsets = {mq: 0 for mq in queues}
         pulls: dict[MessageQueue, Future[PullResult]] = {}
+        arrived_ms: dict[Future[PullResult], float] = {}  # stamped as each pull completes, not when looked at
         deadline = time.monotonic() + timeout_s
         while len(lateness) < count:
             if time.monotonic() > deadline:
@@ -101,12 +102,13 @@ def _receive(ns_addr: str, count: int, timeout_s: float) -> tuple[list[float], l
             for mq in queues:
                 if mq not in pulls:
                     pulls[mq] = consumer.pull_async(mq, offsets[mq], 256, suspend_ms=200)
+                    pulls[mq].add_done_callback(lambda f: arrived_ms.__setitem__(f, time.time() * 1000))
             wait(list(pulls.values()), timeout=1, return_when=FIRST_COMPLETED)
-            arrived = time.time() * 1000
             for mq, pull in list(pulls.items()):
                 if not pull.done():
                     continue
                 del pulls[mq]
+                arrived = arrived_ms.pop(pull, time.time() * 1000)  # (done, its callback not yet run: now)
                 result = pull.result()
                 offsets[mq] = result.next_begin_offset
                 for m in result.messages:
@@ -115,11 +117,12 @@ def _receive(ns_addr: str, count: int, timeout_s: float) -> tuple[list[float], l
                         lateness[number] = arrived - due
                         stored[number] = m.store_timestamp - due
                         if arrived < due or m.store_timestamp < due:
-                            early.append((number, arrived - due))
+                            early.append((number, round(arrived - due, 1), m.store_timestamp - due))
         for pull in pulls.values():
             pull.result()
     if early:
-        raise AssertionError(f"{len(early)} delivered before due, e.g. {early[:3]}")
+        raise AssertionError(f"{len(early)} delivered before due (number, arrived - due ms, stored - due ms), "
+                             f"e.g. {early[:3]}")
     return list(lateness.values()), list(stored.values())
 
 
