@@ -3,6 +3,7 @@
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster.daemon_process import (
     REPO,
@@ -15,8 +16,11 @@ from cluster.daemon_process import (
     write_broker_conf,
 )
 
+if TYPE_CHECKING:
+    from client import Admin
+
 __all__ = ["REPO", "Cluster", "Daemon", "DaemonStartError", "make_cluster", "start_broker", "start_daemon",
-           "start_namesrv", "wait_until", "write_broker_conf"]
+           "start_namesrv", "static_route_epoch", "wait_static_route", "wait_until", "write_broker_conf"]
 
 
 @dataclass
@@ -62,3 +66,24 @@ def make_cluster(workdir: Path, broker_names: Iterable[str] = ("broker-a", "brok
         cluster.stop()
         raise
     return cluster
+
+
+def static_route_epoch(admin: "Admin", topic: str) -> int:
+    """The lowest epoch of the static topic's mapping among the brokers the name server routes it to; -1 while
+    it routes none (a new topic: brokers register it on their own threads, after the admin call returned)."""
+    from client import MQClientError
+
+    try:
+        infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
+    except MQClientError:  # TOPIC_NOT_EXIST until the first broker registered it
+        return -1
+    return min((i.epoch for i in infos), default=-1)
+
+
+def wait_static_route(namesrv_addr: str, topic: str, epoch: int, timeout: float = 15.0) -> None:
+    """Until the name server routes the static topic with every broker's mapping at ``epoch`` or later."""
+    from client import Admin
+
+    with Admin(namesrv_addr) as admin:
+        wait_until(lambda: static_route_epoch(admin, topic) >= epoch, timeout=timeout,
+                   what=f"route of {topic} at epoch {epoch}")

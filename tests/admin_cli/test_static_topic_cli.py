@@ -17,7 +17,7 @@ from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetai
 from common.topic_config import TopicConfig
 from proto import broker_pb2, broker_pb2_grpc
 from tests.admin_cli.helpers import CLUSTER, fails, ok, ok_json, table_lines, wait_route
-from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
+from tests.cluster import Daemon, start_broker, start_namesrv, wait_static_route, wait_until
 
 BROKERS = ["broker-a", "broker-b", "broker-c"]
 
@@ -76,11 +76,7 @@ class Cluster:
 
     def wait_static_route(self, topic: str, epoch: int) -> None:
         """Until the name server's route shows the topic's mapping at ``epoch`` (registration is asynchronous)."""
-        with Admin(self.addr) as admin:
-            def ready() -> bool:
-                infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
-                return bool(infos) and min(i.epoch for i in infos) >= epoch
-            wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
+        wait_static_route(self.addr, topic, epoch)
 
 
 def leaders(details: dict[str, TopicQueueMappingDetail]) -> dict[int, str]:

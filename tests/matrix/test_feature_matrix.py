@@ -35,7 +35,7 @@ from client.results import SendResult, SendStatus
 from common.message import MessageExt
 from common.receipt_handle import ReceiptHandle
 from common.statictopic.logic_queue_mapping_item import BLOCK_SIZE, LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
-from tests.cluster import Cluster, make_cluster, wait_until
+from tests.cluster import Cluster, make_cluster, wait_static_route, wait_until
 
 BROKERS = ("broker-a", "broker-b")
 SEGMENT_BYTES = 256 * 1024
@@ -96,15 +96,7 @@ def create_topic(cluster: Cluster, topic: str, queues: int, brokers: tuple[str, 
 
 
 def wait_route_epoch(cluster: Cluster, topic: str, epoch: int) -> None:
-    """Until the name server's route shows every broker of the static topic at ``epoch`` or later."""
-    with Admin(cluster.addr) as admin:
-        def ready() -> bool:
-            try:
-                infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
-            except MQClientError:  # not registered yet (brokers register every registerNameServerPeriod)
-                return False
-            return bool(infos) and min(i.epoch for i in infos) >= epoch
-        wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
+    wait_static_route(cluster.addr, topic, epoch)
 
 
 def record(sent: dict[MessageQueue, dict[int, bytes]], batch: list[Message], result: SendResult) -> None:

@@ -5,13 +5,8 @@ broker), with their logic queue ids."""
 import uuid
 
 from client import Admin
-from tests.cluster import wait_until
+from tests.cluster import static_route_epoch, wait_until
 from tests.proxy.conftest import OfficialClient, ProxyCluster
-
-
-def route_epoch(admin: Admin, topic: str) -> int:
-    infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
-    return min((i.epoch for i in infos), default=-1)
 
 
 def test_static_topic_produced_and_consumed_through_the_proxy_across_a_remap(proxy_cluster: ProxyCluster,
@@ -22,9 +17,9 @@ def test_static_topic_produced_and_consumed_through_the_proxy_across_a_remap(pro
         admin.update_static_topic(topic, 4, brokers=["broker-a"])
         wait_until(lambda: admin.is_static_topic(topic), timeout=15, what="the static topic routed")
         before = official_client.run("produce.py", proxy_cluster.endpoint, topic, 20, "--prefix", "before")
-        epoch = route_epoch(admin, topic)
+        epoch = static_route_epoch(admin, topic)
         admin.remap_static_topic(topic, brokers=["broker-b"])
-        wait_until(lambda: route_epoch(admin, topic) > epoch, timeout=15, what="the remapped route")
+        wait_until(lambda: static_route_epoch(admin, topic) > epoch, timeout=15, what="the remapped route")
     after = official_client.run("produce.py", proxy_cluster.endpoint, topic, 20, "--prefix", "after")
     sent = {line["message_id"]: line["body"] for line in before + after if "message_id" in line}
     assert len(sent) == 40

@@ -6,7 +6,7 @@ import grpc
 
 from client import Admin
 from proto import broker_pb2, broker_pb2_grpc
-from tests.cluster import Cluster, make_cluster, wait_until
+from tests.cluster import Cluster, make_cluster, wait_static_route
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 
@@ -20,16 +20,13 @@ class StaticCluster(Cluster):
 
     def wait_route_epoch(self, topic: str, epoch: int) -> None:
         """Until the name server's route shows every broker of the topic at ``epoch`` or later."""
-        with Admin(self.addr) as admin:
-            def ready() -> bool:
-                infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
-                return bool(infos) and min(i.epoch for i in infos) >= epoch
-            try:
-                wait_until(ready, timeout=15, what=f"route of {topic} at epoch {epoch}")
-            except TimeoutError as exc:  # say where each side stands: the route's epochs and the brokers' own
+        try:
+            wait_static_route(self.addr, topic, epoch)
+        except TimeoutError as exc:  # say where each side stands: the route's epochs and the brokers' own
+            with Admin(self.addr) as admin:
                 routed = {b: i.epoch for b, i in admin.topic_route(topic).topic_queue_mapping_by_broker.items()}
-                held = {b: self.mapping(b, topic).detail.epoch for b in self.brokers}
-                raise TimeoutError(f"{exc}; route epochs {routed}, broker epochs {held}") from exc
+            held = {b: self.mapping(b, topic).detail.epoch for b in self.brokers}
+            raise TimeoutError(f"{exc}; route epochs {routed}, broker epochs {held}") from exc
 
 
 def make_static_cluster(workdir: Path, **settings: object) -> StaticCluster:
