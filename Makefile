@@ -47,12 +47,14 @@ venv: dev spark
 # PYTEST_ARGS narrows a run (e.g. PYTEST_ARGS=tests/store); empty runs the whole suite. Its files run on
 # TEST_WORKERS processes (pytest-xdist; a file's tests stay together, on one, in order: they share module
 # fixtures). In one process the suite kept about one of CI's two cores busy: 41-44 minutes, against 19-25 on two.
+# Two workers still left half of two cores idle (the tests mostly wait on their daemons): on one machine, 13:38
+# with two, 11:42 with three beside a busy-looping process, 8:44 with four. Three, for a slower CI machine.
 # TEST_WORKERS=0 runs the tests in pytest's own process (for --pdb).
 # The tests start daemons and CLI runs as new Python processes. Where the environment forbids writing bytecode
 # (PYTHONDONTWRITEBYTECODE, set on some images), each one compiled every module again: 16-22% of the time of
 # the daemon-heavy files measured. Bytecode goes under the venv instead (PYTHONPYCACHEPREFIX): the tree stays
 # clean either way.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy
