@@ -18,9 +18,11 @@ from cluster.daemon_process import (
 
 if TYPE_CHECKING:
     from client import Admin
+    from proto.common_pb2 import TopicQueueMappingInfo
 
 __all__ = ["REPO", "Cluster", "Daemon", "DaemonStartError", "make_cluster", "start_broker", "start_daemon",
-           "start_namesrv", "static_route_epoch", "wait_static_route", "wait_until", "write_broker_conf"]
+           "start_namesrv", "static_route_epoch", "static_route_mappings", "wait_static_route", "wait_until",
+           "write_broker_conf"]
 
 
 @dataclass
@@ -68,16 +70,20 @@ def make_cluster(workdir: Path, broker_names: Iterable[str] = ("broker-a", "brok
     return cluster
 
 
-def static_route_epoch(admin: "Admin", topic: str) -> int:
-    """The lowest epoch of the static topic's mapping among the brokers the name server routes it to; -1 while
-    it routes none (a new topic: brokers register it on their own threads, after the admin call returned)."""
+def static_route_mappings(admin: "Admin", topic: str) -> dict[str, "TopicQueueMappingInfo"]:
+    """The static topic's mapping of each broker the name server routes it to; empty while it routes none (a new
+    topic: brokers register it on their own threads, after the admin call returned)."""
     from client import MQClientError
 
     try:
-        infos = admin.topic_route(topic).topic_queue_mapping_by_broker.values()
+        return dict(admin.topic_route(topic).topic_queue_mapping_by_broker)
     except MQClientError:  # TOPIC_NOT_EXIST until the first broker registered it
-        return -1
-    return min((i.epoch for i in infos), default=-1)
+        return {}
+
+
+def static_route_epoch(admin: "Admin", topic: str) -> int:
+    """The lowest epoch among :func:`static_route_mappings`; -1 while none is routed."""
+    return min((i.epoch for i in static_route_mappings(admin, topic).values()), default=-1)
 
 
 def wait_static_route(namesrv_addr: str, topic: str, epoch: int, timeout: float = 15.0) -> None:

@@ -85,6 +85,13 @@ class ReplicaGroup:
         info = self.info(master)
         return bool(info) and info.get("replicaRole") == "MASTER" and info.get("syncStateSet") == members
 
+    def wait_replicas_reach_end_of(self, master: int) -> None:
+        """Until every other live replica's commitlog reaches ``master``'s end as of now."""
+        end = self.end(master)
+        others = [b for b, d in self.replicas.items() if b != master and d.alive]
+        wait_until(lambda: all(self.end(b) >= end for b in others), timeout=15,
+                   what=f"replicas {others} to reach the end {end} of replica {master}")
+
     def byte_identical(self, a: int, b: int) -> bool:
         end_a, end_b = self.end(a), self.end(b)
         return end_a == end_b > 0 and commit_log_bytes(self.store(a), end_a) == commit_log_bytes(self.store(b), end_b)
@@ -172,17 +179,11 @@ def send_acknowledged(g: ReplicaGroup, master: int, prefix: str, n: int) -> list
         bodies = [f"{prefix}-{j}".encode() * 20 for j in range(i, i + 10)]
         answer = send(g.replicas[master].addr, i % QUEUES, bodies)
         if answer.code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
-            wait_replicas_reach(g, master, g.end(master))
+            g.wait_replicas_reach_end_of(master)
         else:
             assert answer.code == ResponseCode.SUCCESS, answer.remark
         acked += bodies
     return acked
-
-
-def wait_replicas_reach(g: ReplicaGroup, master: int, end: int) -> None:
-    others = [b for b, d in g.replicas.items() if b != master and d.alive]
-    wait_until(lambda: all(g.end(b) >= end for b in others), timeout=15,
-               what=f"replicas {others} to reach the master's end {end}")
 
 
 def first_acknowledged_send(addr: str, deadline_s: float) -> float:

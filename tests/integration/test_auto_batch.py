@@ -7,7 +7,7 @@ from concurrent.futures import Future
 
 from client import Admin, Message, Producer, PullConsumer, PullStatus, SendResult
 from common.message_queue import MessageQueue
-from tests.cluster import static_route_epoch, wait_until
+from tests.cluster import static_route_mappings, wait_until
 from tests.integration.conftest import Cluster
 
 BURST = 3000
@@ -66,8 +66,7 @@ def test_a_static_topic_s_batched_sends_are_each_answered_with_their_logic_queue
     topic = "AutoBatchStaticT"
     with Admin(cluster.addr) as admin:
         admin.update_static_topic(topic, 2, brokers=["broker-a", "broker-b"])
-        wait_until(lambda: static_route_epoch(admin, topic) >= 0 and
-                   len(admin.topic_route(topic).topic_queue_mapping_by_broker) == 2, what=f"route of {topic}")
+        wait_until(lambda: len(static_route_mappings(admin, topic)) == 2, what=f"route of {topic}")
     with Producer(cluster.addr, auto_batch=True) as producer, PullConsumer(cluster.addr, group="ab-s") as consumer:
         requests = counting_requests(producer)
         results = burst(producer, topic)

@@ -6,7 +6,7 @@ import grpc
 
 from client import Admin
 from proto import broker_pb2, broker_pb2_grpc
-from tests.cluster import Cluster, make_cluster, wait_static_route
+from tests.cluster import Cluster, make_cluster, static_route_mappings, wait_static_route
 
 BROKERS = ("broker-a", "broker-b", "broker-c")
 
@@ -24,7 +24,7 @@ class StaticCluster(Cluster):
             wait_static_route(self.addr, topic, epoch)
         except TimeoutError as exc:  # say where each side stands: the route's epochs and the brokers' own
             with Admin(self.addr) as admin:
-                routed = {b: i.epoch for b, i in admin.topic_route(topic).topic_queue_mapping_by_broker.items()}
+                routed = {b: i.epoch for b, i in static_route_mappings(admin, topic).items()}
             held = {b: self.mapping(b, topic).detail.epoch for b in self.brokers}
             raise TimeoutError(f"{exc}; route epochs {routed}, broker epochs {held}") from exc
 
