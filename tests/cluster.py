@@ -18,7 +18,7 @@ from cluster.daemon_process import (
 
 if TYPE_CHECKING:
     from client import Admin
-    from proto.common_pb2 import TopicQueueMappingInfo
+    from proto.common_pb2 import TopicQueueMappingInfo, TopicRouteData
 
 __all__ = ["REPO", "Cluster", "Daemon", "DaemonStartError", "make_cluster", "start_broker", "start_daemon",
            "start_namesrv", "static_route_epoch", "static_route_mappings", "wait_static_route", "wait_until",
@@ -70,24 +70,40 @@ def make_cluster(workdir: Path, broker_names: Iterable[str] = ("broker-a", "brok
     return cluster
 
 
-def static_route_mappings(admin: "Admin", topic: str) -> dict[str, "TopicQueueMappingInfo"]:
-    """The static topic's mapping of each broker the name server routes it to; empty while it routes none (a new
-    topic: brokers register it on their own threads, after the admin call returned)."""
+def _static_route(admin: "Admin", topic: str) -> "TopicRouteData | None":
+    """The topic's route; None until the first broker registered it (TOPIC_NOT_EXIST: brokers register a new topic
+    on their own threads, after the admin call returned)."""
     from client import MQClientError
 
     try:
-        return dict(admin.topic_route(topic).topic_queue_mapping_by_broker)
-    except MQClientError:  # TOPIC_NOT_EXIST until the first broker registered it
-        return {}
+        return admin.topic_route(topic)
+    except MQClientError:
+        return None
+
+
+def static_route_mappings(admin: "Admin", topic: str) -> dict[str, "TopicQueueMappingInfo"]:
+    """The static topic's mapping of each broker the name server routes it to; empty while it routes none."""
+    route = _static_route(admin, topic)
+    return {} if route is None else dict(route.topic_queue_mapping_by_broker)
 
 
 def static_route_epoch(admin: "Admin", topic: str) -> int:
-    """The lowest epoch among :func:`static_route_mappings`; -1 while none is routed."""
-    return min((i.epoch for i in static_route_mappings(admin, topic).values()), default=-1)
+    """The lowest epoch among the routed mappings; -1 while none is routed or a logic queue has no leader in the
+    route (every broker of the cluster holds a mapping, and the leaders' may register after the others')."""
+    from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
+
+    route = _static_route(admin, topic)
+    if route is None or not route.topic_queue_mapping_by_broker:
+        return -1
+    total, leaders = logic_queue_leaders(route)
+    if total == 0 or VIRTUAL_BROKER_NAME in leaders.values():
+        return -1
+    return min(i.epoch for i in route.topic_queue_mapping_by_broker.values())
 
 
 def wait_static_route(namesrv_addr: str, topic: str, epoch: int, timeout: float = 15.0) -> None:
-    """Until the name server routes the static topic with every broker's mapping at ``epoch`` or later."""
+    """Until the name server routes the static topic with every broker's mapping at ``epoch`` or later and a
+    leader for each logic queue."""
     from client import Admin
 
     with Admin(namesrv_addr) as admin:
