@@ -283,6 +283,7 @@ def test_a_pull_consumer_reads_what_the_master_confirmed_from_the_slave(group: G
         consumer.commit(queues[0], committed)
         wait_until(lambda: slave_committed(g, queues[0]) == committed, timeout=25,
                    what="the slave to copy the committed offset (every 10 s)")
+        g.wait_slave_shows_everything()
         kill_master(g)
         start = time.monotonic()
         for mq in queues:  # the rest from the slave: no call fails, none waits for the route
@@ -331,6 +332,7 @@ def test_a_push_consumer_keeps_consuming_from_the_slave_and_commits_once_a_maste
                         what="the queue to be assigned")
         assert pq is not None
         wait_until(lambda: pq.cached()[0] >= PullSettings().cached_messages_limit, what="flow control")
+        g.wait_slave_shows_everything()
         dead = kill_master(g)
         gate.set()
         wait_until(lambda: len(received) == total, timeout=20, what="every message, the last ones from the slave")
@@ -355,12 +357,7 @@ def test_a_push_consumer_started_after_the_name_server_dropped_the_master_consum
             for body in sent:
                 producer.send(Message(TOPIC, body))
         wait_until(lambda: slave_knows(g, TOPIC), what="the slave to copy the topic")
-        # This test is about reading from the slave, so it shows everything first: a send the slave confirmed after
-        # syncFlushTimeout (FLUSH_SLAVE_TIMEOUT, a busy machine) is copied later, and a slave shows only what its
-        # master told it was confirmed (the tail would stay hidden if the master died before telling it)
-        master_end = g.ends()[0]
-        wait_until(lambda: int(runtime(g.ns.addr, g.slave)["commitLogConfirmOffset"]) >= master_end,
-                   what="the slave to show every message")
+        master_end = g.wait_slave_shows_everything()
         g.master.stop(signal.SIGKILL)
         with Admin(g.ns.addr) as admin:
             wait_until(lambda: 0 not in admin.topic_route(TOPIC).broker_datas[0].broker_addrs, timeout=20,
@@ -428,8 +425,7 @@ def kv_group(tmp_path: Path) -> Iterator[tuple[Group, dict[bytes, bytes]]]:
         with KVClient(g.ns.addr) as kv:  # the first use provisions the shards on broker-a
             for k, v in values.items():
                 kv.put(k, v)
-        master_end = g.ends()[0]
-        wait_until(lambda: g.ends()[1] >= master_end, what="the slave to hold every put")
+        g.wait_slave_shows_everything()
         key = next(iter(values))
         wait_until(lambda: slave_kv_get(g, key) == b"\x01" + values[key], timeout=15,
                    what="the slave to copy the KV shards' mappings (SlaveSynchronize) and serve a get")
