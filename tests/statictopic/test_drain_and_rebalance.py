@@ -2,6 +2,7 @@
 add a broker and rebalance logic queue leaders onto it, drain the KV store's shards, and the CLI's refusals."""
 
 import json
+import logging
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -158,7 +159,9 @@ class LoopConsumer(threading.Thread):
 
 
 # -- 1. drain under live traffic --------------------------------------------------------------------------------
-def test_drain_under_live_traffic_until_the_broker_is_removable(tmp_path: Path) -> None:
+def test_drain_under_live_traffic_until_the_broker_is_removable(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="client.producer")  # its send_retry lines: attempts that may have stored
     cluster = make_static_cluster(tmp_path, **SHORT_RETENTION)
     topics = ["DrainLiveA", "DrainLiveB"]
     stop = threading.Event()
@@ -219,7 +222,10 @@ def test_drain_under_live_traffic_until_the_broker_is_removable(tmp_path: Path) 
             assert not missing, f"{tk}: lost {sorted(missing)[:10]} of {acked}"
             assert set(seqs) <= allowed, f"{tk}: unknown sequence numbers {sorted(set(seqs) - allowed)}"
             duplicates += len(seqs) - len(set(seqs))
-        assert duplicates <= len(producer.failures), (duplicates, producer.failures[:3])
+        # each attempt beyond a message's first may have stored it (a timed-out one, on a busy machine): the test's
+        # own retries after a failed send, and the SDK's within a send
+        retries = sum(r.getMessage().startswith("send_retry") for r in caplog.records)
+        assert duplicates <= len(producer.failures) + retries, (duplicates, retries, producer.failures[:3])
         assert not consumer.errors, f"pulls or commits failed during the drain: {consumer.errors[:3]}"
         assert sum(producer.acked.values()) >= 600
 
