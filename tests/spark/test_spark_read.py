@@ -15,7 +15,7 @@ from common.response_code import ResponseCode
 from proto import tiered_pb2, tiered_pb2_grpc
 from spark_jobs.broker_tier import S3Access
 from spark_jobs.read import SCHEMA, tiered_dataframe
-from tests.cluster import Cluster, wait_until
+from tests.cluster import Cluster, wait_static_route, wait_until
 from tests.spark.conftest import (
     Expected,
     TierBackend,
@@ -145,13 +145,15 @@ def test_dataframe_of_a_static_topic_has_logic_queues_and_offsets(spark, cluster
     topic = "ReadStatic"
     expected: Expected = {}
     with Admin(cluster.addr) as admin:
-        admin.update_static_topic(topic, 4, brokers=["broker-a"])
-        # the name server routes it once broker-a registers again: a send before then finds no route
-        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+        created = admin.update_static_topic(topic, 4, brokers=["broker-a"])
+        # routed once broker-a registers again (broker-b's empty mapping may come first): a send before then
+        # finds no leader
+        wait_static_route(cluster.addr, topic, created.epoch)
         send(cluster, topic, 120, expected, 0)
         wait_all_uploaded(cluster, topic)
         # the logic queues move to broker-b: their later messages sit there at physical offsets from 0
-        admin.remap_static_topic(topic, brokers=["broker-b"])
+        moved = admin.remap_static_topic(topic, brokers=["broker-b"])
+        wait_static_route(cluster.addr, topic, moved.epoch)
         send(cluster, topic, 120, expected, 120)
         wait_all_uploaded(cluster, topic)
     assert sorted(expected) == [0, 1, 2, 3]
