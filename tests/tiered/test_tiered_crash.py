@@ -102,6 +102,14 @@ def broker_log_lines(cluster: Cluster, with_truncations: bool = False) -> str:
                        or (with_truncations and "tiered_truncated" in line)][:20])
 
 
+def tier_lines(cluster: Cluster, topic: str, queue_id: int) -> str:
+    """The broker's log lines about the tier's side of one queue (loads, reconciled sizes, cuts, expiry), across
+    its restarts."""
+    marks = (f"topic={topic} queue={queue_id} ", f"/{topic}/{queue_id}/")
+    lines = cluster.brokers[BROKER].log().splitlines()
+    return "\n".join(line for line in lines if "tiered_" in line and any(m in line for m in marks))[-4000:]
+
+
 def read_tier_files(root: Path, topic: str, queue_id: int) -> list[tuple[tuple[int, int, int, int], bytes]]:
     """The queue's units straight from the tier's consume queue objects, each with the commitlog record it
     points at (read from the commitlog objects)."""
@@ -169,7 +177,7 @@ def test_sigkill_during_uploads_loses_nothing_acknowledged(tmp_path: Path, store
 
         status = wait_until(uploaded, timeout=60, interval=0.2, what=f"upload lag 0 (seed {seed})")
         for q, want in acked.items():
-            assert status[q].tiered_min_offset == 0
+            assert status[q].tiered_min_offset == 0, f"queue {q} (seed {seed}):\n{tier_lines(cluster, topic, q)}"
             assert max(want) < status[q].tiered_max_offset, f"queue {q}: acked offsets beyond the tier"
 
         # through the broker: FORCE serves every offset the tier has from the tier (the SDK checks CRCs)

@@ -1,5 +1,6 @@
 """Tiered storage units: FlatAppendFile on both backends, with a RocksDB metadata store."""
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -181,6 +182,39 @@ def test_crash_after_backend_write_before_metadata_update_adopts_the_real_size(e
     assert [(r.base_offset, r.size, r.status) for r in env.records()] == [(0, 95, SegmentStatus.SEALED),
                                                                           (95, 10, SegmentStatus.OPEN)]
     assert g.read(0, 105) == entry(1, 30) + entry(2, 25) + entry(3, 40) + entry(4, 10)
+
+
+class Killed(BaseException):
+    """The process dies here."""
+
+
+def test_bytes_adopted_after_a_crash_never_date_their_segment_before_the_restart(env: Env):
+    """A new segment's record is written (no bytes, no times) before its first upload; a crash after the upload but
+    before the record says so leaves the bytes with no store time. The restart adopts them with its own time:
+    dated 0, the segment would look 56 years old once sealed and the tier's expiry would drop it, unread."""
+    unit = 28
+    f = env.open(CQ, segment_size=unit * 2, unit=unit)
+    created = env.metadata.update_segment
+
+    def dies_after_the_upload(m) -> None:  # the record's creation goes through, the size update does not
+        if m.size > 0:
+            raise Killed
+        created(m)
+
+    env.metadata.update_segment = dies_after_the_upload  # type: ignore[method-assign]
+    append_all(f, [entry(1, unit), entry(2, unit)], t0=5_000)
+    with pytest.raises(Killed):
+        f.commit()
+    env.restart()
+    restarted_ms = int(time.time() * 1000)
+    g = env.open(CQ, segment_size=unit * 2, unit=unit)
+    assert g.commit_offset == 2 * unit  # the upload's bytes are adopted
+    append_all(g, [entry(3, unit)], t0=9_000)
+    g.commit()  # the adopted segment is full: sealed, and the next one opened
+    first, second = env.records(CQ)
+    assert (first.status, second.status) == (SegmentStatus.SEALED, SegmentStatus.OPEN)
+    assert first.end_ms >= restarted_ms and first.begin_ms >= restarted_ms, first
+    assert g.read(0, 3 * unit) == entry(1, unit) + entry(2, unit) + entry(3, unit)
 
 
 def test_crash_mid_upload_of_a_unit_file_cuts_the_torn_unit(env: Env):

@@ -53,8 +53,9 @@ class FlatAppendFile:
     # -- state ---------------------------------------------------------------------------------------
     def load(self, start_offset: int = 0) -> None:
         """Segments from the metadata store, checked against the backend. ``start_offset`` is where an empty
-        flat file starts. The last segment takes the backend's size (a crash mid-upload may have left more);
-        a segment whose object holds less than recorded (a lost object) ends the readable stream there."""
+        flat file starts. The last segment takes the backend's size (a crash mid-upload may have left more,
+        dated now: a segment first written by that upload has no times recorded yet); a segment whose object
+        holds less than recorded (a lost object) ends the readable stream there."""
         self._generation += 1
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
@@ -65,6 +66,10 @@ class FlatAppendFile:
             if real == m.size or (real > m.size and not last):
                 continue
             log.warning("tiered_segment_size_reconciled path=%s recorded=%d backend=%d", m.path, m.size, real)
+            if real > m.size:  # bytes a crash left unrecorded: stored before now, when exactly is not known here
+                adopted_ms = int(time.time() * 1000)
+                m.begin_ms = m.begin_ms or adopted_ms
+                m.end_ms = max(m.end_ms, adopted_ms)  # never older than they are: time-based expiry reads end_ms
             m.size = real
             self.metadata.update_segment(m)
             if not last:  # bytes are missing: nothing after them can be served
