@@ -188,12 +188,17 @@ class Killed(BaseException):
     """The process dies here."""
 
 
-def test_bytes_adopted_after_a_crash_never_date_their_segment_before_the_restart(env: Env):
+# (segment, first upload, next entry) in units: the adopted bytes fill the segment, or leave less room than the
+# next entry (a run of units is not split to fill a segment): either way it is sealed with no write of its own
+@pytest.mark.parametrize("units", [(2, 2, 1), (4, 2, 3)], ids=["full", "no-room-for-the-next"])
+def test_bytes_adopted_after_a_crash_never_date_their_segment_before_the_restart(env: Env,
+                                                                                units: tuple[int, int, int]):
     """A new segment's record is written (no bytes, no times) before its first upload; a crash after the upload but
     before the record says so leaves the bytes with no store time. The restart adopts them with its own time:
     dated 0, the segment would look 56 years old once sealed and the tier's expiry would drop it, unread."""
     unit = 28
-    f = env.open(CQ, segment_size=unit * 2, unit=unit)
+    segment_units, uploaded, following = units
+    f = env.open(CQ, segment_size=unit * segment_units, unit=unit)
     created = env.metadata.update_segment
 
     def dies_after_the_upload(m) -> None:  # the record's creation goes through, the size update does not
@@ -202,19 +207,19 @@ def test_bytes_adopted_after_a_crash_never_date_their_segment_before_the_restart
         created(m)
 
     env.metadata.update_segment = dies_after_the_upload  # type: ignore[method-assign]
-    append_all(f, [entry(1, unit), entry(2, unit)], t0=5_000)
+    append_all(f, [entry(i, unit) for i in range(uploaded)], t0=5_000)
     with pytest.raises(Killed):
         f.commit()
     env.restart()
     restarted_ms = int(time.time() * 1000)
-    g = env.open(CQ, segment_size=unit * 2, unit=unit)
-    assert g.commit_offset == 2 * unit  # the upload's bytes are adopted
-    append_all(g, [entry(3, unit)], t0=9_000)
-    g.commit()  # the adopted segment is full: sealed, and the next one opened
+    g = env.open(CQ, segment_size=unit * segment_units, unit=unit)
+    assert g.commit_offset == uploaded * unit  # the upload's bytes are adopted
+    append_all(g, [entry(9, unit * following)], t0=9_000)
+    g.commit()  # no room for it in the adopted segment: sealed, and the next one opened
     first, second = env.records(CQ)
     assert (first.status, second.status) == (SegmentStatus.SEALED, SegmentStatus.OPEN)
     assert first.end_ms >= restarted_ms and first.begin_ms >= restarted_ms, first
-    assert g.read(0, 3 * unit) == entry(1, unit) + entry(2, unit) + entry(3, unit)
+    assert g.read(0, 100 * unit) == b"".join(entry(i, unit) for i in range(uploaded)) + entry(9, unit * following)
 
 
 def test_crash_mid_upload_of_a_unit_file_cuts_the_torn_unit(env: Env):
