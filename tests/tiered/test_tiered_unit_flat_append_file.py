@@ -222,6 +222,21 @@ def test_bytes_adopted_after_a_crash_never_date_their_segment_before_the_restart
     assert g.read(0, 100 * unit) == b"".join(entry(i, unit) for i in range(uploaded)) + entry(9, unit * following)
 
 
+def test_a_segment_sealed_undated_before_this_was_fixed_is_dated_at_load(env: Env):
+    f = env.open(segment_size=100)
+    append_all(f, [entry(1, 60), entry(2, 60)])  # [0,60) sealed, [60,120) open
+    f.commit()
+    sealed = env.records()[0]
+    sealed.begin_ms = sealed.end_ms = 0  # what a broker adopting a crash's bytes used to leave
+    env.metadata.update_segment(sealed)
+    env.restart()
+    loaded_ms = int(time.time() * 1000)
+    env.open(segment_size=100)
+    first, second = env.records()
+    assert first.end_ms >= loaded_ms and first.begin_ms >= loaded_ms, first
+    assert (second.begin_ms, second.end_ms) == (1001, 1001)  # dated ones keep their times
+
+
 def test_crash_mid_upload_of_a_unit_file_cuts_the_torn_unit(env: Env):
     unit = 28
     f = env.open(CQ, segment_size=unit * 10, unit=unit)

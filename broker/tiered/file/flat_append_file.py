@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 _file_ids = itertools.count()  # a flat file's part of its read-ahead cache keys (the cache may be shared)
 
 
+def _date_unknown(m: FileSegmentMetadata, now_ms: int) -> None:
+    """Bytes of ``m`` whose store times are unknown were stored before ``now_ms``: never dated older than that, as
+    the tier's time-based expiry reads ``end_ms`` (0 would make the segment look 56 years old once sealed)."""
+    m.begin_ms = m.begin_ms or now_ms
+    m.end_ms = max(m.end_ms, now_ms)
+
+
 class FlatAppendFile:
     def __init__(self, factory: FileSegmentFactory, metadata: TieredMetadataStore, broker_name: str, topic: str,
                  queue_id: int, file_type: FileSegmentType, segment_size: int, unit: int = 1,
@@ -59,17 +66,19 @@ class FlatAppendFile:
         self._generation += 1
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
+        now_ms = int(time.time() * 1000)
         for i, m in enumerate(segments):
+            if m.size and not m.end_ms:  # adopted (below) by a broker that left such bytes undated
+                _date_unknown(m, now_ms)
+                self.metadata.update_segment(m)
             real = self._object(m.path).real_size()
             real -= real % self.unit
             last = i == len(segments) - 1
             if real == m.size or (real > m.size and not last):
                 continue
             log.warning("tiered_segment_size_reconciled path=%s recorded=%d backend=%d", m.path, m.size, real)
-            if real > m.size:  # bytes a crash left unrecorded: stored before now, when exactly is not known here
-                adopted_ms = int(time.time() * 1000)
-                m.begin_ms = m.begin_ms or adopted_ms
-                m.end_ms = max(m.end_ms, adopted_ms)  # never older than they are: time-based expiry reads end_ms
+            if real > m.size:  # bytes a crash left unrecorded: their store times are not known here
+                _date_unknown(m, now_ms)
             m.size = real
             self.metadata.update_segment(m)
             if not last:  # bytes are missing: nothing after them can be served
