@@ -93,9 +93,9 @@ def static_route_epoch(admin: "Admin", topic: str) -> int:
     from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
 
     route = _static_route(admin, topic)
-    if route is None or not route.topic_queue_mapping_by_broker:
+    if route is None:
         return -1
-    total, leaders = logic_queue_leaders(route)
+    total, leaders = logic_queue_leaders(route)  # total 0: no mapping routed (or none consistent)
     if total == 0 or VIRTUAL_BROKER_NAME in leaders.values():
         return -1
     return min(i.epoch for i in route.topic_queue_mapping_by_broker.values())

@@ -74,10 +74,6 @@ class Cluster:
         return last
 
 
-    def wait_static_route(self, topic: str, epoch: int) -> None:
-        """Until the name server's route shows the topic's mapping at ``epoch`` (registration is asynchronous)."""
-        wait_static_route(self.addr, topic, epoch)
-
 
 def leaders(details: dict[str, TopicQueueMappingDetail]) -> dict[int, str]:
     return {g: b for b, d in details.items() for g in d.led_queues()}
@@ -249,7 +245,7 @@ def test_topic_status_shows_the_chains_of_a_static_topic(cluster: Cluster):
     ok(cluster.addr, "remappingStaticTopic", "-t", topic, "-b", "broker-c")
     cluster.send_logic(topic, 0, 2)
     details = cluster.consistent(topic, 2)
-    cluster.wait_static_route(topic, details["broker-c"].epoch)
+    wait_static_route(cluster.addr, topic, details["broker-c"].epoch)
 
     doc = ok_json(cluster.addr, "topicStatus", "-t", topic)
     assert doc["static"] is True and doc["total_queues"] == 2 and doc["epoch"] == details["broker-c"].epoch

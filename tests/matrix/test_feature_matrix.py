@@ -95,10 +95,6 @@ def create_topic(cluster: Cluster, topic: str, queues: int, brokers: tuple[str, 
                    what=f"route of {topic}")
 
 
-def wait_route_epoch(cluster: Cluster, topic: str, epoch: int) -> None:
-    wait_static_route(cluster.addr, topic, epoch)
-
-
 def record(sent: dict[MessageQueue, dict[int, bytes]], batch: list[Message], result: SendResult) -> None:
     """Remember where the broker says each message of ``batch`` went; an offset acknowledged twice fails."""
     assert result.status is SendStatus.SEND_OK, result
@@ -169,7 +165,7 @@ def test_static_topic_offsets_continue_across_a_remap(cluster: Cluster) -> None:
     topic, queues = unique("MxStatic"), 4
     with Admin(cluster.addr) as admin:
         created = admin.update_static_topic(topic, queues, brokers=["broker-a"])
-    wait_route_epoch(cluster, topic, created.epoch)
+    wait_static_route(cluster.addr, topic, created.epoch)
     sent: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(queues)}  # logic queue -> (offset, body)
 
     def produce(producer: Producer, tag: str, n: int) -> None:
@@ -189,7 +185,7 @@ def test_static_topic_offsets_continue_across_a_remap(cluster: Cluster) -> None:
         with Admin(cluster.addr) as admin:
             moved = admin.remap_static_topic(topic, brokers=["broker-b"])
         assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
-        wait_route_epoch(cluster, topic, moved.epoch)
+        wait_static_route(cluster.addr, topic, moved.epoch)
         produce(producer, "after", 60)
 
         for mq in mqs:
@@ -288,13 +284,13 @@ def test_query_by_key_on_a_static_topic_across_a_remap(cluster: Cluster) -> None
     topic, key = unique("MxQueryStatic"), unique("static-key-")
     with Admin(cluster.addr) as admin:
         created = admin.update_static_topic(topic, 2, brokers=["broker-a"])
-    wait_route_epoch(cluster, topic, created.epoch)
+    wait_static_route(cluster.addr, topic, created.epoch)
     results: list[SendResult] = []
     with Producer(cluster.addr) as producer:
         results += [producer.send(Message(topic, b"first-%d" % i, keys=[key])) for i in range(4)]
         with Admin(cluster.addr) as admin:
             moved = admin.remap_static_topic(topic, brokers=["broker-b"])
-        wait_route_epoch(cluster, topic, moved.epoch)
+        wait_static_route(cluster.addr, topic, moved.epoch)
         results += [producer.send(Message(topic, b"second-%d" % i, keys=[key])) for i in range(4)]
     want = sorted((r.msg_id, r.queue.queue_id, r.queue_offset) for r in results)
     assert {o for _, _, o in want} & set(range(BLOCK_SIZE)) and max(o for _, _, o in want) >= BLOCK_SIZE
@@ -322,7 +318,7 @@ def test_tiered_read_after_local_expiry(cluster: Cluster) -> None:
     create_topic(cluster, topic, queues, brokers=("broker-a",))
     with Admin(cluster.addr) as admin:
         created = admin.update_static_topic(static_topic, 2, brokers=["broker-a"])
-    wait_route_epoch(cluster, static_topic, created.epoch)
+    wait_static_route(cluster.addr, static_topic, created.epoch)
 
     sent: dict[MessageQueue, dict[int, bytes]] = {}
     static_sent: dict[MessageQueue, dict[int, bytes]] = {}
@@ -343,7 +339,7 @@ def test_tiered_read_after_local_expiry(cluster: Cluster) -> None:
                 consumer.commit(mq, 1)
         with Admin(cluster.addr) as admin:
             moved = admin.remap_static_topic(static_topic, brokers=["broker-b"])
-        wait_route_epoch(cluster, static_topic, moved.epoch)
+        wait_static_route(cluster.addr, static_topic, moved.epoch)
         for i in range(10):  # the second link, on broker-b (stays local)
             msg = Message(static_topic, b"static-second-%02d" % i)
             record(static_sent, [msg], producer.send(msg))
@@ -544,7 +540,7 @@ def test_pop_on_a_static_topic_across_a_remap(cluster: Cluster) -> None:
     topic, group, queues = unique("MxPopStatic"), unique("mx-pop-static"), 4
     with Admin(cluster.addr) as admin:
         created = admin.update_static_topic(topic, queues, brokers=["broker-a"])
-    wait_route_epoch(cluster, topic, created.epoch)
+    wait_static_route(cluster.addr, topic, created.epoch)
     sent: dict[bytes, SendResult] = {}
 
     with Producer(cluster.addr) as producer, SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
@@ -554,7 +550,7 @@ def test_pop_on_a_static_topic_across_a_remap(cluster: Cluster) -> None:
         with Admin(cluster.addr) as admin:
             moved = admin.remap_static_topic(topic, brokers=["broker-b"])
         assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
-        wait_route_epoch(cluster, topic, moved.epoch)
+        wait_static_route(cluster.addr, topic, moved.epoch)
         sent.update(send_by_message_group(producer, topic, "after", 60))
         got += receive(consumer, len(sent) - len(got), invisible_ms=2000, ack=True, timeout=20)
         assert_nothing_comes_back(consumer, 3.0)

@@ -26,7 +26,7 @@ from client import (
 )
 from client.results import SendResult
 from common.message import MessageExt
-from tests.cluster import Cluster, make_cluster, wait_until
+from tests.cluster import Cluster, make_cluster, wait_static_route, wait_until
 from tests.matrix.test_feature_matrix import (
     BROKERS,
     COMBOS,
@@ -36,7 +36,6 @@ from tests.matrix.test_feature_matrix import (
     record,
     send_by_message_group,
     unique,
-    wait_route_epoch,
 )
 
 COMMITTED = 3  # what the group commits on every queue of the normal topic before the kill
@@ -83,7 +82,7 @@ class Workload:
             create_topic(c, topic, 4)
         with Admin(c.addr) as admin:
             created = admin.update_static_topic(self.static_topic, 4, brokers=["broker-a"])
-        wait_route_epoch(c, self.static_topic, created.epoch)
+        wait_static_route(c.addr, self.static_topic, created.epoch)
 
         for i in range(30):
             batch = [Message(self.topic, b"n-%03d-%02d-" % (i, j) + bytes([i]) * 500) for j in range(10)]
@@ -92,7 +91,7 @@ class Workload:
         self._static(producer, "first")
         with Admin(c.addr) as admin:
             moved = admin.remap_static_topic(self.static_topic, brokers=["broker-b"])
-        wait_route_epoch(c, self.static_topic, moved.epoch)
+        wait_static_route(c.addr, self.static_topic, moved.epoch)
         self._static(producer, "second")
         with KVClient(c.addr) as kv:
             prefix = unique("rs-kv/").encode()

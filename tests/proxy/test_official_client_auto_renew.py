@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from client import Admin
-from tests.cluster import static_route_epoch, wait_until
+from tests.cluster import wait_static_route
 from tests.proxy.conftest import OfficialClient, ProxyCluster, running_proxy_cluster
 from tests.proxy.test_official_client_receive import deliveries, fresh_topic, send
 
@@ -29,7 +29,7 @@ def static_topic(proxy_cluster: ProxyCluster) -> str:
     topic = f"ProxyRenewStatic_{uuid.uuid4().hex[:8]}"
     with Admin(proxy_cluster.namesrv) as admin:
         admin.update_static_topic(topic, 2, brokers=["broker-a", "broker-b"])
-        wait_until(lambda: static_route_epoch(admin, topic) >= 0, timeout=15, what="the static topic routed")
+        wait_static_route(proxy_cluster.namesrv, topic, 0)
     return topic
 
 

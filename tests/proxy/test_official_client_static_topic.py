@@ -5,7 +5,7 @@ broker), with their logic queue ids."""
 import uuid
 
 from client import Admin
-from tests.cluster import static_route_epoch, wait_until
+from tests.cluster import static_route_epoch, wait_static_route
 from tests.proxy.conftest import OfficialClient, ProxyCluster
 
 
@@ -15,11 +15,11 @@ def test_static_topic_produced_and_consumed_through_the_proxy_across_a_remap(pro
     group = f"static_pop_{uuid.uuid4().hex[:8]}"
     with Admin(proxy_cluster.namesrv) as admin:
         admin.update_static_topic(topic, 4, brokers=["broker-a"])
-        wait_until(lambda: static_route_epoch(admin, topic) >= 0, timeout=15, what="the static topic routed")
+        wait_static_route(proxy_cluster.namesrv, topic, 0)
         before = official_client.run("produce.py", proxy_cluster.endpoint, topic, 20, "--prefix", "before")
         epoch = static_route_epoch(admin, topic)
         admin.remap_static_topic(topic, brokers=["broker-b"])
-        wait_until(lambda: static_route_epoch(admin, topic) > epoch, timeout=15, what="the remapped route")
+        wait_static_route(proxy_cluster.namesrv, topic, epoch + 1)  # the remapped route
     after = official_client.run("produce.py", proxy_cluster.endpoint, topic, 20, "--prefix", "after")
     sent = {line["message_id"]: line["body"] for line in before + after if "message_id" in line}
     assert len(sent) == 40
