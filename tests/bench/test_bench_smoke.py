@@ -1,6 +1,7 @@
 """``python -m bench --smoke``: every scenario at a tiny size, so the harness cannot rot. It checks that each
 scenario produced its numbers (or says plainly why it did not run), not how fast anything is."""
 
+import contextlib
 import json
 import math
 import os
@@ -26,7 +27,8 @@ def test_every_scenario_runs_at_smoke_size(tmp_path: Path) -> None:
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # (all gone meanwhile)
+            os.killpg(proc.pid, signal.SIGKILL)
         _, stderr = proc.communicate()
         raise AssertionError(f"bench --smoke still running after {TIMEOUT_S} s; its last lines (which scenario it "
                              f"was in):\n{stderr[-3000:]}") from None

@@ -202,8 +202,9 @@ def test_compaction_killed_at_random_points_loses_nothing_and_a_rerun_finishes(t
             log = tmp_path / f"compact-{cycle}.log"
             started = time.monotonic()
             proc, tag = start_job("spark_jobs.compact", *compact_args(addr, topic, small_target), log=log)
-            if cycle == 0:  # (the wait ends if the job exits too: its bound only catches a hung job; a slow
-                # machine under four test workers took more than 180 s to reach the first merge)
+            if cycle == 0:
+                # The wait ends if the job exits too: its bound only catches a hung job (a slow machine under four
+                # test workers took more than 180 s to reach the first merge).
                 wait_until(lambda p=proc: p.poll() is not None or any_merged(addr, topic),
                            timeout=420, interval=0.01, what="the first committed merge")
                 delay = time.monotonic() - started

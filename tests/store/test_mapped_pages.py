@@ -53,9 +53,9 @@ def test_release_on_a_closed_segment_is_a_no_op(tmp_path: Path):
 
 
 def test_the_store_releases_what_readers_mapped(open_store: StoreFactory):
-    store = open_store(mapped_file_size_commit_log=256 * PAGE_SIZE, flush_interval_consume_queue_ms=3_600_000)
-    # The release pass runs only when this test says so: its thread (every 200 ms) would otherwise run between the
-    # read and the look at RSS whenever the machine is slow enough.
+    store = open_store(mapped_file_size_commit_log=256 * PAGE_SIZE)
+    # The release pass runs only when this test says so: its own thread (every 200 ms) would otherwise run between
+    # the read and the look at RSS whenever the machine is slow enough.
     store.page_release.shutdown()
     bodies = [bytes([i % 251]) * 1000 for i in range(600)]
     results = [store.put_messages("PagesT", i % 4, [b], [b""]) for i, b in enumerate(bodies)]
