@@ -5,6 +5,8 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 
+from common.storage_refusal import is_rocksdb_io_error
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 10.0
@@ -45,8 +47,9 @@ class PeriodicService(ABC, threading.Thread):
 
     @staticmethod
     def is_environmental(exc: Exception) -> bool:
-        """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback)."""
-        return isinstance(exc, OSError)
+        """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback): the
+        file system's, or RocksDB's I/O (a memtable flush on a full disk)."""
+        return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
 
     def wake(self) -> None:
         """Run a pass now instead of at the end of the interval."""

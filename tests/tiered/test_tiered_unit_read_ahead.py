@@ -177,7 +177,10 @@ def test_a_reader_past_the_middle_of_a_block_has_the_next_one_fetched(factory: C
     while len(factory.reads) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [(pos, n) for _, pos, n in factory.reads] == [(0, 16), (16, 16)]
-    assert f.read(10, 20) == data(40)[10:30] and len(factory.reads) == 2  # served from the fetched block
+    assert f.read(10, 20) == data(40)[10:30]  # served from the fetched block: 16 is not read again
+    # This read went past block 16's middle, so block 32's read-ahead may already have landed (a busy machine).
+    reads = [(pos, n) for _, pos, n in factory.reads]
+    assert reads[:2] == [(0, 16), (16, 16)] and reads[2:] in ([], [(32, 8)]), reads
     cache.shutdown()
     assert f.read(30, 10) == data(40)[30:] and len(factory.reads) == 3  # still reads, nothing ahead
     cache.prefetch(("x",), lambda: None)

@@ -1,0 +1,47 @@
+"""How a background service's failed pass is logged: the disk's refusal (the file system's, or RocksDB's I/O error
+on it) on one line, a bug with its traceback; a failure that repeats is logged once."""
+
+import logging
+import threading
+
+import pytest
+
+from broker.store.periodic_service import PeriodicService
+from tests.cluster import wait_until
+
+# What rocksdict raised when the RocksDB consume queue's memtable flush met a full disk (seen in a suite run).
+ROCKSDB_DISK_FULL = Exception("IO error: No space left on device: While appending to file: "
+                              "/store/consumequeue_rocksdb/000008.sst: No space left on device")
+
+
+class Failing(PeriodicService):
+    def __init__(self, error: Exception, passes: int) -> None:
+        super().__init__("failing-flush", 0.001)
+        self.error, self.left = error, passes
+        self.done = threading.Event()
+
+    def run_once(self) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.done.set()
+        raise self.error
+
+
+@pytest.mark.parametrize("error, traceback", [
+    (OSError(28, "No space left on device"), False),
+    (ROCKSDB_DISK_FULL, False),
+    (ValueError("a bug"), True),
+])
+def test_a_failed_pass_is_one_line_unless_it_is_a_bug(error: Exception, traceback: bool,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="broker.store.periodic_service")
+    service = Failing(error, passes=5)
+    service.start()
+    try:
+        wait_until(service.done.is_set, timeout=10, what="five failed passes")
+    finally:
+        service.shutdown()
+    records = [r for r in caplog.records if "service_failed" in r.getMessage()]
+    assert len(records) == 1, [r.getMessage() for r in records]  # five passes failed alike: logged once
+    assert "service=failing-flush" in records[0].getMessage()
+    assert (records[0].exc_info is not None) is traceback
