@@ -4,12 +4,44 @@ services)."""
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from common.storage_refusal import is_rocksdb_io_error
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 10.0
+
+
+def is_storage_failure(exc: Exception) -> bool:
+    """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback): the
+    file system's, or RocksDB's I/O (a memtable flush on a full disk)."""
+    return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
+
+
+class FailedPassLog:
+    """How a background loop logs a failed pass: the environment's failure on one line, a bug with its traceback.
+    A failure like the last one is not logged again until a pass succeeds (a full disk fails every pass)."""
+
+    def __init__(self, logger: logging.Logger, event: str,
+                 is_environmental: Callable[[Exception], bool] = is_storage_failure) -> None:
+        self._logger = logger
+        self._event = event  # e.g. "service_failed service=dispatcher-flush"
+        self._is_environmental = is_environmental
+        self._last_error = ""
+
+    def failed(self, exc: Exception) -> None:
+        error = repr(exc)
+        if error == self._last_error:
+            return
+        self._last_error = error
+        if self._is_environmental(exc):  # the disk (or a backend) said no: the reason is the whole story
+            self._logger.error("%s error=%r", self._event, exc)
+        else:
+            self._logger.error("%s", self._event, exc_info=exc)
+
+    def succeeded(self) -> None:
+        self._last_error = ""
 
 
 class PeriodicService(ABC, threading.Thread):
@@ -21,7 +53,7 @@ class PeriodicService(ABC, threading.Thread):
         self.interval_s = interval_s
         self._stopped = threading.Event()
         self._wakeup = threading.Event()
-        self._last_error = ""
+        self._failures = FailedPassLog(log, f"service_failed service={name}", self.is_environmental)
 
     def run(self) -> None:
         while True:
@@ -31,25 +63,11 @@ class PeriodicService(ABC, threading.Thread):
                 return
             try:
                 self.run_once()
-                self._last_error = ""
+                self._failures.succeeded()
             except Exception as exc:
-                self._log_failure(exc)
+                self._failures.failed(exc)
 
-    def _log_failure(self, exc: Exception) -> None:
-        error = repr(exc)
-        if error == self._last_error:
-            return
-        self._last_error = error
-        if self.is_environmental(exc):  # the disk (or a backend) said no: the reason is the whole story
-            log.error("service_failed service=%s error=%r", self.name, exc)
-        else:
-            log.exception("service_failed service=%s", self.name)
-
-    @staticmethod
-    def is_environmental(exc: Exception) -> bool:
-        """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback): the
-        file system's, or RocksDB's I/O (a memtable flush on a full disk)."""
-        return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
+    is_environmental = staticmethod(is_storage_failure)  # a subclass may count more as the environment's
 
     def wake(self) -> None:
         """Run a pass now instead of at the end of the interval."""

@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Protocol
 
+from broker.store.periodic_service import FailedPassLog
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
 from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, LocalDelivery
@@ -93,6 +94,7 @@ class TimerDeliveryService(threading.Thread):
         self.dropped = 0
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
+        self._failures = FailedPassLog(log, "timer_delivery_failed")
         self._next_due = 0  # the due time this thread sleeps until (0 while it looks: any dispatch wakes it)
         self._refused_since: float | None = None
         self._unmarked: list[bytes] = []  # taken out, their marker refused: it goes with the next one
@@ -108,10 +110,11 @@ class TimerDeliveryService(threading.Thread):
         while not self._stopped.is_set():
             try:
                 taken = self.deliver_due()
-            except Exception:
-                log.exception("timer_delivery_failed")
+            except Exception as exc:
+                self._failures.failed(exc)
                 self._stopped.wait(RETRY_PAUSE_S)
                 continue
+            self._failures.succeeded()
             if taken < self.batch_size:  # a full batch: more may be due at once
                 self._sleep()
 

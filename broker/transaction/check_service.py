@@ -41,6 +41,7 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.consumer_group_processor import ensure_group_topic
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
+from broker.store.periodic_service import FailedPassLog
 from broker.transaction.end_transaction_processor import put_op, refusal_of
 from broker.transaction.half_message import check_record, discard_record, producer_group, real_target
 from broker.transaction.op_message import OpKind, OpMessage, Outcome, decode_op
@@ -92,6 +93,7 @@ class TransactionalMessageCheckService(threading.Thread):
         self._committed = (-1, -1)  # the (half, op) progress last committed
         self._stopped = threading.Event()
         self._backoff = False  # a write was refused: wait a whole interval before the next pass
+        self._failures = FailedPassLog(log, "transaction_check_failed")
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -100,8 +102,9 @@ class TransactionalMessageCheckService(threading.Thread):
         while not self._stopped.is_set():
             try:
                 self.check_once()
-            except Exception:
-                log.exception("transaction_check_failed")
+                self._failures.succeeded()
+            except Exception as exc:
+                self._failures.failed(exc)
                 self._backoff = True
             finally:
                 self.commit_progress()  # whatever the pass did that is durable, even if it failed part-way

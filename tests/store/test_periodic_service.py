@@ -1,12 +1,12 @@
 """How a background service's failed pass is logged: the disk's refusal (the file system's, or RocksDB's I/O error
-on it) on one line, a bug with its traceback; a failure that repeats is logged once."""
+on it) on one line, a bug with its traceback; a failure that repeats is logged once, until a pass succeeds."""
 
 import logging
 import threading
 
 import pytest
 
-from broker.store.periodic_service import PeriodicService
+from broker.store.periodic_service import FailedPassLog, PeriodicService
 from tests.cluster import wait_until
 
 # What rocksdict raised when the RocksDB consume queue's memtable flush met a full disk (seen in a suite run).
@@ -45,3 +45,13 @@ def test_a_failed_pass_is_one_line_unless_it_is_a_bug(error: Exception, tracebac
     assert len(records) == 1, [r.getMessage() for r in records]  # five passes failed alike: logged once
     assert "service=failing-flush" in records[0].getMessage()
     assert (records[0].exc_info is not None) is traceback
+
+
+def test_the_same_failure_after_a_good_pass_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    failures = FailedPassLog(logging.getLogger("test-loop"), "loop_failed loop=test")
+    caplog.set_level(logging.ERROR, logger="test-loop")
+    for _ in range(3):
+        failures.failed(ROCKSDB_DISK_FULL)
+    failures.succeeded()
+    failures.failed(ROCKSDB_DISK_FULL)
+    assert [r.getMessage() for r in caplog.records] == [f"loop_failed loop=test error={ROCKSDB_DISK_FULL!r}"] * 2

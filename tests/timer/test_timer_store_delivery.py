@@ -346,3 +346,35 @@ def test_messages_of_a_moved_queue_are_forwarded_and_kept_while_refused(tmp_path
     assert "waiting_store=0 waiting_leader=2: a logic queue's leader takes none now" in waiting
     assert any("timer_forwarded topic=Real logic_queue=0 leader=broker-b count=2" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_full_disk_failing_every_delivery_pass_is_one_log_line_and_delivery_resumes(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """The timer store's RocksDB refusing on a full disk fails every pass: logged once, on one line (the disk's
+    reason, not a bug's traceback), and what was due is delivered once the disk takes writes again."""
+    node = start(nodes, tmp_path)
+    node.send([NOW - 1])
+    monkeypatch.setattr(timer_delivery_service, "RETRY_PAUSE_S", 0.01)
+    take_due = node.timers.take_due
+    refused = [0]
+
+    def full_disk(*args: object) -> object:
+        refused[0] += 1
+        raise Exception("IO error: No space left on device: While appending to file: timer/000009.log")
+
+    monkeypatch.setattr(node.timers, "take_due", full_disk)
+    caplog.set_level(logging.ERROR, logger=timer_delivery_service.__name__)
+    node.delivery.start()
+    deadline = time.monotonic() + 10
+    while refused[0] < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert refused[0] >= 5
+    failures = [r for r in caplog.records if "timer_delivery_failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is None, [r.getMessage() for r in failures]
+    assert "No space left on device" in failures[0].getMessage()
+
+    monkeypatch.setattr(node.timers, "take_due", take_due)  # the disk has room again: the next pass delivers
+    deadline = time.monotonic() + 10
+    while not node.delivered() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bodies(node.delivered()) == [b"m0"]
