@@ -8,7 +8,7 @@ steps failed: the message store then does not mark a clean shutdown, and its nex
 import logging
 from collections.abc import Callable, Iterable
 
-from common.storage_refusal import is_rocksdb_io_error
+from common.storage_refusal import is_storage_failure
 
 ShutdownStep = tuple[str, Callable[[], object]]
 
@@ -21,7 +21,7 @@ def run_shutdown_steps(steps: Iterable[ShutdownStep], logger: logging.Logger) ->
             step()
         except Exception as exc:
             failed.append(name)
-            if isinstance(exc, OSError) or is_rocksdb_io_error(exc):  # the disk said no: no traceback
+            if is_storage_failure(exc):  # the disk said no: no traceback
                 logger.error("shutdown_step_failed step=%s error=%r", name, exc)
             else:
                 logger.exception("shutdown_step_failed step=%s", name)

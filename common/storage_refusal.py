@@ -15,6 +15,12 @@ def is_rocksdb_io_error(exc: BaseException) -> bool:
     return type(exc) is Exception and str(exc).startswith("IO error:")
 
 
+def is_storage_failure(exc: BaseException) -> bool:
+    """Whether a failure is the storage's (the file system's, or RocksDB's I/O, e.g. a memtable flush on a full
+    disk) rather than a bug: logged on one line, without a traceback."""
+    return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
+
+
 def is_disk_full(exc: BaseException) -> bool:
     """The file system (or a RocksDB write on it) had no space left."""
     if isinstance(exc, OSError):

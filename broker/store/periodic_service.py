@@ -6,17 +6,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from common.storage_refusal import is_rocksdb_io_error
+from common.storage_refusal import is_storage_failure
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 10.0
-
-
-def is_storage_failure(exc: Exception) -> bool:
-    """Whether a pass's failure is the environment's (logged on one line) rather than a bug (a traceback): the
-    file system's, or RocksDB's I/O (a memtable flush on a full disk)."""
-    return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
 
 
 class FailedPassLog:
@@ -25,6 +19,7 @@ class FailedPassLog:
 
     def __init__(self, logger: logging.Logger, event: str,
                  is_environmental: Callable[[Exception], bool] = is_storage_failure) -> None:
+        """``is_environmental(exc)``: whether a failure is the environment's (one line) rather than a bug's."""
         self._logger = logger
         self._event = event  # e.g. "service_failed service=dispatcher-flush"
         self._is_environmental = is_environmental

@@ -14,6 +14,7 @@ from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, Se
 from broker.tiered.provider.file_segment import FileSegmentType, is_backend_error
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
+from common.storage_refusal import is_storage_failure
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,10 @@ class TieredStore:
 
 
 class TieredCleanService(PeriodicService):
-    is_environmental = staticmethod(is_backend_error)  # an object store that is down is not a bug either
+    @staticmethod
+    def is_environmental(exc: BaseException) -> bool:
+        """An object store that is down is not a bug either (nor the tier's metadata, RocksDB, on a full disk)."""
+        return is_storage_failure(exc) or is_backend_error(exc)
 
     def __init__(self, tiered: TieredStore, interval_s: float) -> None:
         super().__init__("tiered-clean", interval_s)

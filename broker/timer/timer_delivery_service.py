@@ -114,7 +114,8 @@ class TimerDeliveryService(threading.Thread):
                 self._failures.failed(exc)
                 self._stopped.wait(RETRY_PAUSE_S)
                 continue
-            self._failures.succeeded()
+            if taken:  # (a pass with nothing due proves nothing: the disk may refuse the next batch alike)
+                self._failures.succeeded()
             if taken < self.batch_size:  # a full batch: more may be due at once
                 self._sleep()
 

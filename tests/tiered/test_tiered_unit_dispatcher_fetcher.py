@@ -413,4 +413,6 @@ def test_a_backend_failure_is_the_environment_s_for_the_tier_s_services_and_a_bu
     assert is_backend_error(down) and is_backend_error(OSError(28, "No space left on device"))
     assert not is_backend_error(ValueError("a bug"))
     assert TieredCleanService.is_environmental(down) and not TieredCleanService.is_environmental(ValueError("x"))
+    rocksdb_full = Exception("IO error: No space left on device: While appending to file: tiered/000009.log")
+    assert TieredCleanService.is_environmental(rocksdb_full) and PeriodicService.is_environmental(rocksdb_full)
     assert not PeriodicService.is_environmental(down) and PeriodicService.is_environmental(OSError())

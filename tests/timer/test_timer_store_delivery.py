@@ -356,13 +356,15 @@ def test_a_full_disk_failing_every_delivery_pass_is_one_log_line_and_delivery_re
     node.send([NOW - 1])
     monkeypatch.setattr(timer_delivery_service, "RETRY_PAUSE_S", 0.01)
     take_due = node.timers.take_due
-    refused = [0]
+    refused, disk_full = [0], [True]
 
-    def full_disk(*args: object) -> object:
+    def take_due_unless_full(now_ms: int, limit: int) -> list:
+        if not disk_full[0]:
+            return take_due(now_ms, limit)
         refused[0] += 1
         raise Exception("IO error: No space left on device: While appending to file: timer/000009.log")
 
-    monkeypatch.setattr(node.timers, "take_due", full_disk)
+    monkeypatch.setattr(node.timers, "take_due", take_due_unless_full)
     caplog.set_level(logging.ERROR, logger=timer_delivery_service.__name__)
     node.delivery.start()
     deadline = time.monotonic() + 10
@@ -373,7 +375,7 @@ def test_a_full_disk_failing_every_delivery_pass_is_one_log_line_and_delivery_re
     assert len(failures) == 1 and failures[0].exc_info is None, [r.getMessage() for r in failures]
     assert "No space left on device" in failures[0].getMessage()
 
-    monkeypatch.setattr(node.timers, "take_due", take_due)  # the disk has room again: the next pass delivers
+    disk_full[0] = False  # the disk has room again: the next pass delivers
     deadline = time.monotonic() + 10
     while not node.delivered() and time.monotonic() < deadline:
         time.sleep(0.01)
