@@ -57,6 +57,7 @@ from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingMana
 from broker.store.config import FlushDiskType
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
+from broker.store.periodic_service import FailedPassLog
 from broker.store.store_lock import StoreLock
 from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
@@ -556,18 +557,16 @@ class BrokerController:
             manager.delete(AUTO_CREATE_TOPIC_KEY_TOPIC)
 
     def _flush_offsets_periodically(self) -> None:
-        last_error = ""
+        failures = FailedPassLog(log, "metadata_persist_failed")  # a full disk: one line, once while it lasts
         while not self._offset_flusher.wait(self.config.flush_consumer_offset_interval / 1000):
             try:
                 self.consumer_offset_manager.persist()
                 self.subscription_group_manager.persist()  # groups a pull created while the disk was full
                 if self.local_store.keeps_confirm_checkpoint:
                     self.local_store.write_confirm_checkpoint()
-                last_error = ""
-            except Exception as exc:  # OSError from a file, a plain Exception from RocksDB
-                if repr(exc) != last_error:  # once while it lasts (a full disk fails every pass)
-                    log.error("metadata_persist_failed error=%r", exc)
-                last_error = repr(exc)
+                failures.succeeded()
+            except Exception as exc:
+                failures.failed(exc)
 
     async def shutdown(self) -> None:
         """Stop accepting, finish in-flight calls, unregister, flush everything."""

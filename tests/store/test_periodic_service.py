@@ -8,10 +8,9 @@ import pytest
 
 from broker.store.periodic_service import FailedPassLog, PeriodicService
 from tests.cluster import wait_until
+from tests.disk.rocksdb_refusal import rocksdb_disk_full
 
-# What rocksdict raised when the RocksDB consume queue's memtable flush met a full disk (seen in a suite run).
-ROCKSDB_DISK_FULL = Exception("IO error: No space left on device: While appending to file: "
-                              "/store/consumequeue_rocksdb/000008.sst: No space left on device")
+ROCKSDB_DISK_FULL = rocksdb_disk_full("/store/consumequeue_rocksdb/000008.sst")
 
 
 class Failing(PeriodicService):

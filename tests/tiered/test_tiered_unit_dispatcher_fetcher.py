@@ -408,11 +408,12 @@ def test_a_backend_failure_is_the_environment_s_for_the_tier_s_services_and_a_bu
     from broker.store.periodic_service import PeriodicService
     from broker.tiered.provider.file_segment import is_backend_error
     from broker.tiered.tiered_store import TieredCleanService
+    from tests.disk.rocksdb_refusal import rocksdb_disk_full
 
     down = EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
     assert is_backend_error(down) and is_backend_error(OSError(28, "No space left on device"))
     assert not is_backend_error(ValueError("a bug"))
     assert TieredCleanService.is_environmental(down) and not TieredCleanService.is_environmental(ValueError("x"))
-    rocksdb_full = Exception("IO error: No space left on device: While appending to file: tiered/000009.log")
+    rocksdb_full = rocksdb_disk_full("tiered/000009.log")
     assert TieredCleanService.is_environmental(rocksdb_full) and PeriodicService.is_environmental(rocksdb_full)
     assert not PeriodicService.is_environmental(down) and PeriodicService.is_environmental(OSError())

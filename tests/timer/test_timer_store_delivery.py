@@ -20,6 +20,8 @@ from common.message import MessageExt
 from common.message_codec import decode_record
 from common.timer_topic import TIMER_TOPIC
 from common.wire_batch import WireBatch
+from tests.cluster import wait_until
+from tests.disk.rocksdb_refusal import rocksdb_disk_full
 from tests.store.conftest import store_config
 from tests.timer.timer_node import NOW, Node, bodies, replayed_whole, start
 
@@ -362,21 +364,16 @@ def test_a_full_disk_failing_every_delivery_pass_is_one_log_line_and_delivery_re
         if not disk_full[0]:
             return take_due(now_ms, limit)
         refused[0] += 1
-        raise Exception("IO error: No space left on device: While appending to file: timer/000009.log")
+        raise rocksdb_disk_full("timer/000009.log")
 
     monkeypatch.setattr(node.timers, "take_due", take_due_unless_full)
     caplog.set_level(logging.ERROR, logger=timer_delivery_service.__name__)
     node.delivery.start()
-    deadline = time.monotonic() + 10
-    while refused[0] < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert refused[0] >= 5
+    wait_until(lambda: refused[0] >= 5, timeout=10, interval=0.01, what="five refused delivery passes")
     failures = [r for r in caplog.records if "timer_delivery_failed" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is None, [r.getMessage() for r in failures]
     assert "No space left on device" in failures[0].getMessage()
 
     disk_full[0] = False  # the disk has room again: the next pass delivers
-    deadline = time.monotonic() + 10
-    while not node.delivered() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(node.delivered, timeout=10, interval=0.01, what="the due message delivered")
     assert bodies(node.delivered()) == [b"m0"]
