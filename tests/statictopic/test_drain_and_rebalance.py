@@ -76,6 +76,7 @@ class KeyedProducer(threading.Thread):
         self.addr, self.topics, self.keys, self.stop = addr, topics, keys, stop
         self.acked: dict[tuple[str, str], int] = defaultdict(int)  # next sequence number per (topic, key)
         self.unacked: dict[tuple[str, str], int] = {}  # a seq whose send failed and was never acknowledged
+        self.ends: dict[tuple[str, int], int] = {}  # per logic queue: one past the last acknowledged offset
         self.failures: list[str] = []
         self.sent = 0
         self.sent_event = threading.Event()
@@ -90,13 +91,15 @@ class KeyedProducer(threading.Thread):
                 seq = self.acked[(topic, key)]
                 while not self.stop.is_set():
                     try:
-                        producer.send(Message(topic, f"{topic}|{key}|{seq}".encode()), sharding_key=key)
+                        sent = producer.send(Message(topic, f"{topic}|{key}|{seq}".encode()), sharding_key=key)
                     except MQClientError as exc:
                         self.failures.append(str(exc))
                         self.unacked[(topic, key)] = seq
                         self.stop.wait(0.05)  # back off before retrying the same message
                         continue
                     self.unacked.pop((topic, key), None)
+                    end = (topic, sent.queue.queue_id)
+                    self.ends[end] = max(self.ends.get(end, 0), sent.queue_offset + 1)
                     self.acked[(topic, key)] = seq + 1
                     self.sent += 1
                     if self.sent >= self.target:
@@ -112,12 +115,14 @@ class KeyedProducer(threading.Thread):
 
 class LoopConsumer(threading.Thread):
     """Pulls every logic queue of ``topics`` round and round, committing as it goes, until told to finish and
-    every queue has reached its max offset."""
+    every queue has reached its max offset and the ``ends`` it was given. A send is acknowledged before the store
+    dispatches it to the consume queue, so the max offset alone may not yet count the last acknowledged message."""
 
     def __init__(self, addr: str, group: str, topics: list[str]) -> None:
         super().__init__(daemon=True)
         self.addr, self.group, self.topics = addr, group, topics
         self.finish = threading.Event()
+        self.ends: dict[tuple[str, int], int] = {}  # per logic queue: an offset to reach before finishing
         self.got: dict[tuple[str, int], list[tuple[int, bytes]]] = defaultdict(list)
         self.errors: list[str] = []
         self.illegal: list[str] = []
@@ -149,7 +154,8 @@ class LoopConsumer(threading.Thread):
                         self.errors.append(str(exc))
                 if idle and self.finish.is_set():
                     try:
-                        if all(offsets[mq] >= consumer.max_offset(mq) for mq in queues):
+                        if all(offsets[mq] >= max(consumer.max_offset(mq), self.ends.get((mq.topic, mq.queue_id), 0))
+                               for mq in queues):
                             self.done = True
                             return
                     except MQClientError as exc:
@@ -191,6 +197,8 @@ def test_drain_under_live_traffic_until_the_broker_is_removable(tmp_path: Path,
         producer.wait_for(300)  # more traffic after the drain, onto the new leaders
         stop.set()
         producer.join(timeout=30)
+        assert not producer.is_alive(), "producer did not stop"
+        consumer.ends = dict(producer.ends)
         consumer.finish.set()
         consumer.join(timeout=60)
         assert consumer.done, f"consumer did not reach the end; errors {consumer.errors[-3:]}"
