@@ -95,6 +95,7 @@ class ClientInstance:
         self._streams: dict[tuple[str, str], RpcStream] = {}
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
+        self._stale_routes: set[str] = set()  # cached routes known to be out of date: asked for at the next lookup
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders; the writable queues.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
@@ -203,10 +204,11 @@ class ClientInstance:
         """The topic's route (cached for 30 s, or ``max_age_s``). ``for_publish``: a topic the name server does
         not know borrows the route of TBW102, served by brokers that create topics on first send. When no name
         server answers, the last route is used (as upstream's clients do: brokers outlive a name server outage),
-        even for ``refresh``; they are asked again after :data:`STALE_ROUTE_RETRY_S`."""
+        even for ``refresh`` or after :meth:`invalidate_route`; they are asked again after
+        :data:`STALE_ROUTE_RETRY_S`."""
         cached = self._routes.get(topic)
         now = time.monotonic()
-        if cached is not None and not refresh and now - cached[0] < max_age_s:
+        if cached is not None and not refresh and now - cached[0] < max_age_s and topic not in self._stale_routes:
             return cached[1]
         failed_at = self._route_failed_at.get(topic)
         if cached is not None and failed_at is not None and now - failed_at < STALE_ROUTE_RETRY_S:
@@ -230,11 +232,14 @@ class ClientInstance:
             if default.code == ResponseCode.SUCCESS:
                 route = borrowed_route(default.route)
                 self._routes[topic] = (time.monotonic() - ROUTE_TTL_S + DEFAULT_ROUTE_TTL_S, route)
+                self._stale_routes.discard(topic)
                 return route
         if response.code != ResponseCode.SUCCESS:
             self._routes.pop(topic, None)
+            self._stale_routes.discard(topic)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
         self._routes[topic] = (time.monotonic(), response.route)
+        self._stale_routes.discard(topic)
         return response.route
 
     @contextlib.contextmanager
@@ -256,20 +261,26 @@ class ClientInstance:
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:
         a normal topic's route, fetched (a route borrowed from TBW102 is stored as nearly expired) and not about
-        to expire, each of its brokers with a master not marked down. Likely, not sure (another thread may drop
-        the route meanwhile): :meth:`cache_only` makes sure."""
+        to expire or known to be out of date, each of its brokers with a master not marked down. Likely, not sure
+        (another thread may invalidate the route meanwhile): :meth:`cache_only` makes sure."""
         cached = self._routes.get(topic)
-        if cached is None or time.monotonic() - cached[0] >= ROUTE_TTL_S - DEFAULT_ROUTE_TTL_S:
+        if (cached is None or topic in self._stale_routes
+                or time.monotonic() - cached[0] >= ROUTE_TTL_S - DEFAULT_ROUTE_TTL_S):
             return False
         route = cached[1]
         return not is_static(route) and all(0 in bd.broker_addrs and not self.down.is_down(bd.broker_addrs[0])
                                             for bd in route.broker_datas)
 
     def invalidate_route(self, topic: str) -> None:
-        self._routes.pop(topic, None)
+        """The topic's route is out of date: the next lookup asks the name server. The route stays as the
+        fallback for when none answers (see :meth:`route`): a retry after a broker's failure still has the other
+        brokers to go to."""
+        if topic in self._routes:
+            self._stale_routes.add(topic)
 
     def invalidate_routes(self) -> None:
-        self._routes.clear()
+        for topic in list(self._routes):
+            self.invalidate_route(topic)
 
     # -- replicas ----------------------------------------------------------------------------------
     def report_failure(self, addr: str, status: grpc.StatusCode | None,

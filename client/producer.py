@@ -27,7 +27,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -70,6 +70,7 @@ RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records
 STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
 MASTER_POLL_S = 0.2  # a static send waiting for its leader group's master looks at the route this often
 MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long, even past the send timeout
+SEND_THREADS = 4  # retries and held-back batches are sent here, off the threads that complete calls
 
 
 class Producer:
@@ -98,7 +99,9 @@ class Producer:
         self.client_id = new_client_id()
         self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
                           if transaction_checker is not None else None)
-        self._accumulator = SendAccumulator(self.send_batch_async, batch_max_in_flight) if auto_batch else None
+        self._send_threads = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="producer-send")
+        self._accumulator = (SendAccumulator(self.send_batch_async, batch_max_in_flight,
+                                             follow_up=self._send_follow_up) if auto_batch else None)
 
     def __enter__(self) -> "Producer":
         return self
@@ -111,6 +114,7 @@ class Producer:
             self._accumulator.close(self.send_timeout_s)
         if self._sessions is not None:
             self._sessions.close()
+        self._send_threads.shutdown(wait=False)  # a retry still running fails on the closed channels
         self.client.close()
 
     # -- API ---------------------------------------------------------------------------------------
@@ -280,16 +284,7 @@ class Producer:
                 future.set_exception(error)
                 return
             log.info("send_retry topic=%s broker=%s reason=%s", mq.topic, mq.broker_name, error)
-            self.client.invalidate_route(mq.topic)
-            try:
-                next_mq = self._next_queue(mq.topic, mq.broker_name, refresh=True)
-            except MQClientError as exc:
-                future.set_exception(exc)
-                return
-            if getattr(error, "elsewhere_only", False) and next_mq.broker_name == mq.broker_name:
-                future.set_exception(error)  # stored there already: another copy on the same group helps nobody
-                return
-            self._attempt(send, next_mq, may_move, attempts_left - 1, future)
+            self._later(0.0, lambda: self._retry_elsewhere(send, mq, attempts_left - 1, future, error), future)
 
         try:
             addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
@@ -307,6 +302,20 @@ class Producer:
 
         call.add_done_callback(done)
 
+    def _retry_elsewhere(self, send: "_Send", failed: MessageQueue, attempts_left: int,
+                         future: "Future[SendResult]", error: MQClientError) -> None:
+        """After a retryable failure on ``failed``: a fresh route, and an attempt on another broker's queue."""
+        self.client.invalidate_route(failed.topic)
+        try:
+            next_mq = self._next_queue(failed.topic, failed.broker_name, refresh=True)
+        except MQClientError as exc:
+            future.set_exception(exc)
+            return
+        if getattr(error, "elsewhere_only", False) and next_mq.broker_name == failed.broker_name:
+            future.set_exception(error)  # stored there already: another copy on the same group helps nobody
+            return
+        self._attempt(send, next_mq, True, attempts_left, future)
+
     def _attempt_static(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
                         future: "Future[SendResult]", deadline: float, retry: int = 0) -> None:
         """One try on logic queue ``mq`` at its leader. A retryable failure refreshes the route and tries the
@@ -323,7 +332,7 @@ class Producer:
                     return
                 log.info("send_wait_master topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
                 self._later(0.0 if retry == 0 else MASTER_POLL_S, lambda: self._attempt_static(
-                    send, mq, may_move, attempts_left, future, deadline, retry + 1))
+                    send, mq, may_move, attempts_left, future, deadline, retry + 1), future)
                 return
             if attempts_left <= 1 or not getattr(error, "retryable", False):
                 future.set_exception(error)
@@ -332,7 +341,7 @@ class Producer:
             self.client.invalidate_route(topic)
             pause = 0.0 if retry == 0 else min(STATIC_RETRY_PAUSE_S * 2 ** (retry - 1), 1.0)
             self._later(pause, lambda: self._attempt_static(send, mq, may_move, attempts_left - 1, future,
-                                                            deadline, retry + 1))
+                                                            deadline, retry + 1), future)
 
         try:
             addr = self.client.leader_addr(topic, mq.queue_id, for_publish=True, refresh=retry > 0)
@@ -372,12 +381,42 @@ class Producer:
             return
         self._attempt_static(send, next_mq, True, attempts_left - 1, future, deadline, retry)
 
-    @staticmethod
-    def _later(delay_s: float, fn: Callable[[], None]) -> None:
-        if delay_s <= 0:
-            fn()
+    def _send_follow_up(self, topic: str, send: Callable[[], None]) -> None:
+        """The accumulator's batch that waited for an answer: sent from the answering thread (a stream's reader)
+        when the route is cached, else from the send threads, so the reader does not wait for the name server.
+        The check is a likely one (a route invalidated just after it is looked up once more); a miss costs a
+        delay of the stream's answers, never a lost send."""
+        if self.client.sends_from_cache(topic):
+            send()
             return
-        timer = threading.Timer(delay_s, fn)
+        try:
+            self._send_threads.submit(send)
+        except RuntimeError:  # closed: on the closed channels the send fails at once
+            send()
+
+    def _later(self, delay_s: float, retry: Callable[[], None], future: "Future[SendResult]") -> None:
+        """Run ``retry`` on the producer's send threads after ``delay_s``. Never on the thread that completed the
+        failed attempt: that is a stream's reader (or its reaper, for a timeout), and a retry refreshes the route
+        with a blocking call to the name server, which would hold up the stream's other answers meanwhile."""
+
+        def run() -> None:
+            try:
+                retry()
+            except Exception as exc:  # a bug: the send fails with it rather than never being answered
+                log.exception("send_retry_failed")
+                if not future.done():
+                    future.set_exception(exc)
+
+        def submit() -> None:
+            try:
+                self._send_threads.submit(run)
+            except RuntimeError:  # closed meanwhile
+                future.set_exception(MQClientError("send not retried: the producer was closed"))
+
+        if delay_s <= 0:
+            submit()
+            return
+        timer = threading.Timer(delay_s, submit)
         timer.daemon = True
         timer.start()
 

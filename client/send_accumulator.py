@@ -27,6 +27,11 @@ from client.results import SendResult
 from common.message import Message
 
 SendBatch = Callable[[list[Message]], "Future[SendResult]"]
+FollowUp = Callable[[str, Callable[[], None]], None]  # (topic, send): send the batch that waited, now or soon
+
+
+def send_now(topic: str, send: Callable[[], None]) -> None:
+    send()
 
 
 @dataclass(slots=True)
@@ -40,9 +45,12 @@ class _Topic:
 
 class SendAccumulator:
     def __init__(self, send_batch: SendBatch, max_in_flight: int = 2, max_messages: int = 64,
-                 max_bytes: int = 256 * 1024) -> None:
+                 max_bytes: int = 256 * 1024, follow_up: FollowUp = send_now) -> None:
+        """``follow_up`` sends the batch that waited for an answer; it is called on the thread that completed the
+        answer (a stream's reader), which must not wait on anything slow, such as the name server."""
         assert max_in_flight >= 1 and max_messages >= 1 and max_bytes >= 1
         self._send_batch = send_batch
+        self._follow_up = follow_up
         self.max_in_flight = max_in_flight
         self.max_messages = max_messages
         self.max_bytes = max_bytes
@@ -120,7 +128,7 @@ class SendAccumulator:
             for i, (_, future) in enumerate(batch):
                 _give(future, result_of(result, i))
         if following:
-            self._send(key, following)
+            self._follow_up(key[0], lambda: self._send(key, following))
 
     def _finish(self, key: tuple[str, int]) -> list[tuple[Message, "Future[SendResult]"]] | None:
         """A request of ``key`` finished: the sends that waited for it, to leave now (None: none waited)."""

@@ -5,27 +5,20 @@ send stream's writer thread, back through its reader thread and to the loop agai
 proxy more than the rest of the send (issue 17's bench). Here an attempt goes on the broker's send stream from the
 loop (``proxy/broker_send_streams.py``), and a send whose queue and broker the producer picks from its route cache
 never leaves the loop. The producer's own rules (queue choice, retries on another broker, static topics) are the
-SDK's, unchanged: an attempt that failed or was refused is settled on a thread of this producer's, since its retry
-may look a route up on the name server (a blocking call)."""
+SDK's, unchanged: every attempt settles on the loop, since the SDK makes its retries (and their route look-ups on the
+name server, blocking calls) on threads of its own."""
 
 import asyncio
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import grpc
 
 from client.grpc_errors import StatusError
 from client.producer import Producer, _Send
-from common.response_code import ResponseCode
 from proto import broker_pb2
 from proxy.broker_send_streams import BrokerSendStreams
-
-SETTLED_ON_LOOP = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT})  # no retry can follow
-# Threads of their own (not the loop's default executor, where a transactional send waits for its outcome: a
-# settlement queued behind such waits would never run); a retry's route look-up may hold one a while.
-SETTLING_THREADS = 16
 
 
 class LoopProducer(Producer):
@@ -35,7 +28,6 @@ class LoopProducer(Producer):
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread, as the proxy's collaborators are
         self._streams = streams
-        self._settling = ThreadPoolExecutor(SETTLING_THREADS, thread_name_prefix="proxy-send-settle")
 
     def sends_from_loop(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to start on the loop without a name server call; the send
@@ -52,39 +44,25 @@ class LoopProducer(Producer):
             try:
                 answer = self._streams.send(addr, request, send.records_field, timeout_s or self.send_timeout_s)
             except BaseException as exc:  # the outcome must settle, whatever failed
-                self._off_loop(outcome, outcome.set_exception, exc)
+                outcome.set_exception(exc)
                 raise
             answer.add_done_callback(lambda done: self._settle(addr, done, outcome))
 
         if threading.get_ident() == self._loop_thread:
             start()
-        else:  # a retry, made on a settling thread or a timer's
+        else:  # a retry, made on one of the producer's send threads
             self._loop.call_soon_threadsafe(start)
         return outcome
 
     def _settle(self, addr: str, answer: "asyncio.Future[broker_pb2.SendMessageResponse]", outcome: Future) -> None:
-        """On the loop. A stored send settles here; anything else on a settling thread, since the producer may
-        retry it and look a route up for that (a blocking call)."""
+        """On the loop: the producer's callbacks that follow (a retry's scheduling included) never block."""
         if answer.cancelled():
-            self._off_loop(outcome, outcome.set_exception, StatusError(grpc.StatusCode.CANCELLED, "send cancelled"))
+            outcome.set_exception(StatusError(grpc.StatusCode.CANCELLED, "send cancelled"))
             return
         error = answer.exception()
         if error is not None:
             if isinstance(error, StatusError) and error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 error.connected = self._streams.brokers.ready(addr)  # a slow broker, or a gone one
-            self._off_loop(outcome, outcome.set_exception, error)
-        elif answer.result().code in SETTLED_ON_LOOP:
-            outcome.set_result(answer.result())
+            outcome.set_exception(error)
         else:
-            self._off_loop(outcome, outcome.set_result, answer.result())
-
-    def _off_loop(self, outcome: Future, settle: Callable[[Any], None], value: Any) -> None:
-        """``settle(value)`` (a method of ``outcome``) on a settling thread."""
-        try:
-            self._settling.submit(settle, value)
-        except RuntimeError:  # closed: an error no retry follows, settled here (a retry might look a route up)
-            outcome.set_exception(StatusError(grpc.StatusCode.FAILED_PRECONDITION, "the proxy is closing"))
-
-    def close(self) -> None:
-        super().close()
-        self._settling.shutdown(wait=False)
+            outcome.set_result(answer.result())

@@ -1,0 +1,172 @@
+"""A send's retry and the name server. The retry refreshes the route with a blocking call to the name server, so it
+must not run on the thread that completed the failed attempt: that is the broker stream's reader, and the
+stream's other answers would wait for the name server meanwhile (a stalled name server would time out every send
+on that stream). And when no name server answers, the retry still has the last route to pick another broker
+from."""
+
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from client.errors import MQClientError
+from client.producer import Producer
+from common.message import Message
+from common.message_queue import MessageQueue
+from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME as MOCK
+from proto import broker_pb2
+from tests.client.fakes import FakeBroker, FakeCluster, FakeRpcError, FakeStaticTopic, normal_route
+
+STALL_LIMIT_S = 20  # the stalled name server answers after this at the latest (a failing test still ends)
+
+
+class StalledNameServer:
+    """Answers a topic's first route fetch; every later one waits until :meth:`recover`."""
+
+    def __init__(self, fake: FakeCluster) -> None:
+        self.fetch = fake.fetch_route
+        self.recovered = threading.Event()
+        self.waiting = threading.Event()  # a fetch is waiting for the name server
+        self.seen: set[str] = set()
+
+    def fetch_route(self, topic: str):
+        if topic in self.seen:
+            self.waiting.set()
+            self.recovered.wait(STALL_LIMIT_S)
+        self.seen.add(topic)
+        return self.fetch(topic)
+
+    def recover(self) -> None:
+        self.recovered.set()
+
+
+@pytest.fixture
+def fake() -> FakeCluster:
+    return FakeCluster("broker-a", "broker-b")
+
+
+@pytest.fixture
+def producer(fake: FakeCluster) -> Iterator[Producer]:
+    p = Producer("fake-namesrv:9876", group="pg", retry_times=2)  # on streams, the default
+    fake.install(p.client)
+    yield p
+    p.close()
+
+
+def stall(fake: FakeCluster, producer: Producer) -> StalledNameServer:
+    namesrv = StalledNameServer(fake)
+    producer.client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    return namesrv
+
+
+def hold_first_send(broker: FakeBroker, until: threading.Event) -> None:
+    """``broker`` answers its first send only once ``until`` is set: the sends after it are on the stream by then,
+    so the first answer's retry happens while they wait for theirs."""
+    invoke = broker.invoke
+    held: list[bool] = []
+
+    def holding(method: str, request: object) -> object:
+        if method == "SendMessage" and not held:
+            held.append(True)
+            assert until.wait(STALL_LIMIT_S), "the second send never came"
+        return invoke(method, request)
+
+    broker.invoke = holding  # type: ignore[method-assign]
+
+
+def test_a_normal_topic_s_retry_does_not_hold_up_the_stream_while_the_name_server_stalls(fake, producer):
+    fake.routes["N"] = normal_route("N", {"broker-a": 2})
+    answered: list[int] = []
+
+    def busy_once(req):
+        answered.append(req.queue_id)
+        if len(answered) == 1:
+            return broker_pb2.SendMessageResponse(code=ResponseCode.SYSTEM_BUSY, remark="busy")
+        return broker_pb2.SendMessageResponse(code=ResponseCode.SUCCESS, queue_id=req.queue_id, queue_offset=7)
+
+    fake.brokers["broker-a"].handlers["SendMessage"] = busy_once
+    other_sent = threading.Event()
+    hold_first_send(fake.brokers["broker-a"], other_sent)
+    namesrv = stall(fake, producer)
+    producer.client.route("N")  # cached: the sends pick their queue without the name server
+    retried = producer.send_async(Message("N", b"retried"))  # SYSTEM_BUSY: retried after a route refresh
+    other = producer.send_async(Message("N", b"other"), queue=MessageQueue("N", "broker-a", 1))
+    other_sent.set()
+    assert namesrv.waiting.wait(5), "the retry did not refresh the route"
+    # broker-a's stream answers the other send while the retry still waits for the name server
+    assert other.result(timeout=5).queue_offset == 7
+    assert not retried.done()
+    namesrv.recover()
+    assert retried.result(timeout=5).queue_offset == 7
+    assert len(answered) == 3
+
+
+def test_a_static_topic_s_retry_does_not_hold_up_the_stream_while_the_name_server_stalls(fake, producer):
+    topic = FakeStaticTopic(fake, "S", {0: "broker-a", 1: "broker-a"})
+    namesrv = stall(fake, producer)
+    producer.client.route("S")  # cached: broker-a leads both logic queues
+    topic.remap(0, "broker-b", logic_start=10_000)  # broker-a now answers NOT_LEADER_FOR_QUEUE for 0
+    other_sent = threading.Event()
+    hold_first_send(fake.brokers["broker-a"], other_sent)
+    retried = producer.send_async(Message("S", b"retried"), queue=MessageQueue("S", MOCK, 0))
+    other = producer.send_async(Message("S", b"other"), queue=MessageQueue("S", MOCK, 1))
+    other_sent.set()
+    assert namesrv.waiting.wait(5), "the retry did not refresh the route"
+    assert other.result(timeout=5).queue_offset == 0
+    assert not retried.done()
+    namesrv.recover()
+    assert retried.result(timeout=5).queue_offset == 10_000
+
+
+def test_a_retry_due_after_close_fails_the_send_instead_of_leaving_it_unanswered(fake, producer):
+    fake.routes["N"] = normal_route("N", {"broker-a": 1})
+    fake.brokers["broker-a"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
+        code=ResponseCode.SYSTEM_BUSY, remark="busy")
+    producer.client.route("N")
+    producer._send_threads.shutdown()  # as close() does
+    with pytest.raises(Exception, match="producer was closed"):
+        producer.send(Message("N", b"m"))
+
+
+def test_with_no_name_server_answering_a_retry_goes_to_another_broker_of_the_last_route(fake, producer):
+    fake.routes["N"] = normal_route("N", {"broker-a": 1, "broker-b": 1})
+
+    def unavailable(req):
+        raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "broker-a is gone")
+
+    def name_server_down(topic: str):
+        raise MQClientError(f"route of {topic} failed at fake-namesrv:9876: UNAVAILABLE")
+
+    fake.brokers["broker-a"].handlers["SendMessage"] = unavailable
+    fake.brokers["broker-b"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
+        code=ResponseCode.SUCCESS, queue_id=req.queue_id, queue_offset=3)
+    producer.client.route("N")
+    producer.client._fetch_route = name_server_down
+    producer._round_robin = -1  # the next pick is the first queue: broker-a's
+    assert producer.send(Message("N", b"m")).queue == MessageQueue("N", "broker-b", 0)
+    assert [b for b, _ in fake.all_calls("SendMessage")] == ["broker-a", "broker-b"]
+
+
+def test_auto_batch_sends_what_waited_without_holding_up_the_stream_while_the_name_server_stalls(fake):
+    fake.routes["N"] = normal_route("N", {"broker-a": 2})
+    fake.brokers["broker-a"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
+        code=ResponseCode.SUCCESS, queue_id=req.queue_id, queue_offset=5)
+    first_answer = threading.Event()
+    hold_first_send(fake.brokers["broker-a"], first_answer)
+    with Producer("fake-namesrv:9876", auto_batch=True, batch_max_in_flight=1) as producer:
+        fake.install(producer.client)
+        namesrv = stall(fake, producer)
+        producer.client.route("N")
+        first = producer.send_async(Message("N", b"first"))  # leaves at once; broker-a holds its answer
+        waiting = producer.send_async(Message("N", b"waiting"))  # waits for the first's answer
+        alone = producer.send_async(Message("N", b"alone"), queue=MessageQueue("N", "broker-a", 1))
+        producer.client.invalidate_route("N")  # the waiting send needs the name server now
+        first_answer.set()
+        assert first.result(timeout=5).queue_offset == 5
+        assert namesrv.waiting.wait(5), "the waiting send did not look for a route"
+        assert alone.result(timeout=5).queue_offset == 5  # answered while the name server stalls
+        assert not waiting.done()
+        namesrv.recover()
+        assert waiting.result(timeout=5).queue_offset == 5
