@@ -16,6 +16,7 @@ import grpc
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
+from client.retry_threads import RetryThreads
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
 from client.switch_interval import lower_switch_interval
@@ -93,6 +94,7 @@ class ClientInstance:
         # (service, address), not per call.
         self._stubs: dict[tuple[object, str], Any] = {}
         self._streams: dict[tuple[str, str], RpcStream] = {}
+        self.retry_threads = RetryThreads()  # retries decided on a stream's threads run there
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         self._stale_routes: set[str] = set()  # cached routes known to be out of date: asked for at the next lookup
@@ -415,6 +417,7 @@ class ClientInstance:
         raise err
 
     def close(self) -> None:
+        self.retry_threads.close()
         with self._lock:
             self._closed = True
             streams = list(self._streams.values())

@@ -27,18 +27,19 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import grpc
 
-from client.client_instance import ClientInstance
+from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_encoding import batch_wire_properties
 from client.producer_sessions import ProducerSessions, new_client_id
 from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
+from client.retry_threads import failing
 from client.send_accumulator import SendAccumulator
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
@@ -70,7 +71,6 @@ RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records
 STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
 MASTER_POLL_S = 0.2  # a static send waiting for its leader group's master looks at the route this often
 MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long, even past the send timeout
-SEND_THREADS = 4  # retries and held-back batches are sent here, off the threads that complete calls
 
 
 class Producer:
@@ -99,7 +99,6 @@ class Producer:
         self.client_id = new_client_id()
         self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
                           if transaction_checker is not None else None)
-        self._send_threads = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="producer-send")
         self._accumulator = (SendAccumulator(self.send_batch_async, batch_max_in_flight,
                                              follow_up=self._send_follow_up) if auto_batch else None)
 
@@ -114,7 +113,6 @@ class Producer:
             self._accumulator.close(self.send_timeout_s)
         if self._sessions is not None:
             self._sessions.close()
-        self._send_threads.shutdown(wait=False)  # a retry still running fails on the closed channels
         self.client.close()
 
     # -- API ---------------------------------------------------------------------------------------
@@ -288,6 +286,9 @@ class Producer:
 
         try:
             addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
+        except RouteNotCached as exc:  # within cache_only: nothing was sent, the caller sends outside it
+            future.set_exception(exc)
+            return
         except MQClientError as exc:
             exc.retryable = True  # type: ignore[attr-defined]  # the broker left the route: try another
             fail(exc)
@@ -383,42 +384,18 @@ class Producer:
 
     def _send_follow_up(self, topic: str, send: Callable[[], None]) -> None:
         """The accumulator's batch that waited for an answer: sent from the answering thread (a stream's reader)
-        when the route is cached, else from the send threads, so the reader does not wait for the name server.
+        when the route is cached, else from the retry threads, so the reader does not wait for the name server.
         The check is a likely one (a route invalidated just after it is looked up once more); a miss costs a
         delay of the stream's answers, never a lost send."""
         if self.client.sends_from_cache(topic):
             send()
-            return
-        try:
-            self._send_threads.submit(send)
-        except RuntimeError:  # closed: on the closed channels the send fails at once
-            send()
+        else:  # (closed meanwhile: sent here all the same, it fails at once on the closed channels)
+            self.client.retry_threads.later(0.0, send, lambda closed: send())
 
     def _later(self, delay_s: float, retry: Callable[[], None], future: "Future[SendResult]") -> None:
-        """Run ``retry`` on the producer's send threads after ``delay_s``. Never on the thread that completed the
-        failed attempt: that is a stream's reader (or its reaper, for a timeout), and a retry refreshes the route
-        with a blocking call to the name server, which would hold up the stream's other answers meanwhile."""
-
-        def run() -> None:
-            try:
-                retry()
-            except Exception as exc:  # a bug: the send fails with it rather than never being answered
-                log.exception("send_retry_failed")
-                if not future.done():
-                    future.set_exception(exc)
-
-        def submit() -> None:
-            try:
-                self._send_threads.submit(run)
-            except RuntimeError:  # closed meanwhile
-                future.set_exception(MQClientError("send not retried: the producer was closed"))
-
-        if delay_s <= 0:
-            submit()
-            return
-        timer = threading.Timer(delay_s, submit)
-        timer.daemon = True
-        timer.start()
+        """Retry on the client's retry threads (``client/retry_threads.py``), never on the thread that completed
+        the failed attempt."""
+        self.client.retry_threads.later(delay_s, retry, failing(future))
 
     def _rpc_failure(self, mq: MessageQueue, addr: str, exc: grpc.RpcError) -> MQClientError:
         err = rpc_error(f"send to {mq}", addr, exc)

@@ -20,6 +20,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_decoding import decode_pulled
 from client.results import PullResult, PullStatus
+from client.retry_threads import failing
 from client.static_route import is_logic_queue
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
@@ -137,10 +138,12 @@ class PullConsumer:
                 response = call.result()
             except grpc.RpcError as exc:
                 self.client.invalidate_route(mq.topic)
-                if self.client.report_failure(addr, exc.code()) and failovers > 0 and self._another_replica(mq, tried):
-                    self._pull_plain(mq, request, future, failovers - 1, tried)
+                error = rpc_error(f"pull {mq}", addr, exc)
+                if self.client.report_failure(addr, exc.code()) and failovers > 0:
+                    self.client.retry_threads.later(0.0, lambda: self._fail_over(mq, request, future, failovers,
+                                                                                 tried, error), failing(future))
                     return
-                future.set_exception(rpc_error(f"pull {mq}", addr, exc))
+                future.set_exception(error)
                 return
             self.client.report_answer(addr)
             try:
@@ -150,12 +153,18 @@ class PullConsumer:
 
         call.add_done_callback(done)
 
-    def _another_replica(self, mq: MessageQueue, tried: set[str]) -> bool:
-        """Whether a read of ``mq`` would now go somewhere not tried yet (a group of one has nowhere else)."""
+    def _fail_over(self, mq: MessageQueue, request: broker_pb2.PullMessageRequest, future: "Future[PullResult]",
+                   failovers: int, tried: set[str], error: MQClientError) -> None:
+        """After ``mq``'s replica turned out unreachable: the pull goes to the group's next replica, when a read of
+        ``mq`` would now go somewhere not tried yet (a group of one has nowhere else)."""
         try:
-            return self.client.read_addr(mq.topic, mq.broker_name) not in tried
+            another = self.client.read_addr(mq.topic, mq.broker_name) not in tried
         except MQClientError:
-            return False
+            another = False
+        if another:
+            self._pull_plain(mq, request, future, failovers - 1, tried)
+        else:
+            future.set_exception(error)
 
     def _pull_call(self, addr: str, request: broker_pb2.PullMessageRequest) -> Future:
         timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
@@ -177,24 +186,29 @@ class PullConsumer:
         request.addressing = addressing
         call = self._pull_call(addr, request)
 
+        def again(hops: int, leader_retries: int, refresh: bool) -> None:
+            """The next attempt looks the route up (maybe on the name server): on the retry threads."""
+            self.client.retry_threads.later(0.0, lambda: self._pull_static(mq, request, future, hops, leader_retries,
+                                                                           refresh), failing(future))
+
         def done(call: Future) -> None:
             try:
                 response = call.result()
             except grpc.RpcError as exc:
                 self.client.invalidate_route(mq.topic)
                 if self.client.report_failure(addr, exc.code()) and leader_retries > 0:
-                    self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
+                    again(hops, leader_retries - 1, refresh=True)
                     return
                 future.set_exception(rpc_error(f"pull {mq}", addr, exc))
                 return
             self.client.report_answer(addr)
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE and leader_retries > 0:
                 self.client.invalidate_route(mq.topic)
-                self._pull_static(mq, request, future, hops, leader_retries - 1, refresh=True)
+                again(hops, leader_retries - 1, refresh=True)
                 return
             if response.code == ResponseCode.PULL_RETRY_IMMEDIATELY and hops < MAX_PULL_HOPS:
                 request.queue_offset = response.next_begin_offset
-                self._pull_static(mq, request, future, hops + 1, leader_retries)
+                again(hops + 1, leader_retries, refresh=False)
                 return
             try:  # the logic queue's id, as the offsets are logic offsets
                 future.set_result(self._to_result(mq, addr, request.sub_expression, response, mq.queue_id))

@@ -2,9 +2,11 @@
 
 Pulls are asynchronous. An answer is handled where it arrives, on the thread that reads the broker's stream
 (callers never block there): its messages are cached in the queue's process queue, the next pull goes out and the
-messages go to the consume service, with no hand-off to another thread on the way. This service's own thread
-starts the pulls of queues rebalance hands it and of those waiting out a pause: a queue over its cache limits
-waits (flow control) instead of pulling, and a failed pull is tried again after a pause."""
+messages go to the consume service, with no hand-off to another thread on the way. The next pull goes out from
+there only with the route in the cache; when it needs the name server (every 30 s, when the route expires), this
+service's own thread sends it. That thread starts the pulls of queues rebalance hands it and of those waiting out
+a pause: a queue over its cache limits waits (flow control) instead of pulling, and a failed pull is tried again
+after a pause."""
 
 import heapq
 import itertools
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from client.client_instance import RouteNotCached
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
 from client.pull_consumer import PullConsumer
@@ -101,14 +104,24 @@ class PullMessageService(threading.Thread):
         if self.orderly and not pq.locked:
             self._later(pq, NOT_LOCKED_PAUSE_S)
             return
-        s = self.settings
         try:
-            future = self.consumer.pull_async(pq.mq, pq.next_offset, s.batch_size, self.expression(pq.mq.topic),
-                                              suspend_ms=s.long_poll_ms)
+            if threading.current_thread() is self:
+                future = self._pull_async(pq)
+            else:  # an answer's thread (a stream's reader): it must not wait for the name server
+                with self.consumer.client.cache_only():
+                    future = self._pull_async(pq)
+                if future.done() and isinstance(future.exception(), RouteNotCached):
+                    self.pull_now(pq)  # this service's thread looks the route up
+                    return
         except MQClientError as exc:
             self._failed(pq, exc)
             return
         future.add_done_callback(lambda f: self._answered(pq, f))
+
+    def _pull_async(self, pq: ProcessQueue) -> Future:
+        s = self.settings
+        return self.consumer.pull_async(pq.mq, pq.next_offset, s.batch_size, self.expression(pq.mq.topic),
+                                        suspend_ms=s.long_poll_ms)
 
     def _answered(self, pq: ProcessQueue, answer: Future) -> None:
         """The stream reader's thread (or the caller's, for a pull that failed at once)."""

@@ -1,6 +1,7 @@
 """The push consumer's pull service, against a pull consumer whose answers the test gives: an answer is handled on
 the thread that brings it, a failure while handling one does not leave its queue without a pull, a queue over its
-cache limit waits, and a failed pull is tried again."""
+cache limit waits, a failed pull is tried again, and a next pull that needs the name server is not sent from the
+answer's thread."""
 
 import threading
 import time
@@ -10,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from client.client_instance import ClientInstance, RouteNotCached, _cache_only
 from client.consumer import pull_message_service
 from client.consumer.process_queue import ProcessQueue, Run
 from client.consumer.pull_message_service import PullMessageService, PullSettings
@@ -26,14 +28,23 @@ class AnsweredByTest:
     """``pull_async`` as a push consumer calls it; each pull's future waits in ``pulls`` for the test to settle."""
 
     def __init__(self) -> None:
+        self.client = ClientInstance("127.0.0.1:1")  # its cache_only() only: no call is made
         self.pulls: list[tuple[int, Future]] = []
+        self.threads: list[str] = []  # the thread each pull of ``pulls`` was sent from
+        self.route_expired = False  # a pull within cache_only fails with RouteNotCached (nothing sent)
+        self.misses: list[str] = []  # the threads of those
         self.changed = threading.Condition()
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, sub_expression: str,
                    suspend_ms: int = 0) -> Future:
         future: Future = Future()
+        if self.route_expired and _cache_only.get():
+            self.misses.append(threading.current_thread().name)
+            future.set_exception(RouteNotCached(f"the route of {mq.topic} is not cached"))
+            return future
         with self.changed:
             self.pulls.append((offset, future))
+            self.threads.append(threading.current_thread().name)
             self.changed.notify_all()
         return future
 
@@ -143,3 +154,23 @@ def test_answers_after_shutdown_are_dropped():
     svc.shutdown()
     pending.set_result(found(0, 1))
     assert handled == [] and len(consumer.pulls) == 1
+
+
+def test_a_next_pull_that_needs_the_name_server_goes_out_from_the_service_s_thread():
+    consumer = AnsweredByTest()
+    handled: list[list[int]] = []
+    svc = service(consumer, lambda pq, run: handled.append([m.queue_offset for m in run.msgs]))
+    try:
+        pq = ProcessQueue(MQ, 0)
+        svc.pull_now(pq)
+        (_, first), = consumer.wait_pulls(1)
+        consumer.route_expired = True  # the route expired meanwhile: the next pull needs the name server
+        answering = threading.Thread(target=first.set_result, args=(found(0, 3),), name="stream-reader")
+        answering.start()
+        answering.join()
+        assert handled == [[0, 1, 2]]
+        assert consumer.misses == ["stream-reader"]  # tried from the cache only, nothing sent
+        assert consumer.wait_pulls(2)[1][0] == 3
+        assert consumer.threads == ["push-pull", "push-pull"]
+    finally:
+        svc.shutdown()

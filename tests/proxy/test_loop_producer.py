@@ -1,6 +1,6 @@
 """``LoopProducer`` (the proxy's producer, its attempts on the loop's send streams) against an in-process gRPC
-server speaking the broker's send-stream frames, with a route in its cache: refused attempts settle on threads of
-its own (never the loop's default executor, where transactional sends wait for theirs), a timed-out send says
+server speaking the broker's send-stream frames, with a route in its cache: refused attempts and their retries end
+on other threads than the loop's default executor (where transactional sends wait for theirs), a timed-out send says
 whether its channel was connected without asking the loop, and a send in ``cache_only`` never asks the name
 server."""
 
@@ -50,12 +50,12 @@ def cache_route(producer: LoopProducer, addr: str) -> None:
     producer.client._routes[TOPIC] = (time.monotonic(), route)
 
 
-def with_producer(broker: FakeBroker, scenario: Any, send_timeout_ms: int = 2000) -> Any:
+def with_producer(broker: FakeBroker, scenario: Any, send_timeout_ms: int = 2000, retry_times: int = 0) -> Any:
     async def main() -> Any:
         channels = BrokerChannels()
         streams = BrokerSendStreams(channels)
         producer = LoopProducer(asyncio.get_running_loop(), streams, UNREACHABLE_NAMESRV, group="G",
-                                send_timeout_ms=send_timeout_ms, retry_times=0)
+                                send_timeout_ms=send_timeout_ms, retry_times=retry_times)
         cache_route(producer, broker.addr)
         try:
             return await scenario(producer)
@@ -125,3 +125,17 @@ def test_a_send_after_the_producer_closed_fails_instead_of_hanging(broker: FakeB
 
     error = with_producer(broker, scenario)
     assert error is not None and "FAILED_PRECONDITION" in str(error)
+
+
+def test_a_send_in_cache_only_whose_broker_needs_a_fresher_route_fails_at_once_with_nothing_sent(broker: FakeBroker):
+    async def scenario(producer: LoopProducer) -> BaseException | None:
+        cached_at, route = producer.client._routes[TOPIC]
+        producer.client._routes[TOPIC] = (cached_at - 1, route)  # older than a degraded group's route may be
+        producer.client.down.mark(broker.addr)  # its master marked down: the producer would look at a fresher route
+        with producer.client.cache_only():
+            future = producer.send_async(Message(TOPIC, b"x"))
+        assert future.done()  # not retried elsewhere: the caller sends again outside cache_only
+        return future.exception()
+
+    assert isinstance(with_producer(broker, scenario, retry_times=2), RouteNotCached)
+    assert broker.frames == []

@@ -1,8 +1,8 @@
-"""A send's retry and the name server. The retry refreshes the route with a blocking call to the name server, so it
-must not run on the thread that completed the failed attempt: that is the broker stream's reader, and the
-stream's other answers would wait for the name server meanwhile (a stalled name server would time out every send
-on that stream). And when no name server answers, the retry still has the last route to pick another broker
-from."""
+"""Retries and the name server (``client/retry_threads.py``). A send's or a pull's retry looks the route up again,
+maybe on the name server (a blocking call), so it must not run on the thread that completed the failed attempt:
+that is the broker stream's reader, and the stream's other answers would wait for the name server meanwhile (a
+stalled name server would time out every request on that stream). And when no name server answers, a send's retry
+still has the last route to pick another broker from."""
 
 import threading
 from collections.abc import Iterator
@@ -12,6 +12,8 @@ import pytest
 
 from client.errors import MQClientError
 from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from client.results import PullStatus
 from common.message import Message
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
@@ -55,20 +57,20 @@ def producer(fake: FakeCluster) -> Iterator[Producer]:
     p.close()
 
 
-def stall(fake: FakeCluster, producer: Producer) -> StalledNameServer:
+def stall(fake: FakeCluster, user: Producer | PullConsumer) -> StalledNameServer:
     namesrv = StalledNameServer(fake)
-    producer.client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    user.client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
     return namesrv
 
 
-def hold_first_send(broker: FakeBroker, until: threading.Event) -> None:
-    """``broker`` answers its first send only once ``until`` is set: the sends after it are on the stream by then,
-    so the first answer's retry happens while they wait for theirs."""
+def hold_first_send(broker: FakeBroker, until: threading.Event, held_method: str = "SendMessage") -> None:
+    """``broker`` answers its first send (or ``held_method`` call) only once ``until`` is set: the requests after it
+    are on the stream by then, so the first answer's retry happens while they wait for theirs."""
     invoke = broker.invoke
     held: list[bool] = []
 
     def holding(method: str, request: object) -> object:
-        if method == "SendMessage" and not held:
+        if method == held_method and not held:
             held.append(True)
             assert until.wait(STALL_LIMIT_S), "the second send never came"
         return invoke(method, request)
@@ -125,8 +127,8 @@ def test_a_retry_due_after_close_fails_the_send_instead_of_leaving_it_unanswered
     fake.brokers["broker-a"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
         code=ResponseCode.SYSTEM_BUSY, remark="busy")
     producer.client.route("N")
-    producer._send_threads.shutdown()  # as close() does
-    with pytest.raises(Exception, match="producer was closed"):
+    producer.client.retry_threads.close()  # as close() does
+    with pytest.raises(MQClientError, match="not retried: the client was closed"):
         producer.send(Message("N", b"m"))
 
 
@@ -170,3 +172,23 @@ def test_auto_batch_sends_what_waited_without_holding_up_the_stream_while_the_na
         assert not waiting.done()
         namesrv.recover()
         assert waiting.result(timeout=5).queue_offset == 5
+
+
+def test_a_static_pull_s_retry_does_not_hold_up_the_stream_while_the_name_server_stalls(fake):
+    topic = FakeStaticTopic(fake, "S", {0: "broker-a", 1: "broker-a"})
+    topic.append(1, b"m")
+    with PullConsumer("fake-namesrv:9876", group="g") as consumer:  # on streams, the default
+        fake.install(consumer.client)
+        namesrv = stall(fake, consumer)
+        consumer.client.route("S")  # cached: broker-a leads both logic queues
+        topic.remap(0, "broker-b", logic_start=10_000)  # broker-a now answers NOT_LEADER_FOR_QUEUE for 0
+        other_sent = threading.Event()
+        hold_first_send(fake.brokers["broker-a"], other_sent, held_method="PullMessage")
+        retried = consumer.pull_async(MessageQueue("S", MOCK, 0), 10_000)
+        other = consumer.pull_async(MessageQueue("S", MOCK, 1), 0)
+        other_sent.set()
+        assert namesrv.waiting.wait(5), "the retry did not refresh the route"
+        assert [m.body for m in other.result(timeout=5).messages] == [b"m"]
+        assert not retried.done()
+        namesrv.recover()
+        assert retried.result(timeout=5).status is PullStatus.NO_NEW_MSG
