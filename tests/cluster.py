@@ -1,6 +1,6 @@
 """Real daemons for integration tests (the launcher is ``cluster/daemon_process.py``), and a cluster of them."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,12 +17,13 @@ from cluster.daemon_process import (
 )
 
 if TYPE_CHECKING:
-    from client import Admin
+    from client import Admin, PullConsumer, SendResult
+    from common.message_queue import MessageQueue
     from proto.common_pb2 import TopicQueueMappingInfo, TopicRouteData
 
-__all__ = ["REPO", "Cluster", "Daemon", "DaemonStartError", "make_cluster", "start_broker", "start_daemon",
-           "start_namesrv", "static_route_epoch", "static_route_mappings", "wait_static_route", "wait_until",
-           "write_broker_conf"]
+__all__ = ["REPO", "Cluster", "Daemon", "DaemonStartError", "acked_ends", "make_cluster", "start_broker",
+           "start_daemon", "start_namesrv", "static_route_epoch", "static_route_mappings", "wait_dispatched",
+           "wait_static_route", "wait_until", "write_broker_conf"]
 
 
 @dataclass
@@ -109,3 +110,21 @@ def wait_static_route(namesrv_addr: str, topic: str, epoch: int, timeout: float 
     with Admin(namesrv_addr) as admin:
         wait_until(lambda: static_route_epoch(admin, topic) >= epoch, timeout=timeout,
                    what=f"route of {topic} at epoch {epoch}")
+
+
+def wait_dispatched(consumer: "PullConsumer", ends: "Mapping[MessageQueue, int]", timeout: float = 10.0) -> None:
+    """Until each queue's max offset reaches its end in ``ends`` (one past its last acknowledged message; see
+    :func:`acked_ends`). A broker acknowledges a send once its commitlog holds it and dispatches it to the consume
+    queue a moment later, so a read right after the last acknowledgement may not see it yet (a consumer that stops
+    at the first empty pull would miss it)."""
+    wait_until(lambda: all(consumer.max_offset(mq) >= end for mq, end in ends.items()), timeout=timeout,
+               what=f"the acknowledged sends dispatched: {dict(ends)}")
+
+
+def acked_ends(sent: Iterable["SendResult"]) -> "dict[MessageQueue, int]":
+    """Per queue, one past the last message of ``sent`` (a static topic's undecided offset, -1, counts nothing)."""
+    ends: dict[MessageQueue, int] = {}
+    for r in sent:
+        if r.queue_offset >= 0:
+            ends[r.queue] = max(ends.get(r.queue, 0), r.queue_offset + max(1, len(r.physical_offsets)))
+    return ends

@@ -228,8 +228,14 @@ def test_master_killed_an_in_sync_replica_takes_over_and_the_old_master_cuts_its
     acked += [b"probe"]
     acked += send_acknowledged(g, 2, "after", 100)
     # Every acknowledged message, once; of the unacknowledged, those that reached the slave before it paused.
-    seen = consumed_bodies(g.ns.addr)
-    assert len(seen) == len(set(seen)) and set(acked) <= set(seen) <= set(acked) | set(unacked)
+    seen: list[bytes] = []
+
+    def every_acknowledged_seen() -> bool:  # the last ones are dispatched a moment after their acknowledgement
+        seen[:] = consumed_bodies(g.ns.addr)
+        return set(acked) <= set(seen)
+
+    wait_until(every_acknowledged_seen, timeout=15, what="every acknowledged message consumable")
+    assert len(seen) == len(set(seen)) and set(seen) <= set(acked) | set(unacked)
     acked = seen
 
     g.start(1)  # the old master rejoins: a replica now, cutting what replica 2 never had

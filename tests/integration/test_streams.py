@@ -19,7 +19,7 @@ from common.message_id import encode_host
 from common.response_code import ResponseCode
 from common.wire_batch import encode_wire_batch
 from proto import broker_pb2, broker_pb2_grpc
-from tests.cluster import wait_until
+from tests.cluster import acked_ends, wait_dispatched, wait_until
 from tests.integration.conftest import Cluster, make_cluster
 
 SEND_STREAM = "/rmq.BrokerService/SendMessageStream"
@@ -380,6 +380,7 @@ def test_sync_flush_stream_sends_are_all_stored_once(sync_cluster: Cluster):
         assert {r.status for r in results} == {SendStatus.SEND_OK}
         # Batches in flight together may be appended in any order, each one whole.
         assert sorted(r.queue_offset for r in results) == list(range(0, 600, 4))
+        wait_dispatched(consumer, acked_ends(results))
         got = pull_all(consumer, mq)
     by_offset = {m.queue_offset: m.body for m in got}
     assert len(got) == 600

@@ -35,7 +35,7 @@ from client.results import SendResult, SendStatus
 from common.message import MessageExt
 from common.receipt_handle import ReceiptHandle
 from common.statictopic.logic_queue_mapping_item import BLOCK_SIZE, LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
-from tests.cluster import Cluster, make_cluster, wait_static_route, wait_until
+from tests.cluster import Cluster, make_cluster, wait_dispatched, wait_static_route, wait_until
 
 BROKERS = ("broker-a", "broker-b")
 SEGMENT_BYTES = 256 * 1024
@@ -149,6 +149,7 @@ def test_normal_topic_send_and_pull(cluster: Cluster) -> None:
     with PullConsumer(cluster.addr, group=unique("mx-normal")) as consumer:
         mqs = consumer.queues(topic)
         assert len(mqs) == queues * len(BROKERS) and set(sent) <= set(mqs)
+        wait_dispatched(consumer, {mq: len(v) for mq, v in sent.items()})
         for mq in mqs:
             want = sent.get(mq, {})
             got = read_all(consumer, mq)
@@ -187,6 +188,7 @@ def test_static_topic_offsets_continue_across_a_remap(cluster: Cluster) -> None:
         assert {leader.broker_name for leader in moved.leaders()} == {"broker-b"}
         wait_static_route(cluster.addr, topic, moved.epoch)
         produce(producer, "after", 60)
+        wait_dispatched(consumer, {mq: sent[mq.queue_id][-1][0] + 1 for mq in mqs})
 
         for mq in mqs:
             q = mq.queue_id

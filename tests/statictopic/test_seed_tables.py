@@ -18,7 +18,7 @@ from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKE
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from proto import broker_pb2
 from tests.admin_cli.helpers import ok, ok_json
-from tests.cluster import make_cluster, wait_until
+from tests.cluster import make_cluster, wait_dispatched, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster
 from tests.statictopic.test_static_topic_cluster import drain, epoch_of
 
@@ -39,6 +39,7 @@ class SeedReplay:
         self.produced: dict[tuple[str, int], list[bytes]] = {}
         self.consumed: dict[tuple[str, int], list[bytes]] = {}
         self.offsets: dict[tuple[str, int], int] = {}
+        self.ends: dict[tuple[str, int], int] = {}  # one past the last acknowledged logic offset
 
     def close(self) -> None:
         self.producer.close()
@@ -59,11 +60,14 @@ class SeedReplay:
         bodies = self.produced.setdefault((topic, logic_id), [])
         for _ in range(n):
             body = f"{topic}-{logic_id}-{len(bodies)}".encode()
-            self.producer.send(Message(topic, body), queue=mq)
+            sent = self.producer.send(Message(topic, body), queue=mq)
+            self.ends[(topic, logic_id)] = sent.queue_offset + 1
             bodies.append(body)
 
     def consume(self, topic: str) -> None:
         """Every logic queue of ``topic`` to its end, committing as it goes."""
+        wait_dispatched(self.consumer, {mq: self.ends[(topic, mq.queue_id)] for mq in self.consumer.queues(topic)
+                                        if (topic, mq.queue_id) in self.ends})
         for mq in self.consumer.queues(topic):
             key = (topic, mq.queue_id)
             start = self.offsets.get(key, 0)

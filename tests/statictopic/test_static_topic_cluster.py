@@ -14,7 +14,7 @@ from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from proto import broker_pb2
-from tests.cluster import DaemonStartError, start_daemon, wait_until
+from tests.cluster import DaemonStartError, acked_ends, start_daemon, wait_dispatched, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
 
 
@@ -61,6 +61,7 @@ def test_logic_queues_are_fixed_and_carry_logic_offsets(cluster: StaticCluster):
         sent = [producer.send(Message(topic, f"m{i}".encode())) for i in range(60)]
         assert {r.queue.broker_name for r in sent} == {LOGICAL_QUEUE_MOCK_BROKER_NAME}
         assert {r.queue.queue_id for r in sent} == set(range(6))
+        wait_dispatched(consumer, acked_ends(sent))
         for mq in queues:
             got, end = drain(consumer, mq, 0)
             assert [o for o, _ in got] == list(range(len(got)))
@@ -90,9 +91,12 @@ def test_remap_with_traffic_and_a_group_resuming_across_remaps(cluster: StaticCl
     bodies: dict[int, list[bytes]] = {q: [] for q in range(4)}
     with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="resume") as consumer:
         def produce(tag: str, n: int) -> None:
+            sent = []
             for i in range(n):
                 r = producer.send(Message(topic, f"{tag}-{i}".encode()), sharding_key=f"key-{i % 4}")
                 bodies[r.queue.queue_id].append(f"{tag}-{i}".encode())
+                sent.append(r)
+            wait_dispatched(consumer, acked_ends(sent))
 
         produce("before", 40)
         committed = {}
