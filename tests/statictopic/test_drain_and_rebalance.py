@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, PullStatus
+from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, PullStatus, SendResult
 from common.kv_shard import KV_TOPIC
 from common.message_queue import MessageQueue
 from tests.admin_cli.helpers import fails, mqadmin, ok
-from tests.cluster import make_cluster, wait_until
+from tests.cluster import acked_ends, make_cluster, wait_dispatched, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
 
 SHORT_RETENTION = {"mappedFileSizeCommitLog": 65536, "fileReservedTime": 0, "deleteWhen": "*",
@@ -76,7 +76,7 @@ class KeyedProducer(threading.Thread):
         self.addr, self.topics, self.keys, self.stop = addr, topics, keys, stop
         self.acked: dict[tuple[str, str], int] = defaultdict(int)  # next sequence number per (topic, key)
         self.unacked: dict[tuple[str, str], int] = {}  # a seq whose send failed and was never acknowledged
-        self.ends: dict[tuple[str, int], int] = {}  # per logic queue: one past the last acknowledged offset
+        self.results: list[SendResult] = []  # every acknowledged send
         self.failures: list[str] = []
         self.sent = 0
         self.sent_event = threading.Event()
@@ -98,8 +98,7 @@ class KeyedProducer(threading.Thread):
                         self.stop.wait(0.05)  # back off before retrying the same message
                         continue
                     self.unacked.pop((topic, key), None)
-                    end = (topic, sent.queue.queue_id)
-                    self.ends[end] = max(self.ends.get(end, 0), sent.queue_offset + 1)
+                    self.results.append(sent)
                     self.acked[(topic, key)] = seq + 1
                     self.sent += 1
                     if self.sent >= self.target:
@@ -115,14 +114,12 @@ class KeyedProducer(threading.Thread):
 
 class LoopConsumer(threading.Thread):
     """Pulls every logic queue of ``topics`` round and round, committing as it goes, until told to finish and
-    every queue has reached its max offset and the ``ends`` it was given. A send is acknowledged before the store
-    dispatches it to the consume queue, so the max offset alone may not yet count the last acknowledged message."""
+    every queue has reached its max offset."""
 
     def __init__(self, addr: str, group: str, topics: list[str]) -> None:
         super().__init__(daemon=True)
         self.addr, self.group, self.topics = addr, group, topics
         self.finish = threading.Event()
-        self.ends: dict[tuple[str, int], int] = {}  # per logic queue: an offset to reach before finishing
         self.got: dict[tuple[str, int], list[tuple[int, bytes]]] = defaultdict(list)
         self.errors: list[str] = []
         self.illegal: list[str] = []
@@ -154,8 +151,7 @@ class LoopConsumer(threading.Thread):
                         self.errors.append(str(exc))
                 if idle and self.finish.is_set():
                     try:
-                        if all(offsets[mq] >= max(consumer.max_offset(mq), self.ends.get((mq.topic, mq.queue_id), 0))
-                               for mq in queues):
+                        if all(offsets[mq] >= consumer.max_offset(mq) for mq in queues):
                             self.done = True
                             return
                     except MQClientError as exc:
@@ -198,7 +194,8 @@ def test_drain_under_live_traffic_until_the_broker_is_removable(tmp_path: Path,
         stop.set()
         producer.join(timeout=30)
         assert not producer.is_alive(), "producer did not stop"
-        consumer.ends = dict(producer.ends)
+        with PullConsumer(cluster.addr) as probe:  # the max offsets the consumer finishes at count every ack
+            wait_dispatched(probe, acked_ends(producer.results))
         consumer.finish.set()
         consumer.join(timeout=60)
         assert consumer.done, f"consumer did not reach the end; errors {consumer.errors[-3:]}"
