@@ -245,7 +245,10 @@ def job_command(module: str, *args: str) -> list[str]:
     return [PYTHON, "-m", module, *args]
 
 
-def run_job(module: str, *args: str, timeout: float = 240.0, env: dict[str, str] | None = None,
+JOB_TIMEOUT_S = 480.0  # a hung job's bound, not a speed check: the cluster compaction took 175 s in CI, over 240 s here
+
+
+def run_job(module: str, *args: str, timeout: float = JOB_TIMEOUT_S, env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess:
     """``env``: the job's environment (default this process's; a standalone cluster's for a ``spark://`` master)."""
     return subprocess.run(job_command(module, *args), capture_output=True, text=True, cwd=REPO, timeout=timeout,
