@@ -6,6 +6,8 @@ still has the last route to pick another broker from."""
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import grpc
 import pytest
@@ -42,6 +44,19 @@ class StalledNameServer:
 
     def recover(self) -> None:
         self.recovered.set()
+
+
+def answered_while_the_name_server_stalls(namesrv: StalledNameServer, other_sent: threading.Event,
+                                          retried: Future, other: Future) -> tuple[Any, Any]:
+    """``retried``'s first answer (held until ``other`` is on the same stream) needs a retry, whose route look-up
+    waits for the stalled name server; ``other`` is answered meanwhile. Their results: ``other``'s, and
+    ``retried``'s once the name server answers again."""
+    other_sent.set()
+    assert namesrv.waiting.wait(5), "the retry did not look the route up"
+    other_result = other.result(timeout=5)  # the stream's reader is not the one waiting for the name server
+    assert not retried.done()
+    namesrv.recover()
+    return other_result, retried.result(timeout=5)
 
 
 @pytest.fixture
@@ -95,13 +110,8 @@ def test_a_normal_topic_s_retry_does_not_hold_up_the_stream_while_the_name_serve
     producer.client.route("N")  # cached: the sends pick their queue without the name server
     retried = producer.send_async(Message("N", b"retried"))  # SYSTEM_BUSY: retried after a route refresh
     other = producer.send_async(Message("N", b"other"), queue=MessageQueue("N", "broker-a", 1))
-    other_sent.set()
-    assert namesrv.waiting.wait(5), "the retry did not refresh the route"
-    # broker-a's stream answers the other send while the retry still waits for the name server
-    assert other.result(timeout=5).queue_offset == 7
-    assert not retried.done()
-    namesrv.recover()
-    assert retried.result(timeout=5).queue_offset == 7
+    other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)
+    assert (other_result.queue_offset, retried_result.queue_offset) == (7, 7)
     assert len(answered) == 3
 
 
@@ -114,12 +124,8 @@ def test_a_static_topic_s_retry_does_not_hold_up_the_stream_while_the_name_serve
     hold_first_send(fake.brokers["broker-a"], other_sent)
     retried = producer.send_async(Message("S", b"retried"), queue=MessageQueue("S", MOCK, 0))
     other = producer.send_async(Message("S", b"other"), queue=MessageQueue("S", MOCK, 1))
-    other_sent.set()
-    assert namesrv.waiting.wait(5), "the retry did not refresh the route"
-    assert other.result(timeout=5).queue_offset == 0
-    assert not retried.done()
-    namesrv.recover()
-    assert retried.result(timeout=5).queue_offset == 10_000
+    other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)
+    assert (other_result.queue_offset, retried_result.queue_offset) == (0, 10_000)
 
 
 def test_a_retry_due_after_close_fails_the_send_instead_of_leaving_it_unanswered(fake, producer):
@@ -186,9 +192,6 @@ def test_a_static_pull_s_retry_does_not_hold_up_the_stream_while_the_name_server
         hold_first_send(fake.brokers["broker-a"], other_sent, held_method="PullMessage")
         retried = consumer.pull_async(MessageQueue("S", MOCK, 0), 10_000)
         other = consumer.pull_async(MessageQueue("S", MOCK, 1), 0)
-        other_sent.set()
-        assert namesrv.waiting.wait(5), "the retry did not refresh the route"
-        assert [m.body for m in other.result(timeout=5).messages] == [b"m"]
-        assert not retried.done()
-        namesrv.recover()
-        assert retried.result(timeout=5).status is PullStatus.NO_NEW_MSG
+        other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)
+        assert [m.body for m in other_result.messages] == [b"m"]
+        assert retried_result.status is PullStatus.NO_NEW_MSG
