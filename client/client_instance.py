@@ -97,7 +97,7 @@ class ClientInstance:
         self.retry_threads = RetryThreads()  # retries decided on a stream's threads run there
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
-        self._stale_routes: set[str] = set()  # cached routes known to be out of date: asked for at the next lookup
+        self._stale_routes: dict[str, float] = {}  # topic -> when its cached route was found out of date
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders; the writable queues.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
@@ -206,14 +206,16 @@ class ClientInstance:
         """The topic's route (cached for 30 s, or ``max_age_s``). ``for_publish``: a topic the name server does
         not know borrows the route of TBW102, served by brokers that create topics on first send. When no name
         server answers, the last route is used (as upstream's clients do: brokers outlive a name server outage),
-        even for ``refresh`` or after :meth:`invalidate_route`; they are asked again after
-        :data:`STALE_ROUTE_RETRY_S`."""
+        even for ``refresh``; they are asked again after :data:`STALE_ROUTE_RETRY_S`, or at once after an
+        :meth:`invalidate_route` (once per call of it)."""
         cached = self._routes.get(topic)
         now = time.monotonic()
-        if cached is not None and not refresh and now - cached[0] < max_age_s and topic not in self._stale_routes:
+        stale_since = self._stale_routes.get(topic)
+        if cached is not None and not refresh and now - cached[0] < max_age_s and stale_since is None:
             return cached[1]
         failed_at = self._route_failed_at.get(topic)
-        if cached is not None and failed_at is not None and now - failed_at < STALE_ROUTE_RETRY_S:
+        if (cached is not None and failed_at is not None and now - failed_at < STALE_ROUTE_RETRY_S
+                and (stale_since is None or stale_since <= failed_at)):
             return cached[1]
         try:
             response = self._fetch_route(topic)
@@ -234,14 +236,14 @@ class ClientInstance:
             if default.code == ResponseCode.SUCCESS:
                 route = borrowed_route(default.route)
                 self._routes[topic] = (time.monotonic() - ROUTE_TTL_S + DEFAULT_ROUTE_TTL_S, route)
-                self._stale_routes.discard(topic)
+                self._stale_routes.pop(topic, None)
                 return route
         if response.code != ResponseCode.SUCCESS:
             self._routes.pop(topic, None)
-            self._stale_routes.discard(topic)
+            self._stale_routes.pop(topic, None)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
         self._routes[topic] = (time.monotonic(), response.route)
-        self._stale_routes.discard(topic)
+        self._stale_routes.pop(topic, None)
         return response.route
 
     @contextlib.contextmanager
@@ -274,11 +276,11 @@ class ClientInstance:
                                             for bd in route.broker_datas)
 
     def invalidate_route(self, topic: str) -> None:
-        """The topic's route is out of date: the next lookup asks the name server. The route stays as the
-        fallback for when none answers (see :meth:`route`): a retry after a broker's failure still has the other
-        brokers to go to."""
+        """The topic's route is out of date: the next lookup asks the name server, even one failed a moment ago.
+        The route stays as the fallback for when none answers (see :meth:`route`): a retry after a broker's
+        failure still has the other brokers to go to."""
         if topic in self._routes:
-            self._stale_routes.add(topic)
+            self._stale_routes[topic] = time.monotonic()
 
     def invalidate_routes(self) -> None:
         for topic in list(self._routes):

@@ -39,7 +39,7 @@ from client.message_encoding import batch_wire_properties
 from client.producer_sessions import ProducerSessions, new_client_id
 from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
-from client.retry_threads import failing
+from client.retry_threads import ClientClosed
 from client.send_accumulator import SendAccumulator
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
@@ -282,7 +282,8 @@ class Producer:
                 future.set_exception(error)
                 return
             log.info("send_retry topic=%s broker=%s reason=%s", mq.topic, mq.broker_name, error)
-            self._later(0.0, lambda: self._retry_elsewhere(send, mq, attempts_left - 1, future, error), future)
+            self.client.retry_threads.retry(
+                future, lambda: self._retry_elsewhere(send, mq, attempts_left - 1, future, error))
 
         try:
             addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
@@ -332,8 +333,9 @@ class Producer:
                     future.set_exception(error)
                     return
                 log.info("send_wait_master topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
-                self._later(0.0 if retry == 0 else MASTER_POLL_S, lambda: self._attempt_static(
-                    send, mq, may_move, attempts_left, future, deadline, retry + 1), future)
+                self.client.retry_threads.retry(future, lambda: self._attempt_static(
+                    send, mq, may_move, attempts_left, future, deadline, retry + 1),
+                    delay_s=0.0 if retry == 0 else MASTER_POLL_S)
                 return
             if attempts_left <= 1 or not getattr(error, "retryable", False):
                 future.set_exception(error)
@@ -341,8 +343,8 @@ class Producer:
             log.info("send_retry topic=%s logic_queue=%d reason=%s", topic, mq.queue_id, error)
             self.client.invalidate_route(topic)
             pause = 0.0 if retry == 0 else min(STATIC_RETRY_PAUSE_S * 2 ** (retry - 1), 1.0)
-            self._later(pause, lambda: self._attempt_static(send, mq, may_move, attempts_left - 1, future,
-                                                            deadline, retry + 1), future)
+            self.client.retry_threads.retry(future, lambda: self._attempt_static(
+                send, mq, may_move, attempts_left - 1, future, deadline, retry + 1), delay_s=pause)
 
         try:
             addr = self.client.leader_addr(topic, mq.queue_id, for_publish=True, refresh=retry > 0)
@@ -386,16 +388,17 @@ class Producer:
         """The accumulator's batch that waited for an answer: sent from the answering thread (a stream's reader)
         when the route is cached, else from the retry threads, so the reader does not wait for the name server.
         The check is a likely one (a route invalidated just after it is looked up once more); a miss costs a
-        delay of the stream's answers, never a lost send."""
+        delay of the stream's answers, never a lost send. A static topic's batches always take the retry threads
+        (its leaders are looked up per batch)."""
         if self.client.sends_from_cache(topic):
             send()
-        else:  # (closed meanwhile: sent here all the same, it fails at once on the closed channels)
-            self.client.retry_threads.later(0.0, send, lambda closed: send())
+            return
 
-    def _later(self, delay_s: float, retry: Callable[[], None], future: "Future[SendResult]") -> None:
-        """Retry on the client's retry threads (``client/retry_threads.py``), never on the thread that completed
-        the failed attempt."""
-        self.client.retry_threads.later(delay_s, retry, failing(future))
+        def not_sent(error: BaseException) -> None:
+            if isinstance(error, ClientClosed):  # sent here all the same: it fails at once on the closed channels
+                send()  # (any other error was the send's own, and it answered its futures)
+
+        self.client.retry_threads.later(0.0, send, not_sent)
 
     def _rpc_failure(self, mq: MessageQueue, addr: str, exc: grpc.RpcError) -> MQClientError:
         err = rpc_error(f"send to {mq}", addr, exc)

@@ -20,7 +20,6 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.message_decoding import decode_pulled
 from client.results import PullResult, PullStatus
-from client.retry_threads import failing
 from client.static_route import is_logic_queue
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
@@ -140,8 +139,8 @@ class PullConsumer:
                 self.client.invalidate_route(mq.topic)
                 error = rpc_error(f"pull {mq}", addr, exc)
                 if self.client.report_failure(addr, exc.code()) and failovers > 0:
-                    self.client.retry_threads.later(0.0, lambda: self._fail_over(mq, request, future, failovers,
-                                                                                 tried, error), failing(future))
+                    self.client.retry_threads.retry(
+                        future, lambda: self._fail_over(mq, request, future, failovers, tried, error))
                     return
                 future.set_exception(error)
                 return
@@ -188,8 +187,8 @@ class PullConsumer:
 
         def again(hops: int, leader_retries: int, refresh: bool) -> None:
             """The next attempt looks the route up (maybe on the name server): on the retry threads."""
-            self.client.retry_threads.later(0.0, lambda: self._pull_static(mq, request, future, hops, leader_retries,
-                                                                           refresh), failing(future))
+            self.client.retry_threads.retry(
+                future, lambda: self._pull_static(mq, request, future, hops, leader_retries, refresh))
 
         def done(call: Future) -> None:
             try:

@@ -17,8 +17,11 @@ import grpc
 
 from client.grpc_errors import StatusError
 from client.producer import Producer, _Send
+from client.retry_threads import RetryThreads
 from proto import broker_pb2
 from proxy.broker_send_streams import BrokerSendStreams
+
+RETRY_THREADS = 16
 
 
 class LoopProducer(Producer):
@@ -28,6 +31,9 @@ class LoopProducer(Producer):
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread, as the proxy's collaborators are
         self._streams = streams
+        # Every v2 client's sends retry here: more threads than an SDK producer has, so retries whose route look-ups
+        # wait for a stalled name server do not hold up all the others.
+        self.client.retry_threads = RetryThreads(RETRY_THREADS)
 
     def sends_from_loop(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to start on the loop without a name server call; the send
@@ -50,7 +56,7 @@ class LoopProducer(Producer):
 
         if threading.get_ident() == self._loop_thread:
             start()
-        else:  # a retry, made on one of the producer's send threads
+        else:  # a send started off the loop (its route looked up first) or a retry (on the client's retry threads)
             self._loop.call_soon_threadsafe(start)
         return outcome
 

@@ -16,6 +16,7 @@ from client.errors import MQClientError
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.results import PullStatus
+from client.retry_threads import ClientClosed, RetryThreads
 from common.message import Message
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
@@ -195,3 +196,50 @@ def test_a_static_pull_s_retry_does_not_hold_up_the_stream_while_the_name_server
         other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)
         assert [m.body for m in other_result.messages] == [b"m"]
         assert retried_result.status is PullStatus.NO_NEW_MSG
+
+
+# -- the threads themselves ------------------------------------------------------------------------------------
+def test_a_retry_that_raises_fails_its_request_with_the_error(caplog: pytest.LogCaptureFixture):
+    threads = RetryThreads()
+    try:
+        bug, refusal = Future(), Future()
+
+        def buggy() -> None:
+            raise RuntimeError("a bug in the retry")
+
+        def refused() -> None:
+            raise MQClientError("send to T failed: the client is closed")
+
+        threads.retry(bug, buggy)
+        threads.retry(refusal, refused, delay_s=0.01)
+        with pytest.raises(RuntimeError, match="a bug in the retry"):
+            bug.result(timeout=5)
+        with pytest.raises(MQClientError, match="the client is closed"):
+            refusal.result(timeout=5)
+        # a bug is logged with its traceback; a client error is only the request's answer
+        assert [r.exc_info is not None for r in caplog.records if r.getMessage() == "retry_failed"] == [True]
+    finally:
+        threads.close()
+
+
+def test_after_close_queued_and_later_retries_fail_and_the_threads_are_daemons():
+    threads = RetryThreads(threads=1)
+    started, release = threading.Event(), threading.Event()
+    running, queued, later = Future(), Future(), Future()
+
+    def run_until_released() -> None:
+        started.set()
+        release.wait(5)
+        running.set_result("ran")
+
+    threads.retry(running, run_until_released)
+    assert started.wait(5)
+    threads.retry(queued, lambda: queued.set_result("ran"))  # waits behind the one running
+    assert all(t.daemon for t in threading.enumerate() if t.name.startswith("client-retry-"))
+    threads.close()
+    threads.retry(later, lambda: later.set_result("ran"))
+    release.set()
+    assert running.result(timeout=5) == "ran"  # the one running ends on its own
+    for future in (queued, later):
+        with pytest.raises(ClientClosed):
+            future.result(timeout=5)

@@ -24,11 +24,17 @@ from common.message_queue import MessageQueue
 MQ = MessageQueue("PullServiceT", "broker-a", 0)
 
 
+class CacheOnly:
+    """The part of a client instance the service uses: ``cache_only()``."""
+
+    cache_only = ClientInstance.cache_only
+
+
 class AnsweredByTest:
     """``pull_async`` as a push consumer calls it; each pull's future waits in ``pulls`` for the test to settle."""
 
     def __init__(self) -> None:
-        self.client = ClientInstance("127.0.0.1:1")  # its cache_only() only: no call is made
+        self.client = CacheOnly()
         self.pulls: list[tuple[int, Future]] = []
         self.threads: list[str] = []  # the thread each pull of ``pulls`` was sent from
         self.route_expired = False  # a pull within cache_only fails with RouteNotCached (nothing sent)

@@ -1,8 +1,7 @@
 """``LoopProducer`` (the proxy's producer, its attempts on the loop's send streams) against an in-process gRPC
-server speaking the broker's send-stream frames, with a route in its cache: refused attempts and their retries end
-on other threads than the loop's default executor (where transactional sends wait for theirs), a timed-out send says
-whether its channel was connected without asking the loop, and a send in ``cache_only`` never asks the name
-server."""
+server speaking the broker's send-stream frames, with a route in its cache: refused attempts, retried or not, end
+without the loop's default executor (where transactional sends wait for theirs), a timed-out send says whether its
+channel was connected without asking the loop, and a send in ``cache_only`` never asks the name server."""
 
 import asyncio
 import os
@@ -67,7 +66,9 @@ def with_producer(broker: FakeBroker, scenario: Any, send_timeout_ms: int = 2000
     return asyncio.run(main())
 
 
-def test_more_refused_sends_waited_for_on_default_workers_than_there_are_workers_all_end(broker: FakeBroker):
+@pytest.mark.parametrize("retry_times", [0, 2])
+def test_more_refused_sends_waited_for_on_default_workers_than_there_are_workers_all_end(broker: FakeBroker,
+                                                                                         retry_times: int):
     """As the proxy's transactional sends do, each waits for its outcome on a default-executor thread (here with a
     timeout, so a regression fails instead of hanging); their refusals must settle on other threads."""
     many = 2 * min(32, (os.cpu_count() or 1) + 4)  # twice the default executor's threads
@@ -79,7 +80,7 @@ def test_more_refused_sends_waited_for_on_default_workers_than_there_are_workers
         return await asyncio.gather(*(asyncio.to_thread(send_and_wait, producer) for _ in range(many)),
                                     return_exceptions=True)
 
-    outcomes = with_producer(broker, scenario)
+    outcomes = with_producer(broker, scenario, retry_times=retry_times)
     assert all(isinstance(o, MQClientError) and "SYSTEM_BUSY" in str(o) for o in outcomes), outcomes[:3]
 
 
@@ -105,7 +106,7 @@ def test_a_send_timed_out_on_a_connected_broker_does_not_mark_it_down(broker: Fa
 
 def test_a_send_in_cache_only_raises_before_sending_when_the_route_is_gone(broker: FakeBroker):
     async def scenario(producer: LoopProducer) -> None:
-        producer.client.invalidate_route(TOPIC)  # as a retry on another thread does
+        producer.client.invalidate_route(TOPIC)  # as a failed attempt does: stale, looked up at the next send
         with pytest.raises(RouteNotCached), producer.client.cache_only():
             producer.send_async(Message(TOPIC, b"x"))
 
