@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from client.client_instance import ClientInstance
+from client.errors import MQClientError
 from client.grpc_errors import StatusError
 from common.message_codec import decode_records, encode_record
 from common.response_code import ResponseCode
@@ -160,6 +161,21 @@ class FakeCluster:
     def all_calls(self, method: str) -> list[tuple[str, object]]:
         """(broker, request) of every ``method`` call, in arrival order."""
         return [(b, r) for b, m, r in self.calls if m == method]
+
+
+class FlakyNameServer:
+    """The fake cluster's route fetch, failing while ``down``; counts the fetches."""
+
+    def __init__(self, fake: FakeCluster) -> None:
+        self.fake = fake
+        self.down = False
+        self.fetches = 0
+
+    def fetch_route(self, topic: str):
+        self.fetches += 1
+        if self.down:
+            raise MQClientError(f"route of {topic} failed at fake-namesrv:9876: UNAVAILABLE")
+        return self.fake.fetch_route(topic)
 
 
 # -- routes ----------------------------------------------------------------------------------------

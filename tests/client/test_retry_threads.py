@@ -22,7 +22,7 @@ from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME as MOCK
 from proto import broker_pb2
-from tests.client.fakes import FakeBroker, FakeCluster, FakeRpcError, FakeStaticTopic, normal_route
+from tests.client.fakes import FakeBroker, FakeCluster, FakeRpcError, FakeStaticTopic, FlakyNameServer, normal_route
 
 STALL_LIMIT_S = 20  # the stalled name server answers after this at the latest (a failing test still ends)
 
@@ -79,17 +79,17 @@ def stall(fake: FakeCluster, user: Producer | PullConsumer) -> StalledNameServer
     return namesrv
 
 
-def hold_first_send(broker: FakeBroker, until: threading.Event, held_method: str = "SendMessage") -> None:
-    """``broker`` answers its first send (or ``held_method`` call) only once ``until`` is set: the requests after it
-    are on the stream by then, so the first answer's retry happens while they wait for theirs."""
+def hold_first_call(broker: FakeBroker, method: str, until: threading.Event) -> None:
+    """``broker`` answers its first ``method`` call only once ``until`` is set: the requests after it are on the
+    stream by then, so the first answer's retry happens while they wait for theirs."""
     invoke = broker.invoke
     held: list[bool] = []
 
-    def holding(method: str, request: object) -> object:
-        if method == held_method and not held:
+    def holding(called: str, request: object) -> object:
+        if called == method and not held:
             held.append(True)
-            assert until.wait(STALL_LIMIT_S), "the second send never came"
-        return invoke(method, request)
+            assert until.wait(STALL_LIMIT_S), "the second request never came"
+        return invoke(called, request)
 
     broker.invoke = holding  # type: ignore[method-assign]
 
@@ -106,7 +106,7 @@ def test_a_normal_topic_s_retry_does_not_hold_up_the_stream_while_the_name_serve
 
     fake.brokers["broker-a"].handlers["SendMessage"] = busy_once
     other_sent = threading.Event()
-    hold_first_send(fake.brokers["broker-a"], other_sent)
+    hold_first_call(fake.brokers["broker-a"], "SendMessage", other_sent)
     namesrv = stall(fake, producer)
     producer.client.route("N")  # cached: the sends pick their queue without the name server
     retried = producer.send_async(Message("N", b"retried"))  # SYSTEM_BUSY: retried after a route refresh
@@ -122,7 +122,7 @@ def test_a_static_topic_s_retry_does_not_hold_up_the_stream_while_the_name_serve
     producer.client.route("S")  # cached: broker-a leads both logic queues
     topic.remap(0, "broker-b", logic_start=10_000)  # broker-a now answers NOT_LEADER_FOR_QUEUE for 0
     other_sent = threading.Event()
-    hold_first_send(fake.brokers["broker-a"], other_sent)
+    hold_first_call(fake.brokers["broker-a"], "SendMessage", other_sent)
     retried = producer.send_async(Message("S", b"retried"), queue=MessageQueue("S", MOCK, 0))
     other = producer.send_async(Message("S", b"other"), queue=MessageQueue("S", MOCK, 1))
     other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)
@@ -145,14 +145,13 @@ def test_with_no_name_server_answering_a_retry_goes_to_another_broker_of_the_las
     def unavailable(req):
         raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "broker-a is gone")
 
-    def name_server_down(topic: str):
-        raise MQClientError(f"route of {topic} failed at fake-namesrv:9876: UNAVAILABLE")
-
     fake.brokers["broker-a"].handlers["SendMessage"] = unavailable
     fake.brokers["broker-b"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
         code=ResponseCode.SUCCESS, queue_id=req.queue_id, queue_offset=3)
+    namesrv = FlakyNameServer(fake)
+    producer.client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
     producer.client.route("N")
-    producer.client._fetch_route = name_server_down
+    namesrv.down = True
     producer._round_robin = -1  # the next pick is the first queue: broker-a's
     assert producer.send(Message("N", b"m")).queue == MessageQueue("N", "broker-b", 0)
     assert [b for b, _ in fake.all_calls("SendMessage")] == ["broker-a", "broker-b"]
@@ -163,7 +162,7 @@ def test_auto_batch_sends_what_waited_without_holding_up_the_stream_while_the_na
     fake.brokers["broker-a"].handlers["SendMessage"] = lambda req: broker_pb2.SendMessageResponse(
         code=ResponseCode.SUCCESS, queue_id=req.queue_id, queue_offset=5)
     first_answer = threading.Event()
-    hold_first_send(fake.brokers["broker-a"], first_answer)
+    hold_first_call(fake.brokers["broker-a"], "SendMessage", first_answer)
     with Producer("fake-namesrv:9876", auto_batch=True, batch_max_in_flight=1) as producer:
         fake.install(producer.client)
         namesrv = stall(fake, producer)
@@ -190,7 +189,7 @@ def test_a_static_pull_s_retry_does_not_hold_up_the_stream_while_the_name_server
         consumer.client.route("S")  # cached: broker-a leads both logic queues
         topic.remap(0, "broker-b", logic_start=10_000)  # broker-a now answers NOT_LEADER_FOR_QUEUE for 0
         other_sent = threading.Event()
-        hold_first_send(fake.brokers["broker-a"], other_sent, held_method="PullMessage")
+        hold_first_call(fake.brokers["broker-a"], "PullMessage", other_sent)
         retried = consumer.pull_async(MessageQueue("S", MOCK, 0), 10_000)
         other = consumer.pull_async(MessageQueue("S", MOCK, 1), 0)
         other_result, retried_result = answered_while_the_name_server_stalls(namesrv, other_sent, retried, other)

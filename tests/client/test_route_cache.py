@@ -5,25 +5,9 @@ it."""
 import pytest
 
 from client.client_instance import ClientInstance
-from client.errors import MQClientError
-from tests.client.fakes import FakeCluster, normal_route
+from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route
 
 T = "RouteCacheT"
-
-
-class FlakyNameServer:
-    """The fake cluster's route fetch, failing while ``down``; counts the fetches."""
-
-    def __init__(self, fake: FakeCluster) -> None:
-        self.fake = fake
-        self.down = False
-        self.fetches = 0
-
-    def fetch_route(self, topic: str):
-        self.fetches += 1
-        if self.down:
-            raise MQClientError(f"route of {topic} failed at fake-namesrv:9876: UNAVAILABLE")
-        return self.fake.fetch_route(topic)
 
 
 @pytest.fixture
