@@ -24,6 +24,12 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     async def Get(self, request, context):
         return await self.kv.get(request)
 
+    async def GetStream(self, request_iterator, context):
+        # Each get in a task of its own: one that reads a moved shard's older broker holds up no other.
+        async for frame in answer_frames(request_iterator, self.kv.get, kv_pb2.KvGetResponse, in_order=False,
+                                         rpc="KvGetStream"):
+            yield frame
+
     async def Scan(self, request, context):
         return await self.kv.scan(request)
 

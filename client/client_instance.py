@@ -152,6 +152,10 @@ class ClientInstance:
         """KV writes: those in flight together join one group commit on the broker and come back in one frame."""
         return self._stream(addr, "WriteStream", kv_pb2.KvWriteAnswers, DEFAULT_WINDOW, service="rmq.KvService")
 
+    def kv_get_stream(self, addr: str) -> RpcStream:
+        """KV gets: one stream a broker, as for writes."""
+        return self._stream(addr, "GetStream", kv_pb2.KvGetAnswers, DEFAULT_WINDOW, service="rmq.KvService")
+
     def _stream(self, addr: str, method: str, answers_class: Any, window: int | None,
                 service: str = "rmq.BrokerService") -> RpcStream:
         stream = self._streams.get((addr, method))

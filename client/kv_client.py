@@ -15,7 +15,8 @@ group's lowest-id live slave, which serves the state as of what the master had c
 import heapq
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 from typing import Protocol, TypeVar
@@ -26,7 +27,15 @@ from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.static_route import total_queues
-from common.kv_shard import KV_TOPIC, KvInputError, check_key, check_scan_limit, check_value, shard_of
+from common.kv_shard import (
+    KV_TOPIC,
+    MAX_GET_KEYS,
+    KvInputError,
+    check_key,
+    check_scan_limit,
+    check_value,
+    shard_of,
+)
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
 
@@ -268,19 +277,25 @@ class KVClient:
             pending = unled
             if unled:
                 time.sleep(0.05)
-            for addr, slots in by_broker.items():
-                if not self._get_from(addr, ks, slots, out, deadline):
+            # Every broker's gets in flight at once, on its stream, at most MAX_GET_KEYS keys a request.
+            calls = [(addr, part, self._get_call(addr, ks, part)) for addr, slots in by_broker.items()
+                     for part in (slots[i:i + MAX_GET_KEYS] for i in range(0, len(slots), MAX_GET_KEYS))]
+            for addr, slots, call in calls:
+                if not self._get_from(addr, slots, call, out, deadline):
                     pending += slots  # a shard moved: ask again where it is now
             refresh = True
         return out
 
-    def _get_from(self, addr: str, ks: list[bytes], slots: list[int], out: list[bytes | None],
+    def _get_call(self, addr: str, ks: list[bytes], slots: Sequence[int]) -> Future[kv_pb2.KvGetResponse]:
+        request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
+        return self._instance.kv_get_stream(addr).call(request, self._timeout_s)
+
+    def _get_from(self, addr: str, slots: Sequence[int], call: Future[kv_pb2.KvGetResponse], out: list[bytes | None],
                   deadline: float) -> bool:
         what = f"KV get of {len(slots)} keys"
-        request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
         try:
-            response = self._stub(addr).Get(request, timeout=self._timeout_s)
-        except grpc.RpcError as exc:
+            response = call.result()
+        except grpc.RpcError as exc:  # the stream's failures (StatusError)
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -299,7 +299,7 @@ SUB_METHODS = frozenset({
 })
 KV_TOPIC = "rmq_sys_KV"
 KV_METHODS = {"/rmq.KvService/Write": PUB, "/rmq.KvService/WriteStream": PUB, "/rmq.KvService/Get": SUB,
-              "/rmq.KvService/Scan": SUB}
+              "/rmq.KvService/GetStream": SUB, "/rmq.KvService/Scan": SUB}
 # Never checked (probes and service discovery).
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 GROUP_FIELDS = ("consumer_group", "group")

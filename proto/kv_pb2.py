@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from proto import broker_pb2 as proto_dot_broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/kv.proto\x12\x03rmq\x1a\x12proto/broker.proto\"\x84\x01\n\x0eKvWriteRequest\x12\x19\n\x02op\x18\x01 \x01(\x0e\x32\r.rmq.KvOpType\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x10\n\x08\x65xpected\x18\x04 \x01(\x0c\x12\x15\n\rexpect_absent\x18\x05 \x01(\x08\x12\x12\n\nrequest_id\x18\x06 \x01(\x03\"u\n\x0fKvWriteResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x12\x0e\n\x06\x65xists\x18\x04 \x01(\x08\x12\x0f\n\x07\x63urrent\x18\x05 \x01(\x0c\x12\x12\n\nrequest_id\x18\x06 \x01(\x03\"5\n\x0cKvWriteFrame\x12%\n\x08requests\x18\x01 \x03(\x0b\x32\x13.rmq.KvWriteRequest\"9\n\x0eKvWriteAnswers\x12\'\n\tresponses\x18\x01 \x03(\x0b\x32\x14.rmq.KvWriteResponse\"G\n\x07KvEntry\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.rmq.KvEntryState\x12\r\n\x05value\x18\x03 \x01(\x0c\"m\n\x0cKvGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12(\n\naddressing\x18\x02 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x13\n\x0bpack_states\x18\x04 \x01(\x08\"T\n\rKvGetResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06states\x18\x03 \x03(\x0c\x12\x15\n\rpacked_states\x18\x04 \x01(\x0c\"\x8e\x01\n\rKvScanRequest\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\x05\x12(\n\naddressing\x18\x05 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x10\n\x08queue_id\x18\x06 \x01(\x05\"`\n\x0eKvScanResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x1d\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x0c.rmq.KvEntry\x12\x11\n\texhausted\x18\x04 \x01(\x08\"\"\n\x11KvSnapshotRequest\x12\r\n\x05shard\x18\x01 \x01(\x05\"{\n\x10KvSnapshotHeader\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x14\n\x0ctotal_shards\x18\x02 \x01(\x05\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\"W\n\x0fKvSnapshotChunk\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x15.rmq.KvSnapshotHeader\x12\x1d\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x0c.rmq.KvEntry\"B\n\x10KvImportResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x10\n\x08imported\x18\x03 \x01(\x03\"\x14\n\x12KvProvisionRequest\"I\n\x13KvProvisionResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x14\n\x0ctotal_shards\x18\x03 \x01(\x05*H\n\x08KvOpType\x12\x15\n\x11KV_OP_UNSPECIFIED\x10\x00\x12\n\n\x06KV_PUT\x10\x01\x12\r\n\tKV_DELETE\x10\x02\x12\n\n\x06KV_CAS\x10\x03*=\n\x0cKvEntryState\x12\r\n\tKV_ABSENT\x10\x00\x12\x0e\n\nKV_PRESENT\x10\x01\x12\x0e\n\nKV_DELETED\x10\x02\x32\x9c\x03\n\tKvService\x12\x32\n\x05Write\x12\x13.rmq.KvWriteRequest\x1a\x14.rmq.KvWriteResponse\x12\x39\n\x0bWriteStream\x12\x11.rmq.KvWriteFrame\x1a\x13.rmq.KvWriteAnswers(\x01\x30\x01\x12,\n\x03Get\x12\x11.rmq.KvGetRequest\x1a\x12.rmq.KvGetResponse\x12/\n\x04Scan\x12\x12.rmq.KvScanRequest\x1a\x13.rmq.KvScanResponse\x12@\n\x0e\x45xportSnapshot\x12\x16.rmq.KvSnapshotRequest\x1a\x14.rmq.KvSnapshotChunk0\x01\x12?\n\x0eImportSnapshot\x12\x14.rmq.KvSnapshotChunk\x1a\x15.rmq.KvImportResponse(\x01\x12>\n\tProvision\x12\x17.rmq.KvProvisionRequest\x1a\x18.rmq.KvProvisionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/kv.proto\x12\x03rmq\x1a\x12proto/broker.proto\"\x84\x01\n\x0eKvWriteRequest\x12\x19\n\x02op\x18\x01 \x01(\x0e\x32\r.rmq.KvOpType\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x10\n\x08\x65xpected\x18\x04 \x01(\x0c\x12\x15\n\rexpect_absent\x18\x05 \x01(\x08\x12\x12\n\nrequest_id\x18\x06 \x01(\x03\"u\n\x0fKvWriteResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x12\x0e\n\x06\x65xists\x18\x04 \x01(\x08\x12\x0f\n\x07\x63urrent\x18\x05 \x01(\x0c\x12\x12\n\nrequest_id\x18\x06 \x01(\x03\"5\n\x0cKvWriteFrame\x12%\n\x08requests\x18\x01 \x03(\x0b\x32\x13.rmq.KvWriteRequest\"9\n\x0eKvWriteAnswers\x12\'\n\tresponses\x18\x01 \x03(\x0b\x32\x14.rmq.KvWriteResponse\"G\n\x07KvEntry\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.rmq.KvEntryState\x12\r\n\x05value\x18\x03 \x01(\x0c\"\x81\x01\n\x0cKvGetRequest\x12\x0c\n\x04keys\x18\x01 \x03(\x0c\x12(\n\naddressing\x18\x02 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\x12\x13\n\x0bpack_states\x18\x04 \x01(\x08\x12\x12\n\nrequest_id\x18\x05 \x01(\x03\"h\n\rKvGetResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x0e\n\x06states\x18\x03 \x03(\x0c\x12\x15\n\rpacked_states\x18\x04 \x01(\x0c\x12\x12\n\nrequest_id\x18\x05 \x01(\x03\"1\n\nKvGetFrame\x12#\n\x08requests\x18\x01 \x03(\x0b\x32\x11.rmq.KvGetRequest\"5\n\x0cKvGetAnswers\x12%\n\tresponses\x18\x01 \x03(\x0b\x32\x12.rmq.KvGetResponse\"\x8e\x01\n\rKvScanRequest\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x13\n\x0bstart_after\x18\x03 \x01(\x0c\x12\r\n\x05limit\x18\x04 \x01(\x05\x12(\n\naddressing\x18\x05 \x01(\x0e\x32\x14.rmq.QueueAddressing\x12\x10\n\x08queue_id\x18\x06 \x01(\x05\"`\n\x0eKvScanResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x1d\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x0c.rmq.KvEntry\x12\x11\n\texhausted\x18\x04 \x01(\x08\"\"\n\x11KvSnapshotRequest\x12\r\n\x05shard\x18\x01 \x01(\x05\"{\n\x10KvSnapshotHeader\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x14\n\x0ctotal_shards\x18\x02 \x01(\x05\x12\x13\n\x0b\x62roker_name\x18\x03 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x04 \x01(\x03\x12\x12\n\ncreated_ms\x18\x05 \x01(\x03\"W\n\x0fKvSnapshotChunk\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x15.rmq.KvSnapshotHeader\x12\x1d\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x0c.rmq.KvEntry\"B\n\x10KvImportResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x10\n\x08imported\x18\x03 \x01(\x03\"\x14\n\x12KvProvisionRequest\"I\n\x13KvProvisionResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x14\n\x0ctotal_shards\x18\x03 \x01(\x05*H\n\x08KvOpType\x12\x15\n\x11KV_OP_UNSPECIFIED\x10\x00\x12\n\n\x06KV_PUT\x10\x01\x12\r\n\tKV_DELETE\x10\x02\x12\n\n\x06KV_CAS\x10\x03*=\n\x0cKvEntryState\x12\r\n\tKV_ABSENT\x10\x00\x12\x0e\n\nKV_PRESENT\x10\x01\x12\x0e\n\nKV_DELETED\x10\x02\x32\xd1\x03\n\tKvService\x12\x32\n\x05Write\x12\x13.rmq.KvWriteRequest\x1a\x14.rmq.KvWriteResponse\x12\x39\n\x0bWriteStream\x12\x11.rmq.KvWriteFrame\x1a\x13.rmq.KvWriteAnswers(\x01\x30\x01\x12,\n\x03Get\x12\x11.rmq.KvGetRequest\x1a\x12.rmq.KvGetResponse\x12\x33\n\tGetStream\x12\x0f.rmq.KvGetFrame\x1a\x11.rmq.KvGetAnswers(\x01\x30\x01\x12/\n\x04Scan\x12\x12.rmq.KvScanRequest\x1a\x13.rmq.KvScanResponse\x12@\n\x0e\x45xportSnapshot\x12\x16.rmq.KvSnapshotRequest\x1a\x14.rmq.KvSnapshotChunk0\x01\x12?\n\x0eImportSnapshot\x12\x14.rmq.KvSnapshotChunk\x1a\x15.rmq.KvImportResponse(\x01\x12>\n\tProvision\x12\x17.rmq.KvProvisionRequest\x1a\x18.rmq.KvProvisionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.kv_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_KVOPTYPE']._serialized_start=1339
-  _globals['_KVOPTYPE']._serialized_end=1411
-  _globals['_KVENTRYSTATE']._serialized_start=1413
-  _globals['_KVENTRYSTATE']._serialized_end=1474
+  _globals['_KVOPTYPE']._serialized_start=1486
+  _globals['_KVOPTYPE']._serialized_end=1558
+  _globals['_KVENTRYSTATE']._serialized_start=1560
+  _globals['_KVENTRYSTATE']._serialized_end=1621
   _globals['_KVWRITEREQUEST']._serialized_start=44
   _globals['_KVWRITEREQUEST']._serialized_end=176
   _globals['_KVWRITERESPONSE']._serialized_start=178
@@ -46,26 +46,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KVWRITEANSWERS']._serialized_end=409
   _globals['_KVENTRY']._serialized_start=411
   _globals['_KVENTRY']._serialized_end=482
-  _globals['_KVGETREQUEST']._serialized_start=484
-  _globals['_KVGETREQUEST']._serialized_end=593
-  _globals['_KVGETRESPONSE']._serialized_start=595
-  _globals['_KVGETRESPONSE']._serialized_end=679
-  _globals['_KVSCANREQUEST']._serialized_start=682
-  _globals['_KVSCANREQUEST']._serialized_end=824
-  _globals['_KVSCANRESPONSE']._serialized_start=826
-  _globals['_KVSCANRESPONSE']._serialized_end=922
-  _globals['_KVSNAPSHOTREQUEST']._serialized_start=924
-  _globals['_KVSNAPSHOTREQUEST']._serialized_end=958
-  _globals['_KVSNAPSHOTHEADER']._serialized_start=960
-  _globals['_KVSNAPSHOTHEADER']._serialized_end=1083
-  _globals['_KVSNAPSHOTCHUNK']._serialized_start=1085
-  _globals['_KVSNAPSHOTCHUNK']._serialized_end=1172
-  _globals['_KVIMPORTRESPONSE']._serialized_start=1174
-  _globals['_KVIMPORTRESPONSE']._serialized_end=1240
-  _globals['_KVPROVISIONREQUEST']._serialized_start=1242
-  _globals['_KVPROVISIONREQUEST']._serialized_end=1262
-  _globals['_KVPROVISIONRESPONSE']._serialized_start=1264
-  _globals['_KVPROVISIONRESPONSE']._serialized_end=1337
-  _globals['_KVSERVICE']._serialized_start=1477
-  _globals['_KVSERVICE']._serialized_end=1889
+  _globals['_KVGETREQUEST']._serialized_start=485
+  _globals['_KVGETREQUEST']._serialized_end=614
+  _globals['_KVGETRESPONSE']._serialized_start=616
+  _globals['_KVGETRESPONSE']._serialized_end=720
+  _globals['_KVGETFRAME']._serialized_start=722
+  _globals['_KVGETFRAME']._serialized_end=771
+  _globals['_KVGETANSWERS']._serialized_start=773
+  _globals['_KVGETANSWERS']._serialized_end=826
+  _globals['_KVSCANREQUEST']._serialized_start=829
+  _globals['_KVSCANREQUEST']._serialized_end=971
+  _globals['_KVSCANRESPONSE']._serialized_start=973
+  _globals['_KVSCANRESPONSE']._serialized_end=1069
+  _globals['_KVSNAPSHOTREQUEST']._serialized_start=1071
+  _globals['_KVSNAPSHOTREQUEST']._serialized_end=1105
+  _globals['_KVSNAPSHOTHEADER']._serialized_start=1107
+  _globals['_KVSNAPSHOTHEADER']._serialized_end=1230
+  _globals['_KVSNAPSHOTCHUNK']._serialized_start=1232
+  _globals['_KVSNAPSHOTCHUNK']._serialized_end=1319
+  _globals['_KVIMPORTRESPONSE']._serialized_start=1321
+  _globals['_KVIMPORTRESPONSE']._serialized_end=1387
+  _globals['_KVPROVISIONREQUEST']._serialized_start=1389
+  _globals['_KVPROVISIONREQUEST']._serialized_end=1409
+  _globals['_KVPROVISIONRESPONSE']._serialized_start=1411
+  _globals['_KVPROVISIONRESPONSE']._serialized_end=1484
+  _globals['_KVSERVICE']._serialized_start=1624
+  _globals['_KVSERVICE']._serialized_end=2089
 # @@protoc_insertion_point(module_scope)

@@ -83,28 +83,44 @@ class KvEntry(_message.Message):
     def __init__(self, key: _Optional[bytes] = ..., state: _Optional[_Union[KvEntryState, str]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class KvGetRequest(_message.Message):
-    __slots__ = ("keys", "addressing", "queue_id", "pack_states")
+    __slots__ = ("keys", "addressing", "queue_id", "pack_states", "request_id")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     PACK_STATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[bytes]
     addressing: _broker_pb2.QueueAddressing
     queue_id: int
     pack_states: bool
-    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ..., pack_states: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ..., addressing: _Optional[_Union[_broker_pb2.QueueAddressing, str]] = ..., queue_id: _Optional[int] = ..., pack_states: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class KvGetResponse(_message.Message):
-    __slots__ = ("code", "remark", "states", "packed_states")
+    __slots__ = ("code", "remark", "states", "packed_states", "request_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     PACKED_STATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     states: _containers.RepeatedScalarFieldContainer[bytes]
     packed_states: bytes
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., states: _Optional[_Iterable[bytes]] = ..., packed_states: _Optional[bytes] = ...) -> None: ...
+    request_id: int
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., states: _Optional[_Iterable[bytes]] = ..., packed_states: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class KvGetFrame(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[KvGetRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[KvGetRequest, _Mapping]]] = ...) -> None: ...
+
+class KvGetAnswers(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[KvGetResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[KvGetResponse, _Mapping]]] = ...) -> None: ...
 
 class KvScanRequest(_message.Message):
     __slots__ = ("shard", "prefix", "start_after", "limit", "addressing", "queue_id")

@@ -49,6 +49,11 @@ class KvServiceStub:
                 request_serializer=proto_dot_kv__pb2.KvGetRequest.SerializeToString,
                 response_deserializer=proto_dot_kv__pb2.KvGetResponse.FromString,
                 _registered_method=True)
+        self.GetStream = channel.stream_stream(
+                '/rmq.KvService/GetStream',
+                request_serializer=proto_dot_kv__pb2.KvGetFrame.SerializeToString,
+                response_deserializer=proto_dot_kv__pb2.KvGetAnswers.FromString,
+                _registered_method=True)
         self.Scan = channel.unary_unary(
                 '/rmq.KvService/Scan',
                 request_serializer=proto_dot_kv__pb2.KvScanRequest.SerializeToString,
@@ -92,6 +97,13 @@ class KvServiceServicer:
 
     def Get(self, request, context):
         """Get keys (any number of shards this broker leads). PHYSICAL: a leader reading an older item's partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStream(self, request_iterator, context):
+        """Gets on one long-lived stream (what KVClient uses): frames of requests, each answered with its request_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,6 +155,11 @@ def add_KvServiceServicer_to_server(servicer, server):
                     servicer.Get,
                     request_deserializer=proto_dot_kv__pb2.KvGetRequest.FromString,
                     response_serializer=proto_dot_kv__pb2.KvGetResponse.SerializeToString,
+            ),
+            'GetStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.GetStream,
+                    request_deserializer=proto_dot_kv__pb2.KvGetFrame.FromString,
+                    response_serializer=proto_dot_kv__pb2.KvGetAnswers.SerializeToString,
             ),
             'Scan': grpc.unary_unary_rpc_method_handler(
                     servicer.Scan,
@@ -246,6 +263,33 @@ class KvService:
             '/rmq.KvService/Get',
             proto_dot_kv__pb2.KvGetRequest.SerializeToString,
             proto_dot_kv__pb2.KvGetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rmq.KvService/GetStream',
+            proto_dot_kv__pb2.KvGetFrame.SerializeToString,
+            proto_dot_kv__pb2.KvGetAnswers.FromString,
             options,
             channel_credentials,
             insecure,

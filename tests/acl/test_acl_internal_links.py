@@ -95,11 +95,12 @@ def test_the_kv_store_provisions_itself_with_the_inner_credentials(group: Signed
         assert kv.get(b"signed-key") == b"v"
 
 
-def test_kv_writes_on_their_stream_need_pub_on_the_kv_topic(group: SignedGroup) -> None:
+def test_kv_writes_and_reads_on_their_streams_need_pub_and_sub_on_the_kv_topic(group: SignedGroup) -> None:
     with Admin(group.ns.addr, credentials=ROOT) as admin:
         acl = AclAdmin(admin)
-        acl.create_user("kv-reader", "kv-reader-secret", cluster="DefaultCluster")
-        acl.create_acl("User:kv-reader", [f"Topic:{KV_TOPIC}"], ["Sub"], "Allow", cluster="DefaultCluster")
+        for user, action in (("kv-reader", "Sub"), ("kv-writer", "Pub")):
+            acl.create_user(user, f"{user}-secret", cluster="DefaultCluster")
+            acl.create_acl(f"User:{user}", [f"Topic:{KV_TOPIC}"], [action], "Allow", cluster="DefaultCluster")
     with KVClient(group.ns.addr, credentials=ROOT) as root:
         root.put(b"read-only-key", b"v")
     with KVClient(group.ns.addr, credentials=("kv-reader", "kv-reader-secret")) as reader:
@@ -107,6 +108,10 @@ def test_kv_writes_on_their_stream_need_pub_on_the_kv_topic(group: SignedGroup) 
         with pytest.raises(MQClientError, match=f"no Pub permission on Topic:{KV_TOPIC}"):
             reader.put(b"read-only-key", b"overwritten")
         assert reader.get(b"read-only-key") == b"v"
+    with KVClient(group.ns.addr, credentials=("kv-writer", "kv-writer-secret")) as writer:
+        writer.put(b"write-only-key", b"w")
+        with pytest.raises(MQClientError, match=f"no Sub permission on Topic:{KV_TOPIC}"):
+            writer.get_batch([b"write-only-key", b"read-only-key"])
 
 
 def test_a_broker_in_controller_mode_is_elected_through_signed_controller_calls(group: SignedGroup,

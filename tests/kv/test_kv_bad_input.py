@@ -12,6 +12,7 @@ import pytest
 
 from client import Admin, KVClient, Message, MQClientError, Producer
 from client.client_instance import CHANNEL_OPTIONS
+from client.kv_client import response_states
 from common.kv_shard import KV_TOPIC, MAX_GET_KEYS, MAX_KEY_BYTES, MAX_SCAN_LIMIT, MAX_VALUE_BYTES
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, kv_pb2, kv_pb2_grpc
@@ -156,6 +157,24 @@ def test_bad_writes_on_the_write_stream_are_answered_each_and_the_stream_goes_on
     assert_still_serving(cluster, stub, "stream-bad-writes")
 
 
+def test_bad_gets_on_the_get_stream_are_answered_each_and_the_stream_goes_on(cluster: Cluster, stub):
+    """KVClient's gets travel on GetStream: a bad one is answered with its own id and what was wrong; the others
+    of its frame, and later frames, are answered."""
+    def get(request_id: int, keys: list[bytes]) -> kv_pb2.KvGetRequest:
+        return kv_pb2.KvGetRequest(request_id=request_id, keys=keys, addressing=LOGIC, pack_states=True)
+
+    frames = [kv_pb2.KvGetFrame(requests=[get(1, [b"base-00", b""]), get(2, [b"base-01", b"absent"])]),
+              kv_pb2.KvGetFrame(requests=[get(3, [b"k%d" % i for i in range(MAX_GET_KEYS + 1)]),
+                                          get(4, [b"base-02"])])]
+    answers = {r.request_id: r for frame in stub.GetStream(iter(frames), timeout=30) for r in frame.responses}
+    assert sorted(answers) == [1, 2, 3, 4]
+    assert (answers[1].code, answers[1].remark) == (ResponseCode.INVALID_PARAMETER, "key is empty")
+    assert (answers[3].code, answers[3].remark) == (ResponseCode.INVALID_PARAMETER, "4097 keys: a get takes 1..4096")
+    assert response_states(answers[2]) == [b"\x01value-01", b""]
+    assert response_states(answers[4]) == [b"\x01value-02"]
+    assert_still_serving(cluster, stub, "stream-bad-gets")
+
+
 def test_a_write_stream_frame_that_does_not_parse_ends_the_stream_with_invalid_argument(cluster: Cluster, stub):
     with grpc.insecure_channel(cluster.brokers["broker-a"].addr) as channel:
         call = channel.stream_stream("/rmq.KvService/WriteStream", request_serializer=None,
@@ -188,6 +207,9 @@ def test_limits_themselves_are_accepted(cluster: Cluster, stub):
         assert kv.scan(b"base-", limit=MAX_SCAN_LIMIT) == sorted(BASELINE.items())
         kv.delete(key)
         assert kv.get(key) is None
+        # More keys than one get takes, all on this broker: KVClient splits them over several requests.
+        many = [b"k%d" % i for i in range(2 * MAX_GET_KEYS)] + list(BASELINE)
+        assert kv.get_batch(many) == [None] * 2 * MAX_GET_KEYS + list(BASELINE.values())
     response = stub.Get(kv_pb2.KvGetRequest(keys=[b"k%d" % i for i in range(MAX_GET_KEYS)], addressing=LOGIC),
                         timeout=10)
     assert response.code == ResponseCode.SUCCESS and len(response.states) == MAX_GET_KEYS
