@@ -98,6 +98,7 @@ class ClientInstance:
         self._routes: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         self._stale_routes: dict[str, float] = {}  # topic -> when its cached route was found out of date
+        self._route_locks: dict[str, threading.Lock] = {}  # topic -> held while its route is asked for
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders; the writable queues.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
@@ -211,16 +212,47 @@ class ClientInstance:
         not know borrows the route of TBW102, served by brokers that create topics on first send. When no name
         server answers, the last route is used (as upstream's clients do: brokers outlive a name server outage),
         even for ``refresh``; they are asked again after :data:`STALE_ROUTE_RETRY_S`, or at once after an
-        :meth:`invalidate_route` (once per call of it)."""
+        :meth:`invalidate_route` (once per call of it).
+
+        One lookup of a topic asks the name server at a time. The others wait for it, and take its answer if they
+        would have taken it from the cache, or it was asked for after they asked (a ``refresh`` or an
+        invalidation needs a route newer than itself); its failure, if it failed after they asked. A stalled name
+        server holds one call a topic, not one per retrying send."""
         cached = self._routes.get(topic)
-        now = time.monotonic()
+        asked_at = time.monotonic()
         stale_since = self._stale_routes.get(topic)
-        if cached is not None and not refresh and now - cached[0] < max_age_s and stale_since is None:
+        if cached is not None and not refresh and asked_at - cached[0] < max_age_s and stale_since is None:
             return cached[1]
+        if cached is not None and self._failed_since(topic, asked_at - STALE_ROUTE_RETRY_S, stale_since):
+            return cached[1]
+        if _cache_only.get():
+            raise RouteNotCached(f"the route of {topic} is not cached")
+        with self._route_lock(topic):
+            cached = self._routes.get(topic)
+            stale_since = self._stale_routes.get(topic)
+            if cached is not None:  # looked up while this call waited?
+                fresh = cached[0] >= asked_at or (not refresh and time.monotonic() - cached[0] < max_age_s)
+                if (fresh and stale_since is None) or self._failed_since(topic, asked_at, stale_since):
+                    return cached[1]
+            return self._look_up(topic, cached, for_publish)
+
+    def _failed_since(self, topic: str, since: float, stale_since: float | None) -> bool:
+        """Whether the name servers last failed to give the route after ``since``, and after the route was last
+        found out of date (``stale_since``)."""
         failed_at = self._route_failed_at.get(topic)
-        if (cached is not None and failed_at is not None and now - failed_at < STALE_ROUTE_RETRY_S
-                and (stale_since is None or stale_since <= failed_at)):
-            return cached[1]
+        return failed_at is not None and failed_at >= since and (stale_since is None or stale_since <= failed_at)
+
+    def _route_lock(self, topic: str) -> threading.Lock:
+        lock = self._route_locks.get(topic)
+        if lock is None:
+            with self._lock:
+                lock = self._route_locks.setdefault(topic, threading.Lock())
+        return lock
+
+    def _look_up(self, topic: str, cached: tuple[float, common_pb2.TopicRouteData] | None,
+                 for_publish: bool) -> common_pb2.TopicRouteData:
+        """Ask the name servers for the route (the topic's lookup lock held)."""
+        started = time.monotonic()
         try:
             response = self._fetch_route(topic)
         except RouteNotCached:
@@ -228,27 +260,34 @@ class ClientInstance:
         except MQClientError as exc:
             if cached is None:
                 raise
-            if self._route_failed_at.setdefault(topic, now) is now:  # once while it lasts (the first thread)
+            now = time.monotonic()
+            if self._route_failed_at.get(topic) is None:  # once while it lasts
                 log.warning("route_kept topic=%s age_s=%.0f error=%s: no name server answered; the last route is "
                             "used, and asked for again every %g s", topic, now - cached[0], exc, STALE_ROUTE_RETRY_S)
             self._route_failed_at[topic] = now
             return cached[1]
         if self._route_failed_at.pop(topic, None) is not None:
-            log.info("route_refreshed topic=%s after_s=%.0f", topic, now - cached[0] if cached else 0.0)
+            log.info("route_refreshed topic=%s after_s=%.0f", topic, started - cached[0] if cached else 0.0)
         if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
             default = self._fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default.code == ResponseCode.SUCCESS:
                 route = borrowed_route(default.route)
                 self._routes[topic] = (time.monotonic() - ROUTE_TTL_S + DEFAULT_ROUTE_TTL_S, route)
-                self._stale_routes.pop(topic, None)
+                self._up_to_date(topic, started)
                 return route
         if response.code != ResponseCode.SUCCESS:
             self._routes.pop(topic, None)
             self._stale_routes.pop(topic, None)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
-        self._routes[topic] = (time.monotonic(), response.route)
-        self._stale_routes.pop(topic, None)
+        self._routes[topic] = (started, response.route)  # as of when it was asked for
+        self._up_to_date(topic, started)
         return response.route
+
+    def _up_to_date(self, topic: str, started: float) -> None:
+        """A route asked for at ``started`` is cached: it answers the invalidations before then, not later ones."""
+        stale_since = self._stale_routes.get(topic)
+        if stale_since is not None and stale_since <= started:
+            self._stale_routes.pop(topic, None)
 
     @contextlib.contextmanager
     def cache_only(self) -> Iterator[None]:
@@ -261,7 +300,7 @@ class ClientInstance:
             _cache_only.reset(token)
 
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
-        if _cache_only.get():
+        if _cache_only.get():  # the TBW102 lookup of a topic the name server does not know
             raise RouteNotCached(f"the route of {topic} is not cached")
         return self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
             namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))

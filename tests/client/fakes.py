@@ -163,19 +163,34 @@ class FakeCluster:
         return [(b, r) for b, m, r in self.calls if m == method]
 
 
+STALL_LIMIT_S = 20  # a stalled fake name server answers after this at the latest (a failing test still ends)
+
+
 class FlakyNameServer:
-    """The fake cluster's route fetch, failing while ``down``; counts the fetches."""
+    """The fake cluster's route fetch, failing while ``down``; counts the fetches. While ``hold`` is clear, a
+    fetch that :meth:`stalls` waits for it to be set (``held`` says one does), and then answers what it would
+    have answered when it was asked."""
 
     def __init__(self, fake: FakeCluster) -> None:
         self.fake = fake
         self.down = False
         self.fetches = 0
+        self.hold = threading.Event()
+        self.hold.set()
+        self.held = threading.Event()
 
     def fetch_route(self, topic: str):
         self.fetches += 1
-        if self.down:
+        answer = None if self.down else self.fake.fetch_route(topic)
+        if self.stalls(topic):
+            self.held.set()
+            assert self.hold.wait(STALL_LIMIT_S), "the stalled name server was never let go"
+        if answer is None:
             raise MQClientError(f"route of {topic} failed at fake-namesrv:9876: UNAVAILABLE")
-        return self.fake.fetch_route(topic)
+        return answer
+
+    def stalls(self, topic: str) -> bool:
+        return not self.hold.is_set()
 
 
 # -- routes ----------------------------------------------------------------------------------------

@@ -22,29 +22,32 @@ from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME as MOCK
 from proto import broker_pb2
-from tests.client.fakes import FakeBroker, FakeCluster, FakeRpcError, FakeStaticTopic, FlakyNameServer, normal_route
+from tests.client.fakes import (
+    STALL_LIMIT_S,
+    FakeBroker,
+    FakeCluster,
+    FakeRpcError,
+    FakeStaticTopic,
+    FlakyNameServer,
+    normal_route,
+)
 
-STALL_LIMIT_S = 20  # the stalled name server answers after this at the latest (a failing test still ends)
 
-
-class StalledNameServer:
+class StalledNameServer(FlakyNameServer):
     """Answers a topic's first route fetch; every later one waits until :meth:`recover`."""
 
     def __init__(self, fake: FakeCluster) -> None:
-        self.fetch = fake.fetch_route
-        self.recovered = threading.Event()
-        self.waiting = threading.Event()  # a fetch is waiting for the name server
+        super().__init__(fake)
+        self.hold.clear()
         self.seen: set[str] = set()
 
-    def fetch_route(self, topic: str):
-        if topic in self.seen:
-            self.waiting.set()
-            self.recovered.wait(STALL_LIMIT_S)
+    def stalls(self, topic: str) -> bool:
+        seen = topic in self.seen
         self.seen.add(topic)
-        return self.fetch(topic)
+        return seen and super().stalls(topic)
 
     def recover(self) -> None:
-        self.recovered.set()
+        self.hold.set()
 
 
 def answered_while_the_name_server_stalls(namesrv: StalledNameServer, other_sent: threading.Event,
@@ -53,7 +56,7 @@ def answered_while_the_name_server_stalls(namesrv: StalledNameServer, other_sent
     waits for the stalled name server; ``other`` is answered meanwhile. Their results: ``other``'s, and
     ``retried``'s once the name server answers again."""
     other_sent.set()
-    assert namesrv.waiting.wait(5), "the retry did not look the route up"
+    assert namesrv.held.wait(5), "the retry did not look the route up"
     other_result = other.result(timeout=5)  # the stream's reader is not the one waiting for the name server
     assert not retried.done()
     namesrv.recover()
@@ -173,7 +176,7 @@ def test_auto_batch_sends_what_waited_without_holding_up_the_stream_while_the_na
         producer.client.invalidate_route("N")  # the waiting send needs the name server now
         first_answer.set()
         assert first.result(timeout=5).queue_offset == 5
-        assert namesrv.waiting.wait(5), "the waiting send did not look for a route"
+        assert namesrv.held.wait(5), "the waiting send did not look for a route"
         assert alone.result(timeout=5).queue_offset == 5  # answered while the name server stalls
         assert not waiting.done()
         namesrv.recover()

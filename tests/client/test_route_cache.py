@@ -1,11 +1,17 @@
 """The client's route cache when the name server fails: the last route is kept (and not asked for again at every
 call), an invalidated route is asked for once more at once, and the answer of a recovered name server replaces
-it."""
+it. When the name server stalls, lookups of a topic wait for the one that asks instead of each asking."""
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from client.client_instance import ClientInstance
 from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route
+from tests.cluster import wait_until
 
 T = "RouteCacheT"
 
@@ -44,3 +50,82 @@ def test_an_invalidated_route_is_asked_for_once_more_even_right_after_a_failure(
     assert brokers_of(client.route(T)) == ["broker-b"]
     assert brokers_of(client.route(T)) == ["broker-b"]  # cached again
     assert namesrv.fetches == 4
+
+
+class CountingLock:
+    """A topic's lookup lock that counts the lookups that came to it (to know they wait behind a stalled one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.arrived = 0
+
+    def __enter__(self) -> "CountingLock":
+        self.arrived += 1
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def lookups_behind_a_stall(client: ClientInstance, namesrv: FlakyNameServer, lookup: Callable[[], Any],
+                           meanwhile: Callable[[], None] = lambda: None, n: int = 8) -> list[list[str]]:
+    """``lookup`` on ``n`` threads: the first one's fetch stalls until the others wait behind it, then the name
+    server answers (after ``meanwhile``). The brokers of each one's route, the stalled one's first."""
+    lock = client._route_locks[T] = CountingLock()  # type: ignore[assignment]
+    namesrv.hold.clear()
+    with ThreadPoolExecutor(n) as pool:
+        first = pool.submit(lookup)
+        assert namesrv.held.wait(5), "the first lookup did not ask the name server"
+        others = [pool.submit(lookup) for _ in range(n - 1)]
+        wait_until(lambda: lock.arrived == n, timeout=5, what="the other lookups to wait behind the stalled one")
+        meanwhile()
+        namesrv.hold.set()
+        return [brokers_of(f.result(timeout=5)) for f in [first, *others]]
+
+
+def test_lookups_during_a_stall_wait_for_the_one_that_asks(client: ClientInstance):
+    fake = FakeCluster("broker-a")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    namesrv = FlakyNameServer(fake)
+    client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    assert lookups_behind_a_stall(client, namesrv, lambda: client.route(T)) == [["broker-a"]] * 8
+    assert namesrv.fetches == 1
+
+
+def test_retries_during_a_stall_take_a_route_asked_for_after_they_found_theirs_out_of_date(client: ClientInstance):
+    """Each retry invalidated the route after the stalled lookup had asked: that lookup's answer may predate what
+    they saw, so one more lookup asks, and all of them take its answer."""
+    fake = FakeCluster("broker-a", "broker-b")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    namesrv = FlakyNameServer(fake)
+    client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    client.route(T)
+
+    def retry() -> Any:
+        client.invalidate_route(T)
+        return client.route(T, refresh=True)
+
+    def moved() -> None:
+        fake.routes[T] = normal_route(T, {"broker-b": 1})
+
+    assert lookups_behind_a_stall(client, namesrv, retry, meanwhile=moved) == [["broker-a"]] + [["broker-b"]] * 7
+    assert namesrv.fetches == 3  # the first lookup, the stalled one, one after it
+    assert brokers_of(client.route(T)) == ["broker-b"]  # and it is cached
+    assert namesrv.fetches == 3
+
+
+def test_retries_during_a_stall_that_fails_keep_the_last_route_without_asking_again(client: ClientInstance):
+    fake = FakeCluster("broker-a")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    namesrv = FlakyNameServer(fake)
+    client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    client.route(T)
+    namesrv.down = True
+
+    def retry() -> Any:
+        client.invalidate_route(T)
+        return client.route(T, refresh=True)
+
+    assert lookups_behind_a_stall(client, namesrv, retry) == [["broker-a"]] * 8
+    assert namesrv.fetches == 2  # the first lookup, the stalled one that failed
