@@ -9,9 +9,11 @@ When: every second on the watcher's thread (this catches other writers of the di
 from the write path as soon as the commitlog has grown, since the last measurement, by half the room that was
 then left below the warning level (at least 1 MiB). So between two measurements the commitlog adds at most
 max(room / 2, 1 MiB) plus the batches already in flight (at most maxMessageSize each): writes stop before the
-level is passed by more than that, whatever the write rate. The consume queue and index add a few percent of
-what the commitlog does, and the headroom above the level (10% of the disk by default) absorbs that and what
-other processes write within a second. A measurement is two statvfs calls (microseconds).
+level is passed by more than that, whatever the write rate. A posix tier on the same disk writes each commitlog
+byte a second time (``copies``): the step is then halved, so the disk gains no more between two measurements. The
+consume queue and index add a few percent of what the commitlog does, and the headroom above the level (10% of
+the disk by default) absorbs that and what other processes write within a second. A measurement is two statvfs
+calls (microseconds).
 
 Test hook: ``PYROCKETMQ_DISK_USAGE_FILE`` names a file holding a percent (e.g. ``95``). While the variable is
 set, every watched disk reads as that full; the file is read again at each measurement, so a test steers a
@@ -57,10 +59,21 @@ class DiskUsage:
         return max(0, self.capacity_bytes * percent // 100 - self.used_bytes)
 
 
-def measure_disk_usage(path: Path) -> DiskUsage:
-    """The usage of the file system holding ``path`` (or its nearest existing parent)."""
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest existing parent."""
     while not path.exists() and path != path.parent:
         path = path.parent
+    return path
+
+
+def same_file_system(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` (or, where missing, their nearest existing parents) are on one file system."""
+    return os.stat(_existing(a)).st_dev == os.stat(_existing(b)).st_dev
+
+
+def measure_disk_usage(path: Path) -> DiskUsage:
+    """The usage of the file system holding ``path`` (or its nearest existing parent)."""
+    path = _existing(path)
     st = os.statvfs(path)
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     capacity = used + st.f_bavail * st.f_frsize
@@ -96,6 +109,7 @@ class DiskUsageWatcher(PeriodicService):
         self._next_check_offset = 0
         self._lock = threading.Lock()
         self._pressure_listeners: list[Callable[[], None]] = []
+        self.copies = 1  # how many times the watched disks get each commitlog byte (2 with a posix tier on them)
 
     def on_pressure(self, listener: Callable[[], None]) -> None:
         """Called from the watcher's own pass while the disk is fuller than diskSpaceCleanForciblyRatio (the
@@ -120,7 +134,7 @@ class DiskUsageWatcher(PeriodicService):
             usage = self._fullest()
             self.latest = usage
             room = usage.room_below(self.config.disk_space_warning_level_ratio)
-            self._next_check_offset = self.written_offset() + max(room // 2, MIN_CHECK_STEP)
+            self._next_check_offset = self.written_offset() + max(room // 2, MIN_CHECK_STEP) // self.copies
             self._apply(usage)
         return usage
 

@@ -2,8 +2,10 @@
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from broker.store.disk_usage_watcher import measure_disk_usage, same_file_system
 from broker.store.message_store import MessageStore
 from broker.store.periodic_service import PeriodicService
 from broker.tiered.dispatcher.tiered_dispatcher import SHUTDOWN_WAIT_S, GroupCommitPolicy, TieredDispatcher
@@ -43,12 +45,33 @@ class TieredStore:
         policy = GroupCommitPolicy(config.tiered_store_group_commit_count, config.tiered_store_group_commit_size,
                                    config.tiered_store_group_commit_age / 1000)
         self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy,
-                                           local.max_offset)
+                                           local.max_offset, self._uploads_paused(config, root, local))
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
         self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)
         self.delete_expired = config.tiered_store_delete_file_enable
         self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
+
+    def _uploads_paused(self, config, root: Path, local: MessageStore) -> Callable[[], str | None]:
+        """A posix tier on the store's own disk waits while that disk is fuller than diskSpaceWarningLevelRatio
+        (measured before each queue's upload): its copy would take the headroom the store keeps, and uploading
+        frees nothing there. Its copy also doubles what the disk gets per commitlog byte, which the disk
+        watcher's measuring step allows for."""
+        backend = Path(self.backend_root)
+        if (config.tiered_backend_service_provider is not TieredBackendServiceProvider.POSIX
+                or not same_file_system(backend, root)):
+            return lambda: None
+        local.disk_watcher.copies += 1
+        level = config.disk_space_warning_level_ratio
+
+        def paused() -> str | None:
+            usage = measure_disk_usage(backend)
+            if usage.used_percent <= level:
+                return None
+            return (f"the tier's disk {usage.path} is {usage.used_percent:.1f}% used, above "
+                    f"diskSpaceWarningLevelRatio={level}")
+
+        return paused
 
     def start(self) -> None:
         """After the local store started (its recovery loaded the flat files and rebuilt the local queues)."""

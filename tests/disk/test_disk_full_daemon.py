@@ -11,7 +11,8 @@ be flushed at the stop: the stop still exits 0 with one line per refused step, a
 filled is there after the restart. The file store's cells run under SYNC_FLUSH, the RocksDB cell under ASYNC_FLUSH
 (acknowledged before the flush: the stop's flush of the commitlog is the one that must land). One more cell SIGKILLs
 the broker on the truly full disk instead of stopping it: no stop step runs, and the restart recovers everything
-acknowledged from what the kill left."""
+acknowledged from what the kill left. And one sends to a static topic with tiered storage on, its posix tier on the
+same small disk (a second copy of the commitlog that keeps uploading while the disk fills)."""
 
 import os
 import time
@@ -24,7 +25,7 @@ import pytest
 from broker.store.disk_usage_watcher import USAGE_FILE_ENV
 from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer
 from common.response_code import ResponseCode
-from tests.cluster import Cluster, make_cluster
+from tests.cluster import Cluster, make_cluster, wait_until
 from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
 
 TOPIC = "DiskFull"
@@ -43,6 +44,7 @@ class SmallDisk:
     usage_file: Path | None = None
     settings: dict[str, str] = field(default_factory=dict)  # more broker.conf keys
     sigkill: bool = False  # the broker is killed on the full disk, not stopped
+    static_topic: bool = False  # the topic is a static topic (one logic queue per physical queue here)
 
     @property
     def real(self) -> bool:
@@ -74,27 +76,31 @@ class SmallDisk:
 
 
 ROCKSDB_AND_KV = {"storeType": "defaultRocksDB", "kvEnable": "true", "flushDiskType": "ASYNC_FLUSH"}
+# Under <storePathRootDir>/tiered: on the small disk too. Uploads every 100 ms.
+TIERED = {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix", "tieredStoreGroupCommitAge": "100"}
+CELL_SETTINGS = {"tmpfs-rocksdb-kv-async": ROCKSDB_AND_KV, "tmpfs-tiered-static": TIERED}
 
 
-@pytest.fixture(params=["tmpfs", "probe", "tmpfs-rocksdb-kv-async", "tmpfs-sigkill"])
+@pytest.fixture(params=["tmpfs", "probe", "tmpfs-rocksdb-kv-async", "tmpfs-sigkill", "tmpfs-tiered-static"])
 def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
     """``tmpfs``: a real 24 MiB file system where this process may mount one, else the probe; ``probe``: always
     the steered usage file (so both paths run where mounting works); ``tmpfs-rocksdb-kv-async``: as ``tmpfs``,
     with the RocksDB stores and the KV store on it, under ASYNC_FLUSH; ``tmpfs-sigkill``: as ``tmpfs``, the broker
-    SIGKILLed on the full disk."""
+    SIGKILLed on the full disk; ``tmpfs-tiered-static``: as ``tmpfs``, a static topic and the tier on the disk."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    settings = ROCKSDB_AND_KV if request.param == "tmpfs-rocksdb-kv-async" else {}
+    cell = dict(settings=CELL_SETTINGS.get(request.param, {}), sigkill=request.param == "tmpfs-sigkill",
+                static_topic=request.param == "tmpfs-tiered-static")
     if request.param.startswith("tmpfs") and try_mount_tmpfs(mount, "24m"):
         try:
-            yield SmallDisk(mount, settings=settings, sigkill=request.param == "tmpfs-sigkill")
+            yield SmallDisk(mount, **cell)
         finally:
             unmount(mount)
         return
     usage_file = tmp_path / "disk-usage"
     usage_file.write_text("50")
     monkeypatch.setenv(USAGE_FILE_ENV, str(usage_file))  # the broker processes inherit it
-    yield SmallDisk(mount, usage_file, settings, sigkill=request.param == "tmpfs-sigkill")
+    yield SmallDisk(mount, usage_file, **cell)
 
 
 def _start(tmp_path: Path, disk: SmallDisk) -> Cluster:
@@ -102,7 +108,12 @@ def _start(tmp_path: Path, disk: SmallDisk) -> Cluster:
     cluster = make_cluster(tmp_path / "cluster", ("broker-a",), registerNameServerPeriod=1000,
                            storePathRootDir=disk.store, mappedFileSizeCommitLog=MIB, cleanFileForciblyEnable="false",
                            **settings)
-    cluster.create_topic(TOPIC, queues=QUEUES)
+    if disk.static_topic:
+        with Admin(cluster.addr) as admin:
+            admin.update_static_topic(TOPIC, QUEUES, brokers=["broker-a"])
+            wait_until(lambda: TOPIC in admin.topic_list(), what=f"route of {TOPIC}")
+    else:
+        cluster.create_topic(TOPIC, queues=QUEUES)
     return cluster
 
 

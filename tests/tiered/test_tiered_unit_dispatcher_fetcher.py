@@ -12,6 +12,7 @@ import pytest
 from broker.broker_config import BrokerConfig
 from broker.store.config import MessageStoreConfig
 from broker.store.consume_queue.consume_queue_store import BoundaryType
+from broker.store.disk_usage_watcher import USAGE_FILE_ENV
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
@@ -264,6 +265,75 @@ def test_a_stop_while_the_backend_fails_skips_the_final_upload_and_the_restart_u
     again = nodes(TieredBackendServiceProvider.POSIX, group_commit_count=1)
     again.dispatcher.upload_due(force=True)
     assert tier_matches_local(again, 0) == 10
+
+
+def test_a_pass_that_fails_on_one_queue_keeps_the_records_of_the_queues_after_it(nodes, monkeypatch):
+    """Before, the queues due after the failing one were dropped from the pass: never uploaded until a restart,
+    and the checkpoint stuck below them (so their local segments never expired)."""
+    backend = FailingWrites(monkeypatch, MemoryFileSegment, OSError(5, "Input/output error"))
+    node = nodes(TieredBackendServiceProvider.MEMORY, group_commit_count=1)
+    first = min(node.put(q, b"m%d" % q)[1] for q in range(4))
+    with pytest.raises(OSError):
+        node.dispatcher.upload_due()
+    assert node.dispatcher.pending_records() == 4
+    assert node.dispatcher.current_checkpoint() == first
+    backend.failing = False
+    node.dispatcher.upload_due()
+    assert node.dispatcher.pending_records() == 0
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    assert [tier_matches_local(node, q) for q in range(4)] == [1, 1, 1, 1]
+
+
+def test_paused_uploads_wait_are_logged_once_and_go_on_when_let(nodes, monkeypatch, caplog):
+    """``paused`` (a posix tier on the store's full disk) holds uploads before each queue: a pass stops at the
+    queue where it became paused, the upload thread waits, and the stop skips its final upload."""
+    monkeypatch.setattr(tiered_dispatcher, "PAUSED_CHECK_S", 0.01)
+    caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
+    node = nodes(TieredBackendServiceProvider.MEMORY, group_commit_count=1)
+    reason: list[str] = []
+    node.dispatcher.paused = lambda: reason[0] if reason else None
+    for q in range(3):
+        node.put(q, b"m%d" % q)
+    upload = node.dispatcher._upload
+
+    def pausing_after_one(key, requests):
+        reason.append("the disk is full")
+        return upload(key, requests)
+
+    monkeypatch.setattr(node.dispatcher, "_upload", pausing_after_one)
+    assert node.dispatcher.upload_due() == 1  # the first queue, then paused
+    assert node.dispatcher.pending_records() == 2
+    monkeypatch.setattr(node.dispatcher, "_upload", upload)
+    node.dispatcher.start()
+    deadline = time.monotonic() + 10
+    while not any("tiered_upload_paused" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, "the upload thread did not see the pause"
+        time.sleep(0.01)
+    assert node.dispatcher.pending_records() == 2
+    reason.clear()
+    while node.dispatcher.pending_records():
+        assert time.monotonic() < deadline, "nothing uploaded once the pause ended"
+        time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records if "tiered_upload" in r.getMessage()]
+    assert len(lines) == 2 and "reason='the disk is full'" in lines[0] and "tiered_upload_resumed" in lines[1], lines
+    assert [tier_matches_local(node, q) for q in range(3)] == [1, 1, 1]
+
+
+def test_a_posix_tier_on_the_store_s_disk_pauses_above_the_warning_level_and_others_never(tmp_path, monkeypatch):
+    usage = tmp_path / "usage"
+    usage.write_text("95")
+    monkeypatch.setenv(USAGE_FILE_ENV, str(usage))
+    posix = Node(tmp_path / "posix", TieredBackendServiceProvider.POSIX)
+    memory = Node(tmp_path / "memory", TieredBackendServiceProvider.MEMORY)
+    try:
+        assert "95.0% used, above diskSpaceWarningLevelRatio=90" in (posix.dispatcher.paused() or "")
+        assert posix.local.disk_watcher.copies == 2
+        assert (memory.dispatcher.paused(), memory.local.disk_watcher.copies) == (None, 1)
+        usage.write_text("50")
+        assert posix.dispatcher.paused() is None
+    finally:
+        posix.stop()
+        memory.stop()
 
 
 def tiered_max(node: Node) -> int:

@@ -7,6 +7,8 @@ appends them to the queue's flat files and commits commitlog then consume queue.
 
 A backend that fails (see ``provider/file_segment.py``) is retried with a growing pause, logged once while it
 lasts and once when it is back; the stop does not wait for it (the restart uploads from the checkpoint).
+Uploads also wait while ``paused`` gives a reason (a posix tier on the store's own disk, while that disk is full:
+a second copy would take the headroom the store keeps), logged the same way.
 
 Checkpoint: the commitlog offset of the oldest record not yet committed to the tier (or the dispatched end),
 stored in the metadata store by ``flush``. Local commitlog segments do not expire above it, and after a crash
@@ -36,6 +38,7 @@ ReadAt = Callable[[int, int], bytes]
 NOT_TIERED = (KV_TOPIC, TIMER_TOPIC)
 MAX_RUN_BYTES = 4 * 1024 * 1024  # one local read and one tier append per run of contiguous records
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 10.0  # the pause after a failed upload pass, doubled while they keep failing
+PAUSED_CHECK_S = 0.5  # how often paused uploads look whether they may go on
 SHUTDOWN_WAIT_S = 10.0  # the stop waits this long for a pass in progress; what is left is uploaded after restart
 
 
@@ -60,8 +63,10 @@ class TieredDispatcher(CommitLogDispatcher):
     keeps_commit_log = True  # a local segment expires only once the tier has its messages
 
     def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, read_at: ReadAt,
-                 policy: GroupCommitPolicy, local_max_offset: Callable[[str, int], int]) -> None:
+                 policy: GroupCommitPolicy, local_max_offset: Callable[[str, int], int],
+                 paused: Callable[[], str | None] = lambda: None) -> None:
         self.flat_files = flat_files
+        self.paused = paused  # why uploads must wait now, or None
         self._local_max_offset = local_max_offset
         self.metadata = metadata
         self._read_at = read_at
@@ -78,6 +83,7 @@ class TieredDispatcher(CommitLogDispatcher):
         self._thread: threading.Thread | None = None
         self._failing_since: float | None = None  # monotonic time of the first failed pass in a row
         self._failed_passes = 0
+        self._paused_since: float | None = None  # monotonic time uploads began to wait for ``paused``
         self.uploaded_messages = 0
         self.uploaded_bytes = 0
 
@@ -151,6 +157,9 @@ class TieredDispatcher(CommitLogDispatcher):
         while not self._stopped.is_set():
             self._wakeup.wait(min(0.05, self.policy.age_s))
             self._wakeup.clear()
+            if self._held():
+                self._stopped.wait(PAUSED_CHECK_S)
+                continue
             try:
                 self.upload_due()
             except Exception as exc:
@@ -163,6 +172,20 @@ class TieredDispatcher(CommitLogDispatcher):
                 log.info("tiered_upload_resumed after_s=%.1f failed_passes=%d", time.monotonic() - self._failing_since,
                          self._failed_passes)
                 self._failing_since, self._failed_passes = None, 0
+
+    def _held(self) -> bool:
+        """Whether uploads wait for ``paused`` now; logs when they begin to and when they go on."""
+        reason = self.paused()
+        if reason is None:
+            if self._paused_since is not None:
+                log.info("tiered_upload_resumed after_s=%.1f: no longer paused", time.monotonic() - self._paused_since)
+                self._paused_since = None
+            return False
+        if self._paused_since is None:
+            self._paused_since = time.monotonic()
+            log.warning("tiered_upload_paused pending_records=%d checkpoint=%d reason=%r: local segments are kept "
+                        "until uploaded", self.pending_records(), self.current_checkpoint(), reason)
+        return True
 
     def _failed(self, exc: Exception, pause: float) -> None:
         self._failed_passes += 1
@@ -193,19 +216,29 @@ class TieredDispatcher(CommitLogDispatcher):
                 taken[key] = p.requests
                 self._inflight[key] = p.requests[0][3]
         done = 0
-        for key, requests in taken.items():
+        keys = list(taken)
+        for i, key in enumerate(keys):
+            if i and self.paused() is not None:  # paused during the pass: the rest waits
+                self._back_in_line(taken, keys[i:])
+                break
             try:
-                done += self._upload(key, requests)
+                done += self._upload(key, taken[key])
             except BaseException:
-                with self._lock:  # back in line (already appended ones are skipped, then committed)
-                    p = self._pending.setdefault(key, _Pending())
-                    p.requests[:0] = requests
-                    p.bytes += sum(r[4] for r in requests)
+                self._back_in_line(taken, keys[i:])  # this queue and the ones not tried yet
                 raise
-            finally:
-                with self._lock:
-                    del self._inflight[key]
+            with self._lock:
+                del self._inflight[key]
         return done
+
+    def _back_in_line(self, taken: dict[QueueKey, list[DispatchRequest]], keys: list[QueueKey]) -> None:
+        """Requests taken for upload wait again (those already appended are skipped, then committed)."""
+        with self._lock:
+            for key in keys:
+                requests = taken[key]
+                p = self._pending.setdefault(key, _Pending())
+                p.requests[:0] = requests
+                p.bytes += sum(r[4] for r in requests)
+                del self._inflight[key]
 
     def _upload(self, key: QueueKey, requests: list[DispatchRequest]) -> int:
         topic, queue_id = key
@@ -256,10 +289,12 @@ class TieredDispatcher(CommitLogDispatcher):
         if self._thread is not None:
             self._thread.join(timeout=wait_s)
         busy = self._thread is not None and self._thread.is_alive()
-        if busy or self._failing_since is not None:  # the backend is slow or failing: not waited for again
+        paused = self.paused()
+        if busy or self._failing_since is not None or paused is not None:  # not waited for again
+            why = ("an upload pass is still running" if busy else "the backend is failing"
+                   if self._failing_since is not None else f"uploads are paused ({paused})")
             log.warning("tiered_final_upload_skipped pending_records=%d checkpoint=%d reason=%s: uploaded after the "
-                        "restart, from the checkpoint", self.pending_records(), self.current_checkpoint(),
-                        "an upload pass is still running" if busy else "the backend is failing")
+                        "restart, from the checkpoint", self.pending_records(), self.current_checkpoint(), why)
         else:
             self.upload_due(force=True)
         self.flush()

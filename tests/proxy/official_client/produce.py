@@ -5,6 +5,8 @@ per message sent, ``@@ {json}``, and ``@@ {"done": true}`` at the end."""
 
 import argparse
 import json
+import os
+import sys
 import time
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
@@ -99,3 +101,8 @@ def send_all(producer: Producer, args: argparse.Namespace) -> list:
 
 if __name__ == "__main__":
     main()
+    # Leave without finalizing: the client's daemon threads may still write then, which can abort the interpreter
+    # (exit -6) after a clean run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -7,6 +7,8 @@ Prints ``@@ {json}`` per delivery and ``@@ {"done": true, ...}`` at the end. Run
 
 import argparse
 import json
+import os
+import sys
 import threading
 import time
 
@@ -72,3 +74,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave without finalizing: the client's daemon threads may still write then, which can abort the interpreter
+    # (exit -6) after a clean run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -18,6 +18,7 @@ line is ``@@ {"done": true, ...}``. Runs in the client's own venv, never with th
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -159,3 +160,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave without finalizing: the client's daemon threads may still write then, which can abort the interpreter
+    # (exit -6) after a clean run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
