@@ -42,8 +42,6 @@ class KvStoreType(StrEnum):
 class KvStateStore(ABC):
     """Applied KV state. Writers: only the KV dispatcher (one thread), plus snapshot import through it."""
 
-    reads_release_gil = False  # whether get and get_each let other threads run while they read (KvStore.get)
-
     @abstractmethod
     def load(self) -> int:
         """Open persisted state; returns the applied offset it is consistent with."""

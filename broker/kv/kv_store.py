@@ -3,7 +3,6 @@
 import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from broker.kv.kv_apply_waiters import KvApplyWaiters
@@ -14,12 +13,6 @@ from broker.out.peer_brokers import PeerBrokers
 from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
-
-# Gets of at least this many keys read on a thread of their own where the state's reads release the GIL
-# (RocksDB's multi-get): they then overlap the event loop's gRPC work on another core. A smaller get costs less
-# than the hand-off. Two threads: the machines this runs on have few cores to overlap with.
-OFF_LOOP_GET_KEYS = 16
-READ_THREADS = 2
 
 
 def open_state_store(store_type: KvStoreType, root: Path, snapshot_interval_s: float) -> KvStateStore:
@@ -44,8 +37,6 @@ class KvStore:
         self.dispatcher: KvCommitLogDispatcher
         self.waiters: KvApplyWaiters
         self.reader: KvChainReader
-        self._reads = (ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kv-read")
-                       if self.state.reads_release_gil else None)
 
     def attach(self, store: MessageStore, loop: asyncio.AbstractEventLoop, peers: Callable[[], PeerBrokers]) -> None:
         self.dispatcher = KvCommitLogDispatcher(self.state, store.commit_log.read_at)
@@ -55,21 +46,7 @@ class KvStore:
         self.reader = KvChainReader(self.state, peers, self.broker_name)
         store.register_dispatcher(self.dispatcher)
 
-    async def get(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
-        """``state.get``, off the event loop when it is big (``OFF_LOOP_GET_KEYS``)."""
-        if self._reads is None or len(keys) < OFF_LOOP_GET_KEYS:
-            return self.state.get(partition, keys)
-        return await asyncio.get_running_loop().run_in_executor(self._reads, self.state.get, partition, keys)
-
-    async def get_each(self, partitions: list[int], keys: list[bytes]) -> list[bytes | None]:
-        """``state.get_each``, off the event loop when it is big (``OFF_LOOP_GET_KEYS``)."""
-        if self._reads is None or len(keys) < OFF_LOOP_GET_KEYS:
-            return self.state.get_each(partitions, keys)
-        return await asyncio.get_running_loop().run_in_executor(self._reads, self.state.get_each, partitions, keys)
-
     def close(self) -> None:
         """After the message store shut down (its final dispatch is applied)."""
-        if self._reads is not None:
-            self._reads.shutdown(wait=True)  # no read outlives the database it reads
         self.state.close()
         log.info("kv_closed applied=%d ops_applied=%d", self.dispatcher.applied_offset, self.dispatcher.applied_ops)

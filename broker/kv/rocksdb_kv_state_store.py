@@ -38,8 +38,6 @@ def _snapshot_get(snap: Snapshot, key: bytes) -> bytes | None:
 
 
 class RocksDBKvStateStore(KvStateStore):
-    reads_release_gil = True  # rocksdict's multi-get runs without the GIL
-
     def __init__(self, root: Path, flush_interval_s: float = 5.0) -> None:
         self.root = root
         self.flush_interval_s = flush_interval_s

@@ -198,7 +198,7 @@ class KvProcessor:
         _check_keys(keys)
         kv = self._kv()
         if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
-            states = [raw or b"" for raw in await kv.get(self._partition(request), keys)]
+            states = [raw or b"" for raw in kv.state.get(self._partition(request), keys)]
         else:
             states = [b"" if raw is None or raw == DELETED else raw for raw in await self._logic_get(kv, keys)]
         if request.pack_states:
@@ -212,7 +212,7 @@ class KvProcessor:
         contexts = {shard: self._context(shard) for shard in dict.fromkeys(shards)}
         queue_of = {shard: ctx.leader.queue_id for shard, ctx in contexts.items()}  # the partition read here
         partitions = list(map(queue_of.__getitem__, shards))
-        states = await kv.get_each(partitions, keys)  # one lookup for all shards
+        states = kv.state.get_each(partitions, keys)  # one lookup for all shards
         for shard, ctx in contexts.items():
             if len(ctx.chain) > 1:  # a moved shard: what its leader does not hold may be on older items
                 missing = [i for i, raw in enumerate(states) if raw is None and shards[i] == shard]
