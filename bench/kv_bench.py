@@ -22,7 +22,8 @@ cannot keep calls in flight from one thread.
   A put overwrites the next key in turn and is answered after the KV dispatcher applied it; a get reads one
   random key;
 - batched get: a get of 64 random keys (over all 8 shards, all led by this broker) a request, ``--window``
-  requests in flight like the run's stream echo; keys/s;
+  requests in flight like the run's stream echo; keys/s; then the same as unary ``Get`` calls (what other
+  clients call), beside it;
 - replay after a crash: the broker (its commitlog: the keys above, the measured puts) is SIGKILLed (the abort
   file stays), ``<storePathRootDir>/kv`` is removed (the whole commitlog must be replayed into RocksDB) and it
   is restarted. That recovery is abnormal: it CRC-checks the commitlog from its start, cuts it at its end
@@ -85,6 +86,8 @@ METRICS = [
            target=Target(">=", 0.7, of="kv.echo_unary16"), issue=6),
     Metric("kv.mget", "KV batched get, 64 keys a request", "keys/s", echo="stream", target=Target(">=", 100_000),
            issue=6),
+    Metric("kv.mget_unary", "KV batched get, 64 keys a unary Get (other clients)", "keys/s", echo="batch",
+           vs="kv.mget", issue=6, short="mget unary"),
     Metric("kv.replay", "KV replay after a crash", "ops/s", echo="batch", target=Target(">=", 200_000), issue=6),
 ]
 
@@ -100,6 +103,7 @@ class Loader:
         self.client = ClientInstance(namesrv_addr)  # KVClient's channel and streams, called without it
         self.writes = self.client.kv_write_stream(broker_addr)
         self.gets = self.client.kv_get_stream(broker_addr)
+        self.stub = self.client.stub(kv_pb2_grpc.KvServiceStub, broker_addr)  # unary, as other clients call
         self.keys = keys
         self.turn = 0
         self.puts = 0  # acknowledged: each is a record in the commitlog
@@ -119,11 +123,11 @@ class Loader:
         self.puts += 1
         return 1
 
-    def submit_get(self, n: int) -> Callable[[], Pending[kv_pb2.KvGetResponse]]:
+    def submit_get(self, n: int, unary: bool = False) -> Callable[[], Pending[kv_pb2.KvGetResponse]]:
         def submit() -> Pending[kv_pb2.KvGetResponse]:
             keys = [self.keys[self.rnd.randrange(len(self.keys))] for _ in range(n)]
             request = kv_pb2.KvGetRequest(keys=keys, addressing=broker_pb2.LOGIC, pack_states=True)
-            return self.gets.call(request, 10)
+            return self.stub.Get.future(request, timeout=10) if unary else self.gets.call(request, 10)
 
         return submit
 
@@ -266,6 +270,9 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         rec.record("kv.get", get, f"median of {ROUNDS}")
         mget = windowed_rate(loader.submit_get(BATCH), loader.get_done, cfg.window, cfg.seconds, cfg.warmup)
         rec.record("kv.mget", mget, f"{cfg.window} in flight")
+        mget_unary = windowed_rate(loader.submit_get(BATCH, unary=True), loader.get_done, cfg.window, cfg.seconds,
+                                   cfg.warmup)
+        rec.record("kv.mget_unary", mget_unary, f"{cfg.window} in flight")
         written = len(keys) + loader.puts + 1  # and bench-hello
         loader.close()
         loader = None
