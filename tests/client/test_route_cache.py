@@ -57,10 +57,12 @@ class CountingLock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._counting = threading.Lock()
         self.arrived = 0
 
     def __enter__(self) -> "CountingLock":
-        self.arrived += 1
+        with self._counting:  # += is not atomic between threads
+            self.arrived += 1
         self._lock.acquire()
         return self
 
