@@ -253,7 +253,8 @@ class KVClient:
         return self.get_batch([key])[0]
 
     def get_batch(self, keys: Iterable[Bytes]) -> list[bytes | None]:
-        """Values of ``keys`` (None where absent): one call per broker leading some of their shards."""
+        """Values of ``keys`` (None where absent): one request per broker leading some of their shards (at most
+        MAX_GET_KEYS keys each), all in flight at once on the brokers' streams."""
         ks = [_b(k, "key") for k in keys]
         for k in ks:
             _checked(check_key, k)
@@ -275,14 +276,16 @@ class KVClient:
                     continue
                 by_broker.setdefault(addr, []).append(i)
             pending = unled
-            if unled:
-                time.sleep(0.05)
-            # Every broker's gets in flight at once, on its stream, at most MAX_GET_KEYS keys a request.
+            pause = 0.05 if unled else 0.0
             calls = [(addr, part, self._get_call(addr, ks, part)) for addr, slots in by_broker.items()
                      for part in (slots[i:i + MAX_GET_KEYS] for i in range(0, len(slots), MAX_GET_KEYS))]
             for addr, slots, call in calls:
-                if not self._get_from(addr, slots, call, out, deadline):
-                    pending += slots  # a shard moved: ask again where it is now
+                again_in = self._get_from(addr, slots, call, out, deadline)
+                if again_in is not None:
+                    pending += slots  # a shard moved or its broker failed: ask again where it is now
+                    pause = max(pause, again_in)
+            if pending:
+                time.sleep(pause)  # once a round, whatever failed in it
             refresh = True
         return out
 
@@ -291,25 +294,24 @@ class KVClient:
         return self._instance.kv_get_stream(addr).call(request, self._timeout_s)
 
     def _get_from(self, addr: str, slots: Sequence[int], call: Future[kv_pb2.KvGetResponse], out: list[bytes | None],
-                  deadline: float) -> bool:
+                  deadline: float) -> float | None:
+        """Fill ``out`` from the answer to ``call``: None, or the pause before these keys are asked for again."""
         what = f"KV get of {len(slots)} keys"
         try:
             response = call.result()
         except grpc.RpcError as exc:  # the stream's failures (StatusError)
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
-                time.sleep(0.05)
-                return False
+                return 0.05
             raise rpc_error(what, addr, exc) from None
         self._instance.report_answer(addr)
         if response.code in RETRYABLE_CODES and time.monotonic() < deadline:
-            time.sleep(0.01)
-            return False
+            return 0.01
         if response.code != ResponseCode.SUCCESS:
             raise business_error(what, addr, response.code, response.remark)
         for i, raw in zip(slots, response_states(response), strict=True):
             out[i] = raw[1:] if raw[:1] == PRESENT else None
-        return True
+        return None
 
     def scan(self, prefix: Bytes = b"", limit: int = 100, start_after: Bytes = b"") -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` (key, value) with ``prefix`` in key order, after ``start_after`` (pass the last key

@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.store.disk_usage_watcher import measure_disk_usage, same_file_system
+from broker.store.disk_usage_watcher import same_file_system
 from broker.store.message_store import MessageStore
 from broker.store.periodic_service import PeriodicService
 from broker.tiered.dispatcher.tiered_dispatcher import SHUTDOWN_WAIT_S, GroupCommitPolicy, TieredDispatcher
@@ -21,6 +21,21 @@ from common.storage_refusal import is_storage_failure
 log = logging.getLogger(__name__)
 
 HOUR_MS = 3600 * 1000
+
+
+def _never() -> None:
+    return None
+
+
+def _disk_full_now(local: MessageStore) -> Callable[[], str | None]:
+    """The store's disk-full refusal, measured at the call (the tier's own writes count at once)."""
+    watcher, flags = local.disk_watcher, local.running_flags
+
+    def disk_full() -> str | None:
+        watcher.check()
+        return flags.disk_full_reason
+
+    return disk_full
 
 
 class TieredStore:
@@ -44,34 +59,20 @@ class TieredStore:
                                         config.tiered_store_consume_queue_max_size)
         policy = GroupCommitPolicy(config.tiered_store_group_commit_count, config.tiered_store_group_commit_size,
                                    config.tiered_store_group_commit_age / 1000)
+        # A posix tier on the store's own disk writes each commitlog byte there a second time: the disk watcher
+        # measures twice as often, and uploads wait while it refuses writes (the copy would take the headroom the
+        # store keeps, and uploading frees nothing there). Measured before each queue's upload.
+        shares_disk = (config.tiered_backend_service_provider is TieredBackendServiceProvider.POSIX
+                       and same_file_system(Path(self.backend_root), root))
+        if shares_disk:
+            local.disk_watcher.copies += 1
         self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy,
-                                           local.max_offset, self._uploads_paused(config, root, local))
+                                           local.max_offset, _disk_full_now(local) if shares_disk else _never)
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
         self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)
         self.delete_expired = config.tiered_store_delete_file_enable
         self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
-
-    def _uploads_paused(self, config, root: Path, local: MessageStore) -> Callable[[], str | None]:
-        """A posix tier on the store's own disk waits while that disk is fuller than diskSpaceWarningLevelRatio
-        (measured before each queue's upload): its copy would take the headroom the store keeps, and uploading
-        frees nothing there. Its copy also doubles what the disk gets per commitlog byte, which the disk
-        watcher's measuring step allows for."""
-        backend = Path(self.backend_root)
-        if (config.tiered_backend_service_provider is not TieredBackendServiceProvider.POSIX
-                or not same_file_system(backend, root)):
-            return lambda: None
-        local.disk_watcher.copies += 1
-        level = config.disk_space_warning_level_ratio
-
-        def paused() -> str | None:
-            usage = measure_disk_usage(backend)
-            if usage.used_percent <= level:
-                return None
-            return (f"the tier's disk {usage.path} is {usage.used_percent:.1f}% used, above "
-                    f"diskSpaceWarningLevelRatio={level}")
-
-        return paused
 
     def start(self) -> None:
         """After the local store started (its recovery loaded the flat files and rebuilt the local queues)."""

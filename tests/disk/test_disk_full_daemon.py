@@ -78,19 +78,28 @@ class SmallDisk:
 ROCKSDB_AND_KV = {"storeType": "defaultRocksDB", "kvEnable": "true", "flushDiskType": "ASYNC_FLUSH"}
 # Under <storePathRootDir>/tiered: on the small disk too. Uploads every 100 ms.
 TIERED = {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix", "tieredStoreGroupCommitAge": "100"}
-CELL_SETTINGS = {"tmpfs-rocksdb-kv-async": ROCKSDB_AND_KV, "tmpfs-tiered-static": TIERED}
+# Each cell: (more broker.conf keys, SIGKILLed rather than stopped, a static topic).
+CELLS: dict[str, tuple[dict[str, str], bool, bool]] = {
+    "tmpfs": ({}, False, False),
+    "probe": ({}, False, False),
+    "tmpfs-rocksdb-kv-async": (ROCKSDB_AND_KV, False, False),
+    "tmpfs-sigkill": ({}, True, False),
+    "tmpfs-tiered-static": (TIERED, False, True),
+    "tmpfs-tiered-rocksdb-kv-async-static-sigkill": ({**ROCKSDB_AND_KV, **TIERED}, True, True),
+}
 
 
-@pytest.fixture(params=["tmpfs", "probe", "tmpfs-rocksdb-kv-async", "tmpfs-sigkill", "tmpfs-tiered-static"])
+@pytest.fixture(params=list(CELLS))
 def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
     """``tmpfs``: a real 24 MiB file system where this process may mount one, else the probe; ``probe``: always
     the steered usage file (so both paths run where mounting works); ``tmpfs-rocksdb-kv-async``: as ``tmpfs``,
     with the RocksDB stores and the KV store on it, under ASYNC_FLUSH; ``tmpfs-sigkill``: as ``tmpfs``, the broker
-    SIGKILLed on the full disk; ``tmpfs-tiered-static``: as ``tmpfs``, a static topic and the tier on the disk."""
+    SIGKILLed on the full disk; ``tmpfs-tiered-static``: as ``tmpfs``, a static topic and the tier on the disk;
+    the last cell: all of those at once."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    cell = dict(settings=CELL_SETTINGS.get(request.param, {}), sigkill=request.param == "tmpfs-sigkill",
-                static_topic=request.param == "tmpfs-tiered-static")
+    settings, sigkill, static_topic = CELLS[request.param]
+    cell = dict(settings=settings, sigkill=sigkill, static_topic=static_topic)
     if request.param.startswith("tmpfs") and try_mount_tmpfs(mount, "24m"):
         try:
             yield SmallDisk(mount, **cell)

@@ -173,6 +173,15 @@ class TieredDispatcher(CommitLogDispatcher):
                          self._failed_passes)
                 self._failing_since, self._failed_passes = None, 0
 
+    def _no_final_upload(self) -> str | None:
+        """Why the stop does not upload what is left (the restart does, from the checkpoint), or None."""
+        if self._thread is not None and self._thread.is_alive():
+            return "an upload pass is still running"
+        if self._failing_since is not None:
+            return "the backend is failing"
+        paused = self.paused()
+        return f"uploads are paused ({paused})" if paused is not None else None
+
     def _held(self) -> bool:
         """Whether uploads wait for ``paused`` now; logs when they begin to and when they go on."""
         reason = self.paused()
@@ -288,11 +297,8 @@ class TieredDispatcher(CommitLogDispatcher):
         self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=wait_s)
-        busy = self._thread is not None and self._thread.is_alive()
-        paused = self.paused()
-        if busy or self._failing_since is not None or paused is not None:  # not waited for again
-            why = ("an upload pass is still running" if busy else "the backend is failing"
-                   if self._failing_since is not None else f"uploads are paused ({paused})")
+        why = self._no_final_upload()
+        if why is not None:  # not waited for again
             log.warning("tiered_final_upload_skipped pending_records=%d checkpoint=%d reason=%s: uploaded after the "
                         "restart, from the checkpoint", self.pending_records(), self.current_checkpoint(), why)
         else:
