@@ -12,7 +12,8 @@ filled is there after the restart. The file store's cells run under SYNC_FLUSH, 
 (acknowledged before the flush: the stop's flush of the commitlog is the one that must land). One more cell SIGKILLs
 the broker on the truly full disk instead of stopping it: no stop step runs, and the restart recovers everything
 acknowledged from what the kill left. And one sends to a static topic with tiered storage on, its posix tier on the
-same small disk (a second copy of the commitlog that keeps uploading while the disk fills)."""
+same small disk (a second copy of the commitlog that keeps uploading while the disk fills), and once more with the
+S3 tier, whose uploads are not paused by the full disk while its metadata is on it."""
 
 import os
 import time
@@ -27,6 +28,9 @@ from client import Admin, KVClient, Message, MQClientError, Producer, PullConsum
 from common.response_code import ResponseCode
 from tests.cluster import Cluster, make_cluster, wait_until
 from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
+from tests.s3_server import s3_server
+
+__all__ = ["s3_server"]  # the fixture, for the S3 tier's cell
 
 TOPIC = "DiskFull"
 QUEUES = 4
@@ -78,6 +82,9 @@ class SmallDisk:
 ROCKSDB_AND_KV = {"storeType": "defaultRocksDB", "kvEnable": "true", "flushDiskType": "ASYNC_FLUSH"}
 # Under <storePathRootDir>/tiered: on the small disk too. Uploads every 100 ms.
 TIERED = {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix", "tieredStoreGroupCommitAge": "100"}
+# The S3 tier (a moto server process, its objects off the small disk; the fixture adds the server's keys): its
+# uploads go on while the disk fills, and the tier's metadata, on the small disk, meets the full disk.
+TIERED_S3 = {**TIERED, "tieredBackendServiceProvider": "s3"}
 # Each cell: (more broker.conf keys, SIGKILLed rather than stopped, a static topic).
 CELLS: dict[str, tuple[dict[str, str], bool, bool]] = {
     "tmpfs": ({}, False, False),
@@ -85,6 +92,7 @@ CELLS: dict[str, tuple[dict[str, str], bool, bool]] = {
     "tmpfs-rocksdb-kv-async": (ROCKSDB_AND_KV, False, False),
     "tmpfs-sigkill": ({}, True, False),
     "tmpfs-tiered-static": (TIERED, False, True),
+    "tmpfs-s3-tiered-static": (TIERED_S3, False, True),
     "tmpfs-tiered-rocksdb-kv-async-static-sigkill": ({**ROCKSDB_AND_KV, **TIERED}, True, True),
 }
 
@@ -95,10 +103,13 @@ def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
     the steered usage file (so both paths run where mounting works); ``tmpfs-rocksdb-kv-async``: as ``tmpfs``,
     with the RocksDB stores and the KV store on it, under ASYNC_FLUSH; ``tmpfs-sigkill``: as ``tmpfs``, the broker
     SIGKILLed on the full disk; ``tmpfs-tiered-static``: as ``tmpfs``, a static topic and the tier on the disk;
-    the last cell: all of those at once."""
+    ``tmpfs-s3-tiered-static``: the same with the S3 tier (its metadata on the disk, its objects off it); the last
+    cell: all of those at once."""
     mount = tmp_path / "disk"
     mount.mkdir()
     settings, sigkill, static_topic = CELLS[request.param]
+    if settings.get("tieredBackendServiceProvider") == "s3":
+        settings = {**settings, **request.getfixturevalue("s3_server").broker_conf()}
     cell = dict(settings=settings, sigkill=sigkill, static_topic=static_topic)
     if request.param.startswith("tmpfs") and try_mount_tmpfs(mount, "24m"):
         try:

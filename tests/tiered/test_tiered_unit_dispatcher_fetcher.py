@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,13 +20,13 @@ from broker.store.message_store_reader import MessageStoreReader
 from broker.tiered.dispatcher import tiered_dispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
-from broker.tiered.provider.file_segment import FileSegment
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 from broker.tiered.provider.posix_file_segment import PosixFileSegment
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.tiered.tiered_store import TieredStore
 from common.message_codec import decode_record
+from tests.disk.rocksdb_refusal import rocksdb_disk_full
 
 TOPIC = "TierDisp"
 HOUR = 3600
@@ -197,19 +198,20 @@ def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: 
 
 
 class FailingWrites:
-    """A backend's writes fail with ``error`` while ``failing`` is set."""
+    """A backend's writes (or another class's ``method``: the tier's metadata store's) fail with ``error`` while
+    ``failing`` is set."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, segment_class: type[FileSegment], error: Exception) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: type, error: Exception, method: str = "write") -> None:
         self.failing = True
         self.error = error
-        write = segment_class.write
+        original = getattr(owner, method)
 
-        def failing_write(segment: FileSegment, position: int, data: bytes) -> None:
+        def failing(*args: Any) -> Any:
             if self.failing:
                 raise self.error
-            write(segment, position, data)
+            return original(*args)
 
-        monkeypatch.setattr(segment_class, "write", failing_write)
+        monkeypatch.setattr(owner, method, failing)
 
 
 def uploading_while_failing(nodes, provider: TieredBackendServiceProvider, messages: int, failed_passes: int) -> Node:
@@ -225,15 +227,23 @@ def uploading_while_failing(nodes, provider: TieredBackendServiceProvider, messa
     return node
 
 
-@pytest.mark.parametrize("error", [OSError(5, "Input/output error"), RuntimeError("a bug")])
-def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, monkeypatch, caplog, error):
-    """A backend's failure (an OSError, or boto3's errors) is one warning line while it lasts; anything else is
-    a bug and keeps its traceback, once. Either way the upload thread retries with growing pauses, and uploads
-    everything once the backend is back."""
+@pytest.mark.parametrize(("failing", "error"), [
+    ("backend", OSError(5, "Input/output error")),
+    ("backend", RuntimeError("a bug")),
+    # An S3 tier's metadata on a full local disk: the queue's record, or where the uploaded records end.
+    ("update_queue", rocksdb_disk_full("tiered_metadata/000004.log")),
+    ("set_uploaded_end", rocksdb_disk_full("tiered_metadata/000004.log")),
+])
+def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, monkeypatch, caplog, failing, error):
+    """A backend's failure (an OSError, or boto3's errors) is one warning line while it lasts, and so is the tier's
+    metadata store refusing a write (RocksDB's I/O error: a full disk under an S3 tier, whose uploads are not
+    paused by it); anything else is a bug and keeps its traceback, once. Either way the upload thread retries with
+    growing pauses, and uploads everything once the backend (or the disk) is back."""
     monkeypatch.setattr(tiered_dispatcher, "RETRY_MIN_S", 0.01)
     monkeypatch.setattr(tiered_dispatcher, "RETRY_MAX_S", 0.05)
     caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
-    backend = FailingWrites(monkeypatch, MemoryFileSegment, error)
+    backend = (FailingWrites(monkeypatch, MemoryFileSegment, error) if failing == "backend"
+               else FailingWrites(monkeypatch, RocksDBTieredMetadataStore, error, method=failing))
     node = uploading_while_failing(nodes, TieredBackendServiceProvider.MEMORY, messages=20, failed_passes=5)
     deadline = time.monotonic() + 10
     backend.failing = False
@@ -241,11 +251,18 @@ def test_a_failing_backend_is_retried_logged_once_and_its_return_logged(nodes, m
         assert time.monotonic() < deadline, "nothing uploaded once the backend was back"
         time.sleep(0.01)
     assert tier_matches_local(node, 0) == 20
+    queue = node.tiered.metadata.get_queue(TOPIC, 0)  # what lists the queue at a restart
+    assert queue is not None and queue.max_offset == 20, queue
+    assert node.tiered.metadata.get_uploaded_end() == node.local.commit_log.max_offset()  # what recovery checks
     lines = [r for r in caplog.records if "tiered_upload" in r.getMessage()]
     first, resumed = lines[0], lines[-1]
     assert len(lines) == 2 and "tiered_upload_resumed" in resumed.getMessage()
-    if isinstance(error, OSError):
+    if failing != "backend":
         assert "tiered_upload_refused pending_records=" in first.getMessage() and first.exc_info is None
+        assert "the tier's metadata store refused a write" in first.getMessage()
+    elif isinstance(error, OSError):
+        assert "tiered_upload_refused pending_records=" in first.getMessage() and first.exc_info is None
+        assert "the backend failed" in first.getMessage()
     else:
         assert "tiered_upload_failed" in first.getMessage() and first.exc_info is not None
 

@@ -28,6 +28,7 @@ from broker.tiered.file.flat_message_file import UNIT
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
 from broker.tiered.provider.file_segment import is_backend_error
 from common.kv_shard import KV_TOPIC
+from common.storage_refusal import is_rocksdb_io_error
 from common.timer_topic import TIMER_TOPIC
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,11 @@ class TieredDispatcher(CommitLogDispatcher):
         if self._failing_since is not None:  # once while it lasts
             return
         self._failing_since = time.monotonic()
-        if is_backend_error(exc):
+        if is_rocksdb_io_error(exc):  # the tier's metadata, on the broker's own disk (a full disk, say)
+            log.warning("tiered_upload_refused pending_records=%d checkpoint=%d error=%r: the tier's metadata store "
+                        "refused a write; retried with pauses up to %g s (local segments are kept until uploaded)",
+                        self.pending_records(), self.current_checkpoint(), exc, RETRY_MAX_S)
+        elif is_backend_error(exc):
             log.warning("tiered_upload_refused pending_records=%d checkpoint=%d error=%r: the backend failed; "
                         "retried with pauses up to %g s (local segments are kept until uploaded)",
                         self.pending_records(), self.current_checkpoint(), exc, RETRY_MAX_S)
@@ -257,10 +262,12 @@ class TieredDispatcher(CommitLogDispatcher):
         size = 0
         run: list[tuple[int, int, int, int]] = []  # units of records contiguous in the local commitlog
         run_start = run_end = 0
+        held_end = 0  # local commitlog offset after the newest of these records the flat file holds
         for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
             expected = flat.dispatch_offset + len(run)
-            if queue_offset < expected:
-                continue  # already in the tier (a replay after restart)
+            if queue_offset < expected:  # already in the tier (a replay after restart, a retried pass)
+                held_end = max(held_end, physical + record_size)
+                continue
             if queue_offset > expected:
                 log.error("tiered_gap topic=%s queue=%d expected=%d got=%d: messages missing from the tier",
                           topic, queue_id, expected, queue_offset)
@@ -272,14 +279,17 @@ class TieredDispatcher(CommitLogDispatcher):
                 run_start = run_end = physical
             run.append((queue_offset, record_size, tags_code, store_time))
             run_end += record_size
+            held_end = max(held_end, run_end)
             appended += 1
             size += record_size
         if run:
             self._append_run(flat, run_start, run_end, run)
-        if appended or flat.commit_log.buffered_bytes or flat.consume_queue.buffered_bytes:
-            if run_end > self._uploaded_end:  # stored before the tier shows them: recovery compares against it
-                self._uploaded_end = run_end
-                self.metadata.set_uploaded_end(run_end)
+        if appended or flat.uncommitted():
+            # Stored before the tier shows them (recovery compares it with the local end), and taken as stored only
+            # once it is: a retry after a refused write stores it again, for the records appended before.
+            if held_end > self._uploaded_end:
+                self.metadata.set_uploaded_end(held_end)
+                self._uploaded_end = held_end
             flat.commit()
             self.uploaded_messages += appended
             self.uploaded_bytes += size

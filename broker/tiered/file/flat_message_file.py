@@ -47,6 +47,7 @@ class FlatMessageFile:
         self.consume_queue = FlatAppendFile(factory, metadata, broker_name, topic, queue_id,
                                             FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT, read_ahead=cq_ahead)
         self._commit_lock = threading.Lock()
+        self._queue_record_due = False  # a commit's queue record was not written (its metadata store refused)
 
     def load(self, first_queue_offset: int) -> None:
         self.commit_log.load(0)
@@ -120,8 +121,16 @@ class FlatMessageFile:
         with self._commit_lock:
             self.commit_log.commit()  # first: the units written next point into these bytes
             self.consume_queue.commit()
+            self._queue_record_due = True
             self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
                                                      int(time.time() * 1000)))
+            self._queue_record_due = False
+
+    def uncommitted(self) -> bool:
+        """Whether a commit has work: buffered bytes, or the queue's record, which a commit whose bytes went in
+        could not write (the metadata store refused: a full local disk). A new queue is listed by that record
+        alone at a restart, so a retry must write it even with nothing more to upload."""
+        return self._queue_record_due or self.commit_log.buffered_bytes > 0 or self.consume_queue.buffered_bytes > 0
 
     # -- read ----------------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int, int]]:
