@@ -8,9 +8,10 @@ import pytest
 
 from broker.tiered.file.flat_append_file import FlatAppendFile
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
-from broker.tiered.metadata.tiered_metadata_store import SegmentStatus
+from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider, segment_path
+from tests.disk.rocksdb_refusal import rocksdb_disk_full
 
 CL, CQ = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE
 Open = Callable[..., FlatAppendFile]
@@ -182,6 +183,73 @@ def test_crash_after_backend_write_before_metadata_update_adopts_the_real_size(e
     assert [(r.base_offset, r.size, r.status) for r in env.records()] == [(0, 95, SegmentStatus.SEALED),
                                                                           (95, 10, SegmentStatus.OPEN)]
     assert g.read(0, 105) == entry(1, 30) + entry(2, 25) + entry(3, 40) + entry(4, 10)
+
+
+class RefusingMetadata:
+    """The metadata store refuses its next ``times`` writes of a segment's record after bytes went in (not the
+    record of a new, empty segment), as RocksDB on a full disk does (a bare Exception carrying RocksDB's
+    status)."""
+
+    def __init__(self, env: Env, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+        self.left = times
+        update = env.metadata.update_segment
+
+        def refusing(m: FileSegmentMetadata) -> None:
+            if self.left > 0 and m.size > 0:
+                self.left -= 1
+                raise rocksdb_disk_full("tiered_metadata/000004.log")
+            update(m)
+
+        monkeypatch.setattr(env.metadata, "update_segment", refusing)
+
+
+@pytest.mark.parametrize("refused", [1, 2])
+def test_a_commit_whose_record_the_metadata_store_refused_writes_its_bytes_once(env: Env, monkeypatch, refused: int):
+    """The bytes reached the backend and their segment's record did not (a full local disk under an S3 tier): the
+    commit fails, and the next one neither writes those bytes again nor loses them; its record catches up, and a
+    restart finds exactly what was appended. (Written again, the bytes would sit where the next appends' units
+    point: the tier would serve other records there.) Two refusals: the retry's first write, of the record left
+    behind, is refused too."""
+    f = env.open(segment_size=100)
+    first = [entry(1, 30), entry(2, 30)]
+    append_all(f, first)
+    refusing = RefusingMetadata(env, monkeypatch, refused)
+    with pytest.raises(Exception, match="No space left on device"):
+        f.commit()
+    more = [entry(3, 30), entry(4, 30)]  # the fourth rolls into a new segment
+    append_all(f, more, t0=2000)
+    while True:  # the upload thread's retries
+        try:
+            f.commit()
+            break
+        except Exception as exc:
+            assert "No space left on device" in str(exc) and refusing.left >= 0
+    stream = b"".join(first + more)
+    assert (f.commit_offset, f.append_offset) == (120, 120)
+    assert f.read(0, 1000) == stream
+    assert [(r.base_offset, r.size) for r in env.records()] == [(0, 90), (90, 30)]
+    env.restart()
+    g = env.open(segment_size=100)
+    assert (g.commit_offset, g.append_offset) == (120, 120) and g.read(0, 1000) == stream
+
+
+def test_a_seal_the_metadata_store_refused_leaves_the_segment_open_until_a_retry_seals_it(env: Env, monkeypatch):
+    """Sealed in its record first, then in memory: a refused seal is retried, never two open segments."""
+    f = env.open(segment_size=100)
+    append_all(f, [entry(1, 60)])
+    f.commit()
+    append_all(f, [entry(2, 50)], t0=2000)  # no room: the first segment is sealed, a second opened
+    RefusingMetadata(env, monkeypatch, 1)
+    with pytest.raises(Exception, match="No space left on device"):
+        f.commit()
+    assert [m.status for m in f.segments] == [SegmentStatus.OPEN]
+    f.commit()
+    expected = [(0, 60, SegmentStatus.SEALED), (60, 50, SegmentStatus.OPEN)]
+    assert [(r.base_offset, r.size, r.status) for r in env.records()] == expected
+    env.restart()
+    g = env.open(segment_size=100)
+    assert [(m.base_offset, m.size, m.status) for m in g.segments] == expected
+    assert g.read(0, 1000) == entry(1, 60) + entry(2, 50)
 
 
 class Killed(BaseException):

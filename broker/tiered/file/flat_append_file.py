@@ -12,6 +12,7 @@ With a ``read_ahead`` (a backend where every read is a round trip: S3), reads go
 bytes kept in a bounded cache (:mod:`read_ahead_cache`) instead of one backend read each.
 """
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -50,6 +51,9 @@ class FlatAppendFile:
         self._objects: dict[str, FileSegment] = {}
         self._buffer: list[tuple[bytes, int]] = []  # (data, store time) appended, not committed
         self._buffer_start = 0  # stream offset of the first buffered byte
+        # A segment whose bytes are in the backend but whose record a refused write (a full local disk) left
+        # behind: the next commit writes it first. The bytes are never written twice.
+        self._unrecorded: FileSegmentMetadata | None = None
         self._append_offset = 0
         self._lock = threading.Lock()  # segments list and committed sizes (readers vs commit vs expiry)
         self.read_ahead = read_ahead
@@ -125,6 +129,11 @@ class FlatAppendFile:
     def buffered_bytes(self) -> int:
         return self._append_offset - self._buffer_start
 
+    @property
+    def uncommitted(self) -> bool:
+        """Whether a commit has work: buffered bytes, or a segment's record a refused write left behind."""
+        return self._append_offset > self._buffer_start or self._unrecorded is not None
+
     def total_bytes(self) -> int:
         return sum(m.size for m in self.segments)
 
@@ -149,6 +158,8 @@ class FlatAppendFile:
         buffer, self._buffer = self._buffer, []
         i = 0
         try:
+            if self._unrecorded is not None:
+                self._record(self._unrecorded)
             while i < len(buffer):
                 last = self._writable()
                 room = self.segment_size - last.size
@@ -168,9 +179,9 @@ class FlatAppendFile:
                     last.size += size
                     last.begin_ms = last.begin_ms or begin
                     last.end_ms = buffer[j - 1][1]
-                self.metadata.update_segment(last)
                 self._buffer_start += size
-                i = j
+                i = j  # in the backend: whatever happens to its record, these bytes are not written again
+                self._record(last)
         except BaseException:
             self._buffer = buffer[i:] + self._buffer
             raise
@@ -189,9 +200,18 @@ class FlatAppendFile:
             self.segments.append(m)
         return m
 
-    def _seal(self, m: FileSegmentMetadata) -> None:
-        m.status, m.seal_ms = SegmentStatus.SEALED, int(time.time() * 1000)
+    def _record(self, m: FileSegmentMetadata) -> None:
+        """Write ``m``'s record; refused, it is written first by the next commit (a restart also adopts the
+        backend's real size, see :meth:`load`)."""
+        self._unrecorded = m
         self.metadata.update_segment(m)
+        self._unrecorded = None
+
+    def _seal(self, m: FileSegmentMetadata) -> None:
+        """Sealed once its record says so: refused, the segment stays open and the next commit seals it."""
+        seal_ms = int(time.time() * 1000)
+        self.metadata.update_segment(dataclasses.replace(m, status=SegmentStatus.SEALED, seal_ms=seal_ms))
+        m.status, m.seal_ms = SegmentStatus.SEALED, seal_ms
 
     def _object(self, path: str) -> FileSegment:
         obj = self._objects.get(path)

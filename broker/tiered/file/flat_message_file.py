@@ -127,10 +127,10 @@ class FlatMessageFile:
             self._queue_record_due = False
 
     def uncommitted(self) -> bool:
-        """Whether a commit has work: buffered bytes, or the queue's record, which a commit whose bytes went in
-        could not write (the metadata store refused: a full local disk). A new queue is listed by that record
+        """Whether a commit has work: buffered bytes, or a record a commit whose bytes went in could not write (the
+        metadata store refused: a full local disk), a segment's or the queue's. A new queue is listed by its record
         alone at a restart, so a retry must write it even with nothing more to upload."""
-        return self._queue_record_due or self.commit_log.buffered_bytes > 0 or self.consume_queue.buffered_bytes > 0
+        return self._queue_record_due or self.commit_log.uncommitted or self.consume_queue.uncommitted
 
     # -- read ----------------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int, int]]:
