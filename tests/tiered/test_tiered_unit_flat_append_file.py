@@ -376,6 +376,27 @@ def test_expire_before_with_delete_removes_objects_and_records(env: Env):
     assert [(m.base_offset, m.size) for m in env.records()] == [(300, 50), (350, 60)]
 
 
+@pytest.mark.parametrize("dies_at", ["destroy", "delete_segment"])
+def test_a_crash_while_expired_segments_are_deleted_loses_none_of_the_segments_after_them(env: Env, monkeypatch,
+                                                                                        dies_at: str):
+    """The process dies between removing an expired segment's object and its record (or while removing the
+    object). A sealed record whose object is gone reads at the restart as bytes lost mid-stream, and everything
+    after it is cut: the record says EXPIRED before the object goes, so the restart skips it instead."""
+    f = fill_segments(env)
+    if dies_at == "destroy":
+        segment = type(env.factory.open(f.segments[0].path))
+        monkeypatch.setattr(segment, "destroy", lambda self: (_ for _ in ()).throw(Killed()))
+    else:
+        monkeypatch.setattr(env.metadata, "delete_segment", lambda m: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        f.expire_before(150, delete=True)  # [0,100) goes; [100,200) ends after 150 and stays
+    monkeypatch.undo()
+    env.restart()
+    g = env.open(segment_size=100)
+    assert (g.min_offset, g.commit_offset) == (100, 350)
+    assert g.read(100, 250) == b"".join(entry(i, 50) for i in range(2, 7))
+
+
 def test_expire_before_the_first_segment_end_does_nothing(env: Env):
     f = fill_segments(env)
     assert f.expire_before(99, delete=True) == []

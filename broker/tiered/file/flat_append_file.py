@@ -333,10 +333,11 @@ class FlatAppendFile:
             self.segments = [m for m in self.segments if m not in gone]
         for m in gone:
             m.status = SegmentStatus.EXPIRED
+            # Recorded EXPIRED before its object goes: a sealed record whose object is gone reads at a restart as
+            # bytes lost mid-stream, and every segment after it would be cut (see load).
+            self.metadata.update_segment(m)
             if delete:
                 self._object(m.path).destroy()
                 self.metadata.delete_segment(m)
                 self._objects.pop(m.path, None)
-            else:
-                self.metadata.update_segment(m)
         return gone
