@@ -395,6 +395,11 @@ def test_a_crash_while_expired_segments_are_deleted_loses_none_of_the_segments_a
     g = env.open(segment_size=100)
     assert (g.min_offset, g.commit_offset) == (100, 350)
     assert g.read(100, 250) == b"".join(entry(i, 50) for i in range(2, 7))
+    assert g.expire_before(150, delete=True) == []  # nothing more is due: the deletion the crash cut is finished
+    assert [(m.base_offset, m.status) for m in env.records()] == [(100, SegmentStatus.SEALED),
+                                                                   (200, SegmentStatus.SEALED),
+                                                                   (300, SegmentStatus.OPEN)]
+    assert env.factory.open(segment_path("b", "T", 0, CL, 0)).real_size() == 0
 
 
 def test_expire_before_the_first_segment_end_does_nothing(env: Env):

@@ -54,6 +54,9 @@ class FlatAppendFile:
         # A segment whose bytes are in the backend but whose record a refused write (a full local disk) left
         # behind: the next commit writes it first. The bytes are never written twice.
         self._unrecorded: FileSegmentMetadata | None = None
+        # EXPIRED records found at load: left for the Spark cleanup job, or (deleting expired segments here) by a
+        # deletion a crash cut short; the next deleting expiry finishes them.
+        self._expired_left: list[FileSegmentMetadata] = []
         self._append_offset = 0
         self._lock = threading.Lock()  # segments list and committed sizes (readers vs commit vs expiry)
         self.read_ahead = read_ahead
@@ -70,6 +73,7 @@ class FlatAppendFile:
         self._generation += 1
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
+        self._expired_left = [m for m in every if m.status is SegmentStatus.EXPIRED]
         now_ms = int(time.time() * 1000)
         for i, m in enumerate(segments):
             if m.size and not m.end_ms:  # adopted (below) by a broker that left such bytes undated
@@ -331,13 +335,21 @@ class FlatAppendFile:
         with self._lock:
             gone = [m for m in self.segments if m.status is SegmentStatus.SEALED and m.end_offset <= offset]
             self.segments = [m for m in self.segments if m not in gone]
+        if delete:
+            while self._expired_left:
+                self._delete(self._expired_left[0])
+                self._expired_left.pop(0)
         for m in gone:
             m.status = SegmentStatus.EXPIRED
             # Recorded EXPIRED before its object goes: a sealed record whose object is gone reads at a restart as
             # bytes lost mid-stream, and every segment after it would be cut (see load).
             self.metadata.update_segment(m)
             if delete:
-                self._object(m.path).destroy()
-                self.metadata.delete_segment(m)
-                self._objects.pop(m.path, None)
+                self._delete(m)
         return gone
+
+    def _delete(self, m: FileSegmentMetadata) -> None:
+        """An expired segment's object, then its record (a crash between the two leaves an EXPIRED record)."""
+        self._object(m.path).destroy()
+        self.metadata.delete_segment(m)
+        self._objects.pop(m.path, None)
