@@ -284,7 +284,7 @@ class TieredDispatcher(CommitLogDispatcher):
             size += record_size
         if run:
             self._append_run(flat, run_start, run_end, run)
-        if appended or flat.uncommitted():
+        if appended or flat.uncommitted:
             # Stored before the tier shows them (recovery compares it with the local end), and taken as stored only
             # once it is: a retry after a refused write stores it again, for the records appended before.
             if held_end > self._uploaded_end:

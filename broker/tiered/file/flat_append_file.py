@@ -54,8 +54,8 @@ class FlatAppendFile:
         # A segment whose bytes are in the backend but whose record a refused write (a full local disk) left
         # behind: the next commit writes it first. The bytes are never written twice.
         self._unrecorded: FileSegmentMetadata | None = None
-        # EXPIRED records found at load: left for the Spark cleanup job, or (deleting expired segments here) by a
-        # deletion a crash cut short; the next deleting expiry finishes them.
+        # EXPIRED records found at load (left for the Spark cleanup job, or by a deletion a crash cut short): an
+        # expiry that deletes removes them first.
         self._expired_left: list[FileSegmentMetadata] = []
         self._append_offset = 0
         self._lock = threading.Lock()  # segments list and committed sizes (readers vs commit vs expiry)
@@ -136,7 +136,7 @@ class FlatAppendFile:
     @property
     def uncommitted(self) -> bool:
         """Whether a commit has work: buffered bytes, or a segment's record a refused write left behind."""
-        return self._append_offset > self._buffer_start or self._unrecorded is not None
+        return self.buffered_bytes > 0 or self._unrecorded is not None
 
     def total_bytes(self) -> int:
         return sum(m.size for m in self.segments)

@@ -126,6 +126,7 @@ class FlatMessageFile:
                                                      int(time.time() * 1000)))
             self._queue_record_due = False
 
+    @property
     def uncommitted(self) -> bool:
         """Whether a commit has work: buffered bytes, or a record a commit whose bytes went in could not write (the
         metadata store refused: a full local disk), a segment's or the queue's. A new queue is listed by its record
