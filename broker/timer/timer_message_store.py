@@ -149,12 +149,14 @@ class TimerMessageStore(CommitLogDispatcher):
             batch.put(key, self._read_at(physical, size))
             first_key = min(first_key, key)
             added.add(key)
-        self._applied = end_offset
         if batch is None:
+            self._applied = end_offset
             return None
         batch.put(CHECKPOINT_KEY, OFFSET.pack(end_offset))
         self.db.write(batch)
-        self._stored = end_offset
+        # Applied once written: a refused write (the store fail-stops) must not let a flush move the checkpoint
+        # past timers that are not stored, or the restart's replay would skip them.
+        self._applied = self._stored = end_offset
         with self._floor_lock:
             self._pending += len(added) - len(taken_out)
             self._floor = min(self._floor, first_key)
