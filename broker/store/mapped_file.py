@@ -70,11 +70,24 @@ class MappedFile:
             written += more
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Write ``data`` at the write position and advance it; returns where it went."""
+        """Write ``data`` at the write position and advance it; returns where it went. A write the disk refused
+        part-way leaves nothing past the write position: what it took would be whole records there, which
+        recovery takes for stored ones (a write refused as "nothing appended", stored after all)."""
         pos = self.wrote_position
-        self.write_at(pos, data)
+        try:
+            self.write_at(pos, data)
+        except OSError:
+            self._cut_from(pos)
+            raise
         self.wrote_position = pos + len(data)
         return pos
+
+    def _cut_from(self, pos: int) -> None:
+        """Zero the file from ``pos`` as holes (shrinking frees blocks even on a full disk), durably."""
+        fd = self._writer()
+        os.ftruncate(fd, pos)
+        os.ftruncate(fd, self.file_size)
+        os.fdatasync(fd)
 
     def read(self, pos: int, size: int) -> bytes:
         return self.mm[pos : pos + size]
@@ -111,10 +124,7 @@ class MappedFile:
         and growing it back zeroes the tail as holes: no write of up to a whole segment of zeros (this runs at
         every start, before anything reads the mapping)."""
         if pos < self.file_size:
-            fd = self._writer()
-            os.ftruncate(fd, pos)
-            os.ftruncate(fd, self.file_size)
-            os.fdatasync(fd)
+            self._cut_from(pos)
         self.wrote_position = self.flushed_position = pos
 
     def close(self) -> None:

@@ -309,6 +309,38 @@ def test_enospc_before_anything_is_written_refuses_that_write_only(open_store: S
     assert [b[-600:] for b in _read_all(store)] == [*bodies, b"y" * 600]
 
 
+@pytest.mark.parametrize("stop", ["shutdown", "crash"])
+def test_a_batch_the_disk_took_part_of_is_refused_and_never_comes_back(open_store: StoreFactory,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       stop: str) -> None:
+    """A nearly full disk took two whole records of a three-record batch, then said ENOSPC: the batch is refused
+    as "nothing appended", and must stay so. Left past the write position, those two records are whole and valid,
+    and recovery would take them (a refused send, or a refused KV put, stored after all)."""
+    store = open_store()
+    bodies = _fill(store, 10)
+    real_pwrite = mapped_file.pwrite_holding_gil
+    record_size = len(store.commit_log.read_record(0) or b"")
+
+    def two_of_three(fd: int, data: bytes, pos: int) -> int:
+        if len(data) < 3 * record_size:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, bytes(data)[: 2 * record_size], pos)
+
+    monkeypatch.setattr(mapped_file, "pwrite_holding_gil", two_of_three)
+    refused = store.put_messages(TOPIC, 0, [b"r" * 600] * 3, [b""] * 3)
+    assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "nothing appended" in refused.error
+    monkeypatch.undo()
+    end = store.commit_log.max_offset()
+    segment = store.commit_log.mapped_file_queue.last_writable()
+    assert segment.read(segment.wrote_position, 2 * record_size) == bytes(2 * record_size)  # nothing left there
+    store.shutdown()
+    if stop == "crash":  # the restart recovers as after a crash: a scan of the records past the checkpoint
+        (Path(store.config.store_path_root_dir) / ABORT_FILE).touch()
+    reopened = open_store()
+    assert reopened.commit_log.max_offset() == end
+    assert [b[-600:] for b in _read_all(reopened)] == bodies
+
+
 def test_shutdown_that_cannot_write_carries_on_and_is_not_clean(
         open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
