@@ -76,12 +76,14 @@ class ConsumerOffsetManager:
         if not keys:
             return
         with self._lock:
+            # The store first: refused, memory still lists them and a retry deletes them (gone from memory
+            # first, a retry found nothing to delete and a restart brought them back).
+            self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
             for group, topic, queue_id in keys:
                 queues = self.offset_table.get((group, topic))
                 if queues is not None:
                     queues.pop(queue_id, None)
                     self.commit_times.get((group, topic), {}).pop(queue_id, None)
-            self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
         self.persist()
 
     def delete_queues(self, topic: str, queue_ids: list[int]) -> int:

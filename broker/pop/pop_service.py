@@ -342,11 +342,13 @@ class PopService:
                 return
             change = PopWrite()
             for key in keys:
-                state = self._states.pop(key)
+                state = self._states[key]
                 change.deliveries.update({(key, d): {} for d in state.deliveries})
                 change.done_held |= {(key, o) for o in state.held}
                 change.done_scan.add(key)
-            self.db.write(change)
+            self.db.write(change)  # first: refused, the states stay, and a retry forgets them again
+            for key in keys:
+                del self._states[key]
         log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=leader_again", topic, sorted(wanted),
                  len({k[0] for k in keys}))
 

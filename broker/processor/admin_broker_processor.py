@@ -130,15 +130,22 @@ class AdminBrokerProcessor:
         try:
             check_update(old, detail)  # well-formed first: the reuse check reads the store by its queue ids
             reused = self._check_reused_queues(old, detail)
-            self.mapping_manager.update(detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
+        # What the new links make stale goes first, durably, then the mapping: a refused write or a crash between
+        # them leaves the old mapping, and the operator's retry does it all again (done after the mapping, a retry
+        # saw no change and forgot nothing, and a restart brought the stale state back). Forgetting early is safe:
+        # this state belongs to links this broker no longer leads.
         if reused:  # offsets of the expired links they held: never to be read as the new ones'
             forgotten = self.consumer_offset_manager.delete_queues(detail.topic, reused)
             log.info("static_queue_reused topic=%s queues=%s offsets_forgotten=%d", detail.topic, reused, forgotten)
         gained = sorted(set(detail.led_queues()) - set(old.led_queues() if old is not None else ()))
         if gained and old is not None:
             self.on_leadership_gained(detail.topic, gained)
+        try:
+            self.mapping_manager.update(detail)
+        except MappingError as exc:
+            raise RequestError(str(exc)) from None
         if config is not None:
             self.topic_config_manager.update(config)
         self.on_topics_changed()

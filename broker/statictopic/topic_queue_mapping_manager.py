@@ -38,6 +38,23 @@ class TopicQueueMappingManager:
     def _persist(self) -> None:
         write_json_atomically(self.path, {"details": [detail_to_dict(d) for d in self.mapping_table.values()]})
 
+    def _store(self, topic: str, detail: TopicQueueMappingDetail | None) -> None:
+        """Set (None: drop) ``topic``'s detail and write the file; a refused write leaves the table as it was, so
+        what the broker serves is what a restart loads, and a retry of the change is a change again."""
+        before = self.mapping_table.get(topic)
+        if detail is None:
+            del self.mapping_table[topic]
+        else:
+            self.mapping_table[topic] = detail
+        try:
+            self._persist()
+        except BaseException:
+            if before is None:
+                self.mapping_table.pop(topic, None)
+            else:
+                self.mapping_table[topic] = before
+            raise
+
     def get(self, topic: str) -> TopicQueueMappingDetail | None:
         return self.mapping_table.get(topic)
 
@@ -49,8 +66,7 @@ class TopicQueueMappingManager:
                                f"for topic {detail.topic}")
         with self._lock:
             check_update(self.mapping_table.get(detail.topic), detail)
-            self.mapping_table[detail.topic] = detail
-            self._persist()
+            self._store(detail.topic, detail)
         log.info("static_topic_mapping_updated topic=%s epoch=%d total=%d leads=%s", detail.topic, detail.epoch,
                  detail.total_queues, sorted(detail.led_queues()))
 
@@ -62,15 +78,14 @@ class TopicQueueMappingManager:
             if expected is not None and self.mapping_table.get(detail.topic) is not expected:
                 log.info("static_trim_skipped topic=%s reason=updated_meanwhile", detail.topic)
                 return False
-            self.mapping_table[detail.topic] = detail
-            self._persist()
+            self._store(detail.topic, detail)
         return True
 
     def delete(self, topic: str) -> bool:
         with self._lock:
-            if self.mapping_table.pop(topic, None) is None:
+            if topic not in self.mapping_table:
                 return False
-            self._persist()
+            self._store(topic, None)
         log.info("static_topic_mapping_deleted topic=%s", topic)
         return True
 

@@ -118,3 +118,26 @@ def test_a_queue_led_again_is_forgotten_and_restarts_from_the_committed_offset(t
     reopened = service(tmp_path, clock, dead)  # what was forgotten stays forgotten after a restart
     clock.now += 5000  # 6, 7 due again; 0..2 are gone for good
     assert offsets(reopened.pop(query(reader, n=32), lambda q: 0)) == [6, 7, 8, 9]
+
+
+def test_a_forget_the_state_store_refused_is_done_again_by_a_retry(tmp_path, monkeypatch):
+    """The forget is written before the states go from memory: refused (a full disk), they stay, and a retry
+    forgets them durably. Gone from memory first, a retry found nothing to forget, and a restart brought the stale
+    scan offset and in-flight messages back."""
+    clock, dead = Clock(), []
+    pop, reader = service(tmp_path, clock, dead), Reader([record(o) for o in range(10)])
+    assert offsets(pop.pop(query(reader, n=3), lambda q: 0)) == [0, 1, 2]
+    write = pop.db.write
+
+    def refused(change):
+        raise Exception("IO error: No space left on device: While appending to file: pop/000004.log")
+
+    monkeypatch.setattr(pop.db, "write", refused)
+    with pytest.raises(Exception, match="No space left on device"):
+        pop.forget_queues(TOPIC, [0])
+    monkeypatch.setattr(pop.db, "write", write)
+    pop.forget_queues(TOPIC, [0])  # the retry
+    pop.db.close()
+    reopened = service(tmp_path, clock, dead)
+    clock.now += 5000
+    assert offsets(reopened.pop(query(reader, n=2), lambda q: 6)) == [6, 7]  # from the committed offset
