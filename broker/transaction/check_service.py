@@ -90,6 +90,9 @@ class TransactionalMessageCheckService(threading.Thread):
         self.checks_sent = 0
         self.checks_unsent = 0  # counted, but no producer of the group was online
         self.discarded = 0
+        # Half messages whose copy to the discard topic is stored and whose REMOVE op is not yet (refused): their
+        # retry writes only the op, not a second copy. (After a crash between the two the copy is made again.)
+        self._discard_copied: set[int] = set()
         self._committed = (-1, -1)  # the (half, op) progress last committed
         self._stopped = threading.Event()
         self._backoff = False  # a write was refused: wait a whole interval before the next pass
@@ -279,11 +282,14 @@ class TransactionalMessageCheckService(threading.Thread):
                    if self.table.begin_end(e.queue_offset, Outcome.DISCARD).decision is EndDecision.PROCEED]
         if not claimed:
             return
-        copies = []
+        copies, copying = [], []
         for entry in claimed:
+            if entry.queue_offset in self._discard_copied:
+                continue
             msg = self._half_message(entry)
             if msg is not None:
                 copies.append(discard_record(msg, self.table.check_count(entry.queue_offset), self.store.store_host))
+                copying.append(entry.queue_offset)
         try:
             if copies:
                 ensure_group_topic(self.topics, TRANS_CHECK_MAX_TIME_TOPIC, self.on_topics_changed)
@@ -292,6 +298,7 @@ class TransactionalMessageCheckService(threading.Thread):
                 refusal = refusal_of(copied, "moving half messages to " + TRANS_CHECK_MAX_TIME_TOPIC)
                 if refusal is not None:
                     raise refusal
+                self._discard_copied.update(copying)
             result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in claimed),
                                                   Outcome.DISCARD))
             refusal = refusal_of(result, "recording discarded transactions")
@@ -305,6 +312,7 @@ class TransactionalMessageCheckService(threading.Thread):
             return
         assert result.append is not None
         for entry in claimed:
+            self._discard_copied.discard(entry.queue_offset)
             times = self.table.check_count(entry.queue_offset)
             self.table.finish_end(entry.queue_offset, Outcome.DISCARD, result.append.end_offset)
             log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),

@@ -260,3 +260,31 @@ def test_a_commit_whose_op_write_failed_is_not_stored_twice_by_its_retry(broker:
     assert broker.end(tx, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
     assert [m.body for m in broker.messages(TOPIC)] == [b"once"]
     assert [op.properties["TRAN_OUTCOME"] for op in broker.messages(OP_HALF_TOPIC)] == ["COMMIT"]
+
+
+def test_a_discard_whose_op_write_was_refused_is_copied_once(broker: Broker, monkeypatch):
+    """The copy to the discard topic is stored, then the REMOVE op is refused (the disk filled in between): the
+    retry writes the op alone, not a second copy."""
+    from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+    from broker.transaction import check_service
+    from broker.transaction.op_message import OpKind
+
+    broker.send_half(b"open")
+    start = broker.now
+    for n in range(1, CHECK_MAX + 1):
+        broker.pass_at(start + TIMEOUT + (n - 1) * INTERVAL + 1000)
+    real_put_op = check_service.put_op
+
+    def refusing_remove(store, op, *args, **kwargs):
+        if op.kind is OpKind.REMOVE:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "disk full (injected)")
+        return real_put_op(store, op, *args, **kwargs)
+
+    monkeypatch.setattr(check_service, "put_op", refusing_remove)
+    discard_at = start + TIMEOUT + CHECK_MAX * INTERVAL + 1000
+    broker.pass_at(discard_at)
+    assert [m.body for m in broker.messages(TRANS_CHECK_MAX_TIME_TOPIC)] == [b"open"] and broker.service.discarded == 0
+    monkeypatch.setattr(check_service, "put_op", real_put_op)
+    broker.pass_at(discard_at + INTERVAL)  # after the refusal's back-off
+    assert broker.service.discarded == 1
+    assert [m.body for m in broker.messages(TRANS_CHECK_MAX_TIME_TOPIC)] == [b"open"]  # one copy
