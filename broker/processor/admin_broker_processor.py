@@ -192,11 +192,15 @@ class AdminBrokerProcessor:
         # deleting system topics).
         require(topic != KV_TOPIC, f"topic {KV_TOPIC} holds the KV store's shards: deleteTopic does not delete it")
         had_mapping = self.mapping_manager.get(topic) is not None
-        if not self.topic_config_manager.delete(topic, announce=had_mapping) and not had_mapping:
+        if self.topic_config_manager.select(topic) is None and not had_mapping:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+        # The config last: a refused write or a crash part-way leaves the topic listed, and the operator's retry
+        # does every step again (each one deletes what is left). Deleted first, the retry was told the topic does
+        # not exist, and its queues, offsets and mapping came back at a restart.
         self.mapping_manager.delete(topic)
         self.local_store.consume_queue_store.delete_topic(topic)
         self.consumer_offset_manager.delete_topic(topic)
+        self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 

@@ -236,6 +236,42 @@ def test_flush_policy_flushes_by_time_or_when_forced(tmp_path: Path):
     assert open_cq(tmp_path / "cq").checkpoint() == log.end
 
 
+class RefusedFlushDb:
+    """The store's database whose memtable flushes are refused (a full disk) while ``refusing``."""
+
+    def __init__(self, db: object) -> None:
+        self.db = db
+        self.refusing = True
+
+    def flush(self, wait: bool = True) -> None:
+        if self.refusing:
+            raise Exception("IO error: No space left on device: While appending to file: 000009.sst")
+        self.db.flush(wait)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.db, name)
+
+
+def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_path: Path):
+    """A flush the disk refused (the one a topic deletion forces) keeps what made it due: the next periodic pass of
+    an idle store flushes. Cleared, the deletion stayed in the memtable (no WAL) and a kill brought the topic
+    back."""
+    cq = open_cq(tmp_path / "cq", flush_interval_s=3600)
+    log = Log()
+    cq.dispatch(log.append("Gone", 0, 4), log.end)
+    cq.flush_interval_s = 0
+    cq.flush()
+    cq.flush_interval_s = 3600
+    refusing = RefusedFlushDb(cq._db)
+    cq._db = refusing  # type: ignore[assignment]
+    with pytest.raises(Exception, match="No space left on device"):
+        cq.delete_topic("Gone")
+    refusing.refusing = False
+    flushed = cq.flush_count
+    cq.flush()  # the periodic pass: not due by time, still due by the deletion
+    assert cq.flush_count == flushed + 1
+
+
 # -- maintenance -----------------------------------------------------------------------------------------
 def test_delete_topic_removes_everything_of_the_topic_and_nothing_else(tmp_path: Path):
     cq = open_cq(tmp_path / "cq")

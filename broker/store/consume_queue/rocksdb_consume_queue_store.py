@@ -232,9 +232,15 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
                    or (db.property_int_value("rocksdb.cur-size-active-mem-table") or 0) >= self.flush_bytes)
             if not due:
                 return
-            self._dirty = False
+            was_dirty, was_due = self._dirty, self._flush_now
+            self._dirty = False  # cleared first: what changes during the flush sets them again
             self._flush_now = False
-            db.flush(True)
+            try:
+                db.flush(True)
+            except BaseException:  # refused (a full disk): still to flush, or an idle broker never would (WAL off)
+                self._dirty = self._dirty or was_dirty
+                self._flush_now = self._flush_now or was_due
+                raise
             self._last_flush = time.monotonic()
             self.flush_count += 1
             self._checkpoint = dispatched
