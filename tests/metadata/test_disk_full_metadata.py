@@ -20,14 +20,15 @@ def _enospc(*_args: object, **_kwargs: object) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def _fail_store_writes(monkeypatch: pytest.MonkeyPatch, store: object) -> None:
-    """Make the store's writes fail as a full disk does (RocksDB raises a plain Exception)."""
+def _fail_store_writes(monkeypatch: pytest.MonkeyPatch, store: object, method: str = "put") -> None:
+    """Make the store's writes (its ``method``: a RocksDB store writes at once) fail as a full disk does (RocksDB
+    raises a plain Exception)."""
     if isinstance(store, metadata_store.JsonMetadataStore):
         monkeypatch.setattr(metadata_store, "write_json_atomically", _enospc)
     else:
         def refuse(*_args: object) -> None:
             raise Exception("IO error: No space left on device: While appending to file")
-        monkeypatch.setattr(store, "put", refuse)
+        monkeypatch.setattr(store, method, refuse)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -73,12 +74,7 @@ def test_offsets_whose_delete_the_disk_refused_are_deleted_by_a_retry(tmp_path: 
     managers.offsets.commit_offset("g", "T", 1, 7)
     managers.offsets.persist()
     store = managers.offsets.store
-    if isinstance(store, metadata_store.JsonMetadataStore):
-        monkeypatch.setattr(metadata_store, "write_json_atomically", _enospc)
-    else:
-        def refuse(*_args: object) -> None:
-            raise Exception("IO error: No space left on device: While appending to file")
-        monkeypatch.setattr(store, "delete", refuse)
+    _fail_store_writes(monkeypatch, store, "delete")
     with pytest.raises(Exception, match="No space left on device"):
         managers.offsets.delete_queues("T", [0])
     monkeypatch.undo()
