@@ -126,11 +126,9 @@ class AdminBrokerProcessor:
         if existing is not None and self.mapping_manager.get(detail.topic) is None:
             raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
-        if detail.bname != self.mapping_manager.bname:  # (before anything is forgotten for it)
-            raise RequestError(f"broker {self.mapping_manager.bname}: refusing the detail of broker {detail.bname} "
-                               f"for topic {detail.topic}")
         old = self.mapping_manager.get(detail.topic)
         try:
+            self.mapping_manager.check_owner(detail)  # before anything is forgotten for it
             check_update(old, detail)  # well-formed first: the reuse check reads the store by its queue ids
             reused = self._check_reused_queues(old, detail)
         except MappingError as exc:

@@ -61,14 +61,18 @@ class TopicQueueMappingManager:
     def update(self, detail: TopicQueueMappingDetail) -> None:
         """Apply this broker's new detail after the checks (epochs never decrease, no leader change at an
         equal epoch, well-formed chains); raises MappingError naming the rule."""
-        if detail.bname != self.bname:
-            raise MappingError(f"broker {self.bname}: refusing the detail of broker {detail.bname} "
-                               f"for topic {detail.topic}")
+        self.check_owner(detail)
         with self._lock:
             check_update(self.mapping_table.get(detail.topic), detail)
             self._store(detail.topic, detail)
         log.info("static_topic_mapping_updated topic=%s epoch=%d total=%d leads=%s", detail.topic, detail.epoch,
                  detail.total_queues, sorted(detail.led_queues()))
+
+    def check_owner(self, detail: TopicQueueMappingDetail) -> None:
+        """MappingError unless ``detail`` is this broker's."""
+        if detail.bname != self.bname:
+            raise MappingError(f"broker {self.bname}: refusing the detail of broker {detail.bname} "
+                               f"for topic {detail.topic}")
 
     def replace(self, detail: TopicQueueMappingDetail, expected: TopicQueueMappingDetail | None = None) -> bool:
         """Store a detail copied from the master (a slave), or one the broker trimmed (clean service: same epoch

@@ -73,13 +73,9 @@ class FileConsumeQueue:
         while view:
             segment = mfq.last_writable()
             n = min(segment.remaining, len(view))
-            try:
-                segment.append(view[:n])
-            except OSError:
-                # A full disk may have taken part of a unit past the written end; zero it, or the next start
-                # (which finds the end by the first zero bytes) would take it for a unit.
-                segment.truncate_to(segment.wrote_position)
-                raise
+            # A write the disk refused part-way leaves nothing past the written end (MappedFile.append): the next
+            # start finds the end by the first zero bytes, and would take a torn unit there for one.
+            segment.append(view[:n])
             view = view[n:]
 
     def read_units(self, offset: int, max_count: int) -> list[CqUnit]:

@@ -266,7 +266,7 @@ class TieredDispatcher(CommitLogDispatcher):
         for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
             expected = flat.dispatch_offset + len(run)
             if queue_offset < expected:  # already in the tier (a replay after restart, a retried pass)
-                held_end = max(held_end, physical + record_size)
+                held_end = physical + record_size
                 continue
             if queue_offset > expected:
                 log.error("tiered_gap topic=%s queue=%d expected=%d got=%d: messages missing from the tier",
@@ -279,11 +279,12 @@ class TieredDispatcher(CommitLogDispatcher):
                 run_start = run_end = physical
             run.append((queue_offset, record_size, tags_code, store_time))
             run_end += record_size
-            held_end = max(held_end, run_end)
             appended += 1
             size += record_size
         if run:
             self._append_run(flat, run_start, run_end, run)
+        if appended:  # after the skipped ones (queue offsets ascend): the last appended ends the held records
+            held_end = run_end
         if appended or flat.uncommitted:
             # Stored before the tier shows them (recovery compares it with the local end), and taken as stored only
             # once it is: a retry after a refused write stores it again, for the records appended before.
