@@ -33,6 +33,10 @@ from tests.store.conftest import store_config
 TOPIC = "DeletedT"
 
 
+def refused(*_args: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
 class Broker:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -63,9 +67,6 @@ def test_a_delete_whose_offsets_step_was_refused_is_finished_by_the_retry(tmp_pa
     broker.offsets.commit_offset("g", TOPIC, 0, 1)
     broker.offsets.persist()
 
-    def refused(*_args: object) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
     monkeypatch.setattr(broker.offsets, "delete_topic", refused)
     with pytest.raises(OSError):
         broker.admin.delete_topic(broker_pb2.TopicRequest(topic=TOPIC))
@@ -95,9 +96,6 @@ def test_a_queue_reused_while_its_offsets_could_not_be_forgotten_is_reused_again
              LogicQueueMappingItem(gen=2, queue_id=0, bname="broker-a", logic_offset=10_000, start_offset=1)]
     request = broker_pb2.UpdateTopicQueueMappingRequest(
         detail=detail_to_proto(TopicQueueMappingDetail(TOPIC, 1, "broker-a", 3, hosted_queues={0: chain})))
-
-    def refused(*_args: object) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(broker.offsets, "delete_queues", refused)
     with pytest.raises(OSError):

@@ -22,6 +22,7 @@ from broker.store.consume_queue.rocksdb_consume_queue_store import (
     unit_key_prefix,
 )
 from broker.store.dispatch.dispatch_request import DispatchRequest
+from tests.disk.rocksdb_refusal import RefusingDb
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SIZE = 100  # every test record is 100 bytes: physical offset = 100 * position in the commitlog
@@ -236,22 +237,6 @@ def test_flush_policy_flushes_by_time_or_when_forced(tmp_path: Path):
     assert open_cq(tmp_path / "cq").checkpoint() == log.end
 
 
-class RefusedFlushDb:
-    """The store's database whose memtable flushes are refused (a full disk) while ``refusing``."""
-
-    def __init__(self, db: object) -> None:
-        self.db = db
-        self.refusing = True
-
-    def flush(self, wait: bool = True) -> None:
-        if self.refusing:
-            raise Exception("IO error: No space left on device: While appending to file: 000009.sst")
-        self.db.flush(wait)  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.db, name)
-
-
 def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_path: Path):
     """A flush the disk refused (the one a topic deletion forces) keeps what made it due: the next periodic pass of
     an idle store flushes. Cleared, the deletion stayed in the memtable (no WAL) and a kill brought the topic
@@ -262,7 +247,7 @@ def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_p
     cq.flush_interval_s = 0
     cq.flush()
     cq.flush_interval_s = 3600
-    refusing = RefusedFlushDb(cq._db)
+    refusing = RefusingDb(cq._db, "flush")
     cq._db = refusing  # type: ignore[assignment]
     with pytest.raises(Exception, match="No space left on device"):
         cq.delete_topic("Gone")

@@ -22,7 +22,7 @@ from common.message_properties import encode_properties
 from common.timer_topic import TIMER_QUEUE_ID, TIMER_TOPIC
 from common.wire_batch import WireBatch
 from tests.cluster import wait_until
-from tests.disk.rocksdb_refusal import rocksdb_disk_full
+from tests.disk.rocksdb_refusal import RefusingDb, rocksdb_disk_full
 from tests.store.conftest import store_config
 from tests.timer.timer_node import NOW, ROUTER, Node, bodies, replayed_whole, start
 
@@ -137,29 +137,12 @@ def test_checkpoint_moves_with_timers_and_on_flush(tmp_path: Path, nodes: list[N
     assert node.timers._stored == node.timers.checkpoint() == result.append.end_offset
 
 
-class RefusingWrites:
-    """The timer store's database whose next write batch is refused, as RocksDB on a full disk refuses it."""
-
-    def __init__(self, db: object) -> None:
-        self._db = db
-        self.refuse = True
-
-    def write(self, batch: object) -> None:
-        if self.refuse:
-            self.refuse = False
-            raise rocksdb_disk_full("timer/000004.log")
-        self._db.write(batch)  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._db, name)
-
-
 def test_a_timer_write_the_disk_refused_is_replayed_after_a_restart_even_if_a_flush_came_between(tmp_path: Path):
     """The dispatch of a timer fails (its write batch refused: the store fail-stops), and the dispatcher flush
     service goes on. That flush must not move the checkpoint past the timer that was never written: a restart
     replays from the checkpoint, and the acknowledged delayed message would be gone."""
     node = Node(tmp_path)
-    refusing = RefusingWrites(node.timers._db)
+    refusing = RefusingDb(node.timers._db, "write", times=1)  # the timer's batch
     node.timers._db = refusing  # type: ignore[assignment]
     props = ROUTER.timer_properties(encode_properties({"UNIQ_KEY": "m0", "DELAY": "1"}), "Real", 1, NOW + 60_000)
     put = node.store.put_messages(TIMER_TOPIC, TIMER_QUEUE_ID, [b"m0"], [props], born_timestamp=NOW,
@@ -170,7 +153,7 @@ def test_a_timer_write_the_disk_refused_is_replayed_after_a_restart_even_if_a_fl
     assert node.timers.pending == 0
     node.timers.flush()  # the flush service's next pass, the disk writable again
     node.store.shutdown()
-    node.timers._db = refusing._db  # type: ignore[assignment]
+    node.timers._db = refusing.db  # type: ignore[assignment]
     node.timers.close()
     again = Node(tmp_path)
     try:
