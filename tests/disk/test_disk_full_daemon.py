@@ -94,6 +94,7 @@ CELLS: dict[str, tuple[dict[str, str], bool, bool]] = {
     "tmpfs-tiered-static": (TIERED, False, True),
     "tmpfs-s3-tiered-static": (TIERED_S3, False, True),
     "tmpfs-tiered-rocksdb-kv-async-static-sigkill": ({**ROCKSDB_AND_KV, **TIERED}, True, True),
+    "tmpfs-s3-tiered-rocksdb-kv-async-static-sigkill": ({**ROCKSDB_AND_KV, **TIERED_S3}, True, True),
 }
 
 
@@ -104,7 +105,7 @@ def small_disk(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
     with the RocksDB stores and the KV store on it, under ASYNC_FLUSH; ``tmpfs-sigkill``: as ``tmpfs``, the broker
     SIGKILLed on the full disk; ``tmpfs-tiered-static``: as ``tmpfs``, a static topic and the tier on the disk;
     ``tmpfs-s3-tiered-static``: the same with the S3 tier (its metadata on the disk, its objects off it); the last
-    cell: all of those at once."""
+    two cells: all of those at once, with either tier."""
     mount = tmp_path / "disk"
     mount.mkdir()
     settings, sigkill, static_topic = CELLS[request.param]

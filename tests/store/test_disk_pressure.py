@@ -309,14 +309,15 @@ def test_enospc_before_anything_is_written_refuses_that_write_only(open_store: S
     assert [b[-600:] for b in _read_all(store)] == [*bodies, b"y" * 600]
 
 
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
 @pytest.mark.parametrize("stop", ["shutdown", "crash"])
 def test_a_batch_the_disk_took_part_of_is_refused_and_never_comes_back(open_store: StoreFactory,
                                                                        monkeypatch: pytest.MonkeyPatch,
-                                                                       stop: str) -> None:
+                                                                       stop: str, flush: FlushDiskType) -> None:
     """A nearly full disk took two whole records of a three-record batch, then said ENOSPC: the batch is refused
     as "nothing appended", and must stay so. Left past the write position, those two records are whole and valid,
     and recovery would take them (a refused send, or a refused KV put, stored after all)."""
-    store = open_store()
+    store = open_store(flush_disk_type=flush)
     bodies = _fill(store, 10)
     real_pwrite = mapped_file.pwrite_holding_gil
     record_size = len(store.commit_log.read_record(0) or b"")
@@ -336,7 +337,7 @@ def test_a_batch_the_disk_took_part_of_is_refused_and_never_comes_back(open_stor
     store.shutdown()
     if stop == "crash":  # the restart recovers as after a crash: a scan of the records past the checkpoint
         (Path(store.config.store_path_root_dir) / ABORT_FILE).touch()
-    reopened = open_store()
+    reopened = open_store(flush_disk_type=flush)
     assert reopened.commit_log.max_offset() == end
     assert [b[-600:] for b in _read_all(reopened)] == bodies
 
