@@ -21,6 +21,7 @@ from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.store.config import StoreType
 from broker.store.message_store import MessageStore
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
@@ -38,9 +39,9 @@ def refused(*_args: object) -> None:
 
 
 class Broker:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store_type: StoreType) -> None:
         self.root = root
-        self.store = MessageStore(store_config(root / "store"))
+        self.store = MessageStore(store_config(root / "store", store_type=store_type))
         self.store.start()
         config_dir = root / "config"
         self.topics = TopicConfigManager(config_dir)
@@ -59,9 +60,11 @@ class Broker:
         self.store.shutdown()
 
 
+@pytest.mark.parametrize("store_type", list(StoreType))
 def test_a_delete_whose_offsets_step_was_refused_is_finished_by_the_retry(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    broker = Broker(tmp_path)
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          store_type: StoreType) -> None:
+    broker = Broker(tmp_path, store_type)
     broker.topics.update(TopicConfig(TOPIC, 1, 1))
     assert broker.store.put_messages(TOPIC, 0, [b"m"], [b""]).ok
     broker.offsets.commit_offset("g", TOPIC, 0, 1)
@@ -75,7 +78,7 @@ def test_a_delete_whose_offsets_step_was_refused_is_finished_by_the_retry(tmp_pa
     answer = broker.admin.delete_topic(broker_pb2.TopicRequest(topic=TOPIC))
     assert answer.code == ResponseCode.SUCCESS
     broker.close()
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, store_type)
     try:
         assert again.topics.select(TOPIC) is None
         assert again.offsets.query_offset("g", TOPIC, 0) == -1
@@ -84,11 +87,12 @@ def test_a_delete_whose_offsets_step_was_refused_is_finished_by_the_retry(tmp_pa
         again.close()
 
 
+@pytest.mark.parametrize("store_type", list(StoreType))
 def test_a_queue_reused_while_its_offsets_could_not_be_forgotten_is_reused_again_by_the_retry(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_type: StoreType) -> None:
     """Logic queue 0 comes back to broker-a onto its physical queue 0 (one message there from before, and a group's
     offset on it), after broker-b led it."""
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, store_type)
     assert broker.store.put_messages(TOPIC, 0, [b"before"], [b""]).ok
     broker.offsets.commit_offset("g", TOPIC, 0, 1)
     broker.offsets.persist()
@@ -104,7 +108,7 @@ def test_a_queue_reused_while_its_offsets_could_not_be_forgotten_is_reused_again
     monkeypatch.undo()
     assert broker.admin.update_mapping(request).code == ResponseCode.SUCCESS
     broker.close()
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, store_type)
     try:
         assert again.mappings.get(TOPIC) is not None
         assert again.offsets.query_offset("g", TOPIC, 0) == -1  # the old link's offset is gone
