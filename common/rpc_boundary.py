@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 MAX_DETAILS_CHARS = 1000  # status details travel in an HTTP/2 trailer: keep them well under its size limit
 S = TypeVar("S", bound=type)
+# A response message class with ``code`` and ``remark`` fields, built with them as keywords (the protobuf stubs
+# type a bare ``type[Message]`` as taking no fields).
+CodedResponseClass = Callable[..., Message]
 
 
 def rpc_boundary(service: ServiceDescriptor) -> Callable[[S], S]:
@@ -106,7 +109,7 @@ async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
-def refusal_response_class(output: Descriptor) -> type[Message] | None:
+def refusal_response_class(output: Descriptor) -> CodedResponseClass | None:
     """The response message a refusal is answered with; None when it has no code and remark to carry it."""
     fields = output.fields_by_name
     return GetMessageClass(output) if "code" in fields and "remark" in fields else None
@@ -151,7 +154,7 @@ def _check_decoded(request: Any) -> None:
 
 
 async def _fail(context: grpc.aio.ServicerContext, rpc: str, exc: Exception,
-                response_class: type[Message] | None) -> Message:
+                response_class: CodedResponseClass | None) -> Message:
     """The answer for a handler that raised ``exc``: a refusal's response, or an abort (which raises)."""
     if isinstance(exc, Refusal):
         if response_class is not None:

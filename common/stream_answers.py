@@ -27,7 +27,7 @@ from common.encoded_fields import repeated_message_field
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
-from common.rpc_boundary import UndecodableRequest
+from common.rpc_boundary import CodedResponseClass, UndecodableRequest
 from common.storage_refusal import disk_full_refusal, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class _Backlog:
         self._room.set()
 
 
-async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: type[Message], *,
+async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: CodedResponseClass, *,
                         in_order: bool, rpc: str, settle: Settle | None = None) -> AsyncIterator[bytes]:
     """Encoded answer frames (field 1: the responses) for request ``frames`` (messages with ``requests``).
     ``in_order``: each request is handled to its end before the next one (sends: a stream's batches are appended
@@ -177,7 +177,7 @@ def _take_ready(first: Queued | BaseException | None, answers: "asyncio.Queue[Qu
         item = answers.get_nowait()
 
 
-async def _respond(request: Any, handle: Handler, response_class: type[Message],
+async def _respond(request: Any, handle: Handler, response_class: CodedResponseClass,
                    rpc: str) -> tuple[Message, Sequence[bytes]]:
     """The response to ``request`` (what its handler raised, answered), and any fields already encoded."""
     tail: Sequence[bytes] = ()
