@@ -18,7 +18,14 @@ from client.grpc_errors import business_error, rpc_error
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
 from client.retry_threads import RetryThreads
 from client.rpc_stream import DEFAULT_WINDOW, RpcStream
-from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of, static_queues
+from client.static_route import (
+    VIRTUAL_BROKER_NAME,
+    has_unled_logic_queue,
+    is_static,
+    logic_queue_leaders,
+    master_of,
+    static_queues,
+)
 from client.switch_interval import lower_switch_interval
 from common import tls
 from common.acl import signed_channel, signer_of
@@ -33,7 +40,10 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 ROUTE_TTL_S = 30.0
-DEFAULT_ROUTE_TTL_S = 2.0  # a borrowed TBW102 route is replaced by the real one soon after the first send
+# A borrowed TBW102 route is replaced by the real one soon after the first send; a static topic's route with a logic
+# queue nobody leads yet (its brokers register their parts of the mapping one by one, or a remap is under way) is
+# asked for again as soon, so its leader is found within seconds, not after the 30 s.
+SHORT_ROUTE_TTL_S = 2.0
 # The name servers did not answer a route refresh: the last route is used, and they are asked again this much later
 # (not at every call: a name server that stalls holds each call for the RPC timeout).
 STALE_ROUTE_RETRY_S = 30.0
@@ -272,14 +282,15 @@ class ClientInstance:
             default = self._fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default.code == ResponseCode.SUCCESS:
                 route = borrowed_route(default.route)
-                self._routes[topic] = (time.monotonic() - ROUTE_TTL_S + DEFAULT_ROUTE_TTL_S, route)
+                self._routes[topic] = (_short_lived(), route)
                 self._up_to_date(topic, started)
                 return route
         if response.code != ResponseCode.SUCCESS:
             self._routes.pop(topic, None)
             self._stale_routes.pop(topic, None)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
-        self._routes[topic] = (started, response.route)  # as of when it was asked for
+        # As of when it was asked for; one with a logic queue nobody leads, as of a time that makes it expire soon.
+        self._routes[topic] = (_short_lived() if has_unled_logic_queue(response.route) else started, response.route)
         self._up_to_date(topic, started)
         return response.route
 
@@ -312,7 +323,7 @@ class ClientInstance:
         (another thread may invalidate the route meanwhile): :meth:`cache_only` makes sure."""
         cached = self._routes.get(topic)
         if (cached is None or topic in self._stale_routes
-                or time.monotonic() - cached[0] >= ROUTE_TTL_S - DEFAULT_ROUTE_TTL_S):
+                or time.monotonic() - cached[0] >= ROUTE_TTL_S - SHORT_ROUTE_TTL_S):
             return False
         route = cached[1]
         return not is_static(route) and all(0 in bd.broker_addrs and not self.down.is_down(bd.broker_addrs[0])
@@ -475,6 +486,11 @@ class ClientInstance:
             stream.close()
         for ch in channels:
             ch.close()
+
+
+def _short_lived() -> float:
+    """The time to store a route as fetched at, for it to expire :data:`SHORT_ROUTE_TTL_S` from now."""
+    return time.monotonic() - ROUTE_TTL_S + SHORT_ROUTE_TTL_S
 
 
 V = TypeVar("V")

@@ -94,6 +94,11 @@ def logic_queue_leaders(route: common_pb2.TopicRouteData) -> tuple[int, dict[int
     return total, leaders
 
 
+def has_unled_logic_queue(route: common_pb2.TopicRouteData) -> bool:
+    """True for a static topic's route in which some logic queue has no leader (yet)."""
+    return is_static(route) and VIRTUAL_BROKER_NAME in logic_queue_leaders(route)[1].values()
+
+
 def _leader(logic_id: int, candidates: list[_Info]) -> str:
     """The highest epoch, then the smallest name. The SDK cannot know which of two equal-epoch claims came
     first (the name server does, and keeps the first), so it stays deterministic and warns about the others."""

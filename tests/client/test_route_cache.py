@@ -3,14 +3,17 @@ call), an invalidated route is asked for once more at once, and the answer of a 
 it. When the name server stalls, lookups of a topic wait for the one that asks instead of each asking."""
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from client import client_instance
 from client.client_instance import ClientInstance
-from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route
+from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
+from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route, static_route
 from tests.cluster import wait_until
 
 T = "RouteCacheT"
@@ -131,3 +134,24 @@ def test_retries_during_a_stall_that_fails_keep_the_last_route_without_asking_ag
 
     assert lookups_behind_a_stall(client, namesrv, retry) == [["broker-a"]] * 8
     assert namesrv.fetches == 2  # the first lookup, the stalled one that failed
+
+
+def test_a_static_route_with_a_logic_queue_nobody_leads_is_asked_for_again_soon(client: ClientInstance,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    # The brokers of a new static topic register their parts of the mapping one by one: a route fetched in between
+    # names no leader for some logic queue, and was kept for the whole 30 s (a v2 client saw that queue unwritable).
+    monkeypatch.setattr(client_instance, "SHORT_ROUTE_TTL_S", 0.3)
+    fake = FakeCluster("broker-a", "broker-b")
+    fake.routes[T] = static_route(T, 2, {"broker-a": (1, {0: 0})})
+    namesrv = FlakyNameServer(fake)
+    client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    assert logic_queue_leaders(client.route(T))[1] == {0: "broker-a", 1: VIRTUAL_BROKER_NAME}
+    assert namesrv.fetches == 1 and client.route(T) is not None and namesrv.fetches == 1  # cached, briefly
+
+    fake.routes[T] = static_route(T, 2, {"broker-a": (1, {0: 0}), "broker-b": (1, {1: 0})})
+    wait_until(lambda: logic_queue_leaders(client.route(T))[1] == {0: "broker-a", 1: "broker-b"}, timeout=5,
+               what="the second leader")
+    fetches = namesrv.fetches
+    time.sleep(0.5)  # past the short age: a route where every logic queue has a leader is kept the 30 s
+    client.route(T)
+    assert namesrv.fetches == fetches
