@@ -23,6 +23,11 @@ class TierJobError(RuntimeError):
     """A job step failed; the message says which and why."""
 
 
+class TierRefused(TierJobError):
+    """The broker answered the step with a refusal (a full disk, say): it did nothing. Unlike a call that got no
+    answer (the broker may have done it), a job may undo its own part of the step."""
+
+
 @dataclass(frozen=True, slots=True)
 class TierSnapshot:
     broker_name: str
@@ -84,7 +89,7 @@ class BrokerTier:
         except grpc.RpcError as exc:
             raise TierJobError(f"{what} at broker {self.addr}: {exc.code().name}: {exc.details()}") from None
         if response.code not in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY):
-            raise TierJobError(f"{what} at broker {self.addr}: {code_name(response.code)}: {response.remark}")
+            raise TierRefused(f"{what} at broker {self.addr}: {code_name(response.code)}: {response.remark}")
         return response
 
     def snapshot(self, topic: str = "") -> TierSnapshot:
@@ -102,7 +107,8 @@ class BrokerTier:
                             TierLocation(provider, r.backend_root, s3))
 
     def replace(self, old: list[tiered_pb2.TieredSegment], merged: tiered_pb2.TieredSegment) -> bool:
-        """True if the broker swapped them; False if they changed since the snapshot (nothing done)."""
+        """True if the broker swapped them; False if they changed since the snapshot (nothing done).
+        :class:`TierRefused` for another refusal (nothing done either)."""
         r = self._call("segment replacement", "ReplaceSegments", tiered_pb2.ReplaceSegmentsRequest(old=old,
                                                                                                  merged=merged))
         return r.code == ResponseCode.SUCCESS

@@ -10,7 +10,10 @@ segments of each queue (commitlog and consume queue) into larger objects.
    broker's own S3 backend, so executors need no shared directory) and check its length in the tier.
 4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
    the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
-   merged object and markers are removed. Offsets never change (the merged object holds the same bytes).
+   merged object and markers are removed. Offsets never change (the merged object holds the same bytes). A swap
+   refused otherwise (the broker's disk is full, say) is withdrawn the same way and ends the run, after the merged
+   objects of the groups not yet offered are deleted too: the run leaves nothing the next one must collect. (A
+   swap that got no answer is left as it is: the broker may have made it; the next run's snapshot decides.)
 5. After ``--grace-seconds`` (longer than any read), retired parts are deleted.
 """
 
@@ -23,7 +26,16 @@ from dataclasses import dataclass
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from proto import tiered_pb2
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import SEALED, BrokerTier, S3Access, TierJobError, TierSnapshot, add_s3_arguments, s3_access
+from spark_jobs.broker_tier import (
+    SEALED,
+    BrokerTier,
+    S3Access,
+    TierJobError,
+    TierRefused,
+    TierSnapshot,
+    add_s3_arguments,
+    s3_access,
+)
 from spark_jobs.job_output import fail, summary
 
 log = logging.getLogger("spark_jobs.compact")
@@ -128,10 +140,15 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
         commits_started = time.monotonic()
         merged = failed = read = 0
         merged_bytes = 0
-        for result in results:
+        for n, result in enumerate(results):
             parts = [tiered_pb2.TieredSegment.FromString(p) for p in result.task.parts]
             read += len(parts)
-            if result.error or not commit(tier, snapshot.location, parts, result.task.merged_path):
+            try:
+                swapped = not result.error and commit(tier, snapshot.location, parts, result.task.merged_path)
+            except TierJobError:
+                delete_unoffered(root, results[n + 1 :])
+                raise
+            if not swapped:
                 failed += 1
                 if result.error:
                     log.warning("compact_group_failed first=%s error=%s", parts[0].path, result.error)
@@ -153,11 +170,26 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
 def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
     paths = [p.path for p in parts]
     tier_objects.on_each_object(tier_objects.retire, root, paths)  # every marker written before the swap
-    if tier.replace(parts, merged_record(parts, merged_path)):
-        return True
-    tier_objects.on_each_object(tier_objects.unretire, root, paths)  # refused: the job leaves no trace
-    tier_objects.delete_object(root, merged_path)
+    try:
+        if tier.replace(parts, merged_record(parts, merged_path)):
+            return True
+    except TierRefused:
+        withdraw(root, paths, merged_path)
+        raise
+    withdraw(root, paths, merged_path)
     return False
+
+
+def withdraw(root: tier_objects.Tier, paths: list[str], merged_path: str) -> None:
+    """A refused swap: the job leaves no trace of it."""
+    tier_objects.on_each_object(tier_objects.unretire, root, paths)
+    tier_objects.delete_object(root, merged_path)
+
+
+def delete_unoffered(root: tier_objects.Tier, results: list[MergeResult]) -> None:
+    """The merged objects of groups the run stops before offering to the broker (a failed merge left none)."""
+    tier_objects.on_each_object(tier_objects.delete_object, root,
+                                [r.task.merged_path for r in results if not r.error])
 
 
 def main(argv: list[str] | None = None) -> int:
