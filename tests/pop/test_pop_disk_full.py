@@ -14,7 +14,7 @@ import pytest
 from client import MQClientError, SimpleConsumer
 from tests.cluster import make_cluster
 from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
-from tests.pop.test_pop_consumption import create, produce
+from tests.pop.test_pop_consumption import create, drain, produce
 
 MIB = 1 << 20
 
@@ -66,16 +66,8 @@ def test_pop_on_a_full_disk_refuses_receives_and_acks_and_loses_nothing(tmp_path
         remount_tmpfs(disk, "64m")  # room past the broker's 90% refusal level too
         c.start_broker("broker-a")
 
-        got: list = []
         with SimpleConsumer(c.addr, group=group, topic=topic) as consumer:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and len(got) < 30:
-                try:
-                    batch = consumer.receive(32, invisible_ms=30_000, wait_ms=500)
-                except MQClientError:  # the route still names the stopped process's address for a moment
-                    continue
-                consumer.ack(batch)
-                got += batch
+            got = drain(consumer, len(bodies) - len(acked), deadline_s=30, restarted=True)
             assert consumer.receive(32, invisible_ms=1000, wait_ms=300) == []
         want = sorted(set(bodies) - {m.body for m in acked})
         assert sorted(m.body for m in got) == want  # in flight and never received: back; acked: never
