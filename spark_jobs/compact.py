@@ -12,8 +12,9 @@ segments of each queue (commitlog and consume queue) into larger objects.
    the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
    merged object and markers are removed. Offsets never change (the merged object holds the same bytes). A swap
    refused otherwise (the broker's disk is full, say) is withdrawn the same way and ends the run, after the merged
-   objects of the groups not yet offered are deleted too: the run leaves nothing the next one must collect. (A
-   swap that got no answer is left as it is: the broker may have made it; the next run's snapshot decides.)
+   objects of the groups not yet offered are deleted too: the next run collects only the parts of groups swapped
+   before it. (A swap that got no answer is left as it is: the broker may have made it; the next run's snapshot
+   decides.)
 5. After ``--grace-seconds`` (longer than any read), retired parts are deleted.
 """
 
@@ -145,7 +146,7 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
             read += len(parts)
             try:
                 swapped = not result.error and commit(tier, snapshot.location, parts, result.task.merged_path)
-            except TierJobError:
+            except Exception:  # the run ends here: what it never offered the broker goes
                 delete_unoffered(root, results[n + 1 :])
                 raise
             if not swapped:
