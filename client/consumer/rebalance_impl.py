@@ -25,6 +25,7 @@ from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.errors import MQClientError
 from client.pull_consumer import PullConsumer
+from client.static_route import is_logic_queue
 from common.group_topics import is_retry_topic
 from common.message_queue import MessageQueue
 
@@ -63,11 +64,12 @@ class RebalanceImpl:
         soon."""
         with self._lock:
             complete = True
-            for topic in self.topics():
+            brokers: set[str] = set()  # those of the normal topics read so far (retry topics come last)
+            for topic in sorted(self.topics(), key=is_retry_topic):
                 if not complete and self.interrupted():  # the next pass reads the new member list
                     break
                 try:
-                    complete &= self._rebalance_topic(topic)
+                    complete &= self._rebalance_topic(topic, brokers)
                 except MQClientError as exc:
                     if not is_retry_topic(topic):  # a retry topic is created by the first heartbeat
                         log.warning("rebalance_failed topic=%s error=%s", topic, exc)
@@ -75,8 +77,16 @@ class RebalanceImpl:
             self._held = sorted(self.process_queues)
             return complete
 
-    def _rebalance_topic(self, topic: str) -> bool:
+    def _rebalance_topic(self, topic: str, brokers: set[str]) -> bool:
         queues = sorted(self.consumer.queues(topic))
+        route_whole = True
+        if not is_retry_topic(topic):
+            brokers.update(mq.broker_name for mq in queues if not is_logic_queue(mq))
+        elif not self.settings.broadcasting:
+            # Each broker creates the group's retry topic at this member's first heartbeat and registers it in its
+            # own time: a route read in between misses the brokers still to register it, and the retried messages
+            # stored there would wait for the next periodic pass (20 s). The next pass comes in a second instead.
+            route_whole = brokers <= {mq.broker_name for mq in queues}
         if self.settings.broadcasting:
             mine, complete = queues, True
         else:
@@ -98,7 +108,7 @@ class RebalanceImpl:
                         self.calls.unlock(left)
                 return False
             complete &= self._add(mq)
-        return complete
+        return complete and route_whole
 
     def _interrupted(self, topic: str, pending: int) -> bool:
         """The members changed since this pass read their list: its remaining queues are left to the next pass."""

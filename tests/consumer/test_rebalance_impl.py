@@ -10,6 +10,7 @@ from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
 from client.consumer.rebalance_impl import RebalanceImpl, RebalanceSettings
 from client.pull_consumer import PullConsumer
+from common.group_topics import retry_topic
 from common.message_queue import MessageQueue
 
 TOPIC = "RebalanceT"
@@ -105,3 +106,34 @@ def test_an_orderly_pass_that_stops_frees_the_leases_of_the_queues_it_did_not_ta
     joiner.interrupted = False
     assert impl.rebalance() is True
     assert group.leased == set(impl.held()) == set(QUEUES[:2])
+
+
+class RetryTopicRegistering(Group):
+    """The group's retry topic as each broker registers it after the member's first heartbeat: broker-b later."""
+
+    def __init__(self) -> None:
+        super().__init__([ME])
+        self.retry_brokers = ["broker-a"]
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        if topic == RETRY:
+            return [MessageQueue(RETRY, broker, 0) for broker in self.retry_brokers]
+        return list(QUEUES)
+
+
+RETRY = retry_topic("rebalance-group")
+
+
+def test_a_retry_route_missing_a_broker_of_the_topics_is_read_again_soon() -> None:
+    # A route read before broker-b registered the retry topic: the pass is incomplete (the next comes in a second,
+    # not the periodic 20 s), so retried messages stored on broker-b are consumed at once once it registers.
+    group = RetryTopicRegistering()
+    taken: list[MessageQueue] = []
+    impl = RebalanceImpl(cast(PullConsumer, group), cast(GroupCalls, group), OffsetStore(), allocate_averagely,
+                         RebalanceSettings(ME, broadcasting=False, orderly=False, consume_from_first=True),
+                         lambda: [RETRY, TOPIC], lambda pq: taken.append(pq.mq))
+    assert impl.rebalance() is False
+    assert MessageQueue(RETRY, "broker-a", 0) in taken
+    group.retry_brokers.append("broker-b")
+    assert impl.rebalance() is True
+    assert {mq for mq in taken if mq.topic == RETRY} == {MessageQueue(RETRY, b, 0) for b in ("broker-a", "broker-b")}
