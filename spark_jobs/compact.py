@@ -172,13 +172,13 @@ def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.Tie
     paths = [p.path for p in parts]
     tier_objects.on_each_object(tier_objects.retire, root, paths)  # every marker written before the swap
     try:
-        if tier.replace(parts, merged_record(parts, merged_path)):
-            return True
-    except TierRefused:
+        swapped = tier.replace(parts, merged_record(parts, merged_path))
+    except TierRefused:  # answered: nothing was swapped (no answer at all leaves it be: the broker may have)
         withdraw(root, paths, merged_path)
         raise
-    withdraw(root, paths, merged_path)
-    return False
+    if not swapped:
+        withdraw(root, paths, merged_path)
+    return swapped
 
 
 def withdraw(root: tier_objects.Tier, paths: list[str], merged_path: str) -> None:

@@ -22,7 +22,7 @@ MIB = 1 << 20
 @pytest.mark.parametrize("settings", [{"flushDiskType": "SYNC_FLUSH"},
                                       {"storeType": "defaultRocksDB", "flushDiskType": "ASYNC_FLUSH"}],
                          ids=["file-sync-flush", "rocksdb-async-flush"])
-def test_pop_on_a_full_disk_refuses_receives_and_acks_and_loses_nothing(tmp_path: Path, settings: dict[str, str]):
+def test_pop_on_a_full_disk_answers_only_what_it_recorded_and_loses_nothing(tmp_path: Path, settings: dict[str, str]):
     disk = tmp_path / "disk"
     disk.mkdir()
     assert try_mount_tmpfs(disk, "24m"), f"cannot mount a tmpfs on {disk} (uid {os.geteuid()}: needs root)"
