@@ -1,8 +1,8 @@
 """Many requests in flight on one long-lived bidirectional gRPC stream, answers matched by ``request_id``.
 
 A per-call gRPC round costs the broker more than the work of a batch; a stream pays it once, and a frame
-carries every request that was ready to go (the broker answers in frames the same way), so the busier the
-stream, the less each request pays. Flow control:
+carries the requests that were ready to go, up to half of those outstanding so that two frames are in flight
+(the broker answers in frames the same way), so the busier the stream, the less each request pays. Flow control:
 at most ``window`` requests are outstanding on a stream (the request generator, run by gRPC's own thread,
 waits for answers before it hands over more; callers never block, so a callback may send again). A request
 not answered within its timeout fails with DEADLINE_EXCEEDED; one whose timeout passed while it waited for the
@@ -85,7 +85,8 @@ class _Stream:
         is closing."""
         taken = [first]
         size = _size(first[1])
-        while len(taken) < MAX_FRAME_REQUESTS and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
+        limit = self._frame_limit()
+        while len(taken) < limit and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
             try:
                 item = self.outgoing.get_nowait()
             except queue.Empty:
@@ -96,6 +97,14 @@ class _Stream:
             taken.append(item)
             size += _size(item[1])
         return taken, False
+
+    def _frame_limit(self) -> int:
+        """At most half the requests outstanding (sent or queued), so a busy stream has two frames in flight. The
+        broker answers a frame's requests together and the client handles the answers together: with every
+        request in one frame, each side waits while the other works (8 pulls in flight, one frame: broker 65% and
+        client 46% busy, 290k msgs/s; two frames: 360k msgs/s). ``len`` of the dict needs no lock: a count a
+        moment old only sizes a frame."""
+        return max(1, min(MAX_FRAME_REQUESTS, len(self.pending) // 2))
 
     def _still_wanted(self, taken: list[tuple[int, Sequence[bytes]]]) -> list[Sequence[bytes]]:
         """The encoded requests still pending, marked sent (each holds its slot until answered or expired); those

@@ -212,6 +212,33 @@ def test_requests_queued_together_travel_in_shared_frames(server: FakeServer, op
     assert sum(frame_sizes) == 21 and len(frame_sizes) < 21, frame_sizes
 
 
+def test_a_frame_carries_at_most_half_the_requests_outstanding(server: FakeServer, open_stream):
+    """Queued together, 16 requests (17 outstanding) go in frames of at most 8: two frames in flight, so the
+    broker works on one while the client handles the answers of the other."""
+    frame_sizes: list[int] = []
+    release = threading.Event()
+
+    def hold_everything_then_echo(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        held: list[Request] = []
+        for frame in frames:
+            frame_sizes.append(len(frame.requests))
+            held.extend(frame.requests)
+            if len(held) == 17:
+                break
+        release.wait(10)
+        yield Answers(responses=[echo(r) for r in held])
+
+    server.behaviour = hold_everything_then_echo
+    stream = open_stream(window=64)
+    first = stream.call(Request(queue_id=0), 10.0)
+    wait_until(lambda: frame_sizes, what="the first frame")
+    rest = [stream.call(Request(queue_id=i), 10.0) for i in range(1, 17)]
+    wait_until(lambda: sum(frame_sizes) == 17, what="every request sent")
+    release.set()
+    assert [f.result(timeout=10).queue_offset for f in [first, *rest]] == [i * 10 for i in range(17)]
+    assert frame_sizes[0] == 1 and max(frame_sizes[1:]) <= 8 and len(frame_sizes) >= 3, frame_sizes
+
+
 # -- the window -----------------------------------------------------------------------------------------------
 
 
