@@ -49,3 +49,18 @@ def test_properties_whose_names_end_like_keys_do_not_break_dispatch(open_store: 
     assert store.running_flags.writeable
     assert store.query_message("LookAlikeT", "a") == [] and store.query_message("LookAlikeT", "U1") == []
     assert store.put_messages("LookAlikeT", 0, [b"y"], [b""]).ok
+
+
+def test_a_unique_key_alone_and_one_followed_by_keys_are_both_indexed(open_store: StoreFactory):
+    """A plain message's properties are its unique key alone, found without a search; properties that start with
+    the unique key and go on are searched in full, so the keys after it are indexed too."""
+    store = open_store()
+    alone = encode_properties({"UNIQ_KEY": "U-alone"})
+    first = encode_properties({"UNIQ_KEY": "U-first", "KEYS": "after-1 after-2"})
+    assert alone.startswith(b"UNIQ_KEY") and first.startswith(b"UNIQ_KEY")
+    store.put_messages("UniqueT", 0, [b"a"], [alone])
+    r = store.put_messages("UniqueT", 0, [b"b"], [first])
+    assert store.wait_dispatched(r.append.end_offset, timeout_s=5)
+    assert [m.body for m in store.query_message("UniqueT", "U-alone")] == [b"a"]
+    for key in ("U-first", "after-1", "after-2"):
+        assert [m.body for m in store.query_message("UniqueT", key)] == [b"b"], key

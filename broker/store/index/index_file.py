@@ -88,13 +88,16 @@ class IndexFile:
         room = self.index_num - count
         self._reserve(None, self._entries_at + (count + min(room, len(entries))) * ENTRY_SIZE)
         crc32 = zlib.crc32
+        entry_pos = self._entries_at + count * ENTRY_SIZE
         for key, physical_offset, store_ts in entries[:room]:
             h = crc32(key) & 0x7FFFFFFF
             slot_pos = HEADER_SIZE + (h % slot_num) * 4
-            entry_pack(mm, self._entries_at + count * ENTRY_SIZE, h, physical_offset,
-                       max(0, (store_ts - begin) // 1000), slot_unpack(mm, slot_pos)[0])
+            (previous,) = slot_unpack(mm, slot_pos)
+            entry_pack(mm, entry_pos, h, physical_offset, (store_ts - begin) // 1000 if store_ts > begin else 0,
+                       previous)
             slot_pack(mm, slot_pos, count)
             count += 1
+            entry_pos += ENTRY_SIZE
         _key, last_offset, last_ts = entries[min(room, len(entries)) - 1]
         self.index_count = count
         self.end_timestamp = max(self.end_timestamp, last_ts)

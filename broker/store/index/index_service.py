@@ -9,12 +9,19 @@ from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from broker.store.index.index_file import IndexFile
-from common.message_properties import KEY_SEPARATOR, KEYS_NEEDLE, UNIQUE_KEY_NEEDLE, find_property
+from common.message_properties import (
+    KEY_SEPARATOR,
+    KEYS_NEEDLE,
+    PROPERTY_SEPARATOR,
+    UNIQUE_KEY_NEEDLE,
+    find_property,
+)
 
 log = logging.getLogger(__name__)
 
 
 KEY_SEPARATOR_BYTES = KEY_SEPARATOR.encode()
+PAIR_END = PROPERTY_SEPARATOR.encode()
 
 
 def index_key(topic: str, key: str) -> str:
@@ -61,11 +68,17 @@ class IndexService(CommitLogDispatcher):
             # Reput hands records of a run that share properties the same object: their keys are found once.
             seen_props: bytes | None = None
             seen_keys: list[bytes] = []
+            unique_at = len(UNIQUE_KEY_NEEDLE)
             for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
                 if physical_offset < done or not props:
                     continue  # already indexed before a restart, or nothing to index
                 if props is not seen_props:
-                    seen_props, seen_keys = props, _keys_of(props)
+                    seen_props = props
+                    # A plain message's properties are its unique key alone (the SDK's): taken without a search.
+                    if props.startswith(UNIQUE_KEY_NEEDLE) and props.find(PAIR_END, unique_at) == len(props) - 1:
+                        seen_keys = [props[unique_at:-1]]
+                    else:
+                        seen_keys = _keys_of(props)
                 if not seen_keys:
                     continue
                 prefix = prefixes.get(topic)
