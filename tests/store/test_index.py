@@ -51,16 +51,19 @@ def test_properties_whose_names_end_like_keys_do_not_break_dispatch(open_store: 
     assert store.put_messages("LookAlikeT", 0, [b"y"], [b""]).ok
 
 
-def test_a_unique_key_alone_and_one_followed_by_keys_are_both_indexed(open_store: StoreFactory):
-    """A plain message's properties are its unique key alone, found without a search; properties that start with
-    the unique key and go on are searched in full, so the keys after it are indexed too."""
+def test_properties_that_start_with_the_unique_key_are_indexed_by_it_and_by_any_keys_after_it(
+        open_store: StoreFactory):
+    """The SDK writes the unique key first: with no KEYS after it, it is taken without a search; with KEYS
+    after it, the properties are searched in full, so those keys are indexed too."""
     store = open_store()
     alone = encode_properties({"UNIQ_KEY": "U-alone"})
-    first = encode_properties({"UNIQ_KEY": "U-first", "KEYS": "after-1 after-2"})
-    assert alone.startswith(b"UNIQ_KEY") and first.startswith(b"UNIQ_KEY")
+    tagged = encode_properties({"UNIQ_KEY": "U-tagged", "TAGS": "TagA", "MYKEYS": "not-a-key"})
+    keyed = encode_properties({"UNIQ_KEY": "U-keyed", "KEYS": "after-1 after-2"})
+    assert all(p.startswith(b"UNIQ_KEY") for p in (alone, tagged, keyed))
     store.put_messages("UniqueT", 0, [b"a"], [alone])
-    r = store.put_messages("UniqueT", 0, [b"b"], [first])
+    store.put_messages("UniqueT", 0, [b"t"], [tagged])
+    r = store.put_messages("UniqueT", 0, [b"k"], [keyed])
     assert store.wait_dispatched(r.append.end_offset, timeout_s=5)
-    assert [m.body for m in store.query_message("UniqueT", "U-alone")] == [b"a"]
-    for key in ("U-first", "after-1", "after-2"):
-        assert [m.body for m in store.query_message("UniqueT", key)] == [b"b"], key
+    for key, body in (("U-alone", b"a"), ("U-tagged", b"t"), ("U-keyed", b"k"), ("after-1", b"k"), ("after-2", b"k")):
+        assert [m.body for m in store.query_message("UniqueT", key)] == [body], key
+    assert store.query_message("UniqueT", "not-a-key") == []

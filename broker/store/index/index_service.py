@@ -74,9 +74,10 @@ class IndexService(CommitLogDispatcher):
                     continue  # already indexed before a restart, or nothing to index
                 if props is not seen_props:
                     seen_props = props
-                    # A plain message's properties are its unique key alone (the SDK's): taken without a search.
-                    if props.startswith(UNIQUE_KEY_NEEDLE) and props.find(PAIR_END, unique_at) == len(props) - 1:
-                        seen_keys = [props[unique_at:-1]]
+                    # The SDK writes the unique key first: with no KEYS after it, that is the one key.
+                    if props.startswith(UNIQUE_KEY_NEEDLE) and KEYS_NEEDLE not in props:
+                        end = props.find(PAIR_END, unique_at)
+                        seen_keys = [props[unique_at:end] if end >= 0 else props[unique_at:]]
                     else:
                         seen_keys = _keys_of(props)
                 if not seen_keys:
