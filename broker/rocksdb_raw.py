@@ -5,11 +5,19 @@ rocksdict's stubs describe its default (pickling) mode: keys ``str | int | float
 item) instead of at every use.
 """
 
+import errno
+import logging
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 from rocksdict import Options, Rdict, ReadOptions, WriteOptions
+
+log = logging.getLogger(__name__)
+
+# Free space a reopen waits for: opening writes a new write-ahead log and manifest.
+REOPEN_ROOM_BYTES = 4 * 1024 * 1024
 
 
 def open_raw(path: Path) -> Rdict:
@@ -21,6 +29,24 @@ def open_raw(path: Path) -> Rdict:
     options.set_keep_log_file_num(2)
     options.set_max_background_jobs(2)
     return Rdict(str(path), options)
+
+
+def reopen_after_refusal(db: Rdict, path: Path) -> Rdict:
+    """``db`` (at ``path``) reopened, once the disk has room, after the disk refused a write: RocksDB keeps a failed
+    write-ahead-log append's error and refuses every later write with it, room or not, until the database is
+    reopened. The caller keeps every other use of ``db`` out meanwhile. Without room, raises ENOSPC and leaves
+    ``db`` open (reads go on). Closing reports the kept error; what the log holds is read again at the open."""
+    free = shutil.disk_usage(path).free
+    if free < REOPEN_ROOM_BYTES:
+        raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free under {path}; the database is "
+                                    f"reopened once {REOPEN_ROOM_BYTES} are")
+    try:
+        db.close()
+    except Exception as exc:  # RocksDB's kept error, reported by the close it still does
+        log.info("rocksdb_closed_with_error path=%s error=%r", path, str(exc))
+    reopened = open_raw(path)
+    log.info("rocksdb_reopened path=%s reason=a_write_was_refused_as_disk_full free_bytes=%d", path, free)
+    return reopened
 
 
 def raw_items(db: Rdict, from_key: bytes | None = None, read_opt: ReadOptions | None = None,

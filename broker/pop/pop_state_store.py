@@ -28,7 +28,8 @@ from pathlib import Path
 from rocksdict import WriteBatch, WriteOptions
 
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
-from broker.rocksdb_raw import open_raw, raw_items, raw_keys
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys, reopen_after_refusal
+from common.storage_refusal import is_disk_full
 
 QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
@@ -66,7 +67,9 @@ class PopWrite:
 
 class PopStateStore:
     def __init__(self, path: Path, sync: bool) -> None:
+        self._path = path
         self.db = open_raw(path)
+        self._refused = False  # the disk refused a write: the next one reopens the database first
         self._options = WriteOptions()
         self._options.sync = sync
         # A version names the state as of now: this store's opening and its writes since. A slave that holds a copy
@@ -112,8 +115,7 @@ class PopStateStore:
             for raw in older_keys:
                 batch.delete(raw)
             self._put_deliveries(batch, older)
-            self._changing()
-            self.db.write(batch, self._options)
+            self._write_batch(batch)
         return states
 
     def write(self, change: PopWrite) -> None:
@@ -127,8 +129,7 @@ class PopStateStore:
             batch.delete(HELD + _queue_key(key) + OFFSET.pack(offset))
         for key in change.done_scan:
             batch.delete(SCAN + _queue_key(key))
-        self._changing()
-        self.db.write(batch, self._options)
+        self._write_batch(batch)
 
     @staticmethod
     def _put_deliveries(batch: WriteBatch, deliveries: dict[tuple[PopKey, int], dict[int, InFlight]]) -> None:
@@ -161,8 +162,21 @@ class PopStateStore:
                 batch.delete(key)
         for key, value in items.items():
             batch.put(key, value)
+        self._write_batch(batch)
+
+    def _write_batch(self, batch: WriteBatch) -> None:
+        """One atomic write. After the disk refused one, the database is reopened first (RocksDB refuses every
+        write after such a failure until then): POP works again once there is room, without a restart."""
         self._changing()
-        self.db.write(batch, self._options)
+        if self._refused:
+            self.db = reopen_after_refusal(self.db, self._path)
+            self._refused = False
+        try:
+            self.db.write(batch, self._options)
+        except Exception as exc:
+            if is_disk_full(exc):
+                self._refused = True
+            raise
 
     def close(self) -> None:
         self.db.close()

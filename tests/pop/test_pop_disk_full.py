@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.pop.pop_state_store import PopStateStore, PopWrite
 from client import MQClientError, SimpleConsumer
+from common.storage_refusal import is_disk_full
 from tests.cluster import make_cluster
 from tests.disk.tmpfs import fill_file_system, free_bytes, remount_tmpfs, remove_filler, try_mount_tmpfs, unmount
 from tests.pop.test_pop_consumption import create, drain, produce
@@ -74,4 +76,35 @@ def test_pop_on_a_full_disk_answers_only_what_it_recorded_and_loses_nothing(tmp_
     finally:
         if c is not None:
             c.stop()
+        unmount(disk)
+
+
+def test_the_pop_state_takes_writes_again_once_the_full_disk_has_room(tmp_path: Path):
+    """RocksDB keeps a failed log append's error and refuses every later write with it, room or not, until the
+    database is reopened: the POP state reopens it at the first write after room is back (receives worked again
+    only after a restart before), and refuses as disk full, without reopening, while there is none."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    assert try_mount_tmpfs(disk, "16m"), f"cannot mount a tmpfs on {disk} (uid {os.geteuid()}: needs root)"
+    key = ("G", "T", 0)
+    try:
+        store = PopStateStore(disk / "pop", sync=True)
+        store.write(PopWrite(scan={key: 1}))
+        fill_file_system(disk)
+        refused: Exception | None = None
+        for offset in range(2, 1000):  # the log's set-aside room takes a few first
+            try:
+                store.write(PopWrite(scan={key: offset}, held={(key, offset): "g" * 4096}))
+            except Exception as exc:
+                refused = exc
+                break
+        assert refused is not None and is_disk_full(refused), refused
+        with pytest.raises(OSError) as still_full:
+            store.write(PopWrite(scan={key: 5000}))
+        assert is_disk_full(still_full.value) and "reopened once" in str(still_full.value)
+        remove_filler(disk)
+        store.write(PopWrite(scan={key: 5001}))
+        store.close()
+        assert PopStateStore(disk / "pop", sync=True).load()[key].scan_offset == 5001
+    finally:
         unmount(disk)
