@@ -9,6 +9,11 @@ from common.atomic_file import write_file_atomically
 _FORMAT = struct.Struct(">qI")
 
 
+class CheckpointNotWritten(OSError):
+    """The new checkpoint was not written. The file is replaced atomically, so the one before it still holds (it
+    names an older point, from which a restart replays more): a caller may go on and write it again later."""
+
+
 class OffsetCheckpoint:
     """Written atomically (temp file, fsync, rename), CRC-checked on read; missing or bad reads as None."""
 
@@ -28,4 +33,7 @@ class OffsetCheckpoint:
     def write(self, offset: int) -> None:
         assert offset >= 0, f"checkpoint offset {offset} is negative"
         head = struct.pack(">q", offset)
-        write_file_atomically(self.path, head + struct.pack(">I", zlib.crc32(head)))
+        try:
+            write_file_atomically(self.path, head + struct.pack(">I", zlib.crc32(head)))
+        except OSError as exc:
+            raise CheckpointNotWritten(exc.errno, f"checkpoint {self.path} not written: {exc.strerror}") from exc

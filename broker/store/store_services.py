@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.checkpoint import CheckpointNotWritten, OffsetCheckpoint
 from broker.store.commit_log import CommitLog
 from broker.store.config import MessageStoreConfig
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
@@ -34,9 +34,13 @@ class DispatcherFlushService(PeriodicService):
         self._last_flushed = -1
 
     def run_once(self) -> None:
+        held: CheckpointNotWritten | None = None
         for dispatcher in self.dispatchers:
             try:
                 dispatcher.flush()
+            except CheckpointNotWritten as exc:
+                # Its state is durable; only its checkpoint stays behind (e.g. a full disk), written next pass.
+                held = held or exc
             except OSError as exc:
                 # A failed fsync is not retried (a retry may "succeed" for dropped pages, and the checkpoint
                 # would then move past state that is not on disk): fail-stop and stop flushing; a restart replays
@@ -48,6 +52,8 @@ class DispatcherFlushService(PeriodicService):
         if flushed != self._last_flushed:
             self.flushed_checkpoint.write(flushed)
             self._last_flushed = flushed
+        if held is not None:
+            raise held  # logged once while it lasts (PeriodicService)
 
 
 class PageReleaseService(PeriodicService):

@@ -17,7 +17,7 @@ import pytest
 
 from broker.broker_config import ConfigError, load_broker_config
 from broker.store import disk_usage_watcher, mapped_file
-from broker.store.checkpoint import OffsetCheckpoint
+from broker.store.checkpoint import CheckpointNotWritten, OffsetCheckpoint
 from broker.store.config import FlushDiskType, MessageStoreConfig
 from broker.store.consume_queue.file_consume_queue import UNIT, FileConsumeQueue
 from broker.store.disk_usage_watcher import MIN_CHECK_STEP, USAGE_FILE_ENV, DiskUsage, measure_disk_usage
@@ -504,3 +504,33 @@ def test_a_full_disk_under_dispatch_loses_no_acknowledged_message(tiny_disk: Tin
         assert reopened.put_messages(TOPIC, 1, [b"again"], [b""]).ok
     finally:
         reopened.shutdown()
+
+
+def test_a_checkpoint_the_full_disk_refuses_stays_behind_without_a_fail_stop(tmp_path: Path) -> None:
+    """The consume queue flushed its units; only its checkpoint (a small file replaced atomically, so the one before
+    still holds) found no room: the store keeps taking writes, and the next pass after room writes it. A failed
+    flush of the units themselves still fail-stops (test_enospc_in_dispatch_fail_stops_...)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    assert try_mount_tmpfs(disk, "8m"), f"cannot mount a tmpfs on {disk} (uid {os.geteuid()}: needs root)"
+    store = MessageStore(store_config(disk / "store", flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store.start()
+    try:
+        store.disk_watcher.shutdown()  # the disk is filled behind the store's back
+        store.dispatcher_flush.shutdown()  # its passes run here, one at a time
+        _fill(store, 20, size=60)
+        cq_store = store.consume_queue_store
+        before = cq_store.checkpoint()
+        fill_file_system(disk)
+        with pytest.raises(CheckpointNotWritten) as held:
+            store.dispatcher_flush.run_once()
+        assert held.value.errno == errno.ENOSPC
+        assert store.running_flags.writeable, store.running_flags.fail_stop_reason
+        assert cq_store.checkpoint() == before < store.reput.reput_from_offset
+        remove_filler(disk)
+        store.dispatcher_flush.run_once()
+        assert cq_store.checkpoint() == store.reput.reput_from_offset
+        assert store.put_messages(TOPIC, 0, [b"after"], [b""]).ok
+    finally:
+        store.shutdown()
+        unmount(disk)
