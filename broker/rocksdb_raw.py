@@ -35,7 +35,8 @@ def reopen_after_refusal(db: Rdict, path: Path) -> Rdict:
     """``db`` (at ``path``) reopened, once the disk has room, after the disk refused a write: RocksDB keeps a failed
     write-ahead-log append's error and refuses every later write with it, room or not, until the database is
     reopened. The caller keeps every other use of ``db`` out meanwhile. Without room, raises ENOSPC and leaves
-    ``db`` open (reads go on). Closing reports the kept error; what the log holds is read again at the open."""
+    ``db`` open (reads go on); an open that fails anyway raises, and the caller's next write tries again. Closing
+    reports the kept error; what the log holds is read again at the open."""
     free = shutil.disk_usage(path).free
     if free < REOPEN_ROOM_BYTES:
         raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free under {path}; the database is "
