@@ -1,5 +1,6 @@
 """Tiered storage units: FlatAppendFile on both backends, with a RocksDB metadata store."""
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -403,6 +404,52 @@ def test_a_crash_while_expired_segments_are_deleted_loses_none_of_the_segments_a
                                                                    (200, SegmentStatus.SEALED),
                                                                    (300, SegmentStatus.OPEN)]
     assert env.factory.open(segment_path("b", "T", 0, CL, 0)).real_size() == 0
+
+
+@pytest.mark.parametrize("delete", [False, True], ids=["mark", "delete"])
+def test_an_expiry_the_metadata_store_refuses_part_way_serves_what_is_still_recorded_sealed(env: Env, monkeypatch,
+                                                                                          delete: bool):
+    """The second EXPIRED record is refused (a full disk): the segment recorded EXPIRED before it is gone, the
+    refused one and those after it are served as their records say (SEALED), and the next pass expires them."""
+    f = fill_segments(env)
+    update = env.metadata.update_segment
+    writes = itertools.count(1)
+
+    def second_refused(m: FileSegmentMetadata) -> None:
+        if next(writes) == 2:
+            raise rocksdb_disk_full("tiered_metadata/000004.log")
+        update(m)
+
+    monkeypatch.setattr(env.metadata, "update_segment", second_refused)
+    with pytest.raises(Exception, match="No space left"):
+        f.expire_before(10_000, delete=delete)
+    assert [m.base_offset for m in f.segments] == [100, 200, 300]
+    assert (f.min_offset, f.read(100, 250)) == (100, b"".join(entry(i, 50) for i in range(2, 7)))
+    assert [(m.base_offset, m.status) for m in env.records()][-3:] == [
+        (100, SegmentStatus.SEALED), (200, SegmentStatus.SEALED), (300, SegmentStatus.OPEN)]
+    monkeypatch.undo()
+    assert [m.base_offset for m in f.expire_before(10_000, delete=delete)] == [100, 200]
+    assert [m.base_offset for m in f.segments] == [300]
+    expired = [m.base_offset for m in env.records() if m.status is SegmentStatus.EXPIRED]
+    assert expired == ([] if delete else [0, 100, 200])
+
+
+def test_a_deletion_the_metadata_store_refuses_is_done_by_the_next_pass(env: Env, monkeypatch):
+    """Recorded EXPIRED, its object gone, its record's deletion refused (a full disk): not served, and the next
+    pass deletes the record, without waiting for a restart."""
+    f = fill_segments(env)
+
+    def refused(_m: FileSegmentMetadata) -> None:
+        raise rocksdb_disk_full("tiered_metadata/000004.log")
+
+    monkeypatch.setattr(env.metadata, "delete_segment", refused)
+    with pytest.raises(Exception, match="No space left"):
+        f.expire_before(150, delete=True)  # [0,100) goes
+    assert (env.records()[0].base_offset, env.records()[0].status) == (0, SegmentStatus.EXPIRED)
+    assert [m.base_offset for m in f.segments] == [100, 200, 300]
+    monkeypatch.undo()
+    assert f.expire_before(150, delete=True) == []  # nothing more is due, and the refused deletion is done
+    assert [m.base_offset for m in env.records()] == [100, 200, 300]
 
 
 def test_expire_before_the_first_segment_end_does_nothing(env: Env):

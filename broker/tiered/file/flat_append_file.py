@@ -335,17 +335,31 @@ class FlatAppendFile:
         with self._lock:
             gone = [m for m in self.segments if m.status is SegmentStatus.SEALED and m.end_offset <= offset]
             self.segments = [m for m in self.segments if m not in gone]
-        if delete:
-            while self._expired_left:
-                self._delete(self._expired_left[0])
-                self._expired_left.pop(0)
-        for m in gone:
-            m.status = SegmentStatus.EXPIRED
-            # Recorded EXPIRED before its object goes: a sealed record whose object is gone reads at a restart as
-            # bytes lost mid-stream, and every segment after it would be cut (see load).
-            self.metadata.update_segment(m)
+        recorded = deleted = 0  # of ``gone``
+        try:
             if delete:
-                self._delete(m)
+                while self._expired_left:
+                    self._delete(self._expired_left[0])
+                    self._expired_left.pop(0)
+            for m in gone:
+                # Recorded EXPIRED before its object goes: a sealed record whose object is gone reads at a restart
+                # as bytes lost mid-stream, and every segment after it would be cut (see load).
+                self.metadata.update_segment(dataclasses.replace(m, status=SegmentStatus.EXPIRED))
+                m.status = SegmentStatus.EXPIRED
+                recorded += 1
+                if delete:
+                    self._delete(m)
+                    deleted += 1
+        except BaseException:
+            # A write refused (a full disk): the segments not recorded EXPIRED are still recorded SEALED, so they
+            # are served again, as after a restart: the broker never serves less than its records say (the cleanup
+            # job deletes what they say EXPIRED, the compaction swaps what they say SEALED). One recorded EXPIRED
+            # whose deletion failed is deleted by the next pass, as after a restart.
+            with self._lock:
+                self.segments = sorted([*gone[recorded:], *self.segments], key=lambda s: s.base_offset)
+            if delete:
+                self._expired_left += gone[deleted:recorded]
+            raise
         return gone
 
     def _delete(self, m: FileSegmentMetadata) -> None:
