@@ -90,3 +90,12 @@ def test_runs_join_records_that_follow_one_another_and_nothing_else(open_store: 
             stretches += m.physical_offset != end or m.physical_offset == segment_start
             end = m.physical_offset + len(record)
         assert len(joined.messages) == stretches < len(single.messages)
+    # Within one batch (a stretch found in one pass, not record by record), with max_bytes cutting it (at least
+    # one record is answered), and from the middle of a batch.
+    for offset, max_nums, max_bytes, expected in ((0, 5, 1 << 20, 5), (1, 3, 1 << 20, 3), (0, 5, 600, 2),
+                                                  (2, 5, 10, 1), (5, 5, 1 << 20, 5)):
+        single = store.get_message("RunT", 1, offset, max_nums, max_bytes)
+        joined = store.get_message("RunT", 1, offset, max_nums, max_bytes, runs=True)
+        assert len(single.messages) == expected and len(joined.messages) == 1
+        assert b"".join(joined.messages) == b"".join(single.messages) and joined.total_bytes == single.total_bytes
+        assert (joined.status, joined.next_begin_offset) == (single.status, single.next_begin_offset)
