@@ -445,7 +445,7 @@ def _contiguous_run(units: Sequence[tuple[int, int, int]], commit_min: int, max_
         return None
     taken = max(1, bisect_right(starts, first + max_bytes) - 1)  # whole records within max_bytes
     segment = find(first)
-    if segment is None or not segment.file_from_offset <= first or physical[taken - 1] >= segment.end_offset:
+    if segment is None or physical[taken - 1] >= segment.end_offset:  # (find: the segment holding ``first``)
         return None
     start = first - segment.file_from_offset
     return segment, start, start + starts[taken] - first, taken

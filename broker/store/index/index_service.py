@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 KEY_SEPARATOR_BYTES = KEY_SEPARATOR.encode()
 PAIR_END = PROPERTY_SEPARATOR.encode()
+UNIQUE_AT = len(UNIQUE_KEY_NEEDLE)  # where a unique key written first starts
 
 
 def index_key(topic: str, key: str) -> str:
@@ -68,18 +69,11 @@ class IndexService(CommitLogDispatcher):
             # Reput hands records of a run that share properties the same object: their keys are found once.
             seen_props: bytes | None = None
             seen_keys: list[bytes] = []
-            unique_at = len(UNIQUE_KEY_NEEDLE)
             for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
                 if physical_offset < done or not props:
                     continue  # already indexed before a restart, or nothing to index
                 if props is not seen_props:
-                    seen_props = props
-                    # The SDK writes the unique key first: with no KEYS after it, that is the one key.
-                    if props.startswith(UNIQUE_KEY_NEEDLE) and KEYS_NEEDLE not in props:
-                        end = props.find(PAIR_END, unique_at)
-                        seen_keys = [props[unique_at:end] if end >= 0 else props[unique_at:]]
-                    else:
-                        seen_keys = _keys_of(props)
+                    seen_props, seen_keys = props, _keys_of(props)
                 if not seen_keys:
                     continue
                 prefix = prefixes.get(topic)
@@ -145,6 +139,9 @@ class IndexService(CommitLogDispatcher):
 def _keys_of(props: bytes) -> list[bytes]:
     """A record's index keys: each of its KEYS, then its unique key. The needle can also end a longer name
     ("MYKEYS"): find_property then finds no KEYS property."""
+    if props.startswith(UNIQUE_KEY_NEEDLE) and KEYS_NEEDLE not in props:  # the SDK writes the unique key first
+        end = props.find(PAIR_END, UNIQUE_AT)
+        return [props[UNIQUE_AT:end] if end >= 0 else props[UNIQUE_AT:]]
     keys = find_property(props, KEYS_NEEDLE) if KEYS_NEEDLE in props else None
     found = [key for key in keys.split(KEY_SEPARATOR_BYTES) if key] if keys is not None else []
     unique_key = find_property(props, UNIQUE_KEY_NEEDLE) if UNIQUE_KEY_NEEDLE in props else None
