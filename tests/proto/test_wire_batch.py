@@ -22,7 +22,7 @@ from common.message_codec import (
 )
 from common.message_id import encode_host
 from common.message_properties import encode_properties
-from common.wire_batch import WireBatch, encode_wire_batch
+from common.wire_batch import WireBatch, _parse_each, _parse_equal_sized, encode_wire_batch
 from tests.store.conftest import store_config
 
 TOPIC = b"WireT"
@@ -248,6 +248,56 @@ def test_any_flipped_bit_after_the_header_is_rejected(body, data):
     bit = data.draw(st.integers(HEADER_SIZE * 8, len(records) * 8 - 1))
     records[bit // 8] ^= 1 << (bit % 8)
     rejected(records)
+
+
+# -- the two parses: equal-sized records in one pass, any batch record by record ----------------------------------
+
+
+# Header bytes the broker checks: size, magic, CRC, body length, topic length, properties length; the topic's first.
+CHECKED_BYTES = (*range(0, 12), *range(84, 92))
+
+
+def equal_sized_batch(data: st.DataObject) -> bytearray:
+    """Records all of one size with bodies and property blocks of differing lengths and contents."""
+    n, size = data.draw(st.integers(1, 12)), data.draw(st.integers(2, 60))
+    props_lens = data.draw(st.lists(st.integers(0, size - 1), min_size=n, max_size=n))
+    props = [data.draw(st.binary(min_size=p, max_size=p)) for p in props_lens]
+    bodies = [data.draw(st.binary(min_size=size - p, max_size=size - p)) for p in props_lens]
+    return bytearray(wire(bodies, props))
+
+
+def same_batch(a: WireBatch, b: WireBatch) -> bool:
+    return (a.topic, a.queue_id, a.sizes, a.body_bytes, a.max_body, a.max_properties, a.buf, a.properties) == (
+        b.topic, b.queue_id, b.sizes, b.body_bytes, b.max_body, b.max_properties, b.buf, b.properties)
+
+
+@given(st.data())
+def test_the_one_pass_parse_takes_every_good_equal_sized_batch_as_the_record_by_record_parse_does(data):
+    records = bytes(equal_sized_batch(data))
+    one_pass = _parse_equal_sized(records, TOPIC, 7, STORE_HOST, 1024)
+    assert one_pass is not None and same_batch(one_pass, _parse_each(records, TOPIC, 7, STORE_HOST, 1024))
+
+
+@given(st.data())
+def test_the_one_pass_parse_leaves_any_damaged_equal_sized_batch_to_the_record_by_record_parse(data):
+    """A flipped byte anywhere, a count over the limit or another topic: where the record-by-record parse rejects
+    the batch, the one-pass parse declines it (so the rejection says what is wrong); where it accepts (a byte the
+    broker does not check), both give the same batch."""
+    records = equal_sized_batch(data)
+    size = TOTAL_SIZE.unpack_from(records)[0]
+    checked_field = st.builds(int.__add__, st.sampled_from(CHECKED_BYTES),
+                              st.sampled_from(range(0, len(records), size)))
+    at = data.draw(st.one_of(checked_field, st.integers(0, len(records) - 1)))
+    records[at] ^= data.draw(st.integers(1, 255))
+    topic = data.draw(st.sampled_from([TOPIC, b"WireU", b"Wire"]))
+    max_count = data.draw(st.sampled_from([1024, 1]))
+    one_pass = _parse_equal_sized(bytes(records), topic, 7, STORE_HOST, max_count)
+    try:
+        each = _parse_each(bytes(records), topic, 7, STORE_HOST, max_count)
+    except CorruptRecordError:
+        assert one_pass is None
+    else:
+        assert one_pass is not None and same_batch(one_pass, each)
 
 
 # -- appended by the store ---------------------------------------------------------------------------------------
