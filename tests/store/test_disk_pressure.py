@@ -394,7 +394,7 @@ def test_index_blocks_are_allocated_before_they_are_written(tmp_path: Path) -> N
     entries_at = HEADER_SIZE + 1024 * 4
     assert os.stat(index.path).st_blocks * 512 >= entries_at  # header and slots at creation
     n = 2 * RESERVE_STEP // ENTRY_SIZE
-    assert not index.put_batch([(f"k{i}".encode(), i, 1_000) for i in range(n)])
+    assert index.put_batch(list(range(n)), list(range(n)), [1_000] * n) == n
     assert os.stat(index.path).st_blocks * 512 >= entries_at + (n + 1) * ENTRY_SIZE
     index.close()
 
@@ -404,7 +404,7 @@ def test_index_on_a_full_disk_says_enospc(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "posix_fallocate", _enospc)
     n = RESERVE_STEP // ENTRY_SIZE + 10  # past the first reserved step
     with pytest.raises(OSError):
-        index.put_batch([(f"k{i}".encode(), i, 1_000) for i in range(n)])
+        index.put_batch(list(range(n)), list(range(n)), [1_000] * n)
     assert index.index_count == 1  # nothing written
     with pytest.raises(OSError):
         IndexFile(tmp_path / "idx2", 1024, 200_000)

@@ -1,7 +1,16 @@
 """Query by key, by unique key and by message id."""
 
 import time
+from contextlib import ExitStack
+from pathlib import Path
+from unittest.mock import patch
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, SIZE, DispatchRequest
+from broker.store.index.index_file import IndexFile
+from broker.store.index.index_service import IndexService
 from common.message_properties import encode_properties
 from tests.store.conftest import StoreFactory
 
@@ -67,3 +76,71 @@ def test_properties_that_start_with_the_unique_key_are_indexed_by_it_and_by_any_
     for key, body in (("U-alone", b"a"), ("U-tagged", b"t"), ("U-keyed", b"k"), ("after-1", b"k"), ("after-2", b"k")):
         assert [m.body for m in store.query_message("UniqueT", key)] == [body], key
     assert store.query_message("UniqueT", "not-a-key") == []
+
+
+# -- the run of unique keys written in passes, against the record-by-record way -----------------------------------
+
+
+def dispatched_index(root: Path, runs: list[list[DispatchRequest]], slot_num: int, index_num: int,
+                     one_by_one: bool) -> list[bytes]:
+    """The bytes of every index file after dispatching ``runs``, record by record when ``one_by_one``."""
+    service = IndexService(root, slot_num, index_num)
+    service.load()
+    with ExitStack() as patches:
+        if one_by_one:  # what the passes stand in for: keys found one by one, entries written one by one
+            patches.enter_context(patch.object(service, "_unique_key_entries", lambda requests, done: None))
+            patches.enter_context(patch.object(IndexFile, "_put_chunk", IndexFile._put_each))
+        for run in runs:
+            service.dispatch(run, run[-1][PHYSICAL_OFFSET] + run[-1][SIZE] if run else service._indexed_end())
+    files = [bytes(f.mm) for f in service._files]
+    service.shutdown()
+    return files
+
+
+def unique_key_runs(data: st.DataObject) -> list[list[DispatchRequest]]:
+    """Runs of records as reput hands them over: all in the SDK's form (only a unique key, written first), some of
+    them stored a second later, or some with KEYS, tags, no properties or another topic; store times that step
+    back, and records already indexed."""
+    runs: list[list[DispatchRequest]] = []
+    offset = 1_000
+    for _ in range(data.draw(st.integers(1, 5))):
+        run: list[DispatchRequest] = []
+        store_ts = data.draw(st.sampled_from([1_700_000_000_000, 1_700_000_004_500, 1_699_999_999_000]))
+        kinds = st.sampled_from(data.draw(st.sampled_from([
+            ["unique"], ["unique"] * 9 + ["late"], ["unique"] * 6 + ["keys", "tags", "none", "other-topic", "late"]])))
+        for _ in range(data.draw(st.integers(0, 150))):
+            key = data.draw(st.from_regex(r"[0-9A-F]{1,24}", fullmatch=True))
+            kind = data.draw(kinds)
+            props = {"keys": encode_properties({"UNIQ_KEY": key, "KEYS": "k1 k2"}),
+                     "tags": encode_properties({"UNIQ_KEY": key, "TAGS": "T"}),
+                     "none": b""}.get(kind, encode_properties({"UNIQ_KEY": key}))
+            run.append(("OtherT" if kind == "other-topic" else "PassT", 0, 0, offset, 100,
+                        0, store_ts + (1_000 if kind == "late" else 0), props))
+            offset += 100
+        runs.append(run)
+        if data.draw(st.booleans()):  # reput hands a run again after a restart: what is below the end is skipped
+            runs.append(run[: len(run) // 2])
+    return runs
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from([7, 97, 500_000]), st.sampled_from([40, 100_000]))
+def test_unique_keys_written_in_passes_make_the_same_index_files_as_record_by_record(tmp_path_factory, data,
+                                                                                        slot_num, index_num):
+    """Few slots make entries of one pass share chains; few entries make files roll part-way through a run."""
+    runs = unique_key_runs(data)
+    passes = dispatched_index(tmp_path_factory.mktemp("passes"), runs, slot_num, index_num, one_by_one=False)
+    each = dispatched_index(tmp_path_factory.mktemp("each"), runs, slot_num, index_num, one_by_one=True)
+    assert len(passes) == len(each) and passes == each
+
+
+def test_a_run_of_unique_keys_is_found_by_each_key(tmp_path: Path):
+    service = IndexService(tmp_path, 97, 100_000)
+    service.load()
+    run = [("PassT", 0, i, 1_000 + 100 * i, 100, 0, 1_700_000_000_000, encode_properties({"UNIQ_KEY": f"U{i}"}))
+           for i in range(200)]
+    assert service._unique_key_entries(run, 0) is not None  # the passes take this run
+    service.dispatch(run, 1_000 + 100 * 200)
+    for i in range(200):
+        assert 1_000 + 100 * i in service.lookup("PassT", f"U{i}", 64, 0, 2**62), i
+    service.shutdown()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from itertools import repeat
 
 from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, DispatchRequest
-from common.message_properties import properties_tags_code
+from common.message_properties import TAGS_NEEDLE, properties_tags_code
 
 # Records hinted and waiting for the confirm offset (a SYNC_MASTER's slaves behind, a SYNC_FLUSH behind the disk, a
 # fail-stopped reput): past this many, appends go unhinted and reput parses them.
@@ -90,6 +90,8 @@ class DispatchHints:
 
 
 def _tags_codes(properties: Sequence[bytes]) -> list[int]:
+    if TAGS_NEEDLE not in b"".join(properties):  # no record has tags (a needle across two blocks: the long way)
+        return [0] * len(properties)
     first = properties[0]
     if properties.count(first) == len(properties):  # one block for all (identity makes the count cheap)
         return [properties_tags_code(first)] * len(properties)

@@ -3,12 +3,17 @@
 import logging
 import threading
 import time
+import zlib
+from collections.abc import Iterator
+from itertools import repeat
+from operator import and_, getitem, methodcaller
 from pathlib import Path
+from zlib import crc32
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
-from broker.store.index.index_file import IndexFile
+from broker.store.index.index_file import HASH_MASK, IndexFile
 from common.message_properties import (
     KEY_SEPARATOR,
     KEYS_NEEDLE,
@@ -23,6 +28,9 @@ log = logging.getLogger(__name__)
 KEY_SEPARATOR_BYTES = KEY_SEPARATOR.encode()
 PAIR_END = PROPERTY_SEPARATOR.encode()
 UNIQUE_AT = len(UNIQUE_KEY_NEEDLE)  # where a unique key written first starts
+
+
+EntryColumns = tuple[list[int], list[int], list[int]]  # key hashes, commitlog offsets, store times
 
 
 def index_key(topic: str, key: str) -> str:
@@ -40,7 +48,7 @@ class IndexService(CommitLogDispatcher):
         self._checkpoint_file = OffsetCheckpoint(root / ".checkpoint")
         self._checkpoint = 0
         self._lock = threading.Lock()  # dispatch vs. lookup vs. expiry
-        self._key_prefixes: dict[str, bytes] = {}  # topic -> b"topic#"
+        self._prefix_crcs: dict[str, int] = {}  # topic -> CRC of b"topic#"
 
     def load(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -63,28 +71,57 @@ class IndexService(CommitLogDispatcher):
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         with self._lock:
             done = self._indexed_end()
-            entries: list[tuple[bytes, int, int]] = []
-            add = entries.append
-            prefixes = self._key_prefixes
-            # Reput hands records of a run that share properties the same object: their keys are found once.
-            seen_props: bytes | None = None
-            seen_keys: list[bytes] = []
-            for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
-                if physical_offset < done or not props:
-                    continue  # already indexed before a restart, or nothing to index
-                if props is not seen_props:
-                    seen_props, seen_keys = props, _keys_of(props)
-                if not seen_keys:
-                    continue
-                prefix = prefixes.get(topic)
-                if prefix is None:
-                    prefix = prefixes[topic] = index_key(topic, "").encode()
-                for key in seen_keys:
-                    add((prefix + key, physical_offset, store_ts))
-            while entries:
-                entries = self._writable().put_batch(entries)
+            hashes, offsets, timestamps = (self._unique_key_entries(requests, done)
+                                           or self._entries(requests, done))
+            added = 0
+            while added < len(hashes):
+                added += self._writable().put_batch(hashes[added:], offsets[added:], timestamps[added:])
             if end_offset > done:
                 self._writable().set_end(end_offset)
+
+    def _unique_key_entries(self, requests: list[DispatchRequest], done: int) -> EntryColumns | None:
+        """The entries of the common run, records of one topic not indexed yet, each with only the unique key the
+        SDK writes first, found in C-level passes over all of them; None for any other run."""
+        if not requests:
+            return None
+        topics, _, _, offsets, _, _, timestamps, props = zip(*requests, strict=True)
+        n = len(requests)
+        if topics.count(topics[0]) != n or offsets[0] < done or KEYS_NEEDLE in b"".join(props):
+            return None
+        if not all(map(methodcaller("startswith", UNIQUE_KEY_NEEDLE), props)):
+            return None
+        ends = list(map(methodcaller("find", PAIR_END, UNIQUE_AT), props))
+        if -1 in ends:  # a block without a closing separator: left to _keys_of
+            return None
+        keys: Iterator[bytes] = map(getitem, props, map(slice, repeat(UNIQUE_AT, n), ends))
+        hashes = list(map(and_, map(crc32, keys, repeat(self._prefix_crc(topics[0]), n)), repeat(HASH_MASK, n)))
+        return hashes, list(offsets), list(timestamps)
+
+    def _entries(self, requests: list[DispatchRequest], done: int) -> EntryColumns:
+        hashes: list[int] = []
+        offsets: list[int] = []
+        timestamps: list[int] = []
+        # Reput hands records of a run that share properties the same object: their keys are found once.
+        seen_props: bytes | None = None
+        seen_keys: list[bytes] = []
+        for topic, _qid, _qoff, physical_offset, _size, _tags, store_ts, props in requests:
+            if physical_offset < done or not props:
+                continue  # already indexed before a restart, or nothing to index
+            if props is not seen_props:
+                seen_props, seen_keys = props, _keys_of(props)
+            prefix_crc = self._prefix_crc(topic) if seen_keys else 0
+            for key in seen_keys:
+                hashes.append(crc32(key, prefix_crc) & HASH_MASK)
+                offsets.append(physical_offset)
+                timestamps.append(store_ts)
+        return hashes, offsets, timestamps
+
+    def _prefix_crc(self, topic: str) -> int:
+        """The CRC of ``topic#``: an entry's hash is the CRC of ``topic#key``, continued from it over the key."""
+        crc = self._prefix_crcs.get(topic)
+        if crc is None:
+            crc = self._prefix_crcs[topic] = zlib.crc32(index_key(topic, "").encode())
+        return crc
 
     def checkpoint(self) -> int:
         return self._checkpoint
