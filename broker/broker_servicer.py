@@ -196,7 +196,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return await run(self.admin.update_topics, request, in_thread=True)
 
     async def DeleteTopic(self, request, context):
-        return await run(self.admin.delete_topic, request)
+        return await run(self.admin.delete_topic, request, in_thread=True)  # waits for dispatch
 
     async def GetAllTopicConfig(self, request, context):
         return await run(self.admin.all_topic_configs)

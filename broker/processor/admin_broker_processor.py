@@ -186,8 +186,8 @@ class AdminBrokerProcessor:
             details=[detail_to_proto(d) for d in list(self.mapping_manager.mapping_table.values())])
 
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
-        """The topic's config, static mapping, consume queues and consumer offsets (its commitlog records age
-        out with the commitlog)."""
+        """The topic's consume queues and queue offsets, static mapping, consumer offsets and config (its commitlog
+        records age out with the commitlog). Waits for the records stored before it to be dispatched."""
         topic = checked_topic(request.topic)
         # Its mapping is the KV store's shard table: deleting it would lose every key (as upstream refuses
         # deleting system topics).
@@ -198,8 +198,10 @@ class AdminBrokerProcessor:
         # The config last: a refused write or a crash part-way leaves the topic listed, and the operator's retry
         # does every step again (each one deletes what is left). Deleted first, the retry was told the topic does
         # not exist, and its queues, offsets and mapping came back at a restart.
+        if not self.local_store.delete_topic(topic):
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic}: records stored before the delete are not "
+                          "dispatched yet (replicas or the disk behind); nothing was deleted, retry")
         self.mapping_manager.delete(topic)
-        self.local_store.consume_queue_store.delete_topic(topic)
         self.consumer_offset_manager.delete_topic(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()

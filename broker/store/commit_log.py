@@ -8,7 +8,8 @@ the tail of a segment too small for the next record gets an end-of-segment marke
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -187,6 +188,18 @@ class CommitLog:
         pos = offset - segment.file_from_offset
         end = min(segment.wrote_position, pos + max_bytes)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
+
+    @contextmanager
+    def appends_held(self) -> Iterator[None]:
+        """No append runs while inside (dispatch and flushes go on)."""
+        with self._lock:
+            yield
+
+    def forget_queue_offsets(self, topic: str) -> None:
+        """The topic's queues start again at offset 0; only inside :meth:`appends_held`."""
+        assert self._lock.locked(), "queue offsets change only with appends held"
+        for key in [key for key in self.topic_queue_table if key[0] == topic]:
+            del self.topic_queue_table[key]
 
     def append_replica(self, offset: int, data: bytes | memoryview) -> int:
         """A slave appends its master's bytes where they were on the master; returns the new end. The bytes are

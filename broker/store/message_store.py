@@ -42,6 +42,10 @@ def _illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEG
     return PutMessageResult(status, why)
 
 
+# How long deleteTopic waits for the records appended before it to be dispatched.
+DELETE_TOPIC_DISPATCH_WAIT_S = 10.0
+
+
 class MessageStore(MessageStoreReader):
     def __init__(self, config: MessageStoreConfig, consume_queue_store: ConsumeQueueStore | None = None) -> None:
         self.config = config
@@ -389,6 +393,19 @@ class MessageStore(MessageStoreReader):
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                       end_ms: int = 2**62) -> list[MessageExt]:
         return [decode_record(r) for r in self.query_message_records(topic, key, max_num, begin_ms, end_ms)]
+
+    def delete_topic(self, topic: str, timeout_s: float = DELETE_TOPIC_DISPATCH_WAIT_S) -> bool:
+        """Drop the topic's consume queues and queue offsets (a topic made again under the name starts at queue
+        offset 0). Every record appended before is dispatched first: one dispatched after would make its queue
+        again. False, and nothing dropped, when that takes over ``timeout_s`` (replicas or the disk behind)."""
+        if not self.wait_dispatched(self.commit_log.max_offset(), timeout_s):
+            return False
+        with self.commit_log.appends_held():  # none between the last dispatch and the drop
+            if not self.wait_dispatched(self.commit_log.max_offset(), timeout_s):
+                return False
+            self.consume_queue_store.delete_topic(topic)
+            self.commit_log.forget_queue_offsets(topic)
+        return True
 
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         """Block until the dispatch chain has passed ``offset`` (e.g. a put's end offset)."""
