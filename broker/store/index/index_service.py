@@ -12,7 +12,7 @@ from zlib import crc32
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
-from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, DispatchRequest
 from broker.store.index.index_file import HASH_MASK, IndexFile
 from common.message_properties import (
     KEY_SEPARATOR,
@@ -71,6 +71,8 @@ class IndexService(CommitLogDispatcher):
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         with self._lock:
             done = self._indexed_end()
+            if requests and requests[-1][PHYSICAL_OFFSET] < done:
+                return  # indexed before a restart (a replay for another dispatcher)
             hashes, offsets, timestamps = (self._unique_key_entries(requests, done)
                                            or self._entries(requests, done))
             added = 0
