@@ -51,8 +51,9 @@ class WireBatch:
     max_body: int
     max_properties: int
     buf: bytearray
-    # Each record's property block; equal blocks side by side are one object (a producer's batch mostly repeats
-    # one), so whoever looks into them (delay, transactions, dispatch) can skip a repeat by identity.
+    # Each record's property block. Equal blocks side by side are mostly one object (always when every record has
+    # the same block), so whoever looks into them (delay, transactions, dispatch) can skip a repeat by identity;
+    # a repeat that is another object is only looked at again.
     properties: list[bytes]
 
     @classmethod

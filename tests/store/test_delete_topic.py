@@ -14,14 +14,7 @@ def test_a_record_appended_just_before_the_delete_does_not_bring_its_queue_back(
     the old queue offsets: a topic created again under the name then held a message of the deleted one."""
     store = open_store()
     assert store.put_messages(TOPIC, 1, [b"old-0", b"old-1"], [b"", b""]).ok
-    gate = threading.Event()
-    dispatch = store.consume_queue_store.dispatch
-
-    def held(requests, end):  # type: ignore[no-untyped-def]
-        gate.wait(10)
-        dispatch(requests, end)
-
-    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
+    gate = held_dispatch(store)
     late = store.put_messages(TOPIC, 1, [b"late"], [b""])
     assert late.ok and late.queue_offset == 2
     deleting = threading.Thread(target=store.delete_topic, args=(TOPIC,))
@@ -37,14 +30,7 @@ def test_a_record_appended_just_before_the_delete_does_not_bring_its_queue_back(
 def test_a_delete_that_cannot_wait_for_dispatch_drops_nothing(open_store: StoreFactory):
     """Dispatch held (replicas or the disk behind): the delete says so and leaves the queue whole for a retry."""
     store = open_store()
-    gate = threading.Event()
-    dispatch = store.consume_queue_store.dispatch
-
-    def held(requests, end):  # type: ignore[no-untyped-def]
-        gate.wait(10)
-        dispatch(requests, end)
-
-    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
+    gate = held_dispatch(store)
     put = store.put_messages(TOPIC, 0, [b"a", b"b"], [b"", b""])
     assert put.ok
     assert store.delete_topic(TOPIC, timeout_s=0.2) is False
@@ -70,6 +56,19 @@ def test_a_deleted_topic_starts_again_at_queue_offset_zero(open_store: StoreFact
     store = open_store()  # and so it stays after a restart
     assert store.max_offset(TOPIC, 0) == 1
     assert [decode_record(m).body for m in store.get_message(TOPIC, 0, 0, 10).messages] == [b"new"]
+
+
+def held_dispatch(store: MessageStore) -> threading.Event:
+    """Consume-queue dispatch waits (up to 10 s) until the event returned is set."""
+    gate = threading.Event()
+    dispatch = store.consume_queue_store.dispatch
+
+    def held(requests, end):  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        dispatch(requests, end)
+
+    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
+    return gate
 
 
 def assert_gone(store: MessageStore) -> None:

@@ -3,7 +3,6 @@
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from itertools import repeat
 from operator import and_, getitem, methodcaller
@@ -122,7 +121,7 @@ class IndexService(CommitLogDispatcher):
         """The CRC of ``topic#``: an entry's hash is the CRC of ``topic#key``, continued from it over the key."""
         crc = self._prefix_crcs.get(topic)
         if crc is None:
-            crc = self._prefix_crcs[topic] = zlib.crc32(index_key(topic, "").encode())
+            crc = self._prefix_crcs[topic] = crc32(index_key(topic, "").encode())
         return crc
 
     def checkpoint(self) -> int:
