@@ -8,11 +8,14 @@ item) instead of at every use.
 import errno
 import logging
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
 from rocksdict import Options, Rdict, ReadOptions, WriteOptions
+
+from common.storage_refusal import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +34,12 @@ def open_raw(path: Path) -> Rdict:
     return Rdict(str(path), options)
 
 
-def reopen_after_refusal(db: Rdict, path: Path) -> Rdict:
-    """``db`` (at ``path``) reopened, once the disk has room, after the disk refused a write: RocksDB keeps a failed
-    write-ahead-log append's error and refuses every later write with it, room or not, until the database is
-    reopened. The caller keeps every other use of ``db`` out meanwhile. Without room, raises ENOSPC and leaves
-    ``db`` open (reads go on); an open that fails anyway raises, and the caller's next write tries again. Closing
-    reports the kept error; what the log holds is read again at the open."""
+def reopen_after_refusal(db: Rdict, path: Path, open_db: Callable[[Path], Rdict] = open_raw) -> Rdict:
+    """``db`` (at ``path``) reopened by ``open_db``, once the disk has room, after the disk refused a write: RocksDB
+    keeps a failed write-ahead-log append's error and refuses every later write with it, room or not, until the
+    database is reopened. The caller keeps every other use of ``db`` out meanwhile. Without room, raises ENOSPC and
+    leaves ``db`` open (reads go on); an open that fails anyway raises, and the caller's next write tries again.
+    Closing reports the kept error; what the log holds is read again at the open."""
     free = shutil.disk_usage(path).free
     if free < REOPEN_ROOM_BYTES:
         raise OSError(errno.ENOSPC, f"No space left on device: {free} bytes free under {path}; the database is "
@@ -45,9 +48,36 @@ def reopen_after_refusal(db: Rdict, path: Path) -> Rdict:
         db.close()
     except Exception as exc:  # RocksDB's kept error, reported by the close it still does
         log.info("rocksdb_closed_with_error path=%s error=%r", path, str(exc))
-    reopened = open_raw(path)
+    reopened = open_db(path)
     log.info("rocksdb_reopened path=%s reason=a_write_was_refused_as_disk_full free_bytes=%d", path, free)
     return reopened
+
+
+class ReopenedAfterRefusal:
+    """A database whose writes go through :meth:`write`, one at a time: after the disk refused one, the next
+    reopens the database first (``reopen_after_refusal``), so writes work again once there is room, without a
+    restart. Readers take :attr:`db` afresh for each use; a reopen swaps it (the old object is closed)."""
+
+    def __init__(self, db: Rdict, path: Path, open_db: Callable[[Path], Rdict] = open_raw) -> None:
+        self.db = db
+        self.path = path
+        self._open_db = open_db
+        self._refused = False
+        self._lock = threading.Lock()
+
+    def write(self, change: Callable[[Rdict], None]) -> None:
+        """``change(db)``: one write (a put, a delete, a batch). Raises what it raises; a refusal as disk full
+        makes the next write reopen the database."""
+        with self._lock:
+            if self._refused:
+                self.db = reopen_after_refusal(self.db, self.path, self._open_db)
+                self._refused = False
+            try:
+                change(self.db)
+            except Exception as exc:
+                if is_disk_full(exc):
+                    self._refused = True
+                raise
 
 
 def raw_items(db: Rdict, from_key: bytes | None = None, read_opt: ReadOptions | None = None,

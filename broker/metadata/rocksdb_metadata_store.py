@@ -35,7 +35,7 @@ from broker.metadata.metadata_codec import (
     V,
 )
 from broker.metadata.metadata_store import MetadataStore, MetadataStores
-from broker.rocksdb_raw import raw_items, synced_write_options
+from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
 from broker.store.config import StoreType
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,17 @@ log = logging.getLogger(__name__)
 FORMAT_KEY = META_PREFIX + b"format"
 IMPORTED_SUFFIX = ".imported"
 IMPORT_BATCH = 50_000
+
+
+def _open_db(path: Path) -> Rdict:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    try:
+        db = Rdict(str(path), options)
+    except Exception as exc:  # rocksdict raises a bare Exception (lock held by another process, corruption)
+        raise OSError(f"cannot open metadata RocksDB at {path}: {exc}") from None
+    db.set_write_options(WriteOptions())  # WAL on, not synced per write
+    return db
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -58,42 +69,43 @@ class RocksDBMetadataStore(MetadataStore[K, V]):
 
     write_through = True
 
-    def __init__(self, db: Rdict, table: MetadataTable[K, V]) -> None:
-        self.db = db
+    def __init__(self, database: ReopenedAfterRefusal, table: MetadataTable[K, V]) -> None:
+        self.database = database
         self.table = table
 
     def _key(self, key: K) -> bytes:
         return self.table.prefix + self.table.encode_key(key)
 
     def load(self) -> Iterator[V]:
-        return self.table.decode(scan(self.db, self.table.prefix))
+        return self.table.decode(scan(self.database.db, self.table.prefix))
 
     def put(self, values: Sequence[V]) -> None:
         t = self.table
         if len(values) == 1:
-            v = values[0]
-            self.db.put(self._key(t.key_of(v)), t.encode_value(v))
+            key, value = self._key(t.key_of(values[0])), t.encode_value(values[0])
+            self.database.write(lambda db: db.put(key, value))
             return
         batch = WriteBatch(raw_mode=True)
         for v in values:
             batch.put(self._key(t.key_of(v)), t.encode_value(v))
-        self.db.write(batch)
+        self.database.write(lambda db: db.write(batch))
 
     def delete(self, keys: Sequence[K]) -> None:
         if len(keys) == 1:
-            self.db.delete(self._key(keys[0]))
+            key = self._key(keys[0])
+            self.database.write(lambda db: db.delete(key))
             return
         batch = WriteBatch(raw_mode=True)
         for k in keys:
             batch.delete(self._key(k))
-        self.db.write(batch)
+        self.database.write(lambda db: db.write(batch))
 
     def delete_prefix(self, key_prefix: K) -> None:
         start = self._key(key_prefix)
-        self.db.delete_range(start, prefix_end(start))
+        self.database.write(lambda db: db.delete_range(start, prefix_end(start)))
 
     def count(self) -> int:
-        return sum(1 for _ in scan(self.db, self.table.prefix))
+        return sum(1 for _ in scan(self.database.db, self.table.prefix))
 
 
 def _bounded(prefix: bytes) -> ReadOptions:
@@ -119,28 +131,27 @@ class RocksDBMetadata:
     """The shared database: opened once per broker, closed at shutdown."""
 
     def __init__(self, db: Rdict, path: Path) -> None:
-        self.db = db
+        # After the disk refused a write, the next reopens the database once there is room (RocksDB refuses every
+        # write until then): offsets and topics are written again without a restart.
+        self.database = ReopenedAfterRefusal(db, path, _open_db)
         self.path = path
-        self.topics: RocksDBMetadataStore = RocksDBMetadataStore(db, TOPICS)
-        self.groups: RocksDBMetadataStore = RocksDBMetadataStore(db, GROUPS)
-        self.offsets: RocksDBMetadataStore = RocksDBMetadataStore(db, OFFSETS)
-        self.users: RocksDBMetadataStore = RocksDBMetadataStore(db, USERS)
-        self.acls: RocksDBMetadataStore = RocksDBMetadataStore(db, ACLS)
+        self.topics: RocksDBMetadataStore = RocksDBMetadataStore(self.database, TOPICS)
+        self.groups: RocksDBMetadataStore = RocksDBMetadataStore(self.database, GROUPS)
+        self.offsets: RocksDBMetadataStore = RocksDBMetadataStore(self.database, OFFSETS)
+        self.users: RocksDBMetadataStore = RocksDBMetadataStore(self.database, USERS)
+        self.acls: RocksDBMetadataStore = RocksDBMetadataStore(self.database, ACLS)
         self._closed = False
+
+    @property
+    def db(self) -> Rdict:
+        return self.database.db
 
     @classmethod
     def open(cls, path: Path, json_dir: Path | None = None) -> "RocksDBMetadata":
         """Open (create) the database; import the JSON files of ``json_dir`` into a new one."""
         path.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        try:
-            db = Rdict(str(path), options)
-        except Exception as exc:  # rocksdict raises a bare Exception (lock held by another process, corruption)
-            raise OSError(f"cannot open metadata RocksDB at {path}: {exc}") from None
-        db.set_write_options(WriteOptions())  # WAL on, not synced per write
-        metadata = cls(db, path)
-        if db.get(FORMAT_KEY) is None:
+        metadata = cls(_open_db(path), path)
+        if metadata.db.get(FORMAT_KEY) is None:
             try:
                 metadata._initialize(json_dir)
             except BaseException:

@@ -25,11 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import WriteBatch, WriteOptions
+from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
-from broker.rocksdb_raw import open_raw, raw_items, raw_keys, reopen_after_refusal
-from common.storage_refusal import is_disk_full
+from broker.rocksdb_raw import ReopenedAfterRefusal, open_raw, raw_items, raw_keys
 
 QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
@@ -67,9 +66,7 @@ class PopWrite:
 
 class PopStateStore:
     def __init__(self, path: Path, sync: bool) -> None:
-        self._path = path
-        self.db = open_raw(path)
-        self._refused = False  # the disk refused a write: the next one reopens the database first
+        self._database = ReopenedAfterRefusal(open_raw(path), path)
         self._options = WriteOptions()
         self._options.sync = sync
         # A version names the state as of now: this store's opening and its writes since. A slave that holds a copy
@@ -165,18 +162,14 @@ class PopStateStore:
         self._write_batch(batch)
 
     def _write_batch(self, batch: WriteBatch) -> None:
-        """One atomic write. After the disk refused one, the database is reopened first (RocksDB refuses every
-        write after such a failure until then): POP works again once there is room, without a restart."""
+        """One atomic write; after the disk refused one, the next reopens the database first: POP works again once
+        there is room, without a restart."""
         self._changing()
-        if self._refused:
-            self.db = reopen_after_refusal(self.db, self._path)
-            self._refused = False
-        try:
-            self.db.write(batch, self._options)
-        except Exception as exc:
-            if is_disk_full(exc):
-                self._refused = True
-            raise
+        self._database.write(lambda db: db.write(batch, self._options))
+
+    @property
+    def db(self) -> Rdict:
+        return self._database.db
 
     def close(self) -> None:
         self.db.close()

@@ -13,6 +13,9 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.store.config import StoreType
 from common import atomic_file
+from common.storage_refusal import is_disk_full
+from common.topic_config import TopicConfig
+from tests.disk.tmpfs import fill_file_system, remove_filler, try_mount_tmpfs, unmount
 from tests.metadata.helpers import BACKENDS, open_managers
 
 
@@ -101,3 +104,38 @@ def test_a_json_write_the_disk_refuses_leaves_the_old_file_and_no_temp(tmp_path:
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
     groups.persist()
     assert "during" in json.dumps(json.loads(path.read_text()))
+
+
+def test_rocksdb_metadata_takes_writes_again_once_the_full_disk_has_room(tmp_path: Path) -> None:
+    """RocksDB keeps a failed log append's error and refuses every later write with it, room or not, until the
+    database is reopened: commits and topic changes failed after a full disk until a restart. The metadata database
+    now reopens at the first write once there is room, and refuses as disk full, without reopening, while there is
+    none. A real tmpfs: the refusal is RocksDB's own."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    assert try_mount_tmpfs(disk, "16m"), f"cannot mount a tmpfs on {disk} (uid {os.geteuid()}: needs root)"
+    try:
+        managers = open_managers(StoreType.DEFAULT_ROCKSDB, disk)
+        managers.offsets.commit_offset("g", "T", 0, 1)
+        fill_file_system(disk)
+        refused: Exception | None = None
+        for queue_id in range(1, 200_000):  # the log's set-aside room takes many first
+            try:
+                managers.offsets.commit_offset("g" * 200, "T", queue_id, queue_id)
+            except Exception as exc:
+                refused = exc
+                break
+        assert refused is not None and is_disk_full(refused), refused
+        with pytest.raises(OSError) as still_full:
+            managers.topics.update(TopicConfig("WhileFullT", 1, 1))
+        assert is_disk_full(still_full.value) and "reopened once" in str(still_full.value)
+        remove_filler(disk)
+        managers.offsets.commit_offset("g", "T", 0, 2)
+        managers.topics.update(TopicConfig("AfterRoomT", 1, 1))
+        managers.close()
+        reopened = open_managers(StoreType.DEFAULT_ROCKSDB, disk)
+        assert reopened.offsets.query_offset("g", "T", 0) == 2
+        assert reopened.topics.select("AfterRoomT") is not None and reopened.topics.select("WhileFullT") is None
+        reopened.close()
+    finally:
+        unmount(disk)

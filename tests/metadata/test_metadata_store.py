@@ -244,8 +244,7 @@ def test_rocksdb_writes_one_small_record_per_change_whatever_the_table_size(tmp_
     metadata = RocksDBMetadata.open(tmp_path / "metadata")
     try:
         spy = SpyDB(metadata.db)
-        for store in (metadata.topics, metadata.groups, metadata.offsets):
-            store.db = spy
+        metadata.database.db = spy  # every table's writes go through the one database
         stores = metadata.stores()
         topics = TopicConfigManager(stores.topics)
         topics.update_many([TopicConfig(f"T{i}", 1, 1) for i in range(20_000)])
