@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
+from broker.rocksdb_raw import ReopenedAfterRefusal
 from broker.tiered.metadata.tiered_metadata_store import (
     FileSegmentMetadata,
     QueueMetadata,
@@ -54,14 +55,30 @@ def _segment(raw: bytes) -> FileSegmentMetadata:
     return FileSegmentMetadata(**d)
 
 
+def _open_db(root: Path) -> Rdict:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_keep_log_file_num(2)
+    return Rdict(str(root), options)
+
+
 class RocksDBTieredMetadataStore(TieredMetadataStore):
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.set_keep_log_file_num(2)
-        self._db = Rdict(str(root), options)
+        # After the disk refused a write, the next reopens the database once there is room (RocksDB refuses every
+        # write until then): the uploader's retries get through without a restart.
+        self._database = ReopenedAfterRefusal(_open_db(root), root, _open_db)
         self._lock = threading.Lock()  # replace_segments reads then writes
+
+    @property
+    def _db(self) -> Rdict:
+        return self._database.db
+
+    def _put(self, key: bytes, value: bytes) -> None:
+        self._database.write(lambda db: db.put(key, value))
+
+    def _write(self, batch: WriteBatch) -> None:
+        self._database.write(lambda db: db.write(batch))
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         options = ReadOptions()  # referenced for the whole scan (rocksdict stops early otherwise)
@@ -78,7 +95,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             yield TopicMetadata(**json.loads(raw))
 
     def update_topic(self, metadata: TopicMetadata) -> None:
-        self._db[_topic_key(metadata.topic)] = json.dumps(asdict(metadata)).encode()
+        self._put(_topic_key(metadata.topic), json.dumps(asdict(metadata)).encode())
 
     def delete_topic(self, topic: str) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -86,7 +103,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         for prefix in (b"Q", b"S"):
             start = prefix + topic.encode() + SEP
             batch.delete_range(start, prefix + topic.encode() + b"\x01")
-        self._db.write(batch)
+        self._write(batch)
 
     # -- queues
     def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
@@ -99,7 +116,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             yield QueueMetadata(**json.loads(raw))
 
     def update_queue(self, metadata: QueueMetadata) -> None:
-        self._db[_queue_key(metadata.topic, metadata.queue_id)] = json.dumps(asdict(metadata)).encode()
+        self._put(_queue_key(metadata.topic, metadata.queue_id), json.dumps(asdict(metadata)).encode())
 
     # -- segments
     def iterate_segments(self, topic: str, queue_id: int, file_type: FileSegmentType) -> Iterator[FileSegmentMetadata]:
@@ -108,11 +125,12 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
 
     def update_segment(self, metadata: FileSegmentMetadata) -> None:
         with self._lock:
-            self._db[_segment_key(metadata)] = _segment_value(metadata)
+            self._put(_segment_key(metadata), _segment_value(metadata))
 
     def delete_segment(self, metadata: FileSegmentMetadata) -> None:
         with self._lock:
-            del self._db[_segment_key(metadata)]
+            key = _segment_key(metadata)
+            self._database.write(lambda db: db.delete(key))
 
     def replace_segments(self, old: list[FileSegmentMetadata], new: FileSegmentMetadata) -> bool:
         with self._lock:
@@ -123,7 +141,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             for m in old:
                 batch.delete(_segment_key(m))
             batch.put(_segment_key(new), _segment_value(new))
-            self._db.write(batch)
+            self._write(batch)
             return True
 
     # -- checkpoint
@@ -132,14 +150,14 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         return OFFSET.unpack(raw)[0] if raw is not None else 0
 
     def set_checkpoint(self, offset: int) -> None:
-        self._db[CHECKPOINT_KEY] = OFFSET.pack(offset)
+        self._put(CHECKPOINT_KEY, OFFSET.pack(offset))
 
     def get_uploaded_end(self) -> int:
         raw = self._db.get(UPLOADED_END_KEY)
         return OFFSET.unpack(raw)[0] if raw is not None else 0
 
     def set_uploaded_end(self, offset: int) -> None:
-        self._db[UPLOADED_END_KEY] = OFFSET.pack(offset)
+        self._put(UPLOADED_END_KEY, OFFSET.pack(offset))
 
     def close(self) -> None:
         self._db.close()
