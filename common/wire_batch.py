@@ -176,8 +176,12 @@ def _parse_equal_sized(records: bytes, topic: bytes, queue_id: int, store_host: 
     for column, byte in enumerate(store_host, OFFSET_STORE_HOST):
         buf[column::size] = bytes((byte,)) * n
     props_starts = range(fixed, end, size)
-    blocks = list(map(records.__getitem__, map(slice, props_starts, map(add, props_starts, props_lens))))
-    properties = [blocks[0]] * n if blocks.count(blocks[0]) == n else blocks
+    first = records[fixed : fixed + props_lens[0]]
+    if n > 1 and records.startswith(first, size + fixed) and props_lens.count(len(first)) == n and all(
+            map(records.startswith, repeat(first, n), props_starts)):  # one block for all (the second tells)
+        properties = [first] * n
+    else:
+        properties = list(map(records.__getitem__, map(slice, props_starts, map(add, props_starts, props_lens))))
     return WireBatch(topic, queue_id, [size] * n, sum(body_lens), max(body_lens), max(props_lens), buf, properties)
 
 

@@ -11,7 +11,7 @@ from zlib import crc32
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
-from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, DispatchRequest
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, PROPERTIES, DispatchRequest
 from broker.store.index.index_file import HASH_MASK, IndexFile
 from common.message_properties import (
     KEY_SEPARATOR,
@@ -83,7 +83,7 @@ class IndexService(CommitLogDispatcher):
     def _unique_key_entries(self, requests: list[DispatchRequest], done: int) -> EntryColumns | None:
         """The entries of the common run, records of one topic not indexed yet, each with only the unique key the
         SDK writes first, found in C-level passes over all of them; None for any other run."""
-        if not requests:
+        if not requests or not requests[0][PROPERTIES].startswith(UNIQUE_KEY_NEEDLE):  # (before the columns are built)
             return None
         topics, _, _, offsets, _, _, timestamps, props = zip(*requests, strict=True)
         n = len(requests)
