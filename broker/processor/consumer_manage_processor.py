@@ -71,6 +71,10 @@ class ConsumerManageProcessor:
         ctx = self._queue(request.topic, request.queue_id, request.addressing)
         if ctx is not None:
             return self._offset(self.static_topics.max_offset(ctx))
+        if self.static_topics.mapping_manager.get(request.topic) is not None:
+            # A static topic's physical queue: a remap closes the old leader's link here, so every acknowledged
+            # message counts, dispatched or not (one not yet dispatched was left out of the link, and lost to it).
+            return self._offset(self.store.next_queue_offset(request.topic, request.queue_id))
         return self._offset(self.store.max_offset(request.topic, request.queue_id))
 
     def search_offset(self, request: broker_pb2.SearchOffsetRequest) -> broker_pb2.OffsetResponse:

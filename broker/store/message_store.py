@@ -348,6 +348,10 @@ class MessageStore(MessageStoreReader):
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.consume_queue_store.max_offset(topic, queue_id)
 
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        # The commitlog hands out queue offsets as it appends; one read of its table (no lock: a dict read is atomic).
+        return max(self.commit_log.topic_queue_table.get((topic, queue_id), 0), self.max_offset(topic, queue_id))
+
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's newest message; 0 for an empty queue."""
         last = self.max_offset(topic, queue_id) - 1

@@ -40,6 +40,11 @@ class MessageStoreReader(ABC):
         """One past the queue's newest message."""
 
     @abstractmethod
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the queue's next message will get: every acknowledged message of it is below, dispatched
+        into its consume queue or not (``max_offset`` counts the dispatched ones only)."""
+
+    @abstractmethod
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's newest message; 0 for an empty queue."""
 

@@ -1,6 +1,7 @@
 """Fixtures for message store tests: a store on a temp dir with tiny segments, once per consume queue
 store type (files, RocksDB)."""
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,3 +48,16 @@ def open_store(tmp_path: Path, store_type: StoreType) -> Iterator[StoreFactory]:
     yield factory
     for store in opened:
         store.shutdown()
+
+
+def held_dispatch(store: MessageStore) -> threading.Event:
+    """Consume-queue dispatch waits (up to 10 s) until the event returned is set."""
+    gate = threading.Event()
+    dispatch = store.consume_queue_store.dispatch
+
+    def held(requests, end):  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        dispatch(requests, end)
+
+    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
+    return gate

@@ -4,7 +4,7 @@ import threading
 
 from broker.store.message_store import MessageStore
 from common.message_codec import decode_record
-from tests.store.conftest import StoreFactory
+from tests.store.conftest import StoreFactory, held_dispatch
 
 TOPIC = "GoneT"
 
@@ -56,19 +56,6 @@ def test_a_deleted_topic_starts_again_at_queue_offset_zero(open_store: StoreFact
     store = open_store()  # and so it stays after a restart
     assert store.max_offset(TOPIC, 0) == 1
     assert [decode_record(m).body for m in store.get_message(TOPIC, 0, 0, 10).messages] == [b"new"]
-
-
-def held_dispatch(store: MessageStore) -> threading.Event:
-    """Consume-queue dispatch waits (up to 10 s) until the event returned is set."""
-    gate = threading.Event()
-    dispatch = store.consume_queue_store.dispatch
-
-    def held(requests, end):  # type: ignore[no-untyped-def]
-        gate.wait(10)
-        dispatch(requests, end)
-
-    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
-    return gate
 
 
 def assert_gone(store: MessageStore) -> None:

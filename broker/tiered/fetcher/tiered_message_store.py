@@ -137,6 +137,9 @@ class TieredMessageStore(MessageStoreReader):
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.local.max_offset(topic, queue_id)
 
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        return self.local.next_queue_offset(topic, queue_id)
+
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         return self.local.last_store_timestamp(topic, queue_id)
 
