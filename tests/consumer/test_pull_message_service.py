@@ -30,6 +30,22 @@ class CacheOnly:
     cache_only = ClientInstance.cache_only
 
 
+class WatchedFuture(Future):
+    """Says when the service has taken its answer in hand (added its callback): settled before that, the answer is
+    handled on the service's own thread instead of the one that brings it, which is not what a test then looks at."""
+
+    def __init__(self, changed: threading.Condition) -> None:
+        super().__init__()
+        self.changed = changed
+        self.watched = False
+
+    def add_done_callback(self, fn: Callable[[Future], object]) -> None:
+        super().add_done_callback(fn)
+        with self.changed:
+            self.watched = True
+            self.changed.notify_all()
+
+
 class AnsweredByTest:
     """``pull_async`` as a push consumer calls it; each pull's future waits in ``pulls`` for the test to settle."""
 
@@ -43,7 +59,7 @@ class AnsweredByTest:
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, sub_expression: str,
                    suspend_ms: int = 0) -> Future:
-        future: Future = Future()
+        future = WatchedFuture(self.changed)
         if self.route_expired and _cache_only.get():
             self.misses.append(threading.current_thread().name)
             future.set_exception(RouteNotCached(f"the route of {mq.topic} is not cached"))
@@ -55,8 +71,13 @@ class AnsweredByTest:
         return future
 
     def wait_pulls(self, n: int, timeout_s: float = 5.0) -> list[tuple[int, Future]]:
+        """The first ``n`` pulls, once each is sent and the service waits on its answer."""
+
+        def sent_and_watched() -> bool:
+            return len(self.pulls) >= n and all(cast(WatchedFuture, f).watched for _, f in self.pulls[:n])
+
         with self.changed:
-            assert self.changed.wait_for(lambda: len(self.pulls) >= n, timeout_s), f"{len(self.pulls)} pulls, not {n}"
+            assert self.changed.wait_for(sent_and_watched, timeout_s), f"{len(self.pulls)} pulls, not {n}"
             return list(self.pulls)
 
 
