@@ -56,7 +56,9 @@ def reopen_after_refusal(db: Rdict, path: Path, open_db: Callable[[Path], Rdict]
 class ReopenedAfterRefusal:
     """A database whose writes go through :meth:`write`, one at a time: after the disk refused one, the next
     reopens the database first (``reopen_after_refusal``), so writes work again once there is room, without a
-    restart. Readers take :attr:`db` afresh for each use; a reopen swaps it (the old object is closed)."""
+    restart. Readers take :attr:`db` afresh for each use; a reopen swaps it (the old object is closed). An iterator
+    of the old object still open keeps its file lock, and the open fails until it is gone: the next write tries
+    again, and reads fail meanwhile (measured with rocksdict: the iterator goes on reading the closed object)."""
 
     def __init__(self, db: Rdict, path: Path, open_db: Callable[[Path], Rdict] = open_raw) -> None:
         self.db = db
