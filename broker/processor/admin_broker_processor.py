@@ -205,6 +205,11 @@ class AdminBrokerProcessor:
         self.consumer_offset_manager.delete_topic(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()
+        # A send that passed its topic check before the config went may have stored a record since the queues were
+        # dropped: drop them again, now that no more can come (a topic created again would find that record).
+        if not self.local_store.delete_topic(topic):
+            log.warning("topic_deleted_with_late_records topic=%s reason=dispatch_behind action='a record stored "
+                        "during the delete may stay in the topic's queue; deleteTopic again after creating it'", topic)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def all_topic_configs(self) -> broker_pb2.TopicConfigList:

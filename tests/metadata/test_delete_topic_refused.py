@@ -118,3 +118,28 @@ def test_a_queue_reused_while_its_offsets_could_not_be_forgotten_is_reused_again
         assert again.offsets.query_offset("g", TOPIC, 0) == -1  # the old link's offset is gone
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("store_type", list(StoreType))
+def test_a_send_stored_while_the_topic_was_being_deleted_does_not_outlive_it(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             store_type: StoreType) -> None:
+    """A send that passed its topic check before the config went stores its record after the queues were dropped:
+    the delete drops them again once the config is gone, so a topic created again under the name starts empty."""
+    broker = Broker(tmp_path, store_type)
+    broker.topics.update(TopicConfig(TOPIC, 1, 1))
+    assert broker.store.put_messages(TOPIC, 0, [b"before"], [b""]).ok
+    delete_config = broker.topics.delete
+
+    def a_send_lands_first(topic: str, announce: bool = False) -> None:
+        assert broker.store.put_messages(TOPIC, 0, [b"during"], [b""]).ok
+        delete_config(topic, announce=announce)
+
+    monkeypatch.setattr(broker.topics, "delete", a_send_lands_first)
+    assert broker.admin.delete_topic(broker_pb2.TopicRequest(topic=TOPIC)).code == ResponseCode.SUCCESS
+    broker.topics.update(TopicConfig(TOPIC, 1, 1))
+    again = broker.store.put_messages(TOPIC, 0, [b"after"], [b""])
+    assert again.ok and again.queue_offset == 0
+    assert again.append is not None and broker.store.wait_dispatched(again.append.end_offset)
+    assert broker.store.max_offset(TOPIC, 0) == 1
+    broker.close()
