@@ -195,6 +195,11 @@ class CommitLog:
         with self._lock:
             yield
 
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the queue's next append will get (0 for a queue this commitlog has not appended to since
+        it was recovered: the consume queue knows more then). One dict read: no lock."""
+        return self.topic_queue_table.get((topic, queue_id), 0)
+
     def forget_queue_offsets(self, topic: str) -> None:
         """The topic's queues start again at offset 0; only inside :meth:`appends_held`."""
         assert self._lock.locked(), "queue offsets change only with appends held"

@@ -44,6 +44,7 @@ def _illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEG
 
 # How long deleteTopic waits for the records appended before it to be dispatched.
 DELETE_TOPIC_DISPATCH_WAIT_S = 10.0
+DELETE_TOPIC_HELD_WAIT_S = 1.0  # the part of it spent with appends held
 
 
 class MessageStore(MessageStoreReader):
@@ -349,8 +350,7 @@ class MessageStore(MessageStoreReader):
         return self.consume_queue_store.max_offset(topic, queue_id)
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        # The commitlog hands out queue offsets as it appends; one read of its table (no lock: a dict read is atomic).
-        return max(self.commit_log.topic_queue_table.get((topic, queue_id), 0), self.max_offset(topic, queue_id))
+        return max(self.commit_log.next_queue_offset(topic, queue_id), self.max_offset(topic, queue_id))
 
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's newest message; 0 for an empty queue."""
@@ -405,7 +405,8 @@ class MessageStore(MessageStoreReader):
         if not self.wait_dispatched(self.commit_log.max_offset(), timeout_s):
             return False
         with self.commit_log.appends_held():  # none between the last dispatch and the drop
-            if not self.wait_dispatched(self.commit_log.max_offset(), timeout_s):
+            # Only what was appended since the wait above; every topic's sends wait meanwhile, so not for long.
+            if not self.wait_dispatched(self.commit_log.max_offset(), min(timeout_s, DELETE_TOPIC_HELD_WAIT_S)):
                 return False
             self.consume_queue_store.delete_topic(topic)
             self.commit_log.forget_queue_offsets(topic)

@@ -77,6 +77,9 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
     def _put(self, key: bytes, value: bytes) -> None:
         self._database.write(lambda db: db.put(key, value))
 
+    def _delete(self, key: bytes) -> None:
+        self._database.write(lambda db: db.delete(key))
+
     def _write(self, batch: WriteBatch) -> None:
         self._database.write(lambda db: db.write(batch))
 
@@ -129,8 +132,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
 
     def delete_segment(self, metadata: FileSegmentMetadata) -> None:
         with self._lock:
-            key = _segment_key(metadata)
-            self._database.write(lambda db: db.delete(key))
+            self._delete(_segment_key(metadata))
 
     def replace_segments(self, old: list[FileSegmentMetadata], new: FileSegmentMetadata) -> bool:
         with self._lock:
