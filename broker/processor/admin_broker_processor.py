@@ -187,7 +187,7 @@ class AdminBrokerProcessor:
 
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
         """The topic's consume queues and queue offsets, static mapping, consumer offsets and config (its commitlog
-        records age out with the commitlog). Waits for the records stored before it to be dispatched."""
+        records age out with the commitlog). Waits for the store's deletion record to be dispatched."""
         topic = checked_topic(request.topic)
         # Its mapping is the KV store's shard table: deleting it would lose every key (as upstream refuses
         # deleting system topics).
@@ -198,18 +198,20 @@ class AdminBrokerProcessor:
         # The config last: a refused write or a crash part-way leaves the topic listed, and the operator's retry
         # does every step again (each one deletes what is left). Deleted first, the retry was told the topic does
         # not exist, and its queues, offsets and mapping came back at a restart.
-        if not self.local_store.delete_topic(topic):
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic}: records stored before the delete are not "
-                          "dispatched yet (replicas or the disk behind); nothing was deleted, retry")
+        not_deleted = self.local_store.delete_topic(topic)
+        if not_deleted is not None:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic} not deleted yet: {not_deleted}; retry")
         self.mapping_manager.delete(topic)
         self.consumer_offset_manager.delete_topic(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()
         # A send that passed its topic check before the config went may have stored a record since the queues were
         # dropped: drop them again, now that no more can come (a topic created again would find that record).
-        if not self.local_store.delete_topic(topic):
-            log.warning("topic_deleted_with_late_records topic=%s reason=dispatch_behind action='a record stored "
-                        "during the delete may stay in the topic's queue; deleteTopic again after creating it'", topic)
+        not_deleted = self.local_store.delete_topic(topic)
+        if not_deleted is not None:
+            log.warning("topic_deleted_with_late_records topic=%s reason=%r action='a record stored during the "
+                        "delete may stay in the topic's queue; deleteTopic again after creating it'", topic,
+                        not_deleted)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def all_topic_configs(self) -> broker_pb2.TopicConfigList:

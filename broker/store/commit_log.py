@@ -8,8 +8,7 @@ the tail of a segment too small for the next record gets an end-of-segment marke
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -120,8 +119,9 @@ class CommitLog:
             self.advance_confirm_offset(flushed_offset)
 
     # -- append ------------------------------------------------------------------------------------
-    def append_batch(self, batch: WireBatch) -> AppendResult:
-        """Append a batch of one queue; its records get consecutive queue offsets."""
+    def append_batch(self, batch: WireBatch, restart_queues_of: str | None = None) -> AppendResult:
+        """Append a batch of one queue; its records get consecutive queue offsets. ``restart_queues_of``: a
+        topic whose queues start again at offset 0 right after this batch (a deletion record's topic)."""
         physical_offsets: list[int] = []
         sizes = batch.sizes
         observer = self._append_observer
@@ -159,6 +159,9 @@ class CommitLog:
                 self.topic_queue_table[key] = queue_offset  # the written part keeps its queue offsets
                 raise
             self.topic_queue_table[key] = queue_offset
+            if restart_queues_of is not None:
+                for deleted in [k for k in self.topic_queue_table if k[0] == restart_queues_of]:
+                    del self.topic_queue_table[deleted]
             end = self.mapped_file_queue.max_offset()
             if not self.confirm_follows_flush:
                 self.advance_confirm_offset(end)
@@ -189,22 +192,10 @@ class CommitLog:
         end = min(segment.wrote_position, pos + max_bytes)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
 
-    @contextmanager
-    def appends_held(self) -> Iterator[None]:
-        """No append runs while inside (dispatch and flushes go on)."""
-        with self._lock:
-            yield
-
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the queue's next append will get (0 for a queue this commitlog has not appended to since
         it was recovered: the consume queue knows more then). One dict read: no lock."""
         return self.topic_queue_table.get((topic, queue_id), 0)
-
-    def forget_queue_offsets(self, topic: str) -> None:
-        """The topic's queues start again at offset 0; only inside :meth:`appends_held`."""
-        assert self._lock.locked(), "queue offsets change only with appends held"
-        for key in [key for key in self.topic_queue_table if key[0] == topic]:
-            del self.topic_queue_table[key]
 
     def append_replica(self, offset: int, data: bytes | memoryview) -> int:
         """A slave appends its master's bytes where they were on the master; returns the new end. The bytes are

@@ -16,6 +16,7 @@ from broker.store.consume_queue.file_consume_queue_store import FileConsumeQueue
 from broker.store.disk_usage_watcher import DiskUsageWatcher
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.reput_service import ReputMessageService
+from broker.store.dispatch.topic_deletion import topic_deletion_batch
 from broker.store.flush_service import FlushService, GroupCommitService, PeriodicFlushService
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.index.index_service import IndexService
@@ -42,9 +43,7 @@ def _illegal(why: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEG
     return PutMessageResult(status, why)
 
 
-# How long deleteTopic waits for the records appended before it to be dispatched.
-DELETE_TOPIC_DISPATCH_WAIT_S = 10.0
-DELETE_TOPIC_HELD_WAIT_S = 1.0  # the part of it spent with appends held
+DELETE_TOPIC_DISPATCH_WAIT_S = 10.0  # how long deleteTopic waits for its deletion record to be dispatched
 
 
 class MessageStore(MessageStoreReader):
@@ -190,12 +189,12 @@ class MessageStore(MessageStoreReader):
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
         return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
-    def _append(self, batch: WireBatch, wait_flushed: bool) -> PutMessageResult:
+    def _append(self, batch: WireBatch, wait_flushed: bool, restart_queues_of: str | None = None) -> PutMessageResult:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
         try:
-            append = self.commit_log.append_batch(batch)
+            append = self.commit_log.append_batch(batch, restart_queues_of)
         except OSError as exc:
             return self._append_failed(exc)
         try:  # the record is in the log: a failed measurement must not turn it into an error (and a duplicate)
@@ -398,19 +397,19 @@ class MessageStore(MessageStoreReader):
                       end_ms: int = 2**62) -> list[MessageExt]:
         return [decode_record(r) for r in self.query_message_records(topic, key, max_num, begin_ms, end_ms)]
 
-    def delete_topic(self, topic: str, timeout_s: float = DELETE_TOPIC_DISPATCH_WAIT_S) -> bool:
-        """Drop the topic's consume queues and queue offsets (a topic made again under the name starts at queue
-        offset 0). Every record appended before is dispatched first: one dispatched after would make its queue
-        again. False, and nothing dropped, when that takes over ``timeout_s`` (replicas or the disk behind)."""
-        if not self.wait_dispatched(self.commit_log.max_offset(), timeout_s):
-            return False
-        with self.commit_log.appends_held():  # none between the last dispatch and the drop
-            # Only what was appended since the wait above; every topic's sends wait meanwhile, so not for long.
-            if not self.wait_dispatched(self.commit_log.max_offset(), min(timeout_s, DELETE_TOPIC_HELD_WAIT_S)):
-                return False
-            self.consume_queue_store.delete_topic(topic)
-            self.commit_log.forget_queue_offsets(topic)
-        return True
+    def delete_topic(self, topic: str, timeout_s: float = DELETE_TOPIC_DISPATCH_WAIT_S) -> str | None:
+        """Append a deletion record of the topic (``topic_deletion.py``): where dispatch reaches it, the topic's
+        consume queues go, and the topic's next message (a topic made again under the name) gets queue offset 0.
+        Waits for that dispatch: None once done, else why not (the commitlog refused the record, or it is not
+        dispatched within ``timeout_s``: replicas or the disk behind; it will be, and a retry deletes nothing more)."""
+        batch = topic_deletion_batch(topic, int(time.time() * 1000), self.store_host)
+        put = self._check_running() or self._append(batch, wait_flushed=False, restart_queues_of=topic)
+        if put.append is None:
+            return f"the commitlog refused the deletion record: {put.error}"
+        if not self.wait_dispatched(put.append.end_offset, timeout_s):
+            return (f"the deletion record (commitlog offset {put.append.physical_offsets[0]}) is not dispatched "
+                    f"within {timeout_s:g} s (replicas or the disk behind); the topic goes once it is")
+        return None
 
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         """Block until the dispatch chain has passed ``offset`` (e.g. a put's end offset)."""

@@ -51,13 +51,19 @@ def open_store(tmp_path: Path, store_type: StoreType) -> Iterator[StoreFactory]:
 
 
 def held_dispatch(store: MessageStore) -> threading.Event:
-    """Consume-queue dispatch waits (up to 10 s) until the event returned is set."""
+    """Consume-queue dispatch (records and topic deletions) waits (up to 10 s) until the event returned is set."""
     gate = threading.Event()
-    dispatch = store.consume_queue_store.dispatch
+    cq = store.consume_queue_store
+    dispatch, topic_deleted = cq.dispatch, cq.topic_deleted
 
-    def held(requests, end):  # type: ignore[no-untyped-def]
+    def held_records(requests, end):  # type: ignore[no-untyped-def]
         gate.wait(10)
         dispatch(requests, end)
 
-    store.consume_queue_store.dispatch = held  # type: ignore[method-assign]
+    def held_deletion(topic):  # type: ignore[no-untyped-def]
+        gate.wait(10)
+        topic_deleted(topic)
+
+    cq.dispatch = held_records  # type: ignore[method-assign]
+    cq.topic_deleted = held_deletion  # type: ignore[method-assign]
     return gate

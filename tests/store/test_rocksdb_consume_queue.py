@@ -250,7 +250,7 @@ def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_p
     refusing = RefusingDb(cq._db, "flush")
     cq._db = refusing  # type: ignore[assignment]
     with pytest.raises(Exception, match="No space left on device"):
-        cq.delete_topic("Gone")
+        cq.topic_deleted("Gone")
     refusing.refusing = False
     flushed = cq.flush_count
     cq.flush()  # the periodic pass: not due by time, still due by the deletion
@@ -267,7 +267,7 @@ def test_delete_topic_removes_everything_of_the_topic_and_nothing_else(tmp_path:
             cq.dispatch(log.append(topic, q, 4), log.end)
     before = {t: {q: units(cq, t, q) for q in range(3)} for t in topics}
     keys = all_keys(cq)
-    cq.delete_topic("Top")
+    cq.topic_deleted("Top")
     mine = [k for k in keys if k[1:].startswith(b"Top\x00")]
     assert len(mine) == 3 * 4 + 3
     assert all_keys(cq) == [k for k in keys if k not in mine]

@@ -79,7 +79,8 @@ class ConsumeQueueStore(CommitLogDispatcher):
         return None
 
     @abstractmethod
-    def delete_topic(self, topic: str) -> None: ...
+    def topic_deleted(self, topic: str) -> None:
+        """Drop the topic's queues (dispatch reached its deletion: ``topic_deletion.py``)."""
 
     @abstractmethod
     def queue_max_offsets(self) -> dict[tuple[str, int], int]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from itertools import repeat
 
 from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, DispatchRequest
+from broker.store.dispatch.topic_deletion import TOPIC_DELETION_TOPIC
 from common.message_properties import TAGS_NEEDLE, properties_tags_code
 
 # Records hinted and waiting for the confirm offset (a SYNC_MASTER's slaves behind, a SYNC_FLUSH behind the disk, a
@@ -39,6 +40,8 @@ class DispatchHints:
         """Records just written back to back from ``physical_offsets[0]`` to ``end``, with consecutive queue
         offsets from ``queue_offset``; ``properties``: their blocks, a repeat of the one before as the same
         object (``WireBatch.properties``)."""
+        if topic == TOPIC_DELETION_TOPIC:  # reput parses it, alone (reput_service.parse_records)
+            return
         if self._pending_records + len(sizes) > self.max_pending_records:  # racy read: a bound, not an invariant
             self.dropped += 1
             return

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from broker.store.commit_log import CommitLog
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_hints import DispatchHints
-from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, TOPIC, DispatchRequest
+from broker.store.dispatch.topic_deletion import TOPIC_DELETION_TOPIC, deleted_topic
 from broker.store.fault_points import check_dispatch
 from broker.store.running_flags import RunningFlags
 from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
@@ -42,7 +43,8 @@ def parse_records(
     Records come in runs (a producer's batch: one topic, often the same properties): a record whose topic or
     properties equal the previous one's reuses its decoded topic, its properties object and its tags code, so
     the common case costs a compare instead of a decode, a search and a CRC (and dispatchers can recognise
-    repeated properties by identity)."""
+    repeated properties by identity). A topic deletion record comes alone (``topic_deletion.py``): the requests
+    end before it, or are it."""
     out: list[DispatchRequest] = []
     append = out.append
     unpack = DISPATCH_FIELDS.unpack_from
@@ -63,6 +65,11 @@ def parse_records(
         if topic_len != len(raw_topic) or find(raw_topic, t0, t1) != t0:  # another topic than the last record's
             raw_topic = mm[t0:t1]
             topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode())
+            if topic == TOPIC_DELETION_TOPIC:  # dispatched alone: where it stands in the log is what it means
+                if not out:
+                    append((topic, queue_id, queue_offset, physical, size, 0, store_ts, mm[t1 : t1 + props_len]))
+                    pos += size
+                return out, pos, False
         props = mm[t1 : t1 + props_len]
         if props == props_seen:
             props = props_seen
@@ -185,6 +192,12 @@ class ReputMessageService(threading.Thread):
 
     def _dispatch(self, requests: list[DispatchRequest], end: int) -> None:
         check_dispatch(self.reput_from_offset)
+        if requests and requests[0][TOPIC] == TOPIC_DELETION_TOPIC:  # alone in its batch (parse_records)
+            topic = deleted_topic(requests[0])
+            for dispatcher in self.dispatchers:
+                dispatcher.topic_deleted(topic)
+            log.info("topic_deletion_dispatched topic=%s commitlog_offset=%d", topic, requests[0][PHYSICAL_OFFSET])
+            requests = []
         for dispatcher in self.dispatchers:
             dispatcher.dispatch(requests, end)
         with self._progress:
