@@ -389,7 +389,7 @@ class BrokerController:
                 ha_info=self._ha_info, producers=self.transactions.producers,
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
-                on_leadership_gained=self._forget_pop_queues),
+                on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_pop_topic),
             recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
                                           self._is_master),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,
@@ -439,7 +439,12 @@ class BrokerController:
         """Logic queues this broker leads again: what POP kept from the last time is stale (they were popped
         elsewhere meanwhile); groups start again from their committed offsets."""
         if self.pop_service is not None:
-            self.pop_service.forget_queues(topic, logic_ids)
+            self.pop_service.forget_queues(topic, logic_ids, "leader_again")
+
+    def _forget_pop_topic(self, topic: str) -> None:
+        """A deleted topic: a topic made again under the name starts at queue offset 0."""
+        if self.pop_service is not None:
+            self.pop_service.forget_queues(topic, None, "topic_deleted")
 
     def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a

@@ -333,11 +333,11 @@ class PopService:
             self._last_delivery = max(self._last_delivery, _latest_delivery(self._states))
             return True
 
-    def forget_queues(self, topic: str, queue_ids: list[int]) -> None:
-        """Every group's state of these queues: the next pop starts from the group's committed offset."""
-        wanted = set(queue_ids)
+    def forget_queues(self, topic: str, queue_ids: list[int] | None, reason: str) -> None:
+        """Every group's state of these queues (None: of all the topic's): the next pop starts from the group's
+        committed offset."""
         with self._lock:
-            keys = [k for k in self._states if k[1] == topic and k[2] in wanted]
+            keys = [k for k in self._states if k[1] == topic and (queue_ids is None or k[2] in queue_ids)]
             if not keys:
                 return
             change = PopWrite()
@@ -349,8 +349,8 @@ class PopService:
             self.db.write(change)  # first: refused, the states stay, and a retry forgets them again
             for key in keys:
                 del self._states[key]
-        log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=leader_again", topic, sorted(wanted),
-                 len({k[0] for k in keys}))
+        log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=%s", topic, sorted({k[2] for k in keys}),
+                 len({k[0] for k in keys}), reason)
 
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """An operator reset the group's offsets (``resetOffsetByTime``): its queues restart there; what was in

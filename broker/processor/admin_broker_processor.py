@@ -46,7 +46,8 @@ class AdminBrokerProcessor:
                  producers: ProducerManager | None = None,
                  send_processor: Callable[[], SendMessageProcessor | None] = lambda: None,
                  ensure_default_topic: Callable[[], None] = lambda: None,
-                 on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None) -> None:
+                 on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None,
+                 on_topic_deleted: Callable[[str], None] = lambda _topic: None) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -59,6 +60,7 @@ class AdminBrokerProcessor:
         self.boot_timestamp = boot_timestamp
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.on_leadership_gained = on_leadership_gained  # (topic, logic ids): POP state kept from before is stale
+        self.on_topic_deleted = on_topic_deleted  # the topic's POP state is stale
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
         self.ha_info = ha_info  # role, replication address and progress
         self.producers = producers  # producer sessions (transaction heartbeats)
@@ -202,17 +204,24 @@ class AdminBrokerProcessor:
         if not_deleted is not None:
             raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic} not deleted yet: {not_deleted}; retry")
         self.mapping_manager.delete(topic)
-        self.consumer_offset_manager.delete_topic(topic)
+        self._forget_consumption(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()
         # A send that passed its topic check before the config went may have stored a record since the queues were
-        # dropped: drop them again, now that no more can come (a topic created again would find that record).
+        # dropped, and a pop or commit meanwhile may have kept a group's place: drop them again, now that no more
+        # can come (a topic created again would find them).
+        self._forget_consumption(topic)
         not_deleted = self.local_store.delete_topic(topic)
         if not_deleted is not None:
             log.warning("topic_deleted_with_late_records topic=%s reason=%r action='a record stored during the "
                         "delete may stay in the topic's queue; deleteTopic again after creating it'", topic,
                         not_deleted)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def _forget_consumption(self, topic: str) -> None:
+        """Where the groups are in the topic: POP's state and the committed offsets."""
+        self.on_topic_deleted(topic)
+        self.consumer_offset_manager.delete_topic(topic)
 
     def all_topic_configs(self) -> broker_pb2.TopicConfigList:
         manager = self.topic_config_manager

@@ -308,3 +308,20 @@ def test_reset_offset_restarts_a_pop_group_from_the_reset_point(cluster: Cluster
             consumer.ack(held)  # the reset forgot what was in flight
         again = drain(consumer, 10, invisible_ms=30_000)
     assert [m.body for m in again] == bodies  # all of them again, in order, once
+
+
+def test_a_topic_deleted_and_made_again_is_popped_from_its_first_message(cluster: Cluster):
+    """POP kept the deleted topic's queue state (where the next fresh message is, what is in flight): the topic
+    made again starts at queue offset 0, and its first messages were never handed out."""
+    topic, group = "PopDeletedT", "pop-deleted"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"old-0", b"old-1", b"old-2"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        assert len(drain(consumer, 2, invisible_ms=30_000)) >= 2
+        with Admin(cluster.addr) as admin:
+            admin.delete_topic(topic, "DefaultCluster")
+            wait_until(lambda: topic not in admin.topic_list(), what=f"{topic} gone")
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"new-0", b"new-1"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        assert [m.body for m in drain(consumer, 2, invisible_ms=30_000)] == [b"new-0", b"new-1"]

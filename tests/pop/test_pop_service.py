@@ -112,7 +112,7 @@ def test_a_queue_led_again_is_forgotten_and_restarts_from_the_committed_offset(t
     clock, dead = Clock(), []
     pop, reader = service(tmp_path, clock, dead), Reader([record(o) for o in range(10)])
     assert offsets(pop.pop(query(reader, n=3), lambda q: 0)) == [0, 1, 2]  # 0..2 in flight, scan at 3
-    pop.forget_queues(TOPIC, [0])
+    pop.forget_queues(TOPIC, [0], "test")
     assert offsets(pop.pop(query(reader, n=2), lambda q: 6)) == [6, 7]  # committed by the other leader: 6
     pop.db.close()
     reopened = service(tmp_path, clock, dead)  # what was forgotten stays forgotten after a restart
@@ -134,9 +134,9 @@ def test_a_forget_the_state_store_refused_is_done_again_by_a_retry(tmp_path, mon
 
     monkeypatch.setattr(pop.db, "write", refused)
     with pytest.raises(Exception, match="No space left on device"):
-        pop.forget_queues(TOPIC, [0])
+        pop.forget_queues(TOPIC, [0], "test")
     monkeypatch.setattr(pop.db, "write", write)
-    pop.forget_queues(TOPIC, [0])  # the retry
+    pop.forget_queues(TOPIC, [0], "test")  # the retry
     pop.db.close()
     reopened = service(tmp_path, clock, dead)
     clock.now += 5000
