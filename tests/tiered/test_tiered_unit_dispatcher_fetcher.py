@@ -197,6 +197,45 @@ def test_records_waiting_at_a_crash_are_uploaded_after_restart(nodes, provider: 
     assert tier_matches_local(node, 0) == 4
 
 
+def test_a_deleted_topic_leaves_the_tier_and_the_topic_made_again_is_uploaded(nodes,
+                                                                            provider: TieredBackendServiceProvider):
+    """The tier kept the deleted topic's flat files: the topic made again starts at queue offset 0, which they
+    took for records they held, so none of its messages was uploaded (and reads below the local queue's start
+    would have served the old ones)."""
+    node = nodes(provider)
+    for i in range(3):
+        node.put(0, f"old-{i}".encode() * 2000)  # 3 tiered commitlog segments
+    assert node.dispatcher.upload_due(force=True) == 3
+    assert len(node.tiered.segments(TOPIC)) == 4
+    assert node.local.delete_topic(TOPIC) is None
+    assert node.put(0, b"new-0")[0] == 0
+    node.put(0, b"new-1")
+    assert node.dispatcher.current_checkpoint() < node.local.commit_log.max_offset()  # the deletion is owed
+    assert node.dispatcher.upload_due(force=True) == 2
+    assert tier_matches_local(node, 0) == 2
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    if provider is TieredBackendServiceProvider.POSIX:  # the old objects went too (a new one may reuse a path)
+        objects = {str(f.relative_to(node.tiered.backend_root)) for f in Path(node.tiered.backend_root).rglob("*")
+                   if f.is_file()}
+        assert objects == {m.path for m in node.tiered.segments(TOPIC)} and len(objects) == 2
+
+
+def test_a_deletion_a_crash_cut_short_is_replayed(nodes, provider: TieredBackendServiceProvider):
+    node = nodes(provider)
+    for i in range(3):
+        node.put(0, f"old-{i}".encode())
+    assert node.dispatcher.upload_due(force=True) == 3
+    node.dispatcher.flush()
+    assert node.local.delete_topic(TOPIC) is None
+    node.put(0, b"new-0")
+    node.stop(upload=False)  # died before the pass that deletes: the stored checkpoint is below the deletion
+
+    node = nodes(provider)
+    assert node.dispatcher.upload_due(force=True) == 1
+    assert tier_matches_local(node, 0) == 1
+    assert [m.min_offset for m in node.tiered.metadata.iterate_queues(TOPIC)] == [0]
+
+
 class FailingWrites:
     """A backend's writes (or another class's ``method``: the tier's metadata store's) fail with ``error`` while
     ``failing`` is set."""

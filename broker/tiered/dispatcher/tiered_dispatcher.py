@@ -74,6 +74,9 @@ class TieredDispatcher(CommitLogDispatcher):
         self.policy = policy
         self._pending: dict[QueueKey, _Pending] = {}
         self._inflight: dict[QueueKey, int] = {}  # queue -> physical offset of its oldest record being uploaded
+        # Deleted topics whose flat files go at the start of the next upload pass, with the local commitlog offset
+        # dispatch stood at: the checkpoint stays below it until then, so a crash replays the deletion.
+        self._deletions: list[tuple[str, int]] = []
         self._dispatched = 0
         self._checkpoint = 0
         self._uploaded_end = 0  # local commitlog offset after the newest record the tier holds (stored)
@@ -113,6 +116,16 @@ class TieredDispatcher(CommitLogDispatcher):
         if full:
             self._wakeup.set()
 
+    def topic_deleted(self, topic: str) -> None:
+        """Its records waiting for upload are dropped now, and its flat files go at the start of the next pass,
+        before any record of a topic made again under the name is uploaded (its queue offsets start at 0 again,
+        which the old flat files would take for records they hold)."""
+        with self._lock:
+            for key in [k for k in self._pending if k[0] == topic]:
+                del self._pending[key]
+            self._deletions.append((topic, self._dispatched))
+        self._wakeup.set()
+
     def checkpoint(self) -> int:
         return self._checkpoint
 
@@ -140,7 +153,7 @@ class TieredDispatcher(CommitLogDispatcher):
     def current_checkpoint(self) -> int:
         with self._lock:
             firsts = [p.requests[0][3] for p in self._pending.values() if p.requests]
-            return min([self._dispatched, *firsts, *self._inflight.values()])
+            return min([self._dispatched, *firsts, *self._inflight.values(), *(at for _, at in self._deletions)])
 
     def flush(self) -> None:
         checkpoint = self.current_checkpoint()
@@ -222,6 +235,7 @@ class TieredDispatcher(CommitLogDispatcher):
         now = time.monotonic()
         policy = self.policy
         with self._lock:
+            deletions = list(self._deletions)  # taken with the records: those of a topic made again come after
             due = [k for k, p in self._pending.items() if p.requests and (
                 force or len(p.requests) >= policy.count or p.bytes >= policy.bytes or now - p.since >= policy.age_s)]
             taken = {}
@@ -229,6 +243,11 @@ class TieredDispatcher(CommitLogDispatcher):
                 p = self._pending.pop(key)
                 taken[key] = p.requests
                 self._inflight[key] = p.requests[0][3]
+        try:
+            self._delete_topics(deletions)
+        except BaseException:
+            self._back_in_line(taken, list(taken))
+            raise
         done = 0
         keys = list(taken)
         for i, key in enumerate(keys):
@@ -243,6 +262,13 @@ class TieredDispatcher(CommitLogDispatcher):
             with self._lock:
                 del self._inflight[key]
         return done
+
+    def _delete_topics(self, deletions: list[tuple[str, int]]) -> None:
+        for topic, at in deletions:
+            queues = self.flat_files.delete_topic(topic)
+            with self._lock:
+                self._deletions.remove((topic, at))
+            log.info("tiered_topic_deleted topic=%s queues=%d", topic, queues)
 
     def _back_in_line(self, taken: dict[QueueKey, list[DispatchRequest]], keys: list[QueueKey]) -> None:
         """Requests taken for upload wait again (those already appended are skipped, then committed)."""

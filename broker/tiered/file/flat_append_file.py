@@ -362,6 +362,18 @@ class FlatAppendFile:
             raise
         return gone
 
+    def destroy_objects(self) -> None:
+        """Every object of this stream goes (its topic was deleted); the records are the caller's to drop after. A
+        retry after a failure part-way deletes again what is gone already (``FileSegment.destroy`` is idempotent)."""
+        with self._lock:
+            doomed = [*self._expired_left, *self.segments, *([self._unrecorded] if self._unrecorded else [])]
+        for m in doomed:
+            self._object(m.path).destroy()
+        with self._lock:
+            self.segments, self._expired_left, self._unrecorded, self._buffer = [], [], None, []
+            self._objects.clear()
+            self._generation += 1  # nothing cached before is hit
+
     def _delete(self, m: FileSegmentMetadata) -> None:
         """An expired segment's object, then its record (a crash between the two leaves an EXPIRED record)."""
         self._object(m.path).destroy()

@@ -61,3 +61,16 @@ class FlatFileStore:
 
     def queues_of(self, topic: str) -> list[FlatMessageFile]:
         return sorted((f for (t, _), f in self.files.items() if t == topic), key=lambda f: f.queue_id)
+
+    def delete_topic(self, topic: str) -> int:
+        """The topic's flat files: every object, then every record (a crash between them leaves records whose
+        objects are gone, read at a restart as lost bytes, and the replayed deletion drops them). Returns the
+        queues deleted."""
+        doomed = self.queues_of(topic)
+        for flat in doomed:
+            flat.destroy_objects()
+        self.metadata.delete_topic(topic)
+        with self._lock:
+            for flat in doomed:
+                self.files.pop((topic, flat.queue_id), None)
+        return len(doomed)

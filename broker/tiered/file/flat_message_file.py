@@ -48,6 +48,7 @@ class FlatMessageFile:
                                             FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT, read_ahead=cq_ahead)
         self._commit_lock = threading.Lock()
         self._queue_record_due = False  # a commit's queue record was not written (its metadata store refused)
+        self.destroyed = False  # the topic was deleted: an expiry pass holding this file leaves it alone
 
     def load(self, first_queue_offset: int) -> None:
         self.commit_log.load(0)
@@ -199,6 +200,8 @@ class FlatMessageFile:
         """Consume-queue segments whose last message is older than ``cutoff_ms`` go first (the min offset moves),
         then the commitlog segments wholly before the first unit still served. Returns segments expired."""
         with self._commit_lock:
+            if self.destroyed:  # its records are gone: an expiry would write the queue's back
+                return 0
             cq = self.consume_queue
             keep_from = cq.min_offset
             for m in list(cq.segments):
@@ -217,6 +220,13 @@ class FlatMessageFile:
                 log.info("tiered_expired topic=%s queue=%d segments=%d min_offset=%d deleted=%s", self.topic,
                          self.queue_id, len(gone), self.min_offset, delete)
             return len(gone)
+
+    def destroy_objects(self) -> None:
+        """Both streams' objects go (the topic was deleted; ``FlatFileStore.delete_topic`` drops the records)."""
+        with self._commit_lock:
+            self.destroyed = True
+            self.commit_log.destroy_objects()
+            self.consume_queue.destroy_objects()
 
     def segment_count(self) -> int:
         return len(self.commit_log.segments) + len(self.consume_queue.segments)
