@@ -357,7 +357,7 @@ class MessageStore(MessageStoreReader):
         if last < self.min_offset(topic, queue_id):
             return 0
         units = self.consume_queue_store.read_units(topic, queue_id, last, 1)
-        return max(0, self.commit_log.store_timestamp_at(units[0].physical_offset)) if units else 0
+        return max(0, self.commit_log.store_timestamp_at(units[0][0])) if units else 0
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
                        boundary: BoundaryType = BoundaryType.LOWER) -> int:

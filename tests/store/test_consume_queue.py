@@ -31,7 +31,7 @@ def _queue_units(store) -> dict[tuple[str, int], list[CqUnit]]:
         low = cqs.min_offset(topic, queue_id)
         units: list[CqUnit] = []
         while batch := cqs.read_units(topic, queue_id, low + len(units), 100):
-            units.extend(batch)
+            units.extend(map(CqUnit._make, batch))
         assert low + len(units) == high, (topic, queue_id, low, len(units), high)
         out[(topic, queue_id)] = units
     return out
@@ -95,7 +95,7 @@ def test_search_by_time_matches_brute_force(open_store: StoreFactory, seed: int)
     store.wait_dispatched(r.append.end_offset)
     units = []
     while batch := store.consume_queue_store.read_units("TimeQ", 0, len(units), 1000):
-        units.extend(batch)
+        units.extend(map(CqUnit._make, batch))
     times = [store.commit_log.store_timestamp_at(u.physical_offset) for u in units]
     assert len(times) == store.max_offset("TimeQ", 0) and times == sorted(times)
     assert len(set(times)) < len(times)  # the data really has ties

@@ -83,7 +83,7 @@ def all_keys(cq: RocksDBConsumeQueueStore) -> list[bytes]:
 
 def units(cq: RocksDBConsumeQueueStore, topic: str, queue_id: int) -> list[CqUnit]:
     lo, hi = cq.min_offset(topic, queue_id), cq.max_offset(topic, queue_id)
-    return cq.read_units(topic, queue_id, lo, hi - lo + 5)
+    return list(map(CqUnit._make, cq.read_units(topic, queue_id, lo, hi - lo + 5)))
 
 
 # -- layout and batches --------------------------------------------------------------------------------
@@ -164,10 +164,10 @@ def test_read_units_stops_at_max_and_count(tmp_path: Path):
     cq = open_cq(tmp_path / "cq")
     log = Log()
     cq.dispatch(log.append("ReadA", 0, 20) + log.append("ReadA", 1, 20) + log.append("ReadAB", 0, 20), log.end)
-    assert [u.physical_offset for u in cq.read_units("ReadA", 0, 5, 4)] == [r[3] for r in log.records[5:9]]
+    assert [u[0] for u in cq.read_units("ReadA", 0, 5, 4)] == [r[3] for r in log.records[5:9]]
     assert len(cq.read_units("ReadA", 0, 15, 100)) == 5  # never into the next queue
     assert cq.read_units("ReadA", 0, 20, 100) == []
-    assert cq.read_units("ReadA", 1, 0, 100) == [CqUnit(r[3], SIZE, 0) for r in log.records[20:40]]
+    assert cq.read_units("ReadA", 1, 0, 100) == [(r[3], SIZE, 0) for r in log.records[20:40]]
     cq.shutdown()
 
 

@@ -4,7 +4,13 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.store.consume_queue.consume_queue_store import BoundaryType, CqUnit, bisect_offsets, offset_by_time
+from broker.store.consume_queue.consume_queue_store import (
+    BoundaryType,
+    CqUnit,
+    UnitTuple,
+    bisect_offsets,
+    offset_by_time,
+)
 from broker.store.mapped_file_queue import MappedFileQueue
 
 UNIT = struct.Struct(">qiq")
@@ -78,7 +84,7 @@ class FileConsumeQueue:
             segment.append(view[:n])
             view = view[n:]
 
-    def read_units(self, offset: int, max_count: int) -> list[CqUnit]:
+    def read_units(self, offset: int, max_count: int) -> list[UnitTuple]:
         offset = max(offset, self.min_offset)
         end = min(self.max_offset(), offset + max_count)
         if offset >= end:
@@ -88,7 +94,7 @@ class FileConsumeQueue:
             return []
         pos = offset * UNIT_SIZE - segment.file_from_offset
         stop = min(end * UNIT_SIZE - segment.file_from_offset, segment.wrote_position)
-        return list(map(CqUnit._make, UNIT.iter_unpack(segment.mm[pos:stop])))
+        return list(UNIT.iter_unpack(segment.mm[pos:stop]))
 
     def _physical_at(self, offset: int) -> int:
         return self.unit_at(offset).physical_offset

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.store.checkpoint import OffsetCheckpoint
-from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore, CqUnit
+from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore, UnitTuple
 from broker.store.consume_queue.file_consume_queue import UNIT, FileConsumeQueue
 from broker.store.dispatch.dispatch_request import DispatchRequest
 
@@ -104,7 +104,7 @@ class FileConsumeQueueStore(ConsumeQueueStore):
         cq = self._queues.get((topic, queue_id))
         return cq.max_offset() if cq else 0
 
-    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[CqUnit]:
+    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[UnitTuple]:
         cq = self._queues.get((topic, queue_id))
         return cq.read_units(offset, max_count) if cq else []
 

@@ -40,7 +40,7 @@ from broker.rocksdb_raw import raw_items, synced_write_options, unlogged_write_o
 from broker.store.consume_queue.consume_queue_store import (
     BoundaryType,
     ConsumeQueueStore,
-    CqUnit,
+    UnitTuple,
     bisect_offsets,
     offset_by_time,
 )
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 QueueKey = tuple[str, int]
 
 UNIT = struct.Struct(">qiqq")  # physical offset, size, tags code, store time
-UNIT_CQ = struct.Struct(">qiq8x")  # the same bytes without the store time: a CqUnit
+UNIT_CQ = struct.Struct(">qiq8x")  # the same bytes without the store time: a UnitTuple
 META = struct.Struct(">qq")  # min offset, max offset
 OFFSET = struct.Struct(">q")
 QUEUE_ID = struct.Struct(">I")
@@ -290,7 +290,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         queue = self._queues.get((topic, queue_id))
         return queue.max_offset if queue else 0
 
-    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[CqUnit]:
+    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[UnitTuple]:
         queue = self._queues.get((topic, queue_id))
         if queue is None:
             return []
@@ -311,7 +311,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         # they should be. Not so only when expiry or truncation removed units under this read.
         if not keys or keys[0] != start_key or keys[-1] != prefix + OFFSET.pack(offset + len(keys) - 1):
             return []
-        return list(map(CqUnit._make, UNIT_CQ.iter_unpack(b"".join(values))))
+        return list(UNIT_CQ.iter_unpack(b"".join(values)))
 
     def _unit(self, queue: _Queue, offset: int) -> tuple[int, int, int, int] | None:
         raw = self.db.get(queue.prefix + OFFSET.pack(offset))

@@ -59,11 +59,11 @@ class TieredMessageStore(MessageStoreReader):
         if self.level is TieredStorageLevel.FORCE or offset < local.min_offset(topic, queue_id):
             return True
         units = local.consume_queue_store.read_units(topic, queue_id, offset, 1)
-        if not units or units[0].physical_offset < local.commit_log.min_offset():
+        if not units or units[0][0] < local.commit_log.min_offset():  # (physical offset)
             return True  # its commitlog segment expired before the consume queue's min caught up
         if self.level is TieredStorageLevel.NOT_IN_MEM:
             mfq = local.commit_log.mapped_file_queue
-            segment, newest = mfq.find(units[0].physical_offset), mfq.last()
+            segment, newest = mfq.find(units[0][0]), mfq.last()
             if segment is not None and newest is not None:
                 hot_bytes = HOT_SEGMENTS * local.commit_log.mapped_file_size
                 return newest.file_from_offset - segment.file_from_offset >= hot_bytes
@@ -131,7 +131,7 @@ class TieredMessageStore(MessageStoreReader):
 
     def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
         units = self.local.consume_queue_store.read_units(topic, queue_id, offset, 1)
-        return self.local.commit_log.store_timestamp_at(units[0].physical_offset) if units else -1
+        return self.local.commit_log.store_timestamp_at(units[0][0]) if units else -1
 
     # -- reads the local store alone serves ----------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
