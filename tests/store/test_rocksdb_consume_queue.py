@@ -238,9 +238,9 @@ def test_flush_policy_flushes_by_time_or_when_forced(tmp_path: Path):
 
 
 def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_path: Path):
-    """A flush the disk refused (the one a topic deletion forces) keeps what made it due: the next periodic pass of
-    an idle store flushes. Cleared, the deletion stayed in the memtable (no WAL) and a kill brought the topic
-    back."""
+    """A flush the disk refused (the first pass after a topic deletion, which makes a flush due at once) keeps what
+    made it due: the next periodic pass of an idle store flushes. Cleared, the deletion stayed in the memtable (no
+    WAL) until some later dispatch."""
     cq = open_cq(tmp_path / "cq", flush_interval_s=3600)
     log = Log()
     cq.dispatch(log.append("Gone", 0, 4), log.end)
@@ -249,8 +249,9 @@ def test_a_refused_flush_is_still_due_so_an_idle_store_flushes_once_it_can(tmp_p
     cq.flush_interval_s = 3600
     refusing = RefusingDb(cq._db, "flush")
     cq._db = refusing  # type: ignore[assignment]
+    cq.topic_deleted("Gone")
     with pytest.raises(Exception, match="No space left on device"):
-        cq.topic_deleted("Gone")
+        cq.flush()
     refusing.refusing = False
     flushed = cq.flush_count
     cq.flush()  # the periodic pass: not due by time, still due by the deletion

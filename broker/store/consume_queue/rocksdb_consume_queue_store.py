@@ -415,6 +415,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
             for prefix in (UNIT_PREFIX, META_PREFIX):
                 batch.delete_range(prefix + name + SEPARATOR, prefix + name + bytes([SEPARATOR[0] + 1]))
             self.db.write(batch, self._write_options)
+        # Flushed by the next pass, not here (on the dispatch thread, maybe the event loop): lost to a crash before
+        # it, the deletion is replayed with the checkpoint that goes with it (the deletion record is in the log).
         self._flush_now = True
-        self._flush(force=True)  # rare, and a crash must not bring the topic back
         log.info("consume_queue_topic_deleted topic=%s queues=%d", topic, len(keys))
