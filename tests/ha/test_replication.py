@@ -211,6 +211,34 @@ def test_with_its_master_gone_a_group_is_read_from_its_slave(sync_group: Group):
 
 
 
+def test_a_topic_deleted_and_made_again_on_the_master_is_served_so_by_its_slave(sync_group: Group):
+    """The deletion travels in the replicated log: the slave's queue of the deleted topic kept the old messages,
+    and the topic made again (offsets 0..) was taken for messages it already held."""
+    from proto import broker_pb2, broker_pb2_grpc
+
+    g = sync_group
+    queue = MessageQueue(TOPIC, "broker-a", 0)
+    with Producer(g.ns.addr) as producer:
+        for body in (b"old-0", b"old-1", b"old-2"):
+            producer.send(Message(TOPIC, body), queue=queue)
+    with Admin(g.ns.addr) as admin:
+        admin.delete_topic(TOPIC, "DefaultCluster")
+        admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
+        wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route again")
+    with Producer(g.ns.addr) as producer:
+        assert producer.send(Message(TOPIC, b"new-0"), queue=queue).queue_offset == 0
+    g.wait_slave_shows_everything()
+    slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+    from client.pulled_messages import PulledMessages
+
+    def pulled() -> list[bytes]:
+        answer = slave.PullMessage(broker_pb2.PullMessageRequest(
+            consumer_group="slave-reader", topic=TOPIC, queue_id=0, queue_offset=0, max_msg_nums=64), timeout=5)
+        return [m.body for m in PulledMessages(answer.records)] if answer.code == ResponseCode.SUCCESS else []
+
+    wait_until(lambda: pulled() == [b"new-0"], timeout=10, what="the slave to serve the topic made again")
+
+
 def test_a_slave_copies_its_masters_consumer_offsets(sync_group: Group):
     g = sync_group
     from proto import broker_pb2, broker_pb2_grpc
