@@ -9,7 +9,7 @@ dispatching the copied log. Reput hands such a record to no dispatcher as a requ
 The record is in a system topic (``rmq_sys_*``: producers cannot send to it), queue 0, with the deleted topic's name
 in a property and an empty body."""
 
-from broker.store.dispatch.dispatch_request import PROPERTIES, DispatchRequest
+from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, PROPERTIES, DispatchRequest
 from common.message_properties import encode_properties, find_property
 from common.wire_batch import WireBatch
 
@@ -26,5 +26,5 @@ def topic_deletion_batch(topic: str, born_timestamp: int, store_host: bytes) -> 
 def deleted_topic(request: DispatchRequest) -> str:
     """The topic a deletion record (a request of :data:`TOPIC_DELETION_TOPIC`) deletes."""
     name = find_property(request[PROPERTIES], _NEEDLE)
-    assert name, f"a topic deletion record without its topic at commitlog offset {request[3]}"
+    assert name, f"a topic deletion record without its topic at commitlog offset {request[PHYSICAL_OFFSET]}"
     return name.decode()
