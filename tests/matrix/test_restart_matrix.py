@@ -60,10 +60,12 @@ class Workload:
         self.topic, self.static_topic = unique("RsNormal"), unique("RsStatic")
         self.pop_topic, self.delay_topic, self.tx_topic = unique("RsPop"), unique("RsDelay"), unique("RsTx")
         self.auto_topic = unique("RsAuto")  # single sends of an auto_batch producer
+        self.gone_topic = unique("RsGone")  # deleted and made again before the kill
         self.group = unique("rs-group")
         self.sent: dict[MessageQueue, dict[int, bytes]] = {}
         self.static_sent: dict[int, list[tuple[int, bytes]]] = {}
         self.auto_sent: dict[MessageQueue, dict[int, bytes]] = {}
+        self.gone_sent: dict[MessageQueue, dict[int, bytes]] = {}  # the topic made again
         self.kv: dict[bytes, bytes | None] = {}
         self.pop_bodies = [b"pop-%03d" % i for i in range(200)]
         self.pop_acked: set[bytes] = set()
@@ -78,7 +80,7 @@ class Workload:
 
     def run(self, producer: Producer) -> None:
         c = self.cluster
-        for topic in (self.topic, self.pop_topic, self.delay_topic, self.tx_topic, self.auto_topic):
+        for topic in (self.topic, self.pop_topic, self.delay_topic, self.tx_topic, self.auto_topic, self.gone_topic):
             create_topic(c, topic, 4)
         with Admin(c.addr) as admin:
             created = admin.update_static_topic(self.static_topic, 4, brokers=["broker-a"])
@@ -115,6 +117,7 @@ class Workload:
         tx.send(Message(self.tx_topic, b"tx-rollback"))
         tx.rollback()
         self._pop_some()
+        self._delete_and_make_again(producer)
         with PullConsumer(c.addr, group=self.group) as consumer:
             for mq in consumer.queues(self.topic):
                 consumer.commit(mq, COMMITTED)
@@ -138,6 +141,27 @@ class Workload:
     def _static(self, producer: Producer, tag: str) -> None:
         for body, r in send_by_message_group(producer, self.static_topic, tag, 40):
             self.static_sent.setdefault(r.queue.queue_id, []).append((r.queue_offset, body))
+
+    def _delete_and_make_again(self, producer: Producer) -> None:
+        """A topic sent to, popped and committed, then deleted and made again with new messages: after the kill it
+        holds the new ones alone, from offset 0, in the consume queues, the tier and POP (the deletion is a record
+        in the commitlog, which the restart's replay may start below)."""
+        c = self.cluster
+        for i in range(4):
+            producer.send_batch([Message(self.gone_topic, b"gone-old-%d-%d" % (i, j)) for j in range(10)])
+        with SimpleConsumer(c.addr, group=self.group, topic=self.gone_topic) as consumer:
+            consumer.ack(consumer.receive(16, invisible_ms=30_000, wait_ms=500))
+        with PullConsumer(c.addr, group=self.group) as consumer:
+            for mq in consumer.queues(self.gone_topic):
+                consumer.commit(mq, 2)
+        with Admin(c.addr) as admin:
+            admin.delete_topic(self.gone_topic, "DefaultCluster")
+            wait_until(lambda: self.gone_topic not in admin.topic_list(), what=f"{self.gone_topic} deleted")
+        create_topic(c, self.gone_topic, 4)
+        for i in range(4):
+            batch = [Message(self.gone_topic, b"gone-new-%d-%d" % (i, j)) for j in range(3)]
+            record(self.gone_sent, batch, producer.send_batch(batch))
+        assert all(min(offsets) == 0 for offsets in self.gone_sent.values()), self.gone_sent
 
     def _pop_some(self) -> None:
         """120 received: half of them acked, the rest left in flight (invisible for 4 s) across the kill."""
@@ -192,6 +216,8 @@ def test_every_feature_recovers_from_a_sigkill_of_both_brokers(cluster: Cluster)
                 assert dict(read_all(reader, mq)) == work.auto_sent.get(mq, {}), mq
             for mq in reader.queues(work.static_topic):  # both links
                 assert read_all(reader, mq) == sorted(work.static_sent[mq.queue_id]), mq
+            for mq in reader.queues(work.gone_topic):  # the topic made again, none of the deleted one's
+                assert dict(read_all(reader, mq)) == work.gone_sent.get(mq, {}), mq
         with PullConsumer(cluster.addr, group=work.group) as consumer:
             for mq in consumer.queues(work.topic):
                 # RocksDB metadata writes a commit through its write-ahead log; the file store persists offsets
@@ -208,6 +234,7 @@ def test_every_feature_recovers_from_a_sigkill_of_both_brokers(cluster: Cluster)
             assert kv.get(after) == b"after"
 
         check_pop(cluster, work)
+        check_made_again(cluster, work)
 
         with PullConsumer(cluster.addr, group=unique("rs-delay")) as reader:
             def delivered() -> list[tuple[bytes, int]] | None:
@@ -257,6 +284,32 @@ def check_pop(cluster: Cluster, work: Workload) -> None:
             assert not again, f"{len(again)} acked before the kill and delivered again, e.g. {again[:3]}"
         stray = consumer.receive(32, invisible_ms=30_000, wait_ms=500)
     assert stray == [] and max(seen.values()) == 1, (stray, seen.most_common(3))
+
+
+def check_made_again(cluster: Cluster, work: Workload) -> None:
+    """The deleted topic's group state is gone and the tier holds the topic made again alone."""
+    new = sorted(body for queue in work.gone_sent.values() for body in queue.values())
+    with PullConsumer(cluster.addr, group=work.group) as consumer:
+        assert {consumer.committed(mq) for mq in consumer.queues(work.gone_topic)} == {-1}
+    got: list[bytes] = []
+    with SimpleConsumer(cluster.addr, group=work.group, topic=work.gone_topic) as consumer:
+        deadline = time.monotonic() + 20
+        while len(got) < len(new):
+            assert time.monotonic() < deadline, f"POP of the topic made again: {sorted(got)} of {new}"
+            batch = consumer.receive(32, invisible_ms=30_000, wait_ms=300)
+            if batch:
+                consumer.ack(batch)
+            got += [m.body for m in batch]
+    assert sorted(got) == new
+    wanted = {(mq.broker_name, mq.queue_id): len(offsets) for mq, offsets in work.gone_sent.items()}
+
+    def tiered() -> dict[tuple[str, int], int]:  # queues the tier holds messages of (-1: none)
+        with Admin(cluster.addr) as admin:
+            status = admin.tiered_status(work.gone_topic)
+        return {(s.broker_name, q.queue_id): q.tiered_max_offset for s in status for q in s.queues
+                if q.tiered_max_offset > 0}
+
+    wait_until(lambda: tiered() == wanted, timeout=20, what=f"the tier to hold the topic made again, {wanted}")
 
 
 def send_retrying_once(producer: Producer, msg: Message, mq: MessageQueue) -> SendResult:
