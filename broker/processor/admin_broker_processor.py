@@ -202,7 +202,8 @@ class AdminBrokerProcessor:
         # not exist, and its queues, offsets and mapping came back at a restart.
         not_deleted = self.local_store.delete_topic(topic)
         if not_deleted is not None:
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic} not deleted yet: {not_deleted}; retry")
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"topic {topic} not deleted, its config kept (run deleteTopic "
+                          f"again): {not_deleted}")
         self.mapping_manager.delete(topic)
         self._forget_consumption(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
