@@ -96,8 +96,11 @@ class ConsumerOffsetManager:
         return len(keys)
 
     def delete_topic(self, topic: str) -> None:
+        """Every group's offsets of ``topic``, durably at once (as :meth:`delete_offsets`: a topic made again under
+        the name starts at offset 0, and an old offset back after a crash would read past its first messages)."""
         with self._lock:
             for key in [k for k in self.offset_table if k[1] == topic]:
                 del self.offset_table[key]
                 self.commit_times.pop(key, None)
             self.store.delete_prefix((topic,))
+        self.persist()
