@@ -198,9 +198,15 @@ class BrokerController:
         self.peer_brokers = PeerBrokers(c.namesrv_addrs, c.broker_name, self.broker_addr)
         self.local_store = local_store = MessageStore(c.store_config(self.broker_addr))
         self.store = local_store
-        if c.tiered_store_enable:  # processors read through the tiered facade; it registers its uploader
-            self.tiered = TieredStore(c, local_store)
+        if c.tiered_store_enable and (c.broker_role.is_master or c.enable_controller_mode):
+            self.tiered = TieredStore(c, local_store)  # processors read through its facade; it registers its uploader
             self.store = self.tiered.store
+        elif c.tiered_store_enable:
+            # A slave never uploads (its master does) and is never promoted without a restart. Its uploader, never
+            # started, would hold every replicated record in memory and the commitlog's expiry at its checkpoint:
+            # the slave kept every segment until its disk filled.
+            log.info("tiered_store_off broker=%s reason=slave: the master uploads; this copy expires by "
+                     "fileReservedTime", self.broker_addr)
         self.hold_service = PullRequestHoldService(asyncio.get_running_loop(), self.store.max_offset)
         local_store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
         local_store.reput.dispatch_on(threading.get_ident(), asyncio.get_running_loop().call_soon)

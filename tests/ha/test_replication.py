@@ -273,3 +273,26 @@ def test_in_sync_replicas_lets_a_send_complete_with_any_n_minus_one_slaves(tmp_p
         if second.alive:
             second.stop(strict=False)
         g.stop()
+
+
+def test_a_slave_with_tiered_storage_configured_expires_its_commitlog_as_its_master_does(tmp_path: Path):
+    """Master and slave of one broker.conf, tiered storage on: only the master uploads. The slave's uploader, never
+    started, held its commitlog's expiry at its checkpoint 0, so a slave kept every segment until its disk filled."""
+    g = Group(tmp_path, "ASYNC_MASTER", tieredStoreEnable="true", tieredBackendServiceProvider="posix",
+              fileReservedTime="0.0003", deleteWhen="*", cleanResourceInterval="200", tieredStoreGroupCommitAge="100")
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        with Producer(g.ns.addr) as producer:
+            for i in range(0, 4000, 50):  # ~4 MB: four 1 MiB segments
+                producer.send_batch([Message(TOPIC, f"t{j}".encode() * 100) for j in range(i, i + 50)])
+        wait_until(lambda: g.ends()[1] >= g.ends()[0], what="the slave to catch up")
+
+        def segments(who: str) -> int:
+            return len(list((g.workdir / who / "broker-a" / "store" / "commitlog").iterdir()))
+
+        wait_until(lambda: segments("master") == 1, timeout=20, what="the master to expire what its tier holds")
+        wait_until(lambda: segments("slave") == 1, timeout=20, what="the slave to expire its copy as well")
+    finally:
+        g.stop()
