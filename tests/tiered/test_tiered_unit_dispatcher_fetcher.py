@@ -236,6 +236,23 @@ def test_a_deletion_a_crash_cut_short_is_replayed(nodes, provider: TieredBackend
     assert [m.min_offset for m in node.tiered.metadata.iterate_queues(TOPIC)] == [0]
 
 
+def test_a_deletion_the_backend_refuses_is_tried_again_before_the_topic_made_again_is_uploaded(nodes, monkeypatch):
+    node = nodes(TieredBackendServiceProvider.POSIX)
+    for i in range(3):
+        node.put(0, f"old-{i}".encode())
+    assert node.dispatcher.upload_due(force=True) == 3
+    assert node.local.delete_topic(TOPIC) is None
+    node.put(0, b"new-0")
+    refusing = FailingWrites(monkeypatch, PosixFileSegment, OSError(5, "Input/output error"), method="destroy")
+    with pytest.raises(OSError, match="Input/output error"):
+        node.dispatcher.upload_due(force=True)
+    assert node.tiered.flat_files.get(TOPIC, 0).max_offset == 3  # nothing of the new topic went into the old files
+    assert node.dispatcher.current_checkpoint() < node.local.commit_log.max_offset()
+    refusing.failing = False
+    assert node.dispatcher.upload_due(force=True) == 1
+    assert tier_matches_local(node, 0) == 1
+
+
 class FailingWrites:
     """A backend's writes (or another class's ``method``: the tier's metadata store's) fail with ``error`` while
     ``failing`` is set."""
