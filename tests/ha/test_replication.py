@@ -9,9 +9,10 @@ import grpc
 import pytest
 
 from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer
+from client.pulled_messages import PulledMessages
 from client.results import SendStatus
 from common.response_code import ResponseCode
-from proto import ha_pb2, ha_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
 from tests.admin_cli.helpers import ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 
@@ -57,6 +58,13 @@ class Group:
                    what=f"the slave to show everything up to the master's end {end}")
         return end
 
+    def slave_pull(self, queue_id: int = 0) -> tuple[int, list[bytes]]:
+        """The slave's answer to a pull of ``queue_id`` from offset 0: its code and the bodies it carries."""
+        slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(self.slave.addr))
+        answer = slave.PullMessage(broker_pb2.PullMessageRequest(
+            consumer_group="slave-reader", topic=TOPIC, queue_id=queue_id, queue_offset=0, max_msg_nums=64), timeout=5)
+        return answer.code, [m.body for m in PulledMessages(answer.records)]
+
     def stop(self) -> None:
         for d in (self.slave, self.master, self.ns):
             if d.alive:
@@ -100,7 +108,6 @@ def test_sync_master_acknowledges_what_the_slave_has_byte_for_byte(sync_group: G
 
 def test_a_slave_refuses_sends_and_a_stranger_is_refused(sync_group: Group):
     g = sync_group
-    from proto import broker_pb2, broker_pb2_grpc
     stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
     answer = stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[b"x"]), timeout=5)
     assert answer.code == ResponseCode.NO_PERMISSION and "slave" in answer.remark
@@ -166,20 +173,18 @@ def test_an_async_master_acknowledges_at_once_and_its_slave_follows(tmp_path: Pa
 
 def test_a_slave_holds_its_masters_topics_and_serves_pulls_of_replicated_messages(sync_group: Group):
     g = sync_group
-    from proto import broker_pb2, broker_pb2_grpc, common_pb2
+    from proto import common_pb2
     with Producer(g.ns.addr) as producer:
         for i in range(20):
             producer.send(Message(TOPIC, f"s{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", 0))
     slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
     wait_until(lambda: TOPIC in {c.topic_name for c in slave.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs},
                what="the slave to copy the master's topics")
-    from client.pulled_messages import PulledMessages
 
     def pulled() -> list[bytes]:
-        answer = slave.PullMessage(broker_pb2.PullMessageRequest(
-            consumer_group="slave-reader", topic=TOPIC, queue_id=0, queue_offset=0, max_msg_nums=64), timeout=5)
-        assert answer.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), answer
-        return [m.body for m in PulledMessages(answer.records)]
+        code, bodies = g.slave_pull()
+        assert code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), code
+        return bodies
 
     # every acknowledged message within moments: the master tells the slave its new confirm offset as it moves,
     # and the slave dispatches up to it (a moment after, as any broker does after an acknowledgement)
@@ -214,8 +219,6 @@ def test_with_its_master_gone_a_group_is_read_from_its_slave(sync_group: Group):
 def test_a_topic_deleted_and_made_again_on_the_master_is_served_so_by_its_slave(sync_group: Group):
     """The deletion travels in the replicated log: the slave's queue of the deleted topic kept the old messages,
     and the topic made again (offsets 0..) was taken for messages it already held."""
-    from proto import broker_pb2, broker_pb2_grpc
-
     g = sync_group
     queue = MessageQueue(TOPIC, "broker-a", 0)
     with Producer(g.ns.addr) as producer:
@@ -228,20 +231,12 @@ def test_a_topic_deleted_and_made_again_on_the_master_is_served_so_by_its_slave(
     with Producer(g.ns.addr) as producer:
         assert producer.send(Message(TOPIC, b"new-0"), queue=queue).queue_offset == 0
     g.wait_slave_shows_everything()
-    slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
-    from client.pulled_messages import PulledMessages
-
-    def pulled() -> list[bytes]:
-        answer = slave.PullMessage(broker_pb2.PullMessageRequest(
-            consumer_group="slave-reader", topic=TOPIC, queue_id=0, queue_offset=0, max_msg_nums=64), timeout=5)
-        return [m.body for m in PulledMessages(answer.records)] if answer.code == ResponseCode.SUCCESS else []
-
-    wait_until(lambda: pulled() == [b"new-0"], timeout=10, what="the slave to serve the topic made again")
+    wait_until(lambda: g.slave_pull() == (ResponseCode.SUCCESS, [b"new-0"]), timeout=10,
+               what="the slave to serve the topic made again")
 
 
 def test_a_slave_copies_its_masters_consumer_offsets(sync_group: Group):
     g = sync_group
-    from proto import broker_pb2, broker_pb2_grpc
     with PullConsumer(g.ns.addr, group="offsets-group") as consumer:
         consumer.commit(MessageQueue(TOPIC, "broker-a", 2), 7)
     slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
