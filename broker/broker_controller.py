@@ -59,6 +59,7 @@ from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
 from broker.store.periodic_service import FailedPassLog
 from broker.store.store_lock import StoreLock
+from broker.tiered.replica.tier_role import TierRole
 from broker.tiered.tiered_store import TieredStore
 from broker.tiered_servicer import TieredServicer
 from broker.timer.delay_levels import parse_delay_levels
@@ -199,7 +200,9 @@ class BrokerController:
         self.local_store = local_store = MessageStore(c.store_config(self.broker_addr))
         self.store = local_store
         if c.tiered_store_enable and (c.broker_role.is_master or c.enable_controller_mode):
-            self.tiered = TieredStore(c, local_store)  # processors read through its facade; it registers its uploader
+            # processors read through its facade; it registers its uploader. In controller mode a replica's tier
+            # follows its master's, or uploads to a backend of its own (broker/tiered/replica/tier_role.py).
+            self.tiered = TieredStore(c, local_store, TierRole.WAITING if c.enable_controller_mode else TierRole.MASTER)
             self.store = self.tiered.store
         elif c.tiered_store_enable:
             # A slave never uploads (its master does) and is never promoted without a restart. Its uploader, never
@@ -328,7 +331,7 @@ class BrokerController:
     def _slave_synchronize(self, master_addr: Callable[[], str]) -> SlaveSynchronize:
         return SlaveSynchronize(master_addr, self.topic_config_manager, self.subscription_group_manager,
                                 self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager,
-                                _PopStateCopies(self))
+                                _PopStateCopies(self), self.tiered)
 
     def _rejoin(self, why: str) -> None:
         self.rejoin_reason = why

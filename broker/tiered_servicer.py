@@ -25,5 +25,8 @@ class TieredServicer(tiered_pb2_grpc.TieredServiceServicer):
     async def MarkExpiredSegments(self, request, context):
         return await asyncio.to_thread(self.tiered.mark_expired, request)
 
+    async def GetTierCopy(self, request, context):  # a snapshot of the tier's metadata: off the event loop
+        return await asyncio.to_thread(self.tiered.tier_copy, request)
+
     async def DropSegments(self, request, context):
         return self.tiered.drop_segments(request)

@@ -151,3 +151,23 @@ class DropSegmentsResponse(_message.Message):
     remark: str
     dropped: int
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class TierCopyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TierCopyResponse(_message.Message):
+    __slots__ = ("code", "remark", "tier_id", "checkpoint", "uploaded_end", "records")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    TIER_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    UPLOADED_END_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    remark: str
+    tier_id: str
+    checkpoint: int
+    uploaded_end: int
+    records: bytes
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., tier_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., uploaded_end: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...

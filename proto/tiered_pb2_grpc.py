@@ -59,6 +59,11 @@ class TieredServiceStub:
                 request_serializer=proto_dot_tiered__pb2.DropSegmentsRequest.SerializeToString,
                 response_deserializer=proto_dot_tiered__pb2.DropSegmentsResponse.FromString,
                 _registered_method=True)
+        self.GetTierCopy = channel.unary_unary(
+                '/rmq.TieredService/GetTierCopy',
+                request_serializer=proto_dot_tiered__pb2.TierCopyRequest.SerializeToString,
+                response_deserializer=proto_dot_tiered__pb2.TierCopyResponse.FromString,
+                _registered_method=True)
 
 
 class TieredServiceServicer:
@@ -94,6 +99,13 @@ class TieredServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTierCopy(self, request, context):
+        """A controller-mode replica's copy of its master's tier (broker/tiered/replica/).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TieredServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +133,11 @@ def add_TieredServiceServicer_to_server(servicer, server):
                     servicer.DropSegments,
                     request_deserializer=proto_dot_tiered__pb2.DropSegmentsRequest.FromString,
                     response_serializer=proto_dot_tiered__pb2.DropSegmentsResponse.SerializeToString,
+            ),
+            'GetTierCopy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTierCopy,
+                    request_deserializer=proto_dot_tiered__pb2.TierCopyRequest.FromString,
+                    response_serializer=proto_dot_tiered__pb2.TierCopyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +275,33 @@ class TieredService:
             '/rmq.TieredService/DropSegments',
             proto_dot_tiered__pb2.DropSegmentsRequest.SerializeToString,
             proto_dot_tiered__pb2.DropSegmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTierCopy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.TieredService/GetTierCopy',
+            proto_dot_tiered__pb2.TierCopyRequest.SerializeToString,
+            proto_dot_tiered__pb2.TierCopyResponse.FromString,
             options,
             channel_credentials,
             insecure,

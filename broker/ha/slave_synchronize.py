@@ -1,6 +1,6 @@
-"""A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets and POP
-state (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon as the master's address is known, and
-POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics
+"""A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets, POP
+state and (a controller-mode replica's) tier (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon
+as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics
 and mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from
 the slave while the master is down, or from a promoted slave, may read again what was committed since
 (at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
@@ -25,14 +25,31 @@ from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.tiered.metadata.tiered_metadata_store import TieredMetadataCopy
+from broker.tiered.provider.file_segment import is_backend_error
+from broker.tiered.replica.tier_role import MasterTier
 from common import tls
 from common.acl import inner_metadata
+from common.response_code import ResponseCode
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config_codec import topic_config_from_proto
-from proto import broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+
+class TierCopies(Protocol):
+    """A controller-mode replica's tier, which follows its master's (``broker/tiered/replica/tier_role.py``)."""
+
+    def follows_master(self) -> bool:
+        """Whether the master's tier is still wanted (not once this replica uploads to a backend of its own)."""
+
+    def follow_master(self, master: MasterTier | None) -> None:
+        """A copy of the master's tier (None: the master has no tiered storage)."""
+
+
+_UNANSWERED = object()  # the master gave no copy of its tier this time (an older release, a refusal)
 
 
 class PopStateCopies(Protocol):
@@ -59,7 +76,7 @@ class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None],
                  mappings: TopicQueueMappingManager | None = None,
-                 pop_state: PopStateCopies | None = None) -> None:
+                 pop_state: PopStateCopies | None = None, tier: TierCopies | None = None) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
@@ -68,6 +85,7 @@ class SlaveSynchronize(threading.Thread):
         self.on_topics_changed = on_topics_changed
         self.mappings = mappings
         self.pop_state = pop_state
+        self.tier = tier
         self._stopped = threading.Event()
         self._synced_from = ""
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
@@ -117,6 +135,7 @@ class SlaveSynchronize(threading.Thread):
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
             details = stub.GetAllTopicQueueMapping(empty, **signed).details
             pop_state = self._fetch_pop_state(channel, signed)
+            tier = self._fetch_tier(channel, signed)
         mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
         masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
         mine = {c.topic_name: c for c in self.topics.all_configs()}
@@ -141,6 +160,7 @@ class SlaveSynchronize(threading.Thread):
         self.offsets.delete_offsets([(g, t, q) for g, t, q, _o in self.offsets.all_offsets()
                                      if (g, t, q) not in theirs])
         self._copy_pop_state(addr, pop_state)
+        self._copy_tier(addr, tier)
         if changed or gone or mappings_changed:
             log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
                      addr, len(changed), len(gone), len(groups), mappings_changed)
@@ -172,6 +192,32 @@ class SlaveSynchronize(threading.Thread):
             self._unversioned = b"" if snapshot.version else snapshot.records
             log.info("slave_pop_state_copied master=%s version=%s bytes=%d", addr, snapshot.version,
                      len(snapshot.records))
+
+    def _fetch_tier(self, channel: grpc.Channel, signed: dict) -> object:
+        """The master's tier (None if it has none), or ``_UNANSWERED``."""
+        if self.tier is None or not self.tier.follows_master():
+            return _UNANSWERED
+        try:
+            answer = tiered_pb2_grpc.TieredServiceStub(channel).GetTierCopy(tiered_pb2.TierCopyRequest(), **signed)
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return _UNANSWERED  # an older master: whether it shares this replica's backend is not known
+        if answer.code == ResponseCode.SERVICE_NOT_AVAILABLE:
+            return None
+        if answer.code != ResponseCode.SUCCESS:
+            log.warning("slave_tier_copy_refused code=%d remark=%r", answer.code, answer.remark)
+            return _UNANSWERED
+        return MasterTier(answer.tier_id, TieredMetadataCopy(answer.checkpoint, answer.uploaded_end, answer.records))
+
+    def _copy_tier(self, addr: str, master: object) -> None:
+        if self.tier is None or master is _UNANSWERED:
+            return
+        assert master is None or isinstance(master, MasterTier)
+        try:
+            self.tier.follow_master(master)
+        except Exception as exc:  # its backend failing (a read of its id): the next copy tries again
+            log.warning("slave_tier_copy_failed master=%s error=%r", addr, exc, exc_info=not is_backend_error(exc))
 
     def _copy_mappings(self, masters: list[TopicQueueMappingDetail]) -> int:
         if self.mappings is None:

@@ -56,6 +56,13 @@ class TieredProcessor:
             s3_region=tiered.s3.region if tiered.s3 else "",
             segments=[segment_to_proto(m) for m in tiered.segments(topic)], snapshot_ms=int(time.time() * 1000))
 
+    def tier_copy(self, request: tiered_pb2.TierCopyRequest) -> tiered_pb2.TierCopyResponse:
+        """For a controller-mode replica (``broker/tiered/replica/tier_role.py``)."""
+        master = self._on().copy_for_replica()
+        return tiered_pb2.TierCopyResponse(code=ResponseCode.SUCCESS, tier_id=master.tier_id,
+                                           checkpoint=master.copy.checkpoint, uploaded_end=master.copy.uploaded_end,
+                                           records=master.copy.records)
+
     def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:
         tiered = self._on()
         old = [segment_from_proto(p) for p in request.old]

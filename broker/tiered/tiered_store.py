@@ -1,6 +1,7 @@
 """Tiered storage wiring: backend, metadata, flat files, the upload dispatcher, the read facade, expiry."""
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,12 +11,15 @@ from broker.store.message_store import MessageStore
 from broker.store.periodic_service import PeriodicService
 from broker.tiered.dispatcher.tiered_dispatcher import SHUTDOWN_WAIT_S, GroupCommitPolicy, TieredDispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
+from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_file_store import FlatFileStore
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType, is_backend_error
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
+from broker.tiered.replica.tier_id import ensure_tier_id, read_tier_id
+from broker.tiered.replica.tier_role import MasterTier, TierRole
 from common.storage_refusal import is_storage_failure
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,8 @@ def _disk_full_now(local: MessageStore) -> Callable[[], str | None]:
 
 
 class TieredStore:
-    def __init__(self, config, local: MessageStore) -> None:  # config: BrokerConfig
+    def __init__(self, config, local: MessageStore, role: TierRole = TierRole.MASTER) -> None:  # config: BrokerConfig
+        """``role``: WAITING for a controller-mode broker, which is a replica until it is elected."""
         root = Path(config.store_path_root_dir)
         self.s3: S3Config | None = None
         if config.tiered_backend_service_provider is TieredBackendServiceProvider.S3:
@@ -70,24 +75,98 @@ class TieredStore:
                                            local.max_offset, _disk_full_now(local) if shares_disk else _never)
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
+        self.local = local
+        self.broker_name = config.broker_name
+        self.role = role  # WAITING until start() (as master) or the master's first copy (as a replica)
+        self._role_lock = threading.Lock()
+        self.tier_id = ""  # the backend's, once this broker wrote or found it as master
+        self._uploading = False
+        self._id_lock = threading.Lock()
         self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)
         self.delete_expired = config.tiered_store_delete_file_enable
         self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
 
     def start(self) -> None:
-        """After the local store started (its recovery loaded the flat files and rebuilt the local queues)."""
-        self.dispatcher.reconcile_after_recovery()
-        self.dispatcher.start()
+        """As the broker becomes master, after the local store started (its recovery loaded the flat files and
+        rebuilt the local queues) and, if it was a replica, dispatched everything it copied. What reads the
+        backend first runs in the upload thread (not on the caller's, the event loop), retried while it fails."""
+        with self._role_lock:
+            prepare = self._take_over if self.role is TierRole.SHARED else self._prepare_master
+            self.role = TierRole.MASTER
+            if not self._uploading:
+                self._start_uploads(prepare)
+
+    def _start_uploads(self, prepare: Callable[[], None]) -> None:
+        self._uploading = True
+        self.dispatcher.start(prepare)
         self.clean_service.start()
-        log.info("tiered_started backend=%s root=%s%s level=%s queues=%d", self.factory.provider, self.backend_root,
-                 f" s3={self.s3!r}" if self.s3 else "", self.store.level, len(self.flat_files.files))
+        log.info("tiered_started backend=%s root=%s%s level=%s queues=%d role=%s", self.factory.provider,
+                 self.backend_root, f" s3={self.s3!r}" if self.s3 else "", self.store.level,
+                 len(self.flat_files.files), self.role.value)
+
+    def _prepare_master(self) -> None:
+        self.dispatcher.reconcile_after_recovery()
+        self._ensure_tier_id()
+
+    def _ensure_tier_id(self) -> str:
+        """The backend's id, written by this master when there is none (one writer at a time: a replica that read
+        an id this broker then overwrote would take a shared backend for its own)."""
+        with self._id_lock:
+            if not self.tier_id:
+                self.tier_id = ensure_tier_id(self.factory, self.broker_name)
+            return self.tier_id
+
+    def _take_over(self) -> None:
+        """A promoted replica that shared its master's backend: its last copy of the master's records, fitted to
+        what the master did after it (see ``replica/tier_role.py``); the tier forgets what this log never had."""
+        self.flat_files.load(LoadMode.TAKE_OVER)
+        self.dispatcher.truncate_dirty(self.local.commit_log.max_offset())
+        self._prepare_master()
+        log.warning("tiered_taken_over queues=%d checkpoint=%d", len(self.flat_files.files),
+                    self.dispatcher.current_checkpoint())
+
+    # -- controller mode: a replica's tier follows its master's (replica/tier_role.py) --------------------
+    def copy_for_replica(self) -> MasterTier:
+        """This master's tier for a replica: the backend's id ("" until this broker, master, found or wrote it)
+        and the metadata."""
+        if self.role is not TierRole.MASTER or not self.dispatcher.prepared:
+            return MasterTier("", self.metadata.copy())
+        return MasterTier(self._ensure_tier_id(), self.metadata.copy())  # a promoted replica that had its own
+
+    def follows_master(self) -> bool:
+        """Whether this replica still wants its master's tier (not once it uploads to its own backend)."""
+        return self.role in (TierRole.WAITING, TierRole.SHARED)
+
+    def follow_master(self, master: MasterTier | None) -> None:
+        """A copy of the master's tier (None: the master has no tiered storage). Backend errors are raised: the
+        caller tries again with the next copy."""
+        with self._role_lock:
+            if not self.follows_master():
+                return
+            if master is not None and not master.tier_id:
+                return  # the master has not written its backend's id yet: not known whether it is shared
+            mine = read_tier_id(self.factory, self.broker_name) if master is not None else ""
+            if master is None or master.tier_id != mine:
+                log.info("tiered_replica_uploads_own broker=%s reason=%s", self.broker_name,
+                         "the master's tiered storage is off" if master is None else "its backend is not the master's")
+                self.role = TierRole.OWN
+                self._start_uploads(self.dispatcher.reconcile_after_recovery)
+                return
+            self.metadata.install(master.copy)
+            self.dispatcher.follow(master.copy.checkpoint, master.copy.uploaded_end)
+            self.flat_files.load(LoadMode.FOLLOW)
+            if self.role is TierRole.WAITING:
+                log.info("tiered_replica_follows_master broker=%s checkpoint=%d: the master uploads for both",
+                         self.broker_name, master.copy.checkpoint)
+                self.role = TierRole.SHARED
 
     def shutdown(self) -> None:
         """Before the local store shuts down: the last uploads read its commitlog."""
         waited_until = time.monotonic() + SHUTDOWN_WAIT_S  # both passes end (or are waited for) together
         self.dispatcher.request_stop()
         self.clean_service.shutdown()
-        self.dispatcher.shutdown(wait_s=max(0.5, waited_until - time.monotonic()))
+        self.dispatcher.shutdown(wait_s=max(0.5, waited_until - time.monotonic()),
+                                 final_upload=self.role in (TierRole.MASTER, TierRole.OWN))
         self.flat_files.shutdown()
 
     def close(self) -> None:
@@ -96,6 +175,8 @@ class TieredStore:
 
     def expire(self, now_ms: int | None = None, delete: bool | None = None) -> int:
         """Mark (or delete) what is past each topic's reserve time; returns segments expired."""
+        if not self.dispatcher.prepared:  # a promoted replica's tier is not taken over yet
+            return 0
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         n = 0
         for (topic, _), flat in list(self.flat_files.files.items()):

@@ -85,6 +85,7 @@ class TieredDispatcher(CommitLogDispatcher):
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._prepare: Callable[[], None] | None = None  # what runs before the first pass, until it did
         self._failing_since: float | None = None  # monotonic time of the first failed pass in a row
         self._failed_passes = 0
         self._paused_since: float | None = None  # monotonic time uploads began to wait for ``paused``
@@ -129,6 +130,24 @@ class TieredDispatcher(CommitLogDispatcher):
     def checkpoint(self) -> int:
         return self._checkpoint
 
+    def follow(self, master_checkpoint: int, master_uploaded_end: int) -> None:
+        """A replica sharing its master's backend, which uploads for both (``broker/tiered/replica/``): what the
+        master's copied records say the tier holds (below its checkpoint) is dropped here, so this uploader keeps
+        in memory, and the local commitlog keeps on disk, only what the master has not uploaded yet: what this
+        replica must upload if it is promoted."""
+        with self._lock:
+            for key, p in list(self._pending.items()):
+                requests = p.requests
+                keep = next((i for i, r in enumerate(requests) if r[3] >= master_checkpoint), len(requests))
+                if keep == len(requests):
+                    del self._pending[key]
+                elif keep:
+                    p.bytes -= sum(r[4] for r in requests[:keep])
+                    del requests[:keep]
+            # the master's checkpoint stays below a deletion until its upload pass did it
+            self._deletions = [(topic, at) for topic, at in self._deletions if at >= master_checkpoint]
+            self._uploaded_end = master_uploaded_end
+
     def truncate_dirty(self, commit_log_end: int) -> None:
         """The local commitlog lost its tail (an OS crash under ASYNC_FLUSH) and the tier may hold records
         from it, whose queue offsets new messages will reuse: once the replay rebuilt the local queues
@@ -162,9 +181,16 @@ class TieredDispatcher(CommitLogDispatcher):
             self._checkpoint = checkpoint
 
     # -- upload thread ---------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, prepare: Callable[[], None] = lambda: None) -> None:
+        """``prepare``: what the upload thread does before its first pass (it reads the backend), retried as a
+        failed pass is; no upload before it succeeded."""
+        self._prepare = prepare
         self._thread = threading.Thread(target=self._run, name="tiered-upload", daemon=True)
         self._thread.start()
+
+    @property
+    def prepared(self) -> bool:
+        return self._thread is not None and self._prepare is None
 
     def _run(self) -> None:
         pause = 0.0
@@ -175,6 +201,9 @@ class TieredDispatcher(CommitLogDispatcher):
                 self._stopped.wait(PAUSED_CHECK_S)
                 continue
             try:
+                if self._prepare is not None:
+                    self._prepare()
+                    self._prepare = None
                 self.upload_due()
             except Exception as exc:
                 pause = min(RETRY_MAX_S, max(RETRY_MIN_S, pause * 2))
@@ -193,6 +222,8 @@ class TieredDispatcher(CommitLogDispatcher):
             return "an upload pass is still running"
         if self._failing_since is not None:
             return "the backend is failing"
+        if self._prepare is not None:
+            return "the upload thread never prepared its first pass"
         paused = self.paused()
         return f"uploads are paused ({paused})" if paused is not None else None
 
@@ -330,14 +361,15 @@ class TieredDispatcher(CommitLogDispatcher):
         self._stopped.set()
         self._wakeup.set()
 
-    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> None:
+    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S, final_upload: bool = True) -> None:
+        """``final_upload=False``: a replica that leaves uploads to its master (``replica/tier_role.py``)."""
         self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=wait_s)
-        why = self._no_final_upload()
+        why = self._no_final_upload() if final_upload else None
         if why is not None:  # not waited for again
             log.warning("tiered_final_upload_skipped pending_records=%d checkpoint=%d reason=%s: uploaded after the "
                         "restart, from the checkpoint", self.pending_records(), self.current_checkpoint(), why)
-        else:
+        elif final_upload:
             self.upload_due(force=True)
         self.flush()

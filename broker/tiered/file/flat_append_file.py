@@ -6,7 +6,8 @@ memory and written by ``commit``; the committed offset only moves after the back
 and the metadata store recorded the new size. Readers see committed bytes only.
 
 After a crash, ``load`` trusts the backend: a segment holding more than its recorded size keeps those bytes
-(unreferenced: nothing pointed at them yet) and appends continue after them.
+(unreferenced: nothing pointed at them yet) and appends continue after them. A promoted replica's load of its
+master's records (``LoadMode.TAKE_OVER``) also finds the segments the master expired or opened after the copy.
 
 With a ``read_ahead`` (a backend where every read is a round trip: S3), reads go through blocks of committed
 bytes kept in a bounded cache (:mod:`read_ahead_cache`) instead of one backend read each.
@@ -19,6 +20,7 @@ import logging
 import threading
 import time
 from bisect import bisect_right
+from enum import Enum
 
 from broker.tiered.file.read_ahead_cache import ReadAhead
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus, TieredMetadataStore
@@ -28,6 +30,14 @@ from broker.tiered.provider.file_segment_factory import FileSegmentFactory, segm
 log = logging.getLogger(__name__)
 
 _file_ids = itertools.count()  # a flat file's part of its read-ahead cache keys (the cache may be shared)
+
+
+class LoadMode(Enum):
+    """How far a flat file's load trusts the backend over its metadata records."""
+
+    RECOVER = "recover"  # checked against the backend: a crash may have left more (or a lost object less)
+    FOLLOW = "follow"  # as recorded: a replica's copy of its master's records, read only, re-read every copy
+    TAKE_OVER = "take_over"  # a promoted replica's copy: as RECOVER, and what the master did after the copy counts
 
 
 def _date_unknown(m: FileSegmentMetadata, now_ms: int) -> None:
@@ -65,15 +75,28 @@ class FlatAppendFile:
         self._fetch_lock = threading.Lock()  # one backend read a block at a time (concurrent misses wait for it)
 
     # -- state ---------------------------------------------------------------------------------------
-    def load(self, start_offset: int = 0) -> None:
-        """Segments from the metadata store, checked against the backend. ``start_offset`` is where an empty
-        flat file starts. The last segment takes the backend's size (a crash mid-upload may have left more,
-        dated now: a segment first written by that upload has no times recorded yet); a segment whose object
-        holds less than recorded (a lost object) ends the readable stream there."""
+    def load(self, start_offset: int = 0, mode: LoadMode = LoadMode.RECOVER) -> None:
+        """Segments from the metadata store; ``start_offset`` is where an empty flat file starts. How far the
+        backend is trusted over the records: see :class:`LoadMode`."""
         self._generation += 1
         every = list(self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type))
         segments = [m for m in every if m.status is not SegmentStatus.EXPIRED]
         self._expired_left = [m for m in every if m.status is SegmentStatus.EXPIRED]
+        if mode is LoadMode.TAKE_OVER:
+            segments = self._without_expired_since_copy(segments)
+        if mode is not LoadMode.FOLLOW:
+            segments, every = self._checked_against_backend(segments, every)
+        end = max([start_offset, *(e.end_offset for e in every)]) if every else start_offset
+        if mode is LoadMode.TAKE_OVER:
+            end = self._adopt_successors(segments, end)
+        self.segments = segments
+        self._append_offset = self._buffer_start = end
+
+    def _checked_against_backend(self, segments: list[FileSegmentMetadata], every: list[FileSegmentMetadata],
+                                 ) -> tuple[list[FileSegmentMetadata], list[FileSegmentMetadata]]:
+        """The last segment takes the backend's size (a crash mid-upload may have left more, dated now: a segment
+        first written by that upload has no times recorded yet); a segment whose object holds less than recorded
+        (a lost object) ends the readable stream there."""
         now_ms = int(time.time() * 1000)
         for i, m in enumerate(segments):
             if m.size and not m.end_ms:  # adopted (below) by a broker that left such bytes undated
@@ -97,9 +120,38 @@ class FlatAppendFile:
                 m.status = SegmentStatus.OPEN
                 self.metadata.update_segment(m)
                 break
-        self.segments = segments
-        end = max([start_offset, *(e.end_offset for e in every)]) if every else start_offset
-        self._append_offset = self._buffer_start = end
+        return segments, every
+
+    def _without_expired_since_copy(self, segments: list[FileSegmentMetadata]) -> list[FileSegmentMetadata]:
+        """A copy's first sealed segments whose objects are gone were expired by the master after the copy: their
+        records go (read as lost bytes, they would end the stream before everything that is there)."""
+        while (len(segments) > 1 and segments[0].status is SegmentStatus.SEALED and segments[0].size
+               and self._object(segments[0].path).real_size() == 0):
+            gone = segments.pop(0)
+            self.metadata.delete_segment(gone)
+            log.info("tiered_segment_expired_since_copy path=%s", gone.path)
+        return segments
+
+    def _adopt_successors(self, segments: list[FileSegmentMetadata], end: int) -> int:
+        """Segments the master opened after the copy (a segment's object is named by its base offset, which is its
+        predecessor's end) are recorded, so that appends continue after their bytes instead of opening them anew
+        (which would truncate them). Returns the stream's end."""
+        now_ms = int(time.time() * 1000)
+        while True:
+            path = segment_path(self.broker_name, self.topic, self.queue_id, self.file_type, end)
+            size = self._object(path).real_size()
+            size -= size % self.unit
+            if not size:
+                return end
+            if segments and segments[-1].status is SegmentStatus.OPEN:
+                self._seal(segments[-1])
+            m = FileSegmentMetadata(path, self.file_type, self.topic, self.queue_id, end, size, SegmentStatus.OPEN,
+                                    create_ms=now_ms)
+            _date_unknown(m, now_ms)
+            self.metadata.update_segment(m)
+            segments.append(m)
+            log.warning("tiered_segment_adopted path=%s bytes=%d: written by the master after the copy", path, size)
+            end += size
 
     def cut_to(self, offset: int) -> None:
         """Forget committed bytes from ``offset`` on (the consume queue after its commitlog lost bytes)."""

@@ -4,6 +4,7 @@ message reaches the tier. On the S3 backend (a round trip a read) they share one
 
 import threading
 
+from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_message_file import FlatMessageFile
 from broker.tiered.file.read_ahead_cache import ReadAheadCache
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
@@ -31,15 +32,19 @@ class FlatFileStore:
         self.read_ahead_cache = ReadAheadCache(read_ahead_cache_bytes) if read_ahead_cache_bytes > 0 else None
         self._lock = threading.Lock()
 
-    def load(self) -> None:
-        for queue in self.metadata.iterate_queues():
-            self.files[(queue.topic, queue.queue_id)] = self._open(queue.topic, queue.queue_id, queue.min_offset)
+    def load(self, mode: LoadMode = LoadMode.RECOVER) -> None:
+        """Every queue the metadata store lists (again: readers holding the files loaded before keep them)."""
+        files = {(q.topic, q.queue_id): self._open(q.topic, q.queue_id, q.min_offset, mode)
+                 for q in self.metadata.iterate_queues()}
+        with self._lock:
+            self.files = files
 
-    def _open(self, topic: str, queue_id: int, first_queue_offset: int) -> FlatMessageFile:
+    def _open(self, topic: str, queue_id: int, first_queue_offset: int,
+              mode: LoadMode = LoadMode.RECOVER) -> FlatMessageFile:
         flat = FlatMessageFile(self.factory, self.metadata, self.broker_name, topic, queue_id,
                                self.commit_log_segment_size, self.consume_queue_segment_size,
                                self.read_ahead_cache)
-        flat.load(first_queue_offset)
+        flat.load(first_queue_offset, mode)
         return flat
 
     def shutdown(self) -> None:

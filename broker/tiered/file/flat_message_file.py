@@ -13,7 +13,7 @@ import threading
 import time
 
 from broker.store.consume_queue.consume_queue_store import BoundaryType
-from broker.tiered.file.flat_append_file import FlatAppendFile
+from broker.tiered.file.flat_append_file import FlatAppendFile, LoadMode
 from broker.tiered.file.read_ahead_cache import ReadAhead, ReadAheadCache
 from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, SegmentStatus, TieredMetadataStore
 from broker.tiered.provider.file_segment import FileSegmentType
@@ -50,10 +50,11 @@ class FlatMessageFile:
         self._queue_record_due = False  # a commit's queue record was not written (its metadata store refused)
         self.destroyed = False  # the topic was deleted: an expiry pass holding this file leaves it alone
 
-    def load(self, first_queue_offset: int) -> None:
-        self.commit_log.load(0)
-        self.consume_queue.load(first_queue_offset * UNIT)
-        self._drop_dangling_units()
+    def load(self, first_queue_offset: int, mode: LoadMode = LoadMode.RECOVER) -> None:
+        self.commit_log.load(0, mode)  # first: the consume queue's units are checked against its end
+        self.consume_queue.load(first_queue_offset * UNIT, mode)
+        if mode is not LoadMode.FOLLOW:
+            self._drop_dangling_units()
         log.info("tiered_queue_loaded topic=%s queue=%d min=%d max=%d commitlog_bytes=%d", self.topic, self.queue_id,
                  self.min_offset, self.max_offset, self.commit_log.commit_offset)
 

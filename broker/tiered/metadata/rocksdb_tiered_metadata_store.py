@@ -15,12 +15,14 @@ from broker.tiered.metadata.tiered_metadata_store import (
     FileSegmentMetadata,
     QueueMetadata,
     SegmentStatus,
+    TieredMetadataCopy,
     TieredMetadataStore,
     TopicMetadata,
 )
 from broker.tiered.provider.file_segment import FileSegmentType
 
 SEP = b"\x00"  # cannot occur in a topic name
+LENGTH = struct.Struct(">I")  # of a key or a value in a copy's records
 QUEUE_ID = struct.Struct(">I")
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"C"
@@ -160,6 +162,37 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
 
     def set_uploaded_end(self, offset: int) -> None:
         self._put(UPLOADED_END_KEY, OFFSET.pack(offset))
+
+    # -- copies
+    def copy(self) -> TieredMetadataCopy:
+        snapshot = self._db.snapshot()
+        out = bytearray()
+        checkpoint = uploaded_end = 0
+        for key, value in snapshot.items():
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            if key == CHECKPOINT_KEY:
+                checkpoint = OFFSET.unpack(value)[0]
+                continue
+            if key == UPLOADED_END_KEY:
+                uploaded_end = OFFSET.unpack(value)[0]
+            out += LENGTH.pack(len(key)) + key + LENGTH.pack(len(value)) + value
+        return TieredMetadataCopy(checkpoint, uploaded_end, bytes(out))
+
+    def install(self, copy: TieredMetadataCopy) -> None:
+        batch = WriteBatch(raw_mode=True)
+        batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
+        batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
+        records, at = memoryview(copy.records), 0
+        while at < len(records):
+            (n,) = LENGTH.unpack_from(records, at)
+            key = bytes(records[at + 4 : at + 4 + n])
+            at += 4 + n
+            (n,) = LENGTH.unpack_from(records, at)
+            batch.put(key, bytes(records[at + 4 : at + 4 + n]))
+            at += 4 + n
+        assert at == len(records), "a tier copy's records end mid-record"
+        with self._lock:
+            self._write(batch)
 
     def close(self) -> None:
         self._db.close()

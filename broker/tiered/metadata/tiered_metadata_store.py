@@ -51,6 +51,16 @@ class FileSegmentMetadata:
         return self.base_offset + self.size
 
 
+@dataclass(frozen=True, slots=True)
+class TieredMetadataCopy:
+    """Everything a tier's metadata says, from one consistent snapshot, for a replica that shares the backend
+    (``broker/tiered/replica/``). ``records`` is opaque outside the store that made it."""
+
+    checkpoint: int  # the upload checkpoint stored with these records: everything below it is in the tier
+    uploaded_end: int
+    records: bytes
+
+
 class TieredMetadataStore(ABC):
     # -- topics
     @abstractmethod
@@ -116,6 +126,16 @@ class TieredMetadataStore(ABC):
     @abstractmethod
     def set_uploaded_end(self, offset: int) -> None:
         """Store the uploaded end (before the records it covers are committed)."""
+
+    # -- copies (a replica sharing the backend follows its master's)
+    @abstractmethod
+    def copy(self) -> TieredMetadataCopy:
+        """Every record and the checkpoint, as one consistent snapshot."""
+
+    @abstractmethod
+    def install(self, copy: TieredMetadataCopy) -> None:
+        """Every record becomes ``copy``'s, atomically, except this store's own checkpoint (a replica's says where
+        its own dispatch stands)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -1,0 +1,93 @@
+"""Tiered storage with controller-mode replicas (broker/tiered/replica/tier_role.py): a replica sharing its master's
+backend follows the master's uploads (and keeps on disk only what the master has not uploaded); a replica with a
+backend of its own uploads its own copy. Either way its commitlog expires as its master's does, and once the master
+is killed the promoted replica serves what only the tier holds and goes on uploading, losing nothing."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from common.response_code import ResponseCode
+from proto import tiered_pb2, tiered_pb2_grpc
+from tests.cluster import wait_until
+from tests.ha.test_controller_failover import (
+    QUEUES,
+    TOPIC,
+    ReplicaGroup,
+    consumed_bodies,
+    first_acknowledged_send,
+    send,
+    started_group,
+)
+
+BODY = 2000  # bytes: 1,000 messages span eight of the group's 256 KiB commitlog segments
+
+
+@pytest.fixture(params=["shared", "own"])
+def tiered_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ReplicaGroup, str]]:
+    """``shared``: both replicas' tier is one directory (as one S3 bucket would be); ``own``: each broker's tier is
+    under its store (the default)."""
+    shared = {"tieredStoreFilePath": str(tmp_path / "tier")} if request.param == "shared" else {}
+    for g in started_group(tmp_path, tieredStoreEnable="true", tieredBackendServiceProvider="posix",
+                           # small tier segments: the master rolls them while the replica follows
+                           tieredStoreCommitLogMaxSize=64 * 1024, tieredStoreConsumeQueueMaxSize=28 * 100,
+                           tieredStoreGroupCommitAge=100, fileReservedTime="0.0003", deleteWhen="*",
+                           cleanResourceInterval=200, **shared):
+        yield g, request.param
+
+
+def send_bodies(g: ReplicaGroup, master: int, prefix: str, n: int) -> list[bytes]:
+    acked = []
+    for i in range(0, n, 20):
+        bodies = [f"{prefix}-{j}-".encode().ljust(BODY, b"x") for j in range(i, i + 20)]
+        answer = send(g.replicas[master].addr, (i // 20) % QUEUES, bodies)
+        assert answer.code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT), answer.remark
+        acked += bodies
+    g.wait_replicas_reach_end_of(master)
+    return acked
+
+
+def commit_log_segments(g: ReplicaGroup, broker_id: int) -> int:
+    return len(list((g.store(broker_id) / "commitlog").iterdir()))
+
+
+def upload_lag(addr: str) -> int:
+    stub = tiered_pb2_grpc.TieredServiceStub(grpc.insecure_channel(addr))
+    status = stub.GetTieredStatus(tiered_pb2.TieredStatusRequest(topic=TOPIC), timeout=5)
+    assert status.code == ResponseCode.SUCCESS, status.remark
+    return sum(q.upload_lag for q in status.queues)
+
+
+def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_uploads_on(
+        tiered_group: tuple[ReplicaGroup, str]):
+    g, backend = tiered_group
+    acked = send_bodies(g, 1, "before", 1000)
+    wait_until(lambda: upload_lag(g.replicas[1].addr) == 0, timeout=20, what="the master to upload everything")
+    # The replica's commitlog expires too (before: its uploader, never started, held it at checkpoint 0).
+    wait_until(lambda: commit_log_segments(g, 1) <= 2 and commit_log_segments(g, 2) <= 2, timeout=20,
+               what="both replicas to expire what the tier holds")
+    replica_log = g.replicas[2].log()
+    if backend == "shared":
+        assert "tiered_replica_follows_master" in replica_log and "tiered_replica_uploads_own" not in replica_log
+    else:
+        assert "tiered_replica_uploads_own" in replica_log
+        assert list((g.store(2) / "tiered" / "broker-a" / TOPIC).iterdir()), "the replica uploaded nothing"
+
+    g.replicas[1].kill()
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=15)
+    acked.append(b"probe")
+    # What only the tier holds now (the local commitlog expired) is served by the promoted replica.
+    wait_until(lambda: sorted(consumed_bodies(g.ns.addr)) == sorted(acked), timeout=20,
+               what="every message consumable from the promoted replica")
+
+    acked += send_bodies(g, 2, "after", 600)
+    wait_until(lambda: upload_lag(g.replicas[2].addr) == 0, timeout=20, what="the new master to upload the rest")
+    wait_until(lambda: commit_log_segments(g, 2) <= 2, timeout=20, what="the new master to expire what it uploaded")
+    seen = consumed_bodies(g.ns.addr)  # all from the tier but the last segment's: nothing truncated, nothing twice
+    assert len(seen) == len(acked) and sorted(seen) == sorted(acked)
+    promoted_log = g.replicas[2].log()
+    assert "tiered_gap" not in promoted_log and "tiered_units_dangling" not in promoted_log
+    if backend == "shared":
+        assert "tiered_taken_over" in promoted_log
