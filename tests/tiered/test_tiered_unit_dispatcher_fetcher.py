@@ -23,6 +23,7 @@ from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMe
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.provider.memory_file_segment import MemoryFileSegment
 from broker.tiered.provider.posix_file_segment import PosixFileSegment
+from broker.tiered.replica.tier_role import TierRole
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.tiered.tiered_store import TieredStore
 from common.message_codec import decode_record
@@ -36,9 +37,12 @@ class Node:
     """A local store and its tiered store on ``root``, wired as the broker wires them."""
 
     def __init__(self, root: Path, provider: TieredBackendServiceProvider, group_commit_count: int = 1 << 20,
-                 level: TieredStorageLevel = TieredStorageLevel.NOT_IN_DISK):
+                 level: TieredStorageLevel = TieredStorageLevel.NOT_IN_DISK, backend: Path | None = None,
+                 role: TierRole = TierRole.MASTER):
+        """``backend``: the posix tier's directory (by default under ``root``); ``role``: the tier's first."""
         self.root = root
         config = BrokerConfig(store_path_root_dir=str(root), tiered_store_enable=True,
+                              tiered_store_file_path=str(backend) if backend else "",
                               tiered_backend_service_provider=provider, tiered_storage_level=level,
                               tiered_store_commit_log_max_size=16 * 1024, tiered_store_consume_queue_max_size=28 * 64,
                               tiered_store_group_commit_count=group_commit_count,
@@ -48,7 +52,7 @@ class Node:
             destroy_mapped_file_grace_ms=0, file_reserved_time_hours=1, delete_when="*",
             clean_file_forcibly_enable=False, flush_interval_consume_queue_ms=3_600_000,
             clean_resource_interval_ms=3_600_000, max_hash_slot_num=1024, max_index_num=4096))
-        self.tiered = TieredStore(config, self.local)  # registers the uploader before the local store starts
+        self.tiered = TieredStore(config, self.local, role)  # registers the uploader before the local store starts
         self.dispatcher = self.tiered.dispatcher
         self.local.start()
         self.stopped = False

@@ -1,6 +1,7 @@
-"""A promoted replica takes over the tier it shared with its master from its last copy of the master's metadata
-(broker/tiered/replica/tier_role.py): the master went on after the copy (expired the oldest segments, filled and
-rolled the newest), and the take-over must serve exactly what the backend holds and append after it."""
+"""A controller-mode replica's tier (broker/tiered/replica/tier_role.py): it follows a master on its backend or
+uploads to its own, and promoted it takes over the tier it shared from its last copy of the master's metadata: the
+master went on after the copy (expired the oldest segments, filled and rolled the newest), and the take-over must
+serve exactly what the backend holds and append after it."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,16 @@ from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, TieredMetadataCopy, TopicMetadata
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
+from broker.tiered.replica.tier_id import read_tier_id
+from broker.tiered.replica.tier_role import MasterTier, TierRole
+from common.message_codec import decode_record
+from tests.cluster import wait_until
+from tests.tiered.test_tiered_unit_dispatcher_fetcher import TOPIC as NODE_TOPIC
+from tests.tiered.test_tiered_unit_dispatcher_fetcher import Node
 from tests.tiered.test_tiered_unit_flat_message_file import TOPIC, add, assert_consistent, check_messages
 
 CL_SIZE, CQ_SIZE = 512, UNIT * 4
+POSIX = TieredBackendServiceProvider.POSIX
 
 
 class Broker:
@@ -97,3 +105,70 @@ def test_a_follower_reads_the_copy_as_recorded_and_writes_nothing(pair: tuple[Br
     follower = replica.open(LoadMode.FOLLOW)
     assert (follower.min_offset, follower.max_offset) == (0, 12)
     check_messages(follower, originals, 0, 12)
+
+
+# -- a replica's role: follow a master on its backend, or upload to its own -----------------------------------
+def _prepared(node: Node) -> None:
+    wait_until(lambda: node.tiered.dispatcher.prepared, timeout=10, what="the upload thread's first pass")
+
+
+def _put_same(nodes: list[Node], first: int, count: int) -> None:
+    """The same records into each node's log (as replication makes them): the same physical offsets."""
+    for i in range(first, first + count):
+        for node in nodes:
+            node.put(i % 2, b"m%d" % i)
+
+
+def test_a_replica_follows_a_master_on_its_backend_and_takes_the_tier_over_when_promoted(tmp_path: Path):
+    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
+    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    try:
+        master.tiered.start()
+        _prepared(master)
+        assert replica.tiered.copy_for_replica().tier_id == ""  # not master: replicas ask their master only
+        _put_same([master, replica], 0, 10)
+        assert replica.dispatcher.pending_records() == 10
+        assert master.dispatcher.upload_due(force=True) == 10
+        master.dispatcher.flush()
+        _put_same([master, replica], 10, 4)  # not uploaded yet
+
+        replica.tiered.follow_master(MasterTier("", master.tiered.metadata.copy()))  # the master's id not written
+        assert replica.tiered.role is TierRole.WAITING and replica.dispatcher.pending_records() == 14
+        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        assert replica.tiered.role is TierRole.SHARED
+        # what the master uploaded is dropped here: the local commitlog may expire below the master's checkpoint
+        assert replica.dispatcher.pending_records() == 4
+        assert replica.dispatcher.current_checkpoint() == master.dispatcher.checkpoint()
+        assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 5  # reads follow the master's records
+
+        assert master.dispatcher.upload_due(force=True) == 4  # after the last copy; then the master dies
+        master.stop(upload=False)
+        replica.tiered.start()  # promoted: takes the tier over in the upload thread, then uploads what is left
+        _prepared(replica)
+        assert replica.tiered.role is TierRole.MASTER and replica.tiered.tier_id == master.tiered.tier_id
+        replica.dispatcher.upload_due(force=True)
+        flat = replica.tiered.flat_files.get(NODE_TOPIC, 0)
+        records = flat.messages(0, 10, 1 << 20, None)[0]
+        assert [decode_record(r).body for r in records] == [b"m%d" % i for i in range(0, 14, 2)]
+    finally:
+        master.stop(upload=False)
+        replica.stop()
+
+
+@pytest.mark.parametrize("master_has_tier", [True, False])
+def test_a_replica_with_a_backend_of_its_own_uploads_its_copy(tmp_path: Path, master_has_tier: bool):
+    master = Node(tmp_path / "m", POSIX)
+    replica = Node(tmp_path / "r", POSIX, role=TierRole.WAITING)  # each tier under its own store
+    try:
+        master.tiered.start()
+        _prepared(master)
+        replica.tiered.follow_master(master.tiered.copy_for_replica() if master_has_tier else None)
+        assert replica.tiered.role is TierRole.OWN and not replica.tiered.follows_master()
+        _prepared(replica)
+        replica.put(0, b"own")
+        replica.dispatcher.upload_due(force=True)
+        assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 1
+        assert read_tier_id(replica.tiered.factory, "broker-a") == ""  # only a master writes the id
+    finally:
+        master.stop()
+        replica.stop()
