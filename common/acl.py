@@ -272,7 +272,7 @@ ADMIN_METHODS = frozenset({
     "/rmq.BrokerService/GetAllConsumerOffsets", "/rmq.PopService/GetPopState",
     "/rmq.ConsumerService/ResetOffsetByTime",
     "/rmq.TieredService/ReplaceSegments", "/rmq.TieredService/MarkExpiredSegments",
-    "/rmq.TieredService/DropSegments",
+    "/rmq.TieredService/DropSegments", "/rmq.TieredService/GetTierCopy",
     "/rmq.KvService/Provision", "/rmq.KvService/ImportSnapshot", "/rmq.KvService/ExportSnapshot",
     "/rmq.HaService/Replicate",
     "/rmq.NamesrvService/RegisterBroker", "/rmq.NamesrvService/UnregisterBroker",
