@@ -152,9 +152,9 @@ class TieredStore:
                 self.role = TierRole.OWN
                 self._start_uploads(self.dispatcher.reconcile_after_recovery)
                 return
-            self.metadata.install(master.copy)
+            changed = self.metadata.install(master.copy)
             self.dispatcher.follow(master.copy.checkpoint, master.copy.uploaded_end)
-            self.flat_files.load(LoadMode.FOLLOW)
+            self.flat_files.reload(changed, LoadMode.FOLLOW)  # reads follow the master's records
             if self.role is TierRole.WAITING:
                 log.info("tiered_replica_follows_master broker=%s checkpoint=%d: the master uploads for both",
                          self.broker_name, master.copy.checkpoint)

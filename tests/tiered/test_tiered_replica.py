@@ -58,8 +58,9 @@ def test_metadata_copies_install_every_record_but_the_replicas_own_checkpoint(tm
     replica.update_queue(QueueMetadata("Gone", 1, 0, 3))  # the master no longer has it
     copy = master.copy()
     assert (copy.checkpoint, copy.uploaded_end) == (700, 900)
-    replica.install(copy)
+    assert replica.install(copy) == {(TOPIC, 0), ("Gone", 1)}  # the queues whose records changed
     assert replica.get_checkpoint() == 50 and replica.get_uploaded_end() == 900
+    assert replica.install(copy) == set()  # nothing changed: nothing to load again
     assert list(replica.iterate_queues()) == [QueueMetadata(TOPIC, 0, 3, 10)]
     assert replica.get_topic(TOPIC) == TopicMetadata(TOPIC, 5)
     with pytest.raises(AssertionError, match="mid-record"):
@@ -140,8 +141,14 @@ def test_a_replica_follows_a_master_on_its_backend_and_takes_the_tier_over_when_
         assert replica.dispatcher.pending_records() == 4
         assert replica.dispatcher.current_checkpoint() == master.dispatcher.checkpoint()
         assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 5  # reads follow the master's records
+        assert master.dispatcher.upload_due(force=True) == 4
+        master.dispatcher.flush()
+        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        assert replica.dispatcher.pending_records() == 0
+        assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 7  # the queues that changed, again
 
-        assert master.dispatcher.upload_due(force=True) == 4  # after the last copy; then the master dies
+        _put_same([master, replica], 14, 2)
+        assert master.dispatcher.upload_due(force=True) == 2  # after the last copy; then the master dies
         master.stop(upload=False)
         replica.tiered.start()  # promoted: takes the tier over in the upload thread, then uploads what is left
         _prepared(replica)
@@ -149,7 +156,7 @@ def test_a_replica_follows_a_master_on_its_backend_and_takes_the_tier_over_when_
         replica.dispatcher.upload_due(force=True)
         flat = replica.tiered.flat_files.get(NODE_TOPIC, 0)
         records = flat.messages(0, 10, 1 << 20, None)[0]
-        assert [decode_record(r).body for r in records] == [b"m%d" % i for i in range(0, 14, 2)]
+        assert [decode_record(r).body for r in records] == [b"m%d" % i for i in range(0, 16, 2)]
     finally:
         master.stop(upload=False)
         replica.stop()

@@ -39,6 +39,18 @@ class FlatFileStore:
         with self._lock:
             self.files = files
 
+    def reload(self, queues: set[QueueKey], mode: LoadMode) -> None:
+        """These queues again from the metadata store (gone when it lists them no more); the others stay loaded."""
+        files = dict(self.files)
+        for topic, queue_id in queues:
+            record = self.metadata.get_queue(topic, queue_id)
+            if record is None:
+                files.pop((topic, queue_id), None)
+            else:
+                files[(topic, queue_id)] = self._open(topic, queue_id, record.min_offset, mode)
+        with self._lock:
+            self.files = files
+
     def _open(self, topic: str, queue_id: int, first_queue_offset: int,
               mode: LoadMode = LoadMode.RECOVER) -> FlatMessageFile:
         flat = FlatMessageFile(self.factory, self.metadata, self.broker_name, topic, queue_id,

@@ -4,7 +4,7 @@ process kill). Keys order a queue's segments by type and base offset; values are
 import json
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -55,6 +55,34 @@ def _segment(raw: bytes) -> FileSegmentMetadata:
     d = json.loads(raw)
     d["type"], d["status"] = FileSegmentType(d["type"]), SegmentStatus(d["status"])
     return FileSegmentMetadata(**d)
+
+
+def _raw(items: Iterable[tuple[object, object]]) -> Iterator[tuple[bytes, bytes]]:
+    """A raw-mode database's items (rocksdict types them as any value)."""
+    for key, value in items:
+        assert isinstance(key, bytes) and isinstance(value, bytes)
+        yield key, value
+
+
+def _records(records: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """A copy's (key, value) pairs."""
+    view, at = memoryview(records), 0
+    while at < len(view):
+        (n,) = LENGTH.unpack_from(view, at)
+        key = bytes(view[at + 4 : at + 4 + n])
+        at += 4 + n
+        (n,) = LENGTH.unpack_from(view, at)
+        yield key, bytes(view[at + 4 : at + 4 + n])
+        at += 4 + n
+    assert at == len(view), "a tier copy's records end mid-record"
+
+
+def _queue_of(key: bytes) -> tuple[str, int] | None:
+    """The queue a queue or segment record belongs to (None for other records)."""
+    if key[:1] not in (b"Q", b"S"):
+        return None
+    topic, _, rest = key[1:].partition(SEP)
+    return topic.decode(), QUEUE_ID.unpack_from(rest)[0]
 
 
 def _open_db(root: Path) -> Rdict:
@@ -168,8 +196,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         snapshot = self._db.snapshot()
         out = bytearray()
         checkpoint = uploaded_end = 0
-        for key, value in snapshot.items():
-            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+        for key, value in _raw(snapshot.items()):
             if key == CHECKPOINT_KEY:
                 checkpoint = OFFSET.unpack(value)[0]
                 continue
@@ -178,21 +205,20 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             out += LENGTH.pack(len(key)) + key + LENGTH.pack(len(value)) + value
         return TieredMetadataCopy(checkpoint, uploaded_end, bytes(out))
 
-    def install(self, copy: TieredMetadataCopy) -> None:
-        batch = WriteBatch(raw_mode=True)
-        batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
-        batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
-        records, at = memoryview(copy.records), 0
-        while at < len(records):
-            (n,) = LENGTH.unpack_from(records, at)
-            key = bytes(records[at + 4 : at + 4 + n])
-            at += 4 + n
-            (n,) = LENGTH.unpack_from(records, at)
-            batch.put(key, bytes(records[at + 4 : at + 4 + n]))
-            at += 4 + n
-        assert at == len(records), "a tier copy's records end mid-record"
+    def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
+        theirs = dict(_records(copy.records))
         with self._lock:
+            mine = {key: value for key, value in _raw(self._db.items()) if key != CHECKPOINT_KEY}
+            if mine == theirs:
+                return set()
+            batch = WriteBatch(raw_mode=True)
+            batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
+            batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
+            for key, value in theirs.items():
+                batch.put(key, value)
             self._write(batch)
+        changed = {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+        return {queue for queue in map(_queue_of, changed) if queue is not None}
 
     def close(self) -> None:
         self._db.close()

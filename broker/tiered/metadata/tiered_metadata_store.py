@@ -133,9 +133,9 @@ class TieredMetadataStore(ABC):
         """Every record and the checkpoint, as one consistent snapshot."""
 
     @abstractmethod
-    def install(self, copy: TieredMetadataCopy) -> None:
+    def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
         """Every record becomes ``copy``'s, atomically, except this store's own checkpoint (a replica's says where
-        its own dispatch stands)."""
+        its own dispatch stands). Returns the queues (topic, queue id) whose records changed."""
 
     @abstractmethod
     def close(self) -> None:
