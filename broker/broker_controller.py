@@ -349,6 +349,8 @@ class BrokerController:
         if self.replicas is not None:
             info.update(self.replicas.info())
             info["brokerRole"] = self.replicas.role  # MASTER, SLAVE, or FENCED while the controller decides
+        if self.tiered is not None:
+            info["tieredRole"] = self.tiered.role.value  # a replica's: waiting, own or shared (replica/tier_role.py)
         return info
 
     async def _start_ha_server(self) -> None:

@@ -72,6 +72,7 @@ def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_upload
     # The replica's commitlog expires too (before: its uploader, never started, held it at checkpoint 0).
     wait_until(lambda: commit_log_segments(g, 1) <= 2 and commit_log_segments(g, 2) <= 2, timeout=20,
                what="both replicas to expire what the tier holds")
+    assert g.info(2)["tieredRole"] == ("own" if backend == "own" else "shared")
     replica_log = g.replicas[2].log()
     if backend != "own":
         assert "tiered_replica_follows_master" in replica_log and "tiered_replica_uploads_own" not in replica_log
@@ -95,6 +96,7 @@ def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_upload
     wait_until(lambda: commit_log_segments(g, 2) <= 2, timeout=20, what="the new master to expire what it uploaded")
     seen = consumed_bodies(g.ns.addr)  # all from the tier but the last segment's: nothing truncated, nothing twice
     assert len(seen) == len(acked) and sorted(seen) == sorted(acked)
+    assert g.info(2)["tieredRole"] == "master"
     promoted_log = g.replicas[2].log()
     assert "tiered_gap" not in promoted_log and "tiered_units_dangling" not in promoted_log
     if backend != "own":
