@@ -72,7 +72,8 @@ class TieredStore:
         if shares_disk:
             local.disk_watcher.copies += 1
         self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy,
-                                           local.max_offset, _disk_full_now(local) if shares_disk else _never)
+                                           local.max_offset, _disk_full_now(local) if shares_disk else _never,
+                                           LoadMode.RECOVER if role is TierRole.MASTER else LoadMode.FOLLOW)
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)
         self.local = local
@@ -105,8 +106,14 @@ class TieredStore:
                  len(self.flat_files.files), self.role.value)
 
     def _prepare_master(self) -> None:
-        self.dispatcher.reconcile_after_recovery()
+        self._prepare_own()
         self._ensure_tier_id()
+
+    def _prepare_own(self) -> None:
+        """This broker's own tier: checked against the backend as after a crash (unless its start did so)."""
+        if self.dispatcher.load_mode is not LoadMode.RECOVER:
+            self.flat_files.load(LoadMode.RECOVER)
+        self.dispatcher.reconcile_after_recovery()
 
     def _ensure_tier_id(self) -> str:
         """The backend's id, written by this master when there is none (one writer at a time: a replica that read
@@ -121,7 +128,8 @@ class TieredStore:
         what the master did after it (see ``replica/tier_role.py``); the tier forgets what this log never had."""
         self.flat_files.load(LoadMode.TAKE_OVER)
         self.dispatcher.truncate_dirty(self.local.commit_log.max_offset())
-        self._prepare_master()
+        self.dispatcher.reconcile_after_recovery()
+        self._ensure_tier_id()
         log.warning("tiered_taken_over queues=%d checkpoint=%d", len(self.flat_files.files),
                     self.dispatcher.current_checkpoint())
 
@@ -150,7 +158,7 @@ class TieredStore:
                 log.info("tiered_replica_uploads_own broker=%s reason=%s", self.broker_name,
                          "the master's tiered storage is off" if master is None else "its backend is not the master's")
                 self.role = TierRole.OWN
-                self._start_uploads(self.dispatcher.reconcile_after_recovery)
+                self._start_uploads(self._prepare_own)
                 return
             changed = self.metadata.install(master.copy)
             self.dispatcher.follow(master.copy.checkpoint, master.copy.uploaded_end)

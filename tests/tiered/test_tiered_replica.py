@@ -179,3 +179,30 @@ def test_a_replica_with_a_backend_of_its_own_uploads_its_copy(tmp_path: Path, ma
     finally:
         master.stop()
         replica.stop()
+
+
+def test_a_replica_restarted_beside_its_master_on_one_backend_leaves_the_masters_records_alone(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Its start cannot know yet whether the backend is its master's: it loads its copy as recorded, not as after a
+    crash of its own (which took the master's newer bytes for a torn upload and cut its units)."""
+    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
+    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    try:
+        master.tiered.start()
+        _prepared(master)
+        _put_same([master, replica], 0, 10)
+        master.dispatcher.upload_due(force=True)
+        master.dispatcher.flush()
+        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        _put_same([master, replica], 10, 6)
+        master.dispatcher.upload_due(force=True)  # the backend is ahead of the replica's copy now
+        copied = sorted(replica.tiered.segments(), key=lambda m: m.path)
+        replica.stop()
+        caplog.clear()
+        replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+        assert sorted(replica.tiered.segments(), key=lambda m: m.path) == copied
+        assert "tiered_units_dangling" not in caplog.text and "tiered_segment_size_reconciled" not in caplog.text
+        assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 5
+    finally:
+        master.stop(upload=False)
+        replica.stop()

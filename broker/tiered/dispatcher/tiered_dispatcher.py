@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
 from broker.tiered.file.flat_message_file import UNIT
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
@@ -65,8 +66,11 @@ class TieredDispatcher(CommitLogDispatcher):
 
     def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, read_at: ReadAt,
                  policy: GroupCommitPolicy, local_max_offset: Callable[[str, int], int],
-                 paused: Callable[[], str | None] = lambda: None) -> None:
+                 paused: Callable[[], str | None] = lambda: None, load_mode: LoadMode = LoadMode.RECOVER) -> None:
+        """``load_mode``: how the store's start loads the flat files (FOLLOW while it is not known whose backend
+        this is: a controller-mode replica's may be its master's, which a recovery's checks would misread)."""
         self.flat_files = flat_files
+        self.load_mode = load_mode
         self.paused = paused  # why uploads must wait now, or None
         self._local_max_offset = local_max_offset
         self.metadata = metadata
@@ -94,7 +98,7 @@ class TieredDispatcher(CommitLogDispatcher):
 
     # -- chain -----------------------------------------------------------------------------------------
     def load(self) -> None:
-        self.flat_files.load()
+        self.flat_files.load(self.load_mode)
         self._checkpoint = self._dispatched = self.metadata.get_checkpoint()
         self._uploaded_end = self.metadata.get_uploaded_end()
         log.info("tiered_loaded queues=%d checkpoint=%d", len(self.flat_files.files), self._checkpoint)
