@@ -28,12 +28,14 @@ BODY = 2000  # bytes: 1,000 messages span eight of the group's 256 KiB commitlog
 @pytest.fixture(params=["shared", "s3", "own"])
 def tiered_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ReplicaGroup, str]]:
     """``shared``: both replicas' tier is one directory (a network mount); ``s3``: one bucket and prefix (a real
-    S3-protocol server process); ``own``: each broker's tier is under its store (the default)."""
+    S3-protocol server process), with SYNC_FLUSH, the RocksDB consume queue and the KV store on; ``own``: each
+    broker's tier is under its store (the default)."""
     backend: dict[str, object] = {"tieredBackendServiceProvider": "posix"}
     if request.param == "shared":
         backend["tieredStoreFilePath"] = str(tmp_path / "tier")
     elif request.param == "s3":
-        backend = request.getfixturevalue("s3_server").broker_conf()
+        backend = {**request.getfixturevalue("s3_server").broker_conf(), "flushDiskType": "SYNC_FLUSH",
+                   "storeType": "defaultRocksDB", "kvEnable": "true"}
     for g in started_group(tmp_path, tieredStoreEnable="true", **backend,
                            # small tier segments: the master rolls them while the replica follows
                            tieredStoreCommitLogMaxSize=64 * 1024, tieredStoreConsumeQueueMaxSize=28 * 100,
