@@ -153,21 +153,27 @@ class DropSegmentsResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., dropped: _Optional[int] = ...) -> None: ...
 
 class TierCopyRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: str
+    def __init__(self, known_version: _Optional[str] = ...) -> None: ...
 
 class TierCopyResponse(_message.Message):
-    __slots__ = ("code", "remark", "tier_id", "checkpoint", "uploaded_end", "records")
+    __slots__ = ("code", "remark", "tier_id", "checkpoint", "uploaded_end", "records", "version", "whole")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     TIER_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     UPLOADED_END_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     tier_id: str
     checkpoint: int
     uploaded_end: int
     records: bytes
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., tier_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., uploaded_end: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+    version: str
+    whole: bool
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., tier_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., uploaded_end: _Optional[int] = ..., records: _Optional[bytes] = ..., version: _Optional[str] = ..., whole: _Optional[bool] = ...) -> None: ...

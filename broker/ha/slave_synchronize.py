@@ -45,6 +45,9 @@ class TierCopies(Protocol):
     def follows_master(self) -> bool:
         """Whether the master's tier is still wanted (not once this replica uploads to a backend of its own)."""
 
+    def copied_version(self) -> str:
+        """The version of the master's tier metadata installed last ("": none): the next copy carries what changed."""
+
     def follow_master(self, master: MasterTier | None) -> None:
         """A copy of the master's tier (None: the master has no tiered storage)."""
 
@@ -198,7 +201,8 @@ class SlaveSynchronize(threading.Thread):
         if self.tier is None or not self.tier.follows_master():
             return _UNANSWERED
         try:
-            answer = tiered_pb2_grpc.TieredServiceStub(channel).GetTierCopy(tiered_pb2.TierCopyRequest(), **signed)
+            answer = tiered_pb2_grpc.TieredServiceStub(channel).GetTierCopy(
+                tiered_pb2.TierCopyRequest(known_version=self.tier.copied_version()), **signed)
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
@@ -208,7 +212,8 @@ class SlaveSynchronize(threading.Thread):
         if answer.code != ResponseCode.SUCCESS:
             log.warning("slave_tier_copy_refused code=%d remark=%r", answer.code, answer.remark)
             return _UNANSWERED
-        return MasterTier(answer.tier_id, TieredMetadataCopy(answer.checkpoint, answer.uploaded_end, answer.records))
+        return MasterTier(answer.tier_id, TieredMetadataCopy(answer.checkpoint, answer.uploaded_end, answer.records,
+                                                             answer.version, answer.whole))
 
     def _copy_tier(self, addr: str, master: object) -> None:
         if self.tier is None or master is _UNANSWERED:

@@ -58,10 +58,11 @@ class TieredProcessor:
 
     def tier_copy(self, request: tiered_pb2.TierCopyRequest) -> tiered_pb2.TierCopyResponse:
         """For a controller-mode replica (``broker/tiered/replica/tier_role.py``)."""
-        master = self._on().copy_for_replica()
+        master = self._on().copy_for_replica(request.known_version)
+        copy = master.copy
         return tiered_pb2.TierCopyResponse(code=ResponseCode.SUCCESS, tier_id=master.tier_id,
-                                           checkpoint=master.copy.checkpoint, uploaded_end=master.copy.uploaded_end,
-                                           records=master.copy.records)
+                                           checkpoint=copy.checkpoint, uploaded_end=copy.uploaded_end,
+                                           records=copy.records, version=copy.version, whole=copy.whole)
 
     def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:
         tiered = self._on()

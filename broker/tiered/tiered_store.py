@@ -83,6 +83,7 @@ class TieredStore:
         self.tier_id = ""  # the backend's, once this broker wrote or found it as master
         self._uploading = False
         self._id_lock = threading.Lock()
+        self._copied_version = ""
         self.reserve_ms = int(config.tiered_store_file_reserved_time * HOUR_MS)
         self.delete_expired = config.tiered_store_delete_file_enable
         self.clean_service = TieredCleanService(self, config.clean_resource_interval / 1000)
@@ -134,12 +135,16 @@ class TieredStore:
                     self.dispatcher.current_checkpoint())
 
     # -- controller mode: a replica's tier follows its master's (replica/tier_role.py) --------------------
-    def copy_for_replica(self) -> MasterTier:
+    def copy_for_replica(self, since: str = "") -> MasterTier:
         """This master's tier for a replica: the backend's id ("" until this broker, master, found or wrote it)
-        and the metadata."""
+        and the metadata (what changed since the replica's copy of version ``since``, when known)."""
         if self.role is not TierRole.MASTER or not self.dispatcher.prepared:
             return MasterTier("", self.metadata.copy())
-        return MasterTier(self._ensure_tier_id(), self.metadata.copy())  # a promoted replica that had its own
+        return MasterTier(self._ensure_tier_id(), self.metadata.copy(since))  # a promoted replica had its own
+
+    def copied_version(self) -> str:
+        """The version of the master's metadata this replica installed last ("": none since its start)."""
+        return self._copied_version
 
     def follows_master(self) -> bool:
         """Whether this replica still wants its master's tier (not once it uploads to its own backend)."""
@@ -161,6 +166,7 @@ class TieredStore:
                 self._start_uploads(self._prepare_own)
                 return
             changed = self.metadata.install(master.copy)
+            self._copied_version = master.copy.version
             self.dispatcher.follow(master.copy.checkpoint, master.copy.uploaded_end)
             self.flat_files.reload(changed, LoadMode.FOLLOW)  # reads follow the master's records
             if self.role is TierRole.WAITING:

@@ -10,8 +10,15 @@ import pytest
 
 from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
+from broker.tiered.metadata.change_journal import ChangeJournal
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
-from broker.tiered.metadata.tiered_metadata_store import QueueMetadata, TieredMetadataCopy, TopicMetadata
+from broker.tiered.metadata.tiered_metadata_store import (
+    FileSegmentMetadata,
+    QueueMetadata,
+    TieredMetadataCopy,
+    TopicMetadata,
+)
+from broker.tiered.provider.file_segment import FileSegmentType
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
 from broker.tiered.replica.tier_id import read_tier_id
 from broker.tiered.replica.tier_role import MasterTier, TierRole
@@ -67,6 +74,39 @@ def test_metadata_copies_install_every_record_but_the_replicas_own_checkpoint(tm
         replica.install(TieredMetadataCopy(0, 0, copy.records[:-1]))
     master.close()
     replica.close()
+
+
+def test_a_copy_since_the_replicas_version_carries_only_what_changed(tmp_path: Path):
+    master, replica = (RocksDBTieredMetadataStore(tmp_path / name) for name in ("m", "r"))
+    for queue_id in range(3):
+        master.update_queue(QueueMetadata(TOPIC, queue_id, 0, 10))
+        master.update_segment(FileSegmentMetadata(f"p{queue_id}", FileSegmentType.COMMIT_LOG, TOPIC, queue_id, 0, 100))
+    master.update_queue(QueueMetadata("Other", 0, 0, 1))
+    first = master.copy()
+    assert first.whole and len(replica.install(first)) == 4
+    master.update_segment(FileSegmentMetadata("p1", FileSegmentType.COMMIT_LOG, TOPIC, 1, 0, 250))
+    master.delete_topic("Other")
+    master.set_checkpoint(300)
+    second = master.copy(first.version)
+    assert not second.whole and len(second.records) < len(first.records) // 2 and second.checkpoint == 300
+    assert replica.install(second) == {(TOPIC, 1), ("Other", 0)}
+    assert master.copy().records == replica.copy().records  # the same records as a whole copy would give
+    assert replica.get_checkpoint() == 0  # the replica's own
+    third = master.copy(second.version)
+    assert (third.records, third.whole) == (b"", False) and replica.install(third) == set()
+    assert master.copy("another-epoch:1").whole and master.copy("").whole  # not this journal's: whole
+    master.close()
+    replica.close()
+
+
+def test_a_journal_that_forgot_the_changes_asked_since_answers_none():
+    journal = ChangeJournal(limit=2)
+    start = journal.version
+    journal.record([b"a"])
+    journal.record([b"b"])
+    assert journal.since(start) == [b"b", b"a"]
+    journal.record([b"c"])  # "a" is forgotten: a copy since ``start`` must be whole
+    assert journal.since(start) is None and journal.since(journal.version) == []
 
 
 def test_a_take_over_serves_what_the_master_did_after_the_copy_and_appends_after_it(pair: tuple[Broker, Broker]):
@@ -143,7 +183,9 @@ def test_a_replica_follows_a_master_on_its_backend_and_takes_the_tier_over_when_
         assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 5  # reads follow the master's records
         assert master.dispatcher.upload_due(force=True) == 4
         master.dispatcher.flush()
-        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        since = master.tiered.copy_for_replica(replica.tiered.copied_version())
+        assert not since.copy.whole  # what changed since the replica's copy, as SlaveSynchronize asks
+        replica.tiered.follow_master(since)
         assert replica.dispatcher.pending_records() == 0
         assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 7  # the queues that changed, again
 

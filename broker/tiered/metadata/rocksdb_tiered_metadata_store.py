@@ -4,13 +4,14 @@ process kill). Keys order a queue's segments by type and base offset; values are
 import json
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
 from broker.rocksdb_raw import ReopenedAfterRefusal
+from broker.tiered.metadata.change_journal import ChangeJournal
 from broker.tiered.metadata.tiered_metadata_store import (
     FileSegmentMetadata,
     QueueMetadata,
@@ -23,6 +24,7 @@ from broker.tiered.provider.file_segment import FileSegmentType
 
 SEP = b"\x00"  # cannot occur in a topic name
 LENGTH = struct.Struct(">I")  # of a key or a value in a copy's records
+DELETED = 0xFFFFFFFF  # a value's length that says the record is gone (in a copy of what changed)
 QUEUE_ID = struct.Struct(">I")
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"C"
@@ -64,16 +66,36 @@ def _raw(items: Iterable[tuple[object, object]]) -> Iterator[tuple[bytes, bytes]
         yield key, value
 
 
-def _records(records: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """A copy's (key, value) pairs."""
+def _offsets(get: Callable[[bytes], bytes | None]) -> tuple[int, int]:
+    """The checkpoint and the uploaded end, as ``get`` reads them."""
+    checkpoint, uploaded_end = get(CHECKPOINT_KEY), get(UPLOADED_END_KEY)
+    return (OFFSET.unpack(checkpoint)[0] if checkpoint else 0,
+            OFFSET.unpack(uploaded_end)[0] if uploaded_end else 0)
+
+
+def _encode(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
+    """A copy's records: each key and its value (None: the record is gone)."""
+    out = bytearray()
+    for key, value in records:
+        out += LENGTH.pack(len(key)) + key
+        out += LENGTH.pack(DELETED) if value is None else LENGTH.pack(len(value)) + value
+    return bytes(out)
+
+
+def _records(records: bytes) -> Iterator[tuple[bytes, bytes | None]]:
+    """A copy's (key, value) pairs (None: the record is gone)."""
     view, at = memoryview(records), 0
     while at < len(view):
         (n,) = LENGTH.unpack_from(view, at)
         key = bytes(view[at + 4 : at + 4 + n])
         at += 4 + n
         (n,) = LENGTH.unpack_from(view, at)
-        yield key, bytes(view[at + 4 : at + 4 + n])
-        at += 4 + n
+        at += 4
+        if n == DELETED:
+            yield key, None
+            continue
+        yield key, bytes(view[at : at + n])
+        at += n
     assert at == len(view), "a tier copy's records end mid-record"
 
 
@@ -98,20 +120,29 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         # After the disk refused a write, the next reopens the database once there is room (RocksDB refuses every
         # write until then): the uploader's retries get through without a restart.
         self._database = ReopenedAfterRefusal(_open_db(root), root, _open_db)
-        self._lock = threading.Lock()  # replace_segments reads then writes
+        # Every write, with its journal entry (a copy reads both at one point); replace_segments reads then writes.
+        self._lock = threading.RLock()
+        self._journal = ChangeJournal()
 
     @property
     def _db(self) -> Rdict:
         return self._database.db
 
     def _put(self, key: bytes, value: bytes) -> None:
-        self._database.write(lambda db: db.put(key, value))
+        with self._lock:
+            self._database.write(lambda db: db.put(key, value))
+            self._journal.record((key,))
 
     def _delete(self, key: bytes) -> None:
-        self._database.write(lambda db: db.delete(key))
+        with self._lock:
+            self._database.write(lambda db: db.delete(key))
+            self._journal.record((key,))
 
-    def _write(self, batch: WriteBatch) -> None:
-        self._database.write(lambda db: db.write(batch))
+    def _write(self, batch: WriteBatch, keys: Iterable[bytes]) -> None:
+        """``batch``, which changes ``keys``."""
+        with self._lock:
+            self._database.write(lambda db: db.write(batch))
+            self._journal.record(keys)
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         options = ReadOptions()  # referenced for the whole scan (rocksdict stops early otherwise)
@@ -132,11 +163,13 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
 
     def delete_topic(self, topic: str) -> None:
         batch = WriteBatch(raw_mode=True)
-        batch.delete(_topic_key(topic))
+        keys = [_topic_key(topic)]
+        batch.delete(keys[0])
         for prefix in (b"Q", b"S"):
             start = prefix + topic.encode() + SEP
+            keys += (key for key, _ in self._scan(start))
             batch.delete_range(start, prefix + topic.encode() + b"\x01")
-        self._write(batch)
+        self._write(batch, keys)
 
     # -- queues
     def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
@@ -173,7 +206,7 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             for m in old:
                 batch.delete(_segment_key(m))
             batch.put(_segment_key(new), _segment_value(new))
-            self._write(batch)
+            self._write(batch, [*map(_segment_key, old), _segment_key(new)])
             return True
 
     # -- checkpoint
@@ -192,32 +225,38 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         self._put(UPLOADED_END_KEY, OFFSET.pack(offset))
 
     # -- copies
-    def copy(self) -> TieredMetadataCopy:
-        snapshot = self._db.snapshot()
-        out = bytearray()
-        checkpoint = uploaded_end = 0
-        for key, value in _raw(snapshot.items()):
-            if key == CHECKPOINT_KEY:
-                checkpoint = OFFSET.unpack(value)[0]
-                continue
-            if key == UPLOADED_END_KEY:
-                uploaded_end = OFFSET.unpack(value)[0]
-            out += LENGTH.pack(len(key)) + key + LENGTH.pack(len(value)) + value
-        return TieredMetadataCopy(checkpoint, uploaded_end, bytes(out))
+    def copy(self, since: str = "") -> TieredMetadataCopy:
+        with self._lock:
+            version = self._journal.version
+            changed = self._journal.since(since) if since else None
+            if changed is not None:  # the records changed since: read now, under the lock that orders writes
+                return TieredMetadataCopy(*_offsets(self._db.get), _encode(
+                    (key, self._db.get(key)) for key in changed if key != CHECKPOINT_KEY), version, whole=False)
+            snapshot = self._db.snapshot()  # whole: read after the lock, as of this moment
+        items = dict(_raw(snapshot.items()))
+        checkpoint, uploaded_end = _offsets(items.get)
+        return TieredMetadataCopy(checkpoint, uploaded_end, _encode(
+            (key, value) for key, value in items.items() if key != CHECKPOINT_KEY), version)
 
     def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
         theirs = dict(_records(copy.records))
+        batch = WriteBatch(raw_mode=True)
         with self._lock:
-            mine = {key: value for key, value in _raw(self._db.items()) if key != CHECKPOINT_KEY}
-            if mine == theirs:
+            if copy.whole:
+                mine = {key: value for key, value in _raw(self._db.items()) if key != CHECKPOINT_KEY}
+                changed = {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+                batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
+                batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
+            else:
+                changed = set(theirs) - {CHECKPOINT_KEY}
+            if not changed:
                 return set()
-            batch = WriteBatch(raw_mode=True)
-            batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
-            batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
             for key, value in theirs.items():
-                batch.put(key, value)
-            self._write(batch)
-        changed = {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
+                if value is None:
+                    batch.delete(key)
+                elif key != CHECKPOINT_KEY:
+                    batch.put(key, value)
+            self._write(batch, changed)
         return {queue for queue in map(_queue_of, changed) if queue is not None}
 
     def close(self) -> None:

@@ -53,12 +53,15 @@ class FileSegmentMetadata:
 
 @dataclass(frozen=True, slots=True)
 class TieredMetadataCopy:
-    """Everything a tier's metadata says, from one consistent snapshot, for a replica that shares the backend
-    (``broker/tiered/replica/``). ``records`` is opaque outside the store that made it."""
+    """What a tier's metadata says, at one point, for a replica that shares the backend (``broker/tiered/replica/``):
+    every record, or (``whole`` False) the records changed since the version the replica had. ``records`` is opaque
+    outside the store that made it."""
 
     checkpoint: int  # the upload checkpoint stored with these records: everything below it is in the tier
     uploaded_end: int
     records: bytes
+    version: str = ""  # what the replica asks the next copy since
+    whole: bool = True
 
 
 class TieredMetadataStore(ABC):
@@ -129,13 +132,15 @@ class TieredMetadataStore(ABC):
 
     # -- copies (a replica sharing the backend follows its master's)
     @abstractmethod
-    def copy(self) -> TieredMetadataCopy:
-        """Every record and the checkpoint, as one consistent snapshot."""
+    def copy(self, since: str = "") -> TieredMetadataCopy:
+        """The records and the checkpoint at one point: those changed since the copy of version ``since`` when this
+        store can tell which, else every record."""
 
     @abstractmethod
     def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
-        """Every record becomes ``copy``'s, atomically, except this store's own checkpoint (a replica's says where
-        its own dispatch stands). Returns the queues (topic, queue id) whose records changed."""
+        """The records become ``copy``'s (a whole copy replaces them all; a copy of changes applies to the copy
+        it was asked since), atomically, except this store's own checkpoint (a replica's says where its own
+        dispatch stands). Returns the queues (topic, queue id) whose records changed."""
 
     @abstractmethod
     def close(self) -> None:
