@@ -7,6 +7,7 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_topic
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
+from broker.tiered.replica.tier_role import TierRole
 from broker.tiered.tiered_store import TieredStore
 from common.refusal import Refusal
 from common.request_error import RequestError, require
@@ -43,6 +44,16 @@ class TieredProcessor:
                           f"tiered storage is off on broker {self.broker_name} (tieredStoreEnable=false)")
         return self._tiered
 
+    def _changeable(self) -> TieredStore:
+        """The tiered store, if this broker may change its tier (the Spark jobs' commits): not a replica that
+        follows its master's tier, or does not know yet whether it will (``broker/tiered/replica/tier_role.py``),
+        whose records the next copy from its master replaces, while the job deletes objects the master still reads."""
+        tiered = self._on()
+        if tiered.role in (TierRole.WAITING, TierRole.SHARED):
+            raise Refusal(ResponseCode.NO_PERMISSION, f"this broker is a replica of {self.broker_name} that follows "
+                          f"its master's tier (tieredRole={tiered.role.value}): run the job against the master")
+        return tiered
+
     # -- for the Spark jobs ------------------------------------------------------------------------------
     def metadata(self, request: tiered_pb2.TieredMetadataRequest) -> tiered_pb2.TieredMetadataResponse:
         tiered = self._on()
@@ -65,7 +76,7 @@ class TieredProcessor:
                                            records=copy.records, version=copy.version, whole=copy.whole)
 
     def replace_segments(self, request: tiered_pb2.ReplaceSegmentsRequest) -> tiered_pb2.ReplaceSegmentsResponse:
-        tiered = self._on()
+        tiered = self._changeable()
         old = [segment_from_proto(p) for p in request.old]
         require(len(old) >= 2, "a replacement needs at least two old segments")
         merged = segment_from_proto(request.merged)
@@ -77,12 +88,12 @@ class TieredProcessor:
         return tiered_pb2.ReplaceSegmentsResponse(code=ResponseCode.SUCCESS)
 
     def mark_expired(self, request: tiered_pb2.MarkExpiredRequest) -> tiered_pb2.SegmentsResponse:
-        tiered = self._on()
+        tiered = self._changeable()
         expired = tiered.mark_expired(request.now_ms or None)
         return tiered_pb2.SegmentsResponse(code=ResponseCode.SUCCESS, segments=map(segment_to_proto, expired))
 
     def drop_segments(self, request: tiered_pb2.DropSegmentsRequest) -> tiered_pb2.DropSegmentsResponse:
-        tiered = self._on()
+        tiered = self._changeable()
         dropped = tiered.drop_segments([segment_from_proto(p) for p in request.segments])
         return tiered_pb2.DropSegmentsResponse(code=ResponseCode.SUCCESS, dropped=dropped)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.tiered_processor import TieredProcessor
 from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
 from broker.tiered.metadata.change_journal import ChangeJournal
@@ -23,6 +25,9 @@ from broker.tiered.provider.file_segment_factory import FileSegmentFactory, Tier
 from broker.tiered.replica.tier_id import read_tier_id
 from broker.tiered.replica.tier_role import MasterTier, TierRole
 from common.message_codec import decode_record
+from common.refusal import Refusal
+from common.response_code import ResponseCode
+from proto import tiered_pb2
 from tests.cluster import wait_until
 from tests.tiered.test_tiered_unit_dispatcher_fetcher import TOPIC as NODE_TOPIC
 from tests.tiered.test_tiered_unit_dispatcher_fetcher import Node
@@ -245,6 +250,28 @@ def test_a_replica_restarted_beside_its_master_on_one_backend_leaves_the_masters
         assert sorted(replica.tiered.segments(), key=lambda m: m.path) == copied
         assert "tiered_units_dangling" not in caplog.text and "tiered_segment_size_reconciled" not in caplog.text
         assert replica.tiered.flat_files.get(NODE_TOPIC, 0).max_offset == 5
+    finally:
+        master.stop(upload=False)
+        replica.stop()
+
+
+def test_the_spark_jobs_change_no_tier_a_replica_follows(tmp_path: Path):
+    """A job pointed at a replica (an address that was the master's before a failover) would swap or drop records
+    the next copy from the master replaces, and delete objects the master still reads."""
+    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
+    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    try:
+        master.tiered.start()
+        _prepared(master)
+        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        processor = TieredProcessor("broker-a", replica.tiered, TopicConfigManager(tmp_path / "topics.json"))
+        for call, request in ((processor.mark_expired, tiered_pb2.MarkExpiredRequest()),
+                              (processor.drop_segments, tiered_pb2.DropSegmentsRequest()),
+                              (processor.replace_segments, tiered_pb2.ReplaceSegmentsRequest())):
+            with pytest.raises(Refusal, match="follows its master's tier \\(tieredRole=shared\\)") as refused:
+                call(request)
+            assert refused.value.code is ResponseCode.NO_PERMISSION
+        assert processor.metadata(tiered_pb2.TieredMetadataRequest()).code == ResponseCode.SUCCESS  # reads: fine
     finally:
         master.stop(upload=False)
         replica.stop()
