@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
-from rocksdict import Options, Rdict, ReadOptions, WriteOptions
+from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteOptions
 
 from common.storage_refusal import is_disk_full
 
@@ -82,7 +82,7 @@ class ReopenedAfterRefusal:
                 raise
 
 
-def raw_items(db: Rdict, from_key: bytes | None = None, read_opt: ReadOptions | None = None,
+def raw_items(db: Rdict | Snapshot, from_key: bytes | None = None, read_opt: ReadOptions | None = None,
               backwards: bool = False) -> Iterator[tuple[bytes, bytes]]:
     """``db.items(...)`` of a raw-mode database."""
     return cast(Iterator[tuple[bytes, bytes]], db.items(backwards=backwards, from_key=from_key, read_opt=read_opt))

@@ -29,12 +29,12 @@ from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
 from broker.rocksdb_raw import ReopenedAfterRefusal, open_raw, raw_items, raw_keys
+from broker.rocksdb_records import decode_records, encode_records
 
 QUEUE_ID = struct.Struct(">i")
 OFFSET = struct.Struct(">q")
 IN_FLIGHT = struct.Struct(">qiq")  # the older one-record-a-message form
 ENTRY = struct.Struct(">qqiH")
-LENGTH = struct.Struct(">I")
 SCAN, DELIVERY, HELD, IN_FLIGHT_TAG = b"S", b"D", b"H", b"I"
 
 
@@ -187,26 +187,14 @@ def _entries(value: bytes, delivery: int) -> list[tuple[int, InFlight]]:
 
 
 def encode_snapshot(items: Iterable[tuple[bytes, bytes]]) -> bytes:
-    """Records back to back: key length (>I), key, value length (>I), value."""
-    parts: list[bytes] = []
-    for key, value in items:
-        parts += (LENGTH.pack(len(key)), key, LENGTH.pack(len(value)), value)
-    return b"".join(parts)
+    """The records as ``rocksdb_records`` frames them."""
+    return encode_records(items)
 
 
 def decode_snapshot(snapshot: bytes) -> dict[bytes, bytes]:
     items: dict[bytes, bytes] = {}
-    view, pos, end = memoryview(snapshot), 0, len(snapshot)
-    while pos < end:
-        fields: list[bytes] = []
-        for _ in range(2):
-            start = pos + LENGTH.size
-            if start > end or start + LENGTH.unpack_from(view, pos)[0] > end:
-                raise ValueError(f"POP state snapshot cut short at byte {pos} of {end}")
-            pos = start + LENGTH.unpack_from(view, pos)[0]
-            fields.append(bytes(view[start:pos]))
-        key, value = fields
-        if key[:1] not in (SCAN, DELIVERY, HELD, IN_FLIGHT_TAG) or key.count(b"\x00") < 2:
+    for key, value in decode_records(snapshot, "POP state snapshot"):
+        if value is None or key[:1] not in (SCAN, DELIVERY, HELD, IN_FLIGHT_TAG) or key.count(b"\x00") < 2:
             raise ValueError(f"POP state snapshot holds a key of no POP record: {key[:40]!r}")
         items[key] = value
     return items

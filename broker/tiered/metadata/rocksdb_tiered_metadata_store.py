@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
-from broker.rocksdb_raw import ReopenedAfterRefusal
+from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items
+from broker.rocksdb_records import decode_records, encode_records
 from broker.tiered.metadata.change_journal import ChangeJournal
 from broker.tiered.metadata.tiered_metadata_store import (
     FileSegmentMetadata,
@@ -23,8 +24,6 @@ from broker.tiered.metadata.tiered_metadata_store import (
 from broker.tiered.provider.file_segment import FileSegmentType
 
 SEP = b"\x00"  # cannot occur in a topic name
-LENGTH = struct.Struct(">I")  # of a key or a value in a copy's records
-DELETED = 0xFFFFFFFF  # a value's length that says the record is gone (in a copy of what changed)
 QUEUE_ID = struct.Struct(">I")
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"C"
@@ -59,44 +58,11 @@ def _segment(raw: bytes) -> FileSegmentMetadata:
     return FileSegmentMetadata(**d)
 
 
-def _raw(items: Iterable[tuple[object, object]]) -> Iterator[tuple[bytes, bytes]]:
-    """A raw-mode database's items (rocksdict types them as any value)."""
-    for key, value in items:
-        assert isinstance(key, bytes) and isinstance(value, bytes)
-        yield key, value
-
-
 def _offsets(get: Callable[[bytes], bytes | None]) -> tuple[int, int]:
     """The checkpoint and the uploaded end, as ``get`` reads them."""
     checkpoint, uploaded_end = get(CHECKPOINT_KEY), get(UPLOADED_END_KEY)
     return (OFFSET.unpack(checkpoint)[0] if checkpoint else 0,
             OFFSET.unpack(uploaded_end)[0] if uploaded_end else 0)
-
-
-def _encode(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
-    """A copy's records: each key and its value (None: the record is gone)."""
-    out = bytearray()
-    for key, value in records:
-        out += LENGTH.pack(len(key)) + key
-        out += LENGTH.pack(DELETED) if value is None else LENGTH.pack(len(value)) + value
-    return bytes(out)
-
-
-def _records(records: bytes) -> Iterator[tuple[bytes, bytes | None]]:
-    """A copy's (key, value) pairs (None: the record is gone)."""
-    view, at = memoryview(records), 0
-    while at < len(view):
-        (n,) = LENGTH.unpack_from(view, at)
-        key = bytes(view[at + 4 : at + 4 + n])
-        at += 4 + n
-        (n,) = LENGTH.unpack_from(view, at)
-        at += 4
-        if n == DELETED:
-            yield key, None
-            continue
-        yield key, bytes(view[at : at + n])
-        at += n
-    assert at == len(view), "a tier copy's records end mid-record"
 
 
 def _queue_of(key: bytes) -> tuple[str, int] | None:
@@ -230,20 +196,20 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             version = self._journal.version
             changed = self._journal.since(since) if since else None
             if changed is not None:  # the records changed since: read now, under the lock that orders writes
-                return TieredMetadataCopy(*_offsets(self._db.get), _encode(
+                return TieredMetadataCopy(*_offsets(self._db.get), encode_records(
                     (key, self._db.get(key)) for key in changed if key != CHECKPOINT_KEY), version, whole=False)
             snapshot = self._db.snapshot()  # whole: read after the lock, as of this moment
-        items = dict(_raw(snapshot.items()))
+        items = dict(raw_items(snapshot))
         checkpoint, uploaded_end = _offsets(items.get)
-        return TieredMetadataCopy(checkpoint, uploaded_end, _encode(
+        return TieredMetadataCopy(checkpoint, uploaded_end, encode_records(
             (key, value) for key, value in items.items() if key != CHECKPOINT_KEY), version)
 
     def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
-        theirs = dict(_records(copy.records))
+        theirs = dict(decode_records(copy.records, "tier metadata copy"))
         batch = WriteBatch(raw_mode=True)
         with self._lock:
             if copy.whole:
-                mine = {key: value for key, value in _raw(self._db.items()) if key != CHECKPOINT_KEY}
+                mine = {key: value for key, value in raw_items(self._db) if key != CHECKPOINT_KEY}
                 changed = {key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)}
                 batch.delete_range(b"", CHECKPOINT_KEY)  # every key but the checkpoint (keys are a letter and more)
                 batch.delete_range(CHECKPOINT_KEY + b"\x00", b"\xff")
