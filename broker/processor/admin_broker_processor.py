@@ -208,9 +208,9 @@ class AdminBrokerProcessor:
         self._forget_consumption(topic)
         self.topic_config_manager.delete(topic, announce=had_mapping)
         self.on_topics_changed()
-        # A send that passed its topic check before the config went may have stored a record since the queues were
-        # dropped, and a pop or commit meanwhile may have kept a group's place: drop them again, now that no more
-        # can come (a topic created again would find them).
+        # A send appended between the first deletion record and the config delete (its append checks the topic
+        # under the commitlog's lock, as the deletion record appends: none lands after the second), and a pop or
+        # commit meanwhile may have kept a group's place: drop them again (a topic created again would find them).
         self._forget_consumption(topic)
         not_deleted = self.local_store.delete_topic(topic)
         if not_deleted is not None:

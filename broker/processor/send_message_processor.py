@@ -83,6 +83,9 @@ class SendMessageProcessor:
         # A static topic's delayed message keeps the physical queue here and its logic queue: it is delivered
         # here, or to the logic queue's leader should the queue have moved meanwhile.
         result, timer_props = self._put(request, config.topic_name, queue_id, static=ctx is not None)
+        if result.status is PutMessageStatus.NOT_ADMITTED:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {config.topic_name} was deleted while the send was "
+                          "checked; nothing stored")
         if result.status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
             raise RequestError(result.error)
         if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
@@ -117,7 +120,12 @@ class SendMessageProcessor:
     def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int,
              static: bool = False) -> tuple[PutMessageResult, list[bytes] | None]:
         """The put's result, and for a delayed batch (stored in the timer topic) its records' properties there. A
-        half message answers its offset in the half queue (a transaction id names it)."""
+        half message answers its offset in the half queue (a transaction id names it). A batch for the topic
+        itself is appended only if the topic still exists under the commitlog's lock: deleteTopic's deletion
+        record appends under it too, so a send checked just before a delete cannot land after its record (in the
+        queue a topic made again under the name starts from offset 0)."""
+        def admit() -> bool:
+            return self.topic_config_manager.select(topic) is not None
         if request.records:
             try:
                 batch = WireBatch.parse(request.records, topic.encode(), queue_id, self.store.store_host,
@@ -135,7 +143,7 @@ class SendMessageProcessor:
                                          request.queue_id if static else None)
                 if timer is not None:
                     return self.store.put_wire_batch(timer[0], wait_flushed=self.waits_for_flush), timer[1]
-            return self.store.put_wire_batch(batch, wait_flushed=self.waits_for_flush), None
+            return self.store.put_wire_batch(batch, wait_flushed=self.waits_for_flush, admit=admit), None
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
         put_topic, put_queue_id, sys_flag = topic, queue_id, request.sys_flag
@@ -152,8 +160,8 @@ class SendMessageProcessor:
                 put_topic, put_queue_id, properties = TIMER_TOPIC, TIMER_QUEUE_ID, timer_props
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
-                                       flag=request.flag, sys_flag=sys_flag,
-                                       wait_flushed=self.waits_for_flush), timer_props
+                                       flag=request.flag, sys_flag=sys_flag, wait_flushed=self.waits_for_flush,
+                                       admit=admit if put_topic == topic else None), timer_props
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

@@ -32,6 +32,11 @@ class NothingAppended(OSError):
     """The commitlog refused a batch before any of its records was written (e.g. ENOSPC): nothing changed."""
 
 
+class NotAdmitted(Exception):
+    """A batch's ``admit`` said no under the commitlog's lock (its topic was deleted after the caller's check):
+    nothing was written."""
+
+
 class AppendObserver(Protocol):
     """Told of every run of records ``append_batch`` writes into a segment, in commitlog order (reput's dispatch
     hints, ``broker/store/dispatch/dispatch_hints.py``), and that the log was truncated."""
@@ -119,13 +124,18 @@ class CommitLog:
             self.advance_confirm_offset(flushed_offset)
 
     # -- append ------------------------------------------------------------------------------------
-    def append_batch(self, batch: WireBatch, restart_queues_of: str | None = None) -> AppendResult:
+    def append_batch(self, batch: WireBatch, restart_queues_of: str | None = None,
+                     admit: Callable[[], bool] | None = None) -> AppendResult:
         """Append a batch of one queue; its records get consecutive queue offsets. ``restart_queues_of``: a
-        topic whose queues start again at offset 0 right after this batch (a deletion record's topic)."""
+        topic whose queues start again at offset 0 right after this batch (a deletion record's topic).
+        ``admit``: asked under the lock, before anything is written (NotAdmitted when it says no), so a check
+        it makes cannot be overtaken by a deletion record, which appends under the same lock."""
         physical_offsets: list[int] = []
         sizes = batch.sizes
         observer = self._append_observer
         with self._lock:
+            if admit is not None and not admit():
+                raise NotAdmitted(f"{batch.topic.decode()} is no longer admitted")
             key = (batch.topic.decode(), batch.queue_id)
             first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)
             now = max(int(time.time() * 1000), self._last_store_timestamp)

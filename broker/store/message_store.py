@@ -9,7 +9,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from broker.store.checkpoint import OffsetCheckpoint
-from broker.store.commit_log import CommitLog, NothingAppended
+from broker.store.commit_log import CommitLog, NotAdmitted, NothingAppended
 from broker.store.config import FlushDiskType, MessageStoreConfig, StoreType
 from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore
 from broker.store.consume_queue.file_consume_queue_store import FileConsumeQueueStore
@@ -157,10 +157,13 @@ class MessageStore(MessageStoreReader):
         sys_flag: int = 0,
         body_limit: int | None = None,
         wait_flushed: bool = True,
+        admit: Callable[[], bool] | None = None,
     ) -> PutMessageResult:
         """Append a batch to one queue (a single message is a batch of one). Properties are in wire form.
         ``body_limit`` replaces maxMessageSize (system records with their own limits); ``wait_flushed=False``
-        returns before a SYNC_FLUSH fsync (for callers that wait for dispatch, which follows the fsync)."""
+        returns before a SYNC_FLUSH fsync (for callers that wait for dispatch, which follows the fsync);
+        ``admit``: asked under the commitlog's lock right before the append (``CommitLog.append_batch``), e.g.
+        whether the topic still exists; NOT_ADMITTED when it says no."""
         error = self._check(topic, queue_id, bodies, properties, body_limit or self.config.max_message_size)
         if error is not None:
             return error
@@ -169,15 +172,17 @@ class MessageStore(MessageStoreReader):
             born_timestamp=born_timestamp if born_timestamp is not None else int(time.time() * 1000),
             born_host=encode_host(born_host), store_host=self.store_host, flag=flag, sys_flag=sys_flag,
         )
-        return self._append(batch, wait_flushed)
+        return self._append(batch, wait_flushed, admit=admit)
 
-    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
-        """Append records the producer encoded (checked by ``WireBatch.parse``) as they came."""
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True,
+                       admit: Callable[[], bool] | None = None) -> PutMessageResult:
+        """Append records the producer encoded (checked by ``WireBatch.parse``) as they came; ``admit`` as for
+        ``put_messages``."""
         error = self._check_running()
         if error is None:
             error = self._check_sizes(batch.topic.decode(), batch.queue_id, batch.max_body,
                                       batch.max_properties, self.config.max_message_size)
-        return error or self._append(batch, wait_flushed)
+        return error or self._append(batch, wait_flushed, admit=admit)
 
     def wait_flushed(self, offset: int) -> PutMessageStatus:
         """After puts with ``wait_flushed=False``, one wait for them all (SYNC_FLUSH; at once otherwise): PUT_OK once
@@ -189,14 +194,17 @@ class MessageStore(MessageStoreReader):
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
         return PutMessageStatus.FLUSH_DISK_TIMEOUT
 
-    def _append(self, batch: WireBatch, wait_flushed: bool, restart_queues_of: str | None = None) -> PutMessageResult:
+    def _append(self, batch: WireBatch, wait_flushed: bool, restart_queues_of: str | None = None,
+                admit: Callable[[], bool] | None = None) -> PutMessageResult:
         if max(batch.sizes) > self.commit_log.max_record_size():
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                     f"record of {max(batch.sizes)} bytes exceeds the commitlog segment size")
         try:
-            append = self.commit_log.append_batch(batch, restart_queues_of)
+            append = self.commit_log.append_batch(batch, restart_queues_of, admit)
         except OSError as exc:
             return self._append_failed(exc)
+        except NotAdmitted as exc:
+            return PutMessageResult(PutMessageStatus.NOT_ADMITTED, str(exc))
         try:  # the record is in the log: a failed measurement must not turn it into an error (and a duplicate)
             self.disk_watcher.after_append(append.end_offset)
         except OSError:

@@ -12,6 +12,7 @@ class PutMessageStatus(Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    NOT_ADMITTED = "NOT_ADMITTED"  # the caller's admit check said no under the commitlog's lock: nothing stored
 
 
 @dataclass(slots=True)

@@ -1,0 +1,65 @@
+"""A send checked just before a deleteTopic and appended after it stores nothing.
+
+deleteTopic appends a deletion record, after which the topic's queues start again at offset 0 for a topic made
+again under the name. A send checks its topic, then appends: a delete that ran whole between the two left the
+send's records after the deletion record, so a topic created again later began with a message no one sent to it.
+The append now asks whether the topic still exists under the commitlog's lock, where the deletion record appends.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from broker.processor.send_message_processor import SendLimits, SendMessageProcessor
+from broker.statictopic.static_topic_service import StaticTopicService
+from broker.store.config import StoreType
+from common.refusal import Refusal
+from common.response_code import ResponseCode
+from common.topic_config import TopicConfig
+from common.wire_batch import encode_wire_batch
+from proto import broker_pb2
+from tests.metadata.test_delete_topic_refused import TOPIC, Broker
+
+
+def send_request(records: bool) -> broker_pb2.SendMessageRequest:
+    if records:
+        return broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, records=encode_wire_batch(
+            TOPIC.encode(), [b"late"], [b""], born_timestamp=1, born_host=bytes(8)))
+    return broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[b"late"])
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["records", "bodies"])
+@pytest.mark.parametrize("store_type", list(StoreType))
+def test_a_send_checked_before_a_delete_that_then_ran_whole_stores_nothing(tmp_path: Path, store_type: StoreType,
+                                                                           records: bool) -> None:
+    broker = Broker(tmp_path, store_type)
+    try:
+        broker.topics.update(TopicConfig(TOPIC, 1, 1))
+        send = SendMessageProcessor(SendLimits(4 * 1024 * 1024, False, 1), broker.topics,
+                                    StaticTopicService("broker-a", broker.mappings, broker.offsets, broker.store,
+                                                       None),  # type: ignore[arg-type]
+                                    broker.store, lambda: None)
+        select = broker.topics.select
+        deleted: list[int] = []
+
+        def select_then_delete(topic: str) -> TopicConfig | None:
+            """The send's own check passes; the whole delete runs before the send goes on to its append."""
+            config = select(topic)
+            if not deleted:
+                broker.topics.select = select  # type: ignore[method-assign]
+                deleted.append(broker.admin.delete_topic(broker_pb2.TopicRequest(topic=TOPIC)).code)
+            return config
+
+        broker.topics.select = select_then_delete  # type: ignore[method-assign]
+        with pytest.raises(Refusal) as refused:
+            send.send(send_request(records))
+        assert deleted == [ResponseCode.SUCCESS]
+        assert refused.value.code == ResponseCode.TOPIC_NOT_EXIST, refused.value.remark
+
+        broker.topics.update(TopicConfig(TOPIC, 1, 1))  # made again: it starts empty
+        assert broker.store.wait_dispatched(broker.store.commit_log.max_offset())
+        assert broker.store.max_offset(TOPIC, 0) == 0
+        answer = send.send(send_request(records))
+        assert answer.code == ResponseCode.SUCCESS and answer.queue_offset == 0
+    finally:
+        broker.close()
