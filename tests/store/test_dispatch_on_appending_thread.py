@@ -122,3 +122,34 @@ def test_a_dispatch_failing_on_the_loop_fail_stops_the_store_and_the_append_stan
         assert store.commit_log.max_offset() == result.append.end_offset
 
     _on_loop(store, steps)
+
+
+class DeletionRecordingDispatcher(ThreadRecordingDispatcher):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deletions: list[tuple[str, int]] = []  # (topic, thread)
+
+    def topic_deleted(self, topic: str) -> None:
+        self.deletions.append((topic, threading.get_ident()))
+
+
+def test_a_topic_deletion_record_is_left_to_the_reput_thread(tmp_path: Path, store_type: str):
+    """Dropping a topic's queues deletes its files (or key ranges), for as long as the topic is big: not on the
+    loop. Its inline pass stops at the deletion record and wakes the reput thread, which dispatches it and what
+    follows."""
+    rec = DeletionRecordingDispatcher()
+    store = _open(tmp_path, rec, store_type)
+    try:
+        old = store.put_messages("GoneT", 0, [b"old"], [b""])
+        assert old.append is not None and store.wait_dispatched(old.append.end_offset)
+        with store.reput._pass_lock:  # the reput thread's passes wait: the inline one below runs alone
+            assert store.delete_topic("GoneT", timeout_s=0.05) is not None  # appended, not dispatched yet
+            store.put_messages("GoneT", 0, [b"new"], [b""])
+            store.reput._pass(inline=True)
+            assert rec.deletions == []
+            assert store.reput.reput_from_offset == old.append.end_offset  # stopped at the deletion record
+        assert store.wait_dispatched(store.commit_log.max_offset())
+        assert rec.deletions == [("GoneT", store.reput.ident)]
+        assert store.max_offset("GoneT", 0) == 1  # the new message, from offset 0
+    finally:
+        store.shutdown()

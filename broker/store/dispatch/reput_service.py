@@ -129,7 +129,7 @@ class ReputMessageService(threading.Thread):
             self._wakeup.set()
             return
         try:
-            self._pass()
+            self._pass(inline=True)
         except Exception:
             pass  # fail-stopped and logged by the pass; the appends stand, the store takes no more
         finally:
@@ -144,17 +144,19 @@ class ReputMessageService(threading.Thread):
         with self._pass_lock:
             return self._pass()
 
-    def _pass(self) -> int:
-        """One pass, under the pass lock: a failure fail-stops the store, and is raised."""
+    def _pass(self, inline: bool = False) -> int:
+        """One pass, under the pass lock: a failure fail-stops the store, and is raised. ``inline`` (on the
+        appending thread, the event loop): a topic deletion record is left to the reput thread, woken for it, since
+        dropping a topic's queues deletes files and ranges for as long as the topic is big."""
         if self.failed:
             return 0
         try:
-            return self._do_reput()
+            return self._do_reput(inline)
         except Exception as exc:
             self._fail(exc)
             raise
 
-    def _do_reput(self) -> int:
+    def _do_reput(self, inline: bool = False) -> int:
         count = 0
         mfq = self.commit_log.mapped_file_queue
         while self.reput_from_offset < self.commit_log.confirm_offset and not self._stopped.is_set():
@@ -175,6 +177,9 @@ class ReputMessageService(threading.Thread):
             base = segment.file_from_offset
             limit = min(self.commit_log.confirm_offset, segment.end_offset) - base
             requests, pos, hit_end = parse_records(segment.mm, offset - base, limit, base, self._topics)
+            if inline and requests and requests[0][TOPIC] == TOPIC_DELETION_TOPIC:
+                self._wakeup.set()
+                break
             end = segment.end_offset if hit_end else base + pos
             if requests or end != offset:
                 self._dispatch(requests, end)
