@@ -103,3 +103,40 @@ def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_upload
     assert "tiered_gap" not in promoted_log and "tiered_units_dangling" not in promoted_log
     if backend != "own":
         assert "tiered_taken_over" in promoted_log
+
+
+def test_a_replica_killed_and_restarted_follows_its_master_again_and_promoted_serves_everything(
+        tiered_group: tuple[ReplicaGroup, str]):
+    """SIGKILL of the replica: restarted, it loads its tier as recorded, learns whose backend it is from its
+    master's next copy (a shared one: the master's newer uploads are no torn upload of its own; its own: the crash
+    checks run on its own tier), catches up and expires again; promoted, it serves everything."""
+    g, backend = tiered_group
+    acked = send_bodies(g, 1, "before", 600)
+    wait_until(lambda: upload_lag(g.replicas[1].addr) == 0, timeout=20, what="the master to upload everything")
+    wait_until(lambda: commit_log_segments(g, 2) <= 2, timeout=20, what="the replica to expire what the tier holds")
+    g.replicas[2].kill()
+    wait_until(lambda: g.in_sync(1, "1"), timeout=10, what="the master to drop the dead replica from the set")
+    # Less than a segment while it is down: the master's log must still hold where the replica stopped.
+    for i in range(3):
+        bodies = [f"down-{i}-{j}-".encode().ljust(BODY, b"x") for j in range(20)]
+        answer = send(g.replicas[1].addr, i % QUEUES, bodies)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        acked += bodies
+    g.start(2)
+    wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="the restarted replica to rejoin the set")
+    wait_until(lambda: (g.info(2) or {}).get("tieredRole") == ("own" if backend == "own" else "shared"),
+               timeout=20, what="the restarted replica to learn whose backend its tier is")
+    acked += send_bodies(g, 1, "after-restart", 300)
+    wait_until(lambda: upload_lag(g.replicas[1].addr) == 0, timeout=20, what="the master to upload the rest")
+    wait_until(lambda: commit_log_segments(g, 2) <= 2, timeout=20, what="the restarted replica to expire again")
+
+    g.replicas[1].kill()
+    first_acknowledged_send(g.replicas[2].addr, deadline_s=15)
+    acked.append(b"probe")
+    wait_until(lambda: sorted(consumed_bodies(g.ns.addr)) == sorted(acked), timeout=20,
+               what="every message consumable from the promoted replica")
+    replica_log = g.replicas[2].log()
+    assert "tiered_gap" not in replica_log
+    if backend != "own":  # (its own tier may have had an upload torn by the SIGKILL, which recovery mends)
+        for damage in ("tiered_units_dangling", "tiered_segment_size_reconciled"):
+            assert damage not in replica_log, damage
