@@ -9,9 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from client import Admin, MessageQueue, PullConsumer, PullStatus
 from common.response_code import ResponseCode
-from proto import tiered_pb2, tiered_pb2_grpc
-from tests.cluster import wait_until
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, tiered_pb2, tiered_pb2_grpc
+from tests.cluster import wait_static_route, wait_until
 from tests.ha.test_controller_failover import (
     QUEUES,
     TOPIC,
@@ -23,6 +25,7 @@ from tests.ha.test_controller_failover import (
 )
 
 BODY = 2000  # bytes: 1,000 messages span eight of the group's 256 KiB commitlog segments
+STATIC = "TieredStaticT"  # a static topic whose one logic queue the group leads
 
 
 @pytest.fixture(params=["shared", "s3", "own"])
@@ -66,9 +69,45 @@ def upload_lag(addr: str) -> int:
     return sum(q.upload_lag for q in status.queues)
 
 
+def static_bodies(g: ReplicaGroup, master: int, n: int) -> list[bytes]:
+    """``n`` messages sent to the static topic's logic queue 0 on ``master``."""
+    acked = []
+    for i in range(0, n, 20):
+        bodies = [f"static-{i + j}-".encode().ljust(BODY, b"s") for j in range(20)]
+        answer = send(g.replicas[master].addr, 0, bodies, topic=STATIC, addressing=broker_pb2.LOGIC)
+        assert answer.code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_SLAVE_TIMEOUT), answer.remark
+        acked += bodies
+    return acked
+
+
+def holds_static_mapping(addr: str) -> bool:
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    return any(d.topic == STATIC for d in stub.GetAllTopicQueueMapping(common_pb2.Empty(), timeout=5).details)
+
+
+def static_consumed(ns: str) -> list[bytes]:
+    """The static topic's logic queue 0 from offset 0, as a RocketMQ client reads it."""
+    bodies: list[bytes] = []
+    with PullConsumer(ns, group="static-reader") as consumer:
+        mq, offset = MessageQueue(STATIC, LOGICAL_QUEUE_MOCK_BROKER_NAME, 0), 0
+        while (result := consumer.pull(mq, offset, 64)).status is PullStatus.FOUND:
+            bodies += [m.body for m in result.messages]
+            offset = result.next_begin_offset
+    return bodies
+
+
 def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_uploads_on(
         tiered_group: tuple[ReplicaGroup, str]):
+    """With a static topic's logic queue beside the plain topic: its physical queue is uploaded, expired and
+    served from the tier after the failover as any queue, through the logic queue's mapping."""
     g, backend = tiered_group
+    with Admin(g.ns.addr) as admin:
+        epoch = admin.update_static_topic(STATIC, 1, brokers=["broker-a"]).epoch
+    wait_static_route(g.ns.addr, STATIC, epoch)
+    wait_until(lambda: send(g.replicas[1].addr, 0, [b"static-first"], topic=STATIC,
+                            addressing=broker_pb2.LOGIC).code == ResponseCode.SUCCESS,
+               timeout=10, what="the master to take sends to the logic queue")
+    static_acked = [b"static-first", *static_bodies(g, 1, 200)]
     acked = send_bodies(g, 1, "before", 1000)
     wait_until(lambda: upload_lag(g.replicas[1].addr) == 0, timeout=20, what="the master to upload everything")
     # The replica's commitlog expires too (before: its uploader, never started, held it at checkpoint 0).
@@ -86,12 +125,17 @@ def test_a_replica_expires_what_the_tier_holds_and_promoted_serves_it_and_upload
     # last copy of its tier (every 5 s), so the promoted replica must find those segments in the backend.
     acked += send_bodies(g, 1, "late", 300)
     wait_until(lambda: upload_lag(g.replicas[1].addr) == 0, timeout=20, what="the master to upload the burst")
+    # Metadata is copied every 5 s (SlaveSynchronize): a static topic made just before its master died is not on
+    # the promoted replica, as upstream.
+    wait_until(lambda: holds_static_mapping(g.replicas[2].addr), timeout=15,
+               what="the replica to copy the static topic's mapping")
     g.replicas[1].kill()
     first_acknowledged_send(g.replicas[2].addr, deadline_s=15)
     acked.append(b"probe")
     # What only the tier holds now (the local commitlog expired) is served by the promoted replica.
     wait_until(lambda: sorted(consumed_bodies(g.ns.addr)) == sorted(acked), timeout=20,
                what="every message consumable from the promoted replica")
+    assert static_consumed(g.ns.addr) == static_acked  # in order, from the tier and the log
 
     acked += send_bodies(g, 2, "after", 600)
     wait_until(lambda: upload_lag(g.replicas[2].addr) == 0, timeout=20, what="the new master to upload the rest")
