@@ -137,6 +137,14 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
         self._durable = self.state.flush()
 
     def truncate_dirty(self, commit_log_end: int) -> None:
+        """Only after a machine crash with ASYNC_FLUSH, the state made durable past what the commitlog had on disk
+        (it is flushed on its own clock, and RocksDB flushes full memtables on its own): the ops applied from the
+        lost tail cannot be undone (they were acknowledged: the state keeps them), but the records appended from
+        the end on are new ones and must apply. Left at the old applied offset, they were skipped as applied
+        before, each answered as applied, for good."""
         if self._applied > commit_log_end:
-            # Only after a machine crash with ASYNC_FLUSH: ops applied from the lost tail cannot be undone.
-            log.error("kv_applied_past_commitlog_end applied=%d commitlog_end=%d", self._applied, commit_log_end)
+            log.error("kv_applied_past_commitlog_end applied=%d commitlog_end=%d action='the ops of the lost tail "
+                      "stay applied; the applied offset goes back to the end, so new records apply'",
+                      self._applied, commit_log_end)
+            self.state.rewind(commit_log_end)
+            self._applied = self._durable = self._stored = commit_log_end

@@ -68,6 +68,12 @@ class KvStateStore(ABC):
         """Make applied state durable (when due); returns the offset that is durable now."""
 
     @abstractmethod
+    def rewind(self, applied_offset: int) -> None:
+        """Take ``applied_offset``, below the applied offset, as applied, durably, keeping the state: the commitlog
+        lost its tail below what was applied (a machine crash under ASYNC_FLUSH). What the lost ops did cannot be
+        undone; the records appended from there on (new ones) must apply."""
+
+    @abstractmethod
     def snapshot(self, partition: int) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
         """A consistent view of a partition: the applied offset it reflects and its (key, raw state) in key
         order. The iterator stays valid while writes go on."""

@@ -117,6 +117,15 @@ class MemoryKvStateStore(KvStateStore):
             self._durable = applied
             return applied
 
+    def rewind(self, applied_offset: int) -> None:
+        assert applied_offset <= self._applied, f"a rewind forward: {applied_offset} > {self._applied}"
+        with self._snapshot_lock:
+            with self._lock:
+                self._applied = applied_offset
+                copy = {p: dict(part) for p, part in self._partitions.items()}
+            self._write_snapshot(copy, applied_offset)
+            self._durable = applied_offset
+
     def _write_snapshot(self, partitions: dict[int, dict[bytes, bytes]], applied: int) -> None:
         chunks = [HEAD.pack(MAGIC, applied)]
         pack = ENTRY.pack

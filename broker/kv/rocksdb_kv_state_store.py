@@ -110,6 +110,13 @@ class RocksDBKvStateStore(KvStateStore):
             self._durable = applied
             return applied
 
+    def rewind(self, applied_offset: int) -> None:
+        assert applied_offset <= self._applied, f"a rewind forward: {applied_offset} > {self._applied}"
+        with self._flush_lock:
+            self.db.put(APPLIED_KEY, OFFSET.pack(applied_offset), self._write_options)
+            self.db.flush(True)
+            self._applied = self._durable = applied_offset
+
     def snapshot(self, partition: int) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
         # rocksdict's snapshot iterators do not isolate (0.3.29), its point reads do. Keys are never removed
         # (deletes leave tombstones), so walking the live keys and reading each through the snapshot gives
