@@ -147,6 +147,8 @@ class PopService:
                 continue
             record = _read_one(query.reader, query.topic, key[2], offset)
             if record is None:  # not readable now (an older item's broker is busy): owed still, tried next pop
+                if query.fifo:  # what follows it in its message group waits for it
+                    busy.add(entry.message_group)
                 continue
             if record is not GONE and entry.reconsume_times >= query.max_reconsume_times:
                 self.dead_letter(query.group, query.topic, record, entry.reconsume_times)
@@ -167,7 +169,8 @@ class PopService:
             if group in busy:
                 continue
             record = _read_one(query.reader, query.topic, key[2], offset)
-            if record is None:  # not readable now: still held
+            if record is None:  # not readable now: still held, and what follows it in its group waits for it
+                busy.add(group)
                 continue
             del state.held[offset]
             change.done_held.add((key, offset))

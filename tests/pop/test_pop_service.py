@@ -24,10 +24,11 @@ class Reader:
 
     def __init__(self, records: list[bytes], first: int = 0) -> None:
         self.records, self.first, self.busy = records, first, False
+        self.busy_at: set[int] = set()  # offsets answered as busy (a read of them alone)
 
     def get_message(self, topic, queue_id, offset, max_msg_nums, max_total_bytes=0, tags_codes=None):
         end = self.first + len(self.records)
-        if self.busy or offset >= end:
+        if self.busy or offset >= end or (offset in self.busy_at and max_msg_nums == 1):
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, self.first, end)
         if offset < self.first:
             return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, self.first, self.first, end)
@@ -78,6 +79,20 @@ def test_a_held_fifo_message_survives_an_unreadable_moment(tmp_path):
     assert offsets(pop.pop(query(reader, fifo=True), lambda q: 0)) == []
     reader.busy = False
     assert offsets(pop.pop(query(reader, fifo=True), lambda q: 0)) == [1]
+
+
+def test_a_fifo_message_unreadable_for_a_moment_holds_back_the_rest_of_its_group(tmp_path):
+    """Its message group stays busy while it cannot be read: the next of the group was handed out before it."""
+    clock, dead = Clock(), []
+    pop = service(tmp_path, clock, dead)
+    reader = Reader([record(0, "a"), record(1, "a"), record(2, "b")])
+    assert offsets(pop.pop(query(reader, fifo=True), lambda q: 0)) == [0, 2]  # 1 is held behind 0
+    clock.now += 2000  # neither was acked
+    reader.busy_at = {0}
+    assert offsets(pop.pop(query(reader, fifo=True), lambda q: 0)) == [2]  # not 1: 0 is owed first
+    reader.busy_at = set()
+    clock.now += 2000
+    assert offsets(pop.pop(query(reader, fifo=True), lambda q: 0)) == [0, 2]
 
 
 def test_a_message_whose_segment_expired_is_dropped_and_progress_moves_on(tmp_path):
