@@ -50,6 +50,12 @@ class _Queued:
     bodies: list[bytes] = field(default_factory=list)
     applied: list["asyncio.Future[int]"] = field(default_factory=list)  # each writer's: its commitlog offset
 
+    def split(self, n: int) -> "_Queued":
+        """The first ``n`` records; this keeps the rest."""
+        head = _Queued(self.shard, self.properties[:n], self.bodies[:n], self.applied[:n])
+        del self.properties[:n], self.bodies[:n], self.applied[:n]
+        return head
+
     def drop_given_up(self) -> None:
         """Leave out the records of writers that gave up (cancelled) before the append: never written."""
         kept = [i for i, future in enumerate(self.applied) if not future.done()]
@@ -153,9 +159,39 @@ class KvGroupCommit:
             self._commit()
 
     def _commit(self) -> None:
+        """Appends the records queued, up to a group's bounds; what is left is due once this group is applied."""
         self._due = False
-        queued, self._queued = self._queued, {}
-        self._queued_records = self._queued_bytes = 0
+        while self._queued:  # (a group applied at once, or refused whole, lets the next go now)
+            if self._commit_group(self._take_group()) and self._in_flight >= MAX_GROUPS_IN_FLIGHT:
+                break
+        self._due = bool(self._queued)
+
+    def _take_group(self) -> dict[int, _Queued]:
+        """The oldest records queued, in arrival order per queue, within ``MAX_GROUP_RECORDS`` and
+        ``MAX_GROUP_BYTES`` (at least one record). A group closed while another was in flight holds what queued
+        meanwhile, which a slow fsync or slave lets grow without bound: one synchronous append on the loop."""
+        taken: dict[int, _Queued] = {}
+        records = size = 0
+        for queue_id, group in list(self._queued.items()):
+            n = 0
+            while n < len(group.bodies) and (records == 0 or (
+                    records < MAX_GROUP_RECORDS and size + len(group.bodies[n]) + len(group.properties[n])
+                    <= MAX_GROUP_BYTES)):
+                size += len(group.bodies[n]) + len(group.properties[n])
+                records += 1
+                n += 1
+            if n == len(group.bodies):
+                taken[queue_id] = self._queued.pop(queue_id)
+            else:
+                if n:
+                    taken[queue_id] = group.split(n)
+                break
+        self._queued_records -= records
+        self._queued_bytes -= size
+        return taken
+
+    def _commit_group(self, queued: dict[int, _Queued]) -> bool:
+        """Appends ``queued``; whether any of it was (and is in flight now)."""
         writers: list[asyncio.Future[int]] = []
         offsets: list[int] = []
         end_offset = 0
@@ -166,7 +202,7 @@ class KvGroupCommit:
                 offsets += append.physical_offsets
                 end_offset = max(end_offset, append.end_offset)
         if not writers:
-            return
+            return False
         self.groups += 1
         self.records += len(writers)
         self._last_group = len(writers)
@@ -177,6 +213,7 @@ class KvGroupCommit:
         self._waiters.when_applied(end_offset, appended.settle)
         if not appended.done:
             appended.timer = self._loop.call_later(self._apply_timeout_s, appended.expire, self._apply_timeout_s)
+        return True
 
     def _append_queue(self, queue_id: int, group: _Queued) -> AppendResult | None:
         """One queue's records as one batch; None when none was written (each writer was told why)."""

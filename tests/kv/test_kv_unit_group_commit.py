@@ -255,3 +255,38 @@ def test_a_fail_stop_reaches_the_writers_in_flight_and_later_ones():
             await commit.submit(1, 1, b"p", b"b")
 
     run(main)
+
+
+def test_what_queues_behind_a_slow_apply_is_appended_in_bounded_groups(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """A group closed while another is in flight took everything queued meanwhile: behind a slow fsync or slave,
+    one synchronous append of any size on the loop (5,000 records in one, measured before)."""
+    monkeypatch.setattr(kv_group_commit, "MAX_GROUP_RECORDS", 64)
+
+    async def main() -> None:
+        node = Node(tmp_path, FlushDiskType.ASYNC_FLUSH)
+        gate = asyncio.Event()
+        dispatch = node.kv.dispatcher.dispatch
+        loop = asyncio.get_running_loop()
+
+        def held(requests, end):  # type: ignore[no-untyped-def]  # the reput thread waits for the gate
+            asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(20)
+            dispatch(requests, end)
+
+        node.kv.dispatcher.dispatch = held  # type: ignore[method-assign]
+        try:
+            first = node.submit(0, KvRecord(KvOp.PUT, b"k0", b"v"))
+            await asyncio.sleep(0.05)  # appended, its apply held
+            queued = [node.submit(i % 2, KvRecord(KvOp.PUT, b"k%d" % i, b"v%d" % i)) for i in range(1, 301)]
+            await asyncio.sleep(0.05)
+            gate.set()
+            await asyncio.gather(first, *queued)
+            assert node.appends[0] == (0, 1)
+            assert all(records <= 64 for _, records in node.appends), node.appends
+            assert sum(records for _, records in node.appends) == 301
+            assert [node.state(i % 2, b"k%d" % i) for i in range(1, 301)] == [present(b"v%d" % i)
+                                                                             for i in range(1, 301)]
+        finally:
+            node.close()
+
+    run(main)
