@@ -19,6 +19,7 @@ import grpc
 from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.ha_service import GroupIdentity
 from broker.store.commit_log import CommitLog
+from broker.store.fault_points import check_fsync
 from common import tls
 from common.acl import inner_metadata
 from proto import ha_pb2, ha_pb2_grpc
@@ -32,12 +33,14 @@ _CLOSE = -1
 class HAClient(threading.Thread):
     def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog,
                  epochs: EpochFile | None = None, master_epoch: int = 0,
-                 truncate: Callable[[int], None] | None = None) -> None:
+                 truncate: Callable[[int], None] | None = None,
+                 fail_stop: Callable[[str], None] = lambda _reason: None) -> None:
         super().__init__(name="ha-client", daemon=True)
         self.master_ha_addr = master_ha_addr
         self.epochs = epochs
         self.master_epoch = master_epoch
         self.truncate = truncate  # MessageStore.truncate_diverged_tail
+        self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
         self.refusal = ""  # why this replica stopped following (a tail it must not cut)
         self.identity = identity
         self.commit_log = commit_log
@@ -130,17 +133,34 @@ class HAClient(threading.Thread):
                 if mfq.max_offset() == acked:
                     self._written.wait(1.0)  # at least once a second: an ack is also the link's heartbeat
             with self._ack_lock:
-                flushed = mfq.flush()
+                try:
+                    check_fsync("commitlog")
+                    flushed = mfq.flush()
+                except Exception as exc:
+                    self._flush_failed(exc)
+                    return
                 self.commit_log.on_flushed(flushed)
                 self._acks.put(flushed)
             acked = flushed
 
-    def shutdown(self) -> None:
+    def _flush_failed(self, exc: Exception) -> None:
+        """After a failed fsync Linux may report success for pages it already dropped: nothing written since the
+        last good one can be acknowledged, now or later. The store stops (a restart recovers from what is on
+        disk) and so does replication; the master's in-sync set drops this replica once its acks stop."""
+        self.refusal = f"fsync of the replicated commitlog failed: {exc}"
+        self.fail_stop(self.refusal)
+        log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal)
+        self._stop_stream()
+
+    def _stop_stream(self) -> None:
         self._stopped.set()
         self._acks.put(_CLOSE)
         call = self._call
         if call is not None:
             call.cancel()
+
+    def shutdown(self) -> None:
+        self._stop_stream()
         # To the end, both threads: a promoted replica must not have an old stream append after its epoch starts.
         if self.is_alive():
             self.join()

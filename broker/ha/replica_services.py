@@ -41,7 +41,8 @@ class ReplicaServices:
         self.stop_following()
         self.on_follow()
         client = HAClient(master_ha_addr, self.identity, self.store.commit_log, epochs=self.epochs,
-                          master_epoch=master_epoch, truncate=self.store.truncate_diverged_tail)
+                          master_epoch=master_epoch, truncate=self.store.truncate_diverged_tail,
+                          fail_stop=self.store.running_flags.fail_stop)
         client.start()
         self.ha_client = client
         self.slave_sync = self.make_slave_sync(lambda: client.master_addr)
