@@ -28,6 +28,7 @@ class FileConsumeQueueStore(ConsumeQueueStore):
         self._checkpoint_file = OffsetCheckpoint(root / ".checkpoint")
         self._checkpoint = 0
         self._lock = threading.Lock()  # queue table changes (create, delete) vs. dispatch
+        self._dirty_lock = threading.Lock()  # the dirty set and dispatched offset: dispatch vs. flush
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def load(self) -> None:
@@ -67,22 +68,27 @@ class FileConsumeQueueStore(ConsumeQueueStore):
             cq = self._queue(topic, queue_id, create=True)
             assert cq is not None
             cq.put_units(first, b"".join(units))
-        self._dirty.update(runs)
-        self._dispatched_offset = end_offset
+        with self._dirty_lock:
+            self._dirty.update(runs)
+            self._dispatched_offset = end_offset
 
     def checkpoint(self) -> int:
         return self._checkpoint
 
     def flush(self) -> None:
-        dispatched = self._dispatched_offset  # everything below it is in the files we flush now
-        dirty, self._dirty = self._dirty, set()
+        # Taken together, under the lock dispatch marks them with: a queue marked dirty in a set this flush had
+        # already walked would be flushed by no one, while a later checkpoint passed its units.
+        with self._dirty_lock:
+            dispatched = self._dispatched_offset  # everything below it is in the files we flush now
+            dirty, self._dirty = self._dirty, set()
         try:
             for key in dirty:
                 cq = self._queues.get(key)
                 if cq is not None:
                     cq.flush()
         except OSError:
-            self._dirty |= dirty  # flushed again next time: the checkpoint must not pass unflushed units
+            with self._dirty_lock:
+                self._dirty |= dirty  # flushed again next time: the checkpoint must not pass unflushed units
             raise
         if dispatched > self._checkpoint:
             self._checkpoint_file.write(dispatched)
@@ -126,7 +132,8 @@ class FileConsumeQueueStore(ConsumeQueueStore):
             keys = [k for k in self._queues if k[0] == topic]
             for key in keys:
                 self._queues.pop(key).destroy()
-                self._dirty.discard(key)
+                with self._dirty_lock:
+                    self._dirty.discard(key)
         shutil.rmtree(self.root / topic, ignore_errors=True)
         log.info("consume_queue_topic_deleted topic=%s queues=%d", topic, len(keys))
 
