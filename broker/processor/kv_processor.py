@@ -15,7 +15,7 @@ from broker.kv.kv_apply_waiters import StoreFailStopped
 from broker.kv.kv_chain_reader import Entries, to_entry
 from broker.kv.kv_group_commit import KvGroupCommit
 from broker.kv.kv_provisioner import KvProvisioner, KvProvisionError
-from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord
+from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord, value_of
 from broker.kv.kv_store import KvStore
 from broker.remote_waits import REMOTE_WAITS
 from broker.statictopic.logic_queue_context import LogicQueueContext
@@ -267,9 +267,11 @@ class KvProcessor:
         log.info("kv_snapshot_exported shard=%d entries=%d commitlog_offset=%d", request.shard, sent, offset)
 
     async def import_snapshot(self, chunks: AsyncIterator[kv_pb2.KvSnapshotChunk]) -> kv_pb2.KvImportResponse:
-        """Into a shard this broker leads and that holds nothing yet. The whole snapshot is read and checked
-        before anything is written (a bad entry changes nothing); every entry is then written as a put through
-        the commitlog, so the imported state is as durable (and replayable) as any write."""
+        """Into a shard this broker leads and that holds nothing yet, or only entries of this snapshot (an import
+        of it cut short, by a crash or a refused batch: the same import again writes the rest). The whole
+        snapshot is read and checked before anything is written (a bad entry changes nothing); every entry is then
+        written as a put through the commitlog, so the imported state is as durable (and replayable) as any
+        write."""
         received = [chunk async for chunk in chunks]
         require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
         header = received[0].header
@@ -285,14 +287,17 @@ class KvProcessor:
             require(shard_of(entry.key, total) == header.shard,
                     f"key {entry.key[:40]!r} is not in shard {header.shard}")
         ctx = self._context(header.shard)
-        if len(ctx.chain) > 1 or kv.state.scan(ctx.leader.queue_id, b"", b"", 1):
+        held = None if len(ctx.chain) > 1 else _held_of(kv, ctx.leader.queue_id, {e.key: e.value for e in entries})
+        if held is None:
             # The caller's choice of shard, not a broker fault: nothing was written.
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"shard {header.shard} already holds data on broker "
-                          f"{self.broker_name}: import only into an empty shard")
-        for start in range(0, len(entries), IMPORT_BATCH_ENTRIES):
-            await self._import_batch(kv, ctx, entries[start : start + IMPORT_BATCH_ENTRIES])
-        log.info("kv_snapshot_imported shard=%d entries=%d from_broker=%s from_offset=%d", header.shard,
-                 len(entries), header.broker_name, header.commit_log_offset)
+                          f"{self.broker_name}: import only into an empty shard (or the same snapshot again, "
+                          "to finish an import of it cut short)")
+        rest = [e for e in entries if e.key not in held]
+        for start in range(0, len(rest), IMPORT_BATCH_ENTRIES):
+            await self._import_batch(kv, ctx, rest[start : start + IMPORT_BATCH_ENTRIES])
+        log.info("kv_snapshot_imported shard=%d entries=%d held_before=%d from_broker=%s from_offset=%d",
+                 header.shard, len(entries), len(held), header.broker_name, header.commit_log_offset)
         return kv_pb2.KvImportResponse(code=ResponseCode.SUCCESS, imported=len(entries))
 
     async def _import_batch(self, kv: KvStore, ctx: LogicQueueContext, entries: list[kv_pb2.KvEntry]) -> None:
@@ -312,6 +317,21 @@ class KvProcessor:
             raise _not_applied_in_time() from None
         except StoreFailStopped as exc:
             raise _store_stopped(exc) from None
+
+
+def _held_of(kv: KvStore, partition: int, snapshot: dict[bytes, bytes]) -> set[bytes] | None:
+    """The keys the shard holds, if each holds the snapshot's value for it (nothing, or what an import of the
+    snapshot cut short wrote); None if it holds anything else (a deletion included)."""
+    held: set[bytes] = set()
+    after = b""
+    while page := kv.state.scan(partition, b"", after, IMPORT_BATCH_ENTRIES):
+        for key, raw in page:
+            value = value_of(raw)
+            if value is None or snapshot.get(key) != value:
+                return None
+            held.add(key)
+        after = page[-1][0]
+    return held
 
 
 def _not_applied_in_time() -> Refusal:
