@@ -10,6 +10,7 @@ import click
 from admin_cli.context import as_json, command, open_admin, parse_broker_list
 from admin_cli.output import Column, Table, emit_tables
 from client.acl_admin import AclAdmin
+from common.acl import check_access_key
 
 DEFAULT_CLUSTER = "DefaultCluster"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,6 +23,10 @@ def credentials(access_key: str | None, secret_key: str | None) -> tuple[str, st
     if not access_key or not secret_key:
         raise click.UsageError("--access-key and --secret-key go together (or ROCKETMQ_ACCESS_KEY and "
                                "ROCKETMQ_SECRET_KEY)")
+    try:  # here, before any call: gRPC would log its own multi-line complaint about the header first
+        check_access_key(access_key)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     return access_key, secret_key
 
 
@@ -63,6 +68,8 @@ def create_user(username: str, password: str, user_type: str, cluster: str | Non
                                                                               case_sensitive=False))
 @_targets_options
 def update_user(username: str, password: str, user_type: str, cluster: str | None, brokers: str | None) -> None:
+    if not password and not user_type:
+        raise click.UsageError("updateUser needs -p PASSWORD or -t USER_TYPE (or both)")
     c, b = _targets(cluster, brokers)
     _done("updated", AclAdmin(open_admin()).update_user(username, password, user_type, c, b))
 

@@ -91,7 +91,8 @@ def send_message(topic: str, body: str, keys: str | None, tags: str | None) -> N
         raise CommandFailed(NO_NAMESRV, ctx)
     key_list = [k.strip() for k in keys.split(",") if k.strip()] if keys else None
     producer = ctx.with_resource(Producer(addr, group=TOOLS_PRODUCER_GROUP, send_timeout_ms=timeout_ms(),
-                                          retry_times=0, tls_ca=settings(ctx).tls_ca))
+                                          retry_times=0, tls_ca=settings(ctx).tls_ca,
+                                          credentials=settings(ctx).credentials))
     result = producer.send(Message(topic.strip(), body.encode(), tags=tags or None, keys=key_list))
     emit_tables(as_json(), Table(SEND_COLUMNS, [{
         "topic": result.queue.topic, "broker_name": result.queue.broker_name, "queue_id": result.queue.queue_id,
@@ -111,7 +112,7 @@ def consume_message(topic: str, group: str | None, count: int) -> None:
     if not addr:
         raise CommandFailed(NO_NAMESRV, ctx)
     consumer = ctx.with_resource(PullConsumer(addr, group=group or TOOLS_CONSUMER_GROUP, rpc_timeout_ms=timeout_ms(),
-                                              tls_ca=settings(ctx).tls_ca))
+                                              tls_ca=settings(ctx).tls_ca, credentials=settings(ctx).credentials))
     found: list[tuple[str, MessageExt]] = []
     for mq in consumer.queues(topic.strip()):
         offset = max(consumer.committed(mq), consumer.min_offset(mq)) if group else consumer.min_offset(mq)

@@ -13,6 +13,8 @@ from common.acl import (
     Authority,
     Policy,
     User,
+    check_access_key,
+    checked_resource,
     normalize_actions,
     normalize_decision,
     normalize_resource,
@@ -82,8 +84,11 @@ class AclManager(Authority):
                 self.acls_store.delete([USER_PREFIX + username])
 
     def add_entries(self, subject: str, entries: tuple[AclEntry, ...]) -> Policy:
-        """Entries on a resource already in the policy replace it (the other entries stay)."""
-        with self._lock:
+        """Entries on a resource already in the policy replace it (the other entries stay). The subject must be a
+        user (as upstream: a policy of nobody would wait for whoever is created with that name later)."""
+        with self._lock:  # the check under the lock: a deleteUser meanwhile would leave the policy behind
+            if self.user(subject[len(USER_PREFIX):]) is None:
+                raise Refusal(ResponseCode.SYSTEM_ERROR, f"subject {subject} does not exist (createUser first)")
             old = self.policies.get(subject)
             resources = {e.resource for e in entries}
             kept = tuple(e for e in (old.entries if old else ()) if e.resource not in resources)
@@ -130,6 +135,12 @@ def _subject(raw: str) -> str:
     return raw
 
 
+def _nothing_to_delete(acl: AclManager, subject: str, resource: str) -> str:
+    if acl.user(subject[len(USER_PREFIX):]) is None:
+        return f"subject {subject} does not exist: no ACL to delete"
+    return f"no ACL of {subject}" + (f" on {resource}" if resource else "")
+
+
 @rpc_boundary(acl_pb2.DESCRIPTOR.services_by_name["AclService"])
 class AclServicer(acl_pb2_grpc.AclServiceServicer):
     """Admin-only (the interceptor lets only super users through)."""
@@ -145,6 +156,8 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
 
     async def UpdateUser(self, request, context):
+        if not request.password and not request.user_type:
+            raise RequestError("updateUser has nothing to update: give a password or a user type")
         old = self.acl.users.get(request.username)
         if old is None:
             raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {request.username!r} does not exist (use createUser)")
@@ -169,7 +182,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         if not request.entries:
             raise RequestError("createAcl needs at least one entry (resource, actions, decision)")
         try:
-            entries = tuple(AclEntry(normalize_resource(e.resource), normalize_actions(e.actions),
+            entries = tuple(AclEntry(checked_resource(e.resource), normalize_actions(e.actions),
                                      normalize_decision(e.decision)) for e in request.entries)
         except ValueError as exc:
             raise RequestError(str(exc)) from None
@@ -178,12 +191,12 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
 
     async def DeleteAcl(self, request, context):
         subject = _subject(request.subject)
-        try:
+        try:  # only the shape: an entry stored before names were checked can still be deleted
             resource = normalize_resource(request.resource) if request.resource else ""
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         if not self.acl.delete_entries(subject, resource):
-            raise Refusal(ResponseCode.SYSTEM_ERROR, f"no ACL of {subject}" + (f" on {resource}" if resource else ""))
+            raise Refusal(ResponseCode.SYSTEM_ERROR, _nothing_to_delete(self.acl, subject, resource))
         return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
 
     async def ListAcl(self, request, context):
@@ -214,6 +227,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         if not request.username or not request.password:
             raise RequestError("a user needs a username and a password")
         try:
+            check_access_key(request.username, "username")  # the access key its requests are signed with
             return User(request.username, request.password, normalize_user_type(request.user_type))
         except ValueError as exc:
             raise RequestError(str(exc)) from None

@@ -29,6 +29,8 @@ from typing import Any
 
 import grpc
 
+from common.topic_validator import TOPIC_MAX_LENGTH, InvalidTopicError, validate_topic
+
 log = logging.getLogger(__name__)
 
 DATE_KEY = "x-mq-date-time"
@@ -64,12 +66,25 @@ def sign(access_key: str, secret_key: str, now: float | None = None) -> list[tup
                                               f"Signature={signature(secret_key, date_time)}")]
 
 
+def check_access_key(access_key: str, what: str = "access key") -> None:
+    """ValueError unless ``access_key`` can be carried in the ``authorization`` header and read back as it is:
+    gRPC refuses header values outside printable ASCII (and its C core logs about it), the server splits the
+    header at ',', reads the key up to the first '/' (upstream's Credential=<ak>/<scope>), and strips spaces."""
+    if not access_key:
+        raise ValueError(f"{what} is empty")
+    if (not all(" " <= c <= "~" for c in access_key) or "," in access_key or "/" in access_key
+            or access_key != access_key.strip()):
+        raise ValueError(f"{what} {access_key[:64]!r} cannot sign requests: it must be printable ASCII, without "
+                         "',' or '/', and not start or end with a space")
+
+
 class Signer:
     """Signs calls with one key pair; the signature is remade at most once a second (the date's resolution)."""
 
     def __init__(self, access_key: str, secret_key: str) -> None:
         if not access_key or not secret_key:
             raise ValueError("credentials need a non-empty access key and secret key")
+        check_access_key(access_key)
         self.access_key = access_key
         self._secret_key = secret_key
         self._second = -1
@@ -95,6 +110,7 @@ def _parse_pair(raw: str, key: str, first: str, second: str) -> tuple[str, str]:
         raise ValueError(f'{key} must be JSON {{"{first}":..,"{second}":..}}') from None
     if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
         raise ValueError(f"{key}: {first} and {second} must be non-empty strings")
+    check_access_key(a, f"{key}: {first}")  # the user signs with it: refused at start, not at the first call
     return a, b
 
 
@@ -229,6 +245,22 @@ def normalize_resource(raw: str) -> str:
     if not sep or kind.strip().lower() not in kinds or not name.strip():
         raise ValueError(f"resource {raw!r} is not Topic:NAME, Topic:PREFIX*, Group:NAME, Group:PREFIX* or *")
     return f"{kinds[kind.strip().lower()]}:{name.strip()}"
+
+
+def checked_resource(raw: str) -> str:
+    """A resource a new entry may name: ``*``, or ``Topic:``/``Group:`` with ``*`` (any of that type), a name
+    valid for its type or a prefix pattern ``NAME*`` (what :func:`decide` matches). An entry on a name no topic or
+    group can have would match nothing, silently."""
+    resource = normalize_resource(raw)
+    kind, _, name = resource.partition(":")
+    if resource == "*" or name == "*":
+        return resource
+    try:
+        validate_topic(name[:-1] if name.endswith("*") else name)  # groups follow the topic naming rules
+    except InvalidTopicError:
+        raise ValueError(f"resource {resource[:140]!r} is not {kind}:NAME, {kind}:PREFIX* or {kind}:* (NAME and "
+                         f"PREFIX of [%a-zA-Z0-9_-], at most {TOPIC_MAX_LENGTH} characters)") from None
+    return resource
 
 
 def _specificity(pattern: str, resource: str) -> int | None:

@@ -142,3 +142,81 @@ def test_users_survive_a_restart_in_the_metadata_store(cluster: Cluster) -> None
     store = Path(cluster.workdir) / "broker-a" / "store" / "config" / "users.json"
     users = {u["username"] for u in json.loads(store.read_text())["users"]}
     assert {"root", "alice", "bob"} <= users
+
+
+ROOT_ENV = {"ROCKETMQ_ACCESS_KEY": ROOT[0], "ROCKETMQ_SECRET_KEY": ROOT[1]}
+
+
+def test_mqadmin_send_and_consume_message_sign_with_the_credentials(cluster: Cluster) -> None:
+    ok(cluster.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "sendMessage", "-t", TOPIC, "-p", "by-flag")
+    ok(cluster.addr, "sendMessage", "-t", TOPIC, "-p", "by-env", env=ROOT_ENV)
+    out = ok(cluster.addr, "consumeMessage", "-t", TOPIC, "-c", "1000", env=ROOT_ENV)
+    assert "by-flag" in out and "by-env" in out
+    # alice may send (Pub) but not read: the refusal is the broker's, so the call was signed as alice
+    ok(cluster.addr, "--access-key", "alice", "--secret-key", "alice-secret", "sendMessage", "-t", TOPIC, "-p", "a")
+    assert "no Sub permission" in fails(cluster.addr, "--access-key", "alice", "--secret-key", "alice-secret",
+                                        "consumeMessage", "-t", TOPIC)
+
+
+@pytest.mark.parametrize("access_key", ["\u00e9", "a\nb", "a\x01b", "a,b", "a/b", " a"],
+                         ids=["non-ascii", "newline", "control", "comma", "slash", "leading-space"])
+def test_an_access_key_that_cannot_sign_is_refused_up_front(cluster: Cluster, access_key: str) -> None:
+    for args, env in (((("--access-key", access_key, "--secret-key", "x")), None),
+                      ((), {"ROCKETMQ_ACCESS_KEY": access_key, "ROCKETMQ_SECRET_KEY": "x"})):
+        for command in (["clusterList"], ["sendMessage", "-t", TOPIC, "-p", "x"]):
+            line = fails(cluster.addr, *args, *command, env=env)  # one line: no gRPC core log before it
+            assert "access key" in line and "printable ASCII" in line, line
+    with pytest.raises(MQClientError, match="printable ASCII"):
+        Producer(cluster.addr, credentials=(access_key, "x"))
+    with pytest.raises(MQClientError, match="printable ASCII"):
+        Admin(cluster.addr, credentials=(access_key, "x"))
+
+
+@pytest.mark.parametrize("username", ["\u00e9", "a\nb", "a\x01b", "a,b", "a/b", "a "],
+                         ids=["non-ascii", "newline", "control", "comma", "slash", "trailing-space"])
+def test_a_username_that_cannot_sign_is_refused(cluster: Cluster, username: str) -> None:
+    line = fails(cluster.addr, "createUser", "-u", username, "-p", "pw", env=ROOT_ENV)
+    assert "username" in line and "printable ASCII" in line, line
+    with Admin(cluster.addr, credentials=ROOT) as admin:  # the broker refuses it (not only the CLI)
+        with pytest.raises(MQClientError, match=r"invalid argument: username .* printable ASCII"):
+            AclAdmin(admin).create_user(username, "pw", cluster="DefaultCluster")
+        assert username not in {u for users in AclAdmin(admin).list_users(cluster="DefaultCluster").values()
+                                for u, _ in users}
+
+
+def test_create_acl_needs_an_existing_user(cluster: Cluster) -> None:
+    line = fails(cluster.addr, "createAcl", "-s", "User:nosuch", "-r", f"Topic:{TOPIC}", "-a", "Pub", env=ROOT_ENV)
+    assert "User:nosuch does not exist" in line, line
+    assert "nosuch" not in ok(cluster.addr, "listAcl", env=ROOT_ENV)
+
+
+@pytest.mark.parametrize("resource", ["Topic:a b", "Topic:**", "Topic:*a*", "Topic:a*b", "Group:a/b", "Group:**",
+                                      "Topic:" + "a" * 128])
+def test_create_acl_refuses_an_invalid_resource_name(cluster: Cluster, resource: str) -> None:
+    line = fails(cluster.addr, "createAcl", "-s", "User:alice", "-r", resource, "-a", "Pub", env=ROOT_ENV)
+    assert "invalid argument: resource" in line, line
+
+
+def test_create_acl_takes_names_prefixes_and_any(cluster: Cluster) -> None:
+    ok(cluster.addr, "createUser", "-u", "erin", "-p", "erin-secret", env=ROOT_ENV)
+    for resource in ("Topic:%RETRY%g1", "Topic:orders-*", "Topic:*", "Group:billing", "Group:bill*", "*"):
+        ok(cluster.addr, "createAcl", "-s", "User:erin", "-r", resource, "-a", "Sub", env=ROOT_ENV)
+    listed = {e["resource"] for e in json.loads(ok(cluster.addr, "--json", "listAcl", "-s", "User:erin",
+                                                   env=ROOT_ENV))}
+    assert listed == {"Topic:%RETRY%g1", "Topic:orders-*", "Topic:*", "Group:billing", "Group:bill*", "*"}
+    ok(cluster.addr, "deleteUser", "-u", "erin", env=ROOT_ENV)
+
+
+def test_delete_acl_of_a_missing_subject_says_there_is_nothing_to_delete(cluster: Cluster) -> None:
+    line = fails(cluster.addr, "deleteAcl", "-s", "User:nosuch", env=ROOT_ENV)
+    assert "User:nosuch does not exist: no ACL to delete" in line, line
+    line = fails(cluster.addr, "deleteAcl", "-s", "User:bob", env=ROOT_ENV)  # bob exists, has no policy
+    assert "no ACL of User:bob" in line, line
+
+
+def test_update_user_needs_a_password_or_a_type(cluster: Cluster) -> None:
+    line = fails(cluster.addr, "updateUser", "-u", "bob", env=ROOT_ENV)
+    assert "-p" in line and "-t" in line, line
+    with Admin(cluster.addr, credentials=ROOT) as admin, \
+            pytest.raises(MQClientError, match=r"invalid argument: .*nothing to update"):
+        AclAdmin(admin).update_user("bob", cluster="DefaultCluster")

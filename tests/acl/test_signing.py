@@ -1,5 +1,6 @@
 """Signing, verification and policy decisions (no daemons)."""
 
+import json
 import time
 from collections.abc import Callable
 
@@ -147,3 +148,41 @@ def test_authority_names_the_permission_and_resource() -> None:
     assert info.value.status is grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(AclError, match="admin permission"):
         authority.check("bob", "Admin", (), "/rmq.BrokerService/DeleteTopic")
+
+
+@pytest.mark.parametrize("access_key", ["\u00e9", "a\nb", "a\x01b", "a\x7fb", "a,b", "a/b", " a", "a "])
+def test_an_access_key_that_cannot_sign_is_refused_where_the_signer_is_made(access_key: str) -> None:
+    from common.acl import Signer, parse_credentials, parse_user
+
+    with pytest.raises(ValueError, match=r"access key .* printable ASCII"):
+        Signer(access_key, "secret")
+    with pytest.raises(ValueError, match=r"innerClientAuthenticationCredentials: accessKey .* printable ASCII"):
+        parse_credentials(json.dumps({"accessKey": access_key, "secretKey": "s"}))
+    with pytest.raises(ValueError, match=r"initAuthenticationUser: username .* printable ASCII"):
+        parse_user(json.dumps({"username": access_key, "password": "p"}))
+
+
+def test_access_keys_that_sign_are_taken() -> None:
+    from common.acl import Signer
+
+    for access_key in ("alice", "a b", "a:b=c", "A-z_0.9@x", "~!"):
+        name = verify(dict(Signer(access_key, "\u00e9-secret").metadata()), {access_key: "\u00e9-secret"}.get)
+        assert name == access_key
+
+
+@pytest.mark.parametrize("raw, want", [("*", "*"), ("topic:T1", "Topic:T1"), ("Topic:*", "Topic:*"),
+                                       ("Topic:%RETRY%g", "Topic:%RETRY%g"), ("Group:pre-*", "Group:pre-*"),
+                                       (" Group : g_1 ", "Group:g_1")])
+def test_resources_valid_for_their_type_are_taken(raw: str, want: str) -> None:
+    from common.acl import checked_resource
+
+    assert checked_resource(raw) == want
+
+
+@pytest.mark.parametrize("raw", ["Topic:a b", "Topic:**", "Topic:*a*", "Topic:a*b", "Group:a/b", "Topic:\u00e9",
+                                 "Topic:" + "a" * 128, "Topic:" + "a" * 128 + "*", "Cluster:c", "Topic:", "**"])
+def test_resources_invalid_for_their_type_are_refused(raw: str) -> None:
+    from common.acl import checked_resource
+
+    with pytest.raises(ValueError, match="resource"):
+        checked_resource(raw)
