@@ -31,7 +31,7 @@ from common.response_code import ResponseCode, code_name
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_to_proto
-from common.topic_validator import is_system_topic
+from common.topic_validator import InvalidTopicError, is_system_topic, validate_topic
 from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,16 @@ class QueueProgress:
     @property
     def diff(self) -> int:
         return self.broker_offset - max(self.consumer_offset, 0)
+
+
+def _check_topic_filter(what: str, topic: str | None) -> None:
+    """A topic given to narrow a query (None: every topic) must be a topic name: an empty one is not "all"."""
+    if topic is None:
+        return
+    try:
+        validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise MQClientError(f"{what}: {exc}") from None
 
 
 class Admin:
@@ -424,6 +434,7 @@ class Admin:
         return [b.broker_name for b in targets]
 
     def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        _check_topic_filter(f"progress of {group}", topic)
         brokers = self.brokers(broker_names=self._broker_names_of(topic)) if topic else self.all_masters()
         out = []
         for b in brokers:
@@ -525,6 +536,7 @@ class Admin:
         """The message with ``msg_id``: an offset id (store host and commitlog offset, SendResult.offset_msg_id)
         is read from its broker directly; otherwise the id is a unique key (SendResult.msg_id), looked up in the
         index of ``topic``, or of every topic when none is given."""
+        _check_topic_filter(f"query message {msg_id}", topic)
         try:
             addr, offset = parse_message_id(msg_id)
         except ValueError:

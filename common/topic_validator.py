@@ -30,9 +30,15 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 
+def conflicts_with_system_topic(topic: str) -> bool:
+    """A topic only the broker creates, changes and deletes (upstream's TopicValidator.isSystemTopic, which its
+    updateTopic and deleteTopic refuse). A group's retry and dead-letter topics are not: operators change their
+    queues and permission, or delete them, as upstream lets them."""
+    return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic in TRANSACTION_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
 def is_system_topic(topic: str) -> bool:
-    return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic in TRANSACTION_TOPICS or topic.startswith(
-        (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX))
+    return conflicts_with_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def validate_user_send_topic(topic: str) -> None:

@@ -19,7 +19,6 @@ from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingMana
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
 from broker.transaction.producer_manager import ProducerManager
-from common.kv_shard import KV_TOPIC
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
@@ -28,6 +27,7 @@ from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
+from common.topic_validator import conflicts_with_system_topic
 from proto import broker_pb2, common_pb2
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class AdminBrokerProcessor:
             config.validate()
         except ValueError as exc:
             raise RequestError(f"topic {p.topic_name[:130]!r}: {exc}") from None
+        _refuse_system_topic(config.topic_name)
         if self.mapping_manager.get(config.topic_name) is not None:
             raise RequestError(f"topic {config.topic_name} is a static topic: change it with updateStaticTopic or "
                                "remappingStaticTopic, not updateTopic")
@@ -191,9 +192,7 @@ class AdminBrokerProcessor:
         """The topic's consume queues and queue offsets, static mapping, consumer offsets and config (its commitlog
         records age out with the commitlog). Waits for the store's deletion record to be dispatched."""
         topic = checked_topic(request.topic)
-        # Its mapping is the KV store's shard table: deleting it would lose every key (as upstream refuses
-        # deleting system topics).
-        require(topic != KV_TOPIC, f"topic {KV_TOPIC} holds the KV store's shards: deleteTopic does not delete it")
+        _refuse_system_topic(topic)  # e.g. rmq_sys_KV: its mapping is the KV store's shard table (every key)
         had_mapping = self.mapping_manager.get(topic) is not None
         if self.topic_config_manager.select(topic) is None and not had_mapping:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
@@ -387,6 +386,13 @@ class AdminBrokerProcessor:
 
 # Keys updateBrokerConfig changes at once (each is read where it is used, or carried there above).
 LIVE_CONFIG_KEYS = frozenset({"autoCreateTopicEnable", "defaultTopicQueueNums", "flushConsumerOffsetInterval"})
+
+
+def _refuse_system_topic(topic: str) -> None:
+    """The broker's own topics change only through the broker (it makes them at start, as it needs them)."""
+    require(not conflicts_with_system_topic(topic),
+            f"topic {topic} is conflict with system topic: TBW102, the transaction topics and rmq_sys_* topics "
+            "belong to the broker; updateTopic and deleteTopic do not change them")
 
 
 def _version() -> str:

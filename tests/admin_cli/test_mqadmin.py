@@ -6,9 +6,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from client import Admin, Message, MessageQueue, Producer, PullConsumer, PullStatus
+from common.kv_shard import KV_TOPIC
+from common.timer_topic import TIMER_TOPIC
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+from common.transaction_topic import HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
+from proto import broker_pb2, broker_pb2_grpc, common_pb2
 from tests.admin_cli.helpers import (
     CLUSTER,
     fails,
@@ -119,6 +125,63 @@ def test_delete_topic_removes_it_from_topic_list(cluster: Cluster):
                what="AdmDoomed gone from topicList")
     assert "AdmDoomed" in fails(cluster.addr, "topicRoute", "-t", "AdmDoomed")
 
+
+
+@pytest.fixture(scope="module")
+def auto_create_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A name server and a broker that serves TBW102 (autoCreateTopicEnable), so TBW102 has a route."""
+    tmp = tmp_path_factory.mktemp("mqadmin-system-topics")
+    namesrv = start_namesrv(tmp / "namesrv")
+    try:
+        broker = start_broker(tmp, "broker-s", namesrv.addr, autoCreateTopicEnable="true")
+        try:
+            wait_route(namesrv.addr, AUTO_CREATE_TOPIC_KEY_TOPIC, ["broker-s"])
+            yield Cluster(namesrv, {"broker-s": broker})
+        finally:
+            broker.stop()
+    finally:
+        namesrv.stop()
+
+
+SYSTEM_TOPICS = [AUTO_CREATE_TOPIC_KEY_TOPIC, TIMER_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+                 KV_TOPIC, "rmq_sys_other"]
+
+
+@pytest.mark.parametrize("topic", SYSTEM_TOPICS)
+def test_system_topics_are_not_updated_nor_deleted(auto_create_broker: Cluster, topic: str):
+    c = auto_create_broker
+    line = fails(c.addr, "updateTopic", "-t", topic, "-c", CLUSTER, "-r", "2", "-w", "2")
+    assert f"topic {topic} is conflict with system topic" in line, line
+    with grpc.insecure_channel(c.brokers["broker-s"].addr) as channel:  # the broker refuses, whoever asks
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)
+        for call in (lambda: stub.UpdateAndCreateTopic(broker_pb2.UpdateTopicRequest(
+                         config=common_pb2.TopicConfig(topic_name=topic, read_queue_nums=1, write_queue_nums=1,
+                                                       perm=6)), timeout=10),
+                     lambda: stub.UpdateAndCreateTopicList(broker_pb2.UpdateTopicListRequest(configs=[
+                         common_pb2.TopicConfig(topic_name="SysOk", read_queue_nums=1, write_queue_nums=1, perm=6),
+                         common_pb2.TopicConfig(topic_name=topic, read_queue_nums=1, write_queue_nums=1, perm=6)]),
+                         timeout=10),
+                     lambda: stub.DeleteTopic(broker_pb2.TopicRequest(topic=topic), timeout=10)):
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "system topic" in (info.value.details() or "")
+
+
+def test_delete_topic_refuses_tbw102_and_keeps_its_route(auto_create_broker: Cluster):
+    c = auto_create_broker
+    line = fails(c.addr, "deleteTopic", "-t", AUTO_CREATE_TOPIC_KEY_TOPIC, "-c", CLUSTER)
+    assert f"topic {AUTO_CREATE_TOPIC_KEY_TOPIC} is conflict with system topic" in line, line
+    assert ok_json(c.addr, "topicRoute", "-t", AUTO_CREATE_TOPIC_KEY_TOPIC)["queue_datas"]
+    assert "SysOk" not in ok(c.addr, "topicList")  # the batch with a system topic changed nothing
+
+
+def test_retry_and_dlq_topics_can_still_be_updated_and_deleted(auto_create_broker: Cluster):
+    c = auto_create_broker
+    for topic in ("%RETRY%sys-g", "%DLQ%sys-g"):
+        ok(c.addr, "updateTopic", "-t", topic, "-c", CLUSTER, "-r", "1", "-w", "1", "-p", "6")
+        wait_route(c.addr, topic, ["broker-s"])
+        ok(c.addr, "deleteTopic", "-t", topic, "-c", CLUSTER)
 
 # -- messages ----------------------------------------------------------------------------------------------
 def test_query_messages_by_key_and_by_id(cluster: Cluster):
@@ -290,6 +353,14 @@ def test_failures_exit_1_with_one_line(cluster: Cluster, args: list[str], says: 
     line = fails(cluster.addr, *args)
     assert says in line, line
     assert line.startswith("mqadmin")
+
+
+@pytest.mark.parametrize("args", [["consumerProgress", "-g", "adm-cg"], ["queryMsgById", "-i",
+                                                                       "0123456789ABCDEF0123456789AB"],
+                                  ["queryMsgById", "-i", "7F0000010000A5D90000000000000000"]],
+                         ids=["consumerProgress", "queryMsgById-unique-key", "queryMsgById-offset-id"])
+def test_an_empty_topic_filter_is_refused(cluster: Cluster, args: list[str]):
+    assert "topic is empty" in fails(cluster.addr, *args, "-t", "")
 
 
 def test_unreachable_name_server(cluster: Cluster):
