@@ -198,8 +198,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def DeleteTopic(self, request, context):
         return await run(self.admin.delete_topic, request, in_thread=True)  # waits for dispatch
 
+    # A million topics take seconds to encode: off the event loop.
     async def GetAllTopicConfig(self, request, context):
-        return await run(self.admin.all_topic_configs)
+        return await run(self.admin.all_topic_configs, in_thread=True)
+
+    async def GetTopicConfigChanges(self, request, context):
+        return await run(self.admin.topic_config_changes, request, in_thread=True)
 
     async def UpdateAndCreateSubscriptionGroup(self, request, context):
         return await run(self.admin.update_group, request)

@@ -275,6 +275,24 @@ class TopicConfigList(_message.Message):
     data_version: _common_pb2.DataVersion
     def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
+class TopicConfigChangesRequest(_message.Message):
+    __slots__ = ("since",)
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    since: _common_pb2.DataVersion
+    def __init__(self, since: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+
+class TopicConfigChanges(_message.Message):
+    __slots__ = ("configs", "deleted", "data_version", "whole")
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    deleted: _containers.RepeatedScalarFieldContainer[str]
+    data_version: _common_pb2.DataVersion
+    whole: bool
+    def __init__(self, configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., deleted: _Optional[_Iterable[str]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., whole: _Optional[bool] = ...) -> None: ...
+
 class SubscriptionGroupConfig(_message.Message):
     __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]

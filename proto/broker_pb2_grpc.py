@@ -115,6 +115,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.TopicConfigList.FromString,
                 _registered_method=True)
+        self.GetTopicConfigChanges = channel.unary_unary(
+                '/rmq.BrokerService/GetTopicConfigChanges',
+                request_serializer=proto_dot_broker__pb2.TopicConfigChangesRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.TopicConfigChanges.FromString,
+                _registered_method=True)
         self.UpdateAndCreateSubscriptionGroup = channel.unary_unary(
                 '/rmq.BrokerService/UpdateAndCreateSubscriptionGroup',
                 request_serializer=proto_dot_broker__pb2.SubscriptionGroupConfig.SerializeToString,
@@ -297,6 +302,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopicConfigChanges(self, request, context):
+        """What changed in the topic table since a version the caller copied (a slave's copy every 5 s): with millions
+        of topics, a whole table each time kept the master's loop busy for seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UpdateAndCreateSubscriptionGroup(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -471,6 +484,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetAllTopicConfig,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_broker__pb2.TopicConfigList.SerializeToString,
+            ),
+            'GetTopicConfigChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopicConfigChanges,
+                    request_deserializer=proto_dot_broker__pb2.TopicConfigChangesRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.TopicConfigChanges.SerializeToString,
             ),
             'UpdateAndCreateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateAndCreateSubscriptionGroup,
@@ -975,6 +993,33 @@ class BrokerService:
             '/rmq.BrokerService/GetAllTopicConfig',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_broker__pb2.TopicConfigList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopicConfigChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/GetTopicConfigChanges',
+            proto_dot_broker__pb2.TopicConfigChangesRequest.SerializeToString,
+            proto_dot_broker__pb2.TopicConfigChanges.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,6 +6,9 @@ the slave while the master is down, or from a promoted slave, may read again wha
 (at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
 its invisible time passes what was acked since; what was in flight or acked before the copy, never too early.
 
+Topic configs come as what changed since the slave's copy (``GetTopicConfigChanges``; the whole table for a first
+copy): with millions of topics, the whole table every time kept the master's loop busy for seconds.
+
 Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
 whatever happened before (a slave that missed changes, a restored store), and the commitlog's byte-for-byte copy
 stays free of records only the broker itself reads. The cost is the window between copies: a change made in the
@@ -33,8 +36,9 @@ from common.acl import inner_metadata
 from common.response_code import ResponseCode
 from common.statictopic.mapping_codec import detail_from_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
+from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_from_proto
-from proto import broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,7 @@ class SlaveSynchronize(threading.Thread):
         self.tier = tier
         self._stopped = threading.Event()
         self._synced_from = ""
+        self._topics_copied: tuple[str, common_pb2.DataVersion] | None = None  # (master, version) of the copy
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
 
     def run(self) -> None:
@@ -133,21 +138,14 @@ class SlaveSynchronize(threading.Thread):
         with _master_channel(addr) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             empty, signed = common_pb2.Empty(), _signed()
-            configs = stub.GetAllTopicConfig(empty, **signed).configs
+            topics = self._fetch_topic_changes(stub, addr, signed)
             groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
             details = stub.GetAllTopicQueueMapping(empty, **signed).details
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
         mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
-        masters = {c.topic_name: topic_config_from_proto(c) for c in configs}
-        mine = {c.topic_name: c for c in self.topics.all_configs()}
-        changed = [c for name, c in masters.items() if mine.get(name) != c]
-        gone = [name for name in mine if name not in masters]
-        if changed:
-            self.topics.update_many(changed)
-        for name in gone:
-            self.topics.delete(name)
+        changed, gone = self._copy_topics(addr, topics)
         for g in groups:
             config = SubscriptionGroupConfig(g.group_name, g.consume_enable, g.consume_broadcast_enable,
                                              g.retry_queue_nums, g.retry_max_times, g.broker_id,
@@ -168,6 +166,39 @@ class SlaveSynchronize(threading.Thread):
             log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
                      addr, len(changed), len(gone), len(groups), mappings_changed)
             self.on_topics_changed()
+
+    def _fetch_topic_changes(self, stub: broker_pb2_grpc.BrokerServiceStub, addr: str,
+                             signed: dict) -> broker_pb2.TopicConfigChanges:
+        """The master's topic configs changed since this slave's copy (the whole table for a first copy, or from a
+        master of an older release)."""
+        copied = self._topics_copied
+        since = copied[1] if copied is not None and copied[0] == addr else None
+        try:
+            return stub.GetTopicConfigChanges(broker_pb2.TopicConfigChangesRequest(since=since), **signed)
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        return broker_pb2.TopicConfigChanges(configs=stub.GetAllTopicConfig(common_pb2.Empty(), **signed).configs,
+                                             whole=True)
+
+    def _copy_topics(self, addr: str, topics: broker_pb2.TopicConfigChanges) -> tuple[list[TopicConfig], list[str]]:
+        """Applies the master's changes (or its whole table: what it lacks goes); the configs changed and the
+        topics deleted here."""
+        self._topics_copied = None  # until this copy is applied whole
+        masters = {c.topic_name: topic_config_from_proto(c) for c in topics.configs}
+        select = self.topics.select
+        changed = [c for name, c in masters.items() if select(name) != c]
+        if topics.whole:
+            gone = [c.topic_name for c in self.topics.all_configs() if c.topic_name not in masters]
+        else:
+            gone = [name for name in topics.deleted if select(name) is not None]
+        if changed:
+            self.topics.update_many(changed)
+        for name in gone:
+            self.topics.delete(name)
+        if topics.HasField("data_version"):
+            self._topics_copied = (addr, topics.data_version)
+        return changed, gone
 
     def _fetch_pop_state(self, channel: grpc.Channel, signed: dict) -> pop_pb2.PopStateSnapshot | None:
         """The master's POP state, unless the copy here is of its current version (answered "unchanged")."""

@@ -223,6 +223,24 @@ class AdminBrokerProcessor:
         self.on_topic_deleted(topic)
         self.consumer_offset_manager.delete_topic(topic)
 
+    def topic_config_changes(self, request: broker_pb2.TopicConfigChangesRequest) -> broker_pb2.TopicConfigChanges:
+        """What changed since the caller's copy at ``request.since``; the whole table when that is not a version of
+        this start of the broker (each start names its versions afresh) or is ahead of it."""
+        manager = self.topic_config_manager
+        version = manager.data_version
+        counter = version.counter  # first: a change made while the answer is built comes again next time
+        since = request.since
+        whole = not request.HasField("since") or since.state_version != version.state_version or \
+            since.counter > counter
+        deleted: list[str] = []
+        if whole:
+            configs = manager.all_configs()
+        else:
+            configs, deleted = manager.changes_since(since.counter)
+        return broker_pb2.TopicConfigChanges(
+            configs=[topic_config_to_proto(c) for c in configs], deleted=deleted, whole=whole,
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter))
+
     def all_topic_configs(self) -> broker_pb2.TopicConfigList:
         manager = self.topic_config_manager
         version = manager.data_version
@@ -352,7 +370,7 @@ class AdminBrokerProcessor:
 
     # -- producers and stats (mqadmin producerConnection / statsAll) ----------------------------------------
     def producer_connections(self, request: broker_pb2.GroupRequest) -> broker_pb2.ProducerConnectionList:
-        group = checked_group(request.group_name)
+        group = checked_group(request.group_name, "producer")
         sessions = self.producers.sessions_of(group) if self.producers is not None else []
         return broker_pb2.ProducerConnectionList(code=ResponseCode.SUCCESS, connections=[
             broker_pb2.ProducerConnection(client_id=client_id, addr=addr, last_heartbeat_age_ms=age)

@@ -109,7 +109,8 @@ def test_methods_and_resources() -> None:
 # Methods any authenticated user may call: they read no message, KV entry or offset of a topic.
 UNCHECKED_METHODS = {
     "/rmq.BrokerService/GetMinOffset", "/rmq.BrokerService/GetMaxOffset", "/rmq.BrokerService/SearchOffset",
-    "/rmq.BrokerService/GetAllTopicConfig", "/rmq.BrokerService/GetAllSubscriptionGroup",
+    "/rmq.BrokerService/GetAllTopicConfig", "/rmq.BrokerService/GetTopicConfigChanges",
+    "/rmq.BrokerService/GetAllSubscriptionGroup",
     "/rmq.BrokerService/GetTopicStatsInfo", "/rmq.BrokerService/GetConsumeStats",
     "/rmq.BrokerService/GetBrokerRuntimeInfo", "/rmq.BrokerService/GetProducerConnectionList",
     "/rmq.BrokerService/GetBrokerStats", "/rmq.BrokerService/GetTopicQueueMapping",
