@@ -44,12 +44,19 @@ class ProcessQueue:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
 
-    def put(self, msgs: Sequence[MessageExt], size: int) -> Run:
+    def put(self, msgs: Sequence[MessageExt], size: int, next_offset: int) -> Run | None:
+        """A pull's messages, and where the next pull starts, together: apart, a commit offset read between them (a
+        task finishing the earlier run, a rebalance dropping the queue) was the new next offset with the run not
+        cached yet, past messages nobody handled. None when the queue was dropped meanwhile (nobody handles it; the
+        drop committed what came before it)."""
         run = Run(msgs, size)
         with self._lock:
+            if self.dropped:
+                return None
             self._runs.append(run)
             self._count += len(msgs)
             self._bytes += run.bytes
+            self.next_offset = next_offset
         return run
 
     def finish(self, run: Run, start: int, stop: int, kept: Collection[int] = ()) -> int:

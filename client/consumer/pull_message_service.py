@@ -148,11 +148,12 @@ class PullMessageService(threading.Thread):
             self.on_offset_moved(pq, result.next_begin_offset)
             self._pull(pq)
             return None
-        pq.next_offset = result.next_begin_offset
         if result.status is not PullStatus.FOUND:
+            pq.next_offset = result.next_begin_offset  # (nothing, or only what the filter skipped, lies below it)
             self._pull(pq)
             return None
-        run = pq.put(result.messages, records_size(result.messages))  # cached first: flow control counts it
+        # cached first (flow control counts it), with the next offset
+        run = pq.put(result.messages, records_size(result.messages), result.next_begin_offset)
         self._pull(pq)
         return run
 

@@ -201,3 +201,39 @@ def test_a_next_pull_that_needs_the_name_server_goes_out_from_the_service_s_thre
         assert consumer.threads == ["push-pull", "push-pull"]
     finally:
         svc.shutdown()
+
+
+def test_a_commit_offset_read_while_an_answer_is_cached_never_passes_its_messages(monkeypatch: pytest.MonkeyPatch):
+    """The answer's next offset and its messages enter the process queue together: set apart, a task finishing the
+    earlier run (or a rebalance dropping the queue) read the commit offset in between as the new next offset, past
+    a run nobody had handled, which a drop then persisted and the next owner skipped."""
+    in_window, go_on = threading.Event(), threading.Event()
+    real_size = pull_message_service.records_size
+
+    def paused_size(msgs: list[MessageExt]) -> int:  # runs while the answer is being cached
+        in_window.set()
+        assert go_on.wait(5)
+        return real_size(msgs)
+
+    monkeypatch.setattr(pull_message_service, "records_size", paused_size)
+    consumer = AnsweredByTest()
+    handled: list[list[int]] = []
+    svc = service(consumer, lambda pq, run: handled.append([m.queue_offset for m in run.msgs]))
+    try:
+        pq = ProcessQueue(MQ, 4)
+        earlier = pq.put(messages(0, 4), 4, 4)
+        assert earlier is not None
+        svc.pull_now(pq)
+        (_, answer), = consumer.wait_pulls(1)
+        answering = threading.Thread(target=answer.set_result, args=(found(4, 4),), name="stream-reader")
+        answering.start()
+        assert in_window.wait(5)
+        assert pq.finish(earlier, 0, 4) == 4  # not 8: 4..7 are not handled
+        pq.dropped = True  # a rebalance takes the queue away now
+        assert pq.commit_offset() == 4  # what the drop persists: the next owner starts at 4
+        go_on.set()
+        answering.join(5)
+        assert handled == []  # the dropped queue's run goes to nobody
+    finally:
+        go_on.set()
+        svc.shutdown()
