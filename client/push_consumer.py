@@ -211,7 +211,7 @@ class PushConsumer:
 
     def _on_offset_moved(self, pq: ProcessQueue, offset: int) -> None:
         pq.reset(offset)
-        self.offsets.update(pq.mq, offset)
+        self.offsets.update(pq, offset)
 
     def _send_back(self, msg: MessageExt) -> None:
         limit = -1 if self.max_reconsume_times is None else self.max_reconsume_times

@@ -77,7 +77,7 @@ class ConsumeConcurrentlyService:
         for i in kept:
             self._retry_later(pq, run, i)
         if stop > start:
-            self.offsets.update(pq.mq, pq.finish(run, start, stop, kept))
+            self.offsets.update(pq, pq.finish(run, start, stop, kept))
 
     def _sent_back(self, msg: MessageExt) -> bool:
         if self.send_back is None:

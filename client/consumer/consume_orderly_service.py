@@ -66,7 +66,7 @@ class ConsumeOrderlyService:
                     suspended = True
                     break
                 self._tries.pop((pq, msg.queue_offset), None)
-                self.offsets.update(pq.mq, pq.finish(run, index, index + 1))
+                self.offsets.update(pq, pq.finish(run, index, index + 1))
         finally:
             with self._lock:
                 self._running.discard(pq)

@@ -4,6 +4,7 @@ memory for a broadcasting one (each member reads every message; its progress is 
 import logging
 import threading
 
+from client.consumer.process_queue import ProcessQueue
 from client.errors import MQClientError
 from client.pull_consumer import PullConsumer
 from common.message_queue import MessageQueue
@@ -16,19 +17,23 @@ class OffsetStore:
 
     def __init__(self) -> None:
         self._offsets: dict[MessageQueue, int] = {}
+        self._owners: dict[MessageQueue, ProcessQueue] = {}
         self._persisted: dict[MessageQueue, int] = {}
         self._lock = threading.Lock()
 
-    def track(self, mq: MessageQueue, offset: int) -> None:
-        """``mq`` is this member's now, starting at ``offset``."""
+    def track(self, pq: ProcessQueue, offset: int) -> None:
+        """``pq``'s queue is this member's now, starting at ``offset``."""
         with self._lock:
-            self._offsets[mq] = offset
+            self._offsets[pq.mq] = offset
+            self._owners[pq.mq] = pq
 
-    def update(self, mq: MessageQueue, offset: int) -> None:
-        """Progress on a queue this member holds (a call finishing after its queue left changes nothing)."""
+    def update(self, pq: ProcessQueue, offset: int) -> None:
+        """Progress of ``pq``. A call finishing after its queue left changes nothing, nor does one finishing after
+        the queue was taken again (a reset of the group's offsets restarts it at once): its offset is of the old
+        process queue, and written over the reset one it would be persisted at the next commit."""
         with self._lock:
-            if mq in self._offsets:
-                self._offsets[mq] = offset
+            if self._owners.get(pq.mq) is pq:
+                self._offsets[pq.mq] = offset
 
     def read(self, mq: MessageQueue) -> int:
         """The offset to start ``mq`` at; -1 when none was kept."""
@@ -57,6 +62,7 @@ class OffsetStore:
         """``mq`` left this member: later updates from calls still running must not be written."""
         with self._lock:
             self._offsets.pop(mq, None)
+            self._owners.pop(mq, None)
             self._persisted.pop(mq, None)
 
     def _write(self, mq: MessageQueue, offset: int) -> None:

@@ -129,7 +129,7 @@ class RebalanceImpl:
         pq = ProcessQueue(mq, offset)
         if self.settings.orderly:
             pq.locked, pq.last_lock_s = True, time.monotonic()
-        self.offsets.track(mq, offset)
+        self.offsets.track(pq, offset)
         self.process_queues[mq] = pq
         log.info("queue_assigned queue=%s offset=%d client=%s", mq, offset, self.settings.client_id)
         self.on_added(pq)
@@ -151,7 +151,7 @@ class RebalanceImpl:
             if not pq.drop_and_wait(max(0.0, deadline - time.monotonic())):
                 log.warning("queue_drop_timed_out queue=%s in_flight=%d", pq.mq, pq.in_flight)
         for pq in pqs:
-            self.offsets.update(pq.mq, pq.commit_offset())
+            self.offsets.update(pq, pq.commit_offset())
             try:
                 self.offsets.persist(pq.mq)
             except MQClientError as exc:

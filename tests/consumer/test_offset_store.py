@@ -1,0 +1,28 @@
+"""The push consumer's offsets are kept per process queue: a call finishing after its queue was dropped, or after
+the queue was taken again, cannot write its (old) progress. A reset of the group's offsets drops the queues and
+takes them again at once from the new offsets; a task of the old process queue that finished later (a send-back
+of its failed messages can take seconds) wrote the pre-reset position over the reset one, and the next commit
+persisted it: the backlog the operator skipped came back at the next restart or rebalance."""
+
+from client.consumer.offset_store import OffsetStore
+from client.consumer.process_queue import ProcessQueue
+from common.message_queue import MessageQueue
+
+MQ = MessageQueue("T", "broker-a", 0)
+
+
+def test_a_late_update_of_the_old_process_queue_leaves_the_reset_offset():
+    offsets = OffsetStore()
+    old = ProcessQueue(MQ, 10)
+    offsets.track(old, 10)
+    offsets.update(old, 12)
+    assert offsets.read(MQ) == 12
+    offsets.remove(MQ)  # the reset drops the queue ...
+    offsets.update(old, 13)
+    assert offsets.read(MQ) == -1
+    new = ProcessQueue(MQ, 500)  # ... and takes it again from the reset offset
+    offsets.track(new, 500)
+    offsets.update(old, 14)  # the old queue's task finishes now
+    assert offsets.read(MQ) == 500
+    offsets.update(new, 501)
+    assert offsets.read(MQ) == 501
