@@ -20,7 +20,7 @@ class Run:
     """Messages of one pull, in offset order (decoded when first read, by the thread that handles them); ``low`` is
     the first one not done; ``bytes`` what they weigh for flow control."""
 
-    __slots__ = ("bytes", "done", "left", "low", "msgs")
+    __slots__ = ("bytes", "done", "forgotten", "left", "low", "msgs")
 
     def __init__(self, msgs: Sequence[MessageExt], size: int) -> None:
         self.msgs = msgs
@@ -28,6 +28,7 @@ class Run:
         self.low = 0
         self.left = len(msgs)
         self.bytes = size
+        self.forgotten = False  # the queue was reset while it was handled: it counts no more
 
 
 class ProcessQueue:
@@ -62,6 +63,8 @@ class ProcessQueue:
     def finish(self, run: Run, start: int, stop: int, kept: Collection[int] = ()) -> int:
         """Mark messages ``start..stop-1`` of ``run`` done, except ``kept``; returns the offset to commit now."""
         with self._lock:
+            if run.forgotten:  # (its messages left the counts at the reset: they must not go below zero)
+                return self._commit_offset()
             done = run.done
             if not kept and not any(done[start:stop]):  # the common case: a whole task's messages, once
                 done[start:stop] = b"\x01" * (stop - start)
@@ -106,6 +109,8 @@ class ProcessQueue:
     def reset(self, next_offset: int) -> None:
         """Offsets moved: forget what was pulled, start again at ``next_offset``."""
         with self._lock:
+            for run in self._runs:
+                run.forgotten = True
             self._runs.clear()
             self._count = self._bytes = 0
             self.next_offset = next_offset

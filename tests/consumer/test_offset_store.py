@@ -6,6 +6,7 @@ persisted it: the backlog the operator skipped came back at the next restart or 
 
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue
+from common.message import MessageExt
 from common.message_queue import MessageQueue
 
 MQ = MessageQueue("T", "broker-a", 0)
@@ -26,3 +27,14 @@ def test_a_late_update_of_the_old_process_queue_leaves_the_reset_offset():
     assert offsets.read(MQ) == 500
     offsets.update(new, 501)
     assert offsets.read(MQ) == 501
+
+
+def test_a_run_finished_after_its_queue_was_reset_leaves_the_counts_alone():
+    """A reset (the pull offset was illegal) forgets the runs tasks are still handling: their finish subtracted
+    from the cleared counts, which went negative and let flow control pull past its limits."""
+    pq = ProcessQueue(MQ, 0)
+    run = pq.put([MessageExt(MQ.topic, b"m", 0, i, 0, 0, 0) for i in range(4)], 4, 4)
+    assert run is not None
+    pq.reset(100)
+    assert pq.finish(run, 0, 4) == 100
+    assert pq.cached() == (0, 0)
