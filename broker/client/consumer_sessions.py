@@ -59,7 +59,11 @@ class ConsumerSessions:
         self._sessions.pop(session.session_id, None)
         held = self.manager.clients_of_session(session.session_id)
         changed = self.manager.close_session(session.session_id)
+        # Only a client that actually left frees its leases: one already re-registered on a newer session (its old
+        # stream's end noticed late) still consumes its queues as locked; lease expiry remains the backstop.
         for group, client_id in held:
+            if group not in changed:
+                continue
             released = self.locks.release_client(group, client_id)
             if released:
                 log.info("queue_locks_released group=%s client=%s queues=%d", group, client_id, released)

@@ -1,8 +1,8 @@
 """Queue leases for orderly consumption (RocketMQ's RebalanceLockManager): one member of a group holds a queue at
 a time. A lease lasts ``lease_ms`` from its last renewal; a holder renews by locking again. Unlike upstream, a
-client's leases also end the moment it leaves (its session closes), so a killed member's queues are free at once
-instead of after the lease. Pure state with an injected clock; memory only (a restarted broker grants afresh, and
-members re-lock within their renewal period)."""
+client's leases also end the moment it leaves (the session it is a member on closes, not an older one it already
+replaced), so a killed member's queues are free at once instead of after the lease. Pure state with an injected
+clock; memory only (a restarted broker grants afresh, and members re-lock within their renewal period)."""
 
 import threading
 from collections.abc import Callable, Iterable

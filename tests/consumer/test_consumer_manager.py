@@ -1,7 +1,9 @@
 """The broker's view of group members, and orderly leases, with an injected clock."""
 
 from broker.client.consumer_manager import ConsumerInfo, ConsumerManager
+from broker.client.consumer_sessions import ConsumerSessions
 from broker.client.rebalance_lock_manager import RebalanceLockManager
+from proto import consumer_pb2
 
 
 class Clock:
@@ -60,3 +62,26 @@ def test_leases_are_exclusive_renewable_and_end():
     locks.unlock("g", "c1", [q1])
     assert locks.holder("g", q1) is None
     assert locks.release_client("g", "c2") == 1 and locks.holder("g", q2) is None
+
+
+def orderly_frame(client_id: str) -> consumer_pb2.HeartbeatFrame:
+    return consumer_pb2.HeartbeatFrame(client_id=client_id,
+                                       consumers=[consumer_pb2.ConsumerData(group="g", orderly=True)])
+
+
+def test_an_old_session_ending_after_a_reconnect_keeps_the_clients_leases():
+    clock = Clock()
+    locks = RebalanceLockManager(60_000, clock)
+    sessions = ConsumerSessions(ConsumerManager(120_000, clock), locks)
+    q = ("T", "b", 0)
+    old = sessions.open("a:1")
+    sessions.heartbeat(old, orderly_frame("c1"))
+    assert locks.try_lock("g", "c1", [q]) == [q]
+    new = sessions.open("a:2")  # c1's stream broke on its side; it reopened before the broker saw the old one end
+    sessions.heartbeat(new, orderly_frame("c1"))
+    sessions.close(old)
+    assert sessions.manager.client_ids("g") == ["c1"]
+    assert locks.holder("g", q) == "c1"
+    assert locks.try_lock("g", "c2", [q]) == []
+    sessions.close(new)  # now c1 leaves: its lease ends at once
+    assert locks.holder("g", q) is None
