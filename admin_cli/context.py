@@ -8,6 +8,7 @@ import click
 
 from client.admin import Admin
 from client.errors import MQClientError
+from common.address import check_address
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TIMEOUT_MS = 10_000
@@ -73,6 +74,10 @@ def open_broker_admin(broker_addr: str) -> Admin:
     broker_addr = broker_addr.strip()
     if not broker_addr:
         raise click.UsageError("-b needs a broker address HOST:PORT")
+    try:
+        check_address(broker_addr)
+    except ValueError as exc:
+        raise click.UsageError(f"-b {exc}") from None
     addr = (settings(ctx).namesrv_addr or "").strip() or broker_addr
     return ctx.with_resource(Admin(addr, rpc_timeout_ms=settings(ctx).timeout_ms, tls_ca=settings(ctx).tls_ca,
                                    credentials=settings(ctx).credentials))

@@ -145,8 +145,9 @@ def kv_scan(prefix: str, limit: int, start_after: str) -> None:
 
 # -- kvCas --------------------------------------------------------------------------------------------------
 @command("kvCas", "Compare-and-set: set the value if the key holds --expect (or is absent, with --expect-absent). "
-                  "Prints 'applied' and exits 0, or prints 'not applied: current value is X' on stderr and "
-                  "exits 1, so that scripts can test the exit code.")
+                  "Prints 'applied' and exits 0, or prints 'not applied: current value is X' ('' when empty; "
+                  "'not applied: the key is absent' when absent) on stderr and exits 1, so that scripts can test "
+                  "the exit code.")
 @key_option
 @click.option("--expect", "expect", metavar="EXPECTED", help="The value the key must hold now.")
 @click.option("--expect-absent", "expect_absent", is_flag=True, help="The key must be absent now.")
@@ -157,9 +158,15 @@ def kv_cas(key: str, expect: str | None, expect_absent: bool, value: str) -> Non
     expected = None if expect_absent else utf8(expect or "", "--expect")
     result = open_kv().cas(utf8(key, "key"), expected, utf8(value, "value"))
     if not result.applied:
-        current = "absent" if result.current is None else text(result.current)
-        raise CommandFailed(f"not applied: current value is {current}")
+        raise CommandFailed(f"not applied: {_current(result.current)}")
     click.echo(to_json({"key": key, "applied": True, "value": text(result.current)}) if as_json() else "applied")
+
+
+def _current(value: bytes | None) -> str:
+    """What a CAS found, for its refusal: an absent key and an empty value (shown as '') must not look alike."""
+    if value is None:
+        return "the key is absent"
+    return f"current value is {text(value) or repr('')}"
 
 
 # -- kvExport / kvImport ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from broker.tiered.provider.file_segment_factory import TieredBackendServiceProv
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from common.acl import parse_credentials, parse_user
+from common.address import check_address
 from common.metrics import MetricsExporterType
 from common.tls import ServerTls, TlsError, server_tls
 
@@ -88,9 +89,7 @@ def _name(raw: str) -> str:
 
 def _addresses(raw: str) -> str:
     for addr in filter(None, raw.split(";")):
-        host, _, port = addr.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{addr!r} is not host:port")
+        check_address(addr.strip())  # (gRPC would take port 99999 modulo 65536)
     return raw
 
 

@@ -98,6 +98,8 @@ class Admin:
         try:
             return getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
         except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
+                raise MQClientError(self.client.not_a_broker(addr)) from None
             raise rpc_error(what, addr, exc) from None
 
     def _check(self, what: str, addr: str, response) -> None:
@@ -410,6 +412,7 @@ class Admin:
             raise MQClientError(f"the KV store already has {status.total_queues} shards; the number of shards "
                                 "cannot change (keys hash over it)")
         if status is not None:
+            self.brokers(cluster, brokers)  # an unknown cluster or broker is an error, not "nothing to do"
             return None
         return self._update_static_topic(KV_TOPIC, shards, cluster, brokers)
 
@@ -536,6 +539,8 @@ class Admin:
         """The message with ``msg_id``: an offset id (store host and commitlog offset, SendResult.offset_msg_id)
         is read from its broker directly; otherwise the id is a unique key (SendResult.msg_id), looked up in the
         index of ``topic``, or of every topic when none is given."""
+        if not msg_id.strip():  # else every topic's index is asked for the empty key, and the first refusal names it
+            raise MQClientError("message id is empty")
         _check_topic_filter(f"query message {msg_id}", topic)
         try:
             addr, offset = parse_message_id(msg_id)

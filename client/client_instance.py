@@ -29,6 +29,7 @@ from client.static_route import (
 from client.switch_interval import lower_switch_interval
 from common import tls
 from common.acl import signed_channel, signer_of
+from common.address import check_address
 from common.message_queue import MessageQueue
 from common.perm import PERM_INHERIT, is_readable, is_writeable
 from common.response_code import ResponseCode
@@ -52,6 +53,10 @@ STALE_ROUTE_RETRY_S = 30.0
 # controller promotes within tens of milliseconds, and a route fetched just before that would otherwise keep
 # keyed sends on the dead master for as long as it is cached.
 DEGRADED_ROUTE_MAX_AGE_S = 0.2
+# Routes borrowed from TBW102 for names the name server does not know (a proxy's clients may ask any name): one not
+# borrowed again within ROUTE_TTL_S is forgotten (its topic was created since, or is not used), and at most this many
+# are kept, the oldest forgotten first. A borrowed route is short-lived: forgetting it costs at most a lookup.
+MAX_BORROWED_ROUTES = 1024
 _NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
@@ -69,7 +74,17 @@ def namesrv_addrs(addr: str | None) -> list[str]:
     addrs = [a.strip() for a in raw.split(";") if a.strip()]
     if not addrs:
         raise MQClientError("no name server address: pass one or set NAMESRV_ADDR")
+    for a in addrs:
+        checked_address(a, "name server address")
     return addrs
+
+
+def checked_address(addr: str, what: str = "address") -> str:
+    """``addr`` if it is ``host:port`` with a valid port; MQClientError naming ``what`` otherwise."""
+    try:
+        return check_address(addr)
+    except ValueError as exc:
+        raise MQClientError(f"{what} {exc}") from None
 
 
 def borrowed_route(default: common_pb2.TopicRouteData) -> common_pb2.TopicRouteData:
@@ -109,6 +124,9 @@ class ClientInstance:
         self._route_failed_at: dict[str, float] = {}  # topic -> when its name servers last failed to answer
         self._stale_routes: dict[str, float] = {}  # topic -> when its cached route was found out of date
         self._route_locks: dict[str, threading.Lock] = {}  # topic -> held while its route is asked for
+        self._route_lock_users: dict[str, int] = {}  # topic -> lookups holding or waiting for its lock
+        # topic -> (when, the TBW102 route it borrowed), oldest first; changed with self._lock held
+        self._borrowed: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
         # {broker name: {broker id: address}}; a static topic's logic queue count and leaders; the writable queues.
         self._groups: dict[str, tuple[common_pb2.TopicRouteData, dict[str, dict[int, str]]]] = {}
@@ -127,6 +145,7 @@ class ClientInstance:
                     raise MQClientError(f"the client is closed: no call to {addr}")
                 ch = self._channels.get(addr)
                 if ch is None:
+                    checked_address(addr)  # an address given to an SDK call (a broker's, an id's): not yet checked
                     ch = self._channels[addr] = signed_channel(tls.channel(addr, CHANNEL_OPTIONS, self.tls_ca),
                                                                self.signer)
         return ch
@@ -215,6 +234,15 @@ class ClientInstance:
         name = table.get("brokerName", "")
         return f"{addr} is a broker{f' ({name})' if name else ''}, not a name server"
 
+    def not_a_broker(self, addr: str) -> str:
+        """Why ``addr`` answered a broker call UNIMPLEMENTED: a name server, or else (the reverse of
+        :meth:`not_a_namesrv`)."""
+        try:
+            self.namesrv(addr).GetBrokerClusterInfo(common_pb2.Empty(), timeout=self.rpc_timeout_s)
+        except grpc.RpcError:
+            return f"{addr} is not a broker (it does not serve the broker API)"
+        return f"{addr} is a name server, not a broker"
+
     # -- routes ------------------------------------------------------------------------------------
     def route(self, topic: str, refresh: bool = False, for_publish: bool = False,
               max_age_s: float = ROUTE_TTL_S) -> common_pb2.TopicRouteData:
@@ -252,12 +280,25 @@ class ClientInstance:
         failed_at = self._route_failed_at.get(topic)
         return failed_at is not None and failed_at >= since and (stale_since is None or stale_since <= failed_at)
 
-    def _route_lock(self, topic: str) -> threading.Lock:
-        lock = self._route_locks.get(topic)
-        if lock is None:
+    @contextlib.contextmanager
+    def _route_lock(self, topic: str) -> Iterator[None]:
+        """Held while the topic's route is asked for. Its entry lasts while the topic has a cached route or a lookup
+        uses it: a name with no route (a topic that does not exist) leaves nothing behind."""
+        with self._lock:
+            lock = self._route_locks.get(topic)
+            if lock is None:
+                lock = self._route_locks[topic] = threading.Lock()
+            self._route_lock_users[topic] = self._route_lock_users.get(topic, 0) + 1
+        try:
+            with lock:
+                yield
+        finally:
             with self._lock:
-                lock = self._route_locks.setdefault(topic, threading.Lock())
-        return lock
+                users = self._route_lock_users.pop(topic) - 1
+                if users:
+                    self._route_lock_users[topic] = users
+                elif topic not in self._routes:
+                    self._route_locks.pop(topic, None)
 
     def _look_up(self, topic: str, cached: tuple[float, common_pb2.TopicRouteData] | None,
                  for_publish: bool) -> common_pb2.TopicRouteData:
@@ -284,15 +325,45 @@ class ClientInstance:
                 route = borrowed_route(default.route)
                 self._routes[topic] = (_short_lived(), route)
                 self._up_to_date(topic, started)
+                self._note_borrowed(topic, route)
                 return route
         if response.code != ResponseCode.SUCCESS:
-            self._routes.pop(topic, None)
-            self._stale_routes.pop(topic, None)
+            self._forget(topic)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
         # As of when it was asked for; one with a logic queue nobody leads, as of a time that makes it expire soon.
         self._routes[topic] = (_short_lived() if has_unled_logic_queue(response.route) else started, response.route)
         self._up_to_date(topic, started)
+        if topic in self._borrowed:  # created since it borrowed TBW102's route
+            with self._lock:
+                self._borrowed.pop(topic, None)
         return response.route
+
+    def _note_borrowed(self, topic: str, route: common_pb2.TopicRouteData) -> None:
+        """``topic`` borrowed ``route``: keep it newest, and forget the borrowed routes too old or too many."""
+        now = time.monotonic()
+        with self._lock:
+            self._borrowed.pop(topic, None)
+            self._borrowed[topic] = (now, route)
+            while self._borrowed:
+                oldest = next(iter(self._borrowed))
+                at, borrowed = self._borrowed[oldest]
+                if now - at < ROUTE_TTL_S and len(self._borrowed) <= MAX_BORROWED_ROUTES:
+                    break
+                del self._borrowed[oldest]
+                cached = self._routes.get(oldest)
+                if cached is not None and cached[1] is borrowed:  # not one fetched since
+                    self._forget(oldest)
+                    if oldest not in self._route_lock_users:
+                        self._route_locks.pop(oldest, None)
+
+    def _forget(self, topic: str) -> None:
+        """Drop the topic's route and what was read from it (its lookup lock goes once no lookup uses it)."""
+        self._routes.pop(topic, None)
+        self._stale_routes.pop(topic, None)
+        self._route_failed_at.pop(topic, None)
+        self._groups.pop(topic, None)
+        self._static_views.pop(topic, None)
+        self._publish_queues.pop(topic, None)
 
     def _up_to_date(self, topic: str, started: float) -> None:
         """A route asked for at ``started`` is cached: it answers the invalidations before then, not later ones."""

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from client.errors import MQClientError
 from common.message import Message
-from common.message_codec import MAX_PROPERTIES_BYTES
 from common.message_properties import (
     KEY_SEPARATOR,
+    MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -78,9 +78,9 @@ def wire_properties(msg: Message, unique_key: str) -> bytes:
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
     raw = head.encode() + user
-    if len(raw) > MAX_PROPERTIES_BYTES:  # the record's properties length is 16 bits
+    if len(raw) > MAX_PROPERTIES_SIZE:  # the broker's limit (below the record's 16-bit field): refused before sending
         raise MQClientError(f"the message's properties (tags, keys and the rest) are {len(raw)} bytes: at most "
-                            f"{MAX_PROPERTIES_BYTES}")
+                            f"{MAX_PROPERTIES_SIZE}")
     return raw
 
 

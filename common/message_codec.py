@@ -38,7 +38,6 @@ STORE_TIMESTAMP = struct.Struct(">q")
 BLANK = struct.Struct(">iI")
 
 MAX_TOPIC_BYTES = 255
-MAX_PROPERTIES_BYTES = 65535
 
 
 class CorruptRecordError(ValueError):

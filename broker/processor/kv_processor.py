@@ -274,6 +274,7 @@ class KvProcessor:
         write."""
         received = [chunk async for chunk in chunks]
         require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
+        _check_one_header(received)
         header = received[0].header
         kv = self._kv()
         total = self.total_shards()
@@ -317,6 +318,13 @@ class KvProcessor:
             raise _not_applied_in_time() from None
         except StoreFailStopped as exc:
             raise _store_stopped(exc) from None
+
+
+def _check_one_header(chunks: list[kv_pb2.KvSnapshotChunk]) -> None:
+    """A snapshot has one header, in its first chunk: another (of another shard, say) would be ignored."""
+    later = next((i for i, chunk in enumerate(chunks) if i and chunk.HasField("header")), None)
+    require(later is None, f"a snapshot has one header, in its first chunk: chunk {later} (counting from 0) "
+            "carries another")
 
 
 def _held_of(kv: KvStore, partition: int, snapshot: dict[bytes, bytes]) -> set[bytes] | None:

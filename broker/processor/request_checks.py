@@ -22,8 +22,9 @@ def checked_send_topic(topic: str) -> str:
     return checked_topic(topic, validate_user_send_topic)
 
 
-def checked_group(group: str) -> str:
-    require(bool(group), "consumer group is empty")
+def checked_group(group: str, kind: str = "consumer") -> str:
+    """``kind``: the group's kind ("consumer" or "producer"), which an empty group's refusal names."""
+    require(bool(group), f"{kind} group is empty")
     try:
         validate_topic(group)  # same character rules as topics
     except InvalidTopicError as exc:

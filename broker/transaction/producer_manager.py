@@ -78,7 +78,7 @@ class ProducerManager:
     def heartbeat(self, session: ProducerSession, frame: transaction_pb2.ProducerHeartbeat) -> None:
         require(bool(frame.client_id), "a producer heartbeat names no client id")
         require(len(frame.producer_groups) <= MAX_GROUPS, f"a producer heartbeat names more than {MAX_GROUPS} groups")
-        groups = frozenset(checked_group(g) for g in frame.producer_groups)
+        groups = frozenset(checked_group(g, "producer") for g in frame.producer_groups)
         with self._lock:
             joined = groups - session.groups
             session.client_id = frame.client_id

@@ -8,7 +8,9 @@ import pytest
 
 from admin_cli.kv_commands import text
 from client import Admin, KVClient, MQClientError
+from client.kv_snapshot_file import LENGTH, MAGIC
 from common.kv_shard import shard_of
+from proto import kv_pb2
 from tests.admin_cli.helpers import CLUSTER, fails, mqadmin, ok, ok_json, table_lines
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -100,7 +102,7 @@ def test_cas_applied_and_not_applied(cluster: Cluster):
         "mqadmin kvCas: not applied: current value is two"
     assert ok(cluster.addr, "kvGet", "-k", "cas/a") == "two\n"
     assert fails(cluster.addr, "kvCas", "-k", "cas/none", "--expect", "x", "-v", "y") == \
-        "mqadmin kvCas: not applied: current value is absent"
+        "mqadmin kvCas: not applied: the key is absent"
     assert ok_json(cluster.addr, "kvCas", "-k", "cas/a", "--expect", "two", "-v", "four") == \
         {"key": "cas/a", "applied": True, "value": "four"}
 
@@ -108,6 +110,18 @@ def test_cas_applied_and_not_applied(cluster: Cluster):
     assert "exactly one of --expect" in fails(cluster.addr, "kvCas", "-k", "cas/a", "--expect", "four",
                                               "--expect-absent", "-v", "x")
     assert ok(cluster.addr, "kvGet", "-k", "cas/a") == "four\n"
+
+
+def test_cas_not_applied_shows_an_empty_value_and_an_absent_key_apart(cluster: Cluster):
+    """An empty current value printed as nothing ("current value is "); a value "absent" as an absent key."""
+    ok(cluster.addr, "kvPut", "-k", "cas/empty", "-v", "")
+    assert fails(cluster.addr, "kvCas", "-k", "cas/empty", "--expect", "zz", "-v", "b") == \
+        "mqadmin kvCas: not applied: current value is ''"
+    ok(cluster.addr, "kvPut", "-k", "cas/word", "-v", "absent")
+    assert fails(cluster.addr, "kvCas", "-k", "cas/word", "--expect", "zz", "-v", "b") == \
+        "mqadmin kvCas: not applied: current value is absent"
+    assert fails(cluster.addr, "kvCas", "-k", "cas/never", "--expect", "", "-v", "b") == \
+        "mqadmin kvCas: not applied: the key is absent"
 
 
 # -- bad input ----------------------------------------------------------------------------------------------
@@ -223,6 +237,26 @@ def test_kv_init_again_with_the_same_shards_is_a_no_op(cluster: Cluster):
         assert kv.shards(refresh=True) == SHARDS
 
 
+def test_kv_init_again_checks_its_target(cluster: Cluster):
+    """Once the store existed, an unknown cluster or broker was answered "nothing to do", exit 0."""
+    assert fails(cluster.addr, "kvInit", "-c", "Nope", "-qn", str(SHARDS)) == \
+        f"mqadmin kvInit: cluster Nope does not exist (known: {CLUSTER})"
+    assert "broker nosuch is not registered" in fails(cluster.addr, "kvInit", "-b", "nosuch", "-qn", str(SHARDS))
+    assert "nothing to do" in ok(cluster.addr, "kvInit", "-b", "broker-a", "-qn", str(SHARDS))
+
+
+def test_import_refuses_a_second_header(cluster: Cluster, tmp_path: Path):
+    """A snapshot has one header, in its first chunk: one in a later chunk (here of shard 1) was ignored."""
+    chunks = [kv_pb2.KvSnapshotChunk(header=kv_pb2.KvSnapshotHeader(shard=shard, total_shards=SHARDS))
+              for shard in (0, 1)]
+    path = tmp_path / "two-headers.snap"
+    path.write_bytes(MAGIC + b"".join(LENGTH.pack(len(c.SerializeToString())) + c.SerializeToString()
+                                      for c in chunks))
+    assert fails(cluster.addr, "kvImport", "-f", str(path)) == \
+        f"mqadmin kvImport: KV snapshot {path} has a second header, in chunk 1 (counting from 0): a snapshot has " \
+        "one, in its first chunk"
+
+
 def test_update_static_topic_cannot_resize_the_kv_store(cluster: Cluster):
     """keys hash over the number of shards: only kvInit creates them, and the brokers refuse a resize too"""
     line = fails(cluster.addr, "updateStaticTopic", "-t", "rmq_sys_KV", "-c", CLUSTER, "-qn", str(SHARDS * 2))
@@ -238,3 +272,14 @@ def test_export_refuses_a_path_that_is_not_a_regular_file(cluster: Cluster, tmp_
     assert Path("/dev/null").is_char_device()
     assert "is a directory" in fails(cluster.addr, "kvExport", "--shard", "0", "-f", str(tmp_path))
     assert "name a file" in fails(cluster.addr, "kvExport", "--shard", "0", "-f", "")
+
+
+def test_export_says_why_the_file_cannot_be_written(cluster: Cluster, tmp_path: Path):
+    """It said "cannot write /proc/version: No such file or directory": the snapshot is written to a new file
+    beside the path (then renamed over it), which /proc cannot hold."""
+    line = fails(cluster.addr, "kvExport", "--shard", "0", "-f", "/proc/version")
+    assert line.startswith("mqadmin kvExport: cannot write a KV snapshot to /proc/version: /proc cannot hold a new "
+                           "file version.tmp (written first, then renamed over version): "), line
+    missing = tmp_path / "no-such-dir" / "x.snap"
+    assert fails(cluster.addr, "kvExport", "--shard", "0", "-f", str(missing)) == \
+        f"mqadmin kvExport: cannot write a KV snapshot to {missing}: directory {missing.parent} does not exist"

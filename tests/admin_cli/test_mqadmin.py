@@ -9,8 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client import Admin, Message, MessageQueue, Producer, PullConsumer, PullStatus
+from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus
+from client.message_encoding import new_unique_key, wire_properties
 from common.kv_shard import KV_TOPIC
+from common.message_properties import MAX_PROPERTIES_SIZE
 from common.timer_topic import TIMER_TOPIC
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from common.transaction_topic import HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
@@ -345,7 +347,8 @@ def test_json_and_namesrv_flags_before_or_after_the_command(cluster: Cluster):
     (["queryMsgByOffset", "-t", "AdmX", "-b", "broker-a", "-i", str(1 << 31), "-o", "0"], str(1 << 31)),
     (["queryMsgByOffset", "-t", "AdmX", "-b", "broker-a", "-i", "0", "-o", str(1 << 63)], str(1 << 63)),
     (["electMaster", "-b", "broker-a", "-i", str(1 << 63)], str(1 << 63)),
-    (["sendMessage", "-t", "AdmX", "-p", "x", "-k", "k" * 70_000], "at most 65535"),
+    (["sendMessage", "-t", "AdmX", "-p", "x", "-k", "k" * 70_000], "at most 32767"),
+    (["queryMsgById", "-i", ""], "message id is empty"),  # was refused as "query <first topic> by key: key is empty"
     (["topicRoute", "-t", "\udcff"], "not valid UTF-8"),
     (["--tls-ca", "/nonexistent.pem", "getSyncStateSet", "-b", "broker-a"], "cannot read the TLS CA file"),
 ], ids=lambda v: "_".join(v)[:60] if isinstance(v, list) else None)
@@ -367,6 +370,34 @@ def test_unreachable_name_server(cluster: Cluster):
     addr = f"127.0.0.1:{free_port()}"
     for args in (["topicList"], ["clusterList", "--json"], ["topicRoute", "-t", "AdmByCluster"]):
         assert addr in fails(addr, *args)
+
+
+def test_send_with_properties_over_the_brokers_limit_is_refused_before_sending(cluster: Cluster):
+    """The SDK checked 65535 bytes (the record's field) and the broker refuses above 32767: 20,000 keys (40,043
+    bytes of properties) were sent and refused by the broker. The SDK checks the broker's limit, which takes a
+    message at it."""
+    create_topic(cluster, "AdmBigProps", "-c", CLUSTER)
+    keys = ",".join(["k"] * 20_000)  # as the bug hunt sent them
+    line = fails(cluster.addr, "sendMessage", "-t", "AdmBigProps", "-p", "x", "-k", keys)
+    assert "properties (tags, keys and the rest) are 40043 bytes: at most 32767" in line, line
+    base = len(wire_properties(Message("AdmBigProps", b"x", properties={"big": ""}), new_unique_key()))
+    with Producer(cluster.addr) as producer:
+        at_limit = Message("AdmBigProps", b"x", properties={"big": "v" * (MAX_PROPERTIES_SIZE - base)})
+        assert producer.send(at_limit).queue_offset >= 0
+        with pytest.raises(MQClientError, match=f"at most {MAX_PROPERTIES_SIZE}"):
+            producer.send(Message("AdmBigProps", b"x", properties={"big": "v" * (MAX_PROPERTIES_SIZE - base + 1)}))
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:0", "127.0.0.1:abc", "127.0.0.1"])
+def test_an_address_with_a_bad_port_is_refused_before_any_call(cluster: Cluster, addr: str):
+    """gRPC took the port modulo 65536: -n 127.0.0.1:99999 reached (and named) 127.0.0.1:34463."""
+    line = fails(addr, "topicList")
+    assert line.startswith(f"mqadmin topicList: name server address {addr!r} "), line
+    assert f"name server address {addr!r} " in fails(f"{cluster.addr};{addr}", "clusterList")  # one of several
+    assert fails(None, "brokerStatus", "-b", addr).startswith(f"mqadmin brokerStatus: -b {addr!r} ")
+    assert fails(cluster.addr, "getBrokerConfig", "-b", addr).startswith(f"mqadmin getBrokerConfig: -b {addr!r} ")
+    if addr.endswith(("99999", "65536")):
+        assert line.endswith(f"has port {addr.rpartition(':')[2]}, outside 1..65535"), line
 
 
 def test_missing_name_server_address():

@@ -5,7 +5,9 @@ The real CLI as a subprocess against one name server and two real brokers."""
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import pytest
 
 from client import Admin, Message, Producer, PullConsumer, TransactionResolution
@@ -205,3 +207,31 @@ def test_namesrv_address_that_is_a_broker_says_so(cluster: Cluster):
     for args in (("clusterList",), ("topicList",), ("wipeWritePerm", "-b", "broker-a")):
         line = fails(addr, *args)
         assert f"{addr} is a broker (broker-a), not a name server" in line, line
+
+
+BROKER_ADDR_COMMANDS = [("brokerStatus",), ("getBrokerConfig",),
+                        ("updateBrokerConfig", "-k", "autoCreateTopicEnable", "-v", "true")]
+
+
+@pytest.mark.parametrize("args", BROKER_ADDR_COMMANDS, ids=lambda a: a[0])
+def test_broker_address_that_is_a_name_server_says_so(cluster: Cluster, args: tuple[str, ...]):
+    """The reverse of the above: these said "UNIMPLEMENTED: Method not found!"."""
+    for namesrv in (None, cluster.addr):
+        line = fails(namesrv, args[0], "-b", cluster.addr, *args[1:])
+        assert line == f"mqadmin {args[0]}: {cluster.addr} is a name server, not a broker", line
+
+
+@pytest.mark.parametrize("args", BROKER_ADDR_COMMANDS, ids=lambda a: a[0])
+def test_broker_address_that_serves_other_grpc_says_so(args: tuple[str, ...]):
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))  # serves no service: every method is UNIMPLEMENTED
+    addr = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        line = fails(None, args[0], "-b", addr, *args[1:])
+        assert line == f"mqadmin {args[0]}: {addr} is not a broker (it does not serve the broker API)", line
+    finally:
+        server.stop(None)
+
+
+def test_producer_connection_of_an_empty_group_names_a_producer_group(cluster: Cluster):
+    assert fails(cluster.addr, "producerConnection", "-g", "").endswith(": invalid argument: producer group is empty")

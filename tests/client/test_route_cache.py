@@ -12,7 +12,10 @@ import pytest
 
 from client import client_instance
 from client.client_instance import ClientInstance
+from client.errors import MQClientError
 from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
+from common.perm import PERM_INHERIT
+from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route, static_route
 from tests.cluster import wait_until
 
@@ -155,3 +158,47 @@ def test_a_static_route_with_a_logic_queue_nobody_leads_is_asked_for_again_soon(
     time.sleep(0.5)  # past the short age: a route where every logic queue has a leader is kept the 30 s
     client.route(T)
     assert namesrv.fetches == fetches
+
+
+def test_names_with_no_route_leave_nothing_cached(client: ClientInstance):
+    # A proxy's v2 clients may ask any name: each name asked used to keep its lookup lock for good.
+    fake = FakeCluster("broker-a")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    fake.install(client)
+    client.route(T)
+    for i in range(100):
+        with pytest.raises(MQClientError):
+            client.route(f"no-such-topic-{i}")
+    assert set(client._route_locks) == {T} and set(client._routes) == {T}
+
+
+def test_borrowed_routes_are_bounded_and_an_existing_topic_keeps_its_own(client: ClientInstance,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(client_instance, "MAX_BORROWED_ROUTES", 4)
+    fake = FakeCluster("broker-a")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    fake.routes[AUTO_CREATE_TOPIC_KEY_TOPIC] = normal_route(AUTO_CREATE_TOPIC_KEY_TOPIC, {"broker-a": 4})
+    fake.routes[AUTO_CREATE_TOPIC_KEY_TOPIC].queue_datas[0].perm |= PERM_INHERIT
+    fake.install(client)
+    route = client.route(T, for_publish=True)
+    client.publish_queues(T)
+    names = [f"new-topic-{i}" for i in range(100)]
+    for name in names:  # what a send to a topic the name server does not know yet reads
+        assert len(client.publish_queues(name)) == 4
+        assert client.master_addr(name, "broker-a")
+    kept = set(names[-4:]) | {T}
+    for cache in (client._routes, client._route_locks, client._publish_queues, client._groups):
+        assert set(cache) <= kept
+    assert set(client._routes) == kept
+    assert client.route(T, for_publish=True) is route  # still cached
+    assert len(fake.fetches) == 1 + 2 * len(names)
+
+    fake.routes[names[-1]] = normal_route(names[-1], {"broker-a": 2})  # created by its first send
+    client.invalidate_route(names[-1])
+    assert len(client.publish_queues(names[-1])) == 2
+    assert names[-1] not in client._borrowed and names[-1] in client._routes
+
+    at, borrowed = client._borrowed[names[-4]]  # the oldest, with room for one more
+    client._borrowed[names[-4]] = (at - client_instance.ROUTE_TTL_S, borrowed)  # not borrowed again for 30 s
+    client.route("one-more", for_publish=True)
+    assert names[-4] not in client._routes and names[-3] in client._routes

@@ -130,3 +130,13 @@ def test_choices_are_parsed_once_into_enum_members_that_print_as_spelled():
     assert [f"{value}" for value in parsed] == ["SYNC_FLUSH", "defaultRocksDB", "memory", "memory", "FORCE"]
     store_config = config.store_config("127.0.0.1:10911")
     assert (store_config.flush_disk_type, store_config.store_type) == parsed[:2]
+
+
+@pytest.mark.parametrize("key", ["namesrvAddr", "haMasterAddress", "controllerAddr"])
+@pytest.mark.parametrize("value, why", [("127.0.0.1:99999", "outside 1..65535"), ("127.0.0.1:0", "outside"),
+                                        ("nohost", "is not HOST:PORT"), ("h:x1", "not a number")])
+def test_an_address_with_a_bad_port_names_the_key(key: str, value: str, why: str):
+    """gRPC takes a port modulo 65536: 127.0.0.1:99999 was a broker registering with 127.0.0.1:34463."""
+    with pytest.raises(ConfigError) as raised:
+        load_broker_config(f"{key}=127.0.0.1:9876;{value}")
+    assert str(raised.value).startswith(f"{key}: ") and why in str(raised.value), raised.value

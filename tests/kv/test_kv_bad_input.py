@@ -137,6 +137,9 @@ BAD_REQUESTS = [
                  "starts with a header chunk", id="import-no-header"),
     pytest.param(lambda s: s.ImportSnapshot(iter([header(0, SHARDS * 2)]), timeout=10),
                  "with 8 shards; this one has 4", id="import-other-shard-count"),
+    pytest.param(lambda s: s.ImportSnapshot(iter([header(0, SHARDS), header(1, SHARDS)]), timeout=10),
+                 "one header, in its first chunk: chunk 1 (counting from 0) carries another",
+                 id="import-second-header"),
 ]
 
 
