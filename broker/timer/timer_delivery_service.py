@@ -11,9 +11,11 @@ delivers those messages again after the restart: at-least-once, never lost.
 Never early: a timer is taken only when its due time is at or before the broker's wall clock, and the store time
 of the delivered message is taken after that. A timer whose real topic no longer exists here (or whose queue id
 is beyond the topic's queues) is dropped with a warning: nobody could read it, and keeping it would retry
-forever. So is one the store refuses as illegal (maxMessageSize lowered since the send). A store that refuses
-writes (disk full, fail-stop), or an fsync that failed after the put, keeps the timers pending; delivery retries
-every second (after a fail-stop, that is after the restart).
+forever. So is one the store refuses as illegal (maxMessageSize lowered since the send), or whose topic is deleted
+between that check and the put (asked again under the commitlog's lock, as the send path does). A store that
+refuses writes (disk full, fail-stop), or an fsync that failed after the put, keeps the timers pending; delivery
+retries every second (after a fail-stop, that is after the restart). A pass that raises part-way settles what it
+did first: the timers put (or forwarded) are marked and removed, the rest handed back to be taken again.
 
 A static topic's message whose logic queue moved to another broker while it waited is sent to that broker
 (``DeliveryRoute``), and kept pending, tried again every second, while that broker does not take it.
@@ -24,13 +26,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.store.periodic_service import FailedPassLog
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
 from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, LocalDelivery
-from broker.timer.timer_message_store import TIMER_KEY, TimerMessageStore, marker_body
+from broker.timer.timer_message_store import TIMER_KEY, Timer, TimerMessageStore, marker_body
 from common.message import MessageExt
 from common.message_codec import HEADER_SIZE, CorruptRecordError, decode_record, record_parts
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
@@ -58,13 +61,15 @@ class DeliveryStore(Protocol):
     @property
     def commit_log(self) -> RecordLimit: ...
 
-    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult: ...
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True,
+                       admit: Callable[[], bool] | None = None) -> PutMessageResult: ...
 
     def wait_flushed(self, offset: int) -> PutMessageStatus: ...
 
 
 QueueExists = Callable[[str, int], bool]
 Clock = Callable[[], int]
+Group = tuple[str, int, int | None]  # real topic, queue id, logic queue id (a static topic's)
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 RETRY_PAUSE_S = 1.0
 MAX_UNMARKED = 1 << 16  # keys of timers taken out whose marker the store refused, kept to go with the next one
@@ -75,6 +80,19 @@ _NEVER = 1 << 62
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class _Outcome:
+    """What a pass did with the timers it took; once settled each is in ``done`` (removed) or ``kept`` (given
+    back)."""
+
+    done: list[bytes]  # delivered (put and flushed, or forwarded) or dropped
+    put: list[bytes] = field(default_factory=list)  # in the commitlog, to be flushed
+    kept: list[bytes] = field(default_factory=list)  # not delivered: taken again
+    kept_by_leader: int = 0  # of kept: refused by the broker that leads their logic queue (or none found)
+    end_offset: int = 0  # of the puts
+    failure: Exception | None = None  # what stopped the pass part-way: raised once settled
 
 
 class TimerDeliveryService(threading.Thread):
@@ -142,71 +160,93 @@ class TimerDeliveryService(threading.Thread):
         timers = self.timers.take_due(self.clock_ms(), self.batch_size)
         if not timers:
             return 0, 0
-        groups: dict[tuple[str, int, int | None], list[tuple[bytes, MessageExt]]] = defaultdict(list)
-        done: list[bytes] = []
+        groups, done = self._grouped(timers)
+        outcome = self._deliver_groups(groups, done)
+        try:
+            self._settle(outcome)
+        finally:  # take_due moved the scan floor past them all: what is not removed must be handed back
+            if outcome.kept:
+                self.timers.give_back(min(outcome.kept))
+        assert len(outcome.done) + len(outcome.kept) == len(timers), "a timer taken is neither removed nor kept"
+        if outcome.failure is not None:
+            raise outcome.failure
+        if outcome.kept:
+            self._refused(len(outcome.kept) - outcome.kept_by_leader, outcome.kept_by_leader)
+        elif self._refused_since is not None:
+            log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
+            self._refused_since = None
+        return len(timers), len(outcome.kept)
+
+    def _grouped(self, timers: list[Timer]) -> tuple[dict[Group, list[tuple[bytes, MessageExt]]], list[bytes]]:
+        """The timers by the queue they go to, and the keys of those dropped (unreadable)."""
+        groups: dict[Group, list[tuple[bytes, MessageExt]]] = defaultdict(list)
+        dropped: list[bytes] = []
         for key, record in timers:
             try:
                 msg = decode_record(record)
             except CorruptRecordError as exc:
                 self._drop("?", -1, 1, f"stored record is corrupt: {exc}")
-                done.append(key)
+                dropped.append(key)
                 continue
             target = timer_target(msg.raw_properties)
             if target is None:
                 self._drop("?", -1, 1, f"timer record at commitlog offset {msg.physical_offset} lacks REAL_TOPIC, "
                            "REAL_QID or TIMER_OUT_MS")
-                done.append(key)
+                dropped.append(key)
                 continue
             groups[target.topic, target.queue_id, target.logic_queue_id].append((key, msg))
-        kept: list[bytes] = []
-        put: list[bytes] = []  # in the commitlog, to be flushed
-        forwarded_any = False
-        kept_by_leader = 0  # of kept: refused by the broker that leads their logic queue (or none found)
-        end_offset = 0
+        return groups, dropped
+
+    def _deliver_groups(self, groups: dict[Group, list[tuple[bytes, MessageExt]]], done: list[bytes]) -> _Outcome:
+        """One put (or forward) a queue. An exception stops the pass there (kept in the outcome, raised once the
+        outcome is settled): the queues not tried yet are kept, to be taken again, while what was put or forwarded
+        before it is marked and removed as in a pass that went through."""
+        outcome = _Outcome(done=done)
+        in_order = list(groups.items())
+        tried = 0
         try:
-            for (topic, queue_id, logic_queue_id), items in groups.items():
-                keys = [k for k, _ in items]
-                where = self.route.target(topic, queue_id, logic_queue_id)
-                if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
-                    forwarded = self._forward(where, topic, [m for _, m in items])
-                    forwarded_any = forwarded_any or forwarded > 0
-                    self.delivered += forwarded
-                    done.extend(keys[:forwarded])
-                    kept.extend(keys[forwarded:])
-                    kept_by_leader += len(keys) - forwarded
-                    continue
-                result = self._put(topic, where.queue_id, [m for _, m in items])
-                if result is None:
-                    done.extend(keys)  # dropped
-                elif result.append is not None:
-                    put.extend(keys)
-                    end_offset = max(end_offset, result.append.end_offset)
-                else:
-                    kept.extend(keys)
-        except Exception:
-            # Nothing of them put (or forwarded) yet: taken again next time. Some put: they stay stored (not taken
-            # again before a restart, which delivers them once more) rather than be put again every second.
-            if not put and not forwarded_any:
-                self.timers.give_back(timers[0][0])
-            raise
+            for (topic, queue_id, logic_queue_id), items in in_order:
+                self._deliver_group(outcome, topic, queue_id, logic_queue_id, items)
+                tried += 1
+        except Exception as exc:
+            outcome.failure = exc
+            outcome.kept.extend(key for _, items in in_order[tried:] for key, _ in items)
+        return outcome
+
+    def _deliver_group(self, outcome: _Outcome, topic: str, queue_id: int, logic_queue_id: int | None,
+                       items: list[tuple[bytes, MessageExt]]) -> None:
+        keys = [k for k, _ in items]
+        where = self.route.target(topic, queue_id, logic_queue_id)
+        if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
+            forwarded = self._forward(where, topic, [m for _, m in items])
+            self.delivered += forwarded
+            outcome.done.extend(keys[:forwarded])
+            outcome.kept.extend(keys[forwarded:])
+            outcome.kept_by_leader += len(keys) - forwarded
+            return
+        result = self._put(topic, where.queue_id, [m for _, m in items])
+        if result is None:
+            outcome.done.extend(keys)  # dropped
+        elif result.append is not None:
+            outcome.put.extend(keys)
+            outcome.end_offset = max(outcome.end_offset, result.append.end_offset)
+        else:
+            outcome.kept.extend(keys)
+
+    def _settle(self, outcome: _Outcome) -> None:
+        """Wait for the puts' flush, then mark and remove the timers delivered or dropped."""
+        put, outcome.put = outcome.put, []
         if put:
-            flushed = self.store.wait_flushed(end_offset)
+            flushed = self.store.wait_flushed(outcome.end_offset)
             if flushed is PutMessageStatus.SERVICE_NOT_AVAILABLE:
-                kept.extend(put)  # the fsync failed: they may be lost; delivered again after the restart
+                outcome.kept.extend(put)  # the fsync failed: they may be lost; delivered again after the restart
             else:
                 if flushed is PutMessageStatus.FLUSH_DISK_TIMEOUT:  # as a send answers: stored, not yet on disk
                     log.warning("timer_delivery_flush_timeout count=%d", len(put))
                 self.delivered += len(put)
-                done.extend(put)
-        self._mark_taken_out(done)
-        self.timers.remove(done)
-        if kept:
-            self._refused(len(kept) - kept_by_leader, kept_by_leader)
-            self.timers.give_back(min(kept))
-        elif self._refused_since is not None:
-            log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
-            self._refused_since = None
-        return len(timers), len(kept)
+                outcome.done.extend(put)
+        self._mark_taken_out(outcome.done)
+        self.timers.remove(outcome.done)
 
     def _mark_taken_out(self, keys: list[bytes]) -> None:
         """The markers of the timers delivered or dropped (see broker/timer/timer_message_store.py), so that a
@@ -249,7 +289,13 @@ class TimerDeliveryService(threading.Thread):
             return None
         raw_topic = topic.encode()
         records = self._records(raw_topic, queue_id, messages)
-        result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, records), wait_flushed=False)
+        # Asked again under the commitlog's lock, where deleteTopic's deletion record appends: a delete right after
+        # the check above must not leave the message at the start of a topic made again under the name.
+        result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, records), wait_flushed=False,
+                                           admit=lambda: self.queue_exists(topic, queue_id))
+        if result.status is PutMessageStatus.NOT_ADMITTED:
+            self._drop(topic, queue_id, len(messages), "the topic or queue was deleted while it was delivered")
+            return None
         if result.status in ILLEGAL:
             self._drop(topic, queue_id, len(messages), f"refused by the store: {result.error}")
             return None

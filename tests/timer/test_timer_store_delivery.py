@@ -5,6 +5,7 @@ refusals kept for later, the delivery thread's wake-up, both flush modes."""
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -100,10 +101,11 @@ class RefusesMarkers:
         self.store, self.store_host = store, store.store_host
         self.config, self.commit_log = store.config, store.commit_log
 
-    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
+    def put_wire_batch(self, batch: WireBatch, *, wait_flushed: bool = True,
+                       admit: Callable[[], bool] | None = None) -> PutMessageResult:
         if batch.topic == TIMER_TOPIC.encode():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "fenced")
-        return self.store.put_wire_batch(batch, wait_flushed=wait_flushed)
+        return self.store.put_wire_batch(batch, wait_flushed=wait_flushed, admit=admit)
 
     def wait_flushed(self, offset: int) -> PutMessageStatus:
         return self.store.wait_flushed(offset)
@@ -267,10 +269,11 @@ def test_a_store_that_refuses_writes_keeps_the_timers(tmp_path: Path, nodes: lis
     refuse = [True]
     put_wire_batch = node.store.put_wire_batch
 
-    def put(batch: WireBatch, *, wait_flushed: bool = True) -> PutMessageResult:
+    def put(batch: WireBatch, *, wait_flushed: bool = True,
+            admit: Callable[[], bool] | None = None) -> PutMessageResult:
         if refuse[0]:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "disk full")
-        return put_wire_batch(batch, wait_flushed=wait_flushed)
+        return put_wire_batch(batch, wait_flushed=wait_flushed, admit=admit)
 
     monkeypatch.setattr(node.store, "put_wire_batch", put)
     node.send([NOW, NOW + 1])
@@ -325,11 +328,68 @@ def test_a_put_that_raises_leaves_the_timers_to_be_taken_again(tmp_path: Path, n
     node.send([NOW, NOW + 1])
     node.now = NOW + 10
     put_wire_batch = node.store.put_wire_batch
-    monkeypatch.setattr(node.store, "put_wire_batch", lambda batch, wait_flushed=True: 1 / 0)
+    monkeypatch.setattr(node.store, "put_wire_batch", lambda batch, wait_flushed=True, admit=None: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         node.deliver()
     monkeypatch.setattr(node.store, "put_wire_batch", put_wire_batch)
     assert node.deliver() == 2 and bodies(node.delivered()) == [b"m0", b"m1"]
+
+
+def test_a_pass_that_raises_part_way_settles_what_it_put_and_hands_back_the_rest(tmp_path: Path, nodes: list[Node],
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    """Queue 1's put went through, queue 2's raised: queue 1's timer is removed (not put again when an earlier
+    timer lowers the scan floor), queue 2's and queue 3's (not tried yet) are taken by the next pass."""
+    node = start(nodes, tmp_path)
+    node.send([NOW + 1], queue_id=1)
+    node.send([NOW + 2], queue_id=2)
+    node.send([NOW + 3], queue_id=3)
+    node.now = NOW + 10
+    put_wire_batch = node.store.put_wire_batch
+
+    def put_failing_queue_2(batch: WireBatch, *, wait_flushed: bool = True,
+                            admit: Callable[[], bool] | None = None) -> PutMessageResult:
+        if batch.topic == b"Real" and batch.queue_id == 2:
+            raise RuntimeError("injected")
+        return put_wire_batch(batch, wait_flushed=wait_flushed, admit=admit)
+
+    monkeypatch.setattr(node.store, "put_wire_batch", put_failing_queue_2)
+    with pytest.raises(RuntimeError, match="injected"):
+        node.deliver()
+    assert node.delivery.delivered == 1 and node.timers.pending == 2
+    monkeypatch.setattr(node.store, "put_wire_batch", put_wire_batch)
+    node.now += 1000
+    assert node.deliver() == 2 and node.timers.pending == 0
+    node.send([NOW - 5], queue_id=4)  # due earlier than all of them: lowers the scan floor
+    assert node.deliver() == 1
+    assert [bodies(node.delivered(queue_id=q)) for q in (1, 2, 3, 4)] == [[b"m0"], [b"m1"], [b"m2"], [b"m3"]]
+    node.stop()
+    assert replayed_whole(nodes, tmp_path).timers.pending == 0  # each marked: a promoted slave delivers none again
+
+
+def test_a_topic_deleted_between_the_check_and_the_put_drops_the_message(tmp_path: Path, nodes: list[Node],
+                                                                         caplog: pytest.LogCaptureFixture):
+    """deleteTopic lands right after the delivery saw the topic: the put, admitted under the commitlog's lock,
+    is refused, so the topic made again under the name does not start with the old message."""
+    topics, checks, box = {"Real"}, [0], []
+
+    def queue_exists(topic: str, queue_id: int) -> bool:
+        checks[0] += 1
+        if checks[0] == 1:  # the delivery's check (outside the lock) says yes; deleteTopic lands right after it
+            assert box[0].store.delete_topic(topic) is None  # its deletion record, then its config goes
+            topics.discard(topic)
+            return True
+        return topic in topics
+
+    node = start(nodes, tmp_path, queue_exists=queue_exists)
+    box.append(node)
+    node.send([NOW - 1])
+    with caplog.at_level(logging.WARNING):
+        assert node.deliver() == 1
+    assert "timer_message_dropped topic=Real queue_id=1 count=1" in caplog.text and "deleted while" in caplog.text
+    assert node.delivery.dropped == 1 and node.delivery.delivered == 0 and node.timers.pending == 0
+    topics.add("Real")  # made again: its first message has queue offset 0
+    assert node.store.put_messages("Real", 1, [b"new"], [b""]).queue_offset == 0
+    assert [(m.queue_offset, m.body) for m in node.delivered()] == [(0, b"new")]
 
 
 class MovedQueueRoute:
