@@ -9,7 +9,8 @@ One thread. Each pass reads what is new in the op queue and the half queue into 
   the producer answers with EndTransaction. No producer online: the check counts all the same (as upstream), so a
   group that is gone for good does not keep a half message forever.
 - a discard (checked ``transactionCheckMax`` times, due again): a copy goes to ``TRANS_CHECK_MAX_TIME_TOPIC``, then
-  an op message ``d`` (DISCARD) ends it.
+  an op message ``d`` (DISCARD) ends it. One whose commit stored its real message but not its op (the op write was
+  refused) is ended by an op ``d`` (COMMIT) instead: the message is visible already, and nothing else ends it.
 
 and, in a ``finally``, moves the progress offsets (consumer offsets of ``CID_RMQ_SYS_TRANS`` on the half and op
 queues) only past what ended with its op message durable: flushed, and replicated where sends wait for that.
@@ -90,6 +91,7 @@ class TransactionalMessageCheckService(threading.Thread):
         self.checks_sent = 0
         self.checks_unsent = 0  # counted, but no producer of the group was online
         self.discarded = 0
+        self.commits_finished = 0  # commits whose op write had failed, ended by their discard as COMMIT
         # Half messages whose copy to the discard topic is stored and whose REMOVE op is not yet (refused): their
         # retry writes only the op, not a second copy. (After a crash between the two the copy is made again.)
         self._discard_copied: set[int] = set()
@@ -278,8 +280,12 @@ class TransactionalMessageCheckService(threading.Thread):
 
     # -- discards ----------------------------------------------------------------------------------
     def _discard(self, entries: list[HalfEntry]) -> None:
-        claimed = [e for e in entries
-                   if self.table.begin_end(e.queue_offset, Outcome.DISCARD).decision is EndDecision.PROCEED]
+        claims = [(e, self.table.begin_end(e.queue_offset, Outcome.DISCARD)) for e in entries]
+        proceed = [(e, claim.real_written) for e, claim in claims if claim.decision is EndDecision.PROCEED]
+        half_committed = [e for e, real_written in proceed if real_written]
+        if half_committed:
+            self._finish_commits(half_committed)
+        claimed = [e for e, real_written in proceed if not real_written]
         if not claimed:
             return
         copies, copying = [], []
@@ -318,3 +324,25 @@ class TransactionalMessageCheckService(threading.Thread):
             log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),
                         entry.producer_group, times, TRANS_CHECK_MAX_TIME_TOPIC)
         self.discarded += len(claimed)
+
+    def _finish_commits(self, entries: list[HalfEntry]) -> None:
+        """End as COMMIT the claimed half messages whose real message a commit stored before its op write failed:
+        only the op is written. Refused, they stay claimable and the next pass waits an interval (no spinning)."""
+        try:
+            result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in entries),
+                                                  Outcome.COMMIT))
+            refusal = refusal_of(result, "finishing commits whose op write had failed")
+            if refusal is not None:
+                raise refusal
+        except Exception as exc:
+            for entry in entries:
+                self.table.abort_end(entry.queue_offset, real_written=True)
+            log.warning("transaction_commit_not_finished count=%d reason=%s", len(entries), exc)
+            self._backoff = True
+            return
+        assert result.append is not None
+        for entry in entries:
+            self.table.finish_end(entry.queue_offset, Outcome.COMMIT, result.append.end_offset)
+            log.warning("transaction_ended tx=%s outcome=COMMIT group=%s from_check=discard reason='its real message "
+                        "was stored, its op write had failed'", self._tx(entry), entry.producer_group)
+        self.commits_finished += len(entries)

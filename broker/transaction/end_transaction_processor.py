@@ -62,7 +62,7 @@ class EndTransactionProcessor:
         self.rolled_back = 0
 
     def end(self, request: transaction_pb2.EndTransactionRequest) -> transaction_pb2.EndTransactionResponse:
-        group = checked_group(request.producer_group)
+        group = checked_group(request.producer_group, "producer")
         if request.resolution == transaction_pb2.TRANSACTION_UNKNOWN:
             return transaction_pb2.EndTransactionResponse(
                 code=ResponseCode.SUCCESS, remark="TRANSACTION_UNKNOWN: nothing written; the broker checks it again")
@@ -145,17 +145,29 @@ class EndTransactionProcessor:
             raise Refusal(ResponseCode.MESSAGE_ILLEGAL,
                           f"half message of transaction {tx} lacks REAL_TOPIC or REAL_QID")
         topic, queue_id = target
-        config = self.topics.select(topic)
-        if config is None or not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
-            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"cannot commit transaction {tx}: queue {queue_id} of topic "
-                          f"{topic} no longer exists on this broker")
+        if not self._queue_exists(topic, queue_id):
+            raise self._no_queue(tx, topic, queue_id)
         raw_topic = topic.encode()
         record = committed_record(msg, topic, queue_id, self.store.store_host)
-        result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, [record]), wait_flushed=False)
+        # Asked again under the commitlog's lock, where deleteTopic's deletion record appends: a delete right after
+        # the check above must not leave the message at the start of a topic made again under the name.
+        result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, [record]), wait_flushed=False,
+                                           admit=lambda: self._queue_exists(topic, queue_id))
+        if result.status is PutMessageStatus.NOT_ADMITTED:
+            raise self._no_queue(tx, topic, queue_id)
         refusal = refusal_of(result, f"committing transaction {tx}")
         if refusal is not None:
             raise refusal
         return result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    def _queue_exists(self, topic: str, queue_id: int) -> bool:
+        config = self.topics.select(topic)
+        return config is not None and 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums)
+
+    @staticmethod
+    def _no_queue(tx: TransactionId, topic: str, queue_id: int) -> Refusal:
+        return Refusal(ResponseCode.TOPIC_NOT_EXIST, f"cannot commit transaction {tx}: queue {queue_id} of topic "
+                       f"{topic} no longer exists on this broker")
 
     @staticmethod
     def _why_not(tx: TransactionId, outcome: Outcome, decision: EndDecision, had: Outcome | None) -> str:

@@ -55,7 +55,8 @@ class TransactionService:
         end, check, table = self.end_processor, self.check_service, self.table
         return {
             "transactionHalfPending": str(table.pending),
-            "transactionCommitted": str(end.committed if end is not None else 0),
+            "transactionCommitted": str((end.committed if end is not None else 0)
+                                        + (check.commits_finished if check is not None else 0)),
             "transactionRolledBack": str(end.rolled_back if end is not None else 0),
             "transactionChecks": str(check.checks_sent if check is not None else 0),
             "transactionChecksUnsent": str(check.checks_unsent if check is not None else 0),

@@ -61,7 +61,9 @@ class EndDecision(Enum):
 class EndClaim:
     decision: EndDecision
     outcome: Outcome | None = None  # the outcome it had (ALREADY, CONFLICT)
-    real_written: bool = False  # PROCEED of a commit: its real message was written by an end that then failed
+    # PROCEED of a commit or a discard: a commit's real message was written by an end that then failed. Only the
+    # COMMIT op is left to write, a discard's too: the message is visible already.
+    real_written: bool = False
 
 
 class TransactionTable:
@@ -181,7 +183,8 @@ class TransactionTable:
     # -- ends --------------------------------------------------------------------------------------
     def begin_end(self, q: int, outcome: Outcome, wait_s: float = 0.0) -> EndClaim:
         """Claim half message ``q`` to end it as ``outcome``. Waits up to ``wait_s`` for the table to be ready and
-        for another end of it being written (BUSY after that)."""
+        for another end of it being written (BUSY after that). A DISCARD of a commit whose op write failed is a
+        PROCEED with ``real_written``: the caller writes its COMMIT op instead (nothing else would ever end it)."""
         if not self.ready.wait(wait_s):
             return EndClaim(EndDecision.BUSY)
         with self._cond:
@@ -189,8 +192,8 @@ class TransactionTable:
                 return EndClaim(EndDecision.BUSY)
             had = self._ended.get(q)
             if had is None and q in self._real_written:
-                had = Outcome.COMMIT  # its commit is half written: only a commit may finish it
-                if outcome is Outcome.COMMIT:
+                had = Outcome.COMMIT  # its commit is half written: only a commit, or a discard, finishes it (as COMMIT)
+                if outcome in (Outcome.COMMIT, Outcome.DISCARD):
                     self._in_flight.add(q)
                     return EndClaim(EndDecision.PROCEED, real_written=True)
             if had is not None:

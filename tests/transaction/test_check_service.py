@@ -288,3 +288,74 @@ def test_a_discard_whose_op_write_was_refused_is_copied_once(broker: Broker, mon
     broker.pass_at(discard_at + INTERVAL)  # after the refusal's back-off
     assert broker.service.discarded == 1
     assert [m.body for m in broker.messages(TRANS_CHECK_MAX_TIME_TOPIC)] == [b"open"]  # one copy
+
+
+def test_a_commit_whose_op_write_failed_is_ended_as_commit_by_its_discard(broker: Broker, monkeypatch):
+    """The real message is stored, the op refused, and nobody answers the checks: when due for the discard only the
+    COMMIT op is written (the message is visible already); refused, the service waits an interval, not spinning."""
+    from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+    from broker.transaction import check_service, end_transaction_processor
+    from broker.transaction.op_message import OpKind
+
+    tx = broker.send_half(b"half committed")
+    start = broker.now
+
+    def refused(*args: object, **kwargs: object) -> PutMessageResult:
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, "disk full (injected)")
+
+    monkeypatch.setattr(end_transaction_processor, "put_op", refused)
+    with pytest.raises(Refusal, match="disk full"):
+        broker.end(tx, transaction_pb2.TRANSACTION_COMMIT)
+    monkeypatch.undo()
+    for n in range(1, CHECK_MAX + 1):  # the producer answers none of them
+        broker.pass_at(start + TIMEOUT + (n - 1) * INTERVAL + 1000)
+    discard_at = start + TIMEOUT + CHECK_MAX * INTERVAL + 1000
+    real_put_op = check_service.put_op
+
+    def refusing_remove(store, op, *args, **kwargs):
+        if op.kind is OpKind.REMOVE:
+            return refused()
+        return real_put_op(store, op, *args, **kwargs)
+
+    monkeypatch.setattr(check_service, "put_op", refusing_remove)
+    broker.pass_at(discard_at)
+    assert broker.table.pending == 1
+    waits: list[float] = []
+    monkeypatch.setattr(broker.service._stopped, "wait", waits.append)
+    broker.service._sleep()
+    assert waits == [INTERVAL / 1000]  # backs off a whole interval, though the transaction is due
+    monkeypatch.setattr(check_service, "put_op", real_put_op)
+    broker.pass_at(discard_at + INTERVAL)
+    assert broker.table.pending == 0 and broker.table.next_due_ms() is None
+    assert broker.messages(TRANS_CHECK_MAX_TIME_TOPIC) == [] and broker.service.discarded == 0
+    assert broker.service.commits_finished == 1
+    assert [m.body for m in broker.messages(TOPIC)] == [b"half committed"]  # stored once
+    assert [op.properties["TRAN_OUTCOME"] for op in broker.messages(OP_HALF_TOPIC) if op.tags == "d"] == ["COMMIT"]
+    wait_until(lambda: broker.progress_reaches((1, CHECK_MAX + 1)), what="progress past the finished commit")
+    again = broker.end(tx, transaction_pb2.TRANSACTION_COMMIT)  # the producer's late retry
+    assert again.code == ResponseCode.SUCCESS and "had ended: COMMIT" in again.remark
+
+
+def test_a_commit_racing_the_delete_of_its_topic_stores_nothing(broker: Broker, monkeypatch):
+    """deleteTopic lands between the commit's check of the topic and its put: the put, admitted under the
+    commitlog's lock, is refused as for a topic that does not exist, so the topic made again under the name does
+    not start with the committed message."""
+    tx = broker.send_half(b"late")
+    select, deleted = broker.topics.select, []
+
+    def select_then_deleted(topic: str) -> TopicConfig | None:
+        config = select(topic)
+        if topic == TOPIC and not deleted:  # the commit's check saw the topic; deleteTopic lands right after it
+            deleted.append(broker.store.delete_topic(TOPIC))
+            broker.topics.delete(TOPIC)
+        return config
+
+    monkeypatch.setattr(broker.topics, "select", select_then_deleted)
+    with pytest.raises(Refusal, match=f"topic {TOPIC} no longer exists") as refused:
+        broker.end(tx, transaction_pb2.TRANSACTION_COMMIT)
+    assert refused.value.code == ResponseCode.TOPIC_NOT_EXIST and deleted == [None]
+    broker.service.read_log()
+    assert broker.table.pending == 1 and broker.messages(OP_HALF_TOPIC) == []  # left to its checks
+    broker.topics.update(TopicConfig(TOPIC, 1, 1))  # made again: its first message has queue offset 0
+    assert broker.store.put_messages(TOPIC, 0, [b"new"], [b""]).queue_offset == 0
+    assert [(m.queue_offset, m.body) for m in broker.messages(TOPIC)] == [(0, b"new")]

@@ -3,7 +3,7 @@ a check or a discard, how far the progress offsets move, what a repeated or cont
 restart rebuilds from the op queue."""
 
 from broker.transaction.op_message import OpKind, OpMessage, Outcome
-from broker.transaction.transaction_table import EndDecision, HalfEntry, TransactionTable
+from broker.transaction.transaction_table import Due, EndDecision, HalfEntry, TransactionTable
 
 TIMEOUT, INTERVAL, CHECK_MAX = 6000, 30_000, 3
 
@@ -128,6 +128,25 @@ def test_a_commit_whose_op_failed_does_not_store_the_message_again():
     assert t.begin_end(0, Outcome.ROLLBACK).decision is EndDecision.CONFLICT
     retry = t.begin_end(0, Outcome.COMMIT)
     assert retry.decision is EndDecision.PROCEED and retry.real_written
+
+
+def test_the_discard_of_a_commit_whose_op_failed_finishes_it_as_commit():
+    """Nobody answered its checks: its discard claims it to write the COMMIT op (the message is visible already),
+    and once that is durable the half progress moves past it."""
+    t = table()
+    t.add_half(half(0))
+    assert t.begin_end(0, Outcome.COMMIT).decision is EndDecision.PROCEED
+    t.abort_end(0, real_written=True)
+    for i in range(CHECK_MAX):
+        t.add_op(i, check(0), TIMEOUT + i * INTERVAL, 200 + i)
+    now = TIMEOUT + CHECK_MAX * INTERVAL
+    assert offsets(t.due(now, 10).discards) == [0]
+    claim = t.begin_end(0, Outcome.DISCARD)
+    assert claim.decision is EndDecision.PROCEED and claim.real_written
+    t.finish_end(0, Outcome.COMMIT, 300)
+    assert t.due(now, 10) == Due([], []) and t.next_due_ms() is None
+    assert t.progress(300) == (1, CHECK_MAX)
+    assert t.begin_end(0, Outcome.COMMIT).decision is EndDecision.ALREADY
 
 
 def test_an_end_below_the_progress_whose_outcome_is_gone_is_forgotten():
