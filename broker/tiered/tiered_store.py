@@ -9,6 +9,7 @@ from pathlib import Path
 from broker.store.disk_usage_watcher import same_file_system
 from broker.store.message_store import MessageStore
 from broker.store.periodic_service import PeriodicService
+from broker.tiered.dispatcher.local_log import LocalLog
 from broker.tiered.dispatcher.tiered_dispatcher import SHUTDOWN_WAIT_S, GroupCommitPolicy, TieredDispatcher
 from broker.tiered.fetcher.tiered_message_store import TieredMessageStore
 from broker.tiered.file.flat_append_file import LoadMode
@@ -71,8 +72,8 @@ class TieredStore:
                        and same_file_system(Path(self.backend_root), root))
         if shares_disk:
             local.disk_watcher.copies += 1
-        self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, local.commit_log.read_at, policy,
-                                           local.max_offset, _disk_full_now(local) if shares_disk else _never,
+        self.dispatcher = TieredDispatcher(self.flat_files, self.metadata, LocalLog(local), policy,
+                                           _disk_full_now(local) if shares_disk else _never,
                                            LoadMode.RECOVER if role is TierRole.MASTER else LoadMode.FOLLOW)
         local.register_dispatcher(self.dispatcher)  # before the local store starts: recovery replays into it
         self.store = TieredMessageStore(local, self.flat_files, config.tiered_storage_level)

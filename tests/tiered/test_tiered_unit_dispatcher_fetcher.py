@@ -419,6 +419,155 @@ def tiered_max(node: Node) -> int:
     return flat.max_offset if flat is not None else 0
 
 
+# -- a tier that lost bytes; records past the uploader's memory cap ------------------------------------------
+def tier_objects(node: Node, queue_id: int) -> list[str]:
+    """The paths of the queue's tiered commitlog segments, oldest first."""
+    flat = node.tiered.flat_files.get(TOPIC, queue_id)
+    assert flat is not None
+    return [m.path for m in flat.commit_log.segments]
+
+
+def lose_from(node: Node, path: str, keep: int) -> None:
+    """The backend keeps only the first ``keep`` bytes of ``path`` (a lost object, a short write)."""
+    node.tiered.factory.open(path).write(keep, b"")
+
+
+def test_records_a_tier_lost_are_uploaded_again_from_the_local_store(nodes, provider: TieredBackendServiceProvider):
+    """The load cuts the units pointing at lost bytes; those records are below the checkpoint, so no replay
+    brings them: the gap was logged and the queue never uploaded again (every later record dropped, the
+    checkpoint moving past them, the local segments then free to expire)."""
+    node = nodes(provider)
+    for i in range(20):
+        node.put(0, b"x%03d" % i)
+    assert node.dispatcher.upload_due(force=True) == 20
+    node.dispatcher.flush()
+    [path] = tier_objects(node, 0)
+    node.stop()
+    lose_from(node, path, node.tiered.flat_files.get(TOPIC, 0).units(10, 1)[0][0])
+
+    node = nodes(provider)
+    assert node.tiered.flat_files.get(TOPIC, 0).max_offset == 10
+    for i in range(20, 30):
+        node.put(0, b"x%03d" % i)
+    assert node.dispatcher.upload_due(force=True) == 20  # the 10 lost, then the 10 new
+    assert tier_matches_local(node, 0) == 30
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    node.put(0, b"x030")
+    assert node.dispatcher.upload_due(force=True) == 1
+    assert tier_matches_local(node, 0) == 31
+
+
+def test_a_queue_that_gets_no_new_message_has_what_its_tier_lost_uploaded_before_the_first_pass(nodes):
+    node = nodes(TieredBackendServiceProvider.POSIX)
+    for i in range(20):
+        node.put(i % 2, b"x%03d" % i)
+    node.dispatcher.upload_due(force=True)
+    node.dispatcher.flush()
+    [path] = tier_objects(node, 1)
+    node.stop()
+    lose_from(node, path, 0)
+
+    node = nodes(TieredBackendServiceProvider.POSIX)
+    assert node.tiered.flat_files.get(TOPIC, 1).max_offset == 0
+    node.tiered._prepare_own()  # what the upload thread does first
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (10, 10)
+    assert node.dispatcher.upload_due(force=True) == 0
+
+
+def test_a_tier_that_lost_what_expired_locally_restarts_after_the_hole_and_says_so(
+        nodes, caplog, provider: TieredBackendServiceProvider):
+    node = nodes(provider)
+    for i in range(300):
+        node.put(0, b"%05d" % i * 120)
+    node.dispatcher.upload_due(force=True)
+    node.dispatcher.flush()
+    paths = tier_objects(node, 0)
+    assert len(paths) >= 8
+    node.stop()
+    lose_from(node, paths[4], 0)  # every unit from the first record in it on is cut at the load
+
+    caplog.set_level(logging.WARNING)
+    node = nodes(provider)
+    lost_from = node.tiered.flat_files.get(TOPIC, 0).max_offset
+    assert 0 < lost_from < 150
+    segments = sorted((node.root / "commitlog").iterdir())
+    for seg in segments[:2]:
+        t = time.time() - 2 * HOUR
+        os.utime(seg, (t, t))
+    assert node.local.delete_expired_files() == 2  # the tier's checkpoint was past them
+    local_min = node.local.min_offset(TOPIC, 0)
+    assert lost_from < local_min < 300
+    node.put(0, b"new")
+    assert node.dispatcher.upload_due(force=True) == 301 - local_min
+    flat = node.tiered.flat_files.get(TOPIC, 0)
+    assert (flat.min_offset, tier_matches_local(node, 0)) == (local_min, 301)
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    lost = [r.getMessage() for r in caplog.records if "tiered_gap_lost" in r.getMessage()]
+    assert len(lost) == 1 and f"from={lost_from} to={local_min} unserved_from=0" in lost[0], lost
+    assert node.tiered.store.min_offset(TOPIC, 0) == local_min
+    node.put(0, b"newer")
+    assert node.dispatcher.upload_due(force=True) == 1
+    node.stop()
+    node = nodes(provider)  # the restart finds the queue where it was rebased
+    assert (node.tiered.flat_files.get(TOPIC, 0).min_offset, tier_matches_local(node, 0)) == (local_min, 302)
+
+
+def test_records_past_the_cap_are_not_kept_in_memory_but_read_again_from_the_commitlog(
+        nodes, provider: TieredBackendServiceProvider):
+    """Dispatch kept every record for upload while uploads could not go on (a backend down, a full disk), with no
+    bound: gigabytes an hour at a high rate, then an OOM kill."""
+    node = nodes(provider, group_commit_count=16)
+    d = node.dispatcher
+    d.policy.max_pending = 40
+    kept_end = 0
+    for i in range(300):
+        node.put(i % 3, b"m%03d" % i * 20)
+        if i < 40:
+            kept_end = node.local.commit_log.max_offset()
+    assert d.pending_records() <= 41
+    assert d.current_checkpoint() <= kept_end  # the records not kept hold the checkpoint (and local segments)
+    d.flush()
+    passes = 0
+    while d.current_checkpoint() < node.local.commit_log.max_offset():
+        d.upload_due(force=True)
+        assert d.pending_records() <= 41
+        passes += 1
+        assert passes < 50
+    assert [tier_matches_local(node, q) for q in range(3)] == [100, 100, 100]
+    node.put(0, b"after")  # kept again
+    assert d.pending_records() == 1 and d.upload_due(force=True) == 1
+
+
+def test_a_topic_deleted_and_made_again_while_records_are_not_kept_is_uploaded_as_the_new_topic(nodes):
+    node = nodes(TieredBackendServiceProvider.MEMORY)
+    d = node.dispatcher
+    d.policy.max_pending = 5
+    for i in range(10):
+        node.put(0, b"old-%d" % i)
+    assert d.pending_records() <= 6
+    assert node.local.delete_topic(TOPIC) is None
+    for i in range(4):
+        node.put(0, b"new-%d" % i)
+    while d.current_checkpoint() < node.local.commit_log.max_offset():
+        d.upload_due(force=True)
+    assert tier_matches_local(node, 0) == 4
+    assert node.tiered.flat_files.get(TOPIC, 0).min_offset == 0
+
+
+def test_records_not_kept_at_a_crash_are_uploaded_after_the_restart(nodes):
+    node = nodes(TieredBackendServiceProvider.POSIX)
+    node.dispatcher.policy.max_pending = 10
+    for i in range(50):
+        node.put(i % 2, b"m%d" % i)
+    assert node.dispatcher.pending_records() <= 11
+    node.dispatcher.upload_due(force=True)  # the kept ones, and as many re-read
+    node.stop(upload=False)  # the checkpoint stored by the final flush is below the ones never re-read
+
+    node = nodes(TieredBackendServiceProvider.POSIX)
+    node.dispatcher.upload_due(force=True)
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (25, 25)
+
+
 # -- the read facade -----------------------------------------------------------------------------------------
 @pytest.fixture
 def expired_node(nodes, provider: TieredBackendServiceProvider) -> Node:

@@ -13,6 +13,14 @@ a second copy would take the headroom the store keeps), logged the same way.
 Checkpoint: the commitlog offset of the oldest record not yet committed to the tier (or the dispatched end),
 stored in the metadata store by ``flush``. Local commitlog segments do not expire above it, and after a crash
 the chain replays from it; records whose queue offset the tier already has are skipped.
+
+Memory: at most ``max_pending`` requests are kept (waiting or being uploaded). Past that (a backend down for
+long, uploads paused) dispatch keeps only where it stopped keeping them, which holds the checkpoint there, and
+the upload thread re-reads those records from the local commitlog as room comes back (``_refill``).
+
+A queue's records the tier lacks below what dispatch brings (its backend lost bytes, and the load cut the
+units pointing at them) are read again from the local consume queue and commitlog (``_fill_gap``); when they
+expired there too, the queue's tier restarts after them (``FlatMessageFile.rebase``), logged at ERROR.
 """
 
 import logging
@@ -23,9 +31,11 @@ from dataclasses import dataclass
 
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
+from broker.store.dispatch.topic_deletion import TOPIC_DELETION_TOPIC, deleted_topic
+from broker.tiered.dispatcher.local_log import LocalLog
 from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
-from broker.tiered.file.flat_message_file import UNIT
+from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
 from broker.tiered.provider.file_segment import is_backend_error
 from common.kv_shard import KV_TOPIC
@@ -34,7 +44,6 @@ from common.timer_topic import TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
-ReadAt = Callable[[int, int], bytes]
 # The KV store's ops and pending delayed messages: their state lives in RocksDB (the timer's holds copies of its
 # records), replaying them from a tier is not a use.
 NOT_TIERED = (KV_TOPIC, TIMER_TOPIC)
@@ -42,6 +51,8 @@ MAX_RUN_BYTES = 4 * 1024 * 1024  # one local read and one tier append per run of
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 10.0  # the pause after a failed upload pass, doubled while they keep failing
 PAUSED_CHECK_S = 0.5  # how often paused uploads look whether they may go on
 SHUTDOWN_WAIT_S = 10.0  # the stop waits this long for a pass in progress; what is left is uploaded after restart
+FILL_BATCH = 1024  # local consume-queue units read at a time when filling a queue's gap
+MAX_REREAD_RECORDS = 4096  # records re-read from the local commitlog at a time (one lock hold to keep them)
 
 
 @dataclass(slots=True)
@@ -49,6 +60,8 @@ class GroupCommitPolicy:
     count: int = 2048
     bytes: int = 8 * 1024 * 1024
     age_s: float = 0.5
+    # requests kept in memory (~370 B each with their properties); past it they are re-read from the commitlog
+    max_pending: int = 256 * 1024
 
 
 class _Pending:
@@ -60,23 +73,65 @@ class _Pending:
         self.since = time.monotonic()
 
 
+class _Runs:
+    """Records appended to one queue's flat file, gathered into runs contiguous in the local commitlog: one
+    local read and one tier append a run."""
+
+    __slots__ = ("appended", "bytes", "counted", "end", "flat", "held_end", "max_run", "read_at", "start", "units")
+
+    def __init__(self, flat: FlatMessageFile, read_at: Callable[[int, int], bytes]) -> None:
+        self.flat = flat
+        self.read_at = read_at
+        self.max_run = min(MAX_RUN_BYTES, flat.commit_log.segment_size)
+        self.units: list[tuple[int, int, int, int]] = []  # of the run being gathered
+        self.start = self.end = 0  # its local commitlog span
+        self.appended = self.bytes = 0
+        self.counted = (0, 0)  # (appended, bytes) already in the uploader's totals
+        self.held_end = 0  # local commitlog offset after the newest record appended
+
+    @property
+    def next_offset(self) -> int:
+        """The queue offset the flat file takes next."""
+        return self.flat.dispatch_offset + len(self.units)
+
+    def add(self, queue_offset: int, physical: int, size: int, tags_code: int, store_time: int) -> None:
+        """The record at ``next_offset``."""
+        if self.units and (physical != self.end or self.end - self.start + size > self.max_run):
+            self.flush()
+        if not self.units:
+            self.start = self.end = physical
+        self.units.append((queue_offset, size, tags_code, store_time))
+        self.end += size
+        self.appended += 1
+        self.bytes += size
+        self.held_end = max(self.held_end, self.end)
+
+    def flush(self) -> None:
+        if self.units:
+            self.flat.append_run(bytearray(self.read_at(self.start, self.end - self.start)), self.units)
+            self.units = []
+
+
 class TieredDispatcher(CommitLogDispatcher):
     name = "tiered"
     keeps_commit_log = True  # a local segment expires only once the tier has its messages
 
-    def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, read_at: ReadAt,
-                 policy: GroupCommitPolicy, local_max_offset: Callable[[str, int], int],
-                 paused: Callable[[], str | None] = lambda: None, load_mode: LoadMode = LoadMode.RECOVER) -> None:
+    def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, local: LocalLog,
+                 policy: GroupCommitPolicy, paused: Callable[[], str | None] = lambda: None,
+                 load_mode: LoadMode = LoadMode.RECOVER) -> None:
         """``load_mode``: how the store's start loads the flat files (FOLLOW while it is not known whose backend
         this is: a controller-mode replica's may be its master's, which a recovery's checks would misread)."""
         self.flat_files = flat_files
         self.load_mode = load_mode
         self.paused = paused  # why uploads must wait now, or None
-        self._local_max_offset = local_max_offset
+        self.local = local
         self.metadata = metadata
-        self._read_at = read_at
         self.policy = policy
         self._pending: dict[QueueKey, _Pending] = {}
+        self._kept = 0  # requests in memory: waiting, or taken by an upload pass
+        # Set while dispatch keeps no requests (``max_pending`` reached): the commitlog offset of the first one not
+        # kept. The upload thread re-reads from it (the checkpoint stays at or below it).
+        self._resume_from: int | None = None
         self._inflight: dict[QueueKey, int] = {}  # queue -> physical offset of its oldest record being uploaded
         # Deleted topics whose flat files go at the start of the next upload pass, with the local commitlog offset
         # dispatch stood at: the checkpoint stays below it until then, so a crash replays the deletion.
@@ -106,30 +161,59 @@ class TieredDispatcher(CommitLogDispatcher):
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         full = False
         with self._lock:
-            pending = self._pending
-            for r in requests:
-                if r[0] in NOT_TIERED:
-                    continue
-                key = (r[0], r[1])
-                p = pending.get(key)
-                if p is None:
-                    p = pending[key] = _Pending()
-                p.requests.append(r)
-                p.bytes += r[4]
-                full = full or len(p.requests) >= self.policy.count or p.bytes >= self.policy.bytes
+            if self._resume_from is None:
+                full = self._keep(requests)
+                if self._kept > self.policy.max_pending:
+                    self._resume_from = max(self._dispatched, end_offset)
+                    log.warning("tiered_pending_capped kept=%d resume_from=%d: later records are re-read from the "
+                                "local commitlog as uploads catch up", self._kept, self._resume_from)
             self._dispatched = max(self._dispatched, end_offset)
         if full:
             self._wakeup.set()
+
+    def _keep(self, requests: list[DispatchRequest]) -> bool:
+        """Under the lock: ``requests`` wait for upload. Whether a queue's group became due by size."""
+        full = False
+        pending = self._pending
+        kept = 0
+        for r in requests:
+            if r[0] in NOT_TIERED:
+                continue
+            key = (r[0], r[1])
+            p = pending.get(key)
+            if p is None:
+                p = pending[key] = _Pending()
+            p.requests.append(r)
+            p.bytes += r[4]
+            kept += 1
+            full = full or len(p.requests) >= self.policy.count or p.bytes >= self.policy.bytes
+        self._kept += kept
+        return full
+
+    def _drop_pending(self, key: QueueKey, count: int | None = None) -> None:
+        """Under the lock: the first ``count`` (all) requests of ``key`` waiting for upload are not uploaded."""
+        p = self._pending[key]
+        if count is None or count >= len(p.requests):
+            del self._pending[key]
+            self._kept -= len(p.requests)
+        elif count:
+            p.bytes -= sum(r[4] for r in p.requests[:count])
+            del p.requests[:count]
+            self._kept -= count
 
     def topic_deleted(self, topic: str) -> None:
         """Its records waiting for upload are dropped now, and its flat files go at the start of the next pass,
         before any record of a topic made again under the name is uploaded (its queue offsets start at 0 again,
         which the old flat files would take for records they hold)."""
         with self._lock:
-            for key in [k for k in self._pending if k[0] == topic]:
-                del self._pending[key]
-            self._deletions.append((topic, self._dispatched))
+            self._topic_deleted(topic, self._dispatched)
         self._wakeup.set()
+
+    def _topic_deleted(self, topic: str, at: int) -> None:
+        """Under the lock: ``at`` is the commitlog offset of the deletion (or dispatch's, past it)."""
+        for key in [k for k in self._pending if k[0] == topic]:
+            self._drop_pending(key)
+        self._deletions.append((topic, at))
 
     def checkpoint(self) -> int:
         return self._checkpoint
@@ -142,12 +226,11 @@ class TieredDispatcher(CommitLogDispatcher):
         with self._lock:
             for key, p in list(self._pending.items()):
                 requests = p.requests
-                keep = next((i for i, r in enumerate(requests) if r[3] >= master_checkpoint), len(requests))
-                if keep == len(requests):
-                    del self._pending[key]
-                elif keep:
-                    p.bytes -= sum(r[4] for r in requests[:keep])
-                    del requests[:keep]
+                self._drop_pending(key, next((i for i, r in enumerate(requests) if r[3] >= master_checkpoint),
+                                             len(requests)))
+            if self._resume_from is not None and self._resume_from < master_checkpoint:
+                # what the master uploaded is not re-read; past this replica's dispatch, nothing is left to re-read
+                self._resume_from = master_checkpoint if master_checkpoint < self._dispatched else None
             # the master's checkpoint stays below a deletion until its upload pass did it
             self._deletions = [(topic, at) for topic, at in self._deletions if at >= master_checkpoint]
             self._uploaded_end = master_uploaded_end
@@ -163,20 +246,47 @@ class TieredDispatcher(CommitLogDispatcher):
         self._checkpoint = min(self._checkpoint, commit_log_end)
 
     def reconcile_after_recovery(self) -> None:
-        if not self._reconcile:
-            return
-        for (topic, queue_id), flat in self.flat_files.files.items():
-            local_max = self._local_max_offset(topic, queue_id)
-            if flat.max_offset > local_max >= flat.min_offset:
-                log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
-                            flat.max_offset, local_max)
-                flat.consume_queue.cut_to(local_max * UNIT)
-        self._reconcile = False
+        """After the flat files' load and the local replay, before the first upload pass."""
+        if self._reconcile:
+            for (topic, queue_id), flat in self.flat_files.files.items():
+                local_max = self.local.max_offset(topic, queue_id)
+                if flat.max_offset > local_max >= flat.min_offset:
+                    log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
+                                flat.max_offset, local_max)
+                    flat.consume_queue.cut_to(local_max * UNIT)
+            self._reconcile = False
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Queues whose tier lacks records below what waits for upload (the load cut units whose commitlog bytes
+        the backend lost): those records are below the checkpoint, so no replay brings them, and a queue that
+        gets no new message would never have them uploaded before they expire locally."""
+        with self._lock:
+            deleted = {topic for topic, _ in self._deletions}
+            firsts = {key: p.requests[0][2] for key, p in self._pending.items() if p.requests}
+            # records from here on come as requests (dispatched later, or re-read): their upload fills the gap
+            coming = self._dispatched if self._resume_from is None else self._resume_from
+        for key, flat in list(self.flat_files.files.items()):
+            if key[0] in deleted:
+                continue
+            until = firsts.get(key)
+            if until is None:
+                until = self.local.max_offset(*key)
+                last = self.local.units(*key, until - 1, 1) if flat.dispatch_offset < until else []
+                if last and last[0][0] >= coming:
+                    continue
+            if flat.dispatch_offset < until:
+                runs = _Runs(flat, self.local.read_at)
+                self._fill_gap(runs, until)
+                runs.flush()
+                self._commit(runs, 0)
 
     def current_checkpoint(self) -> int:
         with self._lock:
             firsts = [p.requests[0][3] for p in self._pending.values() if p.requests]
-            return min([self._dispatched, *firsts, *self._inflight.values(), *(at for _, at in self._deletions)])
+            resume = [] if self._resume_from is None else [self._resume_from]
+            return min([self._dispatched, *firsts, *self._inflight.values(), *(at for _, at in self._deletions),
+                        *resume])
 
     def flush(self) -> None:
         checkpoint = self.current_checkpoint()
@@ -267,6 +377,7 @@ class TieredDispatcher(CommitLogDispatcher):
 
     def upload_due(self, force: bool = False) -> int:
         """Commit every queue whose group is due (all with ``force``); returns records uploaded."""
+        self._refill()
         now = time.monotonic()
         policy = self.policy
         with self._lock:
@@ -296,7 +407,40 @@ class TieredDispatcher(CommitLogDispatcher):
                 raise
             with self._lock:
                 del self._inflight[key]
+                self._kept -= len(taken[key])
         return done
+
+    def _refill(self) -> None:
+        """Records dispatch did not keep (``max_pending`` reached), re-read from the local commitlog while there is
+        room, in commitlog order (a topic deletion among them is done again where it stands, as in a replay)."""
+        with self._lock:
+            if self._resume_from is None or self._kept > self.policy.max_pending // 2:
+                return
+            end = self._dispatched
+        while True:
+            with self._lock:
+                start, room = self._resume_from, self.policy.max_pending - self._kept
+                if start is not None and start >= self._dispatched:
+                    self._resumed()
+                    return
+            if start is None or room <= 0 or start >= end:
+                return
+            requests, next_offset = self.local.records(start, end, min(room, MAX_REREAD_RECORDS))
+            with self._lock:
+                if self._resume_from != start:  # moved by ``follow`` meanwhile: read again from there
+                    continue
+                if requests and requests[0][0] == TOPIC_DELETION_TOPIC:
+                    self._topic_deleted(deleted_topic(requests[0]), requests[0][3])
+                else:
+                    self._keep(requests)
+                self._resume_from = next_offset
+                if next_offset >= self._dispatched:  # caught up: dispatch keeps its requests again
+                    self._resumed()
+
+    def _resumed(self) -> None:
+        """Under the lock: every record dispatched is kept (or uploaded); dispatch keeps them again."""
+        self._resume_from = None
+        log.info("tiered_pending_resumed kept=%d: dispatch keeps records again", self._kept)
 
     def _delete_topics(self, deletions: list[tuple[str, int]]) -> None:
         for topic, at in deletions:
@@ -313,52 +457,67 @@ class TieredDispatcher(CommitLogDispatcher):
                 p = self._pending.setdefault(key, _Pending())
                 p.requests[:0] = requests
                 p.bytes += sum(r[4] for r in requests)
-                del self._inflight[key]
+                del self._inflight[key]  # still kept: counted in ``_kept`` as they were
 
     def _upload(self, key: QueueKey, requests: list[DispatchRequest]) -> int:
         topic, queue_id = key
-        flat = self.flat_files.get_or_create(topic, queue_id, requests[0][2])
-        max_run = min(MAX_RUN_BYTES, flat.commit_log.segment_size)
-        appended = 0
-        size = 0
-        run: list[tuple[int, int, int, int]] = []  # units of records contiguous in the local commitlog
-        run_start = run_end = 0
+        runs = _Runs(self.flat_files.get_or_create(topic, queue_id, requests[0][2]), self.local.read_at)
         held_end = 0  # local commitlog offset after the newest of these records the flat file holds
         for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
-            expected = flat.dispatch_offset + len(run)
+            expected = runs.next_offset
             if queue_offset < expected:  # already in the tier (a replay after restart, a retried pass)
                 held_end = physical + record_size
                 continue
-            if queue_offset > expected:
-                log.error("tiered_gap topic=%s queue=%d expected=%d got=%d: messages missing from the tier",
-                          topic, queue_id, expected, queue_offset)
-                break
-            if run and (physical != run_end or run_end - run_start + record_size > max_run):
-                self._append_run(flat, run_start, run_end, run)
-                run = []
-            if not run:
-                run_start = run_end = physical
-            run.append((queue_offset, record_size, tags_code, store_time))
-            run_end += record_size
-            appended += 1
-            size += record_size
-        if run:
-            self._append_run(flat, run_start, run_end, run)
-        if appended:  # after the skipped ones (queue offsets ascend): the last appended ends the held records
-            held_end = run_end
-        if appended or flat.uncommitted:
+            if queue_offset > expected:  # the tier lost them; below the checkpoint: no replay brings them
+                self._fill_gap(runs, queue_offset)
+            runs.add(queue_offset, physical, record_size, tags_code, store_time)
+        runs.flush()
+        return self._commit(runs, held_end)
+
+    def _commit(self, runs: _Runs, held_end: int) -> int:
+        """Commit what ``runs`` appended (and what a refused commit left); returns the records appended."""
+        flat = runs.flat
+        if runs.appended or flat.uncommitted:
             # Stored before the tier shows them (recovery compares it with the local end), and taken as stored only
             # once it is: a retry after a refused write stores it again, for the records appended before.
+            held_end = max(held_end, runs.held_end)
             if held_end > self._uploaded_end:
                 self.metadata.set_uploaded_end(held_end)
                 self._uploaded_end = held_end
             flat.commit()
-            self.uploaded_messages += appended
-            self.uploaded_bytes += size
-        return appended
+            self.uploaded_messages += runs.appended - runs.counted[0]
+            self.uploaded_bytes += runs.bytes - runs.counted[1]
+            runs.counted = (runs.appended, runs.bytes)
+        return runs.appended
 
-    def _append_run(self, flat, start: int, end: int, units: list[tuple[int, int, int, int]]) -> None:
-        flat.append_run(bytearray(self._read_at(start, end - start)), units)
+    def _fill_gap(self, runs: _Runs, until: int) -> None:
+        """The queue's records from the flat file's end to ``until``, which the tier lacks (lost by its backend),
+        appended from the local store. Those expired there too are lost: the flat file restarts after them."""
+        flat = runs.flat
+        start = runs.next_offset
+        held = self.local.first_held(flat.topic, flat.queue_id, start, until)
+        if held > start:
+            runs.flush()  # a rebase takes a flat file with nothing buffered
+            if flat.uncommitted:
+                flat.commit()
+            log.error("tiered_gap_lost topic=%s queue=%d from=%d to=%d unserved_from=%d: the tier lost them and "
+                      "they expired locally; the queue's tier restarts at %d (what it held before is expired)",
+                      flat.topic, flat.queue_id, start, held, flat.min_offset, held)
+            flat.rebase(held)
+        if held < until:
+            log.warning("tiered_gap_filled topic=%s queue=%d from=%d to=%d: lost by the tier, uploaded again from "
+                        "the local store", flat.topic, flat.queue_id, held, until)
+        offset = held
+        while offset < until:
+            units = self.local.units(flat.topic, flat.queue_id, offset, min(until - offset, FILL_BATCH))
+            assert units, f"{flat.topic}:{flat.queue_id}: local queue offset {offset} below {until} not found"
+            for physical, size, tags_code, store_time in units:
+                runs.add(offset, physical, size, tags_code, store_time)
+                offset += 1
+            runs.flush()
+            if flat.commit_log.buffered_bytes >= self.policy.bytes:  # a long gap: not all of it in memory at once
+                self._commit(runs, 0)
+        assert runs.next_offset == until, f"{flat.topic}:{flat.queue_id}: gap filled to {runs.next_offset}, not {until}"
 
     def request_stop(self) -> None:
         """No pass after the one running (if any): :meth:`shutdown` then waits for it and uploads the rest."""

@@ -167,6 +167,24 @@ class FlatAppendFile:
             self.segments = keep
             self._append_offset = self._buffer_start = max(offset, keep[-1].end_offset if keep else offset)
 
+    def restart_at(self, offset: int) -> None:
+        """Every segment stops being read (recorded EXPIRED: the objects stay for the cleanup job, or the next
+        expiry that deletes) and the stream restarts, empty, at ``offset`` (at or past its end). A record refused
+        part-way leaves the segments served: a retry records them all again."""
+        assert not self.uncommitted and offset >= self._append_offset, \
+            f"{self.topic}:{self.queue_id}: restart at {offset} with {self._append_offset} appended"
+        with self._lock:
+            gone = list(self.segments)
+        for m in gone:
+            self.metadata.update_segment(dataclasses.replace(m, status=SegmentStatus.EXPIRED))
+        with self._lock:
+            self._generation += 1
+            for m in gone:
+                m.status = SegmentStatus.EXPIRED
+            self._expired_left += gone
+            self.segments = []
+            self._append_offset = self._buffer_start = offset
+
     @property
     def min_offset(self) -> int:
         segments = self.segments

@@ -128,6 +128,16 @@ class FlatMessageFile:
                                                      int(time.time() * 1000)))
             self._queue_record_due = False
 
+    def rebase(self, queue_offset: int) -> None:
+        """The queue's records below ``queue_offset`` can no more be uploaded (the backend lost some, and they
+        expired locally): its consume queue restarts there, as a queue whose start expired before it reached the
+        tier. Units served before are expired (the consume queue is one unbroken stream); the commitlog bytes they
+        pointed at go with the next expiry pass, as bytes before the first unit served."""
+        with self._commit_lock:
+            self.consume_queue.restart_at(queue_offset * UNIT)
+            self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
+                                                     int(time.time() * 1000)))
+
     @property
     def uncommitted(self) -> bool:
         """Whether a commit has work: buffered bytes, or a record a commit whose bytes went in could not write (the
