@@ -43,6 +43,7 @@ from broker.processor.consumer_group_processor import ensure_group_topic
 from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.periodic_service import FailedPassLog
+from broker.store.put_message_result import PutMessageResult
 from broker.transaction.end_transaction_processor import put_op, refusal_of
 from broker.transaction.half_message import check_record, discard_record, producer_group, real_target
 from broker.transaction.op_message import OpKind, OpMessage, Outcome, decode_op
@@ -305,11 +306,7 @@ class TransactionalMessageCheckService(threading.Thread):
                 if refusal is not None:
                     raise refusal
                 self._discard_copied.update(copying)
-            result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in claimed),
-                                                  Outcome.DISCARD))
-            refusal = refusal_of(result, "recording discarded transactions")
-            if refusal is not None:
-                raise refusal
+            result = self._put_removal(claimed, Outcome.DISCARD, "recording discarded transactions")
         except Exception as exc:
             for entry in claimed:
                 self.table.abort_end(entry.queue_offset)
@@ -329,11 +326,7 @@ class TransactionalMessageCheckService(threading.Thread):
         """End as COMMIT the claimed half messages whose real message a commit stored before its op write failed:
         only the op is written. Refused, they stay claimable and the next pass waits an interval (no spinning)."""
         try:
-            result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in entries),
-                                                  Outcome.COMMIT))
-            refusal = refusal_of(result, "finishing commits whose op write had failed")
-            if refusal is not None:
-                raise refusal
+            result = self._put_removal(entries, Outcome.COMMIT, "finishing commits whose op write had failed")
         except Exception as exc:
             for entry in entries:
                 self.table.abort_end(entry.queue_offset, real_written=True)
@@ -346,3 +339,11 @@ class TransactionalMessageCheckService(threading.Thread):
             log.warning("transaction_ended tx=%s outcome=COMMIT group=%s from_check=discard reason='its real message "
                         "was stored, its op write had failed'", self._tx(entry), entry.producer_group)
         self.commits_finished += len(entries)
+
+    def _put_removal(self, entries: list[HalfEntry], outcome: Outcome, what: str) -> PutMessageResult:
+        """The op that ends ``entries`` as ``outcome``, stored; a refusal raised."""
+        result = put_op(self.store, OpMessage(OpKind.REMOVE, tuple(e.queue_offset for e in entries), outcome))
+        refusal = refusal_of(result, what)
+        if refusal is not None:
+            raise refusal
+        return result
