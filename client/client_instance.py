@@ -311,12 +311,12 @@ class ClientInstance:
         except MQClientError as exc:
             if cached is None:
                 raise
-            now = time.monotonic()
-            if self._route_failed_at.get(topic) is None:  # once while it lasts
-                log.warning("route_kept topic=%s age_s=%.0f error=%s: no name server answered; the last route is "
-                            "used, and asked for again every %g s", topic, now - cached[0], exc, STALE_ROUTE_RETRY_S)
-            self._route_failed_at[topic] = now
-            return cached[1]
+            return self._keep_cached(topic, cached, f"no name server answered ({exc})")
+        if response.code == ResponseCode.TOPIC_NOT_EXIST and cached is not None and cached[1].broker_datas:
+            # A name server restarted a moment ago knows no topic until the brokers register again (within their
+            # registerNameServerPeriod): as upstream, the route a client has stays. A deleted topic's brokers
+            # refuse its sends and pulls themselves.
+            return self._keep_cached(topic, cached, "the name servers do not know the topic (restarted?)")
         if self._route_failed_at.pop(topic, None) is not None:
             log.info("route_refreshed topic=%s after_s=%.0f", topic, started - cached[0] if cached else 0.0)
         if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
@@ -337,6 +337,16 @@ class ClientInstance:
             with self._lock:
                 self._borrowed.pop(topic, None)
         return response.route
+
+    def _keep_cached(self, topic: str, cached: tuple[float, common_pb2.TopicRouteData],
+                     why: str) -> common_pb2.TopicRouteData:
+        """The last route of ``topic`` stays in use, asked for again every ``STALE_ROUTE_RETRY_S``."""
+        now = time.monotonic()
+        if self._route_failed_at.get(topic) is None:  # once while it lasts
+            log.warning("route_kept topic=%s age_s=%.0f why=%r: the last route is used, and asked for again every "
+                        "%g s", topic, now - cached[0], why, STALE_ROUTE_RETRY_S)
+        self._route_failed_at[topic] = now
+        return cached[1]
 
     def _note_borrowed(self, topic: str, route: common_pb2.TopicRouteData) -> None:
         """``topic`` borrowed ``route``: keep it newest, and forget the borrowed routes too old or too many."""
@@ -384,8 +394,19 @@ class ClientInstance:
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
         if _cache_only.get():  # the TBW102 lookup of a topic the name server does not know
             raise RouteNotCached(f"the route of {topic} is not cached")
-        return self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
-            namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.rpc_timeout_s))
+        request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
+        response = self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
+            request, timeout=self.rpc_timeout_s))
+        if response.code != ResponseCode.TOPIC_NOT_EXIST or len(self.namesrv_addrs) == 1:
+            return response
+        for addr in self.namesrv_addrs:  # one restarted a moment ago knows nothing yet: another may
+            try:
+                other = self.namesrv(addr).GetRouteInfoByTopic(request, timeout=self.rpc_timeout_s)
+            except grpc.RpcError:
+                continue
+            if other.code == ResponseCode.SUCCESS:
+                return other
+        return response
 
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:

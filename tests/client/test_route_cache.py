@@ -15,7 +15,9 @@ from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.static_route import VIRTUAL_BROKER_NAME, logic_queue_leaders
 from common.perm import PERM_INHERIT
+from common.response_code import ResponseCode
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
+from proto import common_pb2, namesrv_pb2
 from tests.client.fakes import FakeCluster, FlakyNameServer, normal_route, static_route
 from tests.cluster import wait_until
 
@@ -202,3 +204,48 @@ def test_borrowed_routes_are_bounded_and_an_existing_topic_keeps_its_own(client:
     client._borrowed[names[-4]] = (at - client_instance.ROUTE_TTL_S, borrowed)  # not borrowed again for 30 s
     client.route("one-more", for_publish=True)
     assert names[-4] not in client._routes and names[-3] in client._routes
+
+
+def test_a_route_is_kept_when_the_name_server_forgot_the_topic(client: ClientInstance):
+    """A name server restarted a moment ago knows no topic until the brokers register again (their
+    registerNameServerPeriod, 30 s): its TOPIC_NOT_EXIST dropped the client's route, and every send failed for as
+    long. As upstream, the route a client has stays (a deleted topic's brokers refuse it themselves)."""
+    fake = FakeCluster("broker-a")
+    fake.routes[T] = normal_route(T, {"broker-a": 1})
+    namesrv = FlakyNameServer(fake)
+    client._fetch_route = namesrv.fetch_route  # type: ignore[method-assign]
+    assert brokers_of(client.route(T)) == ["broker-a"]
+    del fake.routes[T]  # the name server restarted
+    for for_publish in (False, True):
+        assert brokers_of(client.route(T, refresh=True, for_publish=for_publish)) == ["broker-a"]
+    fake.routes[T] = normal_route(T, {"broker-a": 2})  # the brokers registered again
+    client.invalidate_route(T)
+    assert [q.write_queue_nums for q in client.route(T).queue_datas] == [2]  # the new one replaces it
+    with pytest.raises(MQClientError, match="TOPIC_NOT_EXIST"):
+        client.route("NeverHadARoute")  # a name never routed is still an error
+
+
+class AnsweringNameServer:
+    def __init__(self, route: common_pb2.TopicRouteData | None) -> None:
+        self.route = route
+
+    def GetRouteInfoByTopic(self, request: namesrv_pb2.GetRouteInfoRequest, timeout: float):
+        if self.route is None:
+            return namesrv_pb2.GetRouteInfoResponse(code=ResponseCode.TOPIC_NOT_EXIST, remark="restarted")
+        return namesrv_pb2.GetRouteInfoResponse(code=ResponseCode.SUCCESS, route=self.route)
+
+
+def test_a_topic_one_name_server_does_not_know_is_asked_of_the_others():
+    """Only a name server that does not answer used to send the lookup on to the next; one restarted a moment ago
+    answers, and its TOPIC_NOT_EXIST was taken as the truth."""
+    c = ClientInstance("ns-restarted:9876;ns-up:9876")
+    try:
+        servers = {"ns-restarted:9876": AnsweringNameServer(None),
+                   "ns-up:9876": AnsweringNameServer(normal_route(T, {"broker-a": 1}))}
+        c.namesrv = servers.__getitem__  # type: ignore[method-assign, assignment]
+        assert brokers_of(c.route(T)) == ["broker-a"]
+        servers["ns-up:9876"].route = None
+        with pytest.raises(MQClientError, match="TOPIC_NOT_EXIST"):
+            c.route("Unknown")
+    finally:
+        c.close()
