@@ -45,10 +45,14 @@ _CLOSE = object()
 
 @dataclass(slots=True)
 class _Pending:
-    """A request waiting for its answer."""
+    """A request waiting for its answer. Its encoded pieces are kept here, not in the outgoing queue, so that one
+    expired before it was sent frees them at once: behind a broker that stopped reading (a hung process), the queue
+    is not taken from, and a producer's records piled up there at its send rate."""
 
     future: "Future[Any]"
     deadline: float  # time.monotonic()
+    encoded: Sequence[bytes]  # () once sent
+    size: int
     sent: bool = False  # taken into a frame (it holds a slot of the window)
 
 
@@ -56,7 +60,7 @@ class _Stream:
     """One open stream: its outgoing queue, the requests waiting for answers, the thread that reads answers."""
 
     def __init__(self, open_call: Callable[..., Any], window: int | None, name: str) -> None:
-        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (request id, encoded pieces), or _CLOSE
+        self.outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()  # request ids, or _CLOSE
         self.pending: dict[int, _Pending] = {}
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(window or UNLIMITED)
@@ -80,11 +84,11 @@ class _Stream:
             if closing:
                 return
 
-    def _take_queued(self, first: tuple[int, Sequence[bytes]]) -> tuple[list[tuple[int, Sequence[bytes]]], bool]:
+    def _take_queued(self, first: int) -> tuple[list[int], bool]:
         """``first`` and the requests queued behind it that get a slot, up to a frame's worth; whether the stream
         is closing."""
         taken = [first]
-        size = _size(first[1])
+        size = self._size_of(first)
         limit = self._frame_limit()
         while len(taken) < limit and size < MAX_FRAME_RECORD_BYTES and self.slots.acquire(False):
             try:
@@ -95,8 +99,12 @@ class _Stream:
             if item is _CLOSE:
                 return taken, True
             taken.append(item)
-            size += _size(item[1])
+            size += self._size_of(item)
         return taken, False
+
+    def _size_of(self, request_id: int) -> int:
+        entry = self.pending.get(request_id)  # (one dict read: no lock needed; a size only bounds a frame)
+        return entry.size if entry is not None else 0
 
     def _frame_limit(self) -> int:
         """At most half the requests outstanding (sent or queued), so a busy stream has two frames in flight. The
@@ -106,16 +114,17 @@ class _Stream:
         moment old only sizes a frame."""
         return max(1, min(MAX_FRAME_REQUESTS, len(self.pending) // 2))
 
-    def _still_wanted(self, taken: list[tuple[int, Sequence[bytes]]]) -> list[Sequence[bytes]]:
+    def _still_wanted(self, taken: list[int]) -> list[Sequence[bytes]]:
         """The encoded requests still pending, marked sent (each holds its slot until answered or expired); those
         that expired or failed while they waited are dropped unsent and give their slot back."""
         wanted: list[Sequence[bytes]] = []
         with self.lock:  # once a frame
-            for request_id, encoded in taken:
+            for request_id in taken:
                 entry = self.pending.get(request_id)
                 if entry is not None:
                     entry.sent = True
-                    wanted.append(encoded)
+                    wanted.append(entry.encoded)
+                    entry.encoded = ()  # in the frame now
         if len(wanted) < len(taken):
             self.slots.release(len(taken) - len(wanted))
         return wanted
@@ -175,8 +184,7 @@ class RpcStream:
         self._lock = threading.Lock()
         self._stream: _Stream | None = None
         self._closed = False
-        self._reaper = threading.Thread(target=self._reap, name=f"{name}-reaper", daemon=True)
-        self._reaper_started = False
+        self._reaping = False  # a thread expires requests while any is pending (and ends when none is)
 
     def call(self, request: Any, timeout_s: float, tail: Sequence[bytes] = ()) -> "Future[Any]":
         """``tail``: fields of the request already encoded (``common/encoded_fields.py``), e.g. a send's
@@ -192,27 +200,37 @@ class RpcStream:
             stream = self._stream
             if stream is None or stream.broken is not None:
                 stream = self._stream = _Stream(self._open_call, self._window, self._name)
-                if not self._reaper_started:
-                    self._reaper_started = True
-                    self._reaper.start()
         with stream.lock:
             if stream.broken is not None:
                 error = stream.broken
             else:
                 error = None
-                stream.pending[request_id] = _Pending(future, time.monotonic() + timeout_s)
+                stream.pending[request_id] = _Pending(future, time.monotonic() + timeout_s, encoded, _size(encoded))
         if error is not None:
             _fail(future, error)
             return future
-        stream.outgoing.put((request_id, encoded))
+        self._ensure_reaper()  # after the request is pending: a reaper ending now sees it, or a new one starts
+        stream.outgoing.put(request_id)
         return future
 
+    def _ensure_reaper(self) -> None:
+        with self._lock:
+            if self._reaping or self._closed:
+                return
+            self._reaping = True
+        threading.Thread(target=self._reap, name=f"{self._name}-reaper", daemon=True).start()
+
     def _reap(self) -> None:
-        while not self._closed:
+        """While requests are pending. A client that talked to many brokers over its life (brokers restarted on
+        new addresses) kept a thread per address waking ten times a second for nothing."""
+        while True:
             time.sleep(REAP_INTERVAL_S)
-            stream = self._stream
-            if stream is not None:
-                stream.expire(time.monotonic())
+            with self._lock:
+                stream = self._stream
+                if self._closed or stream is None or not stream.pending:
+                    self._reaping = False
+                    return
+            stream.expire(time.monotonic())
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ import queue
 import random
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Future
@@ -480,3 +481,56 @@ def test_close_of_a_stream_never_used_opens_nothing(server: FakeServer, open_str
     stream.close()
     assert failure(stream.call(Request(), 1.0)).code() is grpc.StatusCode.CANCELLED
     assert server.streams_opened == 0
+
+
+def test_requests_that_expire_unsent_leave_nothing_behind(server: FakeServer, open_stream):
+    """A broker that stopped reading (a hung process: the connection stays up, its stream's window stays full):
+    the requests behind it expire unsent, and their records are freed. They stayed in the outgoing queue, which
+    nobody takes from then: a producer grew at its send rate for as long as the broker hung."""
+    release = threading.Event()
+
+    def hold_the_first(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in requests_of(frames):
+            release.wait(10)
+            yield Answers(responses=[echo(request)])
+
+    server.behaviour = hold_the_first
+    stream = open_stream(window=1)
+    first = stream.call(Request(queue_id=0), 10.0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        waiting = [stream.call(Request(queue_id=i), 0.2, bytes_field(RECORDS_FIELD, bytes(1 << 20)))
+                   for i in range(1, 21)]
+        for call in waiting:
+            assert "dropped unsent" in failure(call).details()
+        del waiting
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        release.set()
+    assert kept < 4 << 20, f"{kept >> 20} MiB of 20 MiB of expired records kept"
+    assert first.result(timeout=10).queue_offset == 0
+
+
+def test_the_deadline_thread_runs_only_while_requests_are_pending(server: FakeServer, open_stream):
+    """A client kept a thread per broker address it ever used (brokers restarted on new addresses), each waking ten
+    times a second for ever. It ends once nothing is pending, and the next call starts one again."""
+    def reapers() -> int:
+        return sum(t.name == "test-stream-reaper" and t.is_alive() for t in threading.enumerate())
+
+    def answers_when_told(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in requests_of(frames):
+            if request.queue_id == 1:
+                yield Answers(responses=[echo(request)])
+            # queue id 2: never answered
+
+    server.behaviour = answers_when_told
+    stream = open_stream()
+    assert stream.call(Request(queue_id=1), 10.0).result(timeout=10).queue_offset == 10
+    wait_until(lambda: reapers() == 0, timeout=5, what="the deadline thread to end with nothing pending")
+    unanswered = stream.call(Request(queue_id=2), 0.3)
+    assert reapers() == 1
+    assert failure(unanswered).code() is grpc.StatusCode.DEADLINE_EXCEEDED  # its deadline still holds
+    wait_until(lambda: reapers() == 0, timeout=5, what="the deadline thread to end again")
