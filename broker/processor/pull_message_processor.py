@@ -50,6 +50,9 @@ class PullMessageProcessor:
         require(1 <= request.max_msg_nums <= MAX_PULL_NUMS,
                 f"max_msg_nums {request.max_msg_nums} is outside 1..{MAX_PULL_NUMS}")
         require(request.max_bytes >= 0, f"max_bytes {request.max_bytes} is negative")
+        # At most the default, whatever the client asks: an answer travels whole in a frame with others (a 300 MB
+        # one ended its stream with RESOURCE_EXHAUSTED, failing every request on it, and held 600 MB meanwhile).
+        request.max_bytes = min(request.max_bytes or DEFAULT_MAX_BYTES, DEFAULT_MAX_BYTES)
         config = topic_config(self.topic_config_manager, request.topic)
         # A static topic is answered by its mapping, even on a broker that holds none of its queues.
         ctx = self.static_topics.context(request.topic, request.queue_id, request.addressing)
@@ -71,7 +74,7 @@ class PullMessageProcessor:
             _commit_on_pull(lambda: self.consumer_offset_manager.commit_offset(
                 group, config.topic_name, request.queue_id, request.commit_offset), group, request)
         result = self.store.get_message(config.topic_name, request.queue_id, request.queue_offset,
-                                        request.max_msg_nums, request.max_bytes or DEFAULT_MAX_BYTES,
+                                        request.max_msg_nums, request.max_bytes,
                                         set(codes) if codes is not None else None, runs=True)
         response = to_response(result, request.queue_offset, with_records=False)
         caught_up = response.code == ResponseCode.PULL_NOT_FOUND

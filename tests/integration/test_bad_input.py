@@ -85,6 +85,18 @@ def test_business_codes(broker_stub):
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_pull_asking_for_more_bytes_than_the_broker_sends_gets_the_broker_s_most(broker_stub):
+    """max_bytes is the client's wish, capped by the broker (4 MiB): a pull asking for 2 GiB made a 300 MB answer,
+    which ended its stream with RESOURCE_EXHAUSTED (failing every other request on it) and held 600 MB meanwhile."""
+    for _ in range(3):  # 6 MiB in queue 1, 1 MiB a message (maxMessageSize is 4 MiB)
+        sent = broker_stub.SendMessage(broker_pb2.SendMessageRequest(
+            topic="BadInputT", queue_id=1, bodies=[bytes(1 << 20)] * 2), timeout=10)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    answer = broker_stub.PullMessage(pull(queue_id=1, max_msg_nums=1024, max_bytes=2**31 - 1), timeout=10)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert 1 << 20 < len(answer.records) <= 5 << 20, len(answer.records)
+
+
 def test_garbage_on_the_port_does_not_hurt(cluster: Cluster, broker_stub):
     host, port = cluster.brokers["broker-a"].addr.rsplit(":", 1)
     for junk in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n", bytes(range(256)) * 16):
