@@ -3,6 +3,7 @@
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.metadata.metadata_codec import OFFSETS, OffsetKey, OffsetRecord
@@ -67,7 +68,8 @@ class ConsumerOffsetManager:
         return self.offset_table.get((group, topic), {}).get(queue_id, -1)
 
     def topics_of_group(self, group: str) -> list[str]:
-        return sorted(topic for g, topic in self.offset_table if g == group)
+        with self._lock:  # a first commit of a new (group, topic) would change the dict while we iterate
+            return sorted(topic for g, topic in self.offset_table if g == group)
 
     def delete_offsets(self, keys: list[tuple[str, str, int]]) -> None:
         """Forget these (group, topic, queue id) offsets (missing ones are fine), durably at once: unlike a lost
@@ -75,16 +77,9 @@ class ConsumerOffsetManager:
         static-topic queue)."""
         if not keys:
             return
-        with self._lock:
-            # The store first: refused, memory still lists them and a retry deletes them (gone from memory
-            # first, a retry found nothing to delete and a restart brought them back).
-            self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys])
-            for group, topic, queue_id in keys:
-                queues = self.offset_table.get((group, topic))
-                if queues is not None:
-                    queues.pop(queue_id, None)
-                    self.commit_times.get((group, topic), {}).pop(queue_id, None)
-        self.persist()
+        wanted = set(keys)
+        self._forget(lambda group, topic, queue_id: (group, topic, queue_id) in wanted,
+                     lambda: self.store.delete([(topic, group, queue_id) for group, topic, queue_id in keys]))
 
     def delete_queues(self, topic: str, queue_ids: list[int]) -> int:
         """Forget every group's offset on these queues of ``topic`` (one durable write); how many there were."""
@@ -98,9 +93,58 @@ class ConsumerOffsetManager:
     def delete_topic(self, topic: str) -> None:
         """Every group's offsets of ``topic``, durably at once (as :meth:`delete_offsets`: a topic made again under
         the name starts at offset 0, and an old offset back after a crash would read past its first messages)."""
+        self._forget(lambda _group, t, _queue_id: t == topic,
+                     lambda: self.store.delete_prefix((topic,)))
+
+    def _forget(self, selected: Callable[[str, str, int], bool], write: Callable[[], None]) -> None:
+        """Delete the ``selected(group, topic, queue id)`` offsets from the store and memory, durably. A
+        refused write leaves memory as it was: the disk still holds them, so they stay readable, and a retry
+        finds them and deletes them again (gone from memory, a retry found nothing to delete and wrote nothing,
+        and a restart brought them back)."""
+        if not self.store.writes_snapshot:
+            with self._lock:
+                write()  # the store first: refused, memory is untouched
+                self._drop(selected)
+            self.persist()
+            return
+        # A store written from our snapshot (JSON) needs them out of memory before it writes: drop, write,
+        # put back if refused. The write runs outside our lock (the store's writer takes it for the snapshot).
         with self._lock:
-            for key in [k for k in self.offset_table if k[1] == topic]:
-                del self.offset_table[key]
-                self.commit_times.pop(key, None)
-            self.store.delete_prefix((topic,))
-        self.persist()
+            dropped = self._drop(selected)
+            try:
+                write()
+            except BaseException:
+                self._restore(dropped)
+                raise
+        try:
+            self.persist()
+        except BaseException:
+            self._restore(dropped)  # (the failed write left the store dirty: the next flush writes them back)
+            raise
+
+    def _drop(self, selected: Callable[[str, str, int], bool]) -> list[tuple[OffsetRecord, int | None]]:
+        """Remove the selected offsets from memory; each with its commit time, for :meth:`_restore`."""
+        dropped: list[tuple[OffsetRecord, int | None]] = []
+        with self._lock:
+            for (group, topic), queues in list(self.offset_table.items()):
+                times = self.commit_times.get((group, topic), {})
+                before = len(dropped)
+                for queue_id, offset in list(queues.items()):
+                    if selected(group, topic, queue_id):
+                        del queues[queue_id]
+                        dropped.append(((group, topic, queue_id, offset), times.pop(queue_id, None)))
+                if not queues and len(dropped) > before:
+                    del self.offset_table[(group, topic)]
+                    self.commit_times.pop((group, topic), None)
+        return dropped
+
+    def _restore(self, dropped: list[tuple[OffsetRecord, int | None]]) -> None:
+        """Put back what :meth:`_drop` removed, except where a commit since has set a newer offset."""
+        with self._lock:
+            for (group, topic, queue_id, offset), committed_at in dropped:
+                queues = self.offset_table.setdefault((group, topic), {})
+                if queue_id in queues:
+                    continue
+                queues[queue_id] = offset
+                if committed_at is not None:
+                    self.commit_times.setdefault((group, topic), {})[queue_id] = committed_at

@@ -47,6 +47,9 @@ class MetadataStore(ABC, Generic[K, V]):
     #: True: a put or delete is on disk (it survives a kill of the process) when the call returns.
     #: False: changes reach disk on :meth:`flush` (a timer and shutdown).
     write_through: bool = True
+    #: True: the store writes the manager's whole table (its :meth:`bind` snapshot), not just the keys it is
+    #: given, so a deletion reaches disk only once memory no longer holds the keys.
+    writes_snapshot: bool = False
 
     def bind(self, snapshot: Callable[[], Sequence[V]]) -> None:
         """How to read the manager's whole table, for stores that write whole files."""
@@ -74,6 +77,8 @@ class MetadataStore(ABC, Generic[K, V]):
 class JsonMetadataStore(MetadataStore[K, V]):
     """One JSON file holding the whole table, rewritten (temp file, fsync, rename) on change, or on
     :meth:`flush` when ``write_through`` is false."""
+
+    writes_snapshot = True
 
     def __init__(self, config_dir: Path, table: MetadataTable[K, V], write_through: bool = True) -> None:
         self.path = config_dir / table.json_file

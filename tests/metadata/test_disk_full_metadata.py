@@ -16,7 +16,7 @@ from common import atomic_file
 from common.storage_refusal import is_disk_full
 from common.topic_config import TopicConfig
 from tests.disk.tmpfs import fill_file_system, remove_filler, try_mount_tmpfs, unmount
-from tests.metadata.helpers import BACKENDS, open_managers
+from tests.metadata.helpers import BACKENDS, Managers, open_managers
 
 
 def _enospc(*_args: object, **_kwargs: object) -> None:
@@ -65,29 +65,57 @@ def test_a_failed_offsets_write_is_retried_by_the_next_flush(tmp_path: Path, mon
     assert reloaded.query_offset("g", "T", 0) == 42
 
 
+def _after_a_kill(managers: Managers, backend: StoreType, root: Path) -> Managers:
+    """What a broker killed now finds at restart: no flush of the offsets (the JSON files are replaced whole and
+    fsynced, RocksDB writes through its WAL: closing only releases the database)."""
+    managers.stores.close()
+    return open_managers(backend, root)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_offsets_whose_delete_the_disk_refused_are_deleted_by_a_retry(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch,
                                                                      backend: StoreType) -> None:
-    """A reused static-topic queue's offsets are forgotten durably (RocksDB: at once; JSON: by the next flush);
-    refused, they stay listed in memory too, so the retry deletes them. Dropped from memory first, the retry found
-    nothing and a restart brought them back: a group would then read past what the new link holds."""
+    """A reused static-topic queue's offsets are forgotten durably before the call returns; refused, they stay
+    listed in memory too, so the retry deletes them, durably. (JSON: dropped from memory before the write, the
+    retry found nothing, wrote nothing and answered success; a kill before the next flush brought them back, read
+    as the new link's.)"""
     managers = open_managers(backend, tmp_path)
     managers.offsets.commit_offset("g", "T", 0, 42)
     managers.offsets.commit_offset("g", "T", 1, 7)
     managers.offsets.persist()
-    store = managers.offsets.store
-    _fail_store_writes(monkeypatch, store, "delete")
+    _fail_store_writes(monkeypatch, managers.offsets.store, "delete")
     with pytest.raises(Exception, match="No space left on device"):
         managers.offsets.delete_queues("T", [0])
+    assert managers.offsets.query_offset("g", "T", 0) == 42  # as on disk
     monkeypatch.undo()
-    retried = managers.offsets.delete_queues("T", [0])
-    # RocksDB: the retry finds it still there and deletes it; JSON: gone from memory, the file (still dirty)
-    # is rewritten without it by the next flush
-    assert retried == (0 if isinstance(store, metadata_store.JsonMetadataStore) else 1)
-    managers.close()
-    reopened = open_managers(backend, tmp_path)
+    assert managers.offsets.delete_queues("T", [0]) == 1
+    reopened = _after_a_kill(managers, backend, tmp_path)
     assert (reopened.offsets.query_offset("g", "T", 0), reopened.offsets.query_offset("g", "T", 1)) == (-1, 7)
+    reopened.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_offsets_of_a_topic_whose_delete_the_disk_refused_stay_readable_until_a_retry_deletes_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: StoreType) -> None:
+    """deleteTopic refused by a full disk: the disk still holds the topic's offsets, and so does memory (they were
+    dropped from memory first: every group read -1, a consumer started at max, until a retry)."""
+    managers = open_managers(backend, tmp_path)
+    managers.offsets.commit_offset("g1", "T", 0, 42)
+    managers.offsets.commit_offset("g2", "T", 3, 5)
+    managers.offsets.commit_offset("g1", "Other", 0, 9)
+    managers.offsets.persist()
+    _fail_store_writes(monkeypatch, managers.offsets.store, "delete_prefix")
+    with pytest.raises(Exception, match="No space left on device"):
+        managers.offsets.delete_topic("T")
+    assert (managers.offsets.query_offset("g1", "T", 0), managers.offsets.query_offset("g2", "T", 3)) == (42, 5)
+    assert managers.offsets.topics_of_group("g1") == ["Other", "T"]
+    monkeypatch.undo()
+    managers.offsets.delete_topic("T")
+    assert managers.offsets.topics_of_group("g1") == ["Other"]
+    reopened = _after_a_kill(managers, backend, tmp_path)
+    assert [reopened.offsets.query_offset(*key) for key in (("g1", "T", 0), ("g2", "T", 3), ("g1", "Other", 0))] \
+        == [-1, -1, 9]
     reopened.close()
 
 

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -333,4 +334,33 @@ def test_forgotten_offsets_stay_forgotten_after_a_kill(store_type: StoreType, tm
         assert [m.offsets.query_offset(g, "Deleted", 3) for g in ("A", "B")] == [-1, -1]
         assert m.offsets.query_offset("A", "Reused", 1) == 7
     finally:
+        m.stores.close()
+
+
+def test_topics_of_a_group_can_be_listed_while_new_groups_and_topics_commit(tmp_path: Path):
+    """A first commit of a (group, topic) adds to the table: listing it unlocked meanwhile raised "dictionary
+    changed size during iteration" (GetConsumeStats failed)."""
+    m = open_managers(StoreType.DEFAULT, tmp_path)
+    o = m.offsets
+    for i in range(5000):
+        o.commit_offset("G", f"T{i}", 0, i)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows at once
+    stop = threading.Event()
+
+    def commit_new() -> None:
+        n = 0
+        while not stop.is_set():
+            o.commit_offset(f"new{n}", "N", 0, 1)
+            n += 1
+
+    committer = threading.Thread(target=commit_new)
+    committer.start()
+    try:
+        for _ in range(200):
+            assert len(o.topics_of_group("G")) == 5000
+    finally:
+        stop.set()
+        committer.join()
+        sys.setswitchinterval(previous)
         m.stores.close()

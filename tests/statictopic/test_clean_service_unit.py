@@ -1,8 +1,14 @@
 """The static-topic clean service's rules, with the physical queues and the peers' mappings as plain data."""
 
+import errno
 import logging
+import os
 from pathlib import Path
 
+import pytest
+
+from broker.metadata import metadata_store
+from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.out.peer_brokers import PeerBrokerError
 from broker.statictopic.static_topic_clean_service import StaticTopicCleanService
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
@@ -11,7 +17,7 @@ from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.mapping_codec import detail_to_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
-from proto import broker_pb2
+from proto import broker_pb2, common_pb2
 
 T = "CleanT"
 
@@ -27,6 +33,9 @@ class FakeOffsets:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.table[(group, topic, queue_id)] = offset
+
+    def persist(self) -> None:
+        pass
 
 
 class FakePeers:
@@ -44,7 +53,7 @@ class FakePeers:
                 group=g, topic=t, queue_id=q, offset=o) for g, t, q, o in offsets.all_offsets()])
         if method == "UpdateConsumerOffset":
             offsets.commit_offset(request.consumer_group, request.topic, request.queue_id, request.commit_offset)
-            return broker_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+            return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
         assert method == "GetTopicQueueMapping"
         detail = TopicQueueMappingDetail(request.topic, 4, bname, 1)
         if self.leads[bname]:
@@ -190,3 +199,78 @@ def test_a_broker_that_does_not_answer_is_logged_once_while_it_lasts(tmp_path: P
     assert service.run_once() == 0 and skipped() == 1
     peers.down = frozenset({"old"})
     assert service.run_once() == 0 and service.run_once() == 0 and skipped() == 2
+
+
+def _enospc(*_args: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _json_offsets_service(tmp_path: Path, chain: list[LogicQueueMappingItem], mins: dict[tuple[str, int], int],
+                          peers: FakePeers) -> tuple[StaticTopicCleanService, ConsumerOffsetManager]:
+    """A clean service over a real mapping file and real JSON consumer offsets (storeType=default)."""
+    manager = TopicQueueMappingManager(tmp_path / "config", "lead")
+    manager.update(TopicQueueMappingDetail(T, 4, "lead", 1, hosted_queues={0: chain}))
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    service = StaticTopicCleanService(manager, FakeStaticTopics(mins, peers, offsets),  # type: ignore[arg-type]
+                                      lambda: None, interval_ms=1000)
+    return service, offsets
+
+
+def _after_a_kill(tmp_path: Path) -> tuple[list[tuple[str, int]], ConsumerOffsetManager]:
+    """The chain and the offsets a broker killed now finds at restart: what is on disk (JSON files are replaced
+    whole, fsynced: nothing of them is buffered outside the process's memory)."""
+    manager = TopicQueueMappingManager(tmp_path / "config", "lead")
+    manager.load()
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    offsets.load()
+    detail = manager.get(T)
+    assert detail is not None
+    return [(i.bname, i.queue_id) for i in detail.hosted_queues[0]], offsets
+
+
+def test_offsets_carried_here_are_on_disk_before_the_link_goes(tmp_path: Path):
+    """JSON metadata keeps commits in memory until its timer: the carried offset is flushed before the mapping
+    without the link is written. (Not flushed, a kill between lost the group's only offset on the logic queue:
+    it read -1 and a consumer started at max, skipping every unconsumed message.)"""
+    chain = [item(0, "old", 0, 0, end=100), item(1, "lead", 0, 10_000)]
+    peers = FakePeers({"old": False}, offsets={"old": FakeOffsets({("g", T, 0): 100})})
+    service, offsets = _json_offsets_service(tmp_path, chain, {("old", 0): 100}, peers)
+    assert service.run_once() == 1 and offsets.query_offset("g", T, 0) == 0
+    kept, reopened = _after_a_kill(tmp_path)
+    assert kept == [("lead", 0)]
+    assert reopened.query_offset("g", T, 0) == 0
+
+
+def test_a_link_stays_while_the_offsets_carried_here_cannot_be_written(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    chain = [item(0, "old", 0, 0, end=100), item(1, "lead", 0, 10_000)]
+    peers = FakePeers({"old": False}, offsets={"old": FakeOffsets({("g", T, 0): 100})})
+    service, _offsets = _json_offsets_service(tmp_path, chain, {("old", 0): 100}, peers)
+    monkeypatch.setattr(metadata_store, "write_json_atomically", _enospc)  # the full disk refuses the flush
+    assert service.run_once() == 0
+    monkeypatch.undo()
+    kept, reopened = _after_a_kill(tmp_path)
+    assert kept == [("old", 0), ("lead", 0)]  # the old link still holds g's offset
+    assert service.run_once() == 1  # room again: carried (already in memory), flushed, dropped
+    kept, reopened = _after_a_kill(tmp_path)
+    assert kept == [("lead", 0)] and reopened.query_offset("g", T, 0) == 0
+
+
+def test_a_link_whose_offsets_went_to_a_peer_goes_at_a_later_pass(tmp_path: Path):
+    """A peer's UpdateConsumerOffset may only reach its memory (JSON metadata), and no request flushes it: the link
+    stays for this pass and goes at the next one, when a fresh read finds the offset on the peer (its flush timer,
+    far shorter than the clean interval, has written it by then; lost in a crash, it is carried again)."""
+    chain = [item(0, "old", 0, 0, end=100), item(1, "mid", 3, 10_000, end=50), item(2, "old", 1, 20_000, end=5),
+             item(3, "lead", 1, 30_000)]
+    mins = {("old", 0): 100, ("mid", 3): 0, ("old", 1): 5}  # old's first link goes (old has a newer one there)
+    offsets = {"old": FakeOffsets({("g", T, 0): 100})}
+    service, _offsets = _json_offsets_service(tmp_path, chain, mins, FakePeers({"old": True}, offsets=offsets))
+    assert service.run_once() == 0
+    assert offsets["mid"].table == {("g", T, 3): 0}  # carried to the next link, on mid
+    kept, _ = _after_a_kill(tmp_path)
+    assert kept == [("old", 0), ("mid", 3), ("old", 1), ("lead", 1)]
+    del offsets["mid"].table[("g", T, 3)]  # mid restarted before its flush: the next pass carries it again
+    assert service.run_once() == 0 and offsets["mid"].table == {("g", T, 3): 0}
+    assert service.run_once() == 1
+    kept, _ = _after_a_kill(tmp_path)
+    assert kept == [("mid", 3), ("old", 1), ("lead", 1)]
