@@ -48,6 +48,19 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     return result
 
 
+def repaired_properties(raw: bytes) -> dict[str, str]:
+    """The properties of a stored block, made fit to encode again whatever the producer wrote (sends check the
+    block's size, not its contents): bytes that are not UTF-8 replaced, pairs without a name dropped, a stray
+    separator in a value dropped. For the broker's own copies of a message (a dead letter), which must not fail
+    on a message someone else stored."""
+    result: dict[str, str] = {}
+    for pair in raw.decode(errors="replace").split(PROPERTY_SEPARATOR):
+        name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
+        if name:
+            result[name] = value.replace(NAME_VALUE_SEPARATOR, "")
+    return result
+
+
 def find_property(raw: bytes, name: bytes) -> bytes | None:
     """The raw value of ``name`` (given as ``b"NAME\\x01"``), found at a pair boundary, or None."""
     if raw.startswith(name):

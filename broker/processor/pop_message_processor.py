@@ -3,6 +3,7 @@ decides what is handed out. A message that exhausted its retries goes to %DLQ%<g
 own dead-letter path (``SendMsgBackProcessor``), so POP and push consumers dead-letter alike."""
 
 import itertools
+import logging
 from collections.abc import Callable
 
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
@@ -18,7 +19,13 @@ from broker.statictopic.static_topic_service import StaticTopicService
 from broker.store.message_store_reader import MessageStoreReader
 from common.group_topics import dlq_topic
 from common.message_codec import decode_record
-from common.message_properties import PROPERTY_RECONSUME_TIME, decode_properties, encode_properties
+from common.message_properties import (
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_UNIQUE_KEY,
+    decode_properties,
+    encode_properties,
+    repaired_properties,
+)
 from common.perm import is_readable
 from common.receipt_handle import MAX_ACK_HANDLES, InvalidReceiptHandle, ReceiptHandle
 from common.refusal import Refusal
@@ -27,6 +34,8 @@ from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
 from proto import consumer_pb2, pop_pb2
 from proto.broker_pb2 import LOGIC
+
+log = logging.getLogger(__name__)
 
 MAX_POP_NUMS = 32  # upstream's limit on one receive
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # upstream proxy's longest invisible time
@@ -168,12 +177,18 @@ class PopMessageProcessor:
     def dead_letter(self, group: str, topic: str, record: bytes, reconsume_times: int) -> None:
         """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>."""
         msg = decode_record(record)
-        props = decode_properties(msg.raw_properties)
+        try:
+            props = decode_properties(msg.raw_properties)
+            encode_properties(props)
+        except (UnicodeDecodeError, ValueError) as exc:  # stored so by its producer: it must not stop the group
+            log.warning("pop_dead_letter_properties_repaired group=%s topic=%s offset_msg_id=%s error=%r", group,
+                        topic, msg.offset_msg_id, exc)
+            props = repaired_properties(msg.raw_properties)
         props[PROPERTY_RECONSUME_TIME] = str(reconsume_times)
         response = self.send_back.send_back(consumer_pb2.SendMsgBackRequest(
             group=group, topic=topic, body=msg.body, properties=encode_properties(props),
-            born_timestamp=msg.born_timestamp, born_host=msg.born_host, flag=msg.flag, msg_id=msg.msg_id,
-            delay_level=-1, max_reconsume_times=-1))
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, flag=msg.flag,
+            msg_id=props.get(PROPERTY_UNIQUE_KEY) or msg.offset_msg_id, delay_level=-1, max_reconsume_times=-1))
         if response.code != ResponseCode.SUCCESS:  # the in-flight entry stays: dead-lettering is tried again
             raise Refusal(ResponseCode(response.code), f"dead-lettering a message of {topic} failed: {response.remark}")
         self.replicated()  # a SYNC_MASTER deletes the in-flight entry only once its slaves have the dead letter

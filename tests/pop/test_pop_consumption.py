@@ -6,13 +6,15 @@ import threading
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
 from common.group_topics import dlq_topic
+from common.message_codec import decode_records
 from common.message_properties import PROPERTY_SHARDING_KEY
 from common.response_code import ResponseCode
-from proto import pop_pb2
+from proto import broker_pb2, broker_pb2_grpc, pop_pb2
 from proto.pop_pb2_grpc import PopServiceStub
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -325,3 +327,41 @@ def test_a_topic_deleted_and_made_again_is_popped_from_its_first_message(cluster
     produce(cluster, topic, [b"new-0", b"new-1"])
     with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
         assert [m.body for m in drain(consumer, 2, invisible_ms=30_000)] == [b"new-0", b"new-1"]
+
+
+def test_a_message_whose_properties_cannot_be_decoded_is_dead_lettered_and_pop_goes_on(cluster: Cluster):
+    """Sends check a properties block's size, not its contents: a message stored with bytes that are not UTF-8 in
+    it failed its dead-lettering with UnicodeDecodeError at every pop after its last retry, and every pop of the
+    group and topic failed from then on (INTERNAL), for good: its state is on disk. Its dead letter now carries the
+    properties repaired, and the group goes on."""
+    topic, group = "PopPoisonT", "pop-poison"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        admin.update_subscription_group(group, brokers=["broker-a"], retry_max_times=1)
+    channel = grpc.insecure_channel(cluster.brokers["broker-a"].addr)
+    try:
+        sent = broker_pb2_grpc.BrokerServiceStub(channel).SendMessage(broker_pb2.SendMessageRequest(
+            topic=topic, queue_id=0, bodies=[b"poison"], properties=[b"TAGS\x01\xff\xfe\x02"]), timeout=10)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        pop = PopServiceStub(channel)
+
+        def receive() -> list[tuple[bytes, str]]:
+            answer = pop.PopMessage(pop_pb2.PopMessageRequest(group=group, topic=topic, queue_id=-1, max_msg_nums=32,
+                                                              invisible_time_ms=300, poll_time_ms=300), timeout=10)
+            assert answer.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), answer.remark
+            bodies = [m.body for m in decode_records(answer.records)] if answer.records else []
+            return list(zip(bodies, [p.receipt_handle for p in answer.popped], strict=True))
+
+        deliveries = 0
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not dead_letter_bodies(cluster, group):
+            deliveries += sum(body == b"poison" for body, _ in receive())  # never acked
+        assert deliveries == 2 and [m.body for m in dead_letter_bodies(cluster, group)] == [b"poison"]
+        produce(cluster, topic, [b"after"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while b"after" not in got and time.monotonic() < deadline:
+            got += [body for body, _ in receive()]
+        assert got == [b"after"]
+    finally:
+        channel.close()
