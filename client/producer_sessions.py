@@ -99,6 +99,9 @@ class ProducerSessions:
         self._topics = set(topics)
         self._sessions: dict[str, _BrokerSession] = {}
         self._lock = threading.Lock()
+        # One _keep at a time (the refresher's, add_topic's, set_topics'): one working from an older topic list or
+        # older routes must not apply after a newer one, closing a session it just opened.
+        self._keeping = threading.Lock()
         self._stale = threading.Event()  # look the brokers up afresh (a stream broke, a topic was added)
         if self._topics:
             self._stale.set()  # the topics given: sessions at once, before any half message is sent
@@ -147,6 +150,13 @@ class ProducerSessions:
                 log.exception("producer_sessions_refresh_failed")
 
     def _keep(self, refresh: bool) -> None:
+        with self._keeping:
+            gone = self._apply(self._masters(refresh))
+        for session in gone:  # out of the lock: a stream's thread may take a while to end
+            session.close()
+
+    def _masters(self, refresh: bool) -> set[str]:
+        """The master addresses of the topics now (routes looked up, afresh with ``refresh``)."""
         with self._lock:
             topics = sorted(self._topics)
         addrs: set[str] = set()
@@ -157,16 +167,19 @@ class ProducerSessions:
                 log.warning("producer_sessions_route_missing topic=%s error=%s", topic, exc)
                 continue
             addrs.update(bd.broker_addrs[0] for bd in route.broker_datas if 0 in bd.broker_addrs)
+        return addrs
+
+    def _apply(self, addrs: set[str]) -> list[_BrokerSession]:
+        """Sessions with exactly ``addrs`` opened; those with other brokers taken out, returned to be closed."""
         with self._lock:
             if self._closed.is_set():
-                return
+                return []
             gone = [s for a, s in self._sessions.items() if a not in addrs]
             for session in gone:
                 del self._sessions[session.addr]
             for addr in addrs - self._sessions.keys():
                 self._sessions[addr] = _BrokerSession(self, addr)
-        for session in gone:
-            session.close()
+        return gone
 
     # -- checks ------------------------------------------------------------------------------------
     def on_check(self, addr: str, check: transaction_pb2.TransactionCheckRequest) -> None:

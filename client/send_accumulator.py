@@ -5,15 +5,17 @@ A broker stores a batch of 64 messages in about the time it takes for a few sing
 single sends spend most of their time in per-request work on both sides. Here a send goes out at once while
 fewer than ``max_in_flight`` requests of its topic are on their way, so a lone sender waits for nothing; past
 that, sends wait for the next request to finish and then leave with it, up to ``max_messages`` or
-``max_bytes`` a batch (a full batch leaves at once). Under load the batches grow by themselves; nothing is held
-by a timer.
+``max_bytes`` a batch (a full batch leaves at once; a message that would take a batch past ``max_bytes`` starts
+the next one, and one larger alone goes alone). Under load the batches grow by themselves; nothing is held by a
+timer.
 
 Each send gets its own ``SendResult``: the batch's queue, its own queue offset, commitlog offset and message
 id. A batch is stored whole or not at all, so its sends succeed or fail together. Sends with a ``sharding_key``,
 an explicit queue or a delay go alone (a key's queue is its own; a batch is all delayed or none). A batch the
-producer refuses before sending (a message it cannot encode) is sent again one message at a time, so only the
-bad message fails. ``Producer.close`` sends what still waits at once and waits (at most the send timeout) for
-every request to be answered before it closes the channels.
+producer refuses before sending (a message it cannot encode), or the broker refuses for its size (its
+maxMessageSize may be below ``max_bytes``), is sent again one message at a time, so only a bad message fails.
+``Producer.close`` sends what still waits at once and waits (at most the send timeout) for every request to be
+answered before it closes the channels.
 """
 
 import threading
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from client.errors import MQClientError
 from client.results import SendResult
 from common.message import Message
+from common.response_code import ResponseCode
 
 SendBatch = Callable[[list[Message]], "Future[SendResult]"]
 FollowUp = Callable[[str, Callable[[], None]], None]  # (topic, send): send the batch that waited, now or soon
@@ -68,11 +71,15 @@ class SendAccumulator:
             topic = self._topics.get(key)
             if topic is None:
                 topic = self._topics[key] = _Topic()
+            batches = []
+            if topic.waiting and topic.waiting_bytes + len(msg.body) > self.max_bytes:
+                batches.append(self._take(topic))  # full without this message: it leaves, this one starts the next
             topic.waiting.append((msg, future))
             topic.waiting_bytes += len(msg.body)
             full = len(topic.waiting) >= self.max_messages or topic.waiting_bytes >= self.max_bytes
-            batch = self._take(topic) if full or topic.in_flight < self.max_in_flight else None
-        if batch:
+            if full or topic.in_flight < self.max_in_flight:
+                batches.append(self._take(topic))
+        for batch in batches:
             self._send(key, batch)
         return future
 
@@ -99,16 +106,13 @@ class SendAccumulator:
         try:
             sent = self._send_batch([msg for msg, _ in batch])
         except Exception as exc:  # refused before it left: nothing was sent
-            following = self._finish(key)
             if isinstance(exc, MQClientError) and len(batch) > 1:  # one message may be at fault:
-                for msg, future in batch:  # each goes alone, so only that one fails
-                    try:
-                        _chain(self._send_batch([msg]), future)
-                    except Exception as alone:
-                        _give(future, error=alone)
-            else:
-                for _, future in batch:
-                    _give(future, error=exc)
+                self._split(key, batch)
+                self._send_each(key, batch)  # each alone, so only that one fails
+                return
+            following = self._finish(key)
+            for _, future in batch:
+                _give(future, error=exc)
             if following:
                 self._send(key, following)
             return
@@ -116,10 +120,15 @@ class SendAccumulator:
 
     def _settle(self, key: tuple[str, int], batch: list[tuple[Message, "Future[SendResult]"]],
                 call: "Future[SendResult]") -> None:
+        error = call.exception()
+        if error is not None and len(batch) > 1 and refused_for_size(error):
+            # Each message may fit alone: they go one by one (not from this thread: a route may be looked up).
+            self._split(key, batch)
+            self._follow_up(key[0], lambda: self._send_each(key, batch))
+            return
         # The slot is given back before the callers hear: a send their callbacks make goes out at once, from
         # their thread, instead of waiting for this (the stream's reader) to send it.
         following = self._finish(key)
-        error = call.exception()
         if error is not None:
             for _, future in batch:
                 _give(future, error=error)
@@ -129,6 +138,16 @@ class SendAccumulator:
                 _give(future, result_of(result, i))
         if following:
             self._follow_up(key[0], lambda: self._send(key, following))
+
+    def _split(self, key: tuple[str, int], batch: list[tuple[Message, "Future[SendResult]"]]) -> None:
+        """The refused ``batch`` is to go again as one request a message: its slot becomes theirs (one each), so
+        :meth:`close` waits for them too."""
+        with self._lock:
+            self._topics[key].in_flight += len(batch) - 1
+
+    def _send_each(self, key: tuple[str, int], batch: list[tuple[Message, "Future[SendResult]"]]) -> None:
+        for item in batch:
+            self._send(key, [item])
 
     def _finish(self, key: tuple[str, int]) -> list[tuple[Message, "Future[SendResult]"]] | None:
         """A request of ``key`` finished: the sends that waited for it, to leave now (None: none waited)."""
@@ -140,6 +159,12 @@ class SendAccumulator:
                 del self._topics[key]  # a producer of many topics keeps no state for the idle ones
                 self._idle.notify_all()
         return following
+
+
+def refused_for_size(error: BaseException) -> bool:
+    """Whether the broker refused a request for its total body size (above its maxMessageSize)."""
+    return (isinstance(error, MQClientError) and error.code == ResponseCode.INVALID_PARAMETER
+            and "maxMessageSize" in str(error))
 
 
 def result_of(batch: SendResult, i: int) -> SendResult:
@@ -158,10 +183,3 @@ def _give(future: "Future[SendResult]", result: SendResult | None = None, error:
     else:
         future.set_result(result)  # type: ignore[arg-type]
 
-
-def _chain(source: "Future[SendResult]", target: "Future[SendResult]") -> None:
-    def copy(done: "Future[SendResult]") -> None:
-        error = done.exception()
-        _give(target, None if error is not None else done.result(), error)
-
-    source.add_done_callback(copy)

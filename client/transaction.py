@@ -16,6 +16,7 @@ drops it. When neither comes (the producer died, an end was lost), the broker as
 ``transaction_checker``, ``transactionTimeOut`` after the send and then every ``transactionCheckInterval``, up to
 ``transactionCheckMax`` times. A transaction may hold several messages (each its own half message, all ended
 together); ``with producer.begin_transaction() as tx:`` commits at the end of the block, or rolls back if it raises.
+A ``commit`` (``rollback``) that failed for some messages may be called again: it retries those.
 """
 
 import logging
@@ -109,7 +110,8 @@ class Transaction:
     def __init__(self, producer: "Producer") -> None:
         self._producer = producer
         self._halves: list[HalfMessage] = []
-        self._ended: TransactionResolution | None = None
+        self._unended: list[HalfMessage] = []  # those no end succeeded for yet
+        self._ended: TransactionResolution | None = None  # the resolution decided (some ends may have failed)
 
     @property
     def transaction_ids(self) -> list[str]:
@@ -131,6 +133,7 @@ class Transaction:
             raise MQClientError(f"the half message of topic {msg.topic} was stored without an offset")
         tx = TransactionId(result.queue.broker_name, result.physical_offsets[0], result.queue_offset)
         self._halves.append(HalfMessage(msg.topic, tx, result.msg_id))
+        self._unended.append(self._halves[-1])
         log.debug("transaction_half_sent tx=%s topic=%s msg_id=%s", tx, msg.topic, result.msg_id)
         return replace(result, queue_offset=-1)
 
@@ -141,22 +144,25 @@ class Transaction:
         self._end(TransactionResolution.ROLLBACK)
 
     def _end(self, resolution: TransactionResolution) -> None:
-        if self._ended is not None:
-            if self._ended is resolution:
-                return
+        if self._ended is not None and self._ended is not resolution:
             raise MQClientError(f"transaction {self.transaction_ids} already ended ({self._ended.value})")
+        # Decided even if some ends fail: some may have ended, so the other resolution is refused from now on.
+        self._ended = resolution
         producer = self._producer
-        failures = []
-        for half in self._halves:
+        failures: list[str] = []
+        unended: list[HalfMessage] = []
+        for half in self._unended:  # a repeated call retries only those that failed
             try:
                 end_transaction(producer.client, producer.group, half, resolution, timeout_s=producer.send_timeout_s)
             except MQClientError as exc:
                 failures.append(str(exc))
-        self._ended = resolution
+                unended.append(half)
+        self._unended = unended
         if failures:
             # The half messages not ended stay on their brokers, which ask transaction_checker about them.
             raise MQClientError(f"{resolution.value.lower()} failed for {len(failures)} of {len(self._halves)} "
-                                f"messages (the broker will check them): {'; '.join(failures)}")
+                                f"messages (the broker will check them, or call {resolution.value.lower()} again): "
+                                f"{'; '.join(failures)}")
 
     def __enter__(self) -> "Transaction":
         return self

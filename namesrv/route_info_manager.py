@@ -106,12 +106,14 @@ class RouteInfoManager:
 
     def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerResult:
         """Apply a full or delta registration and refresh the heartbeat; a delta on a base version we do not
-        hold changes nothing and answers ``need_full``."""
+        hold changes nothing and answers ``need_full``; a full one older than what we hold changes nothing."""
         with self._lock:
             info = self.broker_live_table.get(request.broker_addr)
             refusal = self._delta_refusal(info, request)
             if refusal is not None:
                 return self._need_full(request, refusal)
+            if self._outdated_full(info, request):
+                return RegisterBrokerResult()
             stale = self._stale_master_claim(request)
             if stale is not None:
                 return RegisterBrokerResult(refused=True, remark=stale)
@@ -254,6 +256,19 @@ class RouteInfoManager:
         if request.base_version != info.data_version:
             return f"holding version {_fmt(info.data_version)}, delta based on {_fmt(request.base_version)}"
         return None
+
+    def _outdated_full(self, info: BrokerLiveInfo | None, request: RegisterBrokerRequest) -> bool:
+        """Whether ``request`` is a full registration older than the one held from the same broker run (same
+        start time): one resent after an RPC timeout may be applied first, and the late original must not roll
+        the route back (no delta would fix it until one was refused)."""
+        if not request.full or info is None or not info.same_identity(request):
+            return False
+        held, sent = info.data_version, request.data_version
+        if sent.state_version != held.state_version or sent.counter >= held.counter:
+            return False
+        log.warning("broker_registration_outdated broker=%s id=%d addr=%s version=%s held=%s: ignored",
+                    request.broker_name, request.broker_id, request.broker_addr, _fmt(sent), _fmt(held))
+        return True
 
     def _stale_master_claim(self, request: RegisterBrokerRequest) -> str | None:
         """Why a claim to be a group's master (id 0) is not taken: the registered master is of a newer epoch."""

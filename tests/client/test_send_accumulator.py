@@ -13,6 +13,7 @@ from client.results import SendResult
 from client.send_accumulator import SendAccumulator
 from common.message import Message
 from common.message_queue import MessageQueue
+from common.response_code import ResponseCode
 
 MQ = MessageQueue("T", "broker-a", 3)
 
@@ -158,3 +159,48 @@ def test_close_gives_up_waiting_after_its_timeout():
     start = time.monotonic()
     acc.close(timeout_s=0.2)
     assert 0.2 <= time.monotonic() - start < 5
+
+
+def test_a_message_that_would_take_a_batch_past_max_bytes_starts_the_next_one():
+    requests = Requests()
+    acc = SendAccumulator(requests, max_in_flight=1, max_bytes=10)
+    acc.add(msg(b"0"))
+    for body in (b"aaaa", b"bbbb", b"cccc", b"d" * 12, b"e"):
+        acc.add(msg(body))
+    # "cccc" would have made 12 bytes: the first two left full; "d"*12 is over alone, and goes alone.
+    assert requests.bodies() == [[b"0"], [b"aaaa", b"bbbb"], [b"cccc"], [b"d" * 12]]
+    requests.answer(0)
+    assert requests.bodies()[-1] == [b"e"]
+    assert all(sum(map(len, bodies)) <= 10 for bodies in requests.bodies() if len(bodies) > 1)
+
+
+def test_a_batch_the_broker_refuses_for_its_size_goes_again_one_by_one_and_each_gets_its_own_answer():
+    requests = Requests()
+    acc = SendAccumulator(requests, max_in_flight=1)
+    acc.add(msg(b"0"))
+    waiting = [acc.add(msg(b"1")), acc.add(msg(b"2"))]
+    requests.answer(0)
+    assert requests.bodies()[1] == [b"1", b"2"]
+    requests.sent[1][1].set_exception(MQClientError(
+        "send to T failed: INVALID_PARAMETER: batch of 300000 bytes exceeds maxMessageSize 100000",
+        ResponseCode.INVALID_PARAMETER))
+    assert requests.bodies()[2:] == [[b"1"], [b"2"]]
+    later = acc.add(msg(b"3"))  # the two alone hold the slots: this one waits for one of them
+    assert len(requests.sent) == 4
+    requests.answer(2, queue_offset=7)
+    requests.answer(3, queue_offset=8)
+    assert [f.result(timeout=0).queue_offset for f in waiting] == [7, 8]
+    assert requests.bodies()[4] == [b"3"]
+    requests.answer(4)
+    assert later.result(timeout=0).queue_offset == 100 and acc._topics == {}
+
+
+def test_an_oversized_message_alone_keeps_the_broker_s_refusal():
+    requests = Requests()
+    acc = SendAccumulator(requests, max_in_flight=1)
+    alone = acc.add(msg(b"big"))
+    requests.sent[0][1].set_exception(MQClientError("message body of 9 bytes exceeds maxMessageSize 8",
+                                                    ResponseCode.INVALID_PARAMETER))
+    with pytest.raises(MQClientError, match="maxMessageSize"):
+        alone.result(timeout=0)
+    assert len(requests.sent) == 1 and acc._topics == {}

@@ -150,6 +150,26 @@ def test_delta_on_a_stale_base_changes_nothing_and_asks_for_full(manager: RouteI
     assert manager.get_all_topic_list() == ["T9"]
 
 
+def test_an_older_full_registration_applied_late_changes_nothing(manager: RouteInfoManager,
+                                                                 caplog: pytest.LogCaptureFixture):
+    # A full registration (version 2) took longer than the broker's RPC timeout; the broker sent a newer one
+    # (version 3), applied first, and then the name server's worker reached the old one.
+    register(manager, "broker-a", topic_configs("T1", "T2", "T3"), counter=3)
+    with caplog.at_level(logging.WARNING, logger="namesrv.route_info_manager"):
+        assert register(manager, "broker-a", topic_configs("T1"), counter=2) == RegisterBrokerResult()
+    assert sorted(manager.get_all_topic_list()) == ["T1", "T2", "T3"]
+    assert live_version(manager, "broker-a-0:10911") == version(3)
+    assert "broker_registration_outdated broker=broker-a id=0 addr=broker-a-0:10911 version=" in caplog.text
+    # The broker's next delta, based on the version it was answered for, applies: no full one needed.
+    assert register(manager, "broker-a", topic_configs("T4"), counter=4, full=False, base=version(3),
+                    deleted=["T3"]) == RegisterBrokerResult()
+    assert sorted(manager.get_all_topic_list()) == ["T1", "T2", "T4"]
+    # A restarted broker (a new start time) counts from anew: its full registration applies whatever its counter.
+    manager.register_broker(RegisterBrokerRequest(
+        cluster_name=CLUSTER, broker_name="broker-a", broker_id=0, broker_addr="broker-a-0:10911",
+        data_version=DataVersion(version(1).state_version + 60_000, 1), topic_configs=topic_configs("T9")))
+    assert manager.get_all_topic_list() == ["T9"]
+
 @pytest.mark.parametrize("base", [version(1), None])
 def test_delta_from_an_unknown_broker_asks_for_full(manager: RouteInfoManager, base: DataVersion | None):
     result = register(manager, "broker-a", topic_configs("T1"), counter=2, full=False, base=base)

@@ -1,16 +1,20 @@
 """Transactions through real daemons (a name server and two brokers on port 0, one SYNC_FLUSH and one ASYNC_FLUSH,
 short check settings): commit delivered, rollback never, an unresolved transaction checked back and resolved by the
-checker either way, checks exhausted into TRANS_CHECK_MAX_TIME_TOPIC, refused inputs, and a broker SIGKILL between
-half sends and their ends or checks (both store types: consumer offsets in JSON files or in RocksDB)."""
+checker either way, checks exhausted into TRANS_CHECK_MAX_TIME_TOPIC, refused inputs, a commit called again after it
+failed for one message (it retries that one), and a broker SIGKILL between half sends and their ends or checks (both
+store types: consumer offsets in JSON files or in RocksDB)."""
 
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
-from client import Admin, Message, MessageExt, MQClientError, Producer, PullConsumer, TransactionResolution
+from client import Admin, Message, MessageExt, MQClientError, Producer, PullConsumer, TransactionResolution, transaction
+from client.client_instance import ClientInstance
+from client.transaction import HalfMessage
 from common.transaction_id import TransactionId
 from common.transaction_topic import HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
 from proto import transaction_pb2, transaction_pb2_grpc
@@ -157,6 +161,34 @@ def test_a_transaction_of_several_messages_and_the_with_block(cluster: Cluster):
             tx.send(Message(TOPIC, b"too-late"))
     wait_until(lambda: {b"block-0", b"block-1", b"block-2"} <= set(bodies(cluster.addr)), what="the block's commit")
     assert b"block-failed" not in bodies(cluster.addr) and not checker.calls
+
+
+def test_a_commit_that_failed_for_a_message_commits_it_when_called_again(cluster: Cluster,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    ends: list[tuple[str, bool]] = []  # (tx id, succeeded)
+    real_end = transaction.end_transaction
+
+    def end_failing_once(client: ClientInstance, group: str, half: HalfMessage, resolution: TransactionResolution,
+                         **kw: Any) -> None:
+        if half.transaction_id.encode() == first and not ends:  # as if its broker could not be reached
+            ends.append((first, False))
+            raise MQClientError(f"commit of transaction {first} failed: UNAVAILABLE")
+        real_end(client, group, half, resolution, **kw)
+        ends.append((half.transaction_id.encode(), True))
+
+    monkeypatch.setattr(transaction, "end_transaction", end_failing_once)
+    with Producer(cluster.addr, group="tx-retry-end", transaction_checker=Checker()) as producer:
+        tx = producer.begin_transaction()
+        tx.send(Message(TOPIC, b"retried-0"))
+        tx.send(Message(TOPIC, b"retried-1"))
+        first, second = tx.transaction_ids
+        with pytest.raises(MQClientError, match="commit failed for 1 of 2 messages"):
+            tx.commit()
+        tx.commit()  # retries only the one that failed
+        with pytest.raises(MQClientError, match="already ended"):
+            tx.rollback()
+    assert ends == [(first, False), (second, True), (first, True)]
+    wait_until(lambda: {b"retried-0", b"retried-1"} <= set(bodies(cluster.addr)), timeout=5, what="both committed")
 
 
 def test_refused_inputs(cluster: Cluster):
