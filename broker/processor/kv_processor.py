@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 APPLY_TIMEOUT_S = 10.0
 SNAPSHOT_CHUNK_ENTRIES = 1000
 IMPORT_BATCH_ENTRIES = 1000
+MAX_IMPORT_BYTES = 1 << 30
 _OPS = {kv_pb2.KV_PUT: KvOp.PUT, kv_pb2.KV_DELETE: KvOp.DELETE, kv_pb2.KV_CAS: KvOp.CAS}
 
 
@@ -272,11 +273,11 @@ class KvProcessor:
         snapshot is read and checked before anything is written (a bad entry changes nothing); every entry is then
         written as a put through the commitlog, so the imported state is as durable (and replayable) as any
         write."""
-        received = [chunk async for chunk in chunks]
+        kv = self._kv()  # (before the snapshot is read: a broker without a KV store buffered it all to say so)
+        received = await _received(chunks)
         require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
         _check_one_header(received)
         header = received[0].header
-        kv = self._kv()
         total = self.total_shards()
         require(header.total_shards == total, f"the snapshot is of a KV store with {header.total_shards} "
                 f"shards; this one has {total}")
@@ -318,6 +319,19 @@ class KvProcessor:
             raise _not_applied_in_time() from None
         except StoreFailStopped as exc:
             raise _store_stopped(exc) from None
+
+
+async def _received(chunks: AsyncIterator[kv_pb2.KvSnapshotChunk]) -> list[kv_pb2.KvSnapshotChunk]:
+    """The snapshot's chunks, up to ``MAX_IMPORT_BYTES`` (past it, INVALID_ARGUMENT: the broker holds the whole
+    snapshot while it checks it, and a client could make that as large as it liked)."""
+    received: list[kv_pb2.KvSnapshotChunk] = []
+    size = 0
+    async for chunk in chunks:
+        size += chunk.ByteSize()
+        require(size <= MAX_IMPORT_BYTES, f"a snapshot imported at once is at most {MAX_IMPORT_BYTES >> 20} MiB: "
+                "a KV store of more shards has smaller ones")
+        received.append(chunk)
+    return received
 
 
 def _check_one_header(chunks: list[kv_pb2.KvSnapshotChunk]) -> None:

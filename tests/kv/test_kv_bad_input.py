@@ -2,6 +2,7 @@
 serving; the SDK refuses the same inputs itself; the KV topic refuses plain sends; a broker with the KV store off,
 or a store not initialised yet, answers with a business code and a remark."""
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,10 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from broker.processor import kv_processor
 from client import Admin, KVClient, Message, MQClientError, Producer
 from client.client_instance import CHANNEL_OPTIONS
 from client.kv_client import response_states
 from common.kv_shard import KV_TOPIC, MAX_GET_KEYS, MAX_KEY_BYTES, MAX_SCAN_LIMIT, MAX_VALUE_BYTES
+from common.request_error import RequestError
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, kv_pb2, kv_pb2_grpc
 from tests.cluster import Cluster, make_cluster, start_broker, wait_until
@@ -342,3 +345,19 @@ def _routed(kv: KVClient) -> bool:
         return kv.shards(refresh=True) == SHARDS
     except MQClientError:
         return False
+
+
+def test_a_snapshot_import_past_its_bound_is_refused_before_it_is_all_held(monkeypatch: pytest.MonkeyPatch):
+    """The broker holds a snapshot while it checks it: a client streaming without end grew it without end (400 MiB
+    streamed at a broker whose KV store was off, before it said so)."""
+    monkeypatch.setattr(kv_processor, "MAX_IMPORT_BYTES", 4096)
+    taken: list[int] = []
+
+    async def chunks():
+        for i in range(100):
+            taken.append(i)
+            yield kv_pb2.KvSnapshotChunk(entries=[kv_pb2.KvEntry(key=b"k%d" % i, value=bytes(1000))])
+
+    with pytest.raises(RequestError, match="at most"):
+        asyncio.run(kv_processor._received(chunks()))
+    assert len(taken) < 10
