@@ -15,14 +15,14 @@ from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.processor.admin_broker_processor import AdminBrokerProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
-from broker.processor.pull_outcome import PullOutcome
+from broker.processor.pull_outcome import DEFAULT_MAX_BYTES, PullOutcome
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.remote_waits import REMOTE_WAITS
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
-from common.stream_answers import Answer, answer_frames
+from common.stream_answers import Answer, answer_frames, release_answer_bytes, reserve_answer_bytes
 from proto import broker_pb2, broker_pb2_grpc
 from proto.broker_pb2 import LOGIC
 
@@ -143,14 +143,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         pull = self.pull.pull
         blocks = self.pull.blocks(request)  # reads older items on other brokers, or a tier: off the event loop
         started = time.perf_counter()
-        outcome: PullOutcome = await run(pull, request, remote=blocks)
+        # A group's first pull creates it, writing a whole metadata file (JSON store): in a thread
+        outcome: PullOutcome = await run(pull, request, remote=blocks, in_thread=self._creates_group(request))
         elapsed_s = time.perf_counter() - started
         timeout_s = min(request.suspend_timeout_ms, self.max_suspend_ms) / 1000
         if outcome.hold is not None and timeout_s > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
             while (hold := outcome.hold) is not None and (left := deadline - loop.time()) > 0:
+                release_answer_bytes()  # parked, it holds no room on its stream
                 if not await self.hold_service.wait_for_arrival(*hold, left):
+                    break
+                # Woken with the others parked on the queue: room on the stream for its answer before reading it
+                size = min(request.max_bytes or DEFAULT_MAX_BYTES, DEFAULT_MAX_BYTES)
+                if not await reserve_answer_bytes(size, deadline - loop.time()):
                     break
                 started = time.perf_counter()
                 outcome = await run(pull, request, remote=blocks)
@@ -166,6 +172,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             self.stats.count((request.topic, request.consumer_group),
                              outcome.response.next_begin_offset - request.queue_offset)
         return outcome
+
+    def _creates_group(self, request: broker_pb2.PullMessageRequest) -> bool:
+        groups = self.pull.subscription_group_manager
+        return groups.auto_create and request.consumer_group not in groups.subscription_group_table
 
     # Logic-queue requests may call the brokers of older items: they run off the event loop.
     async def UpdateConsumerOffset(self, request, context):

@@ -88,7 +88,7 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             outcome: PopOutcome = await self._run(self.processor.pop, request,
                                                   lambda: self.processor.pop_runs_inline(request))
             left = deadline - time.monotonic()
-            if outcome.popped or left <= 0:
+            if outcome.popped or left <= 0 or self.hold_service.stopping:  # stopping: it would not wait again
                 answer = _answer(outcome)
                 if self.metrics is not None:  # long-polling waits are not handling time
                     self.metrics.popped(request.topic, request.group, len(outcome.popped),

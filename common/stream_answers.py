@@ -14,11 +14,15 @@ bytes through a stream's response serializer), so big fields are copied once.
 
 A stream takes no more requests while it owes its client too much (:class:`_Backlog`): then HTTP/2's flow control
 holds back a client that sends without reading its answers, instead of the broker buffering them without end.
+A request taken long ago that is about to build a big answer (a long-polling pull woken by an arrival) first
+reserves room for it (:func:`reserve_answer_bytes`): hundreds of pulls parked on one queue, woken together,
+would otherwise each build a full answer at once.
 """
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from google.protobuf.message import Message
@@ -56,10 +60,36 @@ class _Backlog:
     def __init__(self) -> None:
         self.pending = 0
         self.buffered = 0
+        self.reserved = 0  # bytes of answers being built by requests that reserved room (reserve_answer_bytes)
         self._room = asyncio.Event()
 
     def full(self) -> bool:
-        return self.pending >= MAX_PENDING_ANSWERS or self.buffered >= MAX_BUFFERED_BYTES
+        return self.pending >= MAX_PENDING_ANSWERS or self.buffered + self.reserved >= MAX_BUFFERED_BYTES
+
+    def fits(self, size: int) -> bool:
+        owed = self.buffered + self.reserved
+        return owed == 0 or owed + size <= MAX_BUFFERED_BYTES  # (owing nothing, any one answer fits)
+
+    async def reserve(self, size: int, timeout_s: float) -> bool:
+        """Until ``size`` more bytes fit, then counted as reserved; False if they did not within the timeout."""
+        if not self.fits(size):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while not self.fits(size):
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                self._room.clear()
+                try:
+                    await asyncio.wait_for(self._room.wait(), left)
+                except TimeoutError:
+                    return False
+        self.reserved += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.reserved -= size
+        self._room.set()
 
     async def room(self) -> None:
         """Until the stream owes little enough to take a request."""
@@ -71,6 +101,37 @@ class _Backlog:
         self.pending -= answers
         self.buffered -= size
         self._room.set()
+
+
+# The stream a request's handler runs for (its reader sets it; the tasks it spawns inherit it), and what the
+# request reserved on it (set in the request's own task).
+_STREAM_BACKLOG: ContextVar[_Backlog | None] = ContextVar("stream_backlog", default=None)
+_RESERVED: ContextVar[int] = ContextVar("stream_answer_reserved", default=0)
+
+
+async def reserve_answer_bytes(size: int, timeout_s: float) -> bool:
+    """For a handler about to build an answer of up to ``size`` bytes long after its request was taken (a woken
+    long-polling pull): until its stream has room for it (the bytes it owes its client, answers built and being
+    built, stay under ``MAX_BUFFERED_BYTES``). False if no room came within the timeout. Held until the answer is
+    given or :func:`release_answer_bytes`; one reservation a request. Outside a stream: True at once."""
+    backlog = _STREAM_BACKLOG.get()
+    if backlog is None:
+        return True
+    release_answer_bytes()
+    if not await backlog.reserve(size, timeout_s):
+        return False
+    _RESERVED.set(size)
+    return True
+
+
+def release_answer_bytes() -> None:
+    """Give back what this request reserved (it found nothing and parks again)."""
+    size = _RESERVED.get()
+    if size:
+        _RESERVED.set(0)
+        backlog = _STREAM_BACKLOG.get()
+        if backlog is not None:
+            backlog.release(size)
 
 
 async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_class: CodedResponseClass, *,
@@ -96,12 +157,15 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
         task.add_done_callback(tasks.discard)
 
     async def answer(request: Any) -> None:
-        response, tail = await _respond(request, handle, response_class, rpc)
-        pending = settle(response) if settle is not None else None
-        if pending is None:
-            give(_encode(request, response, tail))
-        else:
-            await settled(request, response, tail, pending)
+        try:
+            response, tail = await _respond(request, handle, response_class, rpc)
+            pending = settle(response) if settle is not None else None
+            if pending is None:
+                give(_encode(request, response, tail))
+            else:
+                await settled(request, response, tail, pending)
+        finally:
+            release_answer_bytes()  # (given: its bytes count as buffered now)
 
     async def settled(request: Any, response: Message, tail: Sequence[bytes], pending: Awaitable[None]) -> None:
         try:
@@ -113,6 +177,7 @@ async def answer_frames(frames: AsyncIterator[Any], handle: Handler, response_cl
         give(_encode(request, response, tail))
 
     async def read() -> None:
+        _STREAM_BACKLOG.set(backlog)  # this task's context, copied into each task it spawns
         spawned = 0
         try:
             async for frame in frames:

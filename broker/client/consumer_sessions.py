@@ -3,7 +3,8 @@
 A session is one client's stream. Its heartbeats update the :class:`ConsumerManager`; when a group's members
 change, every session with a member in that group gets an IDS_CHANGED notice, so members rebalance within a
 round trip instead of at their next periodic pass. Runs on the broker's event loop: notices are queued with
-``put_nowait`` from the loop's thread only.
+``put_nowait`` from the loop's thread only. IDS_CHANGED says only "look again", so a session holds at most one per
+group not yet sent, however often the group changes while its client does not read.
 """
 
 import asyncio
@@ -18,6 +19,7 @@ from proto import consumer_pb2
 log = logging.getLogger(__name__)
 
 CLOSED = None  # queued when the session's request side ended
+_IDS_CHANGED = object()  # queued when the first group of a batch of IDS_CHANGED notices became due
 
 
 class Session:
@@ -25,7 +27,31 @@ class Session:
         self.session_id = session_id
         self.addr = addr
         self.client_id = ""
-        self.notices: asyncio.Queue[consumer_pb2.GroupNotice | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[consumer_pb2.GroupNotice | object | None] = asyncio.Queue()
+        self._ids_changed: dict[str, None] = {}  # groups owed an IDS_CHANGED notice, in order
+
+    def put(self, notice: consumer_pb2.GroupNotice) -> None:
+        if notice.kind != consumer_pb2.GroupNotice.IDS_CHANGED:
+            self._queue.put_nowait(notice)
+            return
+        if not self._ids_changed:
+            self._queue.put_nowait(_IDS_CHANGED)  # one wake-up for every group until they are taken
+        self._ids_changed[notice.group] = None
+
+    def end(self) -> None:
+        """The request side ended: :meth:`next` returns CLOSED once what was queued before is taken."""
+        self._queue.put_nowait(CLOSED)
+
+    async def next(self) -> list[consumer_pb2.GroupNotice] | None:
+        """The next notices to send; CLOSED (None) once the session ended."""
+        item = await self._queue.get()
+        if item is CLOSED:
+            return CLOSED
+        if item is _IDS_CHANGED:
+            groups, self._ids_changed = self._ids_changed, {}
+            return [consumer_pb2.GroupNotice(kind=consumer_pb2.GroupNotice.IDS_CHANGED, group=g) for g in groups]
+        assert isinstance(item, consumer_pb2.GroupNotice)
+        return [item]
 
 
 def consumer_infos(frame: consumer_pb2.HeartbeatFrame) -> list[ConsumerInfo]:
@@ -81,4 +107,4 @@ class ConsumerSessions:
         for session_id in self.manager.sessions_of(notice.group):
             session = self._sessions.get(session_id)
             if session is not None:
-                session.notices.put_nowait(notice)
+                session.put(notice)

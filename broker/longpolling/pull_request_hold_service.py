@@ -18,6 +18,7 @@ class PullRequestHoldService:
         self.loop = loop
         self.max_offset = max_offset
         self._waiters: dict[QueueKey, list[asyncio.Future[None]]] = {}
+        self.stopping = False  # set by wake_all: nothing parks any more, so a woken waiter answers at once
 
     async def wait_for_arrival(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """True once the queue holds a message at ``offset`` or later; False on timeout."""
@@ -25,9 +26,11 @@ class PullRequestHoldService:
 
     async def wait_for_any(self, topic: str, offsets: dict[int, int], timeout_s: float) -> bool:
         """True once any of the queues (queue id -> offset) holds a message at its offset or later; False on
-        timeout (a POP of any queue of a topic waits on them all)."""
+        timeout, or at once while the broker stops (a POP of any queue of a topic waits on them all)."""
         if self._arrived(topic, offsets):
             return True
+        if self.stopping:
+            return False
         future: asyncio.Future[None] = self.loop.create_future()
         keys = [(topic, queue_id) for queue_id in offsets]
         for key in keys:
@@ -67,5 +70,7 @@ class PullRequestHoldService:
                     future.set_result(None)
 
     def wake_all(self) -> None:
-        """On shutdown: answer every parked pull now."""
+        """On shutdown: answer every parked pull now (woken, a pull reads again and finds nothing: it must not
+        park again)."""
+        self.stopping = True
         self._wake(set(self._waiters))

@@ -28,6 +28,8 @@ from proto.broker_pb2 import LOGIC
 
 log = logging.getLogger(__name__)
 
+MAX_GROUPS = 1024  # groups one heartbeat may name (as a producer's)
+
 
 def ensure_group_topic(topics: TopicConfigManager, name: str, on_changed: Callable[[], None]) -> TopicConfig:
     """A group's retry or dead-letter topic on this broker (one queue, read-write), created on first use."""
@@ -75,8 +77,9 @@ class ConsumerGroupProcessor:
         session = self.sessions.open(peer)
         reader = asyncio.create_task(self._read_heartbeats(frames, session))
         try:
-            while (notice := await session.notices.get()) is not CLOSED:
-                yield notice
+            while (notices := await session.next()) is not CLOSED:
+                for notice in notices:
+                    yield notice
             await reader  # a frame that did not parse: its RequestError ends the stream INVALID_ARGUMENT
         finally:
             reader.cancel()
@@ -88,28 +91,46 @@ class ConsumerGroupProcessor:
                 if isinstance(frame, UndecodableRequest):
                     raise RequestError(f"a heartbeat frame does not parse: {frame.reason}")
                 self._check_heartbeat(frame)
-                self._prepare_groups(frame)
+                await self._prepare_groups(frame)
                 self.sessions.heartbeat(session, frame)
         finally:
-            session.notices.put_nowait(CLOSED)
+            session.end()
 
     @staticmethod
     def _check_heartbeat(frame: consumer_pb2.HeartbeatFrame) -> None:
         require(bool(frame.client_id), "a heartbeat names no client id")
+        require(len(frame.consumers) <= MAX_GROUPS, f"a consumer heartbeat names more than {MAX_GROUPS} groups")
         for consumer in frame.consumers:
             checked_group(consumer.group)
             for sub in consumer.subscriptions:
                 checked_topic(sub.topic)
 
-    def _prepare_groups(self, frame: consumer_pb2.HeartbeatFrame) -> None:
+    async def _prepare_groups(self, frame: consumer_pb2.HeartbeatFrame) -> None:
         """As upstream: the group exists and, in clustering mode, so does its retry topic, which the members
-        subscribe to at once. A slave (members heartbeat to it too) leaves that to its master."""
+        subscribe to at once. A slave (members heartbeat to it too) leaves that to its master. Creating writes
+        whole metadata files (JSON store): in a thread, and only for a frame that names something new."""
         if not self.takes_writes():
             return
-        for consumer in frame.consumers:
+        known, creates = self.groups.subscription_group_table, self.groups.auto_create
+        missing = [c for c in frame.consumers if (creates and c.group not in known) or (
+            c.message_model == consumer_pb2.CLUSTERING and c.group in known
+            and self.topics.select(retry_topic(c.group)) is None)]
+        if missing:
+            await asyncio.to_thread(self._create_groups, missing)
+
+    def _create_groups(self, consumers: list[consumer_pb2.ConsumerData]) -> None:
+        """The groups (auto-created by ``find``), then their missing retry topics in one write."""
+        retry: dict[str, TopicConfig] = {}
+        for consumer in consumers:
             config = self.groups.find(consumer.group)
-            if config is not None and consumer.message_model == consumer_pb2.CLUSTERING:
-                ensure_group_topic(self.topics, retry_topic(consumer.group), self.on_topics_changed)
+            name = retry_topic(consumer.group)
+            if config is not None and consumer.message_model == consumer_pb2.CLUSTERING and \
+                    self.topics.select(name) is None:
+                retry[name] = TopicConfig(name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ_WRITE)
+        if retry:
+            self.topics.update_many(list(retry.values()))
+            self.on_topics_changed()
+            log.info("group_topics_created topics=%d first=%s", len(retry), next(iter(retry)))
 
     def expire_members(self) -> None:
         self.sessions.expire()
