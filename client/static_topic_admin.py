@@ -18,7 +18,7 @@ from client.grpc_errors import business_error, rpc_error
 from common.kv_shard import KV_TOPIC
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
-from common.statictopic.mapping_checks import MappingError, check_cluster
+from common.statictopic.mapping_checks import CHANGED_MEANWHILE, MappingError, check_cluster
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.statictopic.queue_status import item_status, logic_range, reusable
 from common.statictopic.static_topic_plan import (
@@ -164,8 +164,9 @@ class MappingTransport(Protocol):
     def read(self, bname: str, topic: str) -> BrokerTopicState:
         """GetTopicQueueMapping on ``bname``'s master."""
 
-    def write(self, bname: str, update: BrokerUpdate) -> None:
-        """UpdateTopicQueueMapping (detail, and the config if any) on ``bname``'s master."""
+    def write(self, bname: str, update: BrokerUpdate, expected_epoch: int | None = None) -> None:
+        """UpdateTopicQueueMapping (detail, and the config if any) on ``bname``'s master; with ``expected_epoch``
+        only while it still holds the detail of that epoch (NO_DETAIL: none)."""
 
     def physical_max(self, bname: str, topic: str, queue_id: int) -> int:
         """GetMaxOffset of physical queue ``queue_id`` on ``bname`` (addressing PHYSICAL)."""
@@ -230,8 +231,9 @@ class GrpcMappingTransport:
         return BrokerTopicState(bname, detail_from_proto(r.detail) if r.HasField("detail") else None,
                                 topic_config_from_proto(r.config) if r.HasField("config") else None)
 
-    def write(self, bname: str, update: BrokerUpdate) -> None:
-        request = broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(update.detail))
+    def write(self, bname: str, update: BrokerUpdate, expected_epoch: int | None = None) -> None:
+        request = broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(update.detail),
+                                                            expected_epoch=expected_epoch)
         if update.config is not None:
             request.config.CopyFrom(topic_config_to_proto(update.config))
         addr, r = self._call(f"update the mapping of {update.detail.topic}", bname, "UpdateTopicQueueMapping",
@@ -469,20 +471,37 @@ class StaticTopicAdmin:
                 self.transport.commit_offset(successor.bname, plan.topic, successor.queue_id, group,
                                              successor.start_offset)
 
-    def write_updates(self, updates: Iterable[BrokerUpdate]) -> None:
-        """UpdateTopicQueueMapping for each, in order; the first refusal stops."""
+    def write_updates(self, updates: Iterable[BrokerUpdate], written: dict[str, int] | None = None) -> None:
+        """UpdateTopicQueueMapping for each, in order; the first refusal stops. ``written``: the epoch this run
+        last wrote to each broker (updated here), so every write is conditional on what the broker should hold."""
+        written = {} if written is None else written
         for u in updates:
-            self.transport.write(u.bname, u)
+            self._write(u, written)
+
+    def _write(self, update: BrokerUpdate, written: dict[str, int]) -> None:
+        """One write, refused by the broker unless it still holds what the plan was made from, or what this run
+        wrote there last: two admins changing the topic at once must not overwrite each other's links."""
+        expected = written.get(update.bname, update.expected_epoch)
+        try:
+            self.transport.write(update.bname, update, expected)
+        except MQClientError as exc:
+            if CHANGED_MEANWHILE not in str(exc):
+                raise
+            raise MQClientError(
+                f"static topic {update.detail.topic}: another change of the topic came in between (another admin?), "
+                f"refused by broker {update.bname}: run the command again, it reads the brokers afresh and plans "
+                f"from what they hold now ({exc})", exc.code) from None
+        written[update.bname] = update.detail.epoch
 
     def apply_remap(self, plan: RemapPlan) -> None:
         """Steps 1-4 of STATIC_TOPIC.md "Remap"."""
-        write = self.transport.write
+        written: dict[str, int] = {}  # a broker written twice expects its own first write the second time
         # 1. the new chains to the new leaders: writable now, logic offset undecided
-        self.write_updates(plan.gained)
+        self.write_updates(plan.gained, written)
         # 2. the old leaders: fenced, they answer NOT_LEADER_FOR_QUEUE from now on
         old_leaders = sorted({m.old_leader for m in plan.moved})
         for bname in old_leaders:
-            write(bname, plan.full[bname])
+            self._write(plan.full[bname], written)
         # 3. each old leader's physical max decides where the new item starts (after the block jump)
         for m in plan.moved:
             old = plan.chains[m.global_id][-2]
@@ -491,10 +510,10 @@ class StaticTopicAdmin:
         #    get the decided copy of the chains they lost at the same epoch)
         new_leaders = sorted({m.new_leader for m in plan.moved})
         for bname in new_leaders:
-            write(bname, plan.full[bname])
+            self._write(plan.full[bname], written)
         for bname in sorted(plan.full):
             if bname not in new_leaders:
-                write(bname, plan.full[bname])
+                self._write(plan.full[bname], written)
 
     # -- status ---------------------------------------------------------------------------------------------
     def static_topic_status(self, topic: str) -> StaticTopicStatus | None:

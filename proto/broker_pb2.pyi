@@ -385,12 +385,14 @@ class BrokerRuntimeInfo(_message.Message):
     def __init__(self, table: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UpdateTopicQueueMappingRequest(_message.Message):
-    __slots__ = ("detail", "config")
+    __slots__ = ("detail", "config", "expected_epoch")
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     detail: _common_pb2.TopicQueueMappingDetail
     config: _common_pb2.TopicConfig
-    def __init__(self, detail: _Optional[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+    expected_epoch: int
+    def __init__(self, detail: _Optional[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]] = ..., config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ..., expected_epoch: _Optional[int] = ...) -> None: ...
 
 class TopicQueueMappingResponse(_message.Message):
     __slots__ = ("code", "remark", "detail", "config")

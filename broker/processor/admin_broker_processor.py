@@ -130,9 +130,11 @@ class AdminBrokerProcessor:
             raise RequestError(f"topic {detail.topic} is a normal topic on broker {self.config.broker_name}: "
                                "a static topic needs a name of its own")
         old = self.mapping_manager.get(detail.topic)
+        # an older admin sends no expected epoch: its update is applied as before, unconditionally
+        expected_epoch = request.expected_epoch if request.HasField("expected_epoch") else None
         try:
             self.mapping_manager.check_owner(detail)  # before anything is forgotten for it
-            check_update(old, detail)  # well-formed first: the reuse check reads the store by its queue ids
+            check_update(old, detail, expected_epoch)  # well-formed first: the reuse check reads the store by its ids
             reused = self._check_reused_queues(old, detail)
         except MappingError as exc:
             raise RequestError(str(exc)) from None
@@ -147,7 +149,7 @@ class AdminBrokerProcessor:
         if gained and old is not None:
             self.on_leadership_gained(detail.topic, gained)
         try:
-            self.mapping_manager.update(detail)
+            self.mapping_manager.update(detail, expected_epoch)  # checked again under the lock
         except MappingError as exc:
             raise RequestError(str(exc)) from None
         if config is not None:

@@ -107,6 +107,12 @@ class StaticTopicService:
                                response.records)
             out.response.offset_delta = item.offset_delta()
             return out
+        past_max = code == ResponseCode.PULL_OFFSET_MOVED and physical > response.max_offset
+        if past_max and latest:
+            # as for a normal topic: the queue lost its tail (a failover to a master that was behind, an unflushed
+            # crash), so the consumer goes back to the max and reads what is written there from now on
+            return self._answer(ctx, ResponseCode.PULL_OFFSET_MOVED, item.logic_strictly(response.max_offset),
+                                "offset past the queue's max")
         caught_up = code == ResponseCode.PULL_NOT_FOUND or (
             code == ResponseCode.PULL_OFFSET_MOVED and physical >= response.max_offset)
         if caught_up and latest:

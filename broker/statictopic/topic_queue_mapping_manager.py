@@ -58,12 +58,15 @@ class TopicQueueMappingManager:
     def get(self, topic: str) -> TopicQueueMappingDetail | None:
         return self.mapping_table.get(topic)
 
-    def update(self, detail: TopicQueueMappingDetail) -> None:
+    def update(self, detail: TopicQueueMappingDetail, expected_epoch: int | None = None) -> None:
         """Apply this broker's new detail after the checks (epochs never decrease, no leader change at an
-        equal epoch, well-formed chains); raises MappingError naming the rule."""
+        equal epoch, well-formed chains, no link this broker holds dropped or forked, and, given
+        ``expected_epoch``, still the detail the admin planned from); raises MappingError naming the rule."""
         self.check_owner(detail)
-        with self._lock:
-            check_update(self.mapping_table.get(detail.topic), detail)
+        with self._lock:  # the compare and the set under one lock: two admins cannot both pass the check
+            held = self.mapping_table.get(detail.topic)
+            check_update(held, detail, expected_epoch)
+            assert held is None or detail.epoch >= held.epoch, "epochs never decrease"
             self._store(detail.topic, detail)
         log.info("static_topic_mapping_updated topic=%s epoch=%d total=%d leads=%s", detail.topic, detail.epoch,
                  detail.total_queues, sorted(detail.led_queues()))

@@ -17,6 +17,14 @@ class MappingError(ValueError):
     """A mapping breaks a rule; the message names where and which."""
 
 
+NO_DETAIL = -1  # the expected epoch of an update planned from a broker that held no detail
+CHANGED_MEANWHILE = "changed meanwhile"  # in every MappingConflict's message: the admin recognises it in a refusal
+
+
+class MappingConflict(MappingError):
+    """An update planned from a state the broker no longer holds: another change came in between."""
+
+
 def check_fields(detail: TopicQueueMappingDetail) -> None:
     where = f"broker {detail.bname}, topic {detail.topic}"
     if detail.total_queues <= 0:
@@ -55,12 +63,18 @@ def check_chain(bname: str, topic: str, global_id: int, items: list[LogicQueueMa
                                    f"{cur.logic_offset}, not above gen {prev.gen}'s max {prev.max_logic_offset()}")
 
 
-def check_update(old: TopicQueueMappingDetail | None, new: TopicQueueMappingDetail) -> None:
-    """What a broker checks before it applies a new detail for itself."""
+def check_update(old: TopicQueueMappingDetail | None, new: TopicQueueMappingDetail,
+                 expected_epoch: int | None = None) -> None:
+    """What a broker checks before it applies a new detail for itself. ``expected_epoch``: the epoch of the detail
+    the admin planned from (NO_DETAIL: it saw none); None (an older admin) checks nothing of the kind."""
     check_fields(new)
+    where = f"broker {new.bname}, topic {new.topic}"
+    held_epoch = old.epoch if old is not None else NO_DETAIL
+    if expected_epoch is not None and held_epoch != expected_epoch:  # compare-and-set: the plan is stale
+        raise MappingConflict(f"{where}: {CHANGED_MEANWHILE}: the change was planned from epoch "
+                              f"{_epoch_text(expected_epoch)}, the broker holds {_epoch_text(held_epoch)}")
     if old is None:
         return
-    where = f"broker {new.bname}, topic {new.topic}"
     if new.topic == KV_TOPIC and new.total_queues != old.total_queues:  # keys hash over the number of shards
         raise MappingError(f"{where}: the KV store has {old.total_queues} shards; the number of shards cannot "
                            f"change ({new.total_queues} offered)")
@@ -73,6 +87,38 @@ def check_update(old: TopicQueueMappingDetail | None, new: TopicQueueMappingDeta
             a, b = old.leader(global_id), new.leader(global_id)
             if (a and (a.bname, a.queue_id)) != (b and (b.bname, b.queue_id)):
                 raise MappingError(f"{where}: leader changed at equal epoch {new.epoch} for logic queue {global_id}")
+    for global_id, held in old.hosted_queues.items():
+        check_links_kept(where, old.bname, global_id, held, new.hosted_queues.get(global_id))
+
+
+def _epoch_text(epoch: int) -> str:
+    return "none (no detail)" if epoch == NO_DETAIL else str(epoch)
+
+
+def _same_link(held: LogicQueueMappingItem, offered: LogicQueueMappingItem) -> bool:
+    """The same physical queue placed at the same logic offset (an undecided one may be decided now; the end may be
+    decided now: a link is closed when the queue moves on)."""
+    return ((held.bname, held.queue_id, held.start_offset) == (offered.bname, offered.queue_id, offered.start_offset)
+            and (not held.logic_offset_decided() or held.logic_offset == offered.logic_offset))
+
+
+def check_links_kept(where: str, bname: str, global_id: int, held: list[LogicQueueMappingItem],
+                     offered: list[LogicQueueMappingItem] | None) -> None:
+    """A new chain goes on from the one a broker holds: it never drops the decided link the broker leads (its
+    messages would be in no chain) and never puts another link at a gen the broker holds (a fork: logic offsets
+    handed out twice). Two admins planning from the same state would otherwise both be accepted. An undecided leader
+    link (a remap's step 1) may still be replaced: nothing was read from it, and a re-run must be able to finish."""
+    tip = held[-1]
+    by_gen = {i.gen: i for i in offered or ()}
+    if tip.bname == bname and tip.logic_offset_decided() and tip.gen not in by_gen:
+        raise MappingConflict(f"{where}: {CHANGED_MEANWHILE}: the new detail drops link gen {tip.gen} "
+                              f"({tip.bname}/{tip.queue_id}) of logic queue {global_id}, which this broker leads")
+    for link in held:
+        offered_link = by_gen.get(link.gen)
+        if offered_link is not None and link.logic_offset_decided() and not _same_link(link, offered_link):
+            raise MappingConflict(f"{where}: {CHANGED_MEANWHILE}: logic queue {global_id} forks at gen {link.gen}: "
+                                  f"{link.bname}/{link.queue_id} from logic offset {link.logic_offset} held, "
+                                  f"{offered_link.bname}/{offered_link.queue_id} offered")
 
 
 def check_cluster(details: Mapping[str, TopicQueueMappingDetail],

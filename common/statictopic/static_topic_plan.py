@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem, block_round_up
-from common.statictopic.mapping_checks import MappingError, check_chain, check_cluster
+from common.statictopic.mapping_checks import NO_DETAIL, MappingError, check_chain, check_cluster
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 
@@ -23,6 +23,10 @@ class BrokerTopicState:
     detail: TopicQueueMappingDetail | None
     config: TopicConfig | None
 
+    def epoch(self) -> int:
+        """The epoch of the detail read (NO_DETAIL: none): what a change planned from it expects the broker to hold."""
+        return self.detail.epoch if self.detail is not None else NO_DETAIL
+
 
 @dataclass
 class BrokerUpdate:
@@ -31,6 +35,9 @@ class BrokerUpdate:
     bname: str
     detail: TopicQueueMappingDetail
     config: TopicConfig | None
+    # the epoch of the detail the plan was made from (NO_DETAIL: none); the broker refuses the update when it holds
+    # another one (a change came in between). None: unconditional
+    expected_epoch: int | None = None
 
 
 def next_epoch(old_epoch: int, now_ms: int) -> int:
@@ -102,7 +109,7 @@ def plan_create_or_extend(topic: str, queue_num: int, states: dict[str, BrokerTo
         queue_id = _add_physical_queue(config)
         details[bname].hosted_queues[global_id] = [
             LogicQueueMappingItem(gen=0, queue_id=queue_id, bname=bname, logic_offset=0, time_of_start=now_ms)]
-    return [BrokerUpdate(b, details[b], configs[b]) for b in sorted(details)]
+    return [BrokerUpdate(b, details[b], configs[b], states[b].epoch()) for b in sorted(details)]
 
 
 # -- remap ------------------------------------------------------------------------------------------------
@@ -296,6 +303,8 @@ def _remap_updates(topic: str, total: int, states: dict[str, BrokerTopicState],
         return d
 
     new_leaders = sorted({m.new_leader for m in moved})
-    gained = [BrokerUpdate(b, detail_for(b, epoch, only_gained=True), configs[b]) for b in new_leaders]
-    full = {b: BrokerUpdate(b, detail_for(b, epoch + 1, only_gained=False), configs[b]) for b in sorted(states)}
+    gained = [BrokerUpdate(b, detail_for(b, epoch, only_gained=True), configs[b], states[b].epoch())
+              for b in new_leaders]
+    full = {b: BrokerUpdate(b, detail_for(b, epoch + 1, only_gained=False), configs[b], states[b].epoch())
+            for b in sorted(states)}
     return RemapPlan(topic, moved, gained, full, epoch + 1, chains)

@@ -77,7 +77,7 @@ class FakeTransport:
         config = TopicConfig(**vars_of(fb.config)) if fb.config else None
         return BrokerTopicState(bname, detail, config)
 
-    def write(self, bname: str, update: BrokerUpdate) -> None:
+    def write(self, bname: str, update: BrokerUpdate, expected_epoch: int | None = None) -> None:
         d = update.detail
         self._maybe_fail(Op("write", bname, d.epoch,
                             undecided=tuple(g for g, items in sorted(d.hosted_queues.items())
@@ -89,7 +89,7 @@ class FakeTransport:
         if fb.config is not None and fb.detail is None:
             raise MQClientError(f"topic {d.topic} is a normal topic on broker {bname}")
         try:
-            check_update(fb.detail, d)
+            check_update(fb.detail, d, expected_epoch)
         except MappingError as exc:
             raise MQClientError(f"refused by {bname}: invalid argument: {exc}") from None
         fb.detail = detail_from_proto(detail_to_proto(d))  # what crossed the wire, not the planner's object

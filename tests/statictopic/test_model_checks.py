@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.statictopic.logic_queue_mapping_item import NOT_DECIDED, LogicQueueMappingItem
-from common.statictopic.mapping_checks import MappingError, check_chain, check_cluster, check_fields, check_update
+from common.statictopic.mapping_checks import (
+    NO_DETAIL,
+    MappingConflict,
+    MappingError,
+    check_chain,
+    check_cluster,
+    check_fields,
+    check_update,
+)
 from common.statictopic.topic_queue_mapping_detail import MAPPING_SCOPE_GLOBAL, TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 
@@ -268,18 +276,21 @@ def test_update_scope_mismatch():
     refused(lambda: check_update(b1_detail(), new), "broker b1", "scope mismatch", MAPPING_SCOPE_GLOBAL, "cluster-x")
 
 
-@pytest.mark.parametrize("change", [
-    lambda d: _set(d.hosted_queues[1][0], queue_id=7),  # another physical queue
-    lambda d: d.hosted_queues[1].append(it(1, 2, "b2", NOT_DECIDED)),  # another broker
-    lambda d: d.hosted_queues.pop(1),  # dropped
-    lambda d: d.hosted_queues.__setitem__(0, [it(0, 3, "b1")]),  # gained
+@pytest.mark.parametrize(("change", "when_newer"), [
+    (lambda d: _set(d.hosted_queues[1][0], queue_id=7), "forks at gen 0"),  # another physical queue
+    (lambda d: d.hosted_queues[1].append(it(1, 2, "b2", NOT_DECIDED)), None),  # another broker
+    (lambda d: d.hosted_queues.pop(1), "drops link gen 0"),  # dropped
+    (lambda d: d.hosted_queues.__setitem__(0, [it(0, 3, "b1")]), None),  # gained
 ], ids=["queue id", "broker", "dropped", "gained"])
-def test_update_leader_changed_at_equal_epoch(change):
+def test_update_leader_changed_at_equal_epoch(change, when_newer):
     new = b1_detail()
     change(new)
     refused(lambda: check_update(b1_detail(), new), "broker b1", "leader changed at equal epoch")
     new.epoch += 1
-    check_update(b1_detail(), new)  # fine with a higher epoch
+    if when_newer is None:
+        check_update(b1_detail(), new)  # fine with a higher epoch
+    else:  # never, even newer: the link b1 leads, with its messages, would be in no chain (or in two)
+        refused(lambda: check_update(b1_detail(), new), "broker b1", "changed meanwhile", when_newer)
 
 
 @pytest.mark.parametrize(("change", "fragment"), [
@@ -295,3 +306,47 @@ def test_update_checks_the_new_chains(change, fragment):
     change(new)
     refused(lambda: check_update(b1_detail(), new), "broker b1", fragment)
     refused(lambda: check_update(None, new), "broker b1", fragment)
+
+
+# -- what a newer detail must keep of the held one (two admins at once) -----------------------------------------
+def test_update_with_an_expected_epoch_is_a_compare_and_set():
+    newer = b1_detail(EPOCH + 1000)
+    check_update(b1_detail(), newer, EPOCH)  # planned from what the broker holds
+    check_update(None, newer, NO_DETAIL)
+    check_update(b1_detail(), newer)  # an older admin: no condition
+    for held, expected, fragments in [(b1_detail(), EPOCH - 1000, (str(EPOCH - 1000), str(EPOCH))),
+                                      (b1_detail(), NO_DETAIL, ("none (no detail)", str(EPOCH))),
+                                      (None, EPOCH, (str(EPOCH), "none (no detail)"))]:
+        msg = refused(lambda h=held, e=expected: check_update(h, newer, e), "broker b1", "changed meanwhile",
+                      *fragments)
+        assert "planned from epoch" in msg
+    with pytest.raises(MappingConflict):
+        check_update(b1_detail(), newer, EPOCH + 1)
+
+
+def test_a_newer_detail_may_close_the_led_link_but_not_fork_it():
+    moved = b1_detail(EPOCH + 1000)  # queue 3 moves on from b1: its link is closed, still in the chain
+    moved.hosted_queues[3] = [it(0, 2, "b0", 0, 120), it(1, 1, "b1", 10_000, 50), it(2, 4, "b2", 20_000)]
+    check_update(b1_detail(), moved)
+    forked = b1_detail(EPOCH + 1000)  # another admin planned from before b1 led it: same gen, another link
+    forked.hosted_queues[3] = [it(0, 2, "b0", 0, 120), it(1, 5, "b2", NOT_DECIDED)]
+    refused(lambda: check_update(b1_detail(), forked), "broker b1", "changed meanwhile", "logic queue 3",
+            "forks at gen 1", "b1/1", "b2/5")
+    shifted = b1_detail(EPOCH + 1000)  # the same link placed at another logic offset: offsets handed out twice
+    shifted.hosted_queues[3][1].logic_offset = 20_000
+    refused(lambda: check_update(b1_detail(), shifted), "forks at gen 1")
+    dropped = b1_detail(EPOCH + 1000)
+    del dropped.hosted_queues[3]
+    refused(lambda: check_update(b1_detail(), dropped), "broker b1", "drops link gen 1 (b1/1) of logic queue 3")
+
+
+def test_a_previous_leader_may_forget_the_chain_it_lost_and_an_undecided_link_may_be_replaced():
+    held = TopicQueueMappingDetail("T", 4, "b0", EPOCH, hosted_queues={3: [it(0, 2, "b0", 0, 120),
+                                                                           it(1, 1, "b1", 10_000)]})
+    check_update(held, TopicQueueMappingDetail("T", 4, "b0", EPOCH + 1000))  # b0 no longer keeps queue 3's chain
+    forked = TopicQueueMappingDetail("T", 4, "b0", EPOCH + 1000, hosted_queues={3: [it(0, 2, "b0", 0, 120),
+                                                                                   it(1, 7, "b2", NOT_DECIDED)]})
+    refused(lambda: check_update(held, forked), "broker b0", "forks at gen 1")  # but never takes a fork
+    step1 = TopicQueueMappingDetail("T", 4, "b1", EPOCH, hosted_queues={3: [it(0, 2, "b0", 0, 120),
+                                                                            it(1, 1, "b1", NOT_DECIDED)]})
+    check_update(step1, TopicQueueMappingDetail("T", 4, "b1", EPOCH + 1000))  # nothing was read from it yet

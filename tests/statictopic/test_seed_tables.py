@@ -138,13 +138,15 @@ def test_a_reused_queue_must_start_at_its_max_offset(replay: SeedReplay):
     stub = replay.cluster.stub("broker1")
     detail = detail_from_proto(replay.cluster.mapping("broker1", "SeedStartT").detail)
     detail.epoch += 1
-    detail.hosted_queues[1] = [LogicQueueMappingItem(gen=1, queue_id=1, bname="broker1", logic_offset=10_000,
-                                                     start_offset=7)]
+    held = detail.hosted_queues[1][-1]  # kept, closed: a newer detail never drops the link this broker leads
+    held.end_offset = held.start_offset
+    detail.hosted_queues[1].append(LogicQueueMappingItem(gen=held.gen + 1, queue_id=9, bname="broker1",
+                                                         logic_offset=10_000, start_offset=7))
     with pytest.raises(grpc.RpcError) as err:
         stub.UpdateTopicQueueMapping(broker_pb2.UpdateTopicQueueMappingRequest(detail=detail_to_proto(detail)),
                                      timeout=5)
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert "reuses physical queue 1 from offset 7, but that queue's max offset here is 0" in err.value.details()
+    assert "reuses physical queue 9 from offset 7, but that queue's max offset here is 0" in err.value.details()
 
 
 def table1(topic_rows: list[Row] | None = None) -> list[Row]:
