@@ -18,6 +18,7 @@ import pytest
 from client import Admin, KVClient, MQClientError
 from client.static_route import VIRTUAL_BROKER_NAME
 from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC, shard_of
+from proto import kv_pb2
 from tests.cluster import Cluster, Daemon, make_cluster, wait_until
 
 SHARDS = 4  # what kvInit creates here; a store made on first use has DEFAULT_KV_SHARDS
@@ -366,8 +367,13 @@ def test_snapshot_export_import(tmp_path: Path, cluster: Cluster, mode: KvMode):
             assert full_scan(kv) == source_scan
             assert kv.get_batch(keys) == source_values
 
+            busy = next(c for c in chunks if any(chunk.entries for chunk in c))
+            assert kv.import_snapshot(busy) == sum(len(chunk.entries) for chunk in busy)  # again: nothing to do
+            other = [kv_pb2.KvSnapshotChunk.FromString(chunk.SerializeToString()) for chunk in busy]
+            changed = next(chunk for chunk in other if chunk.entries)
+            changed.entries[0].value = changed.entries[0].value + b"-other"
             with pytest.raises(MQClientError, match="already holds data"):
-                kv.import_snapshot(chunks[0])
+                kv.import_snapshot(other)  # the shard holds another value of that key
             assert full_scan(kv) == source_scan  # the refused import changed nothing
 
         # The imported entries went through the commitlog: they outlive a restart.
