@@ -31,11 +31,16 @@ log = logging.getLogger(__name__)
 MAX_GROUPS = 1024  # groups one heartbeat may name (as a producer's)
 
 
+def group_topic_config(name: str) -> TopicConfig:
+    """A group's retry or dead-letter topic as the broker makes it: one queue, read-write."""
+    return TopicConfig(name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ_WRITE)
+
+
 def ensure_group_topic(topics: TopicConfigManager, name: str, on_changed: Callable[[], None]) -> TopicConfig:
-    """A group's retry or dead-letter topic on this broker (one queue, read-write), created on first use."""
+    """A group's retry or dead-letter topic on this broker, created on first use."""
     config = topics.select(name)
     if config is None:
-        config = TopicConfig(name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ_WRITE)
+        config = group_topic_config(name)
         topics.update(config)
         on_changed()
         log.info("group_topic_created topic=%s", name)
@@ -126,7 +131,7 @@ class ConsumerGroupProcessor:
             name = retry_topic(consumer.group)
             if config is not None and consumer.message_model == consumer_pb2.CLUSTERING and \
                     self.topics.select(name) is None:
-                retry[name] = TopicConfig(name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ_WRITE)
+                retry[name] = group_topic_config(name)
         if retry:
             self.topics.update_many(list(retry.values()))
             self.on_topics_changed()
