@@ -412,14 +412,18 @@ def test_the_call_after_a_broken_stream_opens_a_new_one(server: FakeServer, open
 
 
 def test_a_stream_the_server_ends_fails_pending_requests_as_unavailable(server: FakeServer, open_stream):
+    both_pending = threading.Event()
+
     def end_after_one(frames: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         for request in requests_of(frames):
-            yield Answers(responses=[echo(request)])
+            both_pending.wait(10)  # else, on a busy machine, the stream may end before the second call is made,
+            yield Answers(responses=[echo(request)])  # which then opens a new stream and is answered there
             return
 
     server.behaviour = end_after_one
     stream = open_stream(window=1)
     first, second = stream.call(Request(queue_id=1), 10.0), stream.call(Request(queue_id=2), 10.0)
+    both_pending.set()
     assert first.result(timeout=10).queue_offset == 10
     assert failure(second).code() is grpc.StatusCode.UNAVAILABLE
     assert stream.call(Request(queue_id=3), 10.0).result(timeout=10).queue_offset == 30
