@@ -35,6 +35,7 @@ from common.kv_shard import (
     check_scan_limit,
     check_value,
     shard_of,
+    snapshot_shape_error,
 )
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
@@ -340,8 +341,9 @@ class KVClient:
 
     def import_snapshot(self, chunks: list[kv_pb2.KvSnapshotChunk]) -> int:
         """Load an exported shard into the same shard here (its leader must hold nothing). Returns entries."""
-        if not chunks or not chunks[0].HasField("header"):
-            raise MQClientError("a KV snapshot starts with a header chunk")
+        problem = snapshot_shape_error(chunks)
+        if problem is not None:
+            raise MQClientError(problem)
         shard = chunks[0].header.shard
         response = self._on_shard(shard, f"KV snapshot import of shard {shard}",
                                   lambda addr: self._stub(addr).ImportSnapshot(iter(chunks),

@@ -4,6 +4,8 @@ Shared by the broker (which checks a key belongs to a shard it leads) and the SD
 """
 
 import zlib
+from collections.abc import Sequence
+from typing import Any
 
 KV_TOPIC = "rmq_sys_KV"  # a static topic: one logic queue per shard, its chain of physical queues on brokers
 DEFAULT_KV_SHARDS = 8
@@ -38,3 +40,14 @@ def check_value(value: bytes, what: str = "value") -> None:
 def check_scan_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_SCAN_LIMIT:
         raise KvInputError(f"scan limit {limit} is outside 1..{MAX_SCAN_LIMIT}")
+
+
+def snapshot_shape_error(chunks: Sequence[Any]) -> str | None:
+    """What is wrong with a KV snapshot's chunks (``KvSnapshotChunk``s) as a whole, or None: it has one header, in
+    its first chunk (a second one, of another shard say, would be ignored)."""
+    if not chunks or not chunks[0].HasField("header"):
+        return "a KV snapshot starts with a header chunk"
+    later = next((i for i, chunk in enumerate(chunks) if i and chunk.HasField("header")), None)
+    if later is not None:
+        return f"a KV snapshot has one header, in its first chunk: chunk {later} (counting from 0) carries another"
+    return None

@@ -32,6 +32,7 @@ from common.kv_shard import (
     check_scan_limit,
     check_value,
     shard_of,
+    snapshot_shape_error,
 )
 from common.refusal import Refusal
 from common.request_error import RequestError, require
@@ -275,8 +276,8 @@ class KvProcessor:
         write."""
         kv = self._kv()  # (before the snapshot is read: a broker without a KV store buffered it all to say so)
         received = await _received(chunks)
-        require(bool(received) and received[0].HasField("header"), "a snapshot starts with a header chunk")
-        _check_one_header(received)
+        problem = snapshot_shape_error(received)
+        require(problem is None, problem or "")
         header = received[0].header
         total = self.total_shards()
         require(header.total_shards == total, f"the snapshot is of a KV store with {header.total_shards} "
@@ -332,13 +333,6 @@ async def _received(chunks: AsyncIterator[kv_pb2.KvSnapshotChunk]) -> list[kv_pb
                 "a KV store of more shards has smaller ones")
         received.append(chunk)
     return received
-
-
-def _check_one_header(chunks: list[kv_pb2.KvSnapshotChunk]) -> None:
-    """A snapshot has one header, in its first chunk: another (of another shard, say) would be ignored."""
-    later = next((i for i, chunk in enumerate(chunks) if i and chunk.HasField("header")), None)
-    require(later is None, f"a snapshot has one header, in its first chunk: chunk {later} (counting from 0) "
-            "carries another")
 
 
 def _held_of(kv: KvStore, partition: int, snapshot: dict[bytes, bytes]) -> set[bytes] | None:
