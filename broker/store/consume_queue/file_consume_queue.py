@@ -75,7 +75,9 @@ class FileConsumeQueue:
             units = units[current - at :]
             at = current
         assert at == current, f"{self.topic}/{self.queue_id}: gap in queue offsets, {at // 20} after {current // 20}"
-        view = memoryview(units)
+        # Bytes, not a view of them, when they fit (always but at a segment's end): a view is read-only, which
+        # the store's pwrite cannot point at, and it would release the GIL for the write (pwrite_holding_gil).
+        view: bytes | memoryview = units if len(units) <= mfq.last_writable().remaining else memoryview(units)
         while view:
             segment = mfq.last_writable()
             n = min(segment.remaining, len(view))
