@@ -154,18 +154,20 @@ class PullMessageResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., offset_delta: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset", "addressing")
+    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset", "addressing", "clear")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     commit_offset: int
     addressing: QueueAddressing
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ...) -> None: ...
+    clear: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class QueryConsumerOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "addressing")

@@ -40,12 +40,23 @@ class ConsumerManageProcessor:
 
     def update_offset(self, request: broker_pb2.UpdateConsumerOffsetRequest) -> common_pb2.CommandResponse:
         group = checked_group(request.consumer_group)
+        if request.clear:
+            return self._clear_offset(group, request)
         require(request.commit_offset >= 0, f"commit offset {request.commit_offset} is negative")
         ctx = self._queue(request.topic, request.queue_id, request.addressing)
         if ctx is not None:
             self.static_topics.commit_offset(ctx, group, request.commit_offset)
         else:
             self.consumer_offset_manager.commit_offset(group, request.topic, request.queue_id, request.commit_offset)
+        return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def _clear_offset(self, group: str, request: broker_pb2.UpdateConsumerOffsetRequest) -> common_pb2.CommandResponse:
+        """A static topic's leader forgets a group's offset on a newer link here (``StaticTopicService.commit_offset``:
+        the group went back to an older link). Physical queues only: a logic queue's offset is the leader's to move."""
+        require(request.addressing == broker_pb2.PHYSICAL, "clear takes a physical queue (addressing PHYSICAL)")
+        require(self.static_topics.mapping_manager.get(request.topic) is not None,
+                f"topic {request.topic} is not a static topic here: clear is for a static topic's links")
+        self.consumer_offset_manager.delete_offsets([(group, request.topic, request.queue_id)])
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def query_offset(self, request: broker_pb2.QueryConsumerOffsetRequest) -> broker_pb2.OffsetResponse:

@@ -118,13 +118,25 @@ class StaticTopicService:
         if caught_up and latest:
             hold = (ctx.topic, item.queue_id, physical) if self.is_local(item) else None
             return PullOutcome(self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "").response, hold)
-        if caught_up:  # an older item is drained: hop to the next one
+        if caught_up:  # an older item: drained, or its broker has not dispatched up to the item's end yet
+            if (item.end_offset_decided() and physical < item.end_offset
+                    and self._appended_end(item, ctx.topic) > physical):
+                return self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "older item not dispatched to its end yet")
             return self._hop(ctx, item, logic)
         if code == ResponseCode.PULL_OFFSET_MOVED:  # before this item's min: its head expired
             target = item.logic_strictly(response.min_offset)
             moved = ResponseCode.PULL_OFFSET_MOVED if item is decided[0] else ResponseCode.PULL_RETRY_IMMEDIATELY
             return self._answer(ctx, moved, target, "offset before the queue's min")
         return self._answer(ctx, code, logic, response.remark)
+
+    def _appended_end(self, item: LogicQueueMappingItem, topic: str) -> int:
+        """The item's physical queue's next offset counting what is appended but not dispatched (what its end was
+        decided from). Below the decided end only when the broker lost its tail (a crash before a flush): what is
+        not there will not come, and readers hop on."""
+        if self.is_local(item):
+            return self.store.next_queue_offset(topic, item.queue_id)
+        return self._peer_offset(item, "GetMaxOffset", broker_pb2.QueueRequest(
+            topic=topic, queue_id=item.queue_id, addressing=PHYSICAL))
 
     def _hop(self, ctx: LogicQueueContext, item: LogicQueueMappingItem, logic: int) -> PullOutcome:
         nxt = ctx.after(item)
@@ -156,31 +168,62 @@ class StaticTopicService:
         return latest.logic_strictly(self.physical_offset(latest, "GetMaxOffset", ctx.topic))
 
     def search_offset(self, ctx: LogicQueueContext, timestamp: int, upper: bool) -> int:
-        """Oldest decided item to newest: the logic offset of the first message stored at or after the time
-        (LOWER), or of the last one at or before it (UPPER)."""
-        decided = ctx.decided
-        best = self.min_offset(ctx)
-        for item in decided:
-            physical_max = self.physical_offset(item, "GetMaxOffset", ctx.topic)
-            physical = self._physical_search(ctx.topic, item, timestamp, upper)
-            if not upper and physical < physical_max:
+        """The logic offset of the first message stored at or after the time (LOWER: oldest decided item to
+        newest), or of the last one at or before it (UPPER: newest to oldest), as a queue's store answers."""
+        if upper:
+            return self._search_upper(ctx, timestamp)
+        for item in ctx.decided:
+            physical = self._physical_search(ctx.topic, item, timestamp)
+            if physical < self._item_end(ctx.topic, item):
                 return item.logic_strictly(physical)
-            if upper and physical_max > 0:
-                best = item.logic_strictly(physical)
-        return best if upper else self.max_offset(ctx)
+        return self.max_offset(ctx)
 
-    def _physical_search(self, topic: str, item: LogicQueueMappingItem, timestamp: int, upper: bool) -> int:
+    def _search_upper(self, ctx: LogicQueueContext, timestamp: int) -> int:
+        """The last message at or before the time is the one before the first stored after it (store times never
+        go back within a queue); an item none of whose messages is that old has no answer (its store would give
+        its min, the next item's start, in another item's place). None has one: the earliest's min, as a store."""
+        for item in reversed(ctx.decided):
+            first_after = min(self._physical_search(ctx.topic, item, timestamp + 1), self._item_end(ctx.topic, item))
+            if first_after > max(item.start_offset, self.physical_offset(item, "GetMinOffset", ctx.topic)):
+                return item.logic_strictly(first_after - 1)
+        return self.min_offset(ctx)
+
+    def _item_end(self, topic: str, item: LogicQueueMappingItem) -> int:
+        """Where the item's messages end in its physical queue: its decided end (a queue its broker took again for
+        a later item goes on past it), or the queue's max while it is open."""
+        if item.end_offset_decided():
+            return item.end_offset
+        return self.physical_offset(item, "GetMaxOffset", topic)
+
+    def _physical_search(self, topic: str, item: LogicQueueMappingItem, timestamp: int) -> int:
+        """LOWER: the first message stored at or after ``timestamp`` in the item's physical queue."""
         if self.is_local(item):
-            boundary = BoundaryType.UPPER if upper else BoundaryType.LOWER
-            return self.store.offset_by_time(topic, item.queue_id, timestamp, boundary)
+            return self.store.offset_by_time(topic, item.queue_id, timestamp, BoundaryType.LOWER)
         return self._peer_offset(item, "SearchOffset", broker_pb2.SearchOffsetRequest(
-            topic=topic, queue_id=item.queue_id, timestamp=timestamp, upper=upper, addressing=PHYSICAL))
+            topic=topic, queue_id=item.queue_id, timestamp=timestamp, upper=False, addressing=PHYSICAL))
 
     # -- consumer offsets (double-read-check: nothing migrates on remap) ----------------------------
     def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
-        """Stored, in physical terms, on the broker of the item the offset falls in."""
+        """Stored, in physical terms, on the broker of the item the offset falls in. Reads take the newest item's
+        offset, so one a newer item holds is forgotten first: the latest commit wins, as on a plain queue (a
+        reset or a rewind to an older item was read as the newer offset, and never took effect)."""
         item = ctx.item_for(logic) or ctx.decided[0]
+        for newer in ctx.decided[ctx.decided.index(item) + 1:]:
+            self._clear_offset(ctx.topic, newer, group)
         self.commit_physical(ctx.topic, item, group, max(item.physical_of(logic), item.start_offset))
+
+    def _clear_offset(self, topic: str, item: LogicQueueMappingItem, group: str) -> None:
+        """Forget ``group``'s offset on ``item`` if it holds one reads would take (the common case, a group still
+        draining an older item, looks and writes nothing)."""
+        if self._item_offset(topic, item, group) < item.start_offset:
+            return
+        if self.is_local(item):
+            self.consumer_offset_manager.delete_offsets([(group, topic, item.queue_id)])
+            return
+        response = self.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=item.queue_id, addressing=PHYSICAL, clear=True))
+        if response.code != ResponseCode.SUCCESS:
+            raise PeerBrokerError(f"clearing {group}'s offset on broker {item.bname}: {response.remark}")
 
     def commit_physical(self, topic: str, item: LogicQueueMappingItem, group: str, physical: int) -> None:
         """Store ``group``'s offset ``physical`` on ``item``'s physical queue, here or on its broker."""
@@ -197,14 +240,15 @@ class StaticTopicService:
         an item's start is not the item's (commits are clamped to it): one its physical queue's expired link left
         behind, had it survived the reuse (the broker forgets those when it reuses the queue)."""
         for item in reversed(ctx.decided):
-            if self.is_local(item):
-                physical = self.consumer_offset_manager.query_offset(group, ctx.topic, item.queue_id)
-            else:
-                response = self.peer_brokers.call(item.bname, "QueryConsumerOffset",
-                                                    broker_pb2.QueryConsumerOffsetRequest(
-                                                        consumer_group=group, topic=ctx.topic, queue_id=item.queue_id,
-                                                        addressing=PHYSICAL))
-                physical = response.offset if response.code == ResponseCode.SUCCESS else -1
+            physical = self._item_offset(ctx.topic, item, group)
             if physical >= item.start_offset:  # (-1: none here)
                 return item.logic_strictly(physical)
         return -1
+
+    def _item_offset(self, topic: str, item: LogicQueueMappingItem, group: str) -> int:
+        """``group``'s physical offset on ``item``'s queue, here or on its broker; -1 for none."""
+        if self.is_local(item):
+            return self.consumer_offset_manager.query_offset(group, topic, item.queue_id)
+        response = self.peer_brokers.call(item.bname, "QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=item.queue_id, addressing=PHYSICAL))
+        return response.offset if response.code == ResponseCode.SUCCESS else -1

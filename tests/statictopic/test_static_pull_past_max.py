@@ -68,3 +68,36 @@ def test_past_the_max_of_a_later_link_moves_to_that_link_s_max_in_logic_terms(st
     assert (r.code, r.next_begin_offset) == (ResponseCode.PULL_NOT_FOUND, 10_002)
     r = logic_pull(store, ctx, 4)  # the drained older link still hops to the next one, never resets
     assert (r.code, r.next_begin_offset) == (ResponseCode.PULL_RETRY_IMMEDIATELY, 10_000)
+
+
+class OlderLinkBroker:
+    """broker-x, holding an older link (end 10) of which it has dispatched 8: what a pull and GetMaxOffset (the
+    appended count, what the end was decided from) answer. ``appended``: 10 while dispatch lags, 8 once it lost
+    its tail in a crash."""
+
+    def __init__(self, appended: int) -> None:
+        self.appended = appended
+
+    def call(self, bname: str, method: str, request: object) -> object:
+        assert bname == "broker-x"
+        if method == "PullMessage":
+            return broker_pb2.PullMessageResponse(code=ResponseCode.PULL_NOT_FOUND, min_offset=0, max_offset=8,
+                                                  next_begin_offset=8)
+        assert method == "GetMaxOffset"
+        return broker_pb2.OffsetResponse(code=ResponseCode.SUCCESS, offset=self.appended)
+
+
+@pytest.mark.parametrize("appended, expected", [(10, (ResponseCode.PULL_NOT_FOUND, 8)),
+                                                (8, (ResponseCode.PULL_RETRY_IMMEDIATELY, 10_000))])
+def test_an_older_link_not_dispatched_to_its_end_is_waited_for_not_hopped_past(
+        store: MessageStore, appended: int, expected: tuple[int, int]) -> None:
+    """A reader at the dispatched max of an older link below its decided end hopped to the next link: the two
+    messages appended (counted in the end) but not yet dispatched were skipped for good. It waits now; a link whose
+    broker lost them (a crash before a flush) is still left, since they will not come."""
+    ctx = chain_ctx([LogicQueueMappingItem(gen=0, queue_id=0, bname="broker-x", logic_offset=0, end_offset=10),
+                     LogicQueueMappingItem(gen=1, queue_id=0, bname="broker-a", logic_offset=10_000)])
+    service = StaticTopicService("broker-a", None, None, store, OlderLinkBroker(appended))  # type: ignore[arg-type]
+    request = broker_pb2.PullMessageRequest(topic=STATIC, queue_id=0, queue_offset=8, max_msg_nums=32,
+                                            addressing=broker_pb2.LOGIC)
+    r = service.pull(ctx, request, None).response
+    assert (r.code, r.next_begin_offset) == expected

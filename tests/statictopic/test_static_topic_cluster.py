@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
-from proto import broker_pb2
+from proto import broker_pb2, broker_pb2_grpc
 from tests.cluster import DaemonStartError, acked_ends, start_daemon, wait_dispatched, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
 
@@ -280,3 +281,62 @@ def test_a_static_topic_deleted_and_made_again_holds_only_its_new_messages(clust
     assert sorted(body for _, _, body in got) == [b"new-%d" % i for i in range(4)]
     assert {(r.queue.queue_id, r.queue_offset) for r in sent} == {(q, o) for q, o, _ in got}
     assert min(o for _, o, _ in got) == 0
+
+
+def test_a_commit_back_to_an_older_link_and_a_reset_by_time_take_effect(cluster: StaticCluster):
+    """Reads take the newest link's offset, so a commit that moves a group back to an older link forgets the newer
+    ones' first (here and on their brokers): a rewind, and a reset by time to before a remap, were answered with the
+    newer offset and ignored."""
+    topic = "StaticRewindT"
+    create(cluster, topic, 1, ["broker-a"])
+    mq = MessageQueue(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, 0)
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="rewind") as consumer:
+        sent = {"a": [producer.send(Message(topic, b"a%d" % i)) for i in range(5)]}
+        for broker in ("b", "c"):  # links on a, b, c: c leads, b's is held by neither end
+            remap(cluster, topic, [f"broker-{broker}"])
+            sent[broker] = [producer.send(Message(topic, f"{broker}{i}".encode())) for i in range(5)]
+        wait_dispatched(consumer, acked_ends([r for rs in sent.values() for r in rs]))
+        consumer.commit(mq, sent["b"][2].queue_offset)  # on b's link
+        consumer.commit(mq, sent["c"][4].queue_offset + 1)  # on c's, the leader's: b's stays
+        assert consumer.committed(mq) == sent["c"][4].queue_offset + 1
+        consumer.commit(mq, 3)  # back to a's link: c's and b's offsets are forgotten
+        assert consumer.committed(mq) == 3
+        consumer.commit(mq, sent["b"][1].queue_offset)
+        assert consumer.committed(mq) == sent["b"][1].queue_offset
+        with Admin(cluster.addr) as admin:
+            assert admin.reset_offset_by_time("rewind", topic, 0) == {mq: 0}
+        assert consumer.committed(mq) == 0
+        got, _ = drain(consumer, mq, consumer.committed(mq))
+        assert [b for _, b in got] == [f"{k}{i}".encode() for k in "abc" for i in range(5)]
+
+
+def test_search_by_time_upper_answers_the_last_message_at_or_before_the_time_across_links(cluster: StaticCluster):
+    """UPPER took the newest link's answer, which its store gives as the link's first message when all of them are
+    later than the time: the next link's start, not the older link's last message at or before it."""
+    topic = "StaticUpperT"
+    create(cluster, topic, 1, ["broker-a"])
+    with Producer(cluster.addr) as producer, PullConsumer(cluster.addr, group="upper") as consumer:
+        before = [producer.send(Message(topic, b"a%d" % i)) for i in range(5)]
+        wait_dispatched(consumer, acked_ends(before))
+        mq = MessageQueue(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, 0)
+        between = consumer.pull(mq, 4, 1).messages[0].store_timestamp + 1  # a4's store time, by a's clock
+        before_all = between - 10_000_000
+        wait_until(lambda: time.time() * 1000 > between + 5, 5)  # b0 is stored after the time
+        remap(cluster, topic, ["broker-b"])
+        after = [producer.send(Message(topic, b"b%d" % i)) for i in range(5)]
+        wait_dispatched(consumer, acked_ends(after))
+        leader = cluster.brokers["broker-b"].addr
+        with grpc.insecure_channel(leader) as channel:
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+
+            def search(timestamp: int, upper: bool) -> int:
+                r = stub.SearchOffset(broker_pb2.SearchOffsetRequest(topic=topic, queue_id=0, timestamp=timestamp,
+                                                                     upper=upper, addressing=broker_pb2.LOGIC),
+                                      timeout=10)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                return r.offset
+
+            assert search(between, upper=True) == 4  # a4, the last at or before the time
+            assert search(between, upper=False) == after[0].queue_offset  # b0, the first at or after it
+            assert search(before_all, upper=True) == 0  # none that old: the queue's min, as a store answers
+            assert search(int(time.time() * 1000) + 60_000, upper=True) == after[-1].queue_offset
