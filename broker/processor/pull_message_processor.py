@@ -6,6 +6,7 @@ from collections.abc import Callable
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.out.peer_brokers import PeerBrokerError
 from broker.processor.pull_outcome import DEFAULT_MAX_BYTES, PullOutcome, to_response
 from broker.processor.request_checks import checked_group, checked_queue_id, topic_config
 from broker.processor.subscription_filter import tags_codes_of
@@ -87,8 +88,8 @@ def _commit_on_pull(commit: Callable[[], None], group: str, request: broker_pb2.
     written (a full disk) is logged and the pull is still served; the consumer commits again later."""
     try:
         commit()
-    except Refusal:
-        raise
-    except Exception as exc:  # OSError from a file, a plain Exception from RocksDB
+    except Exception as exc:  # OSError from a file, a plain Exception from RocksDB, a static topic's older link
+        if isinstance(exc, Refusal) and not isinstance(exc, PeerBrokerError):  # on a broker that is down: served
+            raise
         log.warning("pull_commit_offset_failed group=%s topic=%s queue=%d offset=%d error=%r", group, request.topic,
                     request.queue_id, request.commit_offset, exc)

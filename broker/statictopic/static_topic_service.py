@@ -208,9 +208,10 @@ class StaticTopicService:
         offset, so one a newer item holds is forgotten first: the latest commit wins, as on a plain queue (a
         reset or a rewind to an older item was read as the newer offset, and never took effect)."""
         item = ctx.item_for(logic) or ctx.decided[0]
+        self.commit_physical(ctx.topic, item, group, max(item.physical_of(logic), item.start_offset))
+        # After the commit: one refused (its broker down) leaves the group where it was, not without an offset.
         for newer in ctx.decided[ctx.decided.index(item) + 1:]:
             self._clear_offset(ctx.topic, newer, group)
-        self.commit_physical(ctx.topic, item, group, max(item.physical_of(logic), item.start_offset))
 
     def _clear_offset(self, topic: str, item: LogicQueueMappingItem, group: str) -> None:
         """Forget ``group``'s offset on ``item`` if it holds one reads would take (the common case, a group still
