@@ -191,7 +191,7 @@ class Producer:
         mq = self._next_queue(send.topic, None, refresh=False)
         if is_logic_queue(mq):
             raise MQClientError(f"topic {send.topic} is a static topic: transactional messages on static topics are "
-                                "not supported")
+                                "not supported", ResponseCode.INVALID_PARAMETER)  # the caller's to change
         if self._sessions is not None:  # the proxy keeps sessions of its own, per v2 client
             self._sessions.add_topic(send.topic)  # sessions with its brokers before any check can be due
         future: Future[SendResult] = Future()

@@ -4,6 +4,7 @@ The SDK asks the name server synchronously on a cache miss, so every look-up run
 miss never stalls the event loop that serves every other client. SDK errors become v2 statuses here."""
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -17,7 +18,9 @@ from common.perm import is_readable
 from common.response_code import ResponseCode
 from proto import common_pb2
 from proxy.broker_channels import BrokerChannels
-from proxy.v2_codes import Code, ProxyError, from_response_code
+from proxy.v2_codes import LEADER_MOVING, Code, ProxyError, refusal
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -60,6 +63,17 @@ class TopicRouteService:
         return await self._ask(f"logic queue {logic_id} of topic {topic}",
                                lambda: self.client.leader_addr(topic, logic_id))
 
+    async def moved_leader(self, topic: str, logic_id: int, refused_at: str) -> str | None:
+        """The broker at ``refused_at`` answered NOT_LEADER_FOR_QUEUE for logic queue ``logic_id``: a remap moved
+        it. The topic's route is fetched again (else the proxy kept asking the old leader for the route cache's
+        30 s); the new leader's master, or None when the fresh route still names ``refused_at`` (the name server
+        has not heard of the remap yet: asking again now would be refused again)."""
+        self.client.invalidate_route(topic)
+        addr = await self.leader_addr(topic, logic_id)
+        log.info("logic_queue_leader_moved topic=%s logic_queue=%d refused_at=%s leader=%s", topic, logic_id,
+                 refused_at, addr)
+        return None if addr == refused_at else addr
+
     @staticmethod
     def static_view(route: common_pb2.TopicRouteData) -> StaticView | None:
         """The logic queues of a static topic's route; None for a normal topic."""
@@ -87,8 +101,10 @@ def client_error(what: str, exc: MQClientError) -> ProxyError:
     if exc.code == ResponseCode.TOPIC_NOT_EXIST:
         return ProxyError(Code.TOPIC_NOT_FOUND, f"{what}: the topic does not exist")
     if exc.code is not None:
-        return ProxyError(from_response_code(exc.code), str(exc))
+        return refusal(exc.code, str(exc))
     text = str(exc)
+    if getattr(exc, "no_leader", False):  # mid-remap a logic queue is briefly without a leader in the route
+        return ProxyError(LEADER_MOVING, text)
     if "invalid argument" in text:  # the SDK's wording for a gRPC INVALID_ARGUMENT from a broker
         return ProxyError(Code.BAD_REQUEST, text)
     if "DEADLINE_EXCEEDED" in text:

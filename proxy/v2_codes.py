@@ -8,6 +8,11 @@ from proto.v2 import definition_pb2
 
 Code = definition_pb2.Code
 
+# A logic queue whose leadership is moving (a static topic's remap, until the route names the new leader): transient,
+# so not INTERNAL_SERVER_ERROR. The official clients' producers retry it (unlike TOO_MANY_REQUESTS, which the Python
+# client's producer gives up on), and a PushConsumer receives again.
+LEADER_MOVING = Code.HA_NOT_AVAILABLE
+
 
 class ProxyError(Exception):
     """A request the proxy answers with a non-OK status: the code and a message saying what was wrong."""
@@ -45,17 +50,24 @@ _FROM_RESPONSE_CODE: dict[int, definition_pb2.Code] = {
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
     ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
     ResponseCode.INVALID_RECEIPT_HANDLE: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.NOT_LEADER_FOR_QUEUE: LEADER_MOVING,
 }
 
 
 def from_response_code(code: int) -> definition_pb2.Code:
-    """The v2 code of a broker's response code; INTERNAL_SERVER_ERROR for one without a v2 meaning (a transient
-    NOT_LEADER_FOR_QUEUE during a remap, ...)."""
+    """The v2 code of a broker's response code; INTERNAL_SERVER_ERROR for one without a v2 meaning."""
     return _FROM_RESPONSE_CODE.get(code, Code.INTERNAL_SERVER_ERROR)
 
 
+def refusal(code: int, message: str) -> ProxyError:
+    """A broker's response code as a v2 error; NOT_LEADER_FOR_QUEUE says why (its remark names only the broker)."""
+    if code == ResponseCode.NOT_LEADER_FOR_QUEUE:
+        message += " (a remap of the static topic moved the logic queue to another broker)"
+    return ProxyError(from_response_code(code), message)
+
+
 def broker_refusal(what: str, code: int, remark: str) -> ProxyError:
-    return ProxyError(from_response_code(code), f"{what}: {code_name(code)}: {remark}")
+    return refusal(code, f"{what}: {code_name(code)}: {remark}")
 
 
 def overall_status(statuses: list[definition_pb2.Status]) -> definition_pb2.Status:

@@ -7,14 +7,15 @@ PushConsumer's assignment is one queue per broker), so the pop goes to that brok
 (queue id -1: the broker rotates over them); when that broker has nothing to hand out right now, the topic's other
 brokers are asked at once, and only when none has anything is the first one long-polled. A queue naming no broker
 of the route (an old route) starts at the next broker in turn. A static topic's logic queue pops at its leader,
-addressed LOGIC."""
+addressed LOGIC; a leader that answers NOT_LEADER_FOR_QUEUE (a remap moved the queue) has the route fetched again
+and the pop made once more at the new leader."""
 
 import asyncio
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -101,35 +102,48 @@ class ConsumeProcessor:
         while another broker has messages); only when all are empty is the first one long-polled. The first
         target's refusal is the receive's; another's only skips it."""
         empty = pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND)
+        first = targets[0]
         for i, target in enumerate(targets):
             try:
-                response = await self._pop(pop, target, 0, what)
+                answered, response = await self._pop(pop, target, 0, what)
             except ProxyError as exc:
                 if i == 0:
                     raise
                 log.info("receive_skipped_broker addr=%s reason=%r", target.addr, exc.message)
                 continue
+            if i == 0:  # a logic queue's new leader, when it moved: the long poll goes there too
+                first = answered
             if response.popped:
-                return target, response
+                return answered, response
         if poll_ms <= 0:
             return None, empty
-        response = await self._pop(pop, targets[0], poll_ms, what)
-        return (targets[0], response) if response.popped else (None, empty)
+        answered, response = await self._pop(pop, first, poll_ms, what)
+        return (answered, response) if response.popped else (None, empty)
 
     async def _pop(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int,
-                   what: str) -> pop_pb2.PopMessageResponse:
+                   what: str) -> tuple[PopTarget, pop_pb2.PopMessageResponse]:
+        """The target that answered (a logic queue's new leader, when the old one said it moved) and its answer."""
+        response = await self._pop_at(pop, target, poll_ms, what)
+        if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE and target.addressing == broker_pb2.LOGIC:
+            moved = await self.routes.moved_leader(pop.topic, target.queue_id, target.addr)
+            if moved is not None:  # once: a second refusal is answered as a transient one
+                target = replace(target, addr=moved)
+                response = await self._pop_at(pop, target, poll_ms, what)
+        if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
+            raise broker_refusal(what, response.code, response.remark)
+        return target, response
+
+    async def _pop_at(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int,
+                      what: str) -> pop_pb2.PopMessageResponse:
         request = pop_pb2.PopMessageRequest()
         request.CopyFrom(pop)
         request.queue_id, request.addressing, request.poll_time_ms = target.queue_id, target.addressing, poll_ms
         try:
-            response = await self.brokers.pop_service(target.addr).PopMessage(
+            return await self.brokers.pop_service(target.addr).PopMessage(
                 request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(pop.topic, target.addr, exc)
             raise rpc_failure(what, target.addr, exc) from None
-        if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
-            raise broker_refusal(what, response.code, response.remark)
-        return response
 
     def _limits(self, request: service_pb2.ReceiveMessageRequest, time_remaining_s: float | None) -> ReceiveLimits:
         if request.batch_size <= 0:

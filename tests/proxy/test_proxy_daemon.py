@@ -1,7 +1,9 @@
 """mqproxy as a daemon, spoken to with this repository's copy of the v2 protos: the ready line, a clean stop, one
 proxy per port, the routes and settings clients rely on, and bad input answered with a v2 status that says what is
-wrong (never status code 0, never a crash: the daemon keeps serving)."""
+wrong (never status code 0, never a crash: the daemon keeps serving). Static topics across a remap, and (against
+stand-in brokers, which no real cluster can hold still) a receive whose logic queue leader keeps refusing."""
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -16,9 +18,17 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from client import Admin, PullConsumer
+from client.errors import MQClientError
+from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from proto import pop_pb2, pop_pb2_grpc
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
-from tests.cluster import REPO, wait_until
+from proxy.broker_channels import BrokerChannels
+from proxy.processor.consume_processor import ConsumeProcessor
+from proxy.proxy_config import ProxyConfig
+from proxy.topic_route_service import TopicRouteService
+from proxy.v2_codes import ProxyError
+from tests.cluster import REPO, static_route_epoch, wait_static_route, wait_until
 from tests.proxy.conftest import OfficialClient, ProxyCluster, start_proxy
 
 Code = definition_pb2.Code
@@ -268,3 +278,143 @@ def test_static_topic_is_its_logic_queues_and_sends_land_in_them(proxy_cluster: 
             return found if len(found) >= 9 else {}
         found = wait_until(stored, timeout=15, what="the static topic's messages")
     assert set(found) == sent and set(found.values()) == {0, 1, 2}  # round robin over the logic queues
+
+
+def test_transactional_send_to_a_static_topic_is_a_bad_request(proxy_cluster: ProxyCluster, stub):
+    topic = static_topic(proxy_cluster, f"ProxyStaticTx_{uuid.uuid4().hex[:8]}", ["broker-a"])
+    answer = stub.SendMessage(service_pb2.SendMessageRequest(messages=[
+        v2_message(topic, message_type=definition_pb2.TRANSACTION)]), metadata=client_id(), timeout=10)
+    assert answer.entries[0].status.code == Code.BAD_REQUEST, answer  # the client's to change, not the proxy's fault
+    assert "static topic" in answer.entries[0].status.message
+
+
+def test_receive_right_after_a_remap_pops_at_the_new_leader(proxy_cluster: ProxyCluster, stub):
+    """The old leader answers NOT_LEADER_FOR_QUEUE: the proxy fetches the route again and pops at the new leader,
+    not an INTERNAL error until its cached route (30 s) expires."""
+    topic = static_topic(proxy_cluster, f"ProxyStaticRemap_{uuid.uuid4().hex[:8]}", ["broker-a"])
+    sent = {e.message_id for e in send(stub, *(v2_message(topic, b"m%d" % i) for i in range(4))).entries}
+    first = receive_logic(stub, topic, "remap_readers")  # the proxy's route now names broker-a as the leader
+    assert first[0].status.code == Code.OK, first[0].status
+    remap(proxy_cluster, topic, ["broker-b"])
+
+    after = receive_logic(stub, topic, "remap_readers")
+    assert after[0].status.code == Code.OK, after[0].status
+    assert {r.message.system_properties.message_id for r in after if r.HasField("message")} <= sent
+    assert "logic_queue_leader_moved" in proxy_cluster.proxy.log()
+
+
+def test_dead_lettering_a_message_popped_before_a_remap_is_no_internal_error(proxy_cluster: ProxyCluster, stub):
+    """Its receipt handle names the old leader, which refuses to read a logic queue it no longer leads: that is
+    a remap's transient refusal, not the proxy's internal error."""
+    topic = static_topic(proxy_cluster, f"ProxyStaticDlq_{uuid.uuid4().hex[:8]}", ["broker-a"])
+    send(stub, v2_message(topic, b"doomed"))
+    (message,) = [r.message for r in receive_logic(stub, topic, "remap_dlq") if r.HasField("message")]
+    remap(proxy_cluster, topic, ["broker-b"])
+
+    answer = stub.ForwardMessageToDeadLetterQueue(service_pb2.ForwardMessageToDeadLetterQueueRequest(
+        group=definition_pb2.Resource(name="remap_dlq"), topic=definition_pb2.Resource(name=topic),
+        receipt_handle=message.system_properties.receipt_handle, message_id=message.system_properties.message_id,
+        delivery_attempt=1, max_delivery_attempts=16), metadata=client_id(), timeout=10)
+    assert answer.status.code in (Code.OK, Code.HA_NOT_AVAILABLE), answer.status
+
+
+class NotLeader(pop_pb2_grpc.PopServiceServicer):
+    """A broker that leads no logic queue (fenced by a remap): every pop is refused NOT_LEADER_FOR_QUEUE."""
+
+    def __init__(self) -> None:
+        self.pops = 0
+
+    async def PopMessage(self, request, context):
+        self.pops += 1
+        return pop_pb2.PopMessageResponse(code=ResponseCode.NOT_LEADER_FOR_QUEUE, remark="not the leader")
+
+
+class Leaders:
+    """The SDK's route cache as the proxy sees it: logic queue 0's leader, then ``fresh`` once the route was
+    invalidated (None: the fresh route names no leader, as mid-remap)."""
+
+    def __init__(self, first: str, fresh: str | None) -> None:
+        self.first, self.fresh = first, fresh
+        self.invalidated = 0
+
+    def leader_addr(self, topic: str, logic_id: int) -> str:
+        addr = self.fresh if self.invalidated else self.first
+        if addr is None:
+            err = MQClientError(f"logic queue {logic_id} of topic {topic} has no leader right now")
+            err.no_leader = True  # type: ignore[attr-defined]  # as the SDK's
+            raise err
+        return addr
+
+    def invalidate_route(self, topic: str) -> None:
+        self.invalidated += 1
+
+
+@pytest.mark.parametrize("fresh, pops", [("old", [1, 0]), ("new", [1, 1]), (None, [1, 0])],
+                         ids=["route-not-updated-yet", "new-leader-refuses-too", "no-leader-yet"])
+def test_a_leader_that_keeps_refusing_is_asked_once_more_then_answered_as_transient(fresh: str | None,
+                                                                                     pops: list[int]):
+    """The refreshed route may still name the old leader (the name server has not heard of the remap): no second
+    pop there. A new leader is asked once. Either way, and when the route names no leader yet, the answer is a
+    transient one, not INTERNAL_SERVER_ERROR."""
+    async def scenario() -> None:
+        brokers = [NotLeader(), NotLeader()]
+        servers, addrs = [], []
+        for broker in brokers:
+            server = grpc.aio.server()
+            pop_pb2_grpc.add_PopServiceServicer_to_server(broker, server)
+            addrs.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+            await server.start()
+            servers.append(server)
+        leaders = Leaders(addrs[0], {"old": addrs[0], "new": addrs[1], None: None}[fresh])
+        channels = BrokerChannels()
+        processor = ConsumeProcessor(TopicRouteService(leaders, channels), channels,  # type: ignore[arg-type]
+                                     ProxyConfig(namesrv_addr="unused:9876"))
+        request = service_pb2.ReceiveMessageRequest(
+            group=definition_pb2.Resource(name="g"), message_queue=definition_pb2.MessageQueue(
+                topic=definition_pb2.Resource(name="T"), id=0,
+                broker=definition_pb2.Broker(name=LOGICAL_QUEUE_MOCK_BROKER_NAME)), batch_size=1,
+            invisible_duration=Duration(seconds=30))
+        try:
+            with pytest.raises(ProxyError) as refused:
+                [r async for r in processor.receive_message(request, "cid", None)]
+        finally:
+            await channels.close()
+            for server in servers:
+                await server.stop(None)
+        assert refused.value.code == Code.HA_NOT_AVAILABLE, refused.value.message
+        assert fresh is None or "remap" in refused.value.message  # the broker's remark names only itself
+        assert leaders.invalidated == 1
+        assert [b.pops for b in brokers] == pops
+
+    asyncio.run(scenario())
+
+
+def static_topic(proxy_cluster: ProxyCluster, topic: str, brokers: list[str]) -> str:
+    """A static topic of one logic queue on ``brokers``, routed by the name server."""
+    with Admin(proxy_cluster.namesrv) as admin:
+        admin.update_static_topic(topic, 1, brokers=brokers)
+    wait_static_route(proxy_cluster.namesrv, topic, 0)
+    return topic
+
+
+def remap(proxy_cluster: ProxyCluster, topic: str, brokers: list[str]) -> None:
+    """The topic's logic queues moved to ``brokers``, and the name server routing the new leaders."""
+    with Admin(proxy_cluster.namesrv) as admin:
+        epoch = static_route_epoch(admin, topic)
+        admin.remap_static_topic(topic, brokers=brokers)
+    wait_static_route(proxy_cluster.namesrv, topic, epoch + 1)
+
+
+def receive_logic(stub: service_pb2_grpc.MessagingServiceStub, topic: str,
+                  group: str) -> list[service_pb2.ReceiveMessageResponse]:
+    """One receive of a message from logic queue 0, without long polling."""
+    return list(stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(
+        group=definition_pb2.Resource(name=group), message_queue=definition_pb2.MessageQueue(
+            topic=definition_pb2.Resource(name=topic), id=0,
+            broker=definition_pb2.Broker(name=LOGICAL_QUEUE_MOCK_BROKER_NAME)),
+        filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="*"), batch_size=1,
+        invisible_duration=Duration(seconds=30)), metadata=client_id(), timeout=10))
+
+
+def client_id() -> list[tuple[str, str]]:
+    return [("x-mq-client-id", f"test-{uuid.uuid4().hex[:6]}")]
