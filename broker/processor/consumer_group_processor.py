@@ -158,8 +158,17 @@ class ConsumerGroupProcessor:
     def lock_batch(self, request: consumer_pb2.LockBatchRequest) -> consumer_pb2.LockBatchResponse:
         group = checked_group(request.group)
         require(bool(request.client_id), "a lock request names no client id")
-        granted = self.locks.try_lock(group, request.client_id, queue_refs(list(request.queues)))
+        refs = [q for q in queue_refs(list(request.queues)) if self._may_lock(q)]
+        granted = self.locks.try_lock(group, request.client_id, refs)
         return consumer_pb2.LockBatchResponse(locked=[to_queue_ref(q) for q in granted])
+
+    def _may_lock(self, queue: QueueRef) -> bool:
+        """A static topic's logic queue is leased by its leader only: a client still renewing at the old leader
+        after a remap (a stale route) must lose the lease, not hold it beside one taken at the new leader."""
+        if queue[1] != LOGICAL_QUEUE_MOCK_BROKER_NAME:
+            return True
+        detail = self.static_topics.mapping_manager.get(queue[0])
+        return detail is not None and queue[2] in detail.led_queues()
 
     def unlock_batch(self, request: consumer_pb2.LockBatchRequest) -> common_pb2.CommandResponse:
         group = checked_group(request.group)

@@ -14,7 +14,7 @@ from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME, block_round_up
 from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
-from proto import broker_pb2, broker_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, consumer_pb2, consumer_pb2_grpc
 from tests.cluster import DaemonStartError, acked_ends, start_daemon, wait_dispatched, wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
 
@@ -340,3 +340,19 @@ def test_search_by_time_upper_answers_the_last_message_at_or_before_the_time_acr
             assert search(between, upper=False) == after[0].queue_offset  # b0, the first at or after it
             assert search(before_all, upper=True) == 0  # none that old: the queue's min, as a store answers
             assert search(int(time.time() * 1000) + 60_000, upper=True) == after[-1].queue_offset
+
+
+def test_an_orderly_lease_on_a_logic_queue_is_granted_by_its_leader_only(cluster: StaticCluster):
+    """A client renewing at the old leader after a remap (a stale route) held the lease there while another took
+    it at the new leader: two members consuming one orderly queue."""
+    topic = "StaticLeaseT"
+    create(cluster, topic, 1, ["broker-a"])
+    remap(cluster, topic, ["broker-b"])
+    queue = consumer_pb2.QueueRef(topic=topic, broker_name=LOGICAL_QUEUE_MOCK_BROKER_NAME, queue_id=0)
+    locked = {}
+    for broker in ("broker-a", "broker-b"):
+        with grpc.insecure_channel(cluster.brokers[broker].addr) as channel:
+            response = consumer_pb2_grpc.ConsumerServiceStub(channel).LockBatchMQ(consumer_pb2.LockBatchRequest(
+                group="lease", client_id=f"client-at-{broker}", queues=[queue]), timeout=10)
+            locked[broker] = list(response.locked)
+    assert locked == {"broker-a": [], "broker-b": [queue]}
