@@ -310,9 +310,10 @@ class BrokerController:
                                        "from its master")
 
     def _start_master_services(self) -> None:
-        self.timer.start(self.local_store, self._queue_exists, StaticTopicDeliveryRoute(
-            self.config.broker_name, self.topic_queue_mapping_manager, self.peer_brokers,
-            self.local_store.config.max_message_size))
+        route = StaticTopicDeliveryRoute(self.config.broker_name, self.topic_queue_mapping_manager, self.peer_brokers,
+                                         self.local_store.config.max_message_size)
+        self.timer.start(self.local_store, self._queue_exists, route,
+                         lambda topic: self.topic_config_manager.select(topic) is not None)
         self.transactions.start(self.local_store, self.consumer_offset_manager, self.topic_config_manager,
                                 self._announce)
         if self.tiered is not None:

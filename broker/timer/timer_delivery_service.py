@@ -68,6 +68,7 @@ class DeliveryStore(Protocol):
 
 
 QueueExists = Callable[[str, int], bool]
+TopicConfigured = Callable[[str], bool]
 Clock = Callable[[], int]
 Group = tuple[str, int, int | None]  # real topic, queue id, logic queue id (a static topic's)
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
@@ -97,12 +98,15 @@ class _Outcome:
 
 class TimerDeliveryService(threading.Thread):
     def __init__(self, timers: TimerMessageStore, store: DeliveryStore, queue_exists: QueueExists, *,
-                 route: DeliveryRoute | None = None, clock_ms: Clock = wall_clock_ms, batch_size: int = 1024,
-                 max_sleep_s: float = 0.1) -> None:
+                 topic_configured: TopicConfigured | None = None, route: DeliveryRoute | None = None,
+                 clock_ms: Clock = wall_clock_ms, batch_size: int = 1024, max_sleep_s: float = 0.1) -> None:
         super().__init__(name="timer-delivery", daemon=True)
         self.timers = timers
         self.store = store
         self.queue_exists = queue_exists
+        # None: a topic without a config here is taken for a deleted one (its timers are dropped)
+        self.topic_configured = topic_configured
+        self._unconfigured_seen: set[str] = set()  # topics delivered to without a config here, each logged once
         self.route = route or LocalDelivery()
         self.store_host = store.store_host
         self.clock_ms = clock_ms
@@ -215,6 +219,15 @@ class TimerDeliveryService(threading.Thread):
 
     def _deliver_group(self, outcome: _Outcome, topic: str, queue_id: int, logic_queue_id: int | None,
                        items: list[tuple[bytes, MessageExt]]) -> None:
+        deleted_at = self.timers.deleted_at(topic)
+        if deleted_at >= 0:  # recorded before the topic's deletion: for the topic that is gone, not one made again
+            stale = [k for k, m in items if m.physical_offset < deleted_at]
+            if stale:
+                self._drop(topic, queue_id, len(stale), "the topic was deleted after the message was sent")
+                outcome.done.extend(stale)
+                items = [(k, m) for k, m in items if m.physical_offset >= deleted_at]
+                if not items:
+                    return
         keys = [k for k, _ in items]
         where = self.route.target(topic, queue_id, logic_queue_id)
         if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
@@ -284,7 +297,8 @@ class TimerDeliveryService(threading.Thread):
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result
         without an append is a refusal: retry later."""
-        if not self.queue_exists(topic, queue_id):
+        admit = self._admission(topic, queue_id)
+        if admit is None:
             self._drop(topic, queue_id, len(messages), "the topic or queue no longer exists on this broker")
             return None
         raw_topic = topic.encode()
@@ -292,7 +306,7 @@ class TimerDeliveryService(threading.Thread):
         # Asked again under the commitlog's lock, where deleteTopic's deletion record appends: a delete right after
         # the check above must not leave the message at the start of a topic made again under the name.
         result = self.store.put_wire_batch(WireBatch.of_records(raw_topic, queue_id, records), wait_flushed=False,
-                                           admit=lambda: self.queue_exists(topic, queue_id))
+                                           admit=admit)
         if result.status is PutMessageStatus.NOT_ADMITTED:
             self._drop(topic, queue_id, len(messages), "the topic or queue was deleted while it was delivered")
             return None
@@ -300,6 +314,25 @@ class TimerDeliveryService(threading.Thread):
             self._drop(topic, queue_id, len(messages), f"refused by the store: {result.error}")
             return None
         return result
+
+    def _admission(self, topic: str, queue_id: int) -> Callable[[], bool] | None:
+        """What the put asks under the commitlog's lock; None to drop: a queue of a configured topic that it no
+        longer has. A topic with no config here that dispatch never saw deleted is delivered to all the same: a
+        replica promoted before it copied a topic made in its master's last seconds holds its timers (replicated)
+        but not its config, and the message is the sender's, acknowledged (the topic comes back with its next
+        send or updateTopic)."""
+        if self.queue_exists(topic, queue_id):
+            return lambda: self.queue_exists(topic, queue_id)
+        configured = self.topic_configured
+        if configured is None or configured(topic):
+            return None
+        if topic not in self._unconfigured_seen:
+            self._unconfigured_seen.add(topic)
+            log.warning("timer_delivered_without_topic_config topic=%s queue_id=%d: no config for the topic here "
+                        "and no deletion of it seen (a failover before its copy?); create it to consume them",
+                        topic, queue_id)
+        # still without a config (deleted now, it would have had one), or made meanwhile with the queue
+        return lambda: not configured(topic) or self.queue_exists(topic, queue_id)
 
     def _forward(self, target: DeliveryTarget, topic: str, messages: list[MessageExt]) -> int:
         """Send the messages to the broker that leads their logic queue now; how many it stored."""

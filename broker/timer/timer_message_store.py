@@ -4,6 +4,7 @@ Keys (raw bytes, so RocksDB keeps them in due order)::
 
     timer       >QQ due time (epoch ms), commitlog offset of the timer-topic record  ->  the record's bytes
     checkpoint  b"\\xffcheckpoint"                                                    ->  >q commitlog offset
+    deletion    b"\\xffdeleted/" topic                                                ->  >q commitlog offset
 
 A timer holds a copy of its record, so a pending timer never depends on commitlog retention (a delay of weeks
 outlives ``fileReservedTime``). The WAL is on: one dispatch is one WriteBatch of its timers and the checkpoint,
@@ -19,6 +20,11 @@ the commitlog - recovery, a slave (whose timer store sees every timer its master
 again once promoted) - takes them out as well. ``delivery_lock`` is held by the delivery from taking due timers to
 removing them, and by a recall from finding its timer to removing it: a recalled message is never delivered, a
 delivered one never recalled.
+
+A deletion key holds where the topic's last deleteTopic record is in the commitlog (written when dispatch reaches
+it, in order with the timers): a timer recorded before it is dropped when due (the topic it was for is gone; one
+made again under the name must not start with it), one recorded after it is delivered, and so is one of a topic
+this broker has no config of but never saw deleted (a replica promoted before its copy of a new topic).
 
 Due times fit in 7 bytes (any time before the year 2 million), so the checkpoint's 0xff key sorts after every
 timer. Deleted timers leave tombstones at the front of the key space until compaction: scans start at a floor
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 TIMER_KEY = struct.Struct(">QQ")  # due ms, physical offset
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"\xffcheckpoint"
+DELETION_PREFIX = b"\xffdeleted/"
 META_START = b"\xff"  # every timer key sorts below it
 
 ReadAt = Callable[[int, int], bytes]
@@ -161,6 +168,19 @@ class TimerMessageStore(CommitLogDispatcher):
             self._pending += len(added) - len(taken_out)
             self._floor = min(self._floor, first_key)
         return due_of_key(first_key) if added else None
+
+    def topic_deleted(self, topic: str, at_offset: int) -> None:
+        """Remember the latest deletion of ``topic`` (a replay of an older one keeps the later)."""
+        key = DELETION_PREFIX + topic.encode()
+        with self._apply_lock:
+            if at_offset > self.deleted_at(topic):
+                self.db.put(key, OFFSET.pack(at_offset))
+                log.info("timer_topic_deletion_noted topic=%s commitlog_offset=%d", topic, at_offset)
+
+    def deleted_at(self, topic: str) -> int:
+        """The commitlog offset of the latest deleteTopic of ``topic`` dispatched here; -1 for none."""
+        raw = self.db.get(DELETION_PREFIX + topic.encode())
+        return -1 if raw is None else OFFSET.unpack(raw)[0]
 
     @staticmethod
     def _due_of(props: bytes, physical: int) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from broker.store.message_store import MessageStore
 from broker.timer.delay_router import DelayRouter
 from broker.timer.delivery_route import DeliveryRoute
-from broker.timer.timer_delivery_service import QueueExists, TimerDeliveryService
+from broker.timer.timer_delivery_service import QueueExists, TimerDeliveryService, TopicConfigured
 from broker.timer.timer_message_store import TimerMessageStore
 
 
@@ -25,10 +25,12 @@ class TimerService:
                                        fresh_start=lambda: store.flushed_checkpoint.read() or 0)
         store.register_dispatcher(self.store)
 
-    def start(self, store: MessageStore, queue_exists: QueueExists, route: DeliveryRoute) -> None:
+    def start(self, store: MessageStore, queue_exists: QueueExists, route: DeliveryRoute,
+              topic_configured: TopicConfigured | None = None) -> None:
         """After ``store.start()``: timers due while the broker was down are delivered at once."""
         assert self.store is not None, "attach before start"
-        self.delivery = TimerDeliveryService(self.store, store, queue_exists, route=route)
+        self.delivery = TimerDeliveryService(self.store, store, queue_exists, topic_configured=topic_configured,
+                                             route=route)
         self.delivery.start()
 
     def stop_delivery(self) -> None:

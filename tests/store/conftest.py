@@ -60,9 +60,9 @@ def held_dispatch(store: MessageStore) -> threading.Event:
         gate.wait(10)
         dispatch(requests, end)
 
-    def held_deletion(topic):  # type: ignore[no-untyped-def]
+    def held_deletion(topic, at_offset):  # type: ignore[no-untyped-def]
         gate.wait(10)
-        topic_deleted(topic)
+        topic_deleted(topic, at_offset)
 
     cq.dispatch = held_records  # type: ignore[method-assign]
     cq.topic_deleted = held_deletion  # type: ignore[method-assign]

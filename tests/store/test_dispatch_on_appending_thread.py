@@ -129,7 +129,7 @@ class DeletionRecordingDispatcher(ThreadRecordingDispatcher):
         super().__init__()
         self.deletions: list[tuple[str, int]] = []  # (topic, thread)
 
-    def topic_deleted(self, topic: str) -> None:
+    def topic_deleted(self, topic: str, at_offset: int) -> None:
         self.deletions.append((topic, threading.get_ident()))
 
 

@@ -464,3 +464,32 @@ def test_a_full_disk_failing_every_delivery_pass_is_one_log_line_and_delivery_re
     disk_full[0] = False  # the disk has room again: the next pass delivers
     wait_until(node.delivered, timeout=10, interval=0.01, what="the due message delivered")
     assert bodies(node.delivered()) == [b"m0"]
+
+
+def test_timers_recorded_before_their_topic_s_deletion_are_dropped_and_later_ones_delivered(
+        tmp_path: Path, nodes: list[Node]):
+    """The timer store notes each deleteTopic record dispatch reaches: a timer recorded before it was for the topic
+    that is gone, and must not start one made again under the name (the delivery only asked whether a config exists,
+    which a topic made again has); one recorded after it is the new topic's. The note survives a restart."""
+    node = start(nodes, tmp_path)
+    node.send([NOW + 10], topic="Again")
+    assert node.store.delete_topic("Again") is None
+    node.send([NOW + 20], topic="Again")
+    node.stop()
+    again = start(nodes, tmp_path)
+    again.now = NOW + 100
+    assert again.deliver() == 2 and again.delivery.dropped == 1
+    assert bodies(again.delivered(topic="Again")) == [b"m1"]
+
+
+def test_a_topic_with_no_config_here_never_seen_deleted_is_delivered_to(tmp_path: Path, nodes: list[Node]):
+    """A replica promoted before it copied a topic its master made in its last seconds holds the topic's timers
+    (replicated with the commitlog) but not its config: the messages were acknowledged, so they are delivered (they
+    were dropped as the messages of a deleted topic). A configured topic that lost the queue still drops them."""
+    node = start(nodes, tmp_path, queue_exists=lambda topic, queue_id: topic == "Known" and queue_id == 0)
+    node.delivery.topic_configured = lambda topic: topic == "Known"
+    node.send([NOW + 10], topic="BornLate")
+    node.send([NOW + 10], topic="Known", queue_id=3)
+    node.now = NOW + 100
+    assert node.deliver() == 2 and node.delivery.dropped == 1
+    assert bodies(node.delivered(topic="BornLate")) == [b"m0"]

@@ -84,7 +84,7 @@ class ConsumeQueueStore(CommitLogDispatcher):
         return None
 
     @abstractmethod
-    def topic_deleted(self, topic: str) -> None:
+    def topic_deleted(self, topic: str, at_offset: int = 0) -> None:
         """Drop the topic's queues (dispatch reached its deletion: ``topic_deletion.py``)."""
 
     @abstractmethod

@@ -127,7 +127,7 @@ class FileConsumeQueueStore(ConsumeQueueStore):
             cq.correct_min_offset(commit_log_min_offset)
             cq.close_retired()
 
-    def topic_deleted(self, topic: str) -> None:
+    def topic_deleted(self, topic: str, at_offset: int = 0) -> None:
         with self._lock:
             keys = [k for k in self._queues if k[0] == topic]
             for key in keys:

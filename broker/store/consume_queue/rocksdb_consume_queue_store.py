@@ -405,7 +405,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
                 queue.min_offset = new_low
         return len(applied)
 
-    def topic_deleted(self, topic: str) -> None:
+    def topic_deleted(self, topic: str, at_offset: int = 0) -> None:
         name = topic.encode()
         with self._lock:
             keys = [k for k in self._queues if k[0] == topic]

@@ -32,9 +32,10 @@ class CommitLogDispatcher(ABC):
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make applied state durable and advance the checkpoint."""
 
-    def topic_deleted(self, topic: str) -> None:  # noqa: B027 - optional hook
-        """Dispatch reached a deleteTopic (``topic_deletion.py``): forget the topic's state; what follows of it is a
-        topic made again under the name. Comes in commitlog order, between ``dispatch`` calls, and again in a replay."""
+    def topic_deleted(self, topic: str, at_offset: int) -> None:  # noqa: B027 - optional hook
+        """Dispatch reached a deleteTopic (``topic_deletion.py``), its record at commitlog offset ``at_offset``:
+        forget the topic's state; what follows of it is a topic made again under the name. Comes in commitlog order,
+        between ``dispatch`` calls, and again in a replay."""
 
     def truncate_dirty(self, commit_log_end: int) -> None:  # noqa: B027 - optional hook
         """Forget state that points at or past ``commit_log_end`` (the commitlog lost its tail)."""

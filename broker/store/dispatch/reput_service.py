@@ -200,7 +200,7 @@ class ReputMessageService(threading.Thread):
         if requests and requests[0][TOPIC] == TOPIC_DELETION_TOPIC:  # alone in its batch (parse_records)
             topic = deleted_topic(requests[0])
             for dispatcher in self.dispatchers:
-                dispatcher.topic_deleted(topic)
+                dispatcher.topic_deleted(topic, requests[0][PHYSICAL_OFFSET])
             log.info("topic_deletion_dispatched topic=%s commitlog_offset=%d", topic, requests[0][PHYSICAL_OFFSET])
             requests = []
         for dispatcher in self.dispatchers:

@@ -201,7 +201,7 @@ class TieredDispatcher(CommitLogDispatcher):
             del p.requests[:count]
             self._kept -= count
 
-    def topic_deleted(self, topic: str) -> None:
+    def topic_deleted(self, topic: str, at_offset: int) -> None:
         """Its records waiting for upload are dropped now, and its flat files go at the start of the next pass,
         before any record of a topic made again under the name is uploaded (its queue offsets start at 0 again,
         which the old flat files would take for records they hold)."""
