@@ -1,7 +1,9 @@
 """A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets, POP
 state and (a controller-mode replica's) tier (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon
-as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics
-and mappings the master no longer has are deleted here too. Offsets are as of the last copy: a consumer reading from
+as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics,
+mappings, groups and offsets the master no longer has are deleted here too. Once stopped (this broker is promoted,
+or follows another master), nothing more of a copy is applied, even one whose calls were under way (the thread is
+not waited for: a hung master would hold a promotion up). Offsets are as of the last copy: a consumer reading from
 the slave while the master is down, or from a promoted slave, may read again what was committed since
 (at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
 its invisible time passes what was acked since; what was in flight or acked before the copy, never too early.
@@ -18,8 +20,8 @@ the next ``updateTopic``; a mapping change is re-applied by the operator's retri
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -41,6 +43,8 @@ from common.topic_config_codec import topic_config_from_proto
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TierCopies(Protocol):
@@ -76,7 +80,15 @@ FIRST_SYNC_RETRY_S = 0.2
 # least t / POP_COPY_SHARE, so copying a large state takes no more than that share of either broker's time.
 POP_COPY_INTERVAL_S = 1.0
 POP_COPY_SHARE = 0.05
-RPC_TIMEOUT_S = 30.0
+# Per call: a hung master must not keep the copy thread (and its channel) for long once this broker stops following
+# it (nothing it answers later is applied: see shutdown). What may be a large whole state (a first copy of millions
+# of topics, POP state, the tier's metadata) takes seconds to encode and send: those calls have more time.
+RPC_TIMEOUT_S = 5.0
+BULK_TIMEOUT_S = 30.0
+
+
+class CopyStopped(Exception):
+    """The copy was stopped (promotion, another master, shutdown) before this piece of it was applied."""
 
 
 class SlaveSynchronize(threading.Thread):
@@ -94,6 +106,9 @@ class SlaveSynchronize(threading.Thread):
         self.pop_state = pop_state
         self.tier = tier
         self._stopped = threading.Event()
+        # Held while a piece of a copy is checked and applied; shutdown takes it after setting _stopped, so once
+        # shutdown returns nothing of the old master's is ever written here (the thread itself is not waited for).
+        self._applying = threading.Lock()
         self._synced_from = ""
         self._topics_copied: tuple[str, common_pb2.DataVersion] | None = None  # (master, version) of the copy
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
@@ -120,6 +135,8 @@ class SlaveSynchronize(threading.Thread):
         try:
             step(addr)
             return True
+        except CopyStopped as exc:
+            log.info("slave_sync_abandoned master=%s before=%s reason=stopped", addr, exc)
         except grpc.RpcError as exc:
             log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
         except Exception:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
@@ -132,7 +149,7 @@ class SlaveSynchronize(threading.Thread):
             return
         with _master_channel(addr) as channel:
             snapshot = self._fetch_pop_state(channel, _signed())
-        self._copy_pop_state(addr, snapshot)
+        self._apply("pop_state", lambda: self._copy_pop_state(addr, snapshot))
 
     def sync_all(self, addr: str) -> None:
         with _master_channel(addr) as channel:
@@ -144,28 +161,57 @@ class SlaveSynchronize(threading.Thread):
             details = stub.GetAllTopicQueueMapping(empty, **signed).details
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
-        mappings_changed = self._copy_mappings([detail_from_proto(d) for d in details])
-        changed, gone = self._copy_topics(addr, topics)
-        for g in groups:
-            config = SubscriptionGroupConfig(g.group_name, g.consume_enable, g.consume_broadcast_enable,
-                                             g.retry_queue_nums, g.retry_max_times, g.broker_id,
-                                             g.consume_message_orderly)
-            if self.groups.subscription_group_table.get(g.group_name) != config:
-                self.groups.update(config)
+        mappings_changed = self._apply("mappings", lambda: self._copy_mappings([detail_from_proto(d) for d in details]))
+        changed, gone = self._apply("topics", lambda: self._copy_topics(addr, topics))
+        groups_changed, groups_gone = self._apply("groups", lambda: self._copy_groups(groups))
+        self._apply("offsets", lambda: self._copy_offsets(offsets))
+        self._apply("pop_state", lambda: self._copy_pop_state(addr, pop_state))
+        self._check_following("tier")  # (its own role lock fences the rest: a backend read is not waited for here)
+        self._copy_tier(addr, tier)
+        if changed or gone or mappings_changed or groups_changed or groups_gone:
+            log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups_changed=%d groups_deleted=%d "
+                     "mappings_changed=%d", addr, len(changed), len(gone), len(groups_changed), len(groups_gone),
+                     mappings_changed)
+        if changed or gone or mappings_changed:
+            self.on_topics_changed()
+
+    def _check_following(self, what: str) -> None:
+        """Before a piece of a copy is applied: CopyStopped once this broker stopped following the master it came
+        from (promoted, following another, shutting down). The old master's tables must never land in a master."""
+        if self._stopped.is_set():
+            raise CopyStopped(what)
+
+    def _apply(self, what: str, step: Callable[[], T]) -> T:
+        """``step`` (one piece of a copy), unless stopped: checked and applied under the lock shutdown takes, so a
+        piece is applied before shutdown returns or not at all."""
+        with self._applying:
+            self._check_following(what)
+            return step()
+
+    def _copy_groups(self, groups: Iterable[broker_pb2.SubscriptionGroupConfig]) -> tuple[list[str], list[str]]:
+        """The master's subscription groups, those it no longer has deleted here (as topics are: a group deleted
+        on the master would come back after a failover). No group is made locally but by a read (a pull here with
+        slaveReadEnable auto-creates it): the master's table is the whole truth, as upstream's copy replaces it."""
+        theirs = {g.group_name: _group_config(g) for g in groups}
+        table = self.groups.subscription_group_table
+        changed = [name for name, config in theirs.items() if table.get(name) != config]
+        for name in changed:
+            self.groups.update(theirs[name])
+        gone = [name for name in list(table) if name not in theirs]
+        for name in gone:
+            self.groups.delete(name)
+        return changed, gone
+
+    def _copy_offsets(self, offsets: Iterable[broker_pb2.ConsumerOffsetEntry]) -> None:
+        theirs = set()
         for o in offsets:
+            theirs.add((o.group, o.topic, o.queue_id))
             if self.offsets.query_offset(o.group, o.topic, o.queue_id) != o.offset and o.offset >= 0:
                 self.offsets.commit_offset(o.group, o.topic, o.queue_id, o.offset)
         # offsets the master forgot (a reused static-topic queue, a deleted group's topics) go here too: after a
         # failover they would otherwise come back
-        theirs = {(o.group, o.topic, o.queue_id) for o in offsets}
         self.offsets.delete_offsets([(g, t, q) for g, t, q, _o in self.offsets.all_offsets()
                                      if (g, t, q) not in theirs])
-        self._copy_pop_state(addr, pop_state)
-        self._copy_tier(addr, tier)
-        if changed or gone or mappings_changed:
-            log.info("slave_synced master=%s topics_changed=%d topics_deleted=%d groups=%d mappings_changed=%d",
-                     addr, len(changed), len(gone), len(groups), mappings_changed)
-            self.on_topics_changed()
 
     def _fetch_topic_changes(self, stub: broker_pb2_grpc.BrokerServiceStub, addr: str,
                              signed: dict) -> broker_pb2.TopicConfigChanges:
@@ -173,12 +219,14 @@ class SlaveSynchronize(threading.Thread):
         master of an older release)."""
         copied = self._topics_copied
         since = copied[1] if copied is not None and copied[0] == addr else None
+        whole = _bulk(signed)
         try:
-            return stub.GetTopicConfigChanges(broker_pb2.TopicConfigChangesRequest(since=since), **signed)
+            return stub.GetTopicConfigChanges(broker_pb2.TopicConfigChangesRequest(since=since),
+                                              **(signed if since is not None else whole))
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
-        return broker_pb2.TopicConfigChanges(configs=stub.GetAllTopicConfig(common_pb2.Empty(), **signed).configs,
+        return broker_pb2.TopicConfigChanges(configs=stub.GetAllTopicConfig(common_pb2.Empty(), **whole).configs,
                                              whole=True)
 
     def _copy_topics(self, addr: str, topics: broker_pb2.TopicConfigChanges) -> tuple[list[TopicConfig], list[str]]:
@@ -207,7 +255,7 @@ class SlaveSynchronize(threading.Thread):
         known = self.pop_state.copied_from()
         try:
             answer = pop_pb2_grpc.PopServiceStub(channel).GetPopState(pop_pb2.PopStateRequest(known_version=known),
-                                                                       **signed)
+                                                                       **_bulk(signed))
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
@@ -233,7 +281,7 @@ class SlaveSynchronize(threading.Thread):
             return _UNANSWERED
         try:
             answer = tiered_pb2_grpc.TieredServiceStub(channel).GetTierCopy(
-                tiered_pb2.TierCopyRequest(known_version=self.tier.copied_version()), **signed)
+                tiered_pb2.TierCopyRequest(known_version=self.tier.copied_version()), **_bulk(signed))
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
@@ -269,9 +317,16 @@ class SlaveSynchronize(threading.Thread):
         return len(changed) + len(gone)
 
     def shutdown(self) -> None:
+        """Stops the copy without waiting for the thread (it may be stuck in a call to a hung master, which
+        promotion must not wait for): only for a piece being applied now. Nothing is applied after this returns."""
         self._stopped.set()
-        if self.is_alive():
-            self.join(timeout=5)
+        with self._applying:
+            pass
+
+
+def _group_config(g: broker_pb2.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+    return SubscriptionGroupConfig(g.group_name, g.consume_enable, g.consume_broadcast_enable, g.retry_queue_nums,
+                                   g.retry_max_times, g.broker_id, g.consume_message_orderly)
 
 
 def _master_channel(addr: str) -> grpc.Channel:
@@ -281,3 +336,8 @@ def _master_channel(addr: str) -> grpc.Channel:
 def _signed() -> dict:
     """A call's timeout and the daemon's inner credentials."""
     return {"timeout": RPC_TIMEOUT_S, "metadata": inner_metadata()}
+
+
+def _bulk(signed: dict) -> dict:
+    """``signed`` for a call whose answer may be a large whole state."""
+    return {**signed, "timeout": BULK_TIMEOUT_S}

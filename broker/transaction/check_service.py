@@ -76,6 +76,11 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _ends_below(status: GetMessageStatus, offset: int, max_offset: int) -> bool:
+    """Whether the queue ends below ``offset`` (an empty queue answers NO_MESSAGE, not an overflow)."""
+    return status in (GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.NO_MESSAGE) and offset > max_offset
+
+
 class TransactionalMessageCheckService(threading.Thread):
     def __init__(self, *, table: TransactionTable, store: MessageStore, offsets: ConsumerOffsetManager,
                  topics: TopicConfigManager, producers: ProducerManager, broker_name: str,
@@ -119,10 +124,7 @@ class TransactionalMessageCheckService(threading.Thread):
     def _load(self) -> bool:
         """Read both queues from the progress offsets to where the commitlog ended at start (recovery may still be
         dispatching it), then take ends. False if stopped first."""
-        half = self.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE_ID)
-        op = self.offsets.query_offset(SYSTEM_GROUP, OP_HALF_TOPIC, OP_QUEUE_ID)
-        self.table.start_at(max(half, 0), max(op, 0))
-        self._committed = (max(half, 0), max(op, 0))  # nothing to commit until progress moves
+        half, op = self._start_progress()
         target = self.store.commit_log.confirm_offset
         started = time.monotonic()
         while not self.store.wait_dispatched(target, 1.0):
@@ -135,8 +137,27 @@ class TransactionalMessageCheckService(threading.Thread):
         self.read_log()
         self.table.ready.set()
         log.info("transaction_loaded pending=%d half_progress=%d op_progress=%d half_read=%d op_read=%d",
-                 self.table.pending, max(half, 0), max(op, 0), self.table.half_read, self.table.op_read)
+                 self.table.pending, half, op, self.table.half_read, self.table.op_read)
         return True
+
+    def _start_progress(self) -> tuple[int, int]:
+        """The committed progress offsets, each lowered to where its queue ends now: a promoted slave's (or a
+        slave restarted as master) were copied from its master and may be ahead of the log it replicated. Taken as
+        they are, new half and op messages would take offsets below them: never read, and their ends answered
+        "ended long ago". Queue ends from ``next_queue_offset``: complete before dispatch catches up, and a message
+        put after this only takes an offset at or past them."""
+        committed = (max(self.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE_ID), 0),
+                     max(self.offsets.query_offset(SYSTEM_GROUP, OP_HALF_TOPIC, OP_QUEUE_ID), 0))
+        ends = (self.store.next_queue_offset(HALF_TOPIC, HALF_QUEUE_ID),
+                self.store.next_queue_offset(OP_HALF_TOPIC, OP_QUEUE_ID))
+        half, op = min(committed[0], ends[0]), min(committed[1], ends[1])
+        for topic, was, now in ((HALF_TOPIC, committed[0], half), (OP_HALF_TOPIC, committed[1], op)):
+            if now < was:
+                log.warning("transaction_progress_lowered topic=%s from=%d to=%d reason=ahead_of_queue_at_start",
+                            topic, was, now)
+        self.table.start_at(half, op)
+        self._committed = committed  # a lowered progress is committed by the first pass, else nothing until it moves
+        return half, op
 
     def _sleep(self) -> None:
         """Until the next half message known is due, and at least every min(interval, timeout) to see new ones (so
@@ -182,18 +203,22 @@ class TransactionalMessageCheckService(threading.Thread):
     def read_log(self) -> None:
         """What is new in the op and half queues, into the table."""
         table = self.table
-        self._read(OP_HALF_TOPIC, OP_QUEUE_ID, table.op_read, self._on_op, table.skip_ops)
-        self._read(HALF_TOPIC, HALF_QUEUE_ID, table.half_read, self._on_half, table.skip_halves)
+        self._read(OP_HALF_TOPIC, OP_QUEUE_ID, table.op_read, self._on_op, table.skip_ops, table.lower_op_to)
+        self._read(HALF_TOPIC, HALF_QUEUE_ID, table.half_read, self._on_half, table.skip_halves,
+                   table.lower_half_to)
 
     def _read(self, topic: str, queue_id: int, offset: int, on_record: Callable[[MessageExt, int], None],
-              skip: Callable[[int], None]) -> None:
+              skip: Callable[[int], None], lower_to: Callable[[int], bool]) -> None:
         while not self._stopped.is_set():
             result = self.store.get_message(topic, queue_id, offset, READ_BATCH)
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:
                 log.warning("transaction_queue_expired topic=%s from=%d to=%d", topic, offset, result.next_begin_offset)
-            elif result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY:
-                log.error("transaction_queue_behind_progress topic=%s progress=%d max=%d", topic, offset,
-                          result.max_offset)
+            elif _ends_below(result.status, offset, result.max_offset):
+                # The queue was cut (or deleted) under the table: new messages take the offsets from its end, so
+                # reading and progress go back there (once: the next read starts at the end).
+                if lower_to(result.max_offset):
+                    log.error("transaction_progress_lowered topic=%s from=%d to=%d reason=queue_ends_below",
+                              topic, offset, result.max_offset)
                 return
             elif result.status not in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE):
                 return  # caught up

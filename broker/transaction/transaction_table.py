@@ -21,10 +21,13 @@ import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from broker.transaction.op_message import OpKind, OpMessage, Outcome
 
 ENDED_KEPT = 100_000  # outcomes kept below the half progress offset, to answer repeated ends
+
+V = TypeVar("V")
 
 
 @dataclass(slots=True)
@@ -93,6 +96,32 @@ class TransactionTable:
         with self._cond:
             self.half_progress = self.half_read = half_progress
             self.op_progress = self.op_read = op_progress
+
+    def lower_half_to(self, end: int) -> bool:
+        """The half queue ends at ``end``, below where reading stands (it was cut or deleted under the table):
+        reading and H go back to it, and what was known at or past it is dropped, as new half messages take those
+        offsets. False if nothing was past ``end``."""
+        with self._cond:
+            if self.half_read <= end:
+                return False
+            self.half_read = end
+            self.half_progress = min(self.half_progress, end)
+            _drop_from(self._pending, end)
+            _drop_from(self._checks, end)
+            _drop_from(self._ended, end)
+            _drop_from(self._undurable, end)
+            self._real_written = {q for q in self._real_written if q < end}
+            return True
+
+    def lower_op_to(self, end: int) -> bool:
+        """The op queue's :meth:`lower_half_to`: new op messages take the offsets from ``end`` on."""
+        with self._cond:
+            if self.op_read <= end:
+                return False
+            self.op_read = end
+            self.op_progress = min(self.op_progress, end)
+            self._ops = deque(item for item in self._ops if item[0] < end)
+            return True
 
     # -- reading the queues ------------------------------------------------------------------------
     def add_half(self, entry: HalfEntry) -> None:
@@ -246,3 +275,9 @@ class TransactionTable:
                 del ended[q]
         for q in [q for q in self._checks if q < h]:  # checks of half messages read before H (after a restart)
             del self._checks[q]
+
+
+def _drop_from(known: dict[int, V], end: int) -> None:
+    """What ``known`` holds of half offsets at or past ``end``, dropped."""
+    for q in [q for q in known if q >= end]:
+        del known[q]

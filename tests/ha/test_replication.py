@@ -248,6 +248,28 @@ def test_a_slave_copies_its_masters_consumer_offsets(sync_group: Group):
     wait_until(lambda: slave_offset() == 7, timeout=25, what="the slave to copy the committed offset (every 10 s)")
 
 
+def test_a_group_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path):
+    """The slave's copy only added and updated groups: one deleted on the master stayed on its slave, and was
+    served again after a failover."""
+    g = Group(tmp_path, "ASYNC_MASTER")
+    from proto import common_pb2
+    slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+
+    def slave_groups() -> set[str]:
+        return {c.group_name for c in slave.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=5).groups}
+
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.update_subscription_group("doomed", brokers=["broker-a"])
+            admin.update_subscription_group("kept", brokers=["broker-a"])
+            wait_until(lambda: {"doomed", "kept"} <= slave_groups(), timeout=15, what="the slave to copy the groups")
+            admin.delete_subscription_group("doomed", brokers=["broker-a"])
+        wait_until(lambda: "doomed" not in slave_groups(), timeout=15, what="the slave to delete the group")
+        assert "kept" in slave_groups()
+    finally:
+        g.stop()
+
+
 def test_in_sync_replicas_lets_a_send_complete_with_any_n_minus_one_slaves(tmp_path: Path):
     g = Group(tmp_path, "SYNC_MASTER", inSyncReplicas=2)  # the master and one slave, whichever is ahead
     second = start_broker(tmp_path / "slave2", "broker-a", g.ns.addr, brokerId=2, brokerRole="SLAVE",

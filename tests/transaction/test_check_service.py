@@ -2,6 +2,7 @@
 injected (passes run by hand, not by its thread): checks and their counts, the discard, the progress offsets, a
 restart of the store in the middle, and the answers EndTransaction gives."""
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -359,3 +360,49 @@ def test_a_commit_racing_the_delete_of_its_topic_stores_nothing(broker: Broker, 
     broker.topics.update(TopicConfig(TOPIC, 1, 1))  # made again: its first message has queue offset 0
     assert broker.store.put_messages(TOPIC, 0, [b"new"], [b""]).queue_offset == 0
     assert [(m.queue_offset, m.body) for m in broker.messages(TOPIC)] == [(0, b"new")]
+
+
+def test_progress_copied_ahead_of_the_queues_is_lowered_at_load(broker: Broker, caplog):
+    """A slave restarted as master (or promoted) starts with the progress offsets it copied from its master, ahead
+    of the log it replicated (asynchronous replication lost the tail): lowered to the queues' ends, a transaction
+    begun after the failover is read and can be committed (taken as they were, its half message took an offset
+    below them and its commit was refused as "ended long ago": the message was lost)."""
+    tx = broker.send_half(b"replicated")
+    assert broker.end(tx, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
+    wait_until(lambda: broker.progress_reaches((1, 1)), what="progress past the replicated transaction")
+    for topic in (HALF_TOPIC, OP_HALF_TOPIC):  # the master's progress, 3 transactions this log never got
+        broker.offsets.commit_offset(SYSTEM_GROUP, topic, 0, 4)
+    with caplog.at_level(logging.WARNING, logger="broker.transaction.check_service"):
+        broker.restart()
+    assert (broker.table.half_progress, broker.table.op_progress) == (1, 1)
+    assert sorted(r.getMessage() for r in caplog.records if "transaction_progress_lowered" in r.getMessage()) == [
+        f"transaction_progress_lowered topic={topic} from=4 to=1 reason=ahead_of_queue_at_start"
+        for topic in sorted((HALF_TOPIC, OP_HALF_TOPIC))]
+    after = broker.send_half(b"after failover")
+    assert after.queue_offset == 1
+    assert broker.end(after, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
+    assert [m.body for m in broker.messages(TOPIC)] == [b"replicated", b"after failover"]
+    # the lowered progress is committed, then moves past the new transaction as usual
+    wait_until(lambda: broker.progress_reaches((2, 2)), what="progress past the transaction after the failover")
+
+
+def test_queues_found_ending_below_the_reading_offsets_are_read_from_their_ends(broker: Broker, caplog):
+    """The table reads past both queues' ends (as if they were cut under it): each pass used to log it and read
+    nothing, and a new half message below the progress was refused as "ended long ago". Lowered once, logged
+    once, and what comes next is read."""
+    tx = broker.send_half(b"first")
+    assert broker.end(tx, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
+    assert broker.store.wait_dispatched(broker.store.commit_log.max_offset())
+    broker.pass_at(broker.now)
+    broker.table.start_at(5, 5)
+    with caplog.at_level(logging.WARNING, logger="broker.transaction.check_service"):
+        broker.pass_at(broker.now)
+        broker.pass_at(broker.now)
+    assert (broker.table.half_read, broker.table.op_read) == (1, 1)
+    assert sorted(r.getMessage() for r in caplog.records if "transaction_progress_lowered" in r.getMessage()) == [
+        f"transaction_progress_lowered topic={topic} from=5 to=1 reason=queue_ends_below"
+        for topic in sorted((HALF_TOPIC, OP_HALF_TOPIC))]
+    after = broker.send_half(b"second")
+    assert broker.end(after, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
+    broker.pass_at(broker.now)
+    wait_until(lambda: broker.progress_reaches((2, 2)), what="progress past the transaction read again")
