@@ -257,3 +257,6 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def GetAllTopicQueueMapping(self, request, context):
         return await run(self.admin.all_mappings)
 
+    async def WaitMetadataChange(self, request, context):
+        return await run(self.admin.wait_metadata_change, request)
+

@@ -17,6 +17,22 @@ ADDRESSING_UNSPECIFIED: QueueAddressing
 LOGIC: QueueAddressing
 PHYSICAL: QueueAddressing
 
+class MetadataVersions(_message.Message):
+    __slots__ = ("topics", "mappings")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MAPPINGS_FIELD_NUMBER: _ClassVar[int]
+    topics: _common_pb2.DataVersion
+    mappings: _common_pb2.DataVersion
+    def __init__(self, topics: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., mappings: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+
+class MetadataChangeRequest(_message.Message):
+    __slots__ = ("known", "wait_ms")
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    known: MetadataVersions
+    wait_ms: int
+    def __init__(self, known: _Optional[_Union[MetadataVersions, _Mapping]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
 class SendMessageRequest(_message.Message):
     __slots__ = ("producer_group", "topic", "queue_id", "bodies", "properties", "flag", "born_timestamp", "born_host", "sys_flag", "addressing", "records", "request_id")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -421,10 +437,12 @@ class ConsumerOffsetEntry(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class TopicQueueMappingList(_message.Message):
-    __slots__ = ("details",)
+    __slots__ = ("details", "data_version")
     DETAILS_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     details: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicQueueMappingDetail]
-    def __init__(self, details: _Optional[_Iterable[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]]] = ...) -> None: ...
+    data_version: _common_pb2.DataVersion
+    def __init__(self, details: _Optional[_Iterable[_Union[_common_pb2.TopicQueueMappingDetail, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class ConsumerOffsetList(_message.Message):
     __slots__ = ("offsets",)

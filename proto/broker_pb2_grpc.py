@@ -190,6 +190,11 @@ class BrokerServiceStub:
                 request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=proto_dot_broker__pb2.TopicQueueMappingList.FromString,
                 _registered_method=True)
+        self.WaitMetadataChange = channel.unary_unary(
+                '/rmq.BrokerService/WaitMetadataChange',
+                request_serializer=proto_dot_broker__pb2.MetadataChangeRequest.SerializeToString,
+                response_deserializer=proto_dot_broker__pb2.MetadataVersions.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -402,6 +407,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitMetadataChange(self, request, context):
+        """A slave's watch on what a promoted slave needs to serve what was acknowledged (topic configs, static topic
+        mappings): answered once their versions differ from the caller's, or after wait_ms (at most 5 s).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -559,6 +572,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.GetAllTopicQueueMapping,
                     request_deserializer=proto_dot_common__pb2.Empty.FromString,
                     response_serializer=proto_dot_broker__pb2.TopicQueueMappingList.SerializeToString,
+            ),
+            'WaitMetadataChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitMetadataChange,
+                    request_deserializer=proto_dot_broker__pb2.MetadataChangeRequest.FromString,
+                    response_serializer=proto_dot_broker__pb2.MetadataVersions.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1398,6 +1416,33 @@ class BrokerService:
             '/rmq.BrokerService/GetAllTopicQueueMapping',
             proto_dot_common__pb2.Empty.SerializeToString,
             proto_dot_broker__pb2.TopicQueueMappingList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitMetadataChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.BrokerService/WaitMetadataChange',
+            proto_dot_broker__pb2.MetadataChangeRequest.SerializeToString,
+            proto_dot_broker__pb2.MetadataVersions.FromString,
             options,
             channel_credentials,
             insecure,

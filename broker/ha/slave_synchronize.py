@@ -11,11 +11,17 @@ its invisible time passes what was acked since; what was in flight or acked befo
 Topic configs come as what changed since the slave's copy (``GetTopicConfigChanges``; the whole table for a first
 copy): with millions of topics, the whole table every time kept the master's loop busy for seconds.
 
+Between copies the slave watches its master's topic and mapping versions (``WaitMetadataChange``, a long poll) and
+copies those two as soon as they move: what a promoted slave needs to serve what was acknowledged (a delayed
+message's topic, a KV shard's mapping made at the store's first use) reaches it within milliseconds, not at the
+next copy. Groups, offsets and POP state keep the copies' schedule.
+
 Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
 whatever happened before (a slave that missed changes, a restored store), and the commitlog's byte-for-byte copy
-stays free of records only the broker itself reads. The cost is the window between copies: a change made in the
-last ``SYNC_INTERVAL_S`` before a master dies is not on the new master (a topic created then is created again by
-the next ``updateTopic``; a mapping change is re-applied by the operator's retried command, which is idempotent)."""
+stays free of records only the broker itself reads. The cost is the window between a change and its copy: for
+topics and mappings the watch's round trip (a master dying in it loses the change, as an ASYNC_MASTER loses its
+last messages; a topic created then is created again by the next ``updateTopic``, a mapping change re-applied by
+the operator's retried command, which is idempotent); for the rest up to ``SYNC_INTERVAL_S``."""
 
 import logging
 import threading
@@ -37,7 +43,6 @@ from common import tls
 from common.acl import inner_metadata
 from common.response_code import ResponseCode
 from common.statictopic.mapping_codec import detail_from_proto
-from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_from_proto
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
@@ -111,25 +116,100 @@ class SlaveSynchronize(threading.Thread):
         self._applying = threading.Lock()
         self._synced_from = ""
         self._topics_copied: tuple[str, common_pb2.DataVersion] | None = None  # (master, version) of the copy
+        self._mappings_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
+        self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
+        self._watch_channel: tuple[str, grpc.Channel] | None = None
 
     def run(self) -> None:
         next_sync = next_pop_copy = time.monotonic()
-        while not self._stopped.wait(max(0.0, min(next_sync, next_pop_copy) - time.monotonic())):
-            addr = self.master_addr()
-            now = time.monotonic()
-            if not addr:
-                next_sync = next_pop_copy = now + FIRST_SYNC_RETRY_S
-                continue
-            if now >= next_sync:
-                if self._guarded(addr, self.sync_all):
-                    self._synced_from = addr
-                next_sync = now + (SYNC_INTERVAL_S if self._synced_from else FIRST_SYNC_RETRY_S)
-                next_pop_copy = time.monotonic() + POP_COPY_INTERVAL_S  # sync_all copied POP state too
-            elif now >= next_pop_copy:
-                self._guarded(addr, self.copy_pop_state)
-                took = time.monotonic() - now
-                next_pop_copy = now + took + max(POP_COPY_INTERVAL_S, took / POP_COPY_SHARE)
+        try:
+            while not self._stopped.is_set():
+                self._wait_watching(min(next_sync, next_pop_copy))
+                if self._stopped.is_set():
+                    return
+                next_sync, next_pop_copy = self._step(next_sync, next_pop_copy)
+        finally:
+            self._close_watch_channel()
+
+    def _step(self, next_sync: float, next_pop_copy: float) -> tuple[float, float]:
+        """The copy due now, if any; when the next ones are due."""
+        addr = self.master_addr()
+        now = time.monotonic()
+        if not addr:
+            return now + FIRST_SYNC_RETRY_S, now + FIRST_SYNC_RETRY_S
+        if now >= next_sync:
+            if self._guarded(addr, self.sync_all):
+                self._synced_from = addr
+            next_sync = now + (SYNC_INTERVAL_S if self._synced_from else FIRST_SYNC_RETRY_S)
+            next_pop_copy = time.monotonic() + POP_COPY_INTERVAL_S  # sync_all copied POP state too
+        elif now >= next_pop_copy:
+            self._guarded(addr, self.copy_pop_state)
+            took = time.monotonic() - now
+            next_pop_copy = now + took + max(POP_COPY_INTERVAL_S, took / POP_COPY_SHARE)
+        return next_sync, next_pop_copy
+
+    # -- the watch: topics and mappings copied as soon as they change ------------------------------
+    def _wait_watching(self, until: float) -> None:
+        """Until ``until``, watching the master's topics and mappings (once a copy of it was taken), which are
+        copied as soon as they change: what a master made in its last seconds (a topic, a KV shard's mapping) is
+        then on the slave it fails over to, not lost with it."""
+        left = until - time.monotonic()
+        addr = self._synced_from
+        if left > 0 and addr and addr == self.master_addr() and addr not in self._unwatchable:
+            if self._watch(addr, left):
+                return
+            left = until - time.monotonic()  # no answer: the copies' own schedule only (they say why it failed)
+        if left > 0:
+            self._stopped.wait(left)
+
+    def _watch(self, addr: str, wait_s: float) -> bool:
+        """One watch call, and the copy of what it says changed; False when the master did not answer."""
+        known = broker_pb2.MetadataVersions(topics=self._copied_version(self._topics_copied, addr),
+                                            mappings=self._copied_version(self._mappings_copied, addr))
+        try:
+            answer = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr)).WaitMetadataChange(
+                broker_pb2.MetadataChangeRequest(known=known, wait_ms=int(wait_s * 1000)),
+                timeout=wait_s + RPC_TIMEOUT_S, metadata=inner_metadata())
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                self._unwatchable.add(addr)  # a master of an older release: its copies every SYNC_INTERVAL_S only
+            return False
+        if answer != known:
+            return self._guarded(addr, lambda a: self.copy_metadata(
+                a, topics=answer.topics != known.topics, mappings=answer.mappings != known.mappings))
+        return True
+
+    @staticmethod
+    def _copied_version(copied: tuple[str, common_pb2.DataVersion] | None, addr: str) -> common_pb2.DataVersion:
+        return copied[1] if copied is not None and copied[0] == addr else common_pb2.DataVersion()
+
+    def copy_metadata(self, addr: str, *, topics: bool, mappings: bool) -> None:
+        """The master's topic changes, its mappings, or both (what its watch answered changed)."""
+        stub = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr))
+        signed = _signed()
+        topic_changes = self._fetch_topic_changes(stub, addr, signed) if topics else None
+        mapping_list = stub.GetAllTopicQueueMapping(common_pb2.Empty(), **signed) if mappings else None
+        mappings_changed = 0 if mapping_list is None else \
+            self._apply("mappings", lambda: self._copy_mappings(addr, mapping_list))
+        changed, gone = ([], []) if topic_changes is None else \
+            self._apply("topics", lambda: self._copy_topics(addr, topic_changes))
+        if changed or gone or mappings_changed:
+            log.info("slave_metadata_copied master=%s topics_changed=%d topics_deleted=%d mappings_changed=%d",
+                     addr, len(changed), len(gone), mappings_changed)
+            self.on_topics_changed()
+
+    def _watch_channel_to(self, addr: str) -> grpc.Channel:
+        """One channel for the watch's calls (about one a second), kept while the master stays."""
+        if self._watch_channel is None or self._watch_channel[0] != addr:
+            self._close_watch_channel()
+            self._watch_channel = (addr, _master_channel(addr))
+        return self._watch_channel[1]
+
+    def _close_watch_channel(self) -> None:
+        if self._watch_channel is not None:
+            self._watch_channel[1].close()
+            self._watch_channel = None
 
     def _guarded(self, addr: str, step: Callable[[str], None]) -> bool:
         try:
@@ -158,10 +238,10 @@ class SlaveSynchronize(threading.Thread):
             topics = self._fetch_topic_changes(stub, addr, signed)
             groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
             offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
-            details = stub.GetAllTopicQueueMapping(empty, **signed).details
+            mappings = stub.GetAllTopicQueueMapping(empty, **signed)
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
-        mappings_changed = self._apply("mappings", lambda: self._copy_mappings([detail_from_proto(d) for d in details]))
+        mappings_changed = self._apply("mappings", lambda: self._copy_mappings(addr, mappings))
         changed, gone = self._apply("topics", lambda: self._copy_topics(addr, topics))
         groups_changed, groups_gone = self._apply("groups", lambda: self._copy_groups(groups))
         self._apply("offsets", lambda: self._copy_offsets(offsets))
@@ -303,9 +383,12 @@ class SlaveSynchronize(threading.Thread):
         except Exception as exc:  # its backend failing (a read of its id): the next copy tries again
             log.warning("slave_tier_copy_failed master=%s error=%r", addr, exc, exc_info=not is_backend_error(exc))
 
-    def _copy_mappings(self, masters: list[TopicQueueMappingDetail]) -> int:
-        if self.mappings is None:
+    def _copy_mappings(self, addr: str, answer: broker_pb2.TopicQueueMappingList) -> int:
+        self._mappings_copied = None  # until this copy is applied whole
+        if self.mappings is None:  # (a broker that keeps none: the version copied is the master's all the same)
+            self._mappings_copied = (addr, answer.data_version)
             return 0
+        masters = [detail_from_proto(d) for d in answer.details]
         table = self.mappings.mapping_table
         theirs = {d.topic: d for d in masters}
         changed = [d for d in masters if table.get(d.topic) != d]
@@ -314,6 +397,8 @@ class SlaveSynchronize(threading.Thread):
         gone = [topic for topic in list(table) if topic not in theirs]
         for topic in gone:
             self.mappings.delete(topic)
+        if answer.HasField("data_version"):
+            self._mappings_copied = (addr, answer.data_version)
         return len(changed) + len(gone)
 
     def shutdown(self) -> None:

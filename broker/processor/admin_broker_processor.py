@@ -13,6 +13,7 @@ from broker.broker_stats import BrokerStats
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.processor.metadata_change_watch import metadata_versions, wait_metadata_change
 from broker.processor.request_checks import checked_group, checked_topic
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
@@ -187,8 +188,17 @@ class AdminBrokerProcessor:
         return response
 
     def all_mappings(self) -> broker_pb2.TopicQueueMappingList:
+        version = self.mapping_manager.data_version
+        counter = version.counter  # first: a change made while the answer is built comes again next time
         return broker_pb2.TopicQueueMappingList(
-            details=[detail_to_proto(d) for d in list(self.mapping_manager.mapping_table.values())])
+            details=[detail_to_proto(d) for d in list(self.mapping_manager.mapping_table.values())],
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter))
+
+    def metadata_versions(self) -> broker_pb2.MetadataVersions:
+        return metadata_versions(self.topic_config_manager.data_version, self.mapping_manager.data_version)
+
+    async def wait_metadata_change(self, request: broker_pb2.MetadataChangeRequest) -> broker_pb2.MetadataVersions:
+        return await wait_metadata_change(request, self.metadata_versions)
 
     def delete_topic(self, request: broker_pb2.TopicRequest) -> common_pb2.CommandResponse:
         """The topic's consume queues and queue offsets, static mapping, consumer offsets and config (its commitlog

@@ -8,6 +8,7 @@ import logging
 import threading
 from pathlib import Path
 
+from broker.metadata.data_version import DataVersion
 from broker.metadata.json_file import read_json, write_json_atomically
 from common.statictopic.mapping_checks import MappingError, check_update
 from common.statictopic.mapping_codec import detail_from_dict, detail_to_dict, detail_to_info
@@ -22,6 +23,7 @@ class TopicQueueMappingManager:
         self.path = config_dir / "topicQueueMapping.json"
         self.bname = bname
         self.mapping_table: dict[str, TopicQueueMappingDetail] = {}
+        self.data_version = DataVersion()  # bumped by every change: a slave's watch (WaitMetadataChange) sees it
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -54,6 +56,7 @@ class TopicQueueMappingManager:
             else:
                 self.mapping_table[topic] = before
             raise
+        self.data_version.next()
 
     def get(self, topic: str) -> TopicQueueMappingDetail | None:
         return self.mapping_table.get(topic)

@@ -313,3 +313,32 @@ def test_a_slave_with_tiered_storage_configured_expires_its_commitlog_as_its_mas
         wait_until(lambda: segments("slave") == 1, timeout=20, what="the slave to expire its copy as well")
     finally:
         g.stop()
+
+
+def test_a_slave_copies_topics_and_static_topic_mappings_as_soon_as_they_change(tmp_path: Path):
+    """A slave watches its master's topic and mapping versions (WaitMetadataChange) and copies them when they move,
+    not at its next periodic copy (up to 5 s later: a master dying then lost a topic made in it, with the delayed
+    messages and KV shards that needed it, on the slave that took over)."""
+    from proto import common_pb2
+
+    g = Group(tmp_path, "ASYNC_MASTER")
+    try:
+        slave = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(g.slave.addr))
+
+        def slave_has(topic: str) -> bool:
+            return topic in {c.topic_name for c in slave.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs}
+
+        def slave_maps(topic: str) -> bool:
+            return slave.GetTopicQueueMapping(broker_pb2.TopicRequest(topic=topic), timeout=5).HasField("detail")
+
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic("WatchFirstT", brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: slave_has("WatchFirstT"), timeout=15, what="a first copy")  # (a periodic one, before)
+            admin.create_topic("WatchedT", brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: slave_has("WatchedT"), timeout=2.5, interval=0.02,
+                       what="the new topic on the slave well before the next periodic copy")
+            admin.update_static_topic("WatchedStaticT", 2, brokers=["broker-a"])
+            wait_until(lambda: slave_maps("WatchedStaticT") and slave_has("WatchedStaticT"), timeout=2.5,
+                       interval=0.02, what="the new static topic's mapping on the slave")
+    finally:
+        g.stop()
