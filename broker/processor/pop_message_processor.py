@@ -213,11 +213,12 @@ class PopMessageProcessor:
             request.topic, q, self.service.owed_from(request.group, request.topic, q)) for q in queue_ids)
 
     def _reader_of(self, group: str, topic: str, queue_id: int) -> QueueReader:
+        """What reads a handle's message back: a static topic's logic queue as this broker holds it, led here or
+        not (a handle names the broker that popped it, which a remap may have moved the queue from since)."""
         if self.static_topics.mapping_manager.get(topic) is None:
             return self.store
-        ctx = self.static_topics.context(topic, queue_id, LOGIC)
-        assert ctx is not None
-        return LogicQueueReader(self.static_topics, {queue_id: ctx}, group)
+        return LogicQueueReader(self.static_topics, {queue_id: self.static_topics.held_context(topic, queue_id)},
+                                group)
 
     def _check_serving(self) -> None:
         refusal = self.refusal()

@@ -57,6 +57,16 @@ class StaticTopicService:
             raise NotLeaderError(f"broker {detail.bname} does not lead logic queue {queue_id} of topic {topic}")
         return LogicQueueContext(detail, queue_id, detail.hosted_queues[queue_id])
 
+    def held_context(self, topic: str, queue_id: int) -> LogicQueueContext:
+        """The logic queue's context as this broker holds it, led here or not: to read again what it handed out
+        while it led the queue (a POP message dead-lettered through the broker that popped it, after a remap moved
+        the queue). NotLeaderError when it holds no link of it."""
+        detail = self.mapping_manager.get(topic)
+        chain = detail.hosted_queues.get(queue_id) if detail is not None else None
+        if detail is None or not chain:
+            raise NotLeaderError(f"broker {self.broker_name} holds no link of logic queue {queue_id} of topic {topic}")
+        return LogicQueueContext(detail, queue_id, chain)
+
     def is_local(self, item: LogicQueueMappingItem) -> bool:
         return item.bname == self.broker_name
 
