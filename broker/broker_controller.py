@@ -66,7 +66,15 @@ from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
 from broker.transaction.transaction_service import TransactionConfig, TransactionService
 from broker.transaction_servicer import TransactionServicer
-from common.acl import AclInterceptor, parse_user, set_inner_credentials
+from common.acl import (
+    SUPER,
+    AclInterceptor,
+    Authority,
+    User,
+    parse_user,
+    set_inner_credentials,
+    warn_authorization_without_authentication,
+)
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -190,6 +198,8 @@ class BrokerController:
         c = self.config
         acl = ([AclInterceptor(self.acl, c.authentication_enabled, c.authorization_enabled)]
                if self.acl is not None else [])
+        warn_authorization_without_authentication(c.authentication_enabled, c.authorization_enabled,
+                                                  f"broker={c.broker_name} port={c.listen_port}")
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
             port = add_port(server, f"{c.broker_ip1}:{c.listen_port}", c.tls_server())
@@ -359,8 +369,7 @@ class BrokerController:
         clients' calls."""
         assert self.ha is not None
         c = self.config
-        # replication hands out the whole commitlog: with authentication on, only the inner credentials may ask
-        acl = [AclInterceptor(self.acl, True, True)] if self.acl is not None and c.authentication_enabled else []
+        acl = [self._ha_acl()] if self.acl is not None else []
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
             port = add_port(server, f"{c.broker_ip1}:{c.ha_listen_port}", c.tls_server())
@@ -372,6 +381,15 @@ class BrokerController:
         self.ha_server_addr = f"{c.broker_ip1}:{port}"
         log.info("ha_listening addr=%s role=%s", self.ha_server_addr,
                  "controller-assigned" if c.enable_controller_mode else c.broker_role)
+
+    def _ha_acl(self) -> AclInterceptor:
+        """Replication hands out the whole commitlog: with ACL on in any form (authorization alone included, where
+        the client port trusts a named user), only a call signed with the inner credentials, verified, is served."""
+        inner = self.config.inner_credentials
+        if inner is None:
+            log.warning("ha_acl_no_inner_credentials: ACL is on without innerClientAuthenticationCredentials; the "
+                        "replication port refuses every slave")
+        return AclInterceptor(Authority([User(inner[0], inner[1], SUPER)] if inner else []), True, True)
 
     def _wire_processors(self) -> None:
         """Processors and services get the collaborators they use (none gets the controller), and the

@@ -20,6 +20,7 @@ from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.remote_waits import REMOTE_WAITS
+from common.acl import acl_refusals
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
 from common.stream_answers import Answer, answer_frames, release_answer_bytes, reserve_answer_bytes
@@ -196,8 +197,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def QueryMessage(self, request, context):
         return await run(self.query.query_by_key, request)
 
-    async def ViewMessageById(self, request, context):
-        return await run(self.query.view_by_offset, request)
+    async def ViewMessageById(self, request, context):  # checks the record's topic once read (ACL on)
+        return await acl_refusals(context, run(self.query.view_by_offset, request))
 
     async def UpdateAndCreateTopic(self, request, context):
         return await run(self.admin.update_topic, request)

@@ -5,6 +5,7 @@ from broker.broker_servicer import run
 from broker.ha.ha_service import HAService
 from broker.transaction.end_transaction_processor import EndTransactionProcessor
 from broker.transaction.producer_manager import ProducerManager
+from common.acl import acl_refusals
 from common.rpc_boundary import rpc_boundary
 from proto import transaction_pb2, transaction_pb2_grpc
 
@@ -16,8 +17,8 @@ class TransactionServicer(transaction_pb2_grpc.TransactionServiceServicer):
         self.producers = producers
         self.ha = ha  # a SYNC_MASTER answers an end once its slaves have it, as a send
 
-    async def EndTransaction(self, request, context):
-        response = await run(self.end.end, request, in_thread=True)
+    async def EndTransaction(self, request, context):  # checks the half message's topic once read (ACL on)
+        response = await acl_refusals(context, run(self.end.end, request, in_thread=True))
         if self.ha is not None:
             await self.ha.acknowledged(response)
         return response

@@ -8,7 +8,8 @@ signature (hex in either case) and refuses a date further than :data:`MAX_SKEW_S
 Authorization: a super user (and the inner credentials brokers present to each other) may do anything; any other
 user needs a policy entry on the resource (``Topic:T``, ``Topic:pre*``, ``Group:G``, ``*``) for the action
 (``Pub``, ``Sub``); the most specific matching entries decide, Deny over Allow; no entry is a refusal. Admin RPCs
-(see :data:`ADMIN_METHODS`) are for super users only.
+(see :data:`ADMIN_METHODS`) are for super users only. A call whose resource is known only once its handler read
+something (a message by its commitlog offset, a transaction's half message) is checked there: see :class:`Caller`.
 
 The server side is :class:`AclInterceptor`, installed only when authentication or authorization is on; refusals
 are gRPC UNAUTHENTICATED (who you are: which check failed) or PERMISSION_DENIED (which permission on which
@@ -23,13 +24,20 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
-from common.topic_validator import TOPIC_MAX_LENGTH, InvalidTopicError, validate_topic
+from common.topic_validator import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    InvalidTopicError,
+    conflicts_with_system_topic,
+    validate_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,7 @@ PUB, SUB = "Pub", "Sub"
 ACTIONS = {"pub": PUB, "sub": SUB, "all": "All"}
 ALLOW, DENY = "Allow", "Deny"
 ADMIN = "Admin"
+T = TypeVar("T")
 
 
 class AclError(Exception):
@@ -302,6 +311,12 @@ ADMIN_METHODS = frozenset({
     "/rmq.BrokerService/DeleteSubscriptionGroup", "/rmq.BrokerService/UpdateBrokerConfig",
     "/rmq.BrokerService/GetBrokerConfig", "/rmq.BrokerService/UpdateTopicQueueMapping",
     "/rmq.BrokerService/GetAllConsumerOffsets", "/rmq.PopService/GetPopState",
+    # Whole tables, every topic's or group's: what replication copies (with the inner credentials) and what
+    # operators read. Callers with rights on some topics or groups read theirs with the per-topic/group calls.
+    "/rmq.BrokerService/GetAllTopicConfig", "/rmq.BrokerService/GetTopicConfigChanges",
+    "/rmq.BrokerService/GetAllSubscriptionGroup", "/rmq.BrokerService/GetAllTopicQueueMapping",
+    "/rmq.BrokerService/WaitMetadataChange", "/rmq.BrokerService/GetBrokerStats",
+    "/rmq.BrokerService/GetProducerConnectionList", "/rmq.TieredService/GetTieredMetadata",
     "/rmq.ConsumerService/ResetOffsetByTime",
     "/rmq.TieredService/ReplaceSegments", "/rmq.TieredService/MarkExpiredSegments",
     "/rmq.TieredService/DropSegments", "/rmq.TieredService/GetTierCopy",
@@ -328,6 +343,11 @@ SUB_METHODS = frozenset({
     "/rmq.PopService/AckMessageStream",
     "/rmq.ConsumerService/ConsumerSendMsgBack", "/rmq.ConsumerService/LockBatchMQ",
     "/rmq.ConsumerService/UnlockBatchMQ", "/rmq.ConsumerService/ConsumerSession",
+    # a topic's offsets, stats and mapping; a group's progress and members
+    "/rmq.BrokerService/GetMinOffset", "/rmq.BrokerService/GetMaxOffset", "/rmq.BrokerService/SearchOffset",
+    "/rmq.BrokerService/GetTopicStatsInfo", "/rmq.BrokerService/GetTopicQueueMapping",
+    "/rmq.TieredService/GetTieredStatus", "/rmq.BrokerService/GetConsumeStats",
+    "/rmq.ConsumerService/GetConsumerList", "/rmq.ConsumerService/GetConsumerConnection",
 })
 KV_TOPIC = "rmq_sys_KV"
 KV_METHODS = {"/rmq.KvService/Write": PUB, "/rmq.KvService/WriteStream": PUB, "/rmq.KvService/Get": SUB,
@@ -335,6 +355,8 @@ KV_METHODS = {"/rmq.KvService/Write": PUB, "/rmq.KvService/WriteStream": PUB, "/
 # Never checked (probes and service discovery).
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 GROUP_FIELDS = ("consumer_group", "group")
+CONSUMER_SESSION = "/rmq.ConsumerService/ConsumerSession"
+QUEUE_LIST_METHODS = frozenset({"/rmq.ConsumerService/LockBatchMQ", "/rmq.ConsumerService/UnlockBatchMQ"})
 
 
 def method_action(method: str) -> str | None:
@@ -352,6 +374,8 @@ def request_resources(method: str, request: Any) -> list[str]:
     """The resources one request (or stream frame) names: ``Topic:T`` and ``Group:G``."""
     if method in KV_METHODS:
         return [f"Topic:{KV_TOPIC}"]
+    if method == CONSUMER_SESSION:
+        return _heartbeat_resources(request)
     items = getattr(request, "requests", None)
     if items is None or isinstance(request, (str, bytes)):
         items = [request]
@@ -365,6 +389,28 @@ def request_resources(method: str, request: Any) -> list[str]:
             if isinstance(group, str) and group:
                 out.append(f"Group:{group}")
                 break
+        if method in QUEUE_LIST_METHODS:  # the queues' topics: no lease on another's queues
+            out += [subscribed_topic_resource(q.topic) for q in getattr(item, "queues", ()) if q.topic]
+    return list(dict.fromkeys(out))
+
+
+def subscribed_topic_resource(topic: str) -> str:
+    """The resource a consumer's use of ``topic`` needs: ``%RETRY%G`` (which consumers of G subscribe to by
+    themselves) is G's (upstream's ACL 2.0 checks only the group there); any other topic is itself."""
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and len(topic) > len(RETRY_GROUP_TOPIC_PREFIX):
+        return f"Group:{topic[len(RETRY_GROUP_TOPIC_PREFIX):]}"
+    return f"Topic:{topic}"
+
+
+def _heartbeat_resources(frame: Any) -> list[str]:
+    """A ConsumerSession frame names no top-level topic or group: each consumer's group, subscribed topics and the
+    queues it says it holds (joining a group takes queues from its members; it also creates the group)."""
+    out: list[str] = []
+    for consumer in getattr(frame, "consumers", ()):
+        if consumer.group:
+            out.append(f"Group:{consumer.group}")
+        out += [subscribed_topic_resource(s.topic) for s in consumer.subscriptions if s.topic]
+        out += [subscribed_topic_resource(q.topic) for q in consumer.queues if q.topic]
     return list(dict.fromkeys(out))
 
 
@@ -403,6 +449,73 @@ class Authority:
                                f"{needed} permission on {resource} ({rpc})")
 
 
+# -- checks a handler makes itself ----------------------------------------------------------------------------
+# Some calls name no resource until the handler reads it (a message by its commitlog offset, the half message a
+# transaction ends, the checks a producer's session is sent): the interceptor records who calls, and the handler
+# checks what it read with :func:`check_topic` (or asks its :class:`Caller`).
+@dataclass(frozen=True)
+class Caller:
+    """The user of the call being served, as the interceptor identified them, and the authority deciding."""
+
+    username: str
+    authority: Authority
+
+    def check_topic(self, topic: str, action: str, method: str) -> None:
+        """PERMISSION_DENIED unless the user may do ``action`` on ``topic``. The broker's own topics (half and op
+        messages, timers, rmq_sys_*) hold other topics' messages: Super users only."""
+        if not conflicts_with_system_topic(topic):
+            self.authority.check(self.username, action, [f"Topic:{topic}"], method)
+            return
+        user = self.authority.user(self.username)
+        if user is None or not user.is_super:
+            raise AclError(grpc.StatusCode.PERMISSION_DENIED, f"authorization failed: user {self.username!r} has "
+                           f"no {action} permission on Topic:{topic} ({method.rsplit('/', 1)[-1]}): a system "
+                           "topic, for Super users only")
+
+    def may(self, topic: str, action: str, method: str) -> bool:
+        try:
+            self.check_topic(topic, action, method)
+        except AclError:
+            return False
+        return True
+
+
+_caller: ContextVar[Caller | None] = ContextVar("acl_caller", default=None)
+
+
+def current_caller() -> Caller | None:
+    """Who makes the call being served; None when nothing is authorized (ACL off, or authentication only)."""
+    return _caller.get()
+
+
+def check_topic(topic: str, action: str, method: str) -> None:
+    """PERMISSION_DENIED (:class:`AclError`) unless the current caller may do ``action`` on ``topic``; nothing to
+    check when no caller is recorded. A handler raising it answers with :func:`acl_refusals`."""
+    caller = _caller.get()
+    if caller is not None:
+        caller.check_topic(topic, action, method)
+
+
+async def acl_refusals(context: grpc.aio.ServicerContext, call: Awaitable[T]) -> T:
+    """``call``'s result; a refusal it raised (a check the handler made) ends the call with its status."""
+    try:
+        return await call
+    except AclError as exc:
+        await context.abort(exc.status, str(exc))
+        raise AssertionError("unreachable: abort raises") from None
+
+
+UNAUTHENTICATED_AUTHORIZATION = (
+    "authorization is on without authentication: the server cannot verify signatures, so ANY caller can claim ANY "
+    "user (a Super user included) by naming it in the authorization header; turn authentication on too")
+
+
+def warn_authorization_without_authentication(authenticate: bool, authorize: bool, where: str) -> None:
+    """One loud line at start when users are trusted on their word (upstream allows this setup too)."""
+    if authorize and not authenticate:
+        log.warning("acl_authorization_without_authentication %s: %s", where, UNAUTHENTICATED_AUTHORIZATION)
+
+
 # -- the server check ------------------------------------------------------------------------------------------
 class AclInterceptor(grpc.aio.ServerInterceptor):
     """Authentication (``authenticate``) and authorization (``authorize``) of every call but health/reflection.
@@ -439,10 +552,11 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
                 return handler
         except AclError as exc:
             return _refusing(handler, exc)
+        caller = Caller(username, self.authority)  # for checks the handler makes on what it reads
         if action is None:
-            return handler
+            return _checking(handler, None, caller)
         return _checking(handler, lambda request: self.authority.check(
-            username, action, request_resources(method, request), method))
+            username, action, request_resources(method, request), method), caller)
 
     def _who(self, metadata: Mapping[str, str]) -> str | None:
         if self.authenticate:
@@ -465,65 +579,72 @@ def _refusing(handler: Any, exc: AclError) -> Any:
     return _replace_behavior(handler, refuse, refuse_stream)
 
 
-def _checking(handler: Any, check: Callable[[Any], None]) -> Any:
-    """The handler with each request checked first (each frame of a request stream)."""
+def _checking(handler: Any, check: Callable[[Any], None] | None, caller: Caller) -> Any:
+    """The handler run as ``caller`` (:func:`current_caller`), each request checked first (each frame of a request
+    stream) when ``check`` is given."""
     if handler.request_streaming:
-        async def checked_requests(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-                                   ) -> AsyncIterator[Any]:
-            async for request in requests:
-                try:
-                    check(request)
-                except AclError as exc:
-                    await context.abort(exc.status, str(exc))
-                yield request
+        def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            return requests if check is None else _checked_requests(requests, context, check)
 
         if handler.response_streaming:
             inner_ss = handler.stream_stream
             if inspect.isasyncgenfunction(inner_ss):
                 async def ss(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                    async for item in inner_ss(checked_requests(requests, context), context):
+                    _caller.set(caller)
+                    async for item in inner_ss(checked(requests, context), context):
                         yield item
                 return handler._replace(stream_stream=ss)
 
             async def ss_writing(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                return await inner_ss(checked_requests(requests, context), context)
+                _caller.set(caller)
+                return await inner_ss(checked(requests, context), context)
             return handler._replace(stream_stream=ss_writing)
         inner_su = handler.stream_unary
 
         async def su(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner_su(checked_requests(requests, context), context)
+            _caller.set(caller)
+            return await inner_su(checked(requests, context), context)
         return handler._replace(stream_unary=su)
+
+    async def enter(request: Any, context: grpc.aio.ServicerContext) -> None:
+        _caller.set(caller)
+        try:
+            if check is not None:
+                check(request)
+        except AclError as exc:
+            await context.abort(exc.status, str(exc))
 
     if handler.response_streaming and not inspect.isasyncgenfunction(handler.unary_stream):
         inner_uw = handler.unary_stream
 
         async def us_writing(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                check(request)
-            except AclError as exc:
-                await context.abort(exc.status, str(exc))
+            await enter(request, context)
             return await inner_uw(request, context)
         return handler._replace(unary_stream=us_writing)
     if handler.response_streaming:
         inner_us = handler.unary_stream
 
         async def us(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            try:
-                check(request)
-            except AclError as exc:
-                await context.abort(exc.status, str(exc))
+            await enter(request, context)
             async for item in inner_us(request, context):
                 yield item
         return handler._replace(unary_stream=us)
     inner_uu = handler.unary_unary
 
     async def uu(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await enter(request, context)
+        return await inner_uu(request, context)
+    return handler._replace(unary_unary=uu)
+
+
+async def _checked_requests(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext,
+                            check: Callable[[Any], None]) -> AsyncIterator[Any]:
+    async for request in requests:
         try:
             check(request)
         except AclError as exc:
             await context.abort(exc.status, str(exc))
-        return await inner_uu(request, context)
-    return handler._replace(unary_unary=uu)
+        yield request
 
 
 def _replace_behavior(handler: Any, unary: Any, streaming: Any) -> Any:

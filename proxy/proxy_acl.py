@@ -20,12 +20,16 @@ cannot be asked is INTERNAL_SERVER_ERROR, never a pass.
 
 Which v2 calls need what: SendMessage, EndTransaction and RecallMessage Pub on their topics; ReceiveMessage,
 AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and QueryAssignment Sub on their topic and
-group; the rest (QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, ...) only an authentic caller."""
+group; the rest (QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, ...) only an authentic caller. The
+settings a client reports on its Telemetry stream are checked as they come (:func:`check_settings`): a producer's
+publishing topics need Pub (the proxy pushes it the transaction checks of those topics, whole messages), a
+consumer's group and subscribed topics Sub; refused settings are answered FORBIDDEN and not kept."""
 
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -35,6 +39,7 @@ from common.acl import AUTH_KEY, DATE_KEY, OPEN_PREFIXES, PUB, SUB, AclError, in
 from proto import acl_pb2, acl_pb2_grpc
 from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
+from proxy.v2_codes import ProxyError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,31 @@ def v2_resources(request: Any) -> list[str]:
     if isinstance(group, str) and group:
         out.append(f"Group:{group}")
     return list(dict.fromkeys(out))
+
+
+def settings_resources(settings: definition_pb2.Settings) -> tuple[str, list[str]]:
+    """(action, resources) a client's reported settings claim: a producer's publishing topics (Pub); a consumer's
+    group and subscribed topics (Sub)."""
+    if settings.client_type == definition_pb2.PRODUCER:
+        return PUB, list(dict.fromkeys(f"Topic:{t.name}" for t in settings.publishing.topics if t.name))
+    subscription = settings.subscription
+    out = [f"Group:{subscription.group.name}"] if subscription.group.name else []
+    out += [f"Topic:{s.topic.name}" for s in subscription.subscriptions if s.topic.name]
+    return SUB, list(dict.fromkeys(out))
+
+
+SettingsCheck = Callable[[definition_pb2.Settings], Awaitable[definition_pb2.Status | None]]
+# Set by the interceptor for a Telemetry stream it let open (its caller's check); none: ACL off, nothing to check.
+_settings_check: ContextVar[SettingsCheck | None] = ContextVar("proxy_settings_check", default=None)
+
+
+async def check_settings(settings: definition_pb2.Settings) -> None:
+    """ProxyError (FORBIDDEN, naming the user, permission and resource) unless the Telemetry stream's caller may
+    claim ``settings``."""
+    check = _settings_check.get()
+    status = await check(settings) if check is not None else None
+    if status is not None:
+        raise ProxyError(status.code, status.message)
 
 
 class BrokerAuthority:
@@ -122,6 +152,20 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
 
     async def _check(self, rpc: str, metadata: dict[str, str], request: Any) -> definition_pb2.Status | None:
         """None when the call may proceed, else the status to answer."""
+        action = ACTIONS.get(rpc, "") if self.authorize else ""
+        resources = v2_resources(request) if action and request is not None else []
+        return await self._ask(rpc, metadata, action, resources, self.authenticate)
+
+    async def _check_settings(self, metadata: dict[str, str], settings: definition_pb2.Settings
+                              ) -> definition_pb2.Status | None:
+        action, resources = settings_resources(settings)
+        if not resources:
+            return None
+        # Authorization only: the stream was authenticated when it opened, and its date ages while it stays open.
+        return await self._ask("Telemetry", metadata, action, resources, authenticate=False)
+
+    async def _ask(self, rpc: str, metadata: dict[str, str], action: str, resources: list[str],
+                   authenticate: bool) -> definition_pb2.Status | None:
         try:
             value = metadata.get(AUTH_KEY)
             if not value:
@@ -129,11 +173,9 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
                                                                 "(no authorization metadata); pass credentials "
                                                                 "(access key, secret key)")
             parse_authorization(value)  # a malformed header is refused here, without asking
-            action = ACTIONS.get(rpc, "") if self.authorize else ""
             answer = await self.authority.ask(acl_pb2.AclAuthorizeRequest(
-                authorization=value, date_time=metadata.get(DATE_KEY, ""), authenticate=self.authenticate,
-                authorize=self.authorize, action=action,
-                resources=v2_resources(request) if action and request is not None else [], method=rpc))
+                authorization=value, date_time=metadata.get(DATE_KEY, ""), authenticate=authenticate,
+                authorize=self.authorize, action=action, resources=resources, method=rpc))
         except AclError as exc:
             if exc.status is grpc.StatusCode.INTERNAL:
                 return definition_pb2.Status(code=Code.INTERNAL_SERVER_ERROR, message=str(exc))
@@ -165,6 +207,8 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
                 if status is not None:
                     yield response_class(status=status)
                     return
+                if self.authorize:  # its settings, as they come (client_processor calls check_settings)
+                    _settings_check.set(lambda settings: self._check_settings(metadata, settings))
                 async for item in inner_ss(requests, context):
                     yield item
             return handler._replace(stream_stream=ss)

@@ -7,7 +7,7 @@ import logging
 import grpc
 
 from client.admin import Admin
-from common.acl import set_inner_credentials
+from common.acl import set_inner_credentials, warn_authorization_without_authentication
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -107,6 +107,8 @@ class ProxyServer:
             assert self._admin is not None
             return [b.addr for b in self._admin.all_masters()]
         authority = BrokerAuthority(masters, self._brokers, self.config.rpc_timeout_s)
+        warn_authorization_without_authentication(self.config.authentication_enabled,
+                                                  self.config.authorization_enabled, "mqproxy")
         return ProxyAclInterceptor(authority, self.config.authentication_enabled, self.config.authorization_enabled)
 
     def _servicer(self) -> MessagingServicer:

@@ -2,10 +2,15 @@
 
 from broker.processor.request_checks import checked_topic
 from broker.store.message_store_reader import MessageStoreReader
+from common.acl import SUB, check_topic
+from common.message_codec import CorruptRecordError, decode_record
 from common.refusal import Refusal
 from common.request_error import require
 from common.response_code import ResponseCode
 from proto import broker_pb2
+
+VIEW_METHOD = "/rmq.BrokerService/ViewMessageById"
+UNREADABLE_TOPIC = "rmq_sys_unreadable_record"  # a system topic name: Super users only
 
 
 class QueryMessageProcessor:
@@ -29,4 +34,15 @@ class QueryMessageProcessor:
         raw = self.store.select_one_message_by_offset(request.commit_log_offset)
         if raw is None:
             raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"no message at commit log offset {request.commit_log_offset}")
+        # The request names only an offset: the record's own topic is what the caller needs Sub on.
+        check_topic(_record_topic(raw), SUB, VIEW_METHOD)
         return broker_pb2.MessagesResponse(code=ResponseCode.SUCCESS, records=raw)
+
+
+def _record_topic(raw: bytes) -> str:
+    """The topic of the record at the start of ``raw``; a record that does not decode counts as the broker's own
+    (only a Super user sees it, as before)."""
+    try:
+        return decode_record(raw, verify_crc=False).topic
+    except CorruptRecordError:
+        return UNREADABLE_TOPIC

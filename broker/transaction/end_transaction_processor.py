@@ -21,6 +21,7 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.transaction.half_message import committed_record, producer_group, real_target
 from broker.transaction.op_message import OpKind, OpMessage, Outcome
 from broker.transaction.transaction_table import EndDecision, TransactionTable
+from common.acl import PUB, check_topic
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_record
 from common.refusal import Refusal
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 END_WAIT_S = 5.0  # an end waits this long for another end of the same half message being written
 OUTCOMES = {transaction_pb2.TRANSACTION_COMMIT: Outcome.COMMIT, transaction_pb2.TRANSACTION_ROLLBACK: Outcome.ROLLBACK}
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+END_METHOD = "/rmq.TransactionService/EndTransaction"
 
 
 def put_op(store: MessageStore, op: OpMessage, wait_flushed: bool = True) -> PutMessageResult:
@@ -49,6 +51,12 @@ def refusal_of(result: PutMessageResult, what: str) -> Refusal | None:
         return None
     code = ResponseCode.MESSAGE_ILLEGAL if result.status in ILLEGAL else ResponseCode.SERVICE_NOT_AVAILABLE
     return Refusal(code, f"{what}: {result.error or result.status.value}")
+
+
+def _real_topic(msg: MessageExt) -> str:
+    """The topic a half message commits to; without one, the half topic (the broker's own: Super users only)."""
+    target = real_target(msg)
+    return target[0] if target is not None else HALF_TOPIC
 
 
 class EndTransactionProcessor:
@@ -70,7 +78,12 @@ class EndTransactionProcessor:
         require(outcome is not None, f"resolution {request.resolution} is not TRANSACTION_COMMIT, TRANSACTION_ROLLBACK "
                 "or TRANSACTION_UNKNOWN")
         assert outcome is not None
-        msg = self._half_message(self._commit_log_offset(request), group, request.msg_id)
+        offset = self._commit_log_offset(request)
+        msg = self._half_message(offset)
+        # The request names no topic: the half message's real topic is what the caller needs Pub on (checked
+        # before anything about the message is said back).
+        check_topic(_real_topic(msg), PUB, END_METHOD)
+        self._check_owner(msg, offset, group, request.msg_id)
         tx = TransactionId(self.broker_name, msg.physical_offset, msg.queue_offset)
         claim = self.table.begin_end(msg.queue_offset, outcome, END_WAIT_S)
         if claim.decision is EndDecision.ALREADY:
@@ -117,7 +130,7 @@ class EndTransactionProcessor:
                           f"{self.broker_name}'s: end it there")
         return tx.commit_log_offset
 
-    def _half_message(self, offset: int, group: str, msg_id: str) -> MessageExt:
+    def _half_message(self, offset: int) -> MessageExt:
         raw = self.store.select_one_message_by_offset(offset)
         msg = None
         if raw is not None:
@@ -128,6 +141,10 @@ class EndTransactionProcessor:
         if msg is None or msg.topic != HALF_TOPIC:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"no half message at commitlog offset {offset} of broker "
                           f"{self.broker_name} (expired, or not a transaction's)")
+        return msg
+
+    @staticmethod
+    def _check_owner(msg: MessageExt, offset: int, group: str, msg_id: str) -> None:
         owner = producer_group(msg)
         if owner != group:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"the half message at commitlog offset {offset} is producer "
@@ -135,7 +152,6 @@ class EndTransactionProcessor:
         if msg_id and msg.unique_key and msg_id != msg.unique_key:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"the half message at commitlog offset {offset} is message "
                           f"{msg.unique_key}, not {msg_id}")
-        return msg
 
     def _put_real(self, msg: MessageExt, tx: TransactionId) -> bool:
         """Store the committed message (not waiting for its flush: the op's wait covers it); True if it was not

@@ -16,14 +16,26 @@ from dataclasses import dataclass, field
 
 from broker.client.consumer_manager import monotonic_ms
 from broker.processor.request_checks import checked_group
+from common.acl import PUB, Caller, current_caller
+from common.message_codec import CorruptRecordError, decode_record
 from common.request_error import RequestError, require
 from common.rpc_boundary import UndecodableRequest
+from common.transaction_topic import HALF_TOPIC
 from proto import transaction_pb2
 
 log = logging.getLogger(__name__)
 
 CLOSED = None  # queued when the session ends
 MAX_GROUPS = 1024  # groups one heartbeat may name
+CHECK_METHOD = "/rmq.TransactionService/ProducerSession"
+
+
+def _check_topic(check: transaction_pb2.TransactionCheckRequest) -> str:
+    """The topic of the message a check carries (its real topic); the half topic (Super only) if unreadable."""
+    try:
+        return decode_record(check.record, verify_crc=False).topic
+    except CorruptRecordError:
+        return HALF_TOPIC
 
 
 @dataclass(eq=False, slots=True)
@@ -35,6 +47,10 @@ class ProducerSession:
     client_id: str = ""
     groups: frozenset[str] = frozenset()
     last_heartbeat_ms: int = 0
+    caller: Caller | None = None  # who opened it (ACL on): checks go only to sessions whose user may Pub the topic
+
+    def may_check(self, topic: str) -> bool:
+        return self.caller is None or self.caller.may(topic, PUB, CHECK_METHOD)
 
 
 class ProducerManager:
@@ -49,7 +65,8 @@ class ProducerManager:
     async def session(self, frames: AsyncIterator[transaction_pb2.ProducerHeartbeat],
                       peer: str) -> AsyncIterator[transaction_pb2.TransactionCheckRequest]:
         """Heartbeats in, checks out; the stream's end (either side) ends the producer's membership."""
-        session = ProducerSession(next(self._ids), peer, asyncio.get_running_loop(), last_heartbeat_ms=self._clock())
+        session = ProducerSession(next(self._ids), peer, asyncio.get_running_loop(), last_heartbeat_ms=self._clock(),
+                                  caller=current_caller())
         with self._lock:
             self._sessions[session.session_id] = session
         reader = asyncio.create_task(self._read_heartbeats(frames, session))
@@ -111,15 +128,19 @@ class ProducerManager:
 
     def send_check(self, group: str, check: transaction_pb2.TransactionCheckRequest) -> str | None:
         """Queue ``check`` for one live producer of ``group`` (any thread); its client id, or None when the group
-        has no producer here."""
+        has no producer here. A check carries the whole message: with ACL on, only a session whose user may Pub
+        its topic gets it (as upstream, a producer group is no resource: anyone may name any group)."""
         now = self._clock()
         with self._lock:
             live = [s for s in self._sessions.values()
                     if group in s.groups and now - s.last_heartbeat_ms <= self.expiry_ms]
-            if not live:
-                return None
-            live.sort(key=lambda s: s.session_id)
-            session = live[next(self._turn) % len(live)]
+        if any(s.caller is not None for s in live):  # outside the lock: decodes the message
+            topic = _check_topic(check)
+            live = [s for s in live if s.may_check(topic)]
+        if not live:
+            return None
+        live.sort(key=lambda s: s.session_id)
+        session = live[next(self._turn) % len(live)]
         try:
             session.loop.call_soon_threadsafe(session.checks.put_nowait, check)
         except RuntimeError:  # the loop closed: the broker is stopping

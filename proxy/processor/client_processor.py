@@ -15,6 +15,7 @@ from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_l
 from proto.v2 import definition_pb2, service_pb2
 from proxy.group_settings import GroupSettingsService
 from proxy.message_convert import duration
+from proxy.proxy_acl import check_settings
 from proxy.proxy_config import ProxyConfig
 from proxy.telemetry_channels import TelemetryChannel
 from proxy.v2_codes import Code, ProxyError, ok_status
@@ -65,6 +66,7 @@ class ClientProcessor:
 
     async def _settings(self, channel: TelemetryChannel, reported: definition_pb2.Settings
                         ) -> service_pb2.TelemetryCommand:
+        await check_settings(reported)  # ACL on: may the caller publish or consume what these settings name?
         settings = definition_pb2.Settings()
         settings.CopyFrom(reported)
         client_type = reported.client_type

@@ -13,7 +13,9 @@ from common.acl import (
     AclEntry,
     AclError,
     Authority,
+    Caller,
     User,
+    check_topic,
     decide,
     method_action,
     request_resources,
@@ -106,19 +108,13 @@ def test_methods_and_resources() -> None:
     assert request_resources("/rmq.BrokerService/PullMessage", pull) == ["Topic:T", "Group:G"]
 
 
-# Methods any authenticated user may call: they read no message, KV entry or offset of a topic.
+# Methods any authenticated user may call: they read no message, KV entry, offset, topic's or group's metadata.
+# ProducerSession names only producer groups (no resource, as upstream): what it is sent is checked instead (a
+# transaction check goes only to a session whose user may Pub the message's topic).
 UNCHECKED_METHODS = {
-    "/rmq.BrokerService/GetMinOffset", "/rmq.BrokerService/GetMaxOffset", "/rmq.BrokerService/SearchOffset",
-    "/rmq.BrokerService/GetAllTopicConfig", "/rmq.BrokerService/GetTopicConfigChanges",
-    "/rmq.BrokerService/GetAllSubscriptionGroup",
-    "/rmq.BrokerService/GetTopicStatsInfo", "/rmq.BrokerService/GetConsumeStats",
-    "/rmq.BrokerService/GetBrokerRuntimeInfo", "/rmq.BrokerService/GetProducerConnectionList",
-    "/rmq.BrokerService/GetBrokerStats", "/rmq.BrokerService/GetTopicQueueMapping",
-    "/rmq.BrokerService/GetAllTopicQueueMapping", "/rmq.NamesrvService/GetRouteInfoByTopic",
+    "/rmq.BrokerService/GetBrokerRuntimeInfo", "/rmq.NamesrvService/GetRouteInfoByTopic",
     "/rmq.NamesrvService/GetBrokerClusterInfo", "/rmq.NamesrvService/GetAllTopicList",
-    "/rmq.NamesrvService/GetNamesrvRuntimeInfo", "/rmq.TieredService/GetTieredStatus",
-    "/rmq.TieredService/GetTieredMetadata", "/rmq.ConsumerService/GetConsumerList",
-    "/rmq.ConsumerService/GetConsumerConnection", "/rmq.ControllerService/GetSyncStateData",
+    "/rmq.NamesrvService/GetNamesrvRuntimeInfo", "/rmq.ControllerService/GetSyncStateData",
     "/rmq.TransactionService/ProducerSession",
 }
 
@@ -134,6 +130,31 @@ def test_every_method_of_our_services_needs_a_permission_unless_it_reads_no_data
     assert {m for m in methods if method_action(m) is None} == UNCHECKED_METHODS
     assert method_action("/rmq.KvService/GetStream") == "Sub"
     assert request_resources("/rmq.KvService/GetStream", kv_pb2.KvGetFrame()) == ["Topic:rmq_sys_KV"]
+
+
+def test_consumer_sessions_and_locks_name_their_groups_and_topics() -> None:
+    frame = consumer_pb2.HeartbeatFrame(client_id="c", consumers=[consumer_pb2.ConsumerData(
+        group="G", subscriptions=[consumer_pb2.Subscription(topic="T"), consumer_pb2.Subscription(topic="%RETRY%G")],
+        queues=[consumer_pb2.QueueRef(topic="U"), consumer_pb2.QueueRef(topic="%RETRY%H")])])
+    assert request_resources("/rmq.ConsumerService/ConsumerSession", frame) == ["Group:G", "Topic:T", "Topic:U",
+                                                                                "Group:H"]
+    lock = consumer_pb2.LockBatchRequest(group="G", queues=[consumer_pb2.QueueRef(topic="T")])
+    assert request_resources("/rmq.ConsumerService/UnlockBatchMQ", lock) == ["Group:G", "Topic:T"]
+
+
+def test_a_topic_a_handler_read_is_checked_for_its_caller() -> None:
+    class Store(Authority):
+        def entries(self, username: str) -> list[AclEntry]:
+            return [AclEntry("*", ("Sub",))]
+
+    authority = Store([User("root", "pw", "Super"), User("bob", "pw")])
+    check_topic("Anything", "Sub", "/rmq.BrokerService/ViewMessageById")  # no caller recorded: ACL off
+    Caller("bob", authority).check_topic("T", "Sub", "/rmq.BrokerService/ViewMessageById")
+    with pytest.raises(AclError, match=r"user 'bob' has no Sub permission on Topic:RMQ_SYS_TRANS_HALF_TOPIC "
+                                       r"\(ViewMessageById\): a system topic, for Super users only"):
+        Caller("bob", authority).check_topic("RMQ_SYS_TRANS_HALF_TOPIC", "Sub", "/rmq.BrokerService/ViewMessageById")
+    assert not Caller("bob", authority).may("T", "Pub", "/rmq.TransactionService/ProducerSession")
+    assert Caller("root", authority).may("rmq_sys_wheel_timer", "Sub", "/rmq.BrokerService/ViewMessageById")
 
 
 def test_authority_names_the_permission_and_resource() -> None:

@@ -1,0 +1,148 @@
+"""ACL on the settings a v2 client reports on its Telemetry stream (mqproxy and brokers with ACL on): a producer's
+publishing topics need Pub (the proxy pushes it the transaction checks of those topics, whole messages), a
+consumer's group and subscribed topics Sub; refused settings are answered FORBIDDEN, naming the user, permission
+and resource, and are not kept. mallory may Pub and Sub only on Mine / mine-cg, carol on Secret."""
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import Admin
+from client.acl_admin import AclAdmin
+from common.acl import sign
+from proto.v2 import definition_pb2 as d
+from proto.v2 import service_pb2 as s
+from proto.v2 import service_pb2_grpc as sg
+from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS
+from tests.cluster import wait_until
+from tests.proxy.conftest import ProxyCluster, running_proxy_cluster
+
+MALLORY = ("mallory", "mallory-secret")
+CAROL = ("carol", "carol-secret")
+SECRET, MINE = "Secret", "Mine"
+PROXY_ARGS = ("--authentication-enabled", "--authorization-enabled", "--inner-client-authentication-credentials",
+              str(SETTINGS["innerClientAuthenticationCredentials"]))
+TX_SETTINGS = {"transactionTimeOut": 1000, "transactionCheckInterval": 1000, "transactionCheckMax": 1000}
+
+
+@pytest.fixture(scope="module")
+def acl_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
+    with running_proxy_cluster(Path(tmp_path_factory.mktemp("proxy-telemetry-acl")), proxy_args=PROXY_ARGS,
+                               namesrv_args=NAMESRV_ARGS, **SETTINGS, **TX_SETTINGS) as pc:
+        with Admin(pc.namesrv, credentials=ROOT) as admin:
+            wait_until(lambda: len(admin.all_masters()) == 2, what="both brokers registered (signed)")
+            for topic in (SECRET, MINE):
+                admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: {SECRET, MINE} <= set(admin.topic_list()), what="topics routed")
+            acl = AclAdmin(admin)
+            for (user, password), resources in ((MALLORY, [f"Topic:{MINE}", "Group:mine-cg"]),
+                                                (CAROL, [f"Topic:{SECRET}"])):
+                acl.create_user(user, password, cluster="DefaultCluster")
+                acl.create_acl(f"User:{user}", resources, ["Pub", "Sub"], "Allow", cluster="DefaultCluster")
+        yield pc
+
+
+def _producer(*topics: str) -> d.Settings:
+    return d.Settings(client_type=d.PRODUCER, publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics]))
+
+
+def _consumer(group: str, topic: str) -> d.Settings:
+    return d.Settings(client_type=d.SIMPLE_CONSUMER, subscription=d.Subscription(
+        group=d.Resource(name=group), subscriptions=[d.SubscriptionEntry(topic=d.Resource(name=topic))]))
+
+
+@contextmanager
+def _telemetry(endpoint: str, user: tuple[str, str], client_id: str, settings: d.Settings
+               ) -> Iterator["queue.Queue[s.TelemetryCommand]"]:
+    """A Telemetry stream as ``user`` that reports ``settings`` and stays open; what the proxy sends on it."""
+    got: queue.Queue[s.TelemetryCommand] = queue.Queue()
+    stop = threading.Event()
+
+    def commands() -> Iterator[s.TelemetryCommand]:
+        yield s.TelemetryCommand(settings=settings)
+        stop.wait(120)
+
+    with grpc.insecure_channel(endpoint) as channel:
+        call = sg.MessagingServiceStub(channel).Telemetry(commands(), metadata=[*sign(*user),
+                                                                                ("x-mq-client-id", client_id)])
+
+        def read() -> None:
+            try:
+                for command in call:
+                    got.put(command)
+            except grpc.RpcError:
+                pass
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            yield got
+        finally:
+            stop.set()
+            call.cancel()
+
+
+def _settings_answer(got: "queue.Queue[s.TelemetryCommand]") -> d.Status:
+    answer = got.get(timeout=15)
+    assert answer.WhichOneof("command") in ("settings", None), answer
+    return answer.status
+
+
+@pytest.mark.parametrize(("settings", "needed"), [
+    (_producer(MINE, SECRET), f"no Pub permission on Topic:{SECRET}"),
+    (_consumer("secret-cg", MINE), "no Sub permission on Group:secret-cg"),
+    (_consumer("mine-cg", SECRET), f"no Sub permission on Topic:{SECRET}"),
+], ids=["publishing", "group", "subscription"])
+def test_settings_naming_what_the_user_may_not_use_are_forbidden(acl_proxy: ProxyCluster, settings: d.Settings,
+                                                                 needed: str) -> None:
+    with _telemetry(acl_proxy.endpoint, MALLORY, "mallory-cli", settings) as got:
+        status = _settings_answer(got)
+    assert status.code == d.Code.FORBIDDEN, status
+    assert f"user 'mallory' has {needed} (Telemetry)" in status.message
+
+
+def test_settings_naming_the_users_own_topics_and_group_are_answered(acl_proxy: ProxyCluster) -> None:
+    for settings in (_producer(MINE), _consumer("mine-cg", MINE)):
+        with _telemetry(acl_proxy.endpoint, MALLORY, "mallory-cli", settings) as got:
+            status = _settings_answer(got)
+        assert status.code == d.Code.OK, status
+
+
+def _transactional_send(endpoint: str) -> str:
+    with grpc.insecure_channel(endpoint) as channel:
+        answer = sg.MessagingServiceStub(channel).SendMessage(s.SendMessageRequest(messages=[d.Message(
+            topic=d.Resource(name=SECRET), body=b"secret-tx-via-proxy", system_properties=d.SystemProperties(
+                message_id="V1", message_type=d.TRANSACTION))]),
+            metadata=[*sign(*ROOT), ("x-mq-client-id", "victim-cli")], timeout=10)
+    assert answer.status.code == d.Code.OK, answer.status
+    return answer.entries[0].transaction_id
+
+
+def _orphan_checks(got: "queue.Queue[s.TelemetryCommand]", wait_s: float) -> list[s.TelemetryCommand]:
+    out, deadline = [], time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            command = got.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if command.WhichOneof("command") == "recover_orphaned_transaction_command":
+            out.append(command)
+            break
+    return out
+
+
+def test_a_transaction_check_goes_only_to_a_producer_allowed_to_publish_its_topic(acl_proxy: ProxyCluster) -> None:
+    with _telemetry(acl_proxy.endpoint, MALLORY, "mallory-tx", _producer(SECRET)) as mallory:
+        assert _settings_answer(mallory).code == d.Code.FORBIDDEN
+        tx = _transactional_send(acl_proxy.endpoint)  # never ended: the brokers check it every second
+        assert _orphan_checks(mallory, 6) == [], "the check of Secret's transaction went to mallory"
+        with _telemetry(acl_proxy.endpoint, CAROL, "carol-tx", _producer(SECRET)) as carol:
+            assert _settings_answer(carol).code == d.Code.OK
+            (check,) = _orphan_checks(carol, 30)
+        command = check.recover_orphaned_transaction_command
+        assert command.transaction_id == tx and command.message.body == b"secret-tx-via-proxy"
+        assert _orphan_checks(mallory, 0.5) == []
