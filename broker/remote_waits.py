@@ -8,6 +8,7 @@ wait for a call stuck on a backend, whose answer nobody reads any more."""
 
 import asyncio
 import contextlib
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -38,7 +39,9 @@ class RemoteWaits:
             start = self._queued > self._idle and self._threads < self.max_threads
             if start:
                 self._threads += 1
-        self._jobs.put((loop, future, call, args))
+        # run in the caller's context, as asyncio.to_thread does: what the call reads of it (the ACL's caller, for a
+        # check made once the handler knows the resource) must not silently be missing on these threads
+        self._jobs.put((loop, future, contextvars.copy_context().run, (call, *args)))
         if start:
             threading.Thread(target=self._work, name=f"{self.name}-{self._threads}", daemon=True).start()
         return await future

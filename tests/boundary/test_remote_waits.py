@@ -3,6 +3,7 @@ holds up no other call, results and exceptions reach the caller, a caller that s
 a stuck thread does not keep the process from exiting (daemons)."""
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
@@ -59,3 +60,15 @@ def test_a_caller_that_stopped_waiting_is_harmless_and_the_threads_are_kept_with
         assert sorted(ran) == [0, 1, 2, 3, 4]
 
     asyncio.run(scenario())
+
+
+def test_a_call_runs_in_its_caller_s_context():
+    """As asyncio.to_thread: what a handler reads of its context on these threads (the ACL's caller, for a check
+    made once the handler knows the resource) is the caller's, not missing, which would skip the check silently."""
+    caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("caller", default=None)
+
+    async def main() -> str | None:
+        caller.set("alice")
+        return await RemoteWaits("context-test").run(caller.get)
+
+    assert asyncio.run(main()) == "alice"
