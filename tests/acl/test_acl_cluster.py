@@ -32,6 +32,18 @@ NAMESRV_ARGS = ("--authentication-enabled", "--inner-client-authentication-crede
 TOPIC = "AclTopic"
 
 
+
+def grant_users(admin: Admin, topics: tuple[str, ...], grants: dict[tuple[str, str], list[str]]) -> None:
+    """Topics made on every broker of the cluster and routed, and each user made with Pub and Sub on its
+    resources (the resource-check tests' setup, beside the broker's and the proxy's)."""
+    for topic in topics:
+        admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+    wait_until(lambda: set(topics) <= set(admin.topic_list()), what="topics routed")
+    acl = AclAdmin(admin)
+    for (user, password), resources in grants.items():
+        acl.create_user(user, password, cluster="DefaultCluster")
+        acl.create_acl(f"User:{user}", resources, ["Pub", "Sub"], "Allow", cluster="DefaultCluster")
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = make_cluster(tmp_path_factory.mktemp("acl"), namesrv_args=NAMESRV_ARGS, **SETTINGS)

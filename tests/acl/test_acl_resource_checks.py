@@ -13,7 +13,6 @@ import grpc
 import pytest
 
 from client import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer, TransactionResolution
-from client.acl_admin import AclAdmin
 from client.errors import MQClientError
 from common.acl import sign
 from common.message_codec import decode_record
@@ -29,7 +28,7 @@ from proto import (
     transaction_pb2,
     transaction_pb2_grpc,
 )
-from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS
+from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS, grant_users
 from tests.admin_cli.helpers import fails, ok
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -50,15 +49,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         with Admin(c.addr, credentials=ROOT) as admin:
             wait_until(lambda: len(admin.all_masters()) == 1, what="the broker registered (signed)")
-            for topic in (SECRET, MINE):
-                admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
-            wait_until(lambda: {SECRET, MINE} <= set(admin.topic_list()), what="topics routed")
-            acl = AclAdmin(admin)
-            for (user, password), resources in ((MALLORY, [f"Topic:{MINE}", "Group:mine-cg"]),
-                                                (CAROL, [f"Topic:{SECRET}", "Topic:%RETRY%secret-cg",
-                                                         "Group:secret-cg"])):
-                acl.create_user(user, password, cluster="DefaultCluster")
-                acl.create_acl(f"User:{user}", resources, ["Pub", "Sub"], "Allow", cluster="DefaultCluster")
+            grant_users(admin, (SECRET, MINE), {
+                MALLORY: [f"Topic:{MINE}", "Group:mine-cg"],
+                CAROL: [f"Topic:{SECRET}", "Topic:%RETRY%secret-cg", "Group:secret-cg"]})
         yield c
     finally:
         c.stop()

@@ -14,12 +14,11 @@ import grpc
 import pytest
 
 from client import Admin
-from client.acl_admin import AclAdmin
 from common.acl import sign
 from proto.v2 import definition_pb2 as d
 from proto.v2 import service_pb2 as s
 from proto.v2 import service_pb2_grpc as sg
-from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS
+from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS, grant_users
 from tests.cluster import wait_until
 from tests.proxy.conftest import ProxyCluster, running_proxy_cluster
 
@@ -37,14 +36,8 @@ def acl_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster
                                namesrv_args=NAMESRV_ARGS, **SETTINGS, **TX_SETTINGS) as pc:
         with Admin(pc.namesrv, credentials=ROOT) as admin:
             wait_until(lambda: len(admin.all_masters()) == 2, what="both brokers registered (signed)")
-            for topic in (SECRET, MINE):
-                admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
-            wait_until(lambda: {SECRET, MINE} <= set(admin.topic_list()), what="topics routed")
-            acl = AclAdmin(admin)
-            for (user, password), resources in ((MALLORY, [f"Topic:{MINE}", "Group:mine-cg"]),
-                                                (CAROL, [f"Topic:{SECRET}"])):
-                acl.create_user(user, password, cluster="DefaultCluster")
-                acl.create_acl(f"User:{user}", resources, ["Pub", "Sub"], "Allow", cluster="DefaultCluster")
+            grant_users(admin, (SECRET, MINE), {MALLORY: [f"Topic:{MINE}", "Group:mine-cg"],
+                                                CAROL: [f"Topic:{SECRET}"]})
         yield pc
 
 
