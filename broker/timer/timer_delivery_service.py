@@ -219,13 +219,15 @@ class TimerDeliveryService(threading.Thread):
 
     def _deliver_group(self, outcome: _Outcome, topic: str, queue_id: int, logic_queue_id: int | None,
                        items: list[tuple[bytes, MessageExt]]) -> None:
-        deleted_at = self.timers.deleted_at(topic)
-        if deleted_at >= 0:  # recorded before the topic's deletion: for the topic that is gone, not one made again
-            stale = [k for k, m in items if m.physical_offset < deleted_at]
+        configured = self.topic_configured is None or self.topic_configured(topic)
+        stale_before = self.timers.stale_before(topic, configured)
+        if stale_before >= 0:  # recorded before the topic's deletion: for the topic that is gone, not one made again
+            stale = [k for k, m in items if m.physical_offset < stale_before]
             if stale:
-                self._drop(topic, queue_id, len(stale), "the topic was deleted after the message was sent")
+                self._drop(topic, queue_id, len(stale), "the topic was deleted after the message was sent" if
+                           configured else "the topic has no config here and may have been deleted since the send")
                 outcome.done.extend(stale)
-                items = [(k, m) for k, m in items if m.physical_offset >= deleted_at]
+                items = [(k, m) for k, m in items if m.physical_offset >= stale_before]
                 if not items:
                     return
         keys = [k for k, _ in items]

@@ -53,6 +53,8 @@ TIMER_KEY = struct.Struct(">QQ")  # due ms, physical offset
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"\xffcheckpoint"
 DELETION_PREFIX = b"\xffdeleted/"
+# Where this store began noting deletions: a store of an older release knows none before its checkpoint then.
+DELETIONS_FROM_KEY = b"\xffdeletions_from"
 META_START = b"\xff"  # every timer key sorts below it
 
 ReadAt = Callable[[int, int], bytes]
@@ -111,12 +113,21 @@ class TimerMessageStore(CommitLogDispatcher):
             log.info("timer_store_created path=%s checkpoint=%d", self.root, start)
             raw = OFFSET.pack(start)
         self._applied = self._stored = self._durable = OFFSET.unpack(raw)[0]
+        self.deletions_from = self._deletions_from(self._applied)
         read = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
         read.set_iterate_upper_bound(META_START)
         self._pending = sum(1 for _ in raw_keys(self._db, read_opt=read))
         first = self.first_due()
         log.info("timer_loaded pending=%d checkpoint=%d first_due_ms=%s", self._pending, self._applied,
                  first if first is not None else "none")
+
+    def _deletions_from(self, checkpoint: int) -> int:
+        raw = self.db.get(DELETIONS_FROM_KEY)
+        if raw is None:  # new, or of a release that noted no deletions: known from here on (replayed ones too)
+            self.db.put(DELETIONS_FROM_KEY, OFFSET.pack(checkpoint))
+            self.db.flush_wal(True)
+            return checkpoint
+        return int(OFFSET.unpack(raw)[0])
 
     def checkpoint(self) -> int:
         return self._durable
@@ -182,6 +193,13 @@ class TimerMessageStore(CommitLogDispatcher):
         raw = self.db.get(DELETION_PREFIX + topic.encode())
         return -1 if raw is None else OFFSET.unpack(raw)[0]
 
+    def stale_before(self, topic: str, configured: bool) -> int:
+        """The commitlog offset below which ``topic``'s timers were recorded for a topic that is gone: its latest
+        deletion; for a topic with no config here, also where this store began noting deletions (one recorded
+        before may be of a topic deleted then, which only a config's absence tells)."""
+        deleted = self.deleted_at(topic)
+        return deleted if configured else max(deleted, self.deletions_from)
+
     @staticmethod
     def _due_of(props: bytes, physical: int) -> int:
         raw = find_property(props, TIMER_OUT_MS_NEEDLE)
@@ -210,6 +228,17 @@ class TimerMessageStore(CommitLogDispatcher):
         with self._apply_lock:
             self.db.put(CHECKPOINT_KEY, OFFSET.pack(commit_log_end))
             self._applied = self._stored = self._durable = commit_log_end
+            self._clamp_deletions(commit_log_end)
+
+    def _clamp_deletions(self, commit_log_end: int) -> None:
+        """A deletion noted past the end (its record lost with the tail, the deletion itself kept in metadata) is
+        moved to the end: timers recorded before it stay the deleted topic's, and new ones at those offsets, a topic
+        made again, are not taken for its."""
+        for key, raw in list(raw_items(self.db, from_key=DELETION_PREFIX)):
+            if not key.startswith(DELETION_PREFIX):
+                break
+            if OFFSET.unpack(raw)[0] > commit_log_end:
+                self.db.put(key, OFFSET.pack(commit_log_end))
 
     # -- delivery ----------------------------------------------------------------------------------
     def pending_record(self, due_ms: int, physical_offset: int) -> bytes | None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 from broker.store.config import FlushDiskType, StoreType
 from broker.store.message_store import MessageStore
@@ -16,7 +17,7 @@ from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer import timer_delivery_service
 from broker.timer.delivery_route import DeliveryTarget, Forwarded
 from broker.timer.timer_delivery_service import wall_clock_ms
-from broker.timer.timer_message_store import due_of_key
+from broker.timer.timer_message_store import DELETIONS_FROM_KEY, due_of_key
 from common.message import MessageExt
 from common.message_codec import decode_record
 from common.message_properties import encode_properties
@@ -493,3 +494,35 @@ def test_a_topic_with_no_config_here_never_seen_deleted_is_delivered_to(tmp_path
     node.now = NOW + 100
     assert node.deliver() == 2 and node.delivery.dropped == 1
     assert bodies(node.delivered(topic="BornLate")) == [b"m0"]
+
+
+def test_a_store_of_a_release_that_noted_no_deletions_drops_unconfigured_topics_older_timers(
+        tmp_path: Path, nodes: list[Node]):
+    """A timer store from before deletions were noted knows none before its checkpoint: a timer recorded then for a
+    topic with no config here may be a deleted topic's, and is dropped as that release did (it was delivered into
+    the deleted topic after the upgrade). One recorded after the upgrade is delivered."""
+    node = start(nodes, tmp_path, queue_exists=lambda topic, queue_id: False)
+    node.delivery.topic_configured = lambda topic: False
+    node.send([NOW + 10], topic="Gone")
+    node.timers.flush()
+    node.stop()
+    db = Rdict(str(tmp_path / "timer"), options=Options(raw_mode=True))  # as the older release left it
+    db.delete(DELETIONS_FROM_KEY)
+    db.close()
+    again = start(nodes, tmp_path, queue_exists=lambda topic, queue_id: False)
+    again.delivery.topic_configured = lambda topic: False
+    again.send([NOW + 10], topic="Gone")
+    again.now = NOW + 100
+    assert again.deliver() == 2 and again.delivery.dropped == 1
+    assert bodies(again.delivered(topic="Gone")) == [b"m0"]  # the new node's first send
+
+
+def test_a_deletion_noted_past_a_lost_tail_moves_to_the_commitlog_end(tmp_path: Path, nodes: list[Node]):
+    """After a machine crash the deleteTopic record can be lost with the commitlog's tail while the timer store kept
+    its note: new timers at those offsets are a topic made again, not the deleted one's."""
+    node = start(nodes, tmp_path)
+    end = node.store.commit_log.max_offset()
+    node.timers.topic_deleted("Again", end + 5_000)
+    node.timers._applied = end + 10_000  # (what a store that outlived the commitlog's tail holds)
+    node.timers.truncate_dirty(end)
+    assert node.timers.deleted_at("Again") == end
