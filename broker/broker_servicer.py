@@ -148,6 +148,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         outcome: PullOutcome = await run(pull, request, remote=blocks, in_thread=self._creates_group(request))
         elapsed_s = time.perf_counter() - started
         timeout_s = min(request.suspend_timeout_ms, self.max_suspend_ms) / 1000
+        if outcome.hold is None and outcome.retry_after_s > 0 and timeout_s > 0:
+            await asyncio.sleep(min(outcome.retry_after_s, timeout_s))
+            outcome = await run(pull, request, remote=blocks)
         if outcome.hold is not None and timeout_s > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s

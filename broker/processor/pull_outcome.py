@@ -20,6 +20,9 @@ class PullOutcome:
     response: broker_pb2.PullMessageResponse
     hold: tuple[str, int, int] | None = None  # (topic, physical queue, physical offset) to park on when caught up
     records: bytes = b""  # the stored records found, kept out of ``response`` until it is sent (copied once)
+    # Nothing here to park on (a static topic's older link on another broker, not read to its end yet): the pull is
+    # asked again after this long, within its suspend time, rather than answered at once and re-pulled in a loop.
+    retry_after_s: float = 0.0
 
     def full_response(self) -> broker_pb2.PullMessageResponse:
         if self.records:

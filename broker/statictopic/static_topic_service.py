@@ -21,6 +21,7 @@ from proto import broker_pb2
 log = logging.getLogger(__name__)
 
 LOGIC, PHYSICAL, UNSPECIFIED = broker_pb2.LOGIC, broker_pb2.PHYSICAL, broker_pb2.ADDRESSING_UNSPECIFIED
+PEER_RETRY_S = 0.2  # a pull waiting on another broker's link (or a remap's next step) asks again this often
 
 
 class StaticTopicService:
@@ -131,7 +132,7 @@ class StaticTopicService:
         if caught_up:  # an older item: drained, or its broker has not dispatched up to the item's end yet
             if (item.end_offset_decided() and physical < item.end_offset
                     and self._appended_end(item, ctx.topic) > physical):
-                return self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "older item not dispatched to its end yet")
+                return self._wait(ctx, item, logic, physical, "older item not dispatched to its end yet")
             return self._hop(ctx, item, logic)
         if code == ResponseCode.PULL_OFFSET_MOVED:  # before this item's min: its head expired
             target = item.logic_strictly(response.min_offset)
@@ -148,10 +149,23 @@ class StaticTopicService:
         return self._peer_offset(item, "GetMaxOffset", broker_pb2.QueueRequest(
             topic=topic, queue_id=item.queue_id, addressing=PHYSICAL))
 
+    def _wait(self, ctx: LogicQueueContext, item: LogicQueueMappingItem, logic: int, physical: int,
+              remark: str) -> PullOutcome:
+        """Nothing to read at ``logic`` yet, though more will come: parked on the item's queue when it is here,
+        else asked again a moment later (not answered at once: a consumer re-pulls a NOT_FOUND straight away)."""
+        out = self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, remark)
+        if self.is_local(item):
+            out.hold = (ctx.topic, item.queue_id, physical)
+        else:
+            out.retry_after_s = PEER_RETRY_S
+        return out
+
     def _hop(self, ctx: LogicQueueContext, item: LogicQueueMappingItem, logic: int) -> PullOutcome:
         nxt = ctx.after(item)
         if nxt is None or not nxt.logic_offset_decided():  # the new leader's start is not decided yet: wait
-            return self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "next item not decided yet")
+            out = self._answer(ctx, ResponseCode.PULL_NOT_FOUND, logic, "next item not decided yet")
+            out.retry_after_s = PEER_RETRY_S
+            return out
         return self._answer(ctx, ResponseCode.PULL_RETRY_IMMEDIATELY, nxt.logic_offset, "item drained: pull again now")
 
     def _answer(self, ctx: LogicQueueContext, code: int, next_begin: int, remark: str,
@@ -232,7 +246,9 @@ class StaticTopicService:
             self.consumer_offset_manager.delete_offsets([(group, topic, item.queue_id)])
             return
         response = self.peer_brokers.call(item.bname, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=item.queue_id, addressing=PHYSICAL, clear=True))
+            # commit_offset -1: a broker of an older release, which knows no clear, refuses it rather than commit 0
+            consumer_group=group, topic=topic, queue_id=item.queue_id, commit_offset=-1, addressing=PHYSICAL,
+            clear=True))
         if response.code != ResponseCode.SUCCESS:
             raise PeerBrokerError(f"clearing {group}'s offset on broker {item.bname}: {response.remark}")
 
