@@ -82,6 +82,15 @@ def settings_resources(settings: definition_pb2.Settings) -> tuple[str, list[str
     return SUB, list(dict.fromkeys(out))
 
 
+_user: ContextVar[str | None] = ContextVar("proxy_acl_user", default=None)
+
+
+def current_user() -> str | None:
+    """The user the call being served was let in as; None with ACL off. What a client is sent later on another
+    call's behalf (a transaction check over its Telemetry stream) goes only to the user that earned it."""
+    return _user.get()
+
+
 SettingsCheck = Callable[[definition_pb2.Settings], Awaitable[definition_pb2.Status | None]]
 # Set by the interceptor for a Telemetry stream it let open (its caller's check); none: ACL off, nothing to check.
 _settings_check: ContextVar[SettingsCheck | None] = ContextVar("proxy_settings_check", default=None)
@@ -151,10 +160,13 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
         self.authorize = authorize
 
     async def _check(self, rpc: str, metadata: dict[str, str], request: Any) -> definition_pb2.Status | None:
-        """None when the call may proceed, else the status to answer."""
+        """None when the call may proceed (its user recorded: :func:`current_user`), else the status to answer."""
         action = ACTIONS.get(rpc, "") if self.authorize else ""
         resources = v2_resources(request) if action and request is not None else []
-        return await self._ask(rpc, metadata, action, resources, self.authenticate)
+        status = await self._ask(rpc, metadata, action, resources, self.authenticate)
+        if status is None:
+            _user.set(parse_authorization(metadata[AUTH_KEY])[0])  # (_ask refused a call without one)
+        return status
 
     async def _check_settings(self, metadata: dict[str, str], settings: definition_pb2.Settings
                               ) -> definition_pb2.Status | None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proto.v2 import definition_pb2, service_pb2
+from proxy.proxy_acl import current_user
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,7 @@ OnCommand = Callable[["TelemetryChannel", service_pb2.TelemetryCommand],
 @dataclass(eq=False)
 class TelemetryChannel:
     client_id: str
+    user: str | None = None  # who opened it (ACL on): a client id alone proves nothing, any caller may name it
     settings: definition_pb2.Settings | None = None  # the client's last reported settings
     outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
 
@@ -66,7 +68,7 @@ class TelemetryChannels:
         """Run one client's stream: each command it sends is handled by ``on_command`` (whose answer, if any, is
         written back), and whatever is queued on its channel is written; ends when the client closes its side or
         the channel is closed (a newer stream of the same client, or the proxy stopping)."""
-        channel = TelemetryChannel(client_id)
+        channel = TelemetryChannel(client_id, current_user())
         if self._closing:
             return
         older = self._by_client.get(client_id)

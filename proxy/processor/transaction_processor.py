@@ -35,11 +35,13 @@ from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTI
 from proto import transaction_pb2
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import OutgoingMessage, to_v2_message
+from proxy.proxy_acl import current_user
 from proxy.telemetry_channels import TelemetryChannels
 from proxy.topic_route_service import client_error
 from proxy.v2_codes import Code, ProxyError, ok_status
 
 log = logging.getLogger(__name__)
+_ABSENT = object()
 
 GROUP_PREFIX = "PROXY_TX_"
 GROUPS_PER_SESSION = 512  # topics one sessions object heartbeats (a broker takes up to 1024 groups a heartbeat)
@@ -103,7 +105,9 @@ class TransactionProcessor:
         self.heartbeat_interval_s = heartbeat_interval_s
         # topic -> the producers connected here that publish it (said so in their settings, or sent it a half
         # message): its group is heartbeated while there is one. Touched on the event loop only.
-        self._publishers: dict[str, set[str]] = {}
+        # Each producer with the user it was let in as (ACL on): a check goes to that client id only on a stream of
+        # the same user (another user may open a stream under the id, to collect the checks: whole messages).
+        self._publishers: dict[str, dict[str, str | None]] = {}
         self._sessions: list[_ProxySessions] = []  # each for up to GROUPS_PER_SESSION topics, in order
         self._placed: dict[str, int] = {}  # topic -> the index of its sessions
         self._syncing: asyncio.Lock | None = None  # made on the loop, at first use
@@ -147,9 +151,9 @@ class TransactionProcessor:
             except InvalidTopicError as exc:
                 log.info("transaction_checks_not_kept topic=%.64r client_id=%s reason=%r", topic, client_id, str(exc))
                 continue
-            clients = self._publishers.setdefault(topic, set())
+            clients = self._publishers.setdefault(topic, {})
             joined |= not clients
-            clients.add(client_id)
+            clients[client_id] = current_user()
         if joined:
             await self._sync()
 
@@ -215,10 +219,11 @@ class TransactionProcessor:
         """Ask one producer that publishes ``message``'s topic (any: upstream asks one of the group) to resolve the
         transaction; False when no such producer is connected to this proxy."""
         topic = message.topic.name
+        # settings naming the topic were authorized for the stream's user as they came (proxy_acl.check_settings)
         producers = {ch.client_id: ch for ch in self.channels.producers_of(topic)}
-        for client_id in self._publishers.get(topic, ()):  # also those that sent it half messages, unlisted
+        for client_id, user in self._publishers.get(topic, {}).items():  # also those that sent it half messages
             channel = self.channels.get(client_id)
-            if channel is not None and channel.client_type == definition_pb2.PRODUCER:
+            if channel is not None and channel.client_type == definition_pb2.PRODUCER and channel.user == user:
                 producers[client_id] = channel
         if not producers:
             return False
@@ -232,8 +237,7 @@ class TransactionProcessor:
         heartbeat (their checks find no producer meanwhile, as when none is connected)."""
         left = False
         for clients in self._publishers.values():
-            if client_id in clients:
-                clients.discard(client_id)
+            if clients.pop(client_id, _ABSENT) is not _ABSENT:
                 left |= not clients
         if left:
             await self._sync()

@@ -105,12 +105,12 @@ def test_settings_naming_the_users_own_topics_and_group_are_answered(acl_proxy: 
         assert status.code == d.Code.OK, status
 
 
-def _transactional_send(endpoint: str) -> str:
+def _transactional_send(endpoint: str, client_id: str = "victim-cli", message_id: str = "V1") -> str:
     with grpc.insecure_channel(endpoint) as channel:
         answer = sg.MessagingServiceStub(channel).SendMessage(s.SendMessageRequest(messages=[d.Message(
             topic=d.Resource(name=SECRET), body=b"secret-tx-via-proxy", system_properties=d.SystemProperties(
-                message_id="V1", message_type=d.TRANSACTION))]),
-            metadata=[*sign(*ROOT), ("x-mq-client-id", "victim-cli")], timeout=10)
+                message_id=message_id, message_type=d.TRANSACTION))]),
+            metadata=[*sign(*ROOT), ("x-mq-client-id", client_id)], timeout=10)
     assert answer.status.code == d.Code.OK, answer.status
     return answer.entries[0].transaction_id
 
@@ -139,3 +139,12 @@ def test_a_transaction_check_goes_only_to_a_producer_allowed_to_publish_its_topi
         command = check.recover_orphaned_transaction_command
         assert command.transaction_id == tx and command.message.body == b"secret-tx-via-proxy"
         assert _orphan_checks(mallory, 0.5) == []
+
+
+def test_a_stream_opened_under_another_users_client_id_gets_none_of_its_checks(acl_proxy: ProxyCluster) -> None:
+    """A client id proves nothing (any caller may name one): mallory, opening Telemetry under the id root's producer
+    sent a half message with, was handed that transaction's checks, whole messages of a topic she may not read."""
+    _transactional_send(acl_proxy.endpoint, client_id="victim-2", message_id="V2")  # never ended
+    with _telemetry(acl_proxy.endpoint, MALLORY, "victim-2", _producer(MINE)) as mallory:
+        assert _settings_answer(mallory).code == d.Code.OK  # her own topic
+        assert _orphan_checks(mallory, 6) == [], "a check of Secret's transaction went to mallory"

@@ -11,6 +11,7 @@ from proxy.processor.transaction_processor import TransactionProcessor
 class Channel:
     client_id: str
     client_type: int = definition_pb2.PRODUCER
+    user: str | None = None
     sent: list[service_pb2.TelemetryCommand] = field(default_factory=list)
 
     def send(self, command: service_pb2.TelemetryCommand) -> None:
@@ -36,7 +37,7 @@ def check_of(topic: str) -> definition_pb2.Message:
 def test_a_check_reaches_a_producer_that_sent_half_messages_without_listing_the_topic():
     unlisted = Channel("half-sender")
     processor = TransactionProcessor(Channels([], [unlisted, Channel("consumer", definition_pb2.SIMPLE_CONSUMER)]))
-    processor._publishers["T"] = {"half-sender", "consumer"}
+    processor._publishers["T"] = {"half-sender": None, "consumer": None}
     assert processor.recover_orphaned_transaction(check_of("T"), "tx-1")
     (command,) = unlisted.sent
     assert command.recover_orphaned_transaction_command.transaction_id == "tx-1"
