@@ -236,9 +236,9 @@ class SlaveSynchronize(threading.Thread):
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             empty, signed = common_pb2.Empty(), _signed()
             topics = self._fetch_topic_changes(stub, addr, signed)
-            groups = stub.GetAllSubscriptionGroup(empty, **signed).groups
-            offsets = stub.GetAllConsumerOffsets(empty, **signed).offsets
-            mappings = stub.GetAllTopicQueueMapping(empty, **signed)
+            groups = stub.GetAllSubscriptionGroup(empty, **_bulk(signed)).groups  # whole tables: the bulk timeout
+            offsets = stub.GetAllConsumerOffsets(empty, **_bulk(signed)).offsets
+            mappings = stub.GetAllTopicQueueMapping(empty, **_bulk(signed))
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
         mappings_changed = self._apply("mappings", lambda: self._copy_mappings(addr, mappings))
