@@ -83,6 +83,9 @@ class KvProcessor:
         self.store = store  # the local store: KV ops are written to this broker's commitlog
         self._provisioning: asyncio.Future[int] | None = None
         self._group_commit: KvGroupCommit | None = None  # made on the first write (it needs the running loop)
+        # partition this broker no longer leads -> the commitlog end when that was first seen: its records below are
+        # applied before a leader reads the partition (PHYSICAL); its queue is never written again
+        self._fences: dict[int, int] = {}
 
     # -- where a request goes ----------------------------------------------------------------------
     def _kv(self) -> KvStore:
@@ -185,12 +188,31 @@ class KvProcessor:
         """Older items of the chain, some on other brokers (PeerBrokerError when one cannot answer)."""
         return await REMOTE_WAITS.run(kv.reader.older_get, ctx.chain, keys, found or [None] * len(keys))
 
-    @staticmethod
-    def _partition(request: kv_pb2.KvGetRequest | kv_pb2.KvScanRequest) -> int:
-        """A PHYSICAL request's partition (the KV topic's physical queue id on this broker)."""
+    def _partition(self, kv: KvStore, request: kv_pb2.KvGetRequest | kv_pb2.KvScanRequest) -> int:
+        """A PHYSICAL request's partition (the KV topic's physical queue id on this broker), once every write it
+        took here is applied: a shard's new leader reads its base for a CAS, or a key it does not hold, there. A
+        write appended before the move but applied after it (a slow flush or slave) was missed: two CAS "if absent"
+        both succeeded, and the later apply was hidden for good under the new leader's value."""
         require(request.queue_id >= 0, f"queue id {request.queue_id} is negative: a PHYSICAL KV request names a "
                                        "partition of this broker")
-        return request.queue_id
+        partition = request.queue_id
+        fence = self._fence_of(partition)
+        if fence is not None and kv.dispatcher.applied_offset < fence:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"partition {partition} of {KV_TOPIC} on broker "
+                          f"{self.broker_name} has writes taken before its shard moved that are not applied yet "
+                          f"(applied {kv.dispatcher.applied_offset} < {fence}); retry")
+        return partition
+
+    def _fence_of(self, partition: int) -> int | None:
+        """Where ``partition``'s writes end in the commitlog, once this broker no longer leads it; None while it does
+        (or holds no mapping)."""
+        fence = self._fences.get(partition)
+        if fence is None:
+            detail = self.mapping_manager.get(KV_TOPIC)
+            if detail is None or partition in detail.led_queues().values():
+                return None
+            fence = self._fences[partition] = self.store.commit_log.max_offset()
+        return fence
 
     # -- get ---------------------------------------------------------------------------------------
     async def get(self, request: kv_pb2.KvGetRequest) -> kv_pb2.KvGetResponse:
@@ -200,7 +222,7 @@ class KvProcessor:
         _check_keys(keys)
         kv = self._kv()
         if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
-            states = [raw or b"" for raw in kv.state.get(self._partition(request), keys)]
+            states = [raw or b"" for raw in kv.state.get(self._partition(kv, request), keys)]
         else:
             states = [b"" if raw is None or raw == DELETED else raw for raw in await self._logic_get(kv, keys)]
         if request.pack_states:
@@ -231,7 +253,7 @@ class KvProcessor:
             require(len(request.prefix) <= 1024, "prefix is longer than 1024 bytes")
         kv = self._kv()
         if request.addressing == broker_pb2.PHYSICAL:
-            entries = kv.state.scan(self._partition(request), request.prefix, request.start_after, request.limit)
+            entries = kv.state.scan(self._partition(kv, request), request.prefix, request.start_after, request.limit)
             return self._scan_response(entries, len(entries) < request.limit)
         total = self.total_shards()
         require(0 <= request.shard < total, f"shard {request.shard} does not exist: shards are 0..{total - 1}")
