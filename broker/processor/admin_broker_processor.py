@@ -20,6 +20,7 @@ from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingMana
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import MessageStoreReader
 from broker.transaction.producer_manager import ProducerManager
+from common.kv_shard import KV_TOPIC
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
@@ -147,6 +148,10 @@ class AdminBrokerProcessor:
             forgotten = self.consumer_offset_manager.delete_queues(detail.topic, reused)
             log.info("static_queue_reused topic=%s queues=%s offsets_forgotten=%d", detail.topic, reused, forgotten)
         gained = sorted(set(detail.led_queues()) - set(old.led_queues() if old is not None else ()))
+        if gained and detail.topic == KV_TOPIC and not self.config.kv_enable:
+            # its shards here could neither be written nor read, and a chain through it reads no older link either
+            raise RequestError(f"broker {self.config.broker_name} has kvEnable=false: it cannot lead shards "
+                               f"{gained} of the KV store ({KV_TOPIC}); place them on brokers with kvEnable=true")
         if gained and old is not None:
             self.on_leadership_gained(detail.topic, gained)
         try:
