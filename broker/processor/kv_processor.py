@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 APPLY_TIMEOUT_S = 10.0
 SNAPSHOT_CHUNK_ENTRIES = 1000
+SNAPSHOT_CHUNK_BYTES = 32 << 20  # far below the 256 MiB a frame may carry, however large the values
 IMPORT_BATCH_ENTRIES = 1000
 MAX_IMPORT_BYTES = 1 << 30
 _OPS = {kv_pb2.KV_PUT: KvOp.PUT, kv_pb2.KV_DELETE: KvOp.DELETE, kv_pb2.KV_CAS: KvOp.CAS}
@@ -383,10 +384,14 @@ def _store_stopped(exc: StoreFailStopped) -> Refusal:
                    f"taking writes: the write may still apply (after a restart); {exc}")
 
 
-def _take(entries, n: int) -> list[tuple[bytes, bytes]]:
+def _take(entries, n: int, max_bytes: int = SNAPSHOT_CHUNK_BYTES) -> list[tuple[bytes, bytes]]:
+    """The next chunk: ``n`` entries, fewer once they hold ``max_bytes`` (an answer's frame is bounded: 1,000
+    values of 300 KB failed the export with RESOURCE_EXHAUSTED, with no way to ask for smaller chunks)."""
     out = []
+    size = 0
     for item in entries:
         out.append(item)
-        if len(out) >= n:
+        size += len(item[0]) + len(item[1])
+        if len(out) >= n or size >= max_bytes:
             break
     return out
