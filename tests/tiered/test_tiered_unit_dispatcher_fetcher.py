@@ -224,6 +224,26 @@ def test_a_deleted_topic_leaves_the_tier_and_the_topic_made_again_is_uploaded(no
         assert objects == {m.path for m in node.tiered.segments(TOPIC)} and len(objects) == 2
 
 
+@pytest.mark.parametrize("level", [TieredStorageLevel.NOT_IN_DISK, TieredStorageLevel.FORCE])
+def test_a_topic_made_again_reads_none_of_the_old_one_s_tier_before_the_deletion_pass(nodes, level):
+    """Until the upload pass deleted the old topic's flat files (50 ms, or for as long as uploads are paused or the
+    backend refuses the deletion) they served the topic made again under the name: a consumer at its end read the
+    old record at that offset, and moved past the new one."""
+    node = nodes(TieredBackendServiceProvider.POSIX, level=level)
+    for i in range(5):
+        node.put(0, f"OLD-{i}".encode())
+    assert node.dispatcher.upload_due(force=True) == 5
+    assert node.local.delete_topic(TOPIC) is None
+    node.put(0, b"NEW-0")
+    node.put(0, b"NEW-1")
+    store = node.tiered.store
+    read = {offset: [decode_record(m).body for m in store.get_message(TOPIC, 0, offset, 1).messages]
+            for offset in range(4)}
+    assert read == {0: [b"NEW-0"], 1: [b"NEW-1"], 2: [], 3: []}
+    assert node.dispatcher.upload_due(force=True) == 2  # the pass deletes the old files, then uploads the new
+    assert tier_matches_local(node, 0) == 2
+
+
 def test_a_deletion_a_crash_cut_short_is_replayed(nodes, provider: TieredBackendServiceProvider):
     node = nodes(provider)
     for i in range(3):
@@ -250,7 +270,9 @@ def test_a_deletion_the_backend_refuses_is_tried_again_before_the_topic_made_aga
     refusing = FailingWrites(monkeypatch, PosixFileSegment, OSError(5, "Input/output error"), method="destroy")
     with pytest.raises(OSError, match="Input/output error"):
         node.dispatcher.upload_due(force=True)
-    assert node.tiered.flat_files.get(TOPIC, 0).max_offset == 3  # nothing of the new topic went into the old files
+    # nothing of the new topic went into the old files (hidden from reads, kept for the deletion's retry)
+    assert node.tiered.flat_files.files[(TOPIC, 0)].max_offset == 3
+    assert node.tiered.flat_files.get(TOPIC, 0) is None
     assert node.dispatcher.current_checkpoint() < node.local.commit_log.max_offset()
     refusing.failing = False
     assert node.dispatcher.upload_due(force=True) == 1

@@ -214,6 +214,7 @@ class TieredDispatcher(CommitLogDispatcher):
         for key in [k for k in self._pending if k[0] == topic]:
             self._drop_pending(key)
         self._deletions.append((topic, at))
+        self.flat_files.hide_topic(topic)
 
     def checkpoint(self) -> int:
         return self._checkpoint
@@ -232,7 +233,10 @@ class TieredDispatcher(CommitLogDispatcher):
                 # what the master uploaded is not re-read; past this replica's dispatch, nothing is left to re-read
                 self._resume_from = master_checkpoint if master_checkpoint < self._dispatched else None
             # the master's checkpoint stays below a deletion until its upload pass did it
+            done = [(topic, at) for topic, at in self._deletions if at < master_checkpoint]
             self._deletions = [(topic, at) for topic, at in self._deletions if at >= master_checkpoint]
+            for topic in {t for t, _ in done} - {t for t, _ in self._deletions}:
+                self.flat_files.show_topic(topic)
             self._uploaded_end = master_uploaded_end
 
     def truncate_dirty(self, commit_log_end: int) -> None:

@@ -31,6 +31,9 @@ class FlatFileStore:
             read_ahead_cache_bytes = READ_AHEAD_CACHE_BYTES if remote else 0
         self.read_ahead_cache = ReadAheadCache(read_ahead_cache_bytes) if read_ahead_cache_bytes > 0 else None
         self._lock = threading.Lock()
+        # topics deleted whose flat files the next upload pass deletes: hidden from reads meanwhile (a topic made
+        # again under the name read the old one's records, at offsets its new messages take)
+        self._deleting: set[str] = set()
 
     def load(self, mode: LoadMode = LoadMode.RECOVER) -> None:
         """Every queue the metadata store lists (again: readers holding the files loaded before keep them)."""
@@ -65,7 +68,17 @@ class FlatFileStore:
             self.read_ahead_cache.shutdown()
 
     def get(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        if topic in self._deleting:
+            return None
         return self.files.get((topic, queue_id))
+
+    def hide_topic(self, topic: str) -> None:
+        """Its deletion is due (the next upload pass): reads find no flat file of it from now on."""
+        self._deleting.add(topic)
+
+    def show_topic(self, topic: str) -> None:
+        """Its deletion was done, or left to another (a master whose tier this replica follows)."""
+        self._deleting.discard(topic)
 
     def get_or_create(self, topic: str, queue_id: int, first_queue_offset: int) -> FlatMessageFile:
         flat = self.files.get((topic, queue_id))
@@ -90,4 +103,5 @@ class FlatFileStore:
         with self._lock:
             for flat in doomed:
                 self.files.pop((topic, flat.queue_id), None)
+        self.show_topic(topic)  # what is made under the name from now on is the new topic's
         return len(doomed)
