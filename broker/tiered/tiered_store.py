@@ -216,11 +216,16 @@ class TieredStore:
         if flat is None:
             return False
         target = flat.commit_log if merged.type is FileSegmentType.COMMIT_LOG else flat.consume_queue
-        return target.replace(old, merged)
+        replaced = target.replace(old, merged)
+        self.metadata.sync()  # the job deletes the old parts once answered: a crash must not bring back their records
+        return replaced
 
     def mark_expired(self, now_ms: int | None = None) -> list[FileSegmentMetadata]:
-        """Expire what is due (marking only; objects stay) and answer every segment marked expired."""
+        """Expire what is due (marking only; objects stay) and answer every segment marked expired, durably: the
+        job deletes their objects once answered (marks lost in a machine crash left records of deleted objects, and
+        the load then cut every later segment of the queue, unexpired ones too)."""
         self.expire(now_ms, delete=False)
+        self.metadata.sync()
         return [m for m in self.segments() if m.status is SegmentStatus.EXPIRED]
 
     def drop_segments(self, segments: list[FileSegmentMetadata]) -> int:

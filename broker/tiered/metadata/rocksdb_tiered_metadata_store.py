@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
-from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items
+from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
 from broker.rocksdb_records import decode_records, encode_records
 from broker.tiered.metadata.change_journal import ChangeJournal
 from broker.tiered.metadata.tiered_metadata_store import (
@@ -188,7 +188,16 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
         return OFFSET.unpack(raw)[0] if raw is not None else 0
 
     def set_uploaded_end(self, offset: int) -> None:
-        self._put(UPLOADED_END_KEY, OFFSET.pack(offset))
+        # synced: after a machine crash an older value beside the newer objects let recovery keep records the
+        # commitlog lost, and skip the new messages that took their offsets
+        with self._lock:
+            self._database.write(lambda db: db.put(UPLOADED_END_KEY, OFFSET.pack(offset),
+                                                   write_opt=synced_write_options()))
+            self._journal.record((UPLOADED_END_KEY,))
+
+    def sync(self) -> None:
+        with self._lock:
+            self._database.write(lambda db: db.flush_wal(True))
 
     # -- copies
     def copy(self, since: str = "") -> TieredMetadataCopy:

@@ -128,7 +128,11 @@ class TieredMetadataStore(ABC):
 
     @abstractmethod
     def set_uploaded_end(self, offset: int) -> None:
-        """Store the uploaded end (before the records it covers are committed)."""
+        """Store the uploaded end (before the records it covers are committed), durably: the objects it covers
+        are on the backend for good, and recovery compares it with the local end to cut what the commitlog lost."""
+
+    def sync(self) -> None:  # noqa: B027 - optional hook
+        """Make every write so far durable (before the answer that lets a job delete objects it covers)."""
 
     # -- copies (a replica sharing the backend follows its master's)
     @abstractmethod
