@@ -229,8 +229,8 @@ class StaticTopicService:
     # -- consumer offsets (double-read-check: nothing migrates on remap) ----------------------------
     def commit_offset(self, ctx: LogicQueueContext, group: str, logic: int) -> None:
         """Stored, in physical terms, on the broker of the item the offset falls in. Reads take the newest item's
-        offset, so one a newer item holds is forgotten first: the latest commit wins, as on a plain queue (a
-        reset or a rewind to an older item was read as the newer offset, and never took effect)."""
+        offset, so one a newer item holds is forgotten once this is stored: the latest commit wins, as on a plain
+        queue (a reset or a rewind to an older item was read as the newer offset, and never took effect)."""
         item = ctx.item_for(logic) or ctx.decided[0]
         self.commit_physical(ctx.topic, item, group, max(item.physical_of(logic), item.start_offset))
         # After the commit: one refused (its broker down) leaves the group where it was, not without an offset.
