@@ -13,10 +13,14 @@ import grpc
 import pytest
 
 from client import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer, TransactionResolution
+from client.acl_admin import AclAdmin
 from client.errors import MQClientError
 from common.acl import sign
 from common.message_codec import decode_record
+from common.response_code import ResponseCode
+from common.timer_topic import TIMER_TOPIC
 from common.transaction_id import TransactionId
+from common.transaction_topic import HALF_TOPIC
 from proto import (
     broker_pb2,
     broker_pb2_grpc,
@@ -281,3 +285,24 @@ def test_a_message_read_as_the_right_user_through_pull_still_works(cluster: Clus
     with PullConsumer(cluster.addr, group="mine-cg", credentials=MALLORY) as consumer, \
             pytest.raises(MQClientError, match=f"no Sub permission on Topic:{SECRET}"):
         consumer.min_offset(consumer.queues(SECRET)[0])
+
+
+def test_a_grant_on_every_topic_opens_none_of_the_brokers_own(cluster: Cluster) -> None:
+    """The broker's topics hold other topics' messages (half messages of pending transactions, delayed messages):
+    a user granted "*" read them by pulling the half topic, whatever it was denied on the real topic."""
+    everything = ("dave", "dave-secret")
+    with Admin(cluster.addr, credentials=ROOT) as admin:
+        acl = AclAdmin(admin)
+        acl.create_user(*everything, cluster="DefaultCluster")
+        acl.create_acl(f"User:{everything[0]}", ["Topic:*", "Group:*"], ["Pub", "Sub"], "Allow",
+                       cluster="DefaultCluster")
+    with grpc.insecure_channel(_addr(cluster)) as channel:
+        pull = broker_pb2_grpc.BrokerServiceStub(channel).PullMessage
+        for topic in (HALF_TOPIC, TIMER_TOPIC):
+            request = broker_pb2.PullMessageRequest(consumer_group="dave-cg", topic=topic, queue_id=0,
+                                                    queue_offset=0, max_msg_nums=8)
+            assert f"Topic:{topic}" in _denied(pull, request, everything)
+            assert "system topic" in _denied(pull, request, everything)
+        mine = pull(broker_pb2.PullMessageRequest(consumer_group="dave-cg", topic=MINE, queue_id=0, queue_offset=0,
+                                                  max_msg_nums=8), metadata=sign(*everything), timeout=5)
+        assert mine.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND)  # the grant holds elsewhere
