@@ -117,6 +117,7 @@ class SlaveSynchronize(threading.Thread):
         self._synced_from = ""
         self._topics_copied: tuple[str, common_pb2.DataVersion] | None = None  # (master, version) of the copy
         self._mappings_copied: tuple[str, common_pb2.DataVersion] | None = None
+        self._groups_copied: set[str] = set()  # the groups the last copy held: only those go when the master drops one
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
         self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
         self._watch_channel: tuple[str, grpc.Channel] | None = None
@@ -269,17 +270,19 @@ class SlaveSynchronize(threading.Thread):
             return step()
 
     def _copy_groups(self, groups: Iterable[broker_pb2.SubscriptionGroupConfig]) -> tuple[list[str], list[str]]:
-        """The master's subscription groups, those it no longer has deleted here (as topics are: a group deleted
-        on the master would come back after a failover). No group is made locally but by a read (a pull here with
-        slaveReadEnable auto-creates it): the master's table is the whole truth, as upstream's copy replaces it."""
+        """The master's subscription groups; one a previous copy held that the master no longer has is deleted
+        here (a group deleted on the master came back after a failover). A group made here by a read (a pull with
+        slaveReadEnable auto-creates it), never in a copy, stays: deleted, the next pull made it again, and the
+        group table was rewritten every copy."""
         theirs = {g.group_name: _group_config(g) for g in groups}
         table = self.groups.subscription_group_table
         changed = [name for name, config in theirs.items() if table.get(name) != config]
         for name in changed:
             self.groups.update(theirs[name])
-        gone = [name for name in list(table) if name not in theirs]
+        gone = [name for name in self._groups_copied if name not in theirs and name in table]
         for name in gone:
             self.groups.delete(name)
+        self._groups_copied = set(theirs)
         return changed, gone
 
     def _copy_offsets(self, offsets: Iterable[broker_pb2.ConsumerOffsetEntry]) -> None:

@@ -103,6 +103,18 @@ def test_groups_the_master_deleted_are_deleted_on_the_slave(tmp_path: Path, mast
     assert slave.state().groups == ["kept"]  # it stayed, and came back after a failover
 
 
+def test_a_group_a_read_made_on_the_slave_is_not_deleted_by_every_copy(tmp_path: Path,
+                                                                       master: tuple[FakeMaster, str]):
+    """A pull on a slave (slaveReadEnable) auto-creates its group there: deleted by each copy as one the master
+    lacks, it was made again by the next pull, the group table rewritten every 5 s."""
+    _, addr = master
+    slave = slave_of(tmp_path, addr)
+    slave.sync.sync_all(addr)
+    slave.groups.update(SubscriptionGroupConfig("read-on-slave"))
+    slave.sync.sync_all(addr)
+    assert slave.state().groups == ["doomed", "kept", "read-on-slave"]
+
+
 def test_a_stopped_copy_is_not_waited_for_and_applies_nothing_when_its_master_answers_late(
         tmp_path: Path, master: tuple[FakeMaster, str]):
     fake, addr = master
