@@ -1,12 +1,13 @@
 """A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets, POP
 state and (a controller-mode replica's) tier (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon
-as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed. Topics,
-mappings, groups and offsets the master no longer has are deleted here too. Once stopped (this broker is promoted,
-or follows another master), nothing more of a copy is applied, even one whose calls were under way (the thread is
-not waited for: a hung master would hold a promotion up). Offsets are as of the last copy: a consumer reading from
-the slave while the master is down, or from a promoted slave, may read again what was committed since
-(at-least-once). So is POP state: a promoted slave hands out again what was popped since the copy, and again once
-its invisible time passes what was acked since; what was in flight or acked before the copy, never too early.
+as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed.
+Topics, mappings and offsets the master no longer has are deleted here too, and groups it dropped since a copy.
+Once stopped (this broker is promoted, or follows another master), nothing more of a copy is applied, even one whose
+calls were under way (the thread is not waited for: a hung master would hold a promotion up). Offsets are as of the
+last copy: a consumer reading from the slave while the master is down, or from a promoted slave, may read again
+what was committed since (at-least-once). So is POP state: a promoted slave hands out again what was popped since
+the copy, and again once its invisible time passes what was acked since; what was in flight or acked before the
+copy, never too early.
 
 Topic configs come as what changed since the slave's copy (``GetTopicConfigChanges``; the whole table for a first
 copy): with millions of topics, the whole table every time kept the master's loop busy for seconds.
