@@ -20,11 +20,13 @@ TOPIC = "AclHaT"
 
 
 class SignedGroup:
-    """A name server with the controller on and ACL on; a SYNC_MASTER and its SLAVE, both with ACL on."""
+    """A name server with ACL on (and by default the controller); a SYNC_MASTER and its SLAVE with ``settings``
+    (by default ACL on with signatures checked)."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.ns = start_namesrv(workdir / "namesrv", *NAMESRV_ARGS, "--enable-controller")
-        self.settings = {**SETTINGS, "brokerNotActiveTimeoutMillis": 3000, "kvEnable": "true"}
+    def __init__(self, workdir: Path, settings: dict[str, object] | None = None,
+                 namesrv_args: tuple[str, ...] = (*NAMESRV_ARGS, "--enable-controller")) -> None:
+        self.ns = start_namesrv(workdir / "namesrv", *namesrv_args)
+        self.settings = settings or {**SETTINGS, "brokerNotActiveTimeoutMillis": 3000, "kvEnable": "true"}
         self.daemons: list[Daemon] = [self.ns]
         self.master = self._start(workdir / "master", brokerRole="SYNC_MASTER")
         self.ha_addr = self.runtime(self.master)["haServerAddr"]
@@ -71,15 +73,21 @@ def test_replication_and_metadata_sync_run_with_the_inner_credentials(group: Sig
         wait_until(slave_has_topic, timeout=20, what="the slave to copy the topic config")
 
 
-def test_a_replication_stream_without_the_inner_credentials_is_refused(group: SignedGroup) -> None:
+def refused_replication(addr: str, metadata: list[tuple[str, str]] | None) -> grpc.RpcError:
+    """A stranger's replication stream to ``addr`` (a slave's handshake signed with ``metadata``): its refusal."""
     hello = ha_pb2.ReplicaHandshake(cluster_name="DefaultCluster", broker_name="broker-a", broker_id=7,
                                     commit_log_end=0, mapped_file_size=1 << 30)
+    with grpc.insecure_channel(addr) as channel, pytest.raises(grpc.RpcError) as err:
+        list(ha_pb2_grpc.HaServiceStub(channel).Replicate(iter([ha_pb2.ReplicaFrame(handshake=hello)]), timeout=5,
+                                                          metadata=metadata))
+    return err.value
+
+
+def test_a_replication_stream_without_the_inner_credentials_is_refused(group: SignedGroup) -> None:
     for metadata in (None, sign("nobody", "guess"), sign(INNER[0], "not-the-secret")):
-        with grpc.insecure_channel(group.ha_addr) as channel, pytest.raises(grpc.RpcError) as err:
-            list(ha_pb2_grpc.HaServiceStub(channel).Replicate(iter([ha_pb2.ReplicaFrame(handshake=hello)]),
-                                                              timeout=5, metadata=metadata))
-        assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED, err.value.details()
-        assert INNER[1] not in err.value.details()
+        err = refused_replication(group.ha_addr, metadata)
+        assert err.code() is grpc.StatusCode.UNAUTHENTICATED, err.details()
+        assert INNER[1] not in err.details()
 
 
 def test_a_controller_call_without_the_inner_credentials_is_refused(group: SignedGroup) -> None:

@@ -35,6 +35,7 @@ from proto import (
 from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS, grant_users
 from tests.admin_cli.helpers import fails, ok
 from tests.cluster import Cluster, make_cluster, wait_until
+from tests.collected_stream import collected
 
 MALLORY = ("mallory", "mallory-secret")
 CAROL = ("carol", "carol-secret")
@@ -96,7 +97,6 @@ def test_view_message_by_id_needs_sub_on_the_records_topic(cluster: Cluster) -> 
 def _producer_session(addr: str, user: tuple[str, str], group: str, client_id: str
                       ) -> Iterator["queue.Queue[object]"]:
     """A ProducerSession as ``user`` heartbeating ``group`` every second; the checks it gets (or its error)."""
-    got: queue.Queue[object] = queue.Queue()
     stop = threading.Event()
 
     def beats() -> Iterator[transaction_pb2.ProducerHeartbeat]:
@@ -104,21 +104,9 @@ def _producer_session(addr: str, user: tuple[str, str], group: str, client_id: s
             yield transaction_pb2.ProducerHeartbeat(client_id=client_id, producer_groups=[group])
             stop.wait(1)
 
-    with grpc.insecure_channel(addr) as channel:
-        call = transaction_pb2_grpc.TransactionServiceStub(channel).ProducerSession(beats(), metadata=sign(*user))
-
-        def read() -> None:
-            try:
-                for check in call:
-                    got.put(check)
-            except grpc.RpcError as exc:
-                got.put(exc)
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            yield got
-        finally:
-            stop.set()
-            call.cancel()
+    with grpc.insecure_channel(addr) as channel, collected(transaction_pb2_grpc.TransactionServiceStub(
+            channel).ProducerSession(beats(), metadata=sign(*user)), stop.set) as got:
+        yield got
 
 
 def test_transaction_checks_and_ends_need_pub_on_the_messages_topic(cluster: Cluster) -> None:

@@ -20,6 +20,7 @@ from proto.v2 import service_pb2 as s
 from proto.v2 import service_pb2_grpc as sg
 from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT, SETTINGS, grant_users
 from tests.cluster import wait_until
+from tests.collected_stream import collected
 from tests.proxy.conftest import ProxyCluster, running_proxy_cluster
 
 MALLORY = ("mallory", "mallory-secret")
@@ -54,29 +55,15 @@ def _consumer(group: str, topic: str) -> d.Settings:
 def _telemetry(endpoint: str, user: tuple[str, str], client_id: str, settings: d.Settings
                ) -> Iterator["queue.Queue[s.TelemetryCommand]"]:
     """A Telemetry stream as ``user`` that reports ``settings`` and stays open; what the proxy sends on it."""
-    got: queue.Queue[s.TelemetryCommand] = queue.Queue()
     stop = threading.Event()
 
     def commands() -> Iterator[s.TelemetryCommand]:
         yield s.TelemetryCommand(settings=settings)
         stop.wait(120)
 
-    with grpc.insecure_channel(endpoint) as channel:
-        call = sg.MessagingServiceStub(channel).Telemetry(commands(), metadata=[*sign(*user),
-                                                                                ("x-mq-client-id", client_id)])
-
-        def read() -> None:
-            try:
-                for command in call:
-                    got.put(command)
-            except grpc.RpcError:
-                pass
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            yield got
-        finally:
-            stop.set()
-            call.cancel()
+    with grpc.insecure_channel(endpoint) as channel, collected(sg.MessagingServiceStub(channel).Telemetry(
+            commands(), metadata=[*sign(*user), ("x-mq-client-id", client_id)]), stop.set, errors=False) as got:
+        yield got
 
 
 def _settings_answer(got: "queue.Queue[s.TelemetryCommand]") -> d.Status:
