@@ -192,6 +192,15 @@ class BrokerController:
         self.health: Health | None = None
         self._health_watch: asyncio.Task | None = None
 
+    def _state_a_log_copy_lacks(self, offset: int) -> str | None:
+        """What this broker holds that records below commitlog ``offset`` made (gone from its log): a replica that
+        copies the log from ``offset`` would lack it. KV values say nothing of where they were written: any."""
+        if self.kv is not None and not self.kv.state.is_empty():
+            return "its KV store holds values"
+        timer_store = self.timer.store
+        timers = timer_store.pending_recorded_below(offset) if timer_store is not None else 0
+        return f"{timers} pending timers were recorded below it" if timers else None
+
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> str:
         """Bind, recover the store, load metadata, serve, register. Returns ``host:port``."""
@@ -248,6 +257,8 @@ class BrokerController:
             # processors, once for all of them.
             local_store.running_flags.set_replica(f"broker {self.broker_addr} is a slave (brokerRole=SLAVE): its "
                                                   "commitlog is its master's copy; write to the master")
+        if self.ha is not None:
+            self.ha.state_below = self._state_a_log_copy_lacks
         await asyncio.to_thread(self._load)
         if c.enable_controller_mode:
             pass  # master services start when the controller names this replica master

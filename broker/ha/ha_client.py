@@ -2,7 +2,8 @@
 appended at the same offsets, and a flusher thread acknowledges what is durable: it fsyncs whatever arrived while
 the previous fsync ran (a group commit), so receiving never waits for the disk. The slave's confirm offset follows
 the master's (it never shows what the master has not confirmed). A broken stream is reopened after a pause, from
-where the commitlog ends.
+where the commitlog ends. An empty replica of a master whose older segments expired starts its log where the
+master's welcome says (the master's oldest segment).
 
 Controller mode (``epochs`` given): the handshake names this replica's newest epoch and the master epoch the
 controller announced; the master's welcome says where this log stops agreeing with the master's, and the tail
@@ -34,12 +35,14 @@ class HAClient(threading.Thread):
     def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog,
                  epochs: EpochFile | None = None, master_epoch: int = 0,
                  truncate: Callable[[int], None] | None = None,
+                 start_at: Callable[[int], None] | None = None,
                  fail_stop: Callable[[str], None] = lambda _reason: None) -> None:
         super().__init__(name="ha-client", daemon=True)
         self.master_ha_addr = master_ha_addr
         self.epochs = epochs
         self.master_epoch = master_epoch
         self.truncate = truncate  # MessageStore.truncate_diverged_tail
+        self.start_at = start_at  # MessageStore.start_replica_at
         self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
         self.refusal = ""  # why this replica stopped following (a tail it must not cut)
         self.identity = identity
@@ -113,9 +116,15 @@ class HAClient(threading.Thread):
 
     def _on_welcome(self, frame: ha_pb2.ReplicationFrame) -> None:
         self.master_addr = frame.master_addr
+        end = self.commit_log.max_offset()
+        if frame.offset > end == 0:  # an empty log: the master's older segments expired, it begins where it has
+            assert self.start_at is not None
+            log.warning("replica_starts_at master=%s offset=%d reason=master_expired_older_segments",
+                        self.master_ha_addr, frame.offset)
+            self.start_at(frame.offset)
+            end = frame.offset
         if self.epochs is None:
             return
-        end = self.commit_log.max_offset()
         if frame.truncate_to < end:
             assert self.truncate is not None
             log.warning("replica_diverged master=%s epoch=%d local_end=%d master_agrees_to=%d", self.master_ha_addr,

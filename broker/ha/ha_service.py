@@ -13,11 +13,15 @@ the master alone commits at once. Nothing is acknowledged while the controller's
 (``lease_valid``), so a master cut off from the controller never acknowledges what a new master may lack. Frames
 carry their epoch and never cross an epoch's start; a replica's handshake names its newest epoch and is told
 where its log stops agreeing with the master's (the leader-epoch rule): it cuts its tail there.
+
+An empty replica of a master whose older segments expired copies the log from the oldest segment left; refused
+when the master holds state that only the expired records made (KV values, timers recorded below it).
 """
 
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 
 FRAME_BYTES = 1024 * 1024  # large frames: catch-up speed is bytes per round of the event loop
 HEARTBEAT_S = 5.0  # an empty frame when nothing was appended, so a silent link is noticed
+STATE_CHECK_S = 30.0  # how long what an empty replica would lack (state_below) is taken as still true
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,10 @@ class HAService:
         self.master_epoch = 0  # controller mode: the epoch this broker is master at; 0 while it is not master
         self.sync_state_set = SyncStateSet(identity.broker_id, max_not_catchup_ms)
         self.lease_valid: Callable[[], bool] = lambda: True
+        # What this broker holds that a copy of its log from an offset would lack (KV values, timers recorded
+        # below it), or None: asked before an empty replica copies the log from the oldest segment left.
+        self.state_below: Callable[[int], str | None] = lambda _offset: None
+        self._lacking: tuple[int, float, str | None] = (-1, 0.0, None)
         self._member_acks: dict[int, int] = {}  # controller mode: the last ack of every slave, kept when it leaves
         self.slave_timeout_s = slave_timeout_s  # syncFlushTimeout: how long a send waits for its slaves
         self.identity = identity
@@ -197,7 +206,7 @@ class HAService:
             raise RequestError("a replica's first frame is its handshake")
         hello = first.handshake
         self._check(hello)
-        start = self._agreed_end(hello)
+        start = await self._start_of(hello)
         slave_id = hello.broker_id
         sent = [start]  # the end of what this stream carried: an ack past it is not about this stream's bytes
         acks = asyncio.create_task(self._read_acks(frames, slave_id, sent))
@@ -259,6 +268,32 @@ class HAService:
         frame.data = bytes(self.commit_log.read_replica(position, limit))
         return frame
 
+    async def _start_of(self, hello: ha_pb2.ReplicaHandshake) -> int:
+        """Where the replica's copy starts: see :meth:`_agreed_end`; for an empty replica of a master whose older
+        segments expired, the oldest segment, unless this broker holds state that a copy of the log from there
+        would lack (refused, saying what)."""
+        low = self.commit_log.min_offset()
+        if hello.commit_log_end > 0 or low == 0:
+            return self._agreed_end(hello)
+        lacking = await asyncio.to_thread(self._state_lacking_below, low)
+        if lacking:
+            _refuse(f"replica {hello.broker_id} is empty and this master's log begins at {low} (its older segments "
+                    f"expired), but {lacking}: a copy of the log from {low} would lack it. Start the replica on a "
+                    "copy of this master's store directory, taken while the master is stopped")
+        log.info("replica_copies_from_oldest_segment broker=%s slave_id=%d from_offset=%d", hello.broker_name,
+                 hello.broker_id, low)
+        return low
+
+    def _state_lacking_below(self, offset: int) -> str | None:
+        """``state_below`` (it may read a whole store), asked again for the same offset at most every
+        ``STATE_CHECK_S``: a refused replica asks again every second."""
+        at, checked, answer = self._lacking
+        now = time.monotonic()
+        if at != offset or now - checked > STATE_CHECK_S:
+            answer = self.state_below(offset)
+            self._lacking = (offset, now, answer)
+        return answer
+
     def _agreed_end(self, hello: ha_pb2.ReplicaHandshake) -> int:
         """Where the replica's log stops being this master's: its end (static mode), or by the leader-epoch rule
         the end of our newest epoch not newer than its newest (controller mode)."""
@@ -292,7 +327,10 @@ class HAService:
                         + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))
             return
         low, end = self.commit_log.min_offset(), self.commit_log.max_offset()
-        if not low <= hello.commit_log_end <= end:
+        if 0 < hello.commit_log_end < low:
+            _refuse(f"replica commitlog ends at {hello.commit_log_end}, before the master's oldest record at {low}: "
+                    "empty its store to copy the log from there")
+        if hello.commit_log_end > end:
             _refuse(f"replica commitlog ends at {hello.commit_log_end}, outside the master's {low}..{end}")
 
     async def _read_acks(self, frames: AsyncIterator[ha_pb2.ReplicaFrame], slave_id: int, sent: list[int]) -> None:

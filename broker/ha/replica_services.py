@@ -42,7 +42,7 @@ class ReplicaServices:
         self.on_follow()
         client = HAClient(master_ha_addr, self.identity, self.store.commit_log, epochs=self.epochs,
                           master_epoch=master_epoch, truncate=self.store.truncate_diverged_tail,
-                          fail_stop=self.store.running_flags.fail_stop)
+                          start_at=self.store.start_replica_at, fail_stop=self.store.running_flags.fail_stop)
         client.start()
         self.ha_client = client
         self.slave_sync = self.make_slave_sync(lambda: client.master_addr)

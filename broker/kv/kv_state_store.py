@@ -79,6 +79,10 @@ class KvStateStore(ABC):
         order. The iterator stays valid while writes go on."""
 
     @abstractmethod
+    def is_empty(self) -> bool:
+        """No key was ever applied (a deleted key's tombstone counts as one)."""
+
+    @abstractmethod
     def partition_sizes(self) -> dict[int, int]:
         """Keys (tombstones included) held per partition, for status output."""
 

@@ -142,6 +142,9 @@ class MemoryKvStateStore(KvStateStore):
             entries = sorted(self._partitions.get(partition, {}).items())
         return applied, iter(entries)
 
+    def is_empty(self) -> bool:
+        return not any(self._partitions.values())
+
     def partition_sizes(self) -> dict[int, int]:
         return {p: len(part) for p, part in self._partitions.items()}
 

@@ -134,6 +134,11 @@ class RocksDBKvStateStore(KvStateStore):
 
         return offset, entries()
 
+    def is_empty(self) -> bool:
+        options = ReadOptions()
+        options.set_iterate_upper_bound(bytes([DATA[0] + 1]))
+        return next(iter(raw_keys(self.db, from_key=DATA, read_opt=options)), None) is None
+
     def partition_sizes(self) -> dict[int, int]:
         sizes: dict[int, int] = {}
         options = ReadOptions()

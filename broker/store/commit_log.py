@@ -222,6 +222,17 @@ class CommitLog:
                 self.advance_confirm_offset(end)
         return end
 
+    def start_empty_at(self, offset: int) -> None:
+        """An empty log begins at ``offset``, a segment's start: a new replica of a master whose older segments
+        expired copies its log from there. Nothing below it will ever be here, so it counts as confirmed."""
+        with self._lock:
+            mfq = self.mapped_file_queue
+            assert not mfq.files, f"only an empty commitlog starts anew (this one ends at {mfq.max_offset()})"
+            assert offset % mfq.mapped_file_size == 0, f"{offset} is not a segment's start"
+            mfq.reset_start(offset)
+            with self._confirm_lock:
+                self.confirm_offset = self._local_confirm = self._replicated = offset
+
     @staticmethod
     def _end_segment(segment: MappedFile) -> None:
         blank = bytearray(BLANK_MIN_LENGTH)

@@ -448,6 +448,15 @@ class MessageStore(MessageStoreReader):
             dispatcher.truncate_dirty(end)
         log.warning("commitlog_truncated end=%d bytes_cut=%d reason=diverged_from_master", end, cut)
 
+    def start_replica_at(self, offset: int) -> None:
+        """This empty store becomes the copy of a master's log that begins at ``offset`` (its older segments
+        expired): the commitlog starts there, and so do recovery's scan and the reput (each queue's first unit is
+        then its first record's queue offset)."""
+        self.reput.start_from(offset)  # first: the confirm offset moving to ``offset`` must not look like expiry
+        self.commit_log.start_empty_at(offset)
+        self.flushed_checkpoint.write(offset)
+        log.warning("commitlog_started_at offset=%d reason=copy_of_master_whose_older_segments_expired", offset)
+
     # -- expiry ------------------------------------------------------------------------------------
     def delete_expired_files(self, ignore_delete_when: bool = True) -> int:
         """Run one expiry pass now (normally the clean service's timer does); returns segments deleted."""

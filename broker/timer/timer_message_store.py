@@ -254,6 +254,16 @@ class TimerMessageStore(CommitLogDispatcher):
             return due_of_key(key) if key < META_START else None
         return None
 
+    def pending_recorded_below(self, offset: int) -> int:
+        """How many pending timers' records lie below commitlog ``offset`` (a replica that copies the log from
+        there would not have them): one pass over the keys."""
+        with self._floor_lock:
+            floor = self._floor
+        read = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
+        read.set_iterate_upper_bound(META_START)
+        unpack = TIMER_KEY.unpack
+        return sum(1 for key in raw_keys(self.db, from_key=floor, read_opt=read) if unpack(key)[1] < offset)
+
     def take_due(self, now_ms: int, limit: int) -> list[Timer]:
         """Up to ``limit`` timers due at ``now_ms`` or before, earliest first. They stay stored until
         :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered."""

@@ -3,6 +3,7 @@ that dies or is cut off is replaced by an in-sync replica, nothing acknowledged 
 as a replica, cutting the tail the new master never had, until both commitlogs are byte-identical."""
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -548,3 +549,50 @@ def _kv_values(kv, keys: list[bytes]) -> list[bytes] | None:  # type: ignore[no-
         return kv.get_batch(keys)
     except Exception:  # no leader for a shard yet (the route moves to the new master)
         return None
+
+
+def queue_contents(ns: str) -> dict[int, tuple[int, list[bytes]]] | None:
+    """Each queue's min offset and its messages from there, as a new consumer reads them; None while unreadable."""
+    contents: dict[int, tuple[int, list[bytes]]] = {}
+    try:
+        with PullConsumer(ns, group="failover-reader") as consumer:
+            for queue_id in range(QUEUES):
+                mq = MessageQueue(TOPIC, "broker-a", queue_id)
+                offset = low = consumer.min_offset(mq)
+                bodies: list[bytes] = []
+                while (result := consumer.pull(mq, offset, 64)).status is PullStatus.FOUND:
+                    bodies += [m.body for m in result.messages]
+                    offset = result.next_begin_offset
+                contents[queue_id] = (low, bodies)
+    except Exception:  # a route still naming the dead master
+        return None
+    return contents
+
+
+def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_take_over(tmp_path: Path):
+    """A replica lost whole (a new machine takes its place, its store empty) while its master ran past its
+    retention: the empty replica copies the log from the master's oldest segment (it was refused for good),
+    joins the in-sync set, and once elected serves every queue from where the old master's began."""
+    groups = started_group(tmp_path, fileReservedTime="0.0003", deleteWhen="*", cleanResourceInterval="200")
+    g = next(groups)
+    try:
+        g.replicas[2].kill()
+        wait_until(lambda: g.in_sync(1, "1"), timeout=10, what="the master to drop the lost replica")
+        shutil.rmtree(tmp_path / "r2")
+        for i in range(120):  # ~1.2 MB in 256 KiB segments
+            answer = send(g.replicas[1].addr, i % QUEUES, [b"filler-%d-%d-" % (i, j) + b"x" * 1000 for j in range(10)])
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        wait_until(lambda: int(g.info(1)["commitLogMinOffset"]) >= 2 * SEGMENT, timeout=20,
+                   what="the master to expire its first segments")
+        g.start(2)
+        wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="the new replica to join the in-sync set")
+        acked = send_acknowledged(g, 1, "joined", 50)
+        before = queue_contents(g.ns.addr)
+        assert before is not None and all(low > 0 for low, _ in before.values())
+        assert set(acked) <= {body for _, bodies in before.values() for body in bodies}
+        g.replicas[1].kill()
+        wait_until(lambda: g.role(2) == "MASTER", timeout=20, what="the new replica to be elected")
+        wait_until(lambda: queue_contents(g.ns.addr) == before, timeout=20,
+                   what="every queue on the new master as it was on the old one")
+    finally:
+        groups.close()

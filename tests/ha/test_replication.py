@@ -2,7 +2,8 @@
 SYNC_MASTER: an acknowledged message is in the slave's commitlog at the same offset, byte for byte."""
 
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -31,14 +32,15 @@ def commit_log_bytes(store: Path, end: int) -> bytes:
 
 
 class Group:
-    def __init__(self, workdir: Path, role: str, **settings: str) -> None:
+    def __init__(self, workdir: Path, role: str, with_slave: bool = True, **settings: str) -> None:
         self.workdir = workdir
         self.ns = start_namesrv(workdir / "namesrv")
         self.settings = {"mappedFileSizeCommitLog": SEGMENT, "registerNameServerPeriod": 1000,
                          "brokerNotActiveTimeoutMillis": 3000, "slaveReadEnable": "true", **settings}
         self.master = start_broker(workdir / "master", "broker-a", self.ns.addr, brokerRole=role, **self.settings)
         self.ha_addr = runtime(self.ns.addr, self.master)["haServerAddr"]
-        self.slave = self.start_slave()
+        if with_slave:
+            self.slave = self.start_slave()
 
     def start_slave(self) -> Daemon:
         return start_broker(self.workdir / "slave", "broker-a", self.ns.addr, brokerId=1, brokerRole="SLAVE",
@@ -66,8 +68,8 @@ class Group:
         return answer.code, [m.body for m in PulledMessages(answer.records)]
 
     def stop(self) -> None:
-        for d in (self.slave, self.master, self.ns):
-            if d.alive:
+        for d in (getattr(self, "slave", None), self.master, self.ns):
+            if d is not None and d.alive:
                 d.stop(strict=False)
 
 
@@ -340,5 +342,90 @@ def test_a_slave_copies_topics_and_static_topic_mappings_as_soon_as_they_change(
             admin.update_static_topic("WatchedStaticT", 2, brokers=["broker-a"])
             wait_until(lambda: slave_maps("WatchedStaticT") and slave_has("WatchedStaticT"), timeout=2.5,
                        interval=0.02, what="the new static topic's mapping on the slave")
+    finally:
+        g.stop()
+
+
+SHORT_RETENTION = {"fileReservedTime": "0.0003", "deleteWhen": "*", "cleanResourceInterval": "200"}
+
+
+def _master_without_its_first_segments(tmp_path: Path, before_filling: Callable[[Producer], None] = lambda _p: None,
+                                       ) -> Group:
+    """A master alone, with ~2.4 MB sent in 1 MiB segments and all but the segment being written expired."""
+    g = Group(tmp_path, "ASYNC_MASTER", with_slave=False, **SHORT_RETENTION)
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        with Producer(g.ns.addr) as producer:
+            before_filling(producer)
+            for i in range(0, 4000, 50):
+                producer.send_batch([Message(TOPIC, f"t{j}".encode() * 100) for j in range(i, i + 50)])
+        wait_until(lambda: int(runtime(g.ns.addr, g.master)["commitLogMinOffset"]) >= 2 * SEGMENT, timeout=20,
+                   what="the master to expire its first segments")
+    except BaseException:
+        g.stop()
+        raise
+    return g
+
+
+def _queue_bodies(addr: str, queue_id: int) -> tuple[int, list[bytes]]:
+    """A broker's min offset of ``TOPIC``'s queue and the bodies from there to its end."""
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    offset = low = stub.GetMinOffset(broker_pb2.QueueRequest(topic=TOPIC, queue_id=queue_id), timeout=5).offset
+    bodies: list[bytes] = []
+    while True:
+        answer = stub.PullMessage(broker_pb2.PullMessageRequest(
+            consumer_group="copy-reader", topic=TOPIC, queue_id=queue_id, queue_offset=offset, max_msg_nums=64),
+            timeout=5)
+        got = [m.body for m in PulledMessages(answer.records)]
+        if answer.code != ResponseCode.SUCCESS or not got:
+            return low, bodies
+        bodies += got
+        offset = answer.next_begin_offset
+
+
+def test_an_empty_slave_copies_the_log_of_a_master_whose_first_segments_expired(tmp_path: Path):
+    """A new slave of a master whose oldest segments expired was refused for good ("replica commitlog ends at 0,
+    outside the master's ..."): no replica could ever be added once a master ran past its retention. It starts
+    its log at the master's oldest segment now, its queues where the master's begin, and goes on after a kill."""
+    g = _master_without_its_first_segments(tmp_path)
+    try:
+        g.slave = g.start_slave()
+        with Producer(g.ns.addr) as producer:
+            producer.send_batch([Message(TOPIC, f"after{j}".encode()) for j in range(50)])
+        g.wait_slave_shows_everything()
+        low = int(runtime(g.ns.addr, g.master)["commitLogMinOffset"])
+        assert int(runtime(g.ns.addr, g.slave)["commitLogMinOffset"]) == low
+        for queue_id in (0, 1):
+            master_low, master_bodies = _queue_bodies(g.master.addr, queue_id)
+            assert master_low > 0 and master_bodies
+            wait_until(lambda q=queue_id, want=(master_low, master_bodies): _queue_bodies(g.slave.addr, q) == want,
+                       what=f"queue {queue_id} on the slave as on the master")  # (dispatched a moment later)
+        g.slave.stop(signal.SIGKILL)
+        g.slave = g.start_slave()
+        with Producer(g.ns.addr) as producer:
+            producer.send_batch([Message(TOPIC, f"later{j}".encode()) for j in range(50)])
+        end = g.wait_slave_shows_everything()
+        assert g.ends() == (end, end)
+        wait_until(lambda: _queue_bodies(g.slave.addr, 0) == _queue_bodies(g.master.addr, 0),
+                   what="queue 0 on the restarted slave as on the master")
+    finally:
+        g.stop()
+
+
+def test_an_empty_slave_is_refused_what_the_expired_segments_alone_held(tmp_path: Path):
+    """A pending timer recorded in an expired segment is in the master's timer store only: a slave copying the
+    log from the oldest segment left would lack it, and so would a master it became. Refused, saying so."""
+    due = int(time.time() * 1000) + 3_600_000
+    g = _master_without_its_first_segments(
+        tmp_path, lambda producer: producer.send(Message(TOPIC, b"in an hour", deliver_at_ms=due)))
+    try:
+        g.slave = g.start_slave()
+        log = g.workdir / "slave" / "broker-a" / "broker-a.log"
+        wait_until(lambda: "1 pending timers were recorded below it" in log.read_text(), timeout=10,
+                   what="the slave to be told why it cannot copy")
+        assert int(runtime(g.ns.addr, g.slave)["commitLogMaxOffset"]) == 0
+        assert runtime(g.ns.addr, g.master)["haSlaves"] == "0"
     finally:
         g.stop()
