@@ -26,6 +26,8 @@ from broker.ha.ha_servicer import HaServicer
 from broker.ha.replica_services import ReplicaServices
 from broker.ha.replicas_manager import ReplicaIdentity, ReplicasManager
 from broker.ha.slave_synchronize import SlaveSynchronize
+from broker.ha.state_copy import CopiedStore
+from broker.kv.kv_disabled_hold import disabled_kv_hold
 from broker.kv.kv_provisioner import KvProvisioner
 from broker.kv.kv_store import KvStore
 from broker.kv_servicer import KvServicer
@@ -192,14 +194,14 @@ class BrokerController:
         self.health: Health | None = None
         self._health_watch: asyncio.Task | None = None
 
-    def _state_a_log_copy_lacks(self, offset: int) -> str | None:
-        """What this broker holds that records below commitlog ``offset`` made (gone from its log): a replica that
-        copies the log from ``offset`` would lack it. KV values say nothing of where they were written: any."""
-        if self.kv is not None and not self.kv.state.is_empty():
-            return "its KV store holds values"
-        timer_store = self.timer.store
-        timers = timer_store.pending_recorded_below(offset) if timer_store is not None else 0
-        return f"{timers} pending timers were recorded below it" if timers else None
+    def _copied_stores(self) -> dict[str, CopiedStore]:
+        """The stores an empty replica copies from its master besides the log (``broker/ha/state_copy.py``)."""
+        stores: dict[str, CopiedStore] = {}
+        if self.kv is not None:
+            stores["kv"] = self.kv
+        if self.timer.store is not None:
+            stores["timer"] = self.timer.store
+        return stores
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -234,6 +236,8 @@ class BrokerController:
         local_store.reput.dispatch_on(threading.get_ident(), asyncio.get_running_loop().call_soon)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
             self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
+        elif (hold := disabled_kv_hold(Path(c.store_path_root_dir) / "kv")) is not None:
+            local_store.register_dispatcher(hold)
         self.timer.attach(local_store)  # the same: pending timers are replayed into it
         identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                                  c.mapped_file_size_commit_log)
@@ -257,8 +261,9 @@ class BrokerController:
             # processors, once for all of them.
             local_store.running_flags.set_replica(f"broker {self.broker_addr} is a slave (brokerRole=SLAVE): its "
                                                   "commitlog is its master's copy; write to the master")
+        self.replica_services.copied_stores = self._copied_stores()
         if self.ha is not None:
-            self.ha.state_below = self._state_a_log_copy_lacks
+            self.ha.copied_stores = self.replica_services.copied_stores
         await asyncio.to_thread(self._load)
         if c.enable_controller_mode:
             pass  # master services start when the controller names this replica master

@@ -93,6 +93,15 @@ def raw_keys(db: Rdict, from_key: bytes | None = None, read_opt: ReadOptions | N
     return cast(Iterator[bytes], db.keys(from_key=from_key, read_opt=read_opt))
 
 
+def snapshot_get(snap: Snapshot, key: bytes) -> bytes | None:
+    """A point read through a snapshot (rocksdict's snapshot iterators do not isolate as of 0.3.29; its point
+    reads do); None when the key is absent."""
+    try:
+        return snap[key]
+    except Exception:  # rocksdict raises a bare Exception for a missing key
+        return None
+
+
 def unlogged_write_options() -> WriteOptions:
     """Write options with RocksDB's write-ahead log off."""
     options = WriteOptions()

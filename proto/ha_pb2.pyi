@@ -6,6 +6,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StateChunk(_message.Message):
+    __slots__ = ("store", "applied_offset", "records", "last")
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    store: str
+    applied_offset: int
+    records: bytes
+    last: bool
+    def __init__(self, store: _Optional[str] = ..., applied_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+
 class ReplicaHandshake(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -43,7 +55,7 @@ class ReplicaFrame(_message.Message):
     def __init__(self, handshake: _Optional[_Union[ReplicaHandshake, _Mapping]] = ..., ack_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicationFrame(_message.Message):
-    __slots__ = ("offset", "data", "confirm_offset", "master_addr", "epoch", "epoch_start_offset", "truncate_to", "epochs")
+    __slots__ = ("offset", "data", "confirm_offset", "master_addr", "epoch", "epoch_start_offset", "truncate_to", "epochs", "copy_state")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +64,7 @@ class ReplicationFrame(_message.Message):
     EPOCH_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    COPY_STATE_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     confirm_offset: int
@@ -60,4 +73,5 @@ class ReplicationFrame(_message.Message):
     epoch_start_offset: int
     truncate_to: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., confirm_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ...) -> None: ...
+    copy_state: bool
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., confirm_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., copy_state: _Optional[bool] = ...) -> None: ...

@@ -39,6 +39,11 @@ class HaServiceStub:
                 request_serializer=proto_dot_ha__pb2.ReplicaFrame.SerializeToString,
                 response_deserializer=proto_dot_ha__pb2.ReplicationFrame.FromString,
                 _registered_method=True)
+        self.CopyState = channel.unary_stream(
+                '/rmq.HaService/CopyState',
+                request_serializer=proto_dot_ha__pb2.ReplicaHandshake.SerializeToString,
+                response_deserializer=proto_dot_ha__pb2.StateChunk.FromString,
+                _registered_method=True)
 
 
 class HaServiceServicer:
@@ -54,6 +59,15 @@ class HaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CopyState(self, request, context):
+        """An empty replica told by the welcome to copy the master's state (copy_state) asks for it here (its handshake
+        again, checked the same way): each store that the master's expired segments made and its log cannot rebuild
+        (KV values, pending timers), as of one moment, in chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +75,11 @@ def add_HaServiceServicer_to_server(servicer, server):
                     servicer.Replicate,
                     request_deserializer=proto_dot_ha__pb2.ReplicaFrame.FromString,
                     response_serializer=proto_dot_ha__pb2.ReplicationFrame.SerializeToString,
+            ),
+            'CopyState': grpc.unary_stream_rpc_method_handler(
+                    servicer.CopyState,
+                    request_deserializer=proto_dot_ha__pb2.ReplicaHandshake.FromString,
+                    response_serializer=proto_dot_ha__pb2.StateChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,6 +109,33 @@ class HaService:
             '/rmq.HaService/Replicate',
             proto_dot_ha__pb2.ReplicaFrame.SerializeToString,
             proto_dot_ha__pb2.ReplicationFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CopyState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rmq.HaService/CopyState',
+            proto_dot_ha__pb2.ReplicaHandshake.SerializeToString,
+            proto_dot_ha__pb2.StateChunk.FromString,
             options,
             channel_credentials,
             insecure,

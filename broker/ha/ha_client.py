@@ -2,8 +2,8 @@
 appended at the same offsets, and a flusher thread acknowledges what is durable: it fsyncs whatever arrived while
 the previous fsync ran (a group commit), so receiving never waits for the disk. The slave's confirm offset follows
 the master's (it never shows what the master has not confirmed). A broken stream is reopened after a pause, from
-where the commitlog ends. An empty replica of a master whose older segments expired starts its log where the
-master's welcome says (the master's oldest segment).
+where the commitlog ends. An empty replica of a master whose older segments expired first copies the master's
+state (``broker/ha/state_copy.py``), then starts its log where the welcome says (the master's oldest segment).
 
 Controller mode (``epochs`` given): the handshake names this replica's newest epoch and the master epoch the
 controller announced; the master's welcome says where this log stops agreeing with the master's, and the tail
@@ -19,6 +19,7 @@ import grpc
 
 from broker.ha.epoch_file import EpochEntry, EpochFile
 from broker.ha.ha_service import GroupIdentity
+from broker.ha.state_copy import CopiedStore, receive_state
 from broker.store.commit_log import CommitLog
 from broker.store.fault_points import check_fsync
 from common import tls
@@ -36,6 +37,7 @@ class HAClient(threading.Thread):
                  epochs: EpochFile | None = None, master_epoch: int = 0,
                  truncate: Callable[[int], None] | None = None,
                  start_at: Callable[[int], None] | None = None,
+                 copied_stores: dict[str, CopiedStore] | None = None,
                  fail_stop: Callable[[str], None] = lambda _reason: None) -> None:
         super().__init__(name="ha-client", daemon=True)
         self.master_ha_addr = master_ha_addr
@@ -43,6 +45,7 @@ class HAClient(threading.Thread):
         self.master_epoch = master_epoch
         self.truncate = truncate  # MessageStore.truncate_diverged_tail
         self.start_at = start_at  # MessageStore.start_replica_at
+        self.copied_stores = copied_stores or {}  # what an empty replica copies besides the log (state_copy.py)
         self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
         self.refusal = ""  # why this replica stopped following (a tail it must not cut)
         self.identity = identity
@@ -77,14 +80,17 @@ class HAClient(threading.Thread):
             if self._stopped.wait(REOPEN_PAUSE_S):
                 return
 
-    def _frames(self, acks: "queue.Queue[int]") -> Iterator[ha_pb2.ReplicaFrame]:
+    def _handshake(self) -> ha_pb2.ReplicaHandshake:
         me = self.identity
-        yield ha_pb2.ReplicaFrame(handshake=ha_pb2.ReplicaHandshake(
+        return ha_pb2.ReplicaHandshake(
             cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
             commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size,
             last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch,
             epochs=[ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
-                    for e in (self.epochs.entries() if self.epochs is not None else [])]))
+                    for e in (self.epochs.entries() if self.epochs is not None else [])])
+
+    def _frames(self, acks: "queue.Queue[int]") -> Iterator[ha_pb2.ReplicaFrame]:
+        yield ha_pb2.ReplicaFrame(handshake=self._handshake())
         while (offset := acks.get()) != _CLOSE:
             yield ha_pb2.ReplicaFrame(ack_offset=offset)
 
@@ -119,8 +125,16 @@ class HAClient(threading.Thread):
         end = self.commit_log.max_offset()
         if frame.offset > end == 0:  # an empty log: the master's older segments expired, it begins where it has
             assert self.start_at is not None
-            log.warning("replica_starts_at master=%s offset=%d reason=master_expired_older_segments",
-                        self.master_ha_addr, frame.offset)
+            log.warning("replica_starts_at master=%s offset=%d reason=master_expired_older_segments copy_state=%s",
+                        self.master_ha_addr, frame.offset, frame.copy_state)
+            if frame.copy_state:  # before the log: a copy cut short leaves it empty, to be asked again
+                answers = ha_pb2_grpc.HaServiceStub(self._channel).CopyState(self._handshake(),
+                                                                             metadata=inner_metadata())
+                replicating, self._call = self._call, answers  # (a shutdown cancels the copy)
+                try:
+                    receive_state(self.copied_stores, answers)
+                finally:
+                    self._call = replicating
             self.start_at(frame.offset)
             end = frame.offset
         if self.epochs is None:

@@ -14,20 +14,21 @@ the master alone commits at once. Nothing is acknowledged while the controller's
 carry their epoch and never cross an epoch's start; a replica's handshake names its newest epoch and is told
 where its log stops agreeing with the master's (the leader-epoch rule): it cuts its tail there.
 
-An empty replica of a master whose older segments expired copies the log from the oldest segment left; refused
-when the master holds state that only the expired records made (KV values, timers recorded below it).
+An empty replica of a master whose older segments expired copies the log from the oldest segment left, after the
+stores that only the expired records made (``broker/ha/state_copy.py``).
 """
 
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from broker.ha.broker_role import BrokerRole
 from broker.ha.epoch_file import EpochEntry, EpochFile
+from broker.ha.state_copy import CopiedStore, state_chunks
 from broker.ha.sync_state_set import SetProposal, SyncStateSet
 from broker.offset_waiters import OffsetWaiters
 from broker.store.commit_log import CommitLog
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 FRAME_BYTES = 1024 * 1024  # large frames: catch-up speed is bytes per round of the event loop
 HEARTBEAT_S = 5.0  # an empty frame when nothing was appended, so a silent link is noticed
-STATE_CHECK_S = 30.0  # how long what an empty replica would lack (state_below) is taken as still true
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +64,8 @@ class HAService:
         self.master_epoch = 0  # controller mode: the epoch this broker is master at; 0 while it is not master
         self.sync_state_set = SyncStateSet(identity.broker_id, max_not_catchup_ms)
         self.lease_valid: Callable[[], bool] = lambda: True
-        # What this broker holds that a copy of its log from an offset would lack (KV values, timers recorded
-        # below it), or None: asked before an empty replica copies the log from the oldest segment left.
-        self.state_below: Callable[[int], str | None] = lambda _offset: None
-        self._lacking: tuple[int, float, str | None] = (-1, 0.0, None)
+        # The stores an empty replica copies when this broker's older segments expired (set by the broker).
+        self.copied_stores: dict[str, CopiedStore] = {}
         self._member_acks: dict[int, int] = {}  # controller mode: the last ack of every slave, kept when it leaves
         self.slave_timeout_s = slave_timeout_s  # syncFlushTimeout: how long a send waits for its slaves
         self.identity = identity
@@ -206,7 +204,7 @@ class HAService:
             raise RequestError("a replica's first frame is its handshake")
         hello = first.handshake
         self._check(hello)
-        start = await self._start_of(hello)
+        start, copy_state = self._start_of(hello)
         slave_id = hello.broker_id
         sent = [start]  # the end of what this stream carried: an ack past it is not about this stream's bytes
         acks = asyncio.create_task(self._read_acks(frames, slave_id, sent))
@@ -219,7 +217,7 @@ class HAService:
         log.info("slave_connected broker=%s slave_id=%d from_offset=%d slave_end=%d epoch=%d", hello.broker_name,
                  slave_id, start, hello.commit_log_end, self.master_epoch)
         try:
-            yield self._welcome(start)
+            yield self._welcome(start, copy_state)
             position, told = start, -1
             while not acks.done():
                 frame = self._frame_at(position)
@@ -243,10 +241,10 @@ class HAService:
             self._settle()  # the slaves left may have everything a send waits for
             log.warning("slave_disconnected broker=%s slave_id=%d", hello.broker_name, slave_id)
 
-    def _welcome(self, start: int) -> ha_pb2.ReplicationFrame:
+    def _welcome(self, start: int, copy_state: bool) -> ha_pb2.ReplicationFrame:
         welcome = ha_pb2.ReplicationFrame(offset=start, confirm_offset=self.commit_log.confirm_offset,
                                           master_addr=self.identity.broker_addr, truncate_to=start,
-                                          epoch=self.master_epoch)
+                                          epoch=self.master_epoch, copy_state=copy_state)
         if self.epochs is not None:
             welcome.epochs.extend(ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
                                   for e in self.epochs.entries())
@@ -268,31 +266,29 @@ class HAService:
         frame.data = bytes(self.commit_log.read_replica(position, limit))
         return frame
 
-    async def _start_of(self, hello: ha_pb2.ReplicaHandshake) -> int:
-        """Where the replica's copy starts: see :meth:`_agreed_end`; for an empty replica of a master whose older
-        segments expired, the oldest segment, unless this broker holds state that a copy of the log from there
-        would lack (refused, saying what)."""
+    def _start_of(self, hello: ha_pb2.ReplicaHandshake) -> tuple[int, bool]:
+        """Where the replica's copy starts (see :meth:`_agreed_end`), and whether it copies this broker's state
+        first: an empty replica of a master whose older segments expired starts at the oldest segment left, after
+        a copy of the stores those segments' records made (``broker/ha/state_copy.py``)."""
         low = self.commit_log.min_offset()
         if hello.commit_log_end > 0 or low == 0:
-            return self._agreed_end(hello)
-        lacking = await asyncio.to_thread(self._state_lacking_below, low)
-        if lacking:
-            _refuse(f"replica {hello.broker_id} is empty and this master's log begins at {low} (its older segments "
-                    f"expired), but {lacking}: a copy of the log from {low} would lack it. Start the replica on a "
-                    "copy of this master's store directory, taken while the master is stopped")
-        log.info("replica_copies_from_oldest_segment broker=%s slave_id=%d from_offset=%d", hello.broker_name,
-                 hello.broker_id, low)
-        return low
+            return self._agreed_end(hello), False
+        log.info("replica_copies_from_oldest_segment broker=%s slave_id=%d from_offset=%d stores=%s",
+                 hello.broker_name, hello.broker_id, low, ",".join(self.copied_stores) or "none")
+        return low, bool(self.copied_stores)
 
-    def _state_lacking_below(self, offset: int) -> str | None:
-        """``state_below`` (it may read a whole store), asked again for the same offset at most every
-        ``STATE_CHECK_S``: a refused replica asks again every second."""
-        at, checked, answer = self._lacking
-        now = time.monotonic()
-        if at != offset or now - checked > STATE_CHECK_S:
-            answer = self.state_below(offset)
-            self._lacking = (offset, now, answer)
-        return answer
+    async def copy_state(self, hello: ha_pb2.ReplicaHandshake) -> AsyncIterator[ha_pb2.StateChunk]:
+        """The stores an empty replica copies (``CopyState``), each as of one moment, read on one thread of its
+        own (a RocksDB iterator stays on the thread that made it)."""
+        self._check_member(hello)
+        log.info("state_copy_started broker=%s slave_id=%d stores=%s", hello.broker_name, hello.broker_id,
+                 ",".join(self.copied_stores) or "none")
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(1, thread_name_prefix="state-copy") as reader:
+            for name, store in self.copied_stores.items():
+                chunks = await loop.run_in_executor(reader, state_chunks, name, store)
+                while (chunk := await loop.run_in_executor(reader, next, chunks, None)) is not None:
+                    yield chunk
 
     def _agreed_end(self, hello: ha_pb2.ReplicaHandshake) -> int:
         """Where the replica's log stops being this master's: its end (static mode), or by the leader-epoch rule
@@ -307,9 +303,24 @@ class HAService:
         return end
 
     def _check(self, hello: ha_pb2.ReplicaHandshake) -> None:
-        """A replica of this group, with segments like ours, whose commitlog ends within ours (FAILED_PRECONDITION
-        naming what is wrong otherwise: a stranger never reads the log). Controller mode: this broker is the
-        master of the epoch the replica was told, and the replica's end may pass ours (a tail to cut)."""
+        """A replica of this group (:meth:`_check_member`), not connected yet, whose commitlog ends within ours
+        (static mode; in controller mode the replica's end may pass ours: a tail to cut)."""
+        self._check_member(hello)
+        if hello.broker_id in self._acks:
+            _refuse(f"replica {hello.broker_id} is already connected")
+        if self.epochs is not None:
+            return
+        low, end = self.commit_log.min_offset(), self.commit_log.max_offset()
+        if 0 < hello.commit_log_end < low:
+            _refuse(f"replica commitlog ends at {hello.commit_log_end}, before the master's oldest record at {low}: "
+                    "empty its store to copy the log from there")
+        if hello.commit_log_end > end:
+            _refuse(f"replica commitlog ends at {hello.commit_log_end}, outside the master's {low}..{end}")
+
+    def _check_member(self, hello: ha_pb2.ReplicaHandshake) -> None:
+        """A replica of this group, with segments like ours (FAILED_PRECONDITION naming what is wrong otherwise: a
+        stranger never reads the log or the state). Controller mode: this broker is the master of the epoch the
+        replica was told."""
         me = self.identity
         if (hello.cluster_name, hello.broker_name) != (me.cluster_name, me.broker_name):
             _refuse(f"replica {hello.cluster_name}/{hello.broker_name} is not of group "
@@ -319,19 +330,9 @@ class HAService:
         if hello.mapped_file_size != me.mapped_file_size:
             _refuse(f"replica segments of {hello.mapped_file_size} bytes, the master's are {me.mapped_file_size} "
                     "(mappedFileSizeCommitLog must match)")
-        if hello.broker_id in self._acks:
-            _refuse(f"replica {hello.broker_id} is already connected")
-        if self.epochs is not None:
-            if self.master_epoch == 0 or hello.master_epoch != self.master_epoch:
-                _refuse(f"replica {hello.broker_id} follows master epoch {hello.master_epoch}; this broker is "
-                        + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))
-            return
-        low, end = self.commit_log.min_offset(), self.commit_log.max_offset()
-        if 0 < hello.commit_log_end < low:
-            _refuse(f"replica commitlog ends at {hello.commit_log_end}, before the master's oldest record at {low}: "
-                    "empty its store to copy the log from there")
-        if hello.commit_log_end > end:
-            _refuse(f"replica commitlog ends at {hello.commit_log_end}, outside the master's {low}..{end}")
+        if self.epochs is not None and (self.master_epoch == 0 or hello.master_epoch != self.master_epoch):
+            _refuse(f"replica {hello.broker_id} follows master epoch {hello.master_epoch}; this broker is "
+                    + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))
 
     async def _read_acks(self, frames: AsyncIterator[ha_pb2.ReplicaFrame], slave_id: int, sent: list[int]) -> None:
         async for frame in frames:

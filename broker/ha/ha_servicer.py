@@ -1,4 +1,5 @@
-"""The replication port's gRPC face (proto/ha.proto): a slave's stream, handed to the HA service."""
+"""The replication port's gRPC face (proto/ha.proto): a slave's stream and its state copy, handed to the HA
+service."""
 
 from broker.ha.ha_service import HAService
 from common.rpc_boundary import rpc_boundary
@@ -13,3 +14,7 @@ class HaServicer(ha_pb2_grpc.HaServiceServicer):
     async def Replicate(self, request_iterator, context):
         async for frame in self.ha.replicate(request_iterator):
             yield frame
+
+    async def CopyState(self, request, context):
+        async for chunk in self.ha.copy_state(request):
+            yield chunk

@@ -9,6 +9,7 @@ from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_client import HAClient
 from broker.ha.ha_service import GroupIdentity
 from broker.ha.slave_synchronize import SlaveSynchronize
+from broker.ha.state_copy import CopiedStore
 from broker.out.namesrv_registrar import NamesrvRegistrar
 from broker.store.message_store import MessageStore
 
@@ -30,6 +31,7 @@ class ReplicaServices:
         self.on_rejoin = on_rejoin
         self.on_follow = on_follow  # what a broker that follows another master drops (its POP state)
         self.on_promoted = on_promoted  # what a promoted replica fits to what it has (the POP state it copied)
+        self.copied_stores: dict[str, CopiedStore] = {}  # an empty replica's copy besides the log (the broker's)
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
 
@@ -42,7 +44,8 @@ class ReplicaServices:
         self.on_follow()
         client = HAClient(master_ha_addr, self.identity, self.store.commit_log, epochs=self.epochs,
                           master_epoch=master_epoch, truncate=self.store.truncate_diverged_tail,
-                          start_at=self.store.start_replica_at, fail_stop=self.store.running_flags.fail_stop)
+                          start_at=self.store.start_replica_at, copied_stores=self.copied_stores,
+                          fail_stop=self.store.running_flags.fail_stop)
         client.start()
         self.ha_client = client
         self.slave_sync = self.make_slave_sync(lambda: client.master_addr)

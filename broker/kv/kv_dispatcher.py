@@ -63,6 +63,12 @@ class KvCommitLogDispatcher(CommitLogDispatcher):
     def checkpoint(self) -> int:
         return self._durable
 
+    def copied(self, applied_offset: int) -> None:
+        """The state store holds a copy of a master's state as of ``applied_offset`` (durable; 0: being copied):
+        records below it are skipped, as after a restart."""
+        with self._apply_lock:
+            self._applied = self._durable = self._stored = applied_offset
+
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         with self._apply_lock:
             self._dispatch(requests, end_offset)

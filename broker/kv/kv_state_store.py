@@ -78,9 +78,22 @@ class KvStateStore(ABC):
         """A consistent view of a partition: the applied offset it reflects and its (key, raw state) in key
         order. The iterator stays valid while writes go on."""
 
+    # -- a new replica's copy of its master's state (broker/ha/state_copy.py) -----------------------
     @abstractmethod
-    def is_empty(self) -> bool:
-        """No key was ever applied (a deleted key's tombstone counts as one)."""
+    def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        """The applied offset and every key's state (``PARTITION`` + key -> raw state), as of one moment."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Forget every key; the applied offset becomes 0 (a copy starts)."""
+
+    @abstractmethod
+    def put_copied(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Store states of :meth:`copy_out`'s form (durable only with :meth:`set_applied`)."""
+
+    @abstractmethod
+    def set_applied(self, applied_offset: int) -> None:
+        """The copy is whole: it reflects ``applied_offset``; made durable now."""
 
     @abstractmethod
     def partition_sizes(self) -> dict[int, int]:

@@ -2,7 +2,7 @@
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.kv.kv_apply_waiters import KvApplyWaiters
@@ -45,6 +45,21 @@ class KvStore:
         store.running_flags.on_fail_stop(self.waiters.fail)
         self.reader = KvChainReader(self.state, peers, self.broker_name)
         store.register_dispatcher(self.dispatcher)
+
+    # -- a new replica's copy of its master's state (broker/ha/state_copy.py) -----------------------
+    def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        return self.state.copy_out()
+
+    def copy_in_begin(self) -> None:
+        self.state.clear()
+        self.dispatcher.copied(0)
+
+    def copy_in(self, records: list[tuple[bytes, bytes]]) -> None:
+        self.state.put_copied(records)
+
+    def copy_in_end(self, applied_offset: int) -> None:
+        self.state.set_applied(applied_offset)
+        self.dispatcher.copied(applied_offset)
 
     def close(self) -> None:
         """After the message store shut down (its final dispatch is applied)."""

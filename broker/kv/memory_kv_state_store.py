@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from broker.kv.kv_state_store import KvStateStore, StateWrites, in_scan
+from broker.kv.kv_state_store import PARTITION, KvStateStore, StateWrites, in_scan
 from common.atomic_file import write_file_atomically
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,10 @@ class MemoryKvStateStore(KvStateStore):
 
     def rewind(self, applied_offset: int) -> None:
         assert applied_offset <= self._applied, f"a rewind forward: {applied_offset} > {self._applied}"
+        self._snapshot_as_of(applied_offset)
+
+    def _snapshot_as_of(self, applied_offset: int) -> None:
+        """The state now, said to reflect ``applied_offset``, written to disk at once."""
         with self._snapshot_lock:
             with self._lock:
                 self._applied = applied_offset
@@ -142,8 +146,28 @@ class MemoryKvStateStore(KvStateStore):
             entries = sorted(self._partitions.get(partition, {}).items())
         return applied, iter(entries)
 
-    def is_empty(self) -> bool:
-        return not any(self._partitions.values())
+    def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        with self._lock:
+            applied = self._applied
+            records = [(PARTITION.pack(p) + key, raw)
+                       for p, part in self._partitions.items() for key, raw in part.items()]
+        return applied, iter(records)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._partitions.clear()
+            self._sorted.clear()
+            self._applied = 0
+
+    def put_copied(self, records: list[tuple[bytes, bytes]]) -> None:
+        with self._lock:
+            for raw_key, raw in records:
+                partition = PARTITION.unpack_from(raw_key)[0]
+                self._partitions.setdefault(partition, {})[raw_key[PARTITION.size:]] = raw
+                self._sorted.pop(partition, None)
+
+    def set_applied(self, applied_offset: int) -> None:
+        self._snapshot_as_of(applied_offset)
 
     def partition_sizes(self) -> dict[int, int]:
         return {p: len(part) for p, part in self._partitions.items()}

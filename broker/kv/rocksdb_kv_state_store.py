@@ -13,28 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
-from rocksdict import Rdict, ReadOptions, Snapshot, WriteBatch
+from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from broker.kv.kv_state_store import PARTITION, KvStateStore, StateWrites, prefix_end
-from broker.rocksdb_raw import open_raw, raw_items, raw_keys, unlogged_write_options
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys, snapshot_get, unlogged_write_options
 
 log = logging.getLogger(__name__)
 
 OFFSET = struct.Struct(">q")
 DATA = b"D"
+DATA_END = bytes([DATA[0] + 1])  # every data key sorts below it
 APPLIED_KEY = b"A"
 
 
 def _head(partition: int) -> bytes:
     """What every data key of ``partition`` starts with."""
     return DATA + PARTITION.pack(partition)
-
-
-def _snapshot_get(snap: Snapshot, key: bytes) -> bytes | None:
-    try:
-        return snap[key]
-    except Exception:  # rocksdict raises a bare Exception for a missing key
-        return None
 
 
 class RocksDBKvStateStore(KvStateStore):
@@ -122,22 +116,52 @@ class RocksDBKvStateStore(KvStateStore):
         # (deletes leave tombstones), so walking the live keys and reading each through the snapshot gives
         # exactly the snapshot's contents.
         snap = self.db.snapshot()
-        raw = _snapshot_get(snap, APPLIED_KEY)
+        raw = snapshot_get(snap, APPLIED_KEY)
         offset = OFFSET.unpack(raw)[0] if raw is not None else 0
         head = _head(partition)
 
         def entries() -> Iterator[tuple[bytes, bytes]]:
             for key, _ in self._iterate(partition, b"", b""):
-                state = _snapshot_get(snap, head + key)
+                state = snapshot_get(snap, head + key)
                 if state is not None:
                     yield key, state
 
         return offset, entries()
 
-    def is_empty(self) -> bool:
-        options = ReadOptions()
-        options.set_iterate_upper_bound(bytes([DATA[0] + 1]))
-        return next(iter(raw_keys(self.db, from_key=DATA, read_opt=options)), None) is None
+    def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        snap = self.db.snapshot()  # point reads through it, over the live keys: see snapshot()
+        raw = snapshot_get(snap, APPLIED_KEY)
+        offset = OFFSET.unpack(raw)[0] if raw is not None else 0
+
+        def records() -> Iterator[tuple[bytes, bytes]]:
+            options = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
+            options.set_iterate_upper_bound(DATA_END)
+            for key in raw_keys(self.db, from_key=DATA, read_opt=options):
+                state = snapshot_get(snap, key)
+                if state is not None:
+                    yield key[len(DATA):], state
+
+        return offset, records()
+
+    def clear(self) -> None:
+        with self._flush_lock:
+            batch = WriteBatch(raw_mode=True)
+            batch.delete_range(DATA, DATA_END)
+            batch.put(APPLIED_KEY, OFFSET.pack(0))
+            self.db.write(batch, self._write_options)
+            self._applied = self._durable = 0
+
+    def put_copied(self, records: list[tuple[bytes, bytes]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, state in records:
+            batch.put(DATA + key, state)
+        self.db.write(batch, self._write_options)
+
+    def set_applied(self, applied_offset: int) -> None:
+        with self._flush_lock:
+            self.db.put(APPLIED_KEY, OFFSET.pack(applied_offset), self._write_options)
+            self.db.flush(True)
+            self._applied = self._durable = applied_offset
 
     def partition_sizes(self) -> dict[int, int]:
         sizes: dict[int, int] = {}

@@ -51,6 +51,11 @@ def recover(store: "MessageStore") -> None:
         replayed = -1
     if commit_log.min_offset() > 0:  # a queue's min moved by expiry may not have been made durable before a crash
         store.correct_min_offsets(commit_log.min_offset())
+    for name, checkpoint in checkpoints.items():
+        if checkpoint < commit_log.min_offset() and name in {d.name for d in store.dispatchers if d.keeps_commit_log}:
+            log.error("dispatcher_gap dispatcher=%s checkpoint=%d commitlog_min=%d: the records between were deleted "
+                      "before it applied them (it was off, or its store was replaced); its state misses them", name,
+                      checkpoint, commit_log.min_offset())
     commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
     log.info(
         "store_recovered mode=%s commitlog_min=%d commitlog_end=%d confirm=%d reput_from=%d replayed=%d "

@@ -34,13 +34,13 @@ below which no timer is pending, not at the first key.
 import logging
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from broker.rocksdb_raw import open_raw, raw_items, raw_keys
+from broker.rocksdb_raw import open_raw, raw_items, raw_keys, snapshot_get
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 from broker.store.dispatch.dispatch_request import DispatchRequest
 from common.message_codec import decode_record
@@ -56,6 +56,7 @@ DELETION_PREFIX = b"\xffdeleted/"
 # Where this store began noting deletions: a store of an older release knows none before its checkpoint then.
 DELETIONS_FROM_KEY = b"\xffdeletions_from"
 META_START = b"\xff"  # every timer key sorts below it
+ALL_KEYS_END = b"\xff\xff"  # every key sorts below it (the meta keys' names are ASCII)
 
 ReadAt = Callable[[int, int], bytes]
 StartOffset = Callable[[], int]
@@ -254,16 +255,6 @@ class TimerMessageStore(CommitLogDispatcher):
             return due_of_key(key) if key < META_START else None
         return None
 
-    def pending_recorded_below(self, offset: int) -> int:
-        """How many pending timers' records lie below commitlog ``offset`` (a replica that copies the log from
-        there would not have them): one pass over the keys."""
-        with self._floor_lock:
-            floor = self._floor
-        read = ReadOptions()  # kept referenced for the whole scan (rocksdict stops early otherwise)
-        read.set_iterate_upper_bound(META_START)
-        unpack = TIMER_KEY.unpack
-        return sum(1 for key in raw_keys(self.db, from_key=floor, read_opt=read) if unpack(key)[1] < offset)
-
     def take_due(self, now_ms: int, limit: int) -> list[Timer]:
         """Up to ``limit`` timers due at ``now_ms`` or before, earliest first. They stay stored until
         :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered."""
@@ -306,6 +297,53 @@ class TimerMessageStore(CommitLogDispatcher):
 
     def _get_each(self, keys: list[bytes]) -> list[bytes | None]:
         return cast(list[bytes | None], self.db.get(list[Any](keys))) if keys else []  # one multi-get
+
+    # -- a new replica's copy of its master's state (broker/ha/state_copy.py) -----------------------
+    def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:
+        """Every record (timers, checkpoint, deletion notes) as of one moment: point reads through a snapshot over
+        the live keys. A timer taken out after the snapshot is missed, which is what a replay gives too: its marker
+        lies past the snapshot's checkpoint (a marker dispatched before it had deleted the timer in the snapshot)."""
+        snap = self.db.snapshot()
+        raw = snapshot_get(snap, CHECKPOINT_KEY)
+        checkpoint = OFFSET.unpack(raw)[0] if raw is not None else 0
+
+        def records() -> Iterator[tuple[bytes, bytes]]:
+            for key in raw_keys(self.db):
+                value = snapshot_get(snap, key)
+                if value is not None:
+                    yield key, value
+
+        return checkpoint, records()
+
+    def copy_in_begin(self) -> None:
+        with self._apply_lock:
+            batch = WriteBatch(raw_mode=True)
+            batch.delete_range(b"", ALL_KEYS_END)
+            batch.put(CHECKPOINT_KEY, OFFSET.pack(0))
+            self.db.write(batch)
+            self._adopt(0)
+
+    def copy_in(self, records: list[tuple[bytes, bytes]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in records:
+            batch.put(key, value)
+        self.db.write(batch)
+
+    def copy_in_end(self, applied_offset: int) -> None:
+        with self._apply_lock:
+            self.db.put(CHECKPOINT_KEY, OFFSET.pack(applied_offset))
+            self.db.flush_wal(True)
+            self._adopt(applied_offset)
+
+    def _adopt(self, checkpoint: int) -> None:
+        """What is in memory follows the records copied in (under the apply lock)."""
+        self._applied = self._stored = self._durable = checkpoint
+        self.deletions_from = self._deletions_from(checkpoint)
+        read = ReadOptions()  # kept referenced for the whole scan
+        read.set_iterate_upper_bound(META_START)
+        pending = sum(1 for _ in raw_keys(self.db, read_opt=read))
+        with self._floor_lock:
+            self._pending, self._floor = pending, b""
 
     def close(self) -> None:
         """After the message store shut down (its last dispatch and flush are in)."""

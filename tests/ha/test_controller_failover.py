@@ -571,11 +571,21 @@ def queue_contents(ns: str) -> dict[int, tuple[int, list[bytes]]] | None:
 
 def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_take_over(tmp_path: Path):
     """A replica lost whole (a new machine takes its place, its store empty) while its master ran past its
-    retention: the empty replica copies the log from the master's oldest segment (it was refused for good),
-    joins the in-sync set, and once elected serves every queue from where the old master's began."""
-    groups = started_group(tmp_path, fileReservedTime="0.0003", deleteWhen="*", cleanResourceInterval="200")
+    retention: the empty replica copies the master's KV values and pending timers (the expired records made them),
+    then the log from the oldest segment left (it was refused for good), joins the in-sync set, and once elected
+    serves every queue from where the old master's began, every KV value, and the delayed message when due."""
+    from client import KVClient
+
+    groups = started_group(tmp_path, kvEnable="true", fileReservedTime="0.0003", deleteWhen="*",
+                           cleanResourceInterval="200")
     g = next(groups)
     try:
+        keys = [b"key-%d" % i for i in range(20)]
+        with KVClient(g.ns.addr) as kv:
+            for key in keys:
+                kv.put(key, b"v-" + key)
+        due_ms = int(time.time() * 1000) + 25_000
+        assert send_delayed(g.replicas[1].addr, [b"delayed"], due_ms).code == ResponseCode.SUCCESS
         g.replicas[2].kill()
         wait_until(lambda: g.in_sync(1, "1"), timeout=10, what="the master to drop the lost replica")
         shutil.rmtree(tmp_path / "r2")
@@ -586,13 +596,25 @@ def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_ta
                    what="the master to expire its first segments")
         g.start(2)
         wait_until(lambda: g.in_sync(1, "1,2"), timeout=20, what="the new replica to join the in-sync set")
+        assert (g.info(2) or {}).get("timerPending") == "1"
         acked = send_acknowledged(g, 1, "joined", 50)
         before = queue_contents(g.ns.addr)
         assert before is not None and all(low > 0 for low, _ in before.values())
         assert set(acked) <= {body for _, bodies in before.values() for body in bodies}
         g.replicas[1].kill()
         wait_until(lambda: g.role(2) == "MASTER", timeout=20, what="the new replica to be elected")
+        with KVClient(g.ns.addr, rpc_timeout_ms=3000) as kv:
+            got = wait_until(lambda: _kv_values(kv, keys), timeout=20, what="the values on the new master")
+        assert got == [b"v-" + key for key in keys]
         wait_until(lambda: queue_contents(g.ns.addr) == before, timeout=20,
                    what="every queue on the new master as it was on the old one")
+        wait_until(lambda: b"delayed" in consumed_bodies_from_min(g.ns.addr), timeout=40,
+                   what="the delayed message, due after the failover, delivered by the new master")
+        assert time.time() * 1000 >= due_ms
     finally:
         groups.close()
+
+
+def consumed_bodies_from_min(ns: str) -> list[bytes]:
+    contents = queue_contents(ns)
+    return [body for _, bodies in contents.values() for body in bodies] if contents else []

@@ -1,0 +1,82 @@
+"""A new replica's copy of its master's KV and timer stores (``broker/ha/state_copy.py``), in process with the real
+stores: what the master's ``state_chunks`` carry, ``receive_state`` puts in the replica's store whole, as of the
+master's applied offset, over whatever the replica held before (a copy cut short is done again)."""
+
+from pathlib import Path
+
+import pytest
+
+from broker.ha import state_copy
+from broker.ha.state_copy import receive_state, state_chunks
+from broker.kv.kv_state_store import KvStateStore
+from broker.kv.memory_kv_state_store import MemoryKvStateStore
+from broker.kv.rocksdb_kv_state_store import RocksDBKvStateStore
+from broker.timer.timer_message_store import CHECKPOINT_KEY, OFFSET, TimerMessageStore, timer_key
+from proto import ha_pb2
+
+
+class CopiedKv:
+    """A KV state store as ``KvStore`` hands it to the copy (without a dispatcher)."""
+
+    def __init__(self, state: KvStateStore) -> None:
+        self.state = state
+
+    def copy_out(self):  # type: ignore[no-untyped-def]
+        return self.state.copy_out()
+
+    def copy_in_begin(self) -> None:
+        self.state.clear()
+
+    def copy_in(self, records: list[tuple[bytes, bytes]]) -> None:
+        self.state.put_copied(records)
+
+    def copy_in_end(self, applied_offset: int) -> None:
+        self.state.set_applied(applied_offset)
+
+
+def _kv_store(kind: str, root: Path) -> KvStateStore:
+    store: KvStateStore = RocksDBKvStateStore(root) if kind == "rocksdb" else MemoryKvStateStore(root)
+    store.load()
+    return store
+
+
+@pytest.mark.parametrize("kind", ["rocksdb", "memory"])
+def test_a_kv_copy_holds_every_partition_as_of_the_masters_applied_offset(tmp_path: Path, kind: str,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(state_copy, "CHUNK_BYTES", 64)  # many chunks
+    master = _kv_store(kind, tmp_path / "master")
+    master.apply({(p, b"k%d" % i): b"\x01v%d-%d" % (p, i) for p in range(3) for i in range(20)}, 5000)
+    replica = _kv_store(kind, tmp_path / "replica")
+    replica.apply({(7, b"stale"): b"\x01from an earlier copy"}, 100)
+    chunks = list(state_chunks("kv", CopiedKv(master)))
+    assert len(chunks) > 3 and chunks[-1].last
+    receive_state({"kv": CopiedKv(replica)}, chunks)
+    for p in range(3):
+        assert replica.scan(p, b"", b"", 100) == master.scan(p, b"", b"", 100)
+    assert replica.get(7, [b"stale"]) == [None]
+    assert replica.flush() == 5000  # durable, as of the master's applied offset
+
+
+def test_a_timer_copy_holds_the_pending_timers_and_the_checkpoint(tmp_path: Path):
+    def store(name: str) -> TimerMessageStore:
+        timers = TimerMessageStore(tmp_path / name, lambda _offset, _size: b"")
+        timers.load()
+        return timers
+
+    master, replica = store("master"), store("replica")
+    master.db.put(timer_key(1_000, 10), b"record-a")
+    master.db.put(timer_key(2_000, 20), b"record-b")
+    master.db.put(CHECKPOINT_KEY, OFFSET.pack(4096))
+    replica.db.put(timer_key(500, 5), b"left from a copy cut short")
+    receive_state({"timer": replica}, state_chunks("timer", master))
+    assert replica.checkpoint() == 4096 and replica.pending == 2
+    assert replica.first_due() == 1_000
+    assert [key for key, _ in replica.take_due(10_000, 10)] == [timer_key(1_000, 10), timer_key(2_000, 20)]
+
+
+def test_a_copy_cut_short_is_an_error_and_a_store_not_kept_here_is_skipped(tmp_path: Path):
+    replica = _kv_store("rocksdb", tmp_path / "replica")
+    cut_short = [ha_pb2.StateChunk(store="kv", applied_offset=1, records=b"")]
+    with pytest.raises(ValueError, match="ended before the end of"):
+        receive_state({"kv": CopiedKv(replica)}, cut_short)
+    receive_state({}, cut_short)  # a broker with kvEnable=false keeps no KV store: nothing to apply
