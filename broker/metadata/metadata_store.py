@@ -24,6 +24,7 @@ from broker.metadata.metadata_codec import (
     ACLS,
     GROUPS,
     OFFSETS,
+    TABLES,
     TOPICS,
     USERS,
     K,
@@ -143,14 +144,45 @@ def json_stores(config_dir: Path) -> MetadataStores:
                           users=JsonMetadataStore(config_dir, USERS), acls=JsonMetadataStore(config_dir, ACLS))
 
 
+METADATA_DIR = "metadata"  # <storePathRootDir>/metadata: the RocksDB of storeType=defaultRocksDB
+IMPORTED_SUFFIX = ".imported"  # what the RocksDB import renames each JSON file to
+
+
+class MetadataInRocksDBError(OSError):
+    """``storeType=default`` on a store whose metadata lives in RocksDB (``storeType=defaultRocksDB`` ran on it)."""
+
+
+def check_json_mode(store_root: Path) -> None:
+    """Refuse JSON mode on a store whose metadata RocksDB mode holds: the JSON tables would open empty, and the
+    broker would serve without its topics, groups and consumer offsets. The JSON files renamed back (the README's
+    way back) are taken as the operator's choice: the database is then left alone."""
+    config_dir, database = store_root / "config", store_root / METADATA_DIR
+    imported = [t.json_file for t in TABLES
+                if (config_dir / (t.json_file + IMPORTED_SUFFIX)).exists() and not (config_dir / t.json_file).exists()]
+    if imported:
+        raise MetadataInRocksDBError(
+            f"storeType=default, but {database} holds this store's metadata (storeType=defaultRocksDB imported "
+            f"{', '.join(imported)} from {config_dir} and renamed them to *{IMPORTED_SUFFIX}): set "
+            f"storeType=defaultRocksDB, or rename {config_dir}/*.json{IMPORTED_SUFFIX} back to *.json (losing every "
+            f"change to topics, groups and offsets since the import)")
+    has_json = any((config_dir / t.json_file).exists() for t in TABLES)
+    if not has_json and (database / "CURRENT").exists():  # a RocksDB made on a store that never had JSON files
+        raise MetadataInRocksDBError(
+            f"storeType=default, but {database} holds this store's metadata (storeType=defaultRocksDB) and "
+            f"{config_dir} has no JSON tables: set storeType=defaultRocksDB, or move {database} away to start "
+            f"with no topics, groups nor offsets")
+
+
 def open_metadata_stores(store_type: StoreType, store_root: Path) -> MetadataStores:
     """The stores ``storeType`` selects. RocksDB mode opens ``<store_root>/metadata`` (importing the JSON
-    files of ``<store_root>/config`` once, into an empty database); raises OSError when it cannot."""
+    files of ``<store_root>/config`` once, into an empty database); raises OSError when it cannot, and
+    :class:`MetadataInRocksDBError` for JSON mode on a store RocksDB mode holds."""
     config_dir = store_root / "config"
     if store_type is StoreType.DEFAULT_ROCKSDB:
         from broker.metadata.rocksdb_metadata_store import RocksDBMetadata
 
-        return RocksDBMetadata.open(store_root / "metadata", config_dir).stores()
+        return RocksDBMetadata.open(store_root / METADATA_DIR, config_dir).stores()
     if store_type is not StoreType.DEFAULT:  # parsed once (broker.conf): a plain string is a caller's bug
         raise TypeError(f"StoreType member expected, got {store_type!r}")
+    check_json_mode(store_root)
     return json_stores(config_dir)

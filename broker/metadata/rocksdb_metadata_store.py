@@ -34,14 +34,13 @@ from broker.metadata.metadata_codec import (
     MetadataTable,
     V,
 )
-from broker.metadata.metadata_store import MetadataStore, MetadataStores
+from broker.metadata.metadata_store import IMPORTED_SUFFIX, MetadataStore, MetadataStores
 from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
 from broker.store.config import StoreType
 
 log = logging.getLogger(__name__)
 
 FORMAT_KEY = META_PREFIX + b"format"
-IMPORTED_SUFFIX = ".imported"
 IMPORT_BATCH = 50_000
 
 

@@ -14,16 +14,19 @@ class StoreLockedError(OSError):
 
 
 class StoreLock:
-    def __init__(self, root: Path, owner: str = "broker") -> None:
+    """``setting``: what names the directory in errors (the broker's ``storePathRootDir``)."""
+
+    def __init__(self, root: Path, owner: str = "broker", setting: str = "storePathRootDir") -> None:
         self.root = root
         self.path = root / LOCK_FILE
         self.owner = owner
+        self.setting = setting
         self._fd: int | None = None
 
     def acquire(self) -> "StoreLock":
-        """Take the lock or raise :class:`StoreLockedError`. Touches nothing else in the directory."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock or raise :class:`StoreLockedError`, or OSError naming ``setting`` when the directory
+        cannot be made or the lock file opened. Touches nothing else in the directory."""
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -35,6 +38,15 @@ class StoreLock:
         os.pwrite(fd, f"{os.getpid()} {self.owner}\n".encode(), 0)
         self._fd = fd
         return self
+
+    def _open(self) -> int:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # the bare error named only a parent (e.g. '/proc/forbidden'), not the setting
+            where = f": {exc.filename!r}" if exc.filename else ""
+            raise OSError(f"{self.setting}={self.root}: cannot create the directory or its lock file: "
+                          f"{exc.strerror or exc}{where}") from None
 
     def release(self) -> None:
         if self._fd is not None:

@@ -18,6 +18,7 @@ from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMe
 from broker.tiered.metadata.tiered_metadata_store import FileSegmentMetadata, SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType, is_backend_error
 from broker.tiered.provider.file_segment_factory import FileSegmentFactory, TieredBackendServiceProvider
+from broker.tiered.provider.posix_file_segment import check_posix_root
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
 from broker.tiered.replica.tier_id import ensure_tier_id, read_tier_id
 from broker.tiered.replica.tier_role import MasterTier, TierRole
@@ -58,6 +59,7 @@ class TieredStore:
             self.backend_root: Path | str = config.tiered_store_s3_prefix.strip("/")
         else:
             self.backend_root = Path(config.tiered_store_file_path or root / "tiered")
+            check_posix_root(self.backend_root)  # the same: a directory it cannot write refuses the start
         self.factory = FileSegmentFactory(config.tiered_backend_service_provider, self.backend_root, self.s3)
         self.metadata = RocksDBTieredMetadataStore(root / "tiered_metadata")
         self.flat_files = FlatFileStore(self.factory, self.metadata, config.broker_name,

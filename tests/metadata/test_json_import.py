@@ -57,8 +57,10 @@ def test_json_files_are_imported_once_then_renamed(tmp_path: Path, caplog: pytes
     finally:
         m.close()
 
-    # JSON mode writes the files again (say an operator switched back and forth): RocksDB holds the
-    # metadata now, so they are ignored with a warning, neither imported nor renamed.
+    # JSON mode writes the files again (say an operator switched back and forth, renaming the files back as the
+    # README says): RocksDB holds the metadata now, so they are ignored with a warning, neither imported nor renamed.
+    for f in JSON_FILES:
+        (config / f"{f}.imported").rename(config / f)
     stale = open_managers(StoreType.DEFAULT, tmp_path)
     stale.topics.update(TopicConfig("OnlyInJson"))
     stale.close()

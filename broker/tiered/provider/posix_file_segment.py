@@ -2,9 +2,29 @@
 network filesystem). Each write is fsynced before it returns."""
 
 import os
+import tempfile
 from pathlib import Path
 
 from broker.tiered.provider.file_segment import FileSegment
+
+
+def check_posix_root(root: Path) -> None:
+    """The broker's startup check of its posix tier (``tieredStoreFilePath``): the directory is made if missing and
+    a file written, fsynced and removed there. Raises OSError naming the key: a directory the broker could not
+    write failed every upload, retried for ever, while every local segment was kept for them."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=root)  # a name no segment path takes
+        try:
+            os.write(fd, b"tier write check")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        where = f": {exc.filename!r}" if exc.filename else ""
+        raise OSError(f"tieredStoreFilePath={root}: the posix tier's directory cannot be created or written: "
+                      f"{exc.strerror or exc}{where}") from None
 
 
 class PosixFileSegment(FileSegment):
