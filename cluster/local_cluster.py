@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.broker_config import load_broker_config
-from broker.store.store_lock import StoreLock, StoreLockedError
+from broker.store.store_lock import StoreLock
 from client import Admin, MQClientError
 
 PROG = "local_cluster"
@@ -552,8 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:  # one launcher per data dir: a second would share its brokers' stores (each broker also locks its own)
-        launcher_lock = StoreLock(cluster.data_dir, owner="local cluster launcher").acquire()
-    except StoreLockedError as exc:
+        launcher_lock = StoreLock(cluster.data_dir, owner="local cluster launcher", setting="--data-dir").acquire()
+    except OSError as exc:  # held by another launcher (StoreLockedError), or the directory cannot be made
         print(f"{PROG}: cannot start: {exc}", file=sys.stderr)
         return 1
     try:

@@ -243,6 +243,16 @@ def test_broker_conf_option_refuses_launcher_keys_and_malformed_entries(tmp_path
     assert not (tmp_path / "data").exists()  # refused before anything started
 
 
+def test_a_data_dir_that_cannot_be_made_is_one_line_naming_it(tmp_path: Path):
+    (tmp_path / "file").write_text("not a directory")
+    data = tmp_path / "file" / "data"
+    proc = subprocess.run([sys.executable, "-m", "cluster.local_cluster", "--data-dir", str(data)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert f"--data-dir={data}" in proc.stderr, proc.stderr
+
+
 def test_ctrl_c_stops_the_cluster_cleanly(tmp_path: Path, launchers: list[Launcher]):
     launcher, _ = start_cluster(launchers, tmp_path / "data")
     stop_and_check(launcher, signal.SIGINT)
