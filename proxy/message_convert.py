@@ -6,17 +6,17 @@ reads) and delivery_timestamp -> ``deliver_at_ms`` (the broker's timer). Every p
 (``common/message_properties.py``) is refused as a user property: a client must not forge routing or retry state.
 """
 
-import gzip
 import zlib
 from dataclasses import dataclass
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from client.errors import MQClientError
+from client.message_encoding import wire_properties
 from common import message_properties, transaction_topic
 from common.message import Message, MessageExt
 from common.message_properties import (
-    MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
@@ -35,6 +35,7 @@ RESERVED_PROPERTIES = frozenset(value for module in (message_properties, transac
                                 if name.startswith("PROPERTY_") and isinstance(value, str))
 MAX_MESSAGE_ID_CHARS = 128
 MAX_MESSAGE_GROUP_CHARS = 64  # upstream's maxMessageGroupSize
+GZIP_WBITS = 31  # zlib's window bits for a GZIP member (header and trailer checked)
 MessageType = definition_pb2.MessageType
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
@@ -78,25 +79,52 @@ def to_outgoing(msg: definition_pb2.Message, max_body_size: int) -> OutgoingMess
     properties[PROPERTY_UNIQUE_KEY] = message_id
     if group is not None:
         properties[PROPERTY_SHARDING_KEY] = group
-    if len(message_properties.encode_properties(properties)) > MAX_PROPERTIES_SIZE:
-        raise ProxyError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"properties are larger than {MAX_PROPERTIES_SIZE} bytes")
-    return OutgoingMessage(Message(topic, body, tags=tag, keys=keys or None, properties=properties,
-                                   deliver_at_ms=deliver_at_ms), message_id, group, transactional)
+    message = Message(topic, body, tags=tag, keys=keys or None, properties=properties, deliver_at_ms=deliver_at_ms)
+    _check_properties_size(message, message_id)
+    return OutgoingMessage(message, message_id, group, transactional)
+
+
+def compressed(msg: definition_pb2.Message) -> bool:
+    """Whether the body is GZIP (the Java client compresses large bodies): converting it is worth a thread."""
+    return msg.system_properties.body_encoding == definition_pb2.GZIP
+
+
+def _check_properties_size(message: Message, message_id: str) -> None:
+    """The properties as the SDK writes them (tags and keys among them) must fit the broker's limit; the SDK says
+    so only once sending, as an error without a code."""
+    try:
+        wire_properties(message, message_id)
+    except MQClientError as exc:  # everything else it checks was refused above with its own code
+        raise ProxyError(Code.MESSAGE_PROPERTIES_TOO_LARGE, str(exc)) from None
 
 
 def _body(msg: definition_pb2.Message, max_body_size: int) -> bytes:
-    body = msg.body
-    if msg.system_properties.body_encoding == definition_pb2.GZIP:  # the Java client compresses large bodies
-        try:
-            body = gzip.decompress(body)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ProxyError(Code.MESSAGE_CORRUPTED, f"body is not the GZIP its encoding says: {exc}") from None
+    body = _gunzip(msg.body, max_body_size) if compressed(msg) else msg.body
     if not body:
         raise ProxyError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
     if len(body) > max_body_size:
         raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body is {len(body)} bytes, more than the "
                                                       f"{max_body_size} allowed")
     return body
+
+
+def _gunzip(data: bytes, max_body_size: int) -> bytes:
+    """A GZIP body (one member or several, as gzip.decompress takes it) decompressed to at most ``max_body_size``
+    bytes: a small body may stand for gigabytes, so no more than one byte past the limit is ever made."""
+    out = bytearray()
+    try:
+        while data:
+            member = zlib.decompressobj(wbits=GZIP_WBITS)
+            out += member.decompress(data, max_body_size + 1 - len(out))  # never 0 (unbounded): out <= limit here
+            if len(out) > max_body_size or member.unconsumed_tail:
+                raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body decompresses to more than the "
+                                                              f"{max_body_size} bytes allowed")
+            if not member.eof:
+                raise ProxyError(Code.MESSAGE_CORRUPTED, "body is not the GZIP its encoding says: it is truncated")
+            data = member.unused_data.lstrip(b"\0")  # the next member; zero padding after the last is allowed
+    except zlib.error as exc:
+        raise ProxyError(Code.MESSAGE_CORRUPTED, f"body is not the GZIP its encoding says: {exc}") from None
+    return bytes(out)
 
 
 def _delivery_ms(sp: definition_pb2.SystemProperties) -> int:

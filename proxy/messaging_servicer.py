@@ -19,6 +19,7 @@ from proxy.processor.consume_processor import ConsumeProcessor
 from proxy.processor.route_processor import RouteProcessor
 from proxy.processor.send_processor import SendProcessor
 from proxy.processor.transaction_processor import TransactionProcessor
+from proxy.proxy_acl import current_user
 from proxy.telemetry_channels import TelemetryChannel, TelemetryChannels
 from proxy.v2_codes import Code, ProxyError
 
@@ -132,6 +133,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     @unary(service_pb2.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
         cid = client_id(context)
+        if not self.channels.speaks_for(cid, current_user(), context.peer()):  # else anyone could stop its renewing
+            raise ProxyError(Code.FORBIDDEN, f"client {cid[:80]!r} has its Telemetry stream on another connection "
+                                             "or of another user: only the client itself says it terminates")
         await self.transaction.client_gone(cid)
         return await self.client.notify_client_termination(request, cid)
 
@@ -142,7 +146,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 code=Code.CLIENT_ID_REQUIRED, message=f"a telemetry stream needs the {CLIENT_ID_HEADER} header"))
             return
         try:
-            async for command in self.channels.serve(cid, request_iterator, self._on_telemetry_command):
+            async for command in self.channels.serve(cid, request_iterator, self._on_telemetry_command,
+                                                     context.peer()):
                 yield command
         finally:
             if self.channels.get(cid) is None:  # not reopened meanwhile: the client is gone

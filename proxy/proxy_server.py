@@ -122,9 +122,9 @@ class ProxyServer:
                             credentials=c.inner_credentials)
         routes = TopicRouteService(self._producer.client, self._brokers)  # one route cache for sends and the rest
         endpoints = own_endpoints(c.host, self.port)
-        self._transaction = TransactionProcessor(self.channels, self._producer)
+        self._transaction = TransactionProcessor(self.channels, self._producer, routes=routes)
         transaction = self._transaction
-        consume = ConsumeProcessor(routes, self._brokers, c)
+        consume = ConsumeProcessor(routes, self._brokers, c, online=self.channels.online)
         self._renewer = consume.renewer
         self.channels.on_client_gone.append(consume.renewer.forget_client)
         return MessagingServicer(

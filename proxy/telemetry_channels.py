@@ -24,6 +24,7 @@ OnCommand = Callable[["TelemetryChannel", service_pb2.TelemetryCommand],
 class TelemetryChannel:
     client_id: str
     user: str | None = None  # who opened it (ACL on): a client id alone proves nothing, any caller may name it
+    peer: str = ""  # the connection it came on (gRPC's peer: address and port), the client's other calls come too
     settings: definition_pb2.Settings | None = None  # the client's last reported settings
     outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
 
@@ -55,6 +56,22 @@ class TelemetryChannels:
     def get(self, client_id: str) -> TelemetryChannel | None:
         return self._by_client.get(client_id)
 
+    def online(self, client_id: str) -> bool:
+        """Whether the client has its stream open here (auto-renew works only for such a client)."""
+        return client_id in self._by_client
+
+    def speaks_for(self, client_id: str, user: str | None, peer: str) -> bool:
+        """Whether a call from connection ``peer`` (by ``user``, ACL on) may act as ``client_id`` on what the proxy
+        keeps for it: any caller may name a client id, so one with a stream here is spoken for only by the user
+        that opened it (ACL on) or over the stream's own connection (ACL off; the official clients make every call
+        of an endpoint on one connection). A client id without a stream here has nothing of another's to lose."""
+        channel = self._by_client.get(client_id)
+        if channel is None:
+            return True
+        if user is not None or channel.user is not None:
+            return channel.user == user
+        return channel.peer == peer
+
     def producers_of(self, topic: str) -> list[TelemetryChannel]:
         """Producers connected here that said they publish to ``topic``."""
         return [ch for ch in self._by_client.values()
@@ -64,11 +81,12 @@ class TelemetryChannels:
         return len(self._by_client)
 
     async def serve(self, client_id: str, requests: AsyncIterator[service_pb2.TelemetryCommand],
-                    on_command: OnCommand) -> AsyncIterator[service_pb2.TelemetryCommand]:
-        """Run one client's stream: each command it sends is handled by ``on_command`` (whose answer, if any, is
-        written back), and whatever is queued on its channel is written; ends when the client closes its side or
-        the channel is closed (a newer stream of the same client, or the proxy stopping)."""
-        channel = TelemetryChannel(client_id, current_user())
+                    on_command: OnCommand, peer: str = "") -> AsyncIterator[service_pb2.TelemetryCommand]:
+        """Run one client's stream (from connection ``peer``): each command it sends is handled by ``on_command``
+        (whose answer, if any, is written back), and whatever is queued on its channel is written; ends when the
+        client closes its side or the channel is closed (a newer stream of the same client, or the proxy
+        stopping)."""
+        channel = TelemetryChannel(client_id, current_user(), peer)
         if self._closing:
             return
         older = self._by_client.get(client_id)

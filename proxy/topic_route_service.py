@@ -5,13 +5,13 @@ miss never stalls the event loop that serves every other client. SDK errors beco
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
 
-from client.client_instance import ClientInstance
+from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
 from client.static_route import VIRTUAL_BROKER_NAME, is_static, logic_queue_leaders, master_of
 from common.perm import is_readable
@@ -23,6 +23,10 @@ from proxy.v2_codes import LEADER_MOVING, Code, ProxyError, refusal
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# A route missing a broker a client's receipt handle or transaction id names is fetched again only when older than
+# this (the broker may have joined since): forged names cost the name server at most one fetch a topic this often.
+MISSING_BROKER_ROUTE_MAX_AGE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,22 @@ class TopicRouteService:
         return await self._ask(f"broker {broker_name} of topic {topic}",
                                lambda: self.client.master_addr(topic, broker_name))
 
+    async def unknown_brokers(self, topic: str, names: Collection[str], for_publish: bool = False) -> set[str]:
+        """Of ``names`` (brokers a client's receipt handles or transaction id name: its word only), those the
+        topic's route does not name. Read from the cache on the loop; a fresher route only when one is missing, and
+        at most once a call."""
+        try:
+            with self.client.cache_only():  # the usual case: cached, no name server call, no thread
+                route = self.client.route(topic, for_publish=for_publish)
+        except RouteNotCached:
+            route = await self.route(topic, for_publish)
+        unknown = set(names) - broker_names(route)
+        if unknown:
+            route = await self._ask(f"route of topic {topic}", lambda: self.client.route(
+                topic, for_publish=for_publish, max_age_s=MISSING_BROKER_ROUTE_MAX_AGE_S))
+            unknown -= broker_names(route)
+        return unknown
+
     def unreachable(self, topic: str, addr: str, exc: grpc.RpcError) -> None:
         """A broker of ``topic`` did not answer: its route is fetched again on next use, and a dead address is
         marked down (a restarted broker registers a new one; without this the proxy waited out the route's age)."""
@@ -59,9 +79,19 @@ class TopicRouteService:
                                    lambda: self.brokers.ready(addr))  # the proxy's calls go on its own channels
 
     async def leader_addr(self, topic: str, logic_id: int) -> str:
-        """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``."""
-        return await self._ask(f"logic queue {logic_id} of topic {topic}",
-                               lambda: self.client.leader_addr(topic, logic_id))
+        """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``; BAD_REQUEST when
+        the topic has no such logic queue (a client's old route, or a normal topic named as a static one)."""
+        try:
+            return await self._ask(f"logic queue {logic_id} of topic {topic}",
+                                   lambda: self.client.leader_addr(topic, logic_id))
+        except ProxyError as exc:
+            if exc.code != Code.INTERNAL_SERVER_ERROR:  # the SDK says "no such logic queue" without a code
+                raise
+            view = self.static_view(await self.route(topic))
+            if view is None or not 0 <= logic_id < view.total:
+                raise ProxyError(Code.BAD_REQUEST, f"topic {topic} has no logic queue {logic_id} (query its route "
+                                                   "again)") from None
+            raise
 
     async def moved_leader(self, topic: str, logic_id: int, refused_at: str) -> str | None:
         """The broker at ``refused_at`` answered NOT_LEADER_FOR_QUEUE for logic queue ``logic_id``: a remap moved
@@ -94,6 +124,10 @@ class TopicRouteService:
             return await asyncio.to_thread(call)
         except MQClientError as exc:
             raise client_error(what, exc) from None
+
+
+def broker_names(route: common_pb2.TopicRouteData) -> set[str]:
+    return {bd.broker_name for bd in route.broker_datas}
 
 
 def client_error(what: str, exc: MQClientError) -> ProxyError:

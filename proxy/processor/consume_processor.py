@@ -34,14 +34,25 @@ from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
 from proxy.message_convert import timestamp, to_v2_message
 from proxy.processor.names import check_group, check_topic, tag_expression
-from proxy.processor.receipt_handle_renewer import ReceiptHandleRenewer, RenewRefused
+from proxy.processor.receipt_handle_renewer import Online, ReceiptHandleRenewer, RenewRefused
 from proxy.proxy_config import ProxyConfig
 from proxy.topic_route_service import TopicRouteService
-from proxy.v2_codes import Code, ProxyError, broker_refusal, ok_status, overall_status, rpc_failure
+from proxy.v2_codes import (
+    Code,
+    ProxyError,
+    broker_refusal,
+    from_response_code,
+    ok_status,
+    overall_status,
+    rpc_failure,
+)
 
 log = logging.getLogger(__name__)
 
 ANY_QUEUE = -1
+# A client's call about a message ended with these: the broker took it off the client's hands, or refused the
+# receipt handle as spent (acked already, expired, handed out again). Auto-renewing it is over.
+HANDLE_SETTLED = (Code.OK, Code.INVALID_RECEIPT_HANDLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +70,13 @@ class ReceiveLimits:
 
 
 class ConsumeProcessor:
-    def __init__(self, routes: TopicRouteService, brokers: BrokerChannels, config: ProxyConfig) -> None:
+    def __init__(self, routes: TopicRouteService, brokers: BrokerChannels, config: ProxyConfig,
+                 online: Online) -> None:
         self.routes = routes
         self.brokers = brokers
         self.config = config
         self.renewer = ReceiptHandleRenewer(self._renew, config.default_invisible_ms, config.renew_ahead_ms,
-                                            config.renew_max_ms)
+                                            config.renew_max_ms, online)
         self._turns: dict[str, itertools.count[int]] = {}  # topic -> the next broker to pop on, for "any broker"
         self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
 
@@ -228,19 +240,51 @@ class ConsumeProcessor:
             raise ProxyError(Code.BAD_REQUEST, f"an ack takes 1..{MAX_ACK_HANDLES} entries, not {len(request.entries)}")
         statuses: dict[int, definition_pb2.Status] = {}
         by_broker: dict[str, list[int]] = {}
-        handles = [await self.renewer.release(entry.receipt_handle) for entry in request.entries]
-        for i, handle in enumerate(handles):
+        for i, entry in enumerate(request.entries):
             try:
-                by_broker.setdefault(_handle(handle).broker_name, []).append(i)
+                by_broker.setdefault(_handle(entry.receipt_handle).broker_name, []).append(i)
             except ProxyError as exc:
                 statuses[i] = exc.status()
-        answers = await asyncio.gather(*(self._ack_on(group, topic, name, [handles[i] for i in indexes])
-                                         for name, indexes in by_broker.items()))
-        for indexes, answer in zip(by_broker.values(), answers, strict=True):
-            statuses.update(zip(indexes, answer, strict=True))
+        await self._drop_unknown_brokers(topic, by_broker, statuses)
+        await self._ack_by_broker(group, topic, [e.receipt_handle for e in request.entries], by_broker, statuses)
         entries = [service_pb2.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                                      status=statuses[i]) for i, e in enumerate(request.entries)]
         return service_pb2.AckMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
+
+    async def _ack_by_broker(self, group: str, topic: str, received: list[str], by_broker: dict[str, list[int]],
+                             statuses: dict[int, definition_pb2.Status]) -> None:
+        """Ack each broker's entries with the broker's latest handles of them (auto-renew's translation); an entry
+        is renewed no more once its status says the broker is done with it."""
+        handles: dict[int, str] = {}
+        try:
+            for i in itertools.chain.from_iterable(by_broker.values()):
+                handles[i] = await self.renewer.hold(received[i], group, topic)
+            answers = await asyncio.gather(*(self._ack_on(group, topic, name, [handles[i] for i in indexes])
+                                             for name, indexes in by_broker.items()))
+            for indexes, answer in zip(by_broker.values(), answers, strict=True):
+                statuses.update(zip(indexes, answer, strict=True))
+        finally:
+            for i in handles:
+                done = i in statuses and statuses[i].code in HANDLE_SETTLED
+                self.renewer.settle(received[i], group, topic, done=done)
+
+    async def _drop_unknown_brokers(self, topic: str, by_broker: dict[str, list[int]],
+                                    statuses: dict[int, definition_pb2.Status]) -> None:
+        """Entries whose handle names a broker the topic's route does not (forged, or of another topic) are
+        answered INVALID_RECEIPT_HANDLE here; no route fetch or broker call is made for each such name."""
+        if not by_broker:
+            return
+        try:
+            unknown = await self.routes.unknown_brokers(topic, by_broker)
+        except ProxyError as exc:  # the topic's route: every entry's answer
+            for i in itertools.chain.from_iterable(by_broker.values()):
+                statuses[i] = exc.status()
+            by_broker.clear()
+            return
+        for name in unknown:
+            refused = _unknown_broker(topic, name).status()
+            for i in by_broker.pop(name):
+                statuses[i] = refused
 
     async def _ack_on(self, group: str, topic: str, broker_name: str,
                       handles: list[str]) -> list[definition_pb2.Status]:
@@ -269,9 +313,14 @@ class ConsumeProcessor:
         if not 0 <= invisible_ms <= self.config.max_invisible_ms:
             raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
                                                           f"0..{self.config.max_invisible_ms} ms")
-        handle = await self.renewer.release(request.receipt_handle)  # a nack: the client decides from now on
         what = f"change of invisible duration of a message of topic {topic} for group {group}"
-        response = await self._change_invisible(group, topic, handle, invisible_ms, what)
+        handle = await self.renewer.hold(request.receipt_handle, group, topic)
+        code: int | None = None
+        try:
+            response = await self._change_invisible(group, topic, handle, invisible_ms, what)
+            code = response.code
+        finally:  # a nack: once the broker took it, the client decides from now on
+            self.renewer.settle(request.receipt_handle, group, topic, done=_settled(code))
         if response.code != ResponseCode.SUCCESS:
             raise broker_refusal(what, response.code, response.remark)
         return service_pb2.ChangeInvisibleDurationResponse(status=ok_status(), receipt_handle=response.receipt_handle)
@@ -286,7 +335,7 @@ class ConsumeProcessor:
 
     async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int,
                                 what: str) -> pop_pb2.ChangeInvisibleTimeResponse:
-        addr = await self.routes.master_addr(topic, _handle(handle).broker_name)
+        addr = await self._handle_master(topic, _handle(handle))
         try:
             return await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
                 group=group, topic=topic, receipt_handle=handle, invisible_time_ms=invisible_ms),
@@ -300,19 +349,34 @@ class ConsumeProcessor:
         """A PushConsumer gave up on a message (its attempts ran out client-side): to %DLQ%<group> now."""
         group = check_group(request.group.name)
         topic = check_topic(request.topic.name)
-        current = await self.renewer.release(request.receipt_handle)
         what = f"dead-lettering message {request.message_id[:80]!r} of topic {topic} for group {group}"
-        addr = await self.routes.master_addr(topic, _handle(current).broker_name)
+        current = await self.renewer.hold(request.receipt_handle, group, topic)
+        code: int | None = None
         try:
-            response = await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
-                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=current),
+            response = await self._forward_to_dead_letter_queue(group, topic, current, what)
+            code = response.code
+        finally:
+            self.renewer.settle(request.receipt_handle, group, topic, done=_settled(code))
+        if response.code != ResponseCode.SUCCESS:
+            raise broker_refusal(what, response.code, response.remark)
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
+
+    async def _forward_to_dead_letter_queue(self, group: str, topic: str, handle: str,
+                                            what: str) -> pop_pb2.ForwardToDeadLetterQueueResponse:
+        addr = await self._handle_master(topic, _handle(handle))
+        try:
+            return await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
+                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle),
                 timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(topic, addr, exc)
             raise rpc_failure(what, addr, exc) from None
-        if response.code != ResponseCode.SUCCESS:
-            raise broker_refusal(what, response.code, response.remark)
-        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=ok_status())
+
+    async def _handle_master(self, topic: str, handle: ReceiptHandle) -> str:
+        """The master of the broker a receipt handle names; INVALID_RECEIPT_HANDLE when the topic is not there."""
+        if await self.routes.unknown_brokers(topic, (handle.broker_name,)):
+            raise _unknown_broker(topic, handle.broker_name)
+        return await self.routes.master_addr(topic, handle.broker_name)
 
 
 def _as_delivered(ext: MessageExt, target: PopTarget) -> None:
@@ -320,6 +384,16 @@ def _as_delivered(ext: MessageExt, target: PopTarget) -> None:
     already: the broker answers LOGIC pops in logic offsets)."""
     if target.addressing == broker_pb2.LOGIC:
         ext.queue_id = target.queue_id
+
+
+def _settled(code: int | None) -> bool:
+    """Whether the broker's response code (None: no answer came) ends auto-renewing (:data:`HANDLE_SETTLED`)."""
+    return code is not None and from_response_code(code) in HANDLE_SETTLED
+
+
+def _unknown_broker(topic: str, broker_name: str) -> ProxyError:
+    return ProxyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle names broker {broker_name[:80]!r}, which topic "
+                                                   f"{topic} is not on")
 
 
 def _handle(text: str) -> ReceiptHandle:

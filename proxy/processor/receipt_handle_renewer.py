@@ -3,14 +3,20 @@ duration, and leaves it to the proxy to keep its messages invisible for as long 
 them with ``ProxyConfig.default_invisible_ms`` and, ``renew_ahead_ms`` before a message's invisible time ends,
 extends it by ``default_invisible_ms`` again (the broker's ChangeInvisibleTime), until the client acks it, changes
 its invisible time, dead-letters it, or goes away (NotifyClientTermination, or its telemetry stream ends), and for
-at most ``renew_max_ms`` after the receive.
+at most ``renew_max_ms`` after the receive. Only while the client has a Telemetry stream open here (as upstream,
+which stops renewing for a client whose channel is offline): a caller that never opened one, or left without a
+word, gets nothing renewed, so its messages come back once their invisible time ends.
 
 Every renew voids the broker's previous receipt handle, while the client keeps the one it received: the proxy
-answers the client's later calls with the latest one (:meth:`ReceiptHandleRenewer.release`), after any renew of
-that message in flight. A message no longer renewed keeps that translation until its latest handle expires, so a
-retried ack (or one after the client reconnected) still finds it. Each renew runs on its own: one broker that does
-not answer delays no other's. State lives in the proxy's memory only: after a proxy restart those messages become
-visible again when their invisible time ends, as any message nobody acked. Runs on the proxy's event loop."""
+answers the client's later calls with the latest one (:meth:`ReceiptHandleRenewer.hold`), after any renew of that
+message in flight, and renews it no more while the call runs. Renewing stops only once the broker took the message
+off the client's hands or refused its handle as spent (:meth:`ReceiptHandleRenewer.settle`), and only for a call
+naming the group and topic the message was received for: a call the broker refuses for another reason (another
+group, a broker that cannot be reached) leaves it renewed. A message no longer renewed keeps that translation until
+its latest handle expires, so a retried ack (or one after the client reconnected) still finds it. Each renew runs
+on its own: one broker that does not answer delays no other's. State lives in the proxy's memory only: after a
+proxy restart those messages become visible again when their invisible time ends, as any message nobody acked.
+Runs on the proxy's event loop."""
 
 import asyncio
 import contextlib
@@ -27,6 +33,7 @@ log = logging.getLogger(__name__)
 # message was acked, dead-lettered or handed out again meanwhile), anything else when it could not be asked.
 Renew = Callable[[str, str, str, int], Awaitable[str]]
 Clock = Callable[[], int]
+Online = Callable[[str], bool]  # client id -> whether its Telemetry stream is open here
 
 
 class RenewRefused(Exception):
@@ -47,13 +54,15 @@ class _Renewed:
     give_up_ms: int  # renewed no more after this
     active: bool = True  # renewed; False: only translated, until ``until_ms``
     renewing: "asyncio.Future[None] | None" = None
+    calls: int = 0  # the client's calls about it at the broker now: not renewed meanwhile (they use ``current``)
 
 
 class ReceiptHandleRenewer:
-    def __init__(self, renew: Renew, invisible_ms: int, ahead_ms: int, max_ms: int,
+    def __init__(self, renew: Renew, invisible_ms: int, ahead_ms: int, max_ms: int, online: Online,
                  clock_ms: Clock = wall_clock_ms) -> None:
         assert 0 < ahead_ms < invisible_ms, "a renew must come before the invisible time ends"
         self._renew = renew
+        self._online = online
         self.invisible_ms = invisible_ms
         self.ahead_ms = ahead_ms
         self.max_ms = max_ms
@@ -73,16 +82,37 @@ class ReceiptHandleRenewer:
             until = ReceiptHandle.decode(text).invisible_until_ms
             self._tracked[text] = _Renewed(client_id, group, topic, text, until, now + self.max_ms)
 
-    async def release(self, handle: str) -> str:
-        """The client is done with the message it received as ``handle`` (an ack, a change of invisible time, a
-        dead-lettering): renewed no more; the broker's latest handle of it, to do that with."""
-        entry = self._tracked.get(handle)
+    async def hold(self, handle: str, group: str, topic: str) -> str:
+        """A client's call (an ack, a change of invisible time, a dead-lettering) about the message it received as
+        ``handle`` in ``group`` and ``topic``: the broker's latest handle of it, to make the call with; not renewed
+        until :meth:`settle` says how the call ended. A call naming another group or topic gets ``handle`` as it
+        is (the broker refuses it) and changes nothing here."""
+        entry = self._entry(handle, group, topic)
         if entry is None:
             return handle
-        entry.active = False
+        entry.calls += 1  # before waiting: no renew of it may start now
         if entry.renewing is not None:
-            await asyncio.shield(entry.renewing)
+            try:
+                await asyncio.shield(entry.renewing)
+            except BaseException:  # the call was cancelled: nobody will settle it
+                entry.calls -= 1
+                raise
         return entry.current
+
+    def settle(self, handle: str, group: str, topic: str, done: bool) -> None:
+        """The call :meth:`hold` was for ended. ``done``: the broker took the message off the client's hands or
+        refused the handle as spent (acked, expired, handed out again): renewed no more. Otherwise (refused for
+        another reason, or not answered) it is renewed on as before."""
+        entry = self._entry(handle, group, topic)
+        if entry is None or entry.calls == 0:
+            return
+        entry.calls -= 1
+        if done:
+            entry.active = False
+
+    def _entry(self, handle: str, group: str, topic: str) -> _Renewed | None:
+        entry = self._tracked.get(handle)
+        return entry if entry is not None and entry.group == group and entry.topic == topic else None
 
     def forget_client(self, client_id: str) -> None:
         """The client went away: its messages become visible when their invisible time ends."""
@@ -99,22 +129,28 @@ class ReceiptHandleRenewer:
         Forgets the translations whose latest handle expired."""
         now = self.clock_ms()
         due: list[_Renewed] = []
-        gave_up = 0
+        gave_up = offline = 0
         for handle, entry in list(self._tracked.items()):
             if not entry.active:
-                if entry.until_ms <= now and entry.renewing is None:
+                if entry.until_ms <= now and entry.renewing is None and not entry.calls:
                     del self._tracked[handle]
                 continue
-            if entry.renewing is not None or entry.until_ms - now > self.ahead_ms:
+            if entry.renewing is not None or entry.calls or entry.until_ms - now > self.ahead_ms:
                 continue
             if now >= entry.give_up_ms:
                 entry.active = False
                 gave_up += 1
                 continue
-            entry.renewing = asyncio.get_running_loop().create_future()  # before any release can run
+            if not self._online(entry.client_id):  # nobody there to consume it: let it come back to the group
+                entry.active = False
+                offline += 1
+                continue
+            entry.renewing = asyncio.get_running_loop().create_future()  # before any hold can run
             due.append(entry)
         if gave_up:
             log.warning("auto_renew_gave_up messages=%d after_ms=%d: they become visible again", gave_up, self.max_ms)
+        if offline:
+            log.info("auto_renew_stopped messages=%d reason=client_offline: they become visible again", offline)
         try:
             outcomes = await asyncio.gather(*(self._renew_one(entry) for entry in due))
         finally:  # a round cancelled before a renew of it started: nobody may wait for that one forever

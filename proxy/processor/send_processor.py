@@ -16,7 +16,7 @@ from client.errors import MQClientError
 from client.results import SendResult, SendStatus
 from proto.v2 import definition_pb2, service_pb2
 from proxy.loop_producer import LoopProducer
-from proxy.message_convert import OutgoingMessage, to_outgoing
+from proxy.message_convert import OutgoingMessage, compressed, to_outgoing
 from proxy.processor.names import check_topic
 from proxy.processor.transaction_processor import TransactionProcessor
 from proxy.topic_route_service import client_error
@@ -47,12 +47,17 @@ class SendProcessor:
     async def _send_one(self, msg: definition_pb2.Message, client_id: str) -> service_pb2.SendResultEntry:
         """One message's entry: its own status, so one bad message of a request does not fail the others."""
         try:
-            outgoing = to_outgoing(msg, self.max_body_size)
+            outgoing = await self._convert(msg)
             if outgoing.transactional:
                 return await self.transactions.send_half_message(outgoing, client_id)
             return entry(outgoing, await self._send(outgoing))
         except ProxyError as exc:
             return service_pb2.SendResultEntry(status=exc.status(), message_id=msg.system_properties.message_id)
+
+    async def _convert(self, msg: definition_pb2.Message) -> OutgoingMessage:
+        if compressed(msg):  # decompressing up to max_body_size takes a while: other clients are served meanwhile
+            return await asyncio.to_thread(to_outgoing, msg, self.max_body_size)
+        return to_outgoing(msg, self.max_body_size)
 
     async def recall_message(self, request: service_pb2.RecallMessageRequest) -> service_pb2.RecallMessageResponse:
         """A delayed message taken back before it is due, on the broker its recall handle names."""

@@ -37,7 +37,7 @@ from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import OutgoingMessage, to_v2_message
 from proxy.proxy_acl import current_user
 from proxy.telemetry_channels import TelemetryChannels
-from proxy.topic_route_service import client_error
+from proxy.topic_route_service import TopicRouteService, client_error
 from proxy.v2_codes import Code, ProxyError, ok_status
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,10 @@ class _ProxySessions(ProducerSessions):
 
 class TransactionProcessor:
     def __init__(self, channels: TelemetryChannels, producer: Producer | None = None,
-                 heartbeat_interval_s: float = 10.0) -> None:
+                 heartbeat_interval_s: float = 10.0, routes: TopicRouteService | None = None) -> None:
         self.channels = channels
         self.producer = producer
+        self.routes = routes  # the brokers a transaction id may name (None: EndTransaction is not served)
         self.heartbeat_interval_s = heartbeat_interval_s
         # topic -> the producers connected here that publish it (said so in their settings, or sent it a half
         # message): its group is heartbeated while there is one. Touched on the event loop only.
@@ -117,6 +118,11 @@ class TransactionProcessor:
         if self.producer is None:
             raise ProxyError(Code.NOT_IMPLEMENTED, "transactional messages are not served by this proxy")
         return self.producer
+
+    def _routes(self) -> TopicRouteService:
+        if self.routes is None:
+            raise ProxyError(Code.NOT_IMPLEMENTED, "transactional messages are not served by this proxy")
+        return self.routes
 
     async def send_half_message(self, message: OutgoingMessage, client_id: str) -> service_pb2.SendResultEntry:
         """Store ``message`` as a half message (invisible until committed); the entry carries its transaction id."""
@@ -199,6 +205,9 @@ class TransactionProcessor:
         topic = request.topic.name
         if not topic:
             raise ProxyError(Code.ILLEGAL_TOPIC, "an end of transaction names its message's topic")
+        if await self._routes().unknown_brokers(topic, (tx.broker_name,), for_publish=True):
+            raise ProxyError(Code.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id[:120]!r} names a "
+                                                          f"broker topic {topic} is not on")
         half = HalfMessage(topic, tx, request.message_id)
         try:
             await asyncio.to_thread(end_transaction, producer.client, producer_group(topic), half, resolution,

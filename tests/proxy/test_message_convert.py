@@ -3,16 +3,26 @@ is handed; and the telemetry channels the transaction work pushes check-backs on
 
 import asyncio
 import gzip
+import time
+import tracemalloc
 import zlib
 from collections.abc import AsyncIterator
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from client.message_encoding import batch_wire_properties
+from client.errors import MQClientError
+from client.message_encoding import batch_wire_properties, wire_properties
+from common.message import Message
 from common.message_codec import decode_record, encode_record
 from common.message_id import encode_host
-from common.message_properties import PROPERTY_SHARDING_KEY, PROPERTY_UNIQUE_KEY, decode_properties, encode_properties
+from common.message_properties import (
+    MAX_PROPERTIES_SIZE,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_UNIQUE_KEY,
+    decode_properties,
+    encode_properties,
+)
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import RESERVED_PROPERTIES, to_outgoing, to_v2_message
 from proxy.processor.transaction_processor import TransactionProcessor
@@ -51,6 +61,89 @@ def test_a_message_group_is_the_sharding_key_and_a_delivery_time_the_timer():
 def test_a_gzip_body_is_stored_as_its_content():
     out = to_outgoing(v2(gzip.compress(b"x" * 10_000), body_encoding=definition_pb2.GZIP), MAX_BODY)
     assert out.message.body == b"x" * 10_000
+
+
+def gzip_of_zeros(mib: int) -> bytes:
+    """A small GZIP body that decompresses to ``mib`` MiB (about 1 KiB for each MiB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(1 << 20)
+    return b"".join(packer.compress(chunk) for _ in range(mib)) + packer.flush()
+
+
+def test_a_gzip_bomb_is_refused_without_decompressing_it_whole():
+    """A 64 KiB body standing for 64 MiB: never more than the body limit is made (it was decompressed whole, on
+    the event loop, before its size was looked at: a 1 MiB body standing for 1 GiB took 12 s and 2 GB)."""
+    bomb = gzip_of_zeros(64)
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProxyError) as err:
+            to_outgoing(v2(bomb, body_encoding=definition_pb2.GZIP), MAX_BODY)
+        elapsed = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.code == Code.MESSAGE_BODY_TOO_LARGE, err.value.message
+    assert peak < 3 * MAX_BODY, f"{peak} bytes allocated for a body limit of {MAX_BODY}"
+    assert elapsed < 1.0
+
+
+def test_a_gzip_body_up_to_the_limit_is_taken_in_one_member_or_several():
+    assert to_outgoing(v2(gzip.compress(b"y" * MAX_BODY), body_encoding=definition_pb2.GZIP),
+                       MAX_BODY).message.body == b"y" * MAX_BODY
+    members = gzip.compress(b"first ") + gzip.compress(b"second") + bytes(4)  # zero padding after the last
+    assert to_outgoing(v2(members, body_encoding=definition_pb2.GZIP), MAX_BODY).message.body == b"first second"
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(v2(gzip.compress(b"y" * MAX_BODY) + gzip.compress(b"z"), body_encoding=definition_pb2.GZIP),
+                    MAX_BODY)
+    assert err.value.code == Code.MESSAGE_BODY_TOO_LARGE
+
+
+@pytest.mark.parametrize("body", [gzip.compress(b"x" * 1000)[:-5], gzip.compress(b"x")[:10], b"not gzip at all",
+                                  gzip.compress(b"x") + b"trailing garbage"],
+                         ids=["truncated-trailer", "truncated-data", "no-gzip", "trailing-garbage"])
+def test_a_body_that_is_not_the_gzip_it_says_is_corrupted(body: bytes):
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(v2(body, body_encoding=definition_pb2.GZIP), MAX_BODY)
+    assert err.value.code == Code.MESSAGE_CORRUPTED, err.value.message
+
+
+@pytest.mark.parametrize("system", [{"tag": "t" * 40_000}, {"keys": ["k" * 40_000]},
+                                    {"keys": [f"k{i}" for i in range(10_000)]}, {"tag": "t" * 2000, "big": True}],
+                         ids=["long-tag", "long-key", "many-keys", "tag-and-properties"])
+def test_tags_and_keys_count_toward_the_properties_limit(system: dict):
+    """The SDK writes tags and keys among the properties: a send it would refuse ("properties ... at most 32767",
+    an error without a code, answered INTERNAL_SERVER_ERROR) is refused here with the code that names it."""
+    message = v2(**{k: v for k, v in system.items() if k != "big"})
+    if system.get("big"):
+        message.user_properties["big"] = "v" * (MAX_PROPERTIES_SIZE - 100)
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(message, MAX_BODY)
+    assert err.value.code == Code.MESSAGE_PROPERTIES_TOO_LARGE, err.value.message
+
+
+def test_properties_are_refused_exactly_where_the_sdk_would_refuse_them():
+    def with_value(chars: int) -> definition_pb2.Message:
+        message = v2(tag="TagA", keys=["k1", "k2"])
+        message.user_properties["big"] = "v" * chars
+        return message
+
+    def sdk_takes(chars: int) -> bool:
+        try:
+            wire_properties(Message("T", b"x", tags="TagA", keys=["k1", "k2"], properties={
+                "color": "red", "big": "v" * chars}), "01ABC")
+        except MQClientError:
+            return False
+        return True
+
+    low, high = 0, MAX_PROPERTIES_SIZE  # the SDK takes ``low`` chars and refuses ``high``
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if sdk_takes(middle) else (low, middle)
+    assert to_outgoing(with_value(low), MAX_BODY).message.properties["big"] == "v" * low
+    with pytest.raises(ProxyError) as err:
+        to_outgoing(with_value(high), MAX_BODY)
+    assert err.value.code == Code.MESSAGE_PROPERTIES_TOO_LARGE
 
 
 @pytest.mark.parametrize(("message", "code"), [

@@ -51,3 +51,4 @@ def test_a_slow_listener_keeps_its_message_and_consumes_it_once(renew_cluster: P
     assert slow["t"] - started["t"] >= SLOW_S - 0.5
     log = renew_cluster.proxy.log()
     assert "auto_renew_failed" not in log and "Traceback" not in log
+    assert "reason=client_offline" not in log  # its Telemetry stream is what keeps its messages renewed

@@ -374,7 +374,7 @@ def test_a_leader_that_keeps_refusing_is_asked_once_more_then_answered_as_transi
         leaders = Leaders(addrs[0], {"old": addrs[0], "new": addrs[1], None: None}[fresh])
         channels = BrokerChannels()
         processor = ConsumeProcessor(TopicRouteService(leaders, channels), channels,  # type: ignore[arg-type]
-                                     ProxyConfig(namesrv_addr="unused:9876"))
+                                     ProxyConfig(namesrv_addr="unused:9876"), online=lambda client_id: True)
         request = service_pb2.ReceiveMessageRequest(
             group=definition_pb2.Resource(name="g"), message_queue=definition_pb2.MessageQueue(
                 topic=definition_pb2.Resource(name="T"), id=0,

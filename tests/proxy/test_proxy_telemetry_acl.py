@@ -135,3 +135,21 @@ def test_a_stream_opened_under_another_users_client_id_gets_none_of_its_checks(a
     with _telemetry(acl_proxy.endpoint, MALLORY, "victim-2", _producer(MINE)) as mallory:
         assert _settings_answer(mallory).code == d.Code.OK  # her own topic
         assert _orphan_checks(mallory, 6) == [], "a check of Secret's transaction went to mallory"
+
+
+def _notify_termination(endpoint: str, user: tuple[str, str], client_id: str) -> d.Status:
+    """NotifyClientTermination as ``user``, on a connection of its own."""
+    with grpc.insecure_channel(endpoint, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+        return sg.MessagingServiceStub(channel).NotifyClientTermination(
+            s.NotifyClientTerminationRequest(group=d.Resource(name="mine-cg")),
+            metadata=[*sign(*user), ("x-mq-client-id", client_id)], timeout=10).status
+
+
+def test_only_the_user_of_a_clients_stream_may_say_it_terminates(acl_proxy: ProxyCluster) -> None:
+    """mallory, naming carol's client id, would have stopped the renewing of carol's messages and dropped her
+    topics' transaction checks; carol herself may, from any connection."""
+    with _telemetry(acl_proxy.endpoint, CAROL, "carol-cli", _producer(SECRET)) as carol:
+        assert _settings_answer(carol).code == d.Code.OK
+        forged = _notify_termination(acl_proxy.endpoint, MALLORY, "carol-cli")
+        assert forged.code == d.Code.FORBIDDEN, forged
+        assert _notify_termination(acl_proxy.endpoint, CAROL, "carol-cli").code == d.Code.OK
