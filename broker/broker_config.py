@@ -20,6 +20,8 @@ from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from common.acl import parse_credentials, parse_user
 from common.address import check_address
+from common.message_codec import BLANK_MIN_LENGTH, MAX_TOPIC_BYTES, record_size
+from common.message_properties import MAX_PROPERTIES_SIZE
 from common.metrics import MetricsExporterType
 from common.tls import ServerTls, TlsError, server_tls
 
@@ -365,11 +367,29 @@ def load_broker_config(text: str, overrides: dict[str, str] | None = None) -> Br
     if (config.tiered_store_enable and config.tiered_backend_service_provider is TieredBackendServiceProvider.S3
             and not config.tiered_store_s3_bucket):
         raise ConfigError("tieredBackendServiceProvider=s3: tieredStoreS3Bucket is required")
+    _check_tiered_segment(config)
     try:
         config.tls_server()
     except TlsError as exc:
         raise ConfigError(f"tlsEnable=true: {exc} (tlsServerCertPath, tlsServerKeyPath)") from None
     return config
+
+
+def _check_tiered_segment(config: BrokerConfig) -> None:
+    """A record never straddles tiered segments: a tiered commitlog segment should hold the largest record the
+    local commitlog takes, or that record's queue uploads nothing from it on (``tiered_queue_blocked``). Said at
+    start, once; not refused: small segments serve tests and measurements whose records are all small."""
+    if not config.tiered_store_enable:
+        return
+    largest = record_size(MAX_TOPIC_BYTES, MAX_PROPERTIES_SIZE, config.max_message_size)
+    why = f"maxMessageSize={config.max_message_size} plus a record's header, topic and properties"
+    local = config.mapped_file_size_commit_log - BLANK_MIN_LENGTH  # no record is larger than a local segment
+    if local < largest:
+        largest, why = local, f"mappedFileSizeCommitLog={config.mapped_file_size_commit_log} less its end marker"
+    if config.tiered_store_commit_log_max_size < largest:
+        log.warning("config_tiered_segment_small tieredStoreCommitLogMaxSize=%d largest_record=%d (%s): a larger "
+                    "record blocks its queue's upload; set it to at least %d, or lower maxMessageSize",
+                    config.tiered_store_commit_log_max_size, largest, why, largest)
 
 
 def _check_role(config: BrokerConfig) -> None:

@@ -255,14 +255,16 @@ class KVClient:
 
     def get_batch(self, keys: Iterable[Bytes]) -> list[bytes | None]:
         """Values of ``keys`` (None where absent): one request per broker leading some of their shards (at most
-        MAX_GET_KEYS keys each), all in flight at once on the brokers' streams."""
+        MAX_GET_KEYS keys each), all in flight at once on the brokers' streams. A broker whose answer would be too
+        large (over 224 MiB: more than 55 values near 4 MiB) answers the first keys' values; the others are asked
+        for again."""
         ks = [_b(k, "key") for k in keys]
         for k in ks:
             _checked(check_key, k)
         out: list[bytes | None] = [None] * len(ks)
         pending = list(range(len(ks)))
         deadline = time.monotonic() + self._retry_s
-        refresh = False
+        refresh = False  # the route, after a round in which some keys failed
         while pending:
             total = self.shards(refresh)
             by_broker: dict[str, list[int]] = {}
@@ -280,14 +282,15 @@ class KVClient:
             pause = 0.05 if unled else 0.0
             calls = [(addr, part, self._get_call(addr, ks, part)) for addr, slots in by_broker.items()
                      for part in (slots[i:i + MAX_GET_KEYS] for i in range(0, len(slots), MAX_GET_KEYS))]
+            refresh = bool(unled)
             for addr, slots, call in calls:
-                again_in = self._get_from(addr, slots, call, out, deadline)
-                if again_in is not None:
-                    pending += slots  # a shard moved or its broker failed: ask again where it is now
+                answered, again_in = self._get_from(addr, slots, call, out, deadline)
+                pending += slots[answered:]  # not answered yet: asked again (where the shard is now, if it failed)
+                if again_in is not None:  # a shard moved or its broker failed
+                    refresh = True
                     pause = max(pause, again_in)
-            if pending:
+            if pause:
                 time.sleep(pause)  # once a round, whatever failed in it
-            refresh = True
         return out
 
     def _get_call(self, addr: str, ks: list[bytes], slots: Sequence[int]) -> Future[kv_pb2.KvGetResponse]:
@@ -295,24 +298,28 @@ class KVClient:
         return self._instance.kv_get_stream(addr).call(request, self._timeout_s)
 
     def _get_from(self, addr: str, slots: Sequence[int], call: Future[kv_pb2.KvGetResponse], out: list[bytes | None],
-                  deadline: float) -> float | None:
-        """Fill ``out`` from the answer to ``call``: None, or the pause before these keys are asked for again."""
+                  deadline: float) -> tuple[int, float | None]:
+        """Fill ``out`` from the answer to ``call``: how many of ``slots`` (the first ones) it answered, and None or,
+        after a failure, the pause before the others are asked for again."""
         what = f"KV get of {len(slots)} keys"
         try:
             response = call.result()
         except grpc.RpcError as exc:  # the stream's failures (StatusError)
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
-                return 0.05
+                return 0, 0.05
             raise rpc_error(what, addr, exc) from None
         self._instance.report_answer(addr)
         if response.code in RETRYABLE_CODES and time.monotonic() < deadline:
-            return 0.01
+            return 0, 0.01
         if response.code != ResponseCode.SUCCESS:
             raise business_error(what, addr, response.code, response.remark)
-        for i, raw in zip(slots, response_states(response), strict=True):
+        states = response_states(response)
+        if not 0 < len(states) <= len(slots):  # fewer: the first keys' values (too large together), never none
+            raise MQClientError(f"{what} at {addr} answered {len(states)} values")
+        for i, raw in zip(slots, states, strict=False):
             out[i] = raw[1:] if raw[:1] == PRESENT else None
-        return None
+        return len(states), None
 
     def scan(self, prefix: Bytes = b"", limit: int = 100, start_after: Bytes = b"") -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` (key, value) with ``prefix`` in key order, after ``start_after`` (pass the last key

@@ -15,7 +15,7 @@ from broker.kv.kv_apply_waiters import StoreFailStopped
 from broker.kv.kv_chain_reader import Entries, to_entry
 from broker.kv.kv_group_commit import KvGroupCommit
 from broker.kv.kv_provisioner import KvProvisioner, KvProvisionError
-from broker.kv.kv_record import DELETED, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord, value_of
+from broker.kv.kv_record import DELETED, FORMAT, MAX_BODY_BYTES, PRESENT_TAG, KvOp, KvRecord, value_of
 from broker.kv.kv_store import KvStore
 from broker.remote_waits import REMOTE_WAITS
 from broker.statictopic.logic_queue_context import LogicQueueContext
@@ -34,6 +34,7 @@ from common.kv_shard import (
     shard_of,
     snapshot_shape_error,
 )
+from common.message_codec import record_size
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
@@ -46,7 +47,13 @@ SNAPSHOT_CHUNK_ENTRIES = 1000
 SNAPSHOT_CHUNK_BYTES = 32 << 20  # far below the 256 MiB a frame may carry, however large the values
 IMPORT_BATCH_ENTRIES = 1000
 MAX_IMPORT_BYTES = 1 << 30
+# A LOGIC get's states in one answer: below gRPC's 256 MiB a message even with the 16 MiB of other answers a
+# stream's frame may carry with it (common/stream_answers.py). Past it the answer holds the first states that fit
+# and the client asks again for the other keys (64 values of 4 MiB broke the stream).
+MAX_GET_ANSWER_BYTES = 224 << 20
+STATE_OVERHEAD = 6  # bytes a state adds beyond its own: its packed length (4), or a field's tag and length (<= 6)
 _OPS = {kv_pb2.KV_PUT: KvOp.PUT, kv_pb2.KV_DELETE: KvOp.DELETE, kv_pb2.KV_CAS: KvOp.CAS}
+_TOPIC_BYTES = len(KV_TOPIC.encode())
 
 
 def checked(check: Callable[..., None], *args: object) -> None:
@@ -62,6 +69,19 @@ def _check_keys(keys: list[bytes]) -> None:
     if min(lengths) == 0 or max(lengths) > MAX_KEY_BYTES:
         for key in keys:
             checked(check_key, key)
+
+
+def answered(states: list[bytes]) -> list[bytes]:
+    """The first ``states`` whose answer stays within ``MAX_GET_ANSWER_BYTES`` (at least one: a value is at most
+    4 MiB); all of them, unless they are that large together."""
+    if sum(map(len, states)) + STATE_OVERHEAD * len(states) <= MAX_GET_ANSWER_BYTES:  # (no Python call per key)
+        return states
+    size = 0
+    for n, state in enumerate(states):
+        size += len(state) + STATE_OVERHEAD
+        if size > MAX_GET_ANSWER_BYTES:
+            return states[: max(n, 1)]
+    return states
 
 
 def pack_states(states: list[bytes]) -> bytes:
@@ -144,6 +164,7 @@ class KvProcessor:
         if op is KvOp.CAS and len(ctx.chain) > 1 and kv.state.get(queue_id, [key])[0] is None:
             record.base = (await self._older_get(kv, ctx, [key]))[0]
         props, body = record.encode()
+        self._check_fits(record_size(_TOPIC_BYTES, len(props), len(body)))
         physical = await self._committed(kv, shard, queue_id, props, body)
         if op is not KvOp.CAS:
             return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=True)
@@ -153,6 +174,17 @@ class KvProcessor:
         exists = current is not None and current[0] == PRESENT_TAG
         return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=outcome.applied, exists=exists,
                                       current=current[1:] if exists and current else b"")
+
+    def _check_fits(self, size: int) -> None:
+        """A record must fit one commitlog segment (records never straddle them): with small segments (say 1 MiB) a
+        value below the KV limit may not. Checked before the record joins a group commit, whose one append it would
+        fail for every writer in the group; the caller's to fix, not retryable."""
+        limit = self.store.commit_log.max_record_size()
+        if size > limit:
+            raise RequestError(f"KV record of {size} bytes (key, value and, for a compare-and-set, the expected value) "
+                               f"exceeds {limit} bytes, the largest record broker {self.broker_name}'s commitlog takes "
+                               f"(mappedFileSizeCommitLog={self.store.commit_log.mapped_file_size} less 8): write a "
+                               "smaller value")
 
     def _writable_queue(self, shard: int, ctx: LogicQueueContext) -> int:
         """The physical queue this broker writes the shard's records to (Refusal when it cannot take writes)."""
@@ -225,10 +257,14 @@ class KvProcessor:
         if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
             states = [raw or b"" for raw in kv.state.get(self._partition(kv, request), keys)]
         else:
-            states = [b"" if raw is None or raw == DELETED else raw for raw in await self._logic_get(kv, keys)]
+            found = await self._logic_get(kv, keys)
+            states = answered([b"" if raw is None or raw == DELETED else raw for raw in found])  # the rest: asked again
+        remark = "" if len(states) == len(keys) else (
+            f"{len(states)} of {len(keys)} keys answered (an answer holds at most {MAX_GET_ANSWER_BYTES >> 20} MiB): "
+            "ask again for the others")
         if request.pack_states:
-            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, packed_states=pack_states(states))
-        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, states=states)
+            return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, remark=remark, packed_states=pack_states(states))
+        return kv_pb2.KvGetResponse(code=ResponseCode.SUCCESS, remark=remark, states=states)
 
     async def _logic_get(self, kv: KvStore, keys: list[bytes]) -> list[bytes | None]:
         total = self.total_shards()
@@ -312,6 +348,8 @@ class KvProcessor:
             checked(check_value, entry.value)
             require(shard_of(entry.key, total) == header.shard,
                     f"key {entry.key[:40]!r} is not in shard {header.shard}")
+            self._check_fits(record_size(_TOPIC_BYTES, len(KvRecord(KvOp.PUT, entry.key).encode()[0]),
+                                         len(FORMAT) + len(entry.value)))  # a put's record, as written below
         ctx = self._context(header.shard)
         held = None if len(ctx.chain) > 1 else _held_of(kv, ctx.leader.queue_id, {e.key: e.value for e in entries})
         if held is None:

@@ -383,6 +383,80 @@ def test_a_pass_that_fails_on_one_queue_keeps_the_records_of_the_queues_after_it
     assert [tier_matches_local(node, q) for q in range(4)] == [1, 1, 1, 1]
 
 
+BIG = 20 * 1024  # a body no tiered commitlog segment (16 KiB) holds, that a local one (64 KiB) takes
+
+
+def blocked_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "tiered_queue_" in r.getMessage()]
+
+
+def test_a_record_no_tiered_segment_holds_blocks_its_queue_alone(nodes, provider: TieredBackendServiceProvider,
+                                                                 caplog):
+    """Before, the flat file's assert failed every upload pass: no queue uploaded again, and the checkpoint (with it
+    every local segment of every topic) stayed below the record for good. Now its queue stops before it, logged
+    once; the other queues go on, and its later records hold neither memory nor the checkpoint: they expire
+    locally like the others'."""
+    caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
+    node = nodes(provider)
+    d = node.dispatcher
+    node.put(0, b"a0")
+    node.put(1, b"b0")
+    big, _ = node.put(1, b"B" * BIG)
+    node.put(1, b"b2")
+    node.put(2, b"c0")
+    assert d.upload_due(force=True) == 3  # a0, c0, and b0 before the record
+    for i in range(300):  # a few local segments, each with records of every queue
+        node.put(i % 3, bytes([i % 256]) * 600)
+    d.upload_due(force=True)
+    assert [tier_matches_local(node, q) for q in range(3)] == [101, big, 101]
+    assert d.pending_records() == 0
+    assert d.current_checkpoint() == node.local.commit_log.max_offset()
+    [line] = blocked_lines(caplog)
+    assert line.levelno == logging.ERROR and line.exc_info is None
+    assert f"tiered_queue_blocked topic={TOPIC} queue=1 offset={big} size=" in line.getMessage()
+    assert "segment_size=16384" in line.getMessage()
+
+    segments = sorted((node.root / "commitlog").iterdir())
+    assert len(segments) >= 3
+    for seg in segments:
+        t = time.time() - 2 * HOUR
+        os.utime(seg, (t, t))
+    d.flush()
+    assert node.local.delete_expired_files() == len(segments) - 1  # the blocked queue holds none of them
+
+
+def test_a_queue_blocked_before_a_restart_is_blocked_again_and_a_topic_made_again_uploads(
+        nodes, provider: TieredBackendServiceProvider, caplog):
+    """The record is still local after a restart: the queue's tier stops before it again (the start fills what the
+    tier lacks from the local store), once; a deleted topic's queues start anew."""
+    caplog.set_level(logging.INFO, logger=tiered_dispatcher.__name__)
+    node = nodes(provider)
+    node.put(0, b"a0")
+    big, _ = node.put(0, b"B" * BIG)
+    node.put(0, b"a2")
+    node.put(1, b"b0")
+    assert node.dispatcher.upload_due(force=True) == 2
+    node.stop()
+    caplog.clear()
+
+    node = nodes(provider)
+    node.put(0, b"a3")
+    node.put(1, b"b1")
+    assert node.dispatcher.upload_due(force=True) == 1
+    assert (tier_matches_local(node, 0), tier_matches_local(node, 1)) == (big, 2)
+    assert node.dispatcher.current_checkpoint() == node.local.commit_log.max_offset()
+    [line] = blocked_lines(caplog)
+    assert f"tiered_queue_blocked topic={TOPIC} queue=0 offset={big}" in line.getMessage()
+
+    assert node.local.delete_topic(TOPIC) is None
+    for i in range(3):
+        node.put(0, b"new-%d" % i)
+    assert node.dispatcher.upload_due(force=True) == 3
+    assert tier_matches_local(node, 0) == 3
+    unblocked = blocked_lines(caplog)[-1].getMessage()
+    assert unblocked == f"tiered_queue_unblocked topic={TOPIC} queue=0 reason=topic_deleted"
+
+
 def test_paused_uploads_wait_are_logged_once_and_go_on_when_let(nodes, monkeypatch, caplog):
     """``paused`` (a posix tier on the store's full disk) holds uploads before each queue: a pass stops at the
     queue where it became paused, the upload thread waits, and the stop skips its final upload."""

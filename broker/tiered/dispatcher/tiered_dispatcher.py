@@ -21,6 +21,11 @@ the upload thread re-reads those records from the local commitlog as room comes 
 A queue's records the tier lacks below what dispatch brings (its backend lost bytes, and the load cut the
 units pointing at them) are read again from the local consume queue and commitlog (``_fill_gap``); when they
 expired there too, the queue's tier restarts after them (``FlatMessageFile.rebase``), logged at ERROR.
+
+A record no tiered commitlog segment holds (a record never straddles segments; the broker refuses a
+``tieredStoreCommitLogMaxSize`` below the largest record it takes, but older records may be larger) blocks its
+queue alone: what came before it is uploaded, its later records are not kept (they would hold the checkpoint, and
+with it every local segment, for good) and expire locally; the other queues go on (``_block``).
 """
 
 import logging
@@ -64,6 +69,16 @@ class GroupCommitPolicy:
     max_pending: int = 256 * 1024
 
 
+class RecordTooLarge(Exception):
+    """A queue's record that no tiered commitlog segment holds: the queue's tier, one unbroken run of its records,
+    cannot go past it."""
+
+    def __init__(self, queue_offset: int, size: int, segment_size: int) -> None:
+        super().__init__(f"record at queue offset {queue_offset} of {size} bytes exceeds a tiered commitlog segment "
+                         f"of {segment_size} bytes")
+        self.queue_offset, self.size, self.segment_size = queue_offset, size, segment_size
+
+
 class _Pending:
     __slots__ = ("bytes", "requests", "since")
 
@@ -77,12 +92,14 @@ class _Runs:
     """Records appended to one queue's flat file, gathered into runs contiguous in the local commitlog: one
     local read and one tier append a run."""
 
-    __slots__ = ("appended", "bytes", "counted", "end", "flat", "held_end", "max_run", "read_at", "start", "units")
+    __slots__ = ("appended", "bytes", "counted", "end", "flat", "held_end", "max_record", "max_run", "read_at", "start",
+                 "units")
 
     def __init__(self, flat: FlatMessageFile, read_at: Callable[[int, int], bytes]) -> None:
         self.flat = flat
         self.read_at = read_at
-        self.max_run = min(MAX_RUN_BYTES, flat.commit_log.segment_size)
+        self.max_record = flat.commit_log.segment_size  # a record never straddles segments
+        self.max_run = min(MAX_RUN_BYTES, self.max_record)
         self.units: list[tuple[int, int, int, int]] = []  # of the run being gathered
         self.start = self.end = 0  # its local commitlog span
         self.appended = self.bytes = 0
@@ -95,7 +112,10 @@ class _Runs:
         return self.flat.dispatch_offset + len(self.units)
 
     def add(self, queue_offset: int, physical: int, size: int, tags_code: int, store_time: int) -> None:
-        """The record at ``next_offset``."""
+        """The record at ``next_offset``; RecordTooLarge (those before it appended) if no segment holds it."""
+        if size > self.max_record:
+            self.flush()
+            raise RecordTooLarge(queue_offset, size, self.max_record)
         if self.units and (physical != self.end or self.end - self.start + size > self.max_run):
             self.flush()
         if not self.units:
@@ -133,6 +153,7 @@ class TieredDispatcher(CommitLogDispatcher):
         # kept. The upload thread re-reads from it (the checkpoint stays at or below it).
         self._resume_from: int | None = None
         self._inflight: dict[QueueKey, int] = {}  # queue -> physical offset of its oldest record being uploaded
+        self._blocked: dict[QueueKey, int] = {}  # queue -> offset of its record no segment holds (see _block)
         # Deleted topics whose flat files go at the start of the next upload pass, with the local commitlog offset
         # dispatch stood at: the checkpoint stays below it until then, so a crash replays the deletion.
         self._deletions: list[tuple[str, int]] = []
@@ -175,11 +196,14 @@ class TieredDispatcher(CommitLogDispatcher):
         """Under the lock: ``requests`` wait for upload. Whether a queue's group became due by size."""
         full = False
         pending = self._pending
+        blocked = self._blocked
         kept = 0
         for r in requests:
             if r[0] in NOT_TIERED:
                 continue
             key = (r[0], r[1])
+            if blocked and key in blocked:
+                continue
             p = pending.get(key)
             if p is None:
                 p = pending[key] = _Pending()
@@ -213,6 +237,9 @@ class TieredDispatcher(CommitLogDispatcher):
         """Under the lock: ``at`` is the commitlog offset of the deletion (or dispatch's, past it)."""
         for key in [k for k in self._pending if k[0] == topic]:
             self._drop_pending(key)
+        for key in [k for k in self._blocked if k[0] == topic]:  # its flat files go: a topic made again starts anew
+            del self._blocked[key]
+            log.info("tiered_queue_unblocked topic=%s queue=%d reason=topic_deleted", *key)
         self._deletions.append((topic, at))
         self.flat_files.hide_topic(topic)
 
@@ -281,8 +308,11 @@ class TieredDispatcher(CommitLogDispatcher):
                     continue
             if flat.dispatch_offset < until:
                 runs = _Runs(flat, self.local.read_at)
-                self._fill_gap(runs, until)
-                runs.flush()
+                try:
+                    self._fill_gap(runs, until)
+                    runs.flush()
+                except RecordTooLarge as exc:
+                    self._block(key, exc)
                 self._commit(runs, 0)
 
     def current_checkpoint(self) -> int:
@@ -467,16 +497,34 @@ class TieredDispatcher(CommitLogDispatcher):
         topic, queue_id = key
         runs = _Runs(self.flat_files.get_or_create(topic, queue_id, requests[0][2]), self.local.read_at)
         held_end = 0  # local commitlog offset after the newest of these records the flat file holds
-        for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
-            expected = runs.next_offset
-            if queue_offset < expected:  # already in the tier (a replay after restart, a retried pass)
-                held_end = physical + record_size
-                continue
-            if queue_offset > expected:  # the tier lost them; below the checkpoint: no replay brings them
-                self._fill_gap(runs, queue_offset)
-            runs.add(queue_offset, physical, record_size, tags_code, store_time)
-        runs.flush()
+        try:
+            for _, _, queue_offset, physical, record_size, tags_code, store_time, _ in requests:
+                expected = runs.next_offset
+                if queue_offset < expected:  # already in the tier (a replay after restart, a retried pass)
+                    held_end = physical + record_size
+                    continue
+                if queue_offset > expected:  # the tier lost them; below the checkpoint: no replay brings them
+                    self._fill_gap(runs, queue_offset)
+                runs.add(queue_offset, physical, record_size, tags_code, store_time)
+            runs.flush()
+        except RecordTooLarge as exc:  # this queue alone: what came before the record is committed below
+            self._block(key, exc)
         return self._commit(runs, held_end)
+
+    def _block(self, key: QueueKey, exc: RecordTooLarge) -> None:
+        """The queue uploads nothing from ``exc``'s record on. Its later records are not kept: waiting for good, they
+        would hold the checkpoint, and with it every local segment of every topic; they expire locally instead. A
+        restart tries the queue's records still local again (``_catch_up``)."""
+        with self._lock:
+            known = self._blocked.get(key) == exc.queue_offset
+            self._blocked[key] = exc.queue_offset
+            if key in self._pending:
+                self._drop_pending(key)
+        if not known:  # once a state
+            log.error("tiered_queue_blocked topic=%s queue=%d offset=%d size=%d segment_size=%d: no tiered commitlog "
+                      "segment holds this record (tieredStoreCommitLogMaxSize); the queue's tier stops before it and "
+                      "its later messages expire locally without being uploaded; other queues go on", key[0], key[1],
+                      exc.queue_offset, exc.size, exc.segment_size)
 
     def _commit(self, runs: _Runs, held_end: int) -> int:
         """Commit what ``runs`` appended (and what a refused commit left); returns the records appended."""

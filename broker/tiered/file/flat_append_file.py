@@ -217,7 +217,9 @@ class FlatAppendFile:
         at unit boundaries (a run of consume-queue units); anything else must fit in one segment."""
         offset = self._append_offset
         if len(data) > self.segment_size:
-            assert self.unit > 1, f"{len(data)} bytes exceed a {self.file_type.name} segment"
+            if self.unit == 1:  # a record never straddles segments (the uploader checks first: this is a bug)
+                raise ValueError(f"{self.topic}:{self.queue_id}: {len(data)} bytes exceed a {self.file_type.name} "
+                                 f"segment of {self.segment_size} bytes")
             step = self.segment_size - self.segment_size % self.unit
             for at in range(0, len(data), step):
                 self._buffer.append((data[at : at + step], store_time))
