@@ -12,6 +12,7 @@ from client.errors import MQClientError
 from client.group_admin import GroupAdmin, GroupMember
 from client.grpc_errors import business_error, rpc_error
 from client.logical_queue_admin import DrainStatus, LogicalQueueAdmin, LogicQueueMoves
+from client.pull_consumer import checked_consumer_group
 from client.static_query_positions import to_logic_positions
 from client.static_topic_admin import (
     GrpcMappingTransport,
@@ -426,6 +427,7 @@ class Admin:
                                   consume_message_orderly: bool = False) -> list[str]:
         if (cluster is None) == (brokers is None):
             raise MQClientError("give exactly one of a cluster or a broker list")
+        checked_consumer_group(group)
         targets = self.brokers(cluster, brokers)
         request = broker_pb2.SubscriptionGroupConfig(group_name=group, consume_enable=consume_enable,
                                                      consume_broadcast_enable=True, retry_queue_nums=1,

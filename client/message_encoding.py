@@ -8,7 +8,6 @@ from client.errors import MQClientError
 from common.message import Message
 from common.message_properties import (
     KEY_SEPARATOR,
-    MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -17,6 +16,7 @@ from common.message_properties import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQUE_KEY,
     encode_properties,
+    user_properties_refusal,
 )
 
 _PREFIX = os.urandom(8).hex().upper()
@@ -78,9 +78,9 @@ def wire_properties(msg: Message, unique_key: str) -> bytes:
     except ValueError as exc:
         raise MQClientError(str(exc)) from None
     raw = head.encode() + user
-    if len(raw) > MAX_PROPERTIES_SIZE:  # the broker's limit (below the record's 16-bit field): refused before sending
-        raise MQClientError(f"the message's properties (tags, keys and the rest) are {len(raw)} bytes: at most "
-                            f"{MAX_PROPERTIES_SIZE}")
+    refusal = user_properties_refusal(len(raw))  # the broker's limit for a send: refused before sending
+    if refusal is not None:
+        raise MQClientError(refusal)
     return raw
 
 

@@ -23,6 +23,7 @@ from client.results import PullResult, PullStatus
 from client.static_route import is_logic_queue
 from common.message_queue import MessageQueue
 from common.response_code import ResponseCode
+from common.topic_validator import InvalidTopicError, validate_group
 from proto import broker_pb2
 
 PULL_STATUS: dict[int, PullStatus] = {
@@ -35,12 +36,22 @@ MAX_PULL_HOPS = 8  # static topics: "retry now" answers followed within one pull
 READ_FAILOVERS = 2  # a read whose replica turned out unreachable asks the group's next one, this many times at most
 
 
+def checked_consumer_group(group: str) -> str:
+    """A consumer group name the brokers take (at most 120 chars: its %RETRY% and %DLQ% topics must be valid
+    topics); refused here, before any call, with what is wrong."""
+    try:
+        validate_group(group)
+    except InvalidTopicError as exc:
+        raise MQClientError(f"consumer {exc}") from None
+    return group
+
+
 class PullConsumer:
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER",
                  rpc_timeout_ms: int = 10_000, use_streams: bool = True, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:
         """``use_streams=False`` pulls with unary calls instead of on the broker's pull stream."""
-        self.group = group
+        self.group = checked_consumer_group(group)
         self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
 

@@ -34,7 +34,7 @@ from client.consumer.process_queue import ProcessQueue, Run
 from client.consumer.pull_message_service import PullMessageService, PullSettings
 from client.consumer.rebalance_impl import RebalanceImpl, RebalanceSettings
 from client.errors import MQClientError
-from client.pull_consumer import PullConsumer
+from client.pull_consumer import PullConsumer, checked_consumer_group
 from common.group_topics import is_retry_topic, retry_topic
 from common.message import MessageExt
 from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC
@@ -69,6 +69,7 @@ class PushConsumer:
                  tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
         if not topic or handler is None:
             raise MQClientError("a push consumer needs a topic and a handler")
+        checked_consumer_group(group)  # before anything is started for it
         if message_model not in MESSAGE_MODELS:
             raise MQClientError(f"message_model {message_model!r} is not one of {', '.join(MESSAGE_MODELS)}")
         if max_reconsume_times is not None and max_reconsume_times < 0:

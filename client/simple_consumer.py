@@ -25,6 +25,7 @@ from client.ack_batcher import AckBatcher, ack_outcomes
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
+from client.pull_consumer import checked_consumer_group
 from client.pulled_messages import PulledMessages
 from client.rpc_stream import RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
@@ -44,7 +45,7 @@ class SimpleConsumer:
                  credentials: tuple[str, str] | None = None) -> None:
         if not topic:
             raise MQClientError("a simple consumer needs a topic")
-        self.group = group
+        self.group = checked_consumer_group(group)
         self.topic = topic
         self.tags = tags
         self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)

@@ -7,6 +7,9 @@ so no dict is built per message on the hot path.
 import zlib
 from collections.abc import Collection, Mapping
 
+from common.topic_validator import TOPIC_MAX_LENGTH
+from common.transaction_topic import PROPERTY_TRANSACTION_CHECK_TIMES
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
@@ -111,3 +114,37 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 # A FIFO message's message group (upstream's sharding key; the v2 proxy maps message_group to it)
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+
+# -- the room a producer's block leaves for the broker's own properties -------------------------------------------
+# The broker's own writes add properties to a producer's block: a retry (RETRY_TOPIC, ORIGIN_MESSAGE_ID,
+# RECONSUME_TIME, then the timer's REAL_TOPIC, REAL_QID and TIMER_OUT_MS), a dead letter (the first three), a
+# delayed message (the timer's, with REAL_LOGIC_QID on a static topic), a half message (REAL_TOPIC, REAL_QID) and
+# its copy once its checks ran out (TRANSACTION_CHECK_TIMES). A send leaves room for all of them at once, each at
+# the largest value it can take, so none of those writes fails on a block the send accepted.
+_MESSAGE_ID_CHARS = 128  # ORIGIN_MESSAGE_ID: the SDK's ids have 28, offset ids 32, the v2 proxy takes up to 128
+_INT32_DIGITS = len(str(2**31 - 1))  # counts and queue ids
+_EPOCH_MS_DIGITS = len(str(2**63 - 1))  # TIMER_OUT_MS
+_BROKER_ADDED = {
+    PROPERTY_RETRY_TOPIC: TOPIC_MAX_LENGTH,
+    PROPERTY_ORIGIN_MESSAGE_ID: _MESSAGE_ID_CHARS,
+    PROPERTY_RECONSUME_TIME: _INT32_DIGITS,
+    PROPERTY_REAL_TOPIC: TOPIC_MAX_LENGTH,  # a %RETRY% topic too
+    PROPERTY_REAL_QID: _INT32_DIGITS,
+    PROPERTY_REAL_LOGIC_QID: _INT32_DIGITS,
+    PROPERTY_TIMER_OUT_MS: _EPOCH_MS_DIGITS,
+    PROPERTY_TRANSACTION_CHECK_TIMES: _INT32_DIGITS,
+}
+# Each pair is name, value and two separators; + 1: the separator added to a block that does not end with one.
+BROKER_PROPERTIES_HEADROOM = 1 + sum(len(name) + chars + 2 for name, chars in _BROKER_ADDED.items())  # 567
+MAX_USER_PROPERTIES_SIZE = MAX_PROPERTIES_SIZE - BROKER_PROPERTIES_HEADROOM  # 32200
+
+
+def user_properties_refusal(size: int) -> str | None:
+    """Why a producer's property block of ``size`` bytes is refused (None: it is not): the SDK, the broker's send
+    and the v2 proxy say the same."""
+    if size <= MAX_USER_PROPERTIES_SIZE:
+        return None
+    return (f"the message's properties (tags, keys and the rest) are {size} bytes: at most "
+            f"{MAX_USER_PROPERTIES_SIZE} (the broker keeps {BROKER_PROPERTIES_HEADROOM} of its {MAX_PROPERTIES_SIZE} "
+            "for what it adds to retried, dead-lettered, delayed and transactional messages)")

@@ -41,6 +41,27 @@ def is_system_topic(topic: str) -> bool:
     return conflicts_with_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
+# A consumer group's retry and dead-letter topics are its name behind a prefix (``common/group_topics.py``): a group
+# name leaves room for the longer one, %RETRY%, within the topic limit (127 - 7 = 120 chars).
+GROUP_MAX_LENGTH = TOPIC_MAX_LENGTH - max(len(RETRY_GROUP_TOPIC_PREFIX), len(DLQ_GROUP_TOPIC_PREFIX))
+
+
+class InvalidGroupError(InvalidTopicError):
+    """The consumer group name breaks a naming rule; the message says which."""
+
+
+def validate_group(group: str) -> None:
+    """A consumer group name: the topics' characters, and short enough for its %RETRY% and %DLQ% topics."""
+    if not group:
+        raise InvalidGroupError("group is empty")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidGroupError(f"group is {len(group)} chars, longer than {GROUP_MAX_LENGTH}: {group[:40]}... (its "
+                                f"retry topic {RETRY_GROUP_TOPIC_PREFIX}<group> must fit the {TOPIC_MAX_LENGTH}-char "
+                                "topic limit)")
+    if not _VALID_TOPIC.fullmatch(group):
+        raise InvalidGroupError(f"group {group!r} has characters outside [%a-zA-Z0-9_-]")
+
+
 def validate_user_send_topic(topic: str) -> None:
     """A topic an ordinary send may name: valid, and not one the broker owns."""
     validate_topic(topic)

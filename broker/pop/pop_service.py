@@ -22,9 +22,11 @@ from typing import Protocol
 from broker.pop.pop_queue_state import InFlight, PopKey, QueuePopState
 from broker.pop.pop_state_store import PopStateStore, PopWrite
 from broker.store.get_message_result import GetMessageResult, GetMessageStatus
+from broker.store.message_store_reader import DEFAULT_MAX_TOTAL_BYTES
 from common.message_codec import HEADER_SIZE
 from common.message_properties import PROPERTY_SHARDING_KEY, find_property
 from common.receipt_handle import ReceiptHandle
+from common.request_error import RequestError
 from common.wire_batch import OFFSET_QUEUE_OFFSET
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,10 @@ QUEUE_OFFSET = struct.Struct(">q")
 MESSAGE_GROUP_NEEDLE = PROPERTY_SHARDING_KEY.encode() + b"\x01"
 MAX_HELD = 4096  # FIFO: messages held back per queue before the scan stops reading ahead
 SCAN_BATCH = 32
+# What one pop hands out at most, in bytes (always at least one message), as a pull's answer is bounded: a receive
+# of 32 messages of a raised maxMessageSize (up to 1 GiB) would pass gRPC's 256 MiB limit on the answer, failing
+# every time while its messages were marked in flight.
+MAX_POP_BYTES = 64 * 1024 * 1024
 GONE = b""  # _read_one: the message no longer exists (compared by identity)
 
 DeadLetter = Callable[[str, str, bytes, int], None]  # group, topic, record, reconsume times
@@ -60,6 +66,7 @@ class PopQuery:
     tags_codes: set[int] | None
     fifo: bool
     max_reconsume_times: int
+    max_bytes: int = MAX_POP_BYTES
 
 
 @dataclass(slots=True)
@@ -151,13 +158,13 @@ class PopService:
                     busy.add(entry.message_group)
                 continue
             if record is not GONE and entry.reconsume_times >= query.max_reconsume_times:
-                self.dead_letter(query.group, query.topic, record, entry.reconsume_times)
-                log.info("pop_dead_lettered group=%s topic=%s queue=%d offset=%d reconsume_times=%d", *key, offset,
-                         entry.reconsume_times)
+                self._dead_letter(query, key, offset, record, entry.reconsume_times)
                 record = GONE
             if record is GONE:  # dead-lettered, or its commitlog segment expired: nothing is owed any more
                 _settle(state, key, offset, change)
                 continue
+            if not _fits(query, popped, record):  # the answer is full: still due, handed out by the next pop
+                return
             self._hand_out(query, key, state, offset, record, entry.reconsume_times + 1, entry.message_group, now,
                            delivery, popped, change)
             if query.fifo:
@@ -172,6 +179,8 @@ class PopService:
             if record is None:  # not readable now: still held, and what follows it in its group waits for it
                 busy.add(group)
                 continue
+            if record is not GONE and not _fits(query, popped, record):  # the answer is full: held for the next pop
+                return
             del state.held[offset]
             change.done_held.add((key, offset))
             if record is not GONE:
@@ -182,11 +191,17 @@ class PopService:
     def _pop_fresh(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, delivery: int,
                    busy: set[str], popped: list[Popped], change: PopWrite) -> None:
         start = state.scan_offset
-        while len(popped) < query.max_nums and len(state.held) < MAX_HELD:
+        full = False
+        size = _answer_bytes(popped)  # kept up to date below: one sum per pop, not per message
+        while not full and len(popped) < query.max_nums and len(state.held) < MAX_HELD:
             want = query.max_nums - len(popped)
+            room = query.max_bytes - size
+            if popped and room <= 0:
+                break
             result = query.reader.get_message(query.topic, key[2], state.scan_offset,
-                                            max(want, SCAN_BATCH) if query.fifo else want,
-                                            tags_codes=query.tags_codes)
+                                              max(want, SCAN_BATCH) if query.fifo else want,
+                                              max_total_bytes=max(min(room, DEFAULT_MAX_TOTAL_BYTES), 1),
+                                              tags_codes=query.tags_codes)
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # expired before anyone popped them
                 state.scan_offset = result.next_begin_offset
                 continue
@@ -196,13 +211,17 @@ class PopService:
                 break
             for record in result.messages:
                 offset = _queue_offset(record)
-                state.scan_offset = offset + 1
                 group = _message_group(record) if query.fifo else ""
+                if group not in busy and popped and size + len(record) > query.max_bytes:
+                    full = True  # the answer is full: this one starts the next pop (see _fits)
+                    break
+                state.scan_offset = offset + 1
                 if group in busy:
                     state.held[offset] = group
                     change.held[(key, offset)] = group
                     continue
                 self._hand_out(query, key, state, offset, record, 0, group, now, delivery, popped, change)
+                size += len(record)
                 if query.fifo:
                     busy.add(group)
                 if len(popped) >= query.max_nums:
@@ -211,6 +230,19 @@ class PopService:
                 state.scan_offset = max(state.scan_offset, result.next_begin_offset)
         if state.scan_offset != start:
             change.scan[key] = state.scan_offset
+
+    def _dead_letter(self, query: PopQuery, key: PopKey, offset: int, record: bytes, reconsume_times: int) -> None:
+        """Into %DLQ%<group>, or dropped (logged) when the write refuses it for good: that refusal would come at
+        every pop, and abort each one, so the group would get nothing more. A failure that may pass (a full disk)
+        still aborts the pop, which leaves the message owed."""
+        try:
+            self.dead_letter(query.group, query.topic, record, reconsume_times)
+        except RequestError as exc:
+            log.error("pop_dead_letter_refused group=%s topic=%s queue=%d offset=%d reconsume_times=%d error=%r "
+                      "action=dropped", *key, offset, reconsume_times, str(exc))
+            return
+        log.info("pop_dead_lettered group=%s topic=%s queue=%d offset=%d reconsume_times=%d", *key, offset,
+                 reconsume_times)
 
     def _hand_out(self, query: PopQuery, key: PopKey, state: QueuePopState, offset: int, record: bytes,
                   reconsume_times: int, message_group: str, now: int, delivery: int, popped: list[Popped],
@@ -457,6 +489,16 @@ def _read_one(reader: QueueReader, topic: str, queue_id: int, offset: int) -> by
             result.status is GetMessageStatus.NO_MATCHED_MESSAGE and result.next_begin_offset > offset):
         return GONE
     return None
+
+
+def _answer_bytes(popped: list[Popped]) -> int:
+    return sum(len(p.record) for p in popped)
+
+
+def _fits(query: PopQuery, popped: list[Popped], record: bytes) -> bool:
+    """Whether ``record`` still goes into this pop's answer: the first always does (as a pull answers one message
+    larger than its byte limit), the others within ``query.max_bytes``."""
+    return not popped or _answer_bytes(popped) + len(record) <= query.max_bytes
 
 
 def _queue_offset(record: bytes) -> int:

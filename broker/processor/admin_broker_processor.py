@@ -288,7 +288,8 @@ class AdminBrokerProcessor:
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def delete_group(self, request: broker_pb2.GroupRequest) -> common_pb2.CommandResponse:
-        group = checked_group(request.group_name)
+        # Names of up to 127 chars: groups made before consumer groups were held to 120 can still be deleted.
+        group = checked_group(request.group_name, "existing consumer")
         if not self.subscription_group_manager.delete(group):
             raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)

@@ -20,7 +20,6 @@ from broker.store.message_store_reader import MessageStoreReader
 from common.group_topics import dlq_topic
 from common.message_codec import decode_record
 from common.message_properties import (
-    PROPERTY_RECONSUME_TIME,
     PROPERTY_UNIQUE_KEY,
     decode_properties,
     encode_properties,
@@ -175,7 +174,8 @@ class PopMessageProcessor:
         return pop_pb2.PopStateSnapshot(records=records, version=version)
 
     def dead_letter(self, group: str, topic: str, record: bytes, reconsume_times: int) -> None:
-        """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>."""
+        """``PopService``'s dead-letter step: the message, with its reconsume count, into %DLQ%<group>. Raises
+        RequestError when the write refuses it for good (``PopService`` then drops it, logged)."""
         msg = decode_record(record)
         try:
             props = decode_properties(msg.raw_properties)
@@ -184,11 +184,11 @@ class PopMessageProcessor:
             log.warning("pop_dead_letter_properties_repaired group=%s topic=%s offset_msg_id=%s error=%r", group,
                         topic, msg.offset_msg_id, exc)
             props = repaired_properties(msg.raw_properties)
-        props[PROPERTY_RECONSUME_TIME] = str(reconsume_times)
         response = self.send_back.send_back(consumer_pb2.SendMsgBackRequest(
             group=group, topic=topic, body=msg.body, properties=encode_properties(props),
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, flag=msg.flag,
-            msg_id=props.get(PROPERTY_UNIQUE_KEY) or msg.offset_msg_id, delay_level=-1, max_reconsume_times=-1))
+            msg_id=props.get(PROPERTY_UNIQUE_KEY) or msg.offset_msg_id, delay_level=-1, max_reconsume_times=-1),
+            reconsume_times)  # its count is POP's; the properties stay as stored, room or not for the broker's
         if response.code != ResponseCode.SUCCESS:  # the in-flight entry stays: dead-lettering is tried again
             raise Refusal(ResponseCode(response.code), f"dead-lettering a message of {topic} failed: {response.remark}")
         self.replicated()  # a SYNC_MASTER deletes the in-flight entry only once its slaves have the dead letter

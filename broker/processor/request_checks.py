@@ -6,7 +6,13 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from common.message_id import encode_host
 from common.request_error import RequestError, require
 from common.topic_config import TopicConfig
-from common.topic_validator import InvalidTopicError, validate_topic, validate_user_send_topic
+from common.topic_validator import (
+    InvalidGroupError,
+    InvalidTopicError,
+    validate_group,
+    validate_topic,
+    validate_user_send_topic,
+)
 
 
 def checked_topic(topic: str, validate: Callable[[str], None] = validate_topic) -> str:
@@ -23,10 +29,17 @@ def checked_send_topic(topic: str) -> str:
 
 
 def checked_group(group: str, kind: str = "consumer") -> str:
-    """``kind``: the group's kind ("consumer" or "producer"), which an empty group's refusal names."""
+    """``kind``: the group's kind, which an empty group's refusal names. A "consumer" group is at most 120 chars
+    (its %RETRY% topic must be a valid topic); a producer group has no topics, and an "existing consumer" group may
+    predate that rule: 127."""
     require(bool(group), f"{kind} group is empty")
     try:
-        validate_topic(group)  # same character rules as topics
+        if kind == "consumer":
+            validate_group(group)
+        else:
+            validate_topic(group)  # same character rules as topics
+    except InvalidGroupError as exc:
+        raise RequestError(str(exc)) from None
     except InvalidTopicError as exc:
         raise RequestError(str(exc).replace("topic", "group")) from None
     return group

@@ -19,6 +19,7 @@ from broker.timer.timer_recall import recall_handles
 from broker.transaction.half_message import half_properties, half_wire_batch, is_half_needle_in
 from common.kv_shard import KV_TOPIC
 from common.message_codec import CorruptRecordError
+from common.message_properties import user_properties_refusal
 from common.perm import is_writeable
 from common.refusal import Refusal
 from common.request_error import RequestError, require
@@ -112,6 +113,7 @@ class SendMessageProcessor:
         require(len(request.properties) in (0, count), f"{count} bodies but {len(request.properties)} property "
                 "blocks")
         self._check_total(sum(map(len, request.bodies)))
+        _check_properties_size(max(map(len, request.properties), default=0))
 
     def _check_total(self, body_bytes: int) -> None:
         limit = self.limits.max_message_size
@@ -133,6 +135,7 @@ class SendMessageProcessor:
             except CorruptRecordError as exc:
                 raise RequestError(f"records of the batch: {exc}") from None
             self._check_total(batch.body_bytes)
+            _check_properties_size(batch.max_properties)
             joined = b"".join(batch.properties)
             if is_half_needle_in(joined):
                 half_batch = half_wire_batch(batch, topic, queue_id, static)
@@ -172,6 +175,15 @@ class SendMessageProcessor:
         self.on_topics_changed()
         log.info("topic_auto_created topic=%s queues=%d", topic, n)
         return config
+
+
+def _check_properties_size(largest: int) -> None:
+    """A producer's property block leaves room for what the broker adds when it delays, retries, dead-letters or
+    discards the message (``common/message_properties.py``): refused here, in the limit the producer hits, rather
+    than by one of those writes later (a delay's refusal named the size with the timer's properties added)."""
+    refusal = user_properties_refusal(largest)
+    if refusal is not None:
+        raise RequestError(refusal)
 
 
 def _now_ms() -> int:

@@ -51,6 +51,7 @@ from broker.transaction.producer_manager import ProducerManager
 from broker.transaction.transaction_table import EndDecision, HalfEntry, TransactionTable
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_record
+from common.response_code import ResponseCode
 from common.transaction_id import TransactionId
 from common.transaction_topic import (
     HALF_QUEUE_ID,
@@ -314,23 +315,13 @@ class TransactionalMessageCheckService(threading.Thread):
         claimed = [e for e, real_written in proceed if not real_written]
         if not claimed:
             return
-        copies, copying = [], []
-        for entry in claimed:
-            if entry.queue_offset in self._discard_copied:
-                continue
-            msg = self._half_message(entry)
-            if msg is not None:
-                copies.append(discard_record(msg, self.table.check_count(entry.queue_offset), self.store.store_host))
-                copying.append(entry.queue_offset)
+        copying = [(entry, msg) for entry in claimed if entry.queue_offset not in self._discard_copied
+                   and (msg := self._half_message(entry)) is not None]
         try:
-            if copies:
+            if copying:
                 ensure_group_topic(self.topics, TRANS_CHECK_MAX_TIME_TOPIC, self.on_topics_changed)
-                raw_topic = TRANS_CHECK_MAX_TIME_TOPIC.encode()
-                copied = self.store.put_wire_batch(WireBatch.of_records(raw_topic, 0, copies), wait_flushed=False)
-                refusal = refusal_of(copied, "moving half messages to " + TRANS_CHECK_MAX_TIME_TOPIC)
-                if refusal is not None:
-                    raise refusal
-                self._discard_copied.update(copying)
+            for entry, msg in copying:
+                self._copy_discarded(entry, msg)
             result = self._put_removal(claimed, Outcome.DISCARD, "recording discarded transactions")
         except Exception as exc:
             for entry in claimed:
@@ -346,6 +337,22 @@ class TransactionalMessageCheckService(threading.Thread):
             log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),
                         entry.producer_group, times, TRANS_CHECK_MAX_TIME_TOPIC)
         self.discarded += len(claimed)
+
+    def _copy_discarded(self, entry: HalfEntry, msg: MessageExt) -> None:
+        """The half message's copy into TRANS_CHECK_MAX_TIME_TOPIC, put alone: one the store refuses for good (it
+        breaks a rule of the write, as a body over a maxMessageSize lowered since) is logged and left out, and the
+        transaction is discarded all the same; in one batch with the others it held back every discard at every
+        pass. A refusal that may pass (a full disk) is raised: the pass's discards are tried again later."""
+        record = discard_record(msg, self.table.check_count(entry.queue_offset), self.store.store_host)
+        copied = self.store.put_wire_batch(WireBatch.of_records(TRANS_CHECK_MAX_TIME_TOPIC.encode(), 0, [record]),
+                                           wait_flushed=False)
+        refusal = refusal_of(copied, "moving a half message to " + TRANS_CHECK_MAX_TIME_TOPIC)
+        if refusal is not None and refusal.code != ResponseCode.MESSAGE_ILLEGAL:
+            raise refusal
+        if refusal is not None:
+            log.error("transaction_discard_copy_refused tx=%s group=%s error=%r action=discarded_without_copy",
+                      self._tx(entry), entry.producer_group, refusal.remark)
+        self._discard_copied.add(entry.queue_offset)
 
     def _finish_commits(self, entries: list[HalfEntry]) -> None:
         """End as COMMIT the claimed half messages whose real message a commit stored before its op write failed:

@@ -6,6 +6,7 @@ set to PREPARED too). It is sent alone, names its producer group (``PGROUP``), a
 is the commit. Telling one from an ordinary send costs the send path one ``in`` test over the property blocks.
 """
 
+import logging
 from collections.abc import Sequence
 
 from broker.processor.request_checks import checked_group
@@ -13,6 +14,7 @@ from common.message import MessageExt
 from common.message_codec import HEADER, HEADER_SIZE, record_parts
 from common.message_properties import (
     DELAY_NEEDLE,
+    MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -37,6 +39,8 @@ from common.transaction_topic import (
     with_transaction_type,
 )
 from common.wire_batch import WireBatch
+
+log = logging.getLogger(__name__)
 
 HALF_NEEDLE = f"{PROPERTY_TRANSACTION_PREPARED}{NAME_VALUE_SEPARATOR}".encode()
 PGROUP_NEEDLE = f"{PROPERTY_PRODUCER_GROUP}{NAME_VALUE_SEPARATOR}".encode()
@@ -73,7 +77,7 @@ def half_properties(properties: Sequence[bytes], real_topic: str, real_queue_id:
     group = find_property(props, PGROUP_NEEDLE)
     require(bool(group), f"a half message names its producer group ({PROPERTY_PRODUCER_GROUP}): the broker asks that "
             "group's producers about a transaction nobody ends")
-    checked_group(group.decode(errors="replace") if group else "")
+    checked_group(group.decode(errors="replace") if group else "", "producer")
     delay = find_property(props, DELAY_NEEDLE)
     require((delay is None or delay == b"0") and find_property(props, TIMER_DELIVER_MS_NEEDLE) is None,
             "a transactional message cannot be delayed (delay_level / deliver_at_ms): its commit delivers it")
@@ -145,9 +149,15 @@ def check_record(msg: MessageExt, topic: str, queue_id: int, transaction_id: str
 
 def discard_record(msg: MessageExt, check_times: int, store_host: bytes) -> bytes:
     """The copy of a half message whose checks ran out, for TRANS_CHECK_MAX_TIME_TOPIC: every property kept (its
-    real topic and queue included, for whoever looks at it), with how often it was checked."""
+    real topic and queue included, for whoever looks at it), with how often it was checked when that fits the
+    store's limit (a block stored before sends left room for it may not have it: copied without the count)."""
     props = strip_properties(msg.raw_properties, {PROPERTY_TRANSACTION_CHECK_TIMES.encode()})
-    props += f"{PROPERTY_TRANSACTION_CHECK_TIMES}\x01{check_times}\x02".encode()
+    counted = props + f"{PROPERTY_TRANSACTION_CHECK_TIMES}\x01{check_times}\x02".encode()
+    if len(counted) <= MAX_PROPERTIES_SIZE:
+        props = counted
+    else:
+        log.warning("transaction_discard_count_left_out offset_msg_id=%s properties=%d reason='no room in the "
+                    "properties'", msg.offset_msg_id, len(counted))
     return b"".join(record_parts(TRANS_CHECK_MAX_TIME_TOPIC.encode(), 0, [msg.body], [props],
                                  born_timestamp=msg.born_timestamp, born_host=msg.raw_born_host, store_host=store_host,
                                  flag=msg.flag, sys_flag=msg.sys_flag, reconsume_times=msg.reconsume_times))

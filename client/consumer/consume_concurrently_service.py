@@ -2,7 +2,8 @@
 
 A message the handler fails (LATER or an exception) is sent back to the broker, which retries it later through the
 group's retry topic (or dead-letters it): the messages behind it go on. While the send-back fails the message
-stays in its process queue (holding the commit point) and is tried again here after a pause.
+stays in its process queue (holding the commit point) and is tried again here after a pause; one the broker
+refuses for good (INVALID_ARGUMENT) is logged and skipped, as it would be refused again at every try.
 """
 
 import logging
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 from client.consumer.consume_pool import ConsumePool
 from client.consumer.consume_result import ConsumeResult
+from client.consumer.group_calls import SendBackRefused
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
@@ -86,6 +88,10 @@ class ConsumeConcurrentlyService:
             return True
         try:
             self.send_back(msg)
+            return True
+        except SendBackRefused as exc:  # tried again it is refused again: it would hold the queue's offset forever
+            log.error("send_back_refused topic=%s queue_id=%d offset=%d msg_id=%s error=%s action=skipped", msg.topic,
+                      msg.queue_id, msg.queue_offset, msg.msg_id, exc)
             return True
         except MQClientError as exc:
             log.warning("send_back_failed msg_id=%s error=%s retry_in_s=%.0f", msg.msg_id, exc, LOCAL_RETRY_PAUSE_S)

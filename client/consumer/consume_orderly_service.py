@@ -3,7 +3,7 @@ while this member holds the queue's lease on the broker.
 
 A message the handler fails suspends its queue for a moment and is tried again in place (the queues of other
 members and the other queues of this one go on); after ``max_reconsume_times`` failed tries it is dead-lettered
-and the queue moves on.
+and the queue moves on (also when the broker refuses the dead letter for good: logged, and skipped).
 """
 
 import logging
@@ -12,6 +12,7 @@ import time
 
 from client.consumer.consume_concurrently_service import Handler, SendBack, handled
 from client.consumer.consume_pool import ConsumePool
+from client.consumer.group_calls import SendBackRefused
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
@@ -87,6 +88,10 @@ class ConsumeOrderlyService:
             return False
         try:
             self.dead_letter(msg)
+        except SendBackRefused as exc:  # refused again at every try: the queue would never move on
+            log.error("dead_letter_refused queue=%s offset=%d msg_id=%s error=%s action=skipped", pq.mq,
+                      msg.queue_offset, msg.msg_id, exc)
+            return True
         except MQClientError as exc:
             log.warning("dead_letter_failed queue=%s offset=%d error=%s", pq.mq, msg.queue_offset, exc)
             return False

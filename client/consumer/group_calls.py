@@ -19,6 +19,12 @@ from proto import consumer_pb2, consumer_pb2_grpc
 log = logging.getLogger(__name__)
 
 
+class SendBackRefused(MQClientError):
+    """A broker refused the sent-back message for good (INVALID_ARGUMENT: it breaks a rule of the retry or the
+    dead-letter write, as a body over a maxMessageSize lowered since it was stored): sending it again, here or
+    to another broker, cannot succeed."""
+
+
 def queue_ref(mq: MessageQueue) -> consumer_pb2.QueueRef:
     return consumer_pb2.QueueRef(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
 
@@ -102,7 +108,8 @@ class GroupCalls:
 
     def send_back(self, msg: MessageExt, original_topic: str, delay_level: int, max_reconsume_times: int) -> str:
         """Hand a failed message to the broker that stored it (else any broker of the retry topic); returns
-        where it went (the retry or dead-letter topic). Raises MQClientError when no broker took it."""
+        where it went (the retry or dead-letter topic). Raises MQClientError when no broker took it, and
+        :class:`SendBackRefused` when one refused it for good."""
         request = consumer_pb2.SendMsgBackRequest(
             group=self.group, topic=original_topic, body=msg.body, properties=msg.raw_properties,
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, flag=msg.flag, msg_id=msg.msg_id,
@@ -116,6 +123,8 @@ class GroupCalls:
                 response = self._stub(addr).ConsumerSendMsgBack(request, timeout=self.client.rpc_timeout_s)
             except grpc.RpcError as exc:
                 failure = str(rpc_error(f"send back {msg.msg_id}", addr, exc))
+                if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:  # every broker checks the same rules
+                    raise SendBackRefused(failure) from None
                 continue
             if response.code == ResponseCode.SUCCESS:
                 return response.topic

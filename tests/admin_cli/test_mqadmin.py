@@ -12,7 +12,7 @@ import pytest
 from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus
 from client.message_encoding import new_unique_key, wire_properties
 from common.kv_shard import KV_TOPIC
-from common.message_properties import MAX_PROPERTIES_SIZE
+from common.message_properties import MAX_USER_PROPERTIES_SIZE
 from common.timer_topic import TIMER_TOPIC
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from common.transaction_topic import HALF_TOPIC, OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
@@ -347,7 +347,7 @@ def test_json_and_namesrv_flags_before_or_after_the_command(cluster: Cluster):
     (["queryMsgByOffset", "-t", "AdmX", "-b", "broker-a", "-i", str(1 << 31), "-o", "0"], str(1 << 31)),
     (["queryMsgByOffset", "-t", "AdmX", "-b", "broker-a", "-i", "0", "-o", str(1 << 63)], str(1 << 63)),
     (["electMaster", "-b", "broker-a", "-i", str(1 << 63)], str(1 << 63)),
-    (["sendMessage", "-t", "AdmX", "-p", "x", "-k", "k" * 70_000], "at most 32767"),
+    (["sendMessage", "-t", "AdmX", "-p", "x", "-k", "k" * 70_000], f"at most {MAX_USER_PROPERTIES_SIZE}"),
     (["queryMsgById", "-i", ""], "message id is empty"),  # was refused as "query <first topic> by key: key is empty"
     (["topicRoute", "-t", "\udcff"], "not valid UTF-8"),
     (["--tls-ca", "/nonexistent.pem", "getSyncStateSet", "-b", "broker-a"], "cannot read the TLS CA file"),
@@ -373,19 +373,20 @@ def test_unreachable_name_server(cluster: Cluster):
 
 
 def test_send_with_properties_over_the_brokers_limit_is_refused_before_sending(cluster: Cluster):
-    """The SDK checked 65535 bytes (the record's field) and the broker refuses above 32767: 20,000 keys (40,043
-    bytes of properties) were sent and refused by the broker. The SDK checks the broker's limit, which takes a
-    message at it."""
+    """The SDK checked 65535 bytes (the record's field) and the broker refuses above its limit: 20,000 keys (40,043
+    bytes of properties) were sent and refused by the broker. The SDK checks the broker's limit for a producer's
+    block (what the broker's own properties leave), which takes a message at it."""
     create_topic(cluster, "AdmBigProps", "-c", CLUSTER)
     keys = ",".join(["k"] * 20_000)  # as the bug hunt sent them
     line = fails(cluster.addr, "sendMessage", "-t", "AdmBigProps", "-p", "x", "-k", keys)
-    assert "properties (tags, keys and the rest) are 40043 bytes: at most 32767" in line, line
+    assert f"properties (tags, keys and the rest) are 40043 bytes: at most {MAX_USER_PROPERTIES_SIZE}" in line, line
     base = len(wire_properties(Message("AdmBigProps", b"x", properties={"big": ""}), new_unique_key()))
+    limit = MAX_USER_PROPERTIES_SIZE
     with Producer(cluster.addr) as producer:
-        at_limit = Message("AdmBigProps", b"x", properties={"big": "v" * (MAX_PROPERTIES_SIZE - base)})
+        at_limit = Message("AdmBigProps", b"x", properties={"big": "v" * (limit - base)})
         assert producer.send(at_limit).queue_offset >= 0
-        with pytest.raises(MQClientError, match=f"at most {MAX_PROPERTIES_SIZE}"):
-            producer.send(Message("AdmBigProps", b"x", properties={"big": "v" * (MAX_PROPERTIES_SIZE - base + 1)}))
+        with pytest.raises(MQClientError, match=f"at most {limit}"):
+            producer.send(Message("AdmBigProps", b"x", properties={"big": "v" * (limit - base + 1)}))
 
 
 @pytest.mark.parametrize("addr", ["127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:0", "127.0.0.1:abc", "127.0.0.1"])
