@@ -209,19 +209,23 @@ class ClientInstance:
         return self.stub(namesrv_pb2_grpc.NamesrvServiceStub, addr)
 
     def call_namesrv(self, what: str, call: Callable[[namesrv_pb2_grpc.NamesrvServiceStub], T]) -> T:
-        """Ask the name servers in turn until one answers."""
+        """Ask the name servers in turn until one answers, starting at the one that answered last."""
         last: grpc.RpcError | None = None
-        for i in range(len(self.namesrv_addrs)):
-            addr = self.namesrv_addrs[(self._namesrv_index + i) % len(self.namesrv_addrs)]
+        count, start = len(self.namesrv_addrs), self._namesrv_index
+        for i in range(count):
+            index = (start + i) % count
+            addr = self.namesrv_addrs[index]
             try:
-                return call(self.namesrv(addr))
+                answer = call(self.namesrv(addr))
             except grpc.RpcError as exc:
                 if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
                     raise rpc_error(what, addr, exc) from None
                 if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
                     raise MQClientError(self.not_a_namesrv(addr)) from None
                 last = exc
-                self._namesrv_index += 1
+                continue
+            self._namesrv_index = index
+            return answer
         assert last is not None
         raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
 
