@@ -321,7 +321,7 @@ ADMIN_METHODS = frozenset({
     "/rmq.TieredService/ReplaceSegments", "/rmq.TieredService/MarkExpiredSegments",
     "/rmq.TieredService/DropSegments", "/rmq.TieredService/GetTierCopy",
     "/rmq.KvService/Provision", "/rmq.KvService/ImportSnapshot", "/rmq.KvService/ExportSnapshot",
-    "/rmq.HaService/Replicate",
+    "/rmq.HaService/Replicate", "/rmq.HaService/CopyState",
     "/rmq.NamesrvService/RegisterBroker", "/rmq.NamesrvService/UnregisterBroker",
     "/rmq.NamesrvService/DeleteTopicInNamesrv", "/rmq.NamesrvService/WipeWritePermOfBroker",
     "/rmq.NamesrvService/AddWritePermOfBroker",
