@@ -98,7 +98,7 @@ def stats_all(topic: str | None) -> None:
                                   Column("broker_name", "Broker"), Column("total", "Total"), Column("lag", "Lag"),
                                   Column("tps", "TPS"), Column("count_since_boot", "Since Boot")], rows,
                                  footer=["", "Topic rows: Total = messages stored, TPS = sends; group rows: Total = "
-                                             "committed, TPS = messages pulled."]))
+                                             "committed, TPS = messages pulled or popped."]))
 
 
 COMMANDS = [broker_status, get_broker_config, update_broker_config, wipe_write_perm, add_write_perm,

@@ -6,7 +6,7 @@ import logging
 import click
 
 from admin_cli.context import INT32_MAX, CommandFailed, as_json, command, open_admin, resolve_targets, target_options
-from admin_cli.output import MISSING, Column, Row, Table, emit_tables, format_timestamp, to_json
+from admin_cli.output import MISSING, Column, Row, Table, emit_tables, format_timestamp, slave_mark, slave_note, to_json
 from admin_cli.timestamps import TIMESTAMP, UPSTREAM_PATTERN
 from client.admin import Admin
 from client.errors import MQClientError
@@ -132,14 +132,15 @@ def consumer_progress(group: str, topic: str | None) -> None:
     rows = [{"topic": p.topic, "broker_name": p.broker_name, "queue_id": p.queue_id,
              "broker_offset": p.broker_offset, "consumer_offset": p.consumer_offset,
              "client_id": owners.get((p.topic, p.broker_name, p.queue_id), ""), "diff": p.diff,
-             "last_timestamp": p.last_timestamp} for p in progress]
+             "last_timestamp": p.last_timestamp, **slave_mark(p.from_slave)} for p in progress]
     total = sum(p.diff for p in progress)
+    from_slaves = {p.broker_name: p.broker_id for p in progress if p.from_slave}
     emit_tables(as_json(), Table([Column("topic", "Topic"), Column("broker_name", "Broker"), Column("queue_id", "QID"),
                                   Column("broker_offset", "Broker Offset"),
                                   Column("consumer_offset", "Consumer Offset"),
                                   Column("client_id", "Client ID", lambda cid: cid or MISSING), Column("diff", "Diff"),
                                   Column("last_timestamp", "Last Time", format_timestamp)],
-                                 rows, footer=["", f"Diff Total: {total}"]))
+                                 rows, footer=["", f"Diff Total: {total}", *slave_note(from_slaves)]))
 
 
 # -- resetOffsetByTime --------------------------------------------------------------------------------------

@@ -13,7 +13,17 @@ from admin_cli.context import (
     settings,
     timeout_ms,
 )
-from admin_cli.output import Column, Row, Table, body_preview, emit_record, emit_tables, format_timestamp
+from admin_cli.output import (
+    Column,
+    Row,
+    Table,
+    body_preview,
+    emit_record,
+    emit_tables,
+    format_timestamp,
+    slave_mark,
+    slave_note,
+)
 from client import Message, Producer, PullConsumer
 from client.admin import TOOLS_CONSUMER_GROUP
 from common.message import MessageExt
@@ -70,8 +80,10 @@ def query_msg_by_id(msg_id: str, topic: str | None) -> None:
 @click.option("-o", "--offset", "offset", required=True, type=click.IntRange(0, INT64_MAX), metavar="OFFSET",
               help="Queue offset.")
 def query_msg_by_offset(topic: str, broker_name: str, queue_id: int, offset: int) -> None:
-    msg = open_admin().query_msg_by_offset(topic.strip(), broker_name.strip(), queue_id, offset)
-    emit_record(as_json(), RECORD, message_row(msg))
+    found = open_admin().query_msg_by_offset(topic.strip(), broker_name.strip(), queue_id, offset)
+    emit_record(as_json(), RECORD, {**message_row(found.message), **slave_mark(found.from_slave)})
+    if found.from_slave and not as_json():
+        click.echo("\n".join(slave_note({broker_name.strip(): found.broker_id})))
 
 
 SEND_COLUMNS = [Column("topic", "Topic"), Column("broker_name", "Broker"), Column("queue_id", "QID"),

@@ -94,6 +94,21 @@ def render_record(columns: Sequence[Column], row: Row) -> str:
     return "\n".join(f"{c.header.ljust(width)}: {c.render(row.get(c.key))}" for c in columns)
 
 
+def slave_mark(from_slave: bool) -> Row:
+    """The key a JSON row a slave answered carries, ``"from_slave": true``; a master's rows keep their shape."""
+    return {"from_slave": True} if from_slave else {}
+
+
+def slave_note(answered_by: dict[str, int]) -> list[str]:
+    """Footer lines naming the broker groups a slave answered for ({broker name: its broker id}): the group had no
+    live master, and a slave shows what its master had confirmed, with the offsets it last copied from it."""
+    if not answered_by:
+        return []
+    where = ", ".join(f"{name} by its slave (BID {bid})" for name, bid in sorted(answered_by.items()))
+    return ["", f"No live master, answered by a slave: {where}; a slave shows what its master confirmed and the "
+                "consumer offsets it last copied from it."]
+
+
 def to_json(document: Any) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 

@@ -5,7 +5,17 @@ import dataclasses
 import click
 
 from admin_cli.context import as_json, command, open_admin, resolve_targets, target_options
-from admin_cli.output import Column, Row, Table, emit_tables, format_timestamp, render_table, to_json
+from admin_cli.output import (
+    Column,
+    Row,
+    Table,
+    emit_tables,
+    format_timestamp,
+    render_table,
+    slave_mark,
+    slave_note,
+    to_json,
+)
 from client.errors import MQClientError
 from client.static_topic_admin import StaticTopicStatus
 from common.perm import PERM_READ, PERM_READ_WRITE, PERM_WRITE, perm_to_string
@@ -186,12 +196,15 @@ def topic_status(topic: str) -> None:
     if static is not None:
         emit_static_status(static)
         return
+    queues = admin.topic_status(topic)
     rows = [{"broker_name": q.broker_name, "queue_id": q.queue_id, "min_offset": q.min_offset,
-             "max_offset": q.max_offset, "last_update_timestamp": q.last_update_timestamp}
-            for q in admin.topic_status(topic)]
+             "max_offset": q.max_offset, "last_update_timestamp": q.last_update_timestamp, **slave_mark(q.from_slave)}
+            for q in queues]
+    from_slaves = {q.broker_name: q.broker_id for q in queues if q.from_slave}
     emit_tables(as_json(), Table([Column("broker_name", "Broker"), Column("queue_id", "QID"),
                                   Column("min_offset", "Min Offset"), Column("max_offset", "Max Offset"),
-                                  Column("last_update_timestamp", "Last Updated", format_timestamp)], rows))
+                                  Column("last_update_timestamp", "Last Updated", format_timestamp)], rows,
+                                 footer=slave_note(from_slaves)))
 
 
 COMMANDS = [update_topic, delete_topic, topic_list, topic_route, topic_status]

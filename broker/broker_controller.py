@@ -479,7 +479,7 @@ class BrokerController:
             pop=pop_service, send_back=send_back, refusal=self._pop_refusal,
             replicated=functools.partial(self._wait_replicated, asyncio.get_running_loop()),
             never_waits=c.flush_disk_type is not FlushDiskType.SYNC_FLUSH and not self._writes_wait_for_slaves())
-        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics)
+        return PopServicer(processor, self.hold_service, c.long_polling_max_suspend_ms, self.metrics, self.stats)
 
     def _forget_pop_queues(self, topic: str, logic_ids: list[int]) -> None:
         """Logic queues this broker leads again: what POP kept from the last time is stale (they were popped

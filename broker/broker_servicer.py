@@ -105,7 +105,6 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         started = time.perf_counter()
         response = await run(self.send.send, request, in_thread=self._sends_block)
-        self.stats.put_count += len(response.physical_offsets)
         if self.metrics is not None:  # metricsExporterType=PROM: once per batch
             stored = len(response.physical_offsets)
             size = (len(request.records) if request.records else sum(map(len, request.bodies))) if stored else 0
@@ -165,7 +164,6 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 started = time.perf_counter()
                 outcome = await run(pull, request, remote=blocks)
                 elapsed_s = time.perf_counter() - started
-        self.stats.get_count += 1
         if self.metrics is not None:  # messages: the queue offsets this answer moves the consumer past
             response = outcome.response
             found = response.code == ResponseCode.SUCCESS

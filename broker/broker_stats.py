@@ -1,36 +1,27 @@
-"""Message rates for runtime info: counters sampled into a short moving window."""
+"""Message rates for runtime info and statsAll: per-second buckets of the messages each key moved.
+
+Sends count per (topic, ""), pulls and POP deliveries per (topic, group). ``putTps`` and ``getTps`` are sums of
+the same buckets (upstream's putTps and getTransferedTps: messages stored and messages handed out a second), so
+they read right on a first query and after any silence (a rate sampled only when asked knew neither)."""
 
 import threading
 import time
 from collections import deque
 
+Key = tuple[str, str]  # (topic, "") for sends, (topic, group) for pulls and pops
+
 
 class BrokerStats:
-    WINDOW_S = 10.0
     KEY_WINDOW_S = 10
 
     def __init__(self) -> None:
-        self.put_count = 0
-        self.get_count = 0
-        self._samples: deque[tuple[float, int, int]] = deque()
         self._lock = threading.Lock()
-        self.totals: dict[tuple[str, str], int] = {}
-        self._buckets: deque[tuple[int, dict[tuple[str, str], int]]] = deque()
+        self.totals: dict[Key, int] = {}
+        self._buckets: deque[tuple[int, dict[Key, int]]] = deque()
 
-    def _rate(self, index: int) -> float:
-        now = time.monotonic()
-        current = (now, self.put_count, self.get_count)
-        with self._lock:
-            self._samples.append(current)
-            while self._samples and now - self._samples[0][0] > self.WINDOW_S:
-                self._samples.popleft()
-            first = self._samples[0]
-        elapsed = now - first[0]
-        return (current[index] - first[index]) / elapsed if elapsed > 0 else 0.0
-
-    # -- per topic (sends) and per (topic, group) (pulled messages): totals and a per-second rate -------------
-    def count(self, key: tuple[str, str], n: int) -> None:
-        """``n`` messages for ``key``: (topic, "") a send, (topic, group) a pull."""
+    # -- per topic (sends) and per (topic, group) (messages handed out): totals and a per-second rate --------
+    def count(self, key: Key, n: int) -> None:
+        """``n`` messages for ``key``: (topic, "") a send, (topic, group) a pull or a pop."""
         if n <= 0:
             return
         second = int(time.monotonic())
@@ -43,10 +34,10 @@ class BrokerStats:
             bucket = self._buckets[-1][1]
             bucket[key] = bucket.get(key, 0) + n
 
-    def key_rates(self) -> dict[tuple[str, str], float]:
+    def key_rates(self) -> dict[Key, float]:
         """Messages a second per key over the last ``KEY_WINDOW_S`` seconds (the current one included)."""
         now = int(time.monotonic())
-        out: dict[tuple[str, str], float] = {}
+        out: dict[Key, float] = {}
         with self._lock:
             for second, bucket in self._buckets:
                 if now - self.KEY_WINDOW_S < second <= now:  # the current second counts as it goes
@@ -55,7 +46,9 @@ class BrokerStats:
         return out
 
     def put_tps(self) -> float:
-        return self._rate(1)
+        """Messages stored by sends a second."""
+        return sum(rate for (_topic, group), rate in self.key_rates().items() if not group)
 
     def get_tps(self) -> float:
-        return self._rate(2)
+        """Messages handed out to consumers (pulls and pops) a second; empty pulls move nothing."""
+        return sum(rate for (_topic, group), rate in self.key_rates().items() if group)

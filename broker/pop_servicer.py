@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from broker.broker_metrics import BrokerMetrics
+from broker.broker_stats import BrokerStats
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.pop.pop_service import PopOutcome
 from broker.processor.pop_message_processor import PopMessageProcessor
@@ -34,9 +35,10 @@ R = TypeVar("R")
 @rpc_boundary(pop_pb2.DESCRIPTOR.services_by_name["PopService"])
 class PopServicer(pop_pb2_grpc.PopServiceServicer):
     def __init__(self, processor: PopMessageProcessor, hold_service: PullRequestHoldService,
-                 max_suspend_ms: int, metrics: BrokerMetrics | None = None) -> None:
+                 max_suspend_ms: int, metrics: BrokerMetrics | None = None, stats: BrokerStats | None = None) -> None:
         self.processor = processor
         self.metrics = metrics
+        self.stats = stats  # statsAll and getTps count POP deliveries as they count pulled messages
         self.hold_service = hold_service
         self.max_suspend_ms = max_suspend_ms
         # One worker: POP's calls take one lock anyway, and one thread hands it on without waking others.
@@ -90,6 +92,8 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
             left = deadline - time.monotonic()
             if outcome.popped or left <= 0 or self.hold_service.stopping:  # stopping: it would not wait again
                 answer = _answer(outcome)
+                if self.stats is not None:
+                    self.stats.count((request.topic, request.group), len(outcome.popped))
                 if self.metrics is not None:  # long-polling waits are not handling time
                     self.metrics.popped(request.topic, request.group, len(outcome.popped),
                                         sum(len(p.record) for p in outcome.popped), time.perf_counter() - started)

@@ -2,8 +2,9 @@
 cluster); routes and cluster membership come from the name server."""
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -54,6 +55,11 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     last_update_timestamp: int
+    broker_id: int = 0  # the replica that answered: 0 the master, else a slave (the group had no live master)
+
+    @property
+    def from_slave(self) -> bool:
+        return self.broker_id != 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +70,28 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    broker_id: int = 0  # as QueueStatus.broker_id
 
     @property
     def diff(self) -> int:
-        return self.broker_offset - max(self.consumer_offset, 0)
+        """Messages left to consume; never below 0 (an offset committed past the queue's end), as the lag metric
+        and statsAll."""
+        return max(self.broker_offset - max(self.consumer_offset, 0), 0)
+
+    @property
+    def from_slave(self) -> bool:
+        return self.broker_id != 0
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAt:
+    """A message read by queue offset, and the replica that answered (as QueueStatus.broker_id)."""
+    message: MessageExt
+    broker_id: int = 0
+
+    @property
+    def from_slave(self) -> bool:
+        return self.broker_id != 0
 
 
 def _check_topic_filter(what: str, topic: str | None) -> None:
@@ -97,11 +121,50 @@ class Admin:
     # -- plumbing ----------------------------------------------------------------------------------
     def _broker_call(self, what: str, addr: str, method: str, request):
         try:
-            return getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
+            return self._rpc(addr, method, request)
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
-                raise MQClientError(self.client.not_a_broker(addr)) from None
-            raise rpc_error(what, addr, exc) from None
+            raise self._call_error(what, addr, exc) from None
+
+    def _rpc(self, addr: str, method: str, request) -> Any:
+        return getattr(self.client.broker(addr), method)(request, timeout=self.client.rpc_timeout_s)
+
+    def _call_error(self, what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
+        if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
+            return MQClientError(self.client.not_a_broker(addr))
+        return rpc_error(what, addr, exc)
+
+    def _read_call(self, what: str, broker_name: str, replicas: Mapping[int, str], method: str,
+                   request) -> tuple[int, Any]:
+        """(broker id that answered, answer) of a read of ``broker_name``'s state, as upstream's selectBrokerAddr
+        picks the replica: its master; without one in the route (or when it is not reachable), its slaves by id,
+        which hold what the master confirmed and the configs and offsets they last copied from it."""
+        ids = sorted(replicas)
+        if not ids:
+            raise MQClientError(f"{what}: broker {broker_name} has no live replica")
+        for broker_id in ids:
+            addr = replicas[broker_id]
+            try:
+                return broker_id, self._rpc(addr, method, request)
+            except grpc.RpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNAVAILABLE or broker_id == ids[-1]:
+                    raise self._call_error(what, addr, exc) from None
+                log.warning("replica_unreachable broker=%s broker_id=%d addr=%s action='reading from its next "
+                            "replica'", broker_name, broker_id, addr)
+        raise AssertionError("unreachable: the last replica answers or raises")
+
+    def _read_replicas(self, broker_names: list[str] | None = None) -> dict[str, dict[int, str]]:
+        """{broker name: {broker id: addr}} of the named broker groups (None: every registered one) in the cluster
+        info; a named group with no live replica is an error."""
+        table = self.cluster_info().broker_addr_table
+        if broker_names is None:
+            return {name: dict(table[name].broker_addrs) for name in sorted(table) if table[name].broker_addrs}
+        out = {}
+        for name in broker_names:
+            data = table.get(name)
+            if data is None or not data.broker_addrs:
+                raise MQClientError(f"broker {name} has no live replica registered with the name server")
+            out[name] = dict(data.broker_addrs)
+        return out
 
     def _check(self, what: str, addr: str, response) -> None:
         if response.code != ResponseCode.SUCCESS:
@@ -191,17 +254,18 @@ class Admin:
             out += [(b.broker_name, row) for row in answer.rows]
         return out
 
-    def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageExt:
-        """The message at ``offset`` of queue ``queue_id`` of ``topic`` on ``broker_name``'s master."""
+    def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, offset: int) -> MessageAt:
+        """The message at ``offset`` of queue ``queue_id`` of ``topic`` on ``broker_name``: read from its master,
+        or from a slave while the group has no live master (slaveReadEnable)."""
         route = self.client.route(topic, refresh=True)
         data = next((bd for bd in route.broker_datas if bd.broker_name == broker_name), None)
-        if data is None or 0 not in data.broker_addrs:
-            raise MQClientError(f"topic {topic} has no queues on a live master of broker {broker_name}")
-        addr = data.broker_addrs[0]
+        if data is None or not data.broker_addrs:
+            raise MQClientError(f"topic {topic} has no queues on a live replica of broker {broker_name}")
         what = f"pull {topic}/{broker_name}/{queue_id} at {offset}"
-        response = self._broker_call(what, addr, "PullMessage", broker_pb2.PullMessageRequest(
-            consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=1,
-            sub_expression="*", commit_offset=-1))
+        request = broker_pb2.PullMessageRequest(consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue_id,
+                                                queue_offset=offset, max_msg_nums=1, sub_expression="*",
+                                                commit_offset=-1)
+        broker_id, response = self._read_call(what, broker_name, data.broker_addrs, "PullMessage", request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(f"no message at offset {offset} of {topic}/{broker_name}/{queue_id} (queue holds "
                                 f"{response.min_offset}..{response.max_offset - 1}): {code_name(response.code)}"
@@ -209,7 +273,7 @@ class Admin:
         messages = decode_records(response.records)
         if not messages or messages[0].queue_offset != offset:
             raise MQClientError(f"no message at offset {offset} of {topic}/{broker_name}/{queue_id}")
-        return messages[0]
+        return MessageAt(messages[0], broker_id)
 
     # -- topics ------------------------------------------------------------------------------------
     def create_topic(self, topic: str, cluster: str | None = None, brokers: list[str] | None = None,
@@ -306,17 +370,19 @@ class Admin:
         return self.client.route(topic, refresh=True)
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Each queue of each broker of the topic's route, from the group's master, or from a slave while the
+        group has no live master (``QueueStatus.broker_id``)."""
         route = self.client.route(topic, refresh=True)
+        what = f"status of {topic}"
         out = []
         for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
-            addr = bd.broker_addrs.get(0)
-            if addr is None:
-                continue
-            stats = self._broker_call(f"status of {topic}", addr, "GetTopicStatsInfo",
-                                      broker_pb2.TopicRequest(topic=topic))
-            self._check(f"status of {topic}", addr, stats)
-            out += [QueueStatus(bd.broker_name, q.queue_id, q.min_offset, q.max_offset, q.last_update_timestamp)
-                    for q in stats.queues]
+            broker_id, stats = self._read_call(what, bd.broker_name, bd.broker_addrs, "GetTopicStatsInfo",
+                                               broker_pb2.TopicRequest(topic=topic))
+            self._check(what, bd.broker_addrs[broker_id], stats)
+            out += [QueueStatus(bd.broker_name, q.queue_id, q.min_offset, q.max_offset, q.last_update_timestamp,
+                                broker_id) for q in stats.queues]
+        if not out:  # a route without brokers, or brokers with no queue of it: not an empty success
+            raise MQClientError(f"topic {topic} has no queues on any broker of its route")
         return out
 
     def tiered_status(self, topic: str) -> list[tiered_pb2.TieredStatusResponse]:
@@ -439,17 +505,19 @@ class Admin:
         return [b.broker_name for b in targets]
 
     def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """The group's offsets per queue against the queues' max, from each broker group's master, or from a slave
+        (its offsets as of its last copy from the master) while the group has no live master."""
         _check_topic_filter(f"progress of {group}", topic)
-        brokers = self.brokers(broker_names=self._broker_names_of(topic)) if topic else self.all_masters()
+        what = f"progress of {group}"
+        request = broker_pb2.ConsumeStatsRequest(consumer_group=group, topic=topic or "")
         out = []
-        for b in brokers:
-            stats = self._broker_call(f"progress of {group}", b.addr, "GetConsumeStats",
-                                      broker_pb2.ConsumeStatsRequest(consumer_group=group, topic=topic or ""))
+        for name, replicas in self._read_replicas(self._broker_names_of(topic) if topic else None).items():
+            broker_id, stats = self._read_call(what, name, replicas, "GetConsumeStats", request)
             if stats.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                 continue
-            self._check(f"progress of {group}", b.addr, stats)
-            out += [QueueProgress(q.topic, b.broker_name, q.queue_id, q.broker_offset, q.consumer_offset,
-                                  q.last_timestamp) for q in stats.queues]
+            self._check(what, replicas[broker_id], stats)
+            out += [QueueProgress(q.topic, name, q.queue_id, q.broker_offset, q.consumer_offset, q.last_timestamp,
+                                  broker_id) for q in stats.queues]
         if not out:
             raise MQClientError(f"consumer group {group} has no offsets" + (f" on topic {topic}" if topic else ""))
         return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))

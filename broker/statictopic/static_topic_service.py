@@ -5,6 +5,7 @@ other brokers: the leader reads them there with PHYSICAL addressing. Rules: ../s
 """
 
 import logging
+import time
 
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.out.peer_brokers import PeerBrokerError, PeerBrokers
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 LOGIC, PHYSICAL, UNSPECIFIED = broker_pb2.LOGIC, broker_pb2.PHYSICAL, broker_pb2.ADDRESSING_UNSPECIFIED
 PEER_RETRY_S = 0.2  # a pull waiting on another broker's link (or a remap's next step) asks again this often
+OLDER_LINKS_RETRY_S = 30.0  # an older link's broker that could not be told: asked again at a commit after this
 
 
 class StaticTopicService:
@@ -36,6 +38,10 @@ class StaticTopicService:
         self.consumer_offset_manager = consumer_offset_manager
         self.store = store
         self.peer_brokers = peer_brokers
+        # (topic, logic queue, group) -> (gen of the link the group's offset was on when the older links were
+        # marked consumed, monotonic time until which that stands): one look at the older links per move, not per
+        # commit. A failed look stands for OLDER_LINKS_RETRY_S only.
+        self._older_links_marked: dict[tuple[str, int, str], tuple[int, float]] = {}
 
     # -- routing a request ------------------------------------------------------------------------
     def context(self, topic: str, queue_id: int, addressing: int) -> LogicQueueContext | None:
@@ -236,6 +242,33 @@ class StaticTopicService:
         # After the commit: one refused (its broker down) leaves the group where it was, not without an offset.
         for newer in ctx.decided[ctx.decided.index(item) + 1:]:
             self._clear_offset(ctx.topic, newer, group)
+        self._mark_older_links_consumed(ctx, item, group)
+
+    def _mark_older_links_consumed(self, ctx: LogicQueueContext, item: LogicQueueMappingItem, group: str) -> None:
+        """A group whose offset is on ``item`` has read every older link to its end (upstream reads a logic queue's
+        progress that way, MQAdminUtils.convertPhysicalConsumeStatsToLogic). Each older link's broker reports its
+        physical queue on its own (consumerProgress, the lag metric, statsAll), and the offset the group left there
+        would show as lag until the link is cleaned (fileReservedTime): so it is moved to the link's end. Best
+        effort: a broker that is down keeps the old offset until a later commit reaches it."""
+        key = (ctx.topic, ctx.global_id, group)
+        marked = self._older_links_marked.get(key)
+        if marked is not None and marked[0] == item.gen and time.monotonic() < marked[1]:
+            return
+        done = True
+        older = ctx.decided[:ctx.decided.index(item)]
+        for i, link in enumerate(older):
+            if not link.end_offset_decided() or _reused_later(link, ctx.decided[i + 1:]):
+                continue  # (a physical queue a later link took again holds that link's offset)
+            try:
+                offset = self._item_offset(ctx.topic, link, group)
+                if link.start_offset <= offset < link.end_offset:
+                    self.commit_physical(ctx.topic, link, group, link.end_offset)
+            except PeerBrokerError as exc:
+                done = False
+                log.warning("static_older_link_not_marked topic=%s queue=%d group=%s broker=%s reason=%s "
+                            "action='its lag shows until a later commit reaches it'", ctx.topic, ctx.global_id,
+                            group, link.bname, exc.remark)
+        self._older_links_marked[key] = (item.gen, float("inf") if done else time.monotonic() + OLDER_LINKS_RETRY_S)
 
     def _clear_offset(self, topic: str, item: LogicQueueMappingItem, group: str) -> None:
         """Forget ``group``'s offset on ``item`` if it holds one reads would take (the common case, a group still
@@ -279,3 +312,7 @@ class StaticTopicService:
         response = self.peer_brokers.call(item.bname, "QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(
             consumer_group=group, topic=topic, queue_id=item.queue_id, addressing=PHYSICAL))
         return response.offset if response.code == ResponseCode.SUCCESS else -1
+
+
+def _reused_later(link: LogicQueueMappingItem, later: list[LogicQueueMappingItem]) -> bool:
+    return any((i.bname, i.queue_id) == (link.bname, link.queue_id) for i in later)
