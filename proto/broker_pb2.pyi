@@ -18,12 +18,14 @@ LOGIC: QueueAddressing
 PHYSICAL: QueueAddressing
 
 class MetadataVersions(_message.Message):
-    __slots__ = ("topics", "mappings")
+    __slots__ = ("topics", "mappings", "groups")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     MAPPINGS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     topics: _common_pb2.DataVersion
     mappings: _common_pb2.DataVersion
-    def __init__(self, topics: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., mappings: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+    groups: _common_pb2.DataVersion
+    def __init__(self, topics: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., mappings: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., groups: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class MetadataChangeRequest(_message.Message):
     __slots__ = ("known", "wait_ms")
@@ -330,10 +332,12 @@ class SubscriptionGroupConfig(_message.Message):
     def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class SubscriptionGroupList(_message.Message):
-    __slots__ = ("groups",)
+    __slots__ = ("groups", "data_version")
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
-    def __init__(self, groups: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+    data_version: _common_pb2.DataVersion
+    def __init__(self, groups: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class TopicQueueStats(_message.Message):
     __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp")

@@ -12,15 +12,16 @@ copy, never too early.
 Topic configs come as what changed since the slave's copy (``GetTopicConfigChanges``; the whole table for a first
 copy): with millions of topics, the whole table every time kept the master's loop busy for seconds.
 
-Between copies the slave watches its master's topic and mapping versions (``WaitMetadataChange``, a long poll) and
-copies those two as soon as they move: what a promoted slave needs to serve what was acknowledged (a delayed
-message's topic, a KV shard's mapping made at the store's first use) reaches it within milliseconds, not at the
-next copy. Groups, offsets and POP state keep the copies' schedule.
+Between copies the slave watches its master's topic, mapping and subscription group versions (``WaitMetadataChange``,
+a long poll) and copies those three as soon as they move: what a promoted slave needs to serve what was acknowledged
+(a delayed message's topic, a KV shard's mapping made at the store's first use, a FIFO group's order: without it a
+promoted slave took the group for an unordered one and handed a message group out to every consumer at once)
+reaches it within milliseconds, not at the next copy. Offsets and POP state keep the copies' schedule.
 
 Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
 whatever happened before (a slave that missed changes, a restored store), and the commitlog's byte-for-byte copy
 stays free of records only the broker itself reads. The cost is the window between a change and its copy: for
-topics and mappings the watch's round trip (a master dying in it loses the change, as an ASYNC_MASTER loses its
+topics, mappings and groups the watch's round trip (a master dying in it loses the change, as an ASYNC_MASTER loses its
 last messages; a topic created then is created again by the next ``updateTopic``, a mapping change re-applied by
 the operator's retried command, which is idempotent); for the rest up to ``SYNC_INTERVAL_S``."""
 
@@ -119,6 +120,7 @@ class SlaveSynchronize(threading.Thread):
         self._topics_copied: tuple[str, common_pb2.DataVersion] | None = None  # (master, version) of the copy
         self._mappings_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._groups_copied: set[str] = set()  # the groups the last copy held: only those go when the master drops one
+        self._group_version_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
         self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
         self._watch_channel: tuple[str, grpc.Channel] | None = None
@@ -168,7 +170,8 @@ class SlaveSynchronize(threading.Thread):
     def _watch(self, addr: str, wait_s: float) -> bool:
         """One watch call, and the copy of what it says changed; False when the master did not answer."""
         known = broker_pb2.MetadataVersions(topics=self._copied_version(self._topics_copied, addr),
-                                            mappings=self._copied_version(self._mappings_copied, addr))
+                                            mappings=self._copied_version(self._mappings_copied, addr),
+                                            groups=self._copied_version(self._group_version_copied, addr))
         try:
             answer = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr)).WaitMetadataChange(
                 broker_pb2.MetadataChangeRequest(known=known, wait_ms=int(wait_s * 1000)),
@@ -179,26 +182,32 @@ class SlaveSynchronize(threading.Thread):
             return False
         if answer != known:
             return self._guarded(addr, lambda a: self.copy_metadata(
-                a, topics=answer.topics != known.topics, mappings=answer.mappings != known.mappings))
+                a, topics=answer.topics != known.topics, mappings=answer.mappings != known.mappings,
+                groups=answer.HasField("groups") and answer.groups != known.groups))
         return True
 
     @staticmethod
     def _copied_version(copied: tuple[str, common_pb2.DataVersion] | None, addr: str) -> common_pb2.DataVersion:
         return copied[1] if copied is not None and copied[0] == addr else common_pb2.DataVersion()
 
-    def copy_metadata(self, addr: str, *, topics: bool, mappings: bool) -> None:
-        """The master's topic changes, its mappings, or both (what its watch answered changed)."""
+    def copy_metadata(self, addr: str, *, topics: bool, mappings: bool, groups: bool = False) -> None:
+        """The master's topic changes, its mappings, its groups (what its watch answered changed)."""
         stub = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr))
         signed = _signed()
         topic_changes = self._fetch_topic_changes(stub, addr, signed) if topics else None
         mapping_list = stub.GetAllTopicQueueMapping(common_pb2.Empty(), **signed) if mappings else None
+        group_list = stub.GetAllSubscriptionGroup(common_pb2.Empty(), **signed) if groups else None
         mappings_changed = 0 if mapping_list is None else \
             self._apply("mappings", lambda: self._copy_mappings(addr, mapping_list))
         changed, gone = ([], []) if topic_changes is None else \
             self._apply("topics", lambda: self._copy_topics(addr, topic_changes))
+        groups_changed, groups_gone = ([], []) if group_list is None else \
+            self._apply("groups", lambda: self._copy_group_list(addr, group_list))
+        if changed or gone or mappings_changed or groups_changed or groups_gone:
+            log.info("slave_metadata_copied master=%s topics_changed=%d topics_deleted=%d mappings_changed=%d "
+                     "groups_changed=%d groups_deleted=%d", addr, len(changed), len(gone), mappings_changed,
+                     len(groups_changed), len(groups_gone))
         if changed or gone or mappings_changed:
-            log.info("slave_metadata_copied master=%s topics_changed=%d topics_deleted=%d mappings_changed=%d",
-                     addr, len(changed), len(gone), mappings_changed)
             self.on_topics_changed()
 
     def _watch_channel_to(self, addr: str) -> grpc.Channel:
@@ -238,14 +247,14 @@ class SlaveSynchronize(threading.Thread):
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             empty, signed = common_pb2.Empty(), _signed()
             topics = self._fetch_topic_changes(stub, addr, signed)
-            groups = stub.GetAllSubscriptionGroup(empty, **_bulk(signed)).groups  # whole tables: the bulk timeout
+            groups = stub.GetAllSubscriptionGroup(empty, **_bulk(signed))  # whole tables: the bulk timeout
             offsets = stub.GetAllConsumerOffsets(empty, **_bulk(signed)).offsets
             mappings = stub.GetAllTopicQueueMapping(empty, **_bulk(signed))
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
         mappings_changed = self._apply("mappings", lambda: self._copy_mappings(addr, mappings))
         changed, gone = self._apply("topics", lambda: self._copy_topics(addr, topics))
-        groups_changed, groups_gone = self._apply("groups", lambda: self._copy_groups(groups))
+        groups_changed, groups_gone = self._apply("groups", lambda: self._copy_group_list(addr, groups))
         self._apply("offsets", lambda: self._copy_offsets(offsets))
         self._apply("pop_state", lambda: self._copy_pop_state(addr, pop_state))
         self._check_following("tier")  # (its own role lock fences the rest: a backend read is not waited for here)
@@ -269,6 +278,13 @@ class SlaveSynchronize(threading.Thread):
         with self._applying:
             self._check_following(what)
             return step()
+
+    def _copy_group_list(self, addr: str, answer: broker_pb2.SubscriptionGroupList) -> tuple[list[str], list[str]]:
+        self._group_version_copied = None  # until this copy is applied whole
+        copied = self._copy_groups(answer.groups)
+        if answer.HasField("data_version"):
+            self._group_version_copied = (addr, answer.data_version)
+        return copied
 
     def _copy_groups(self, groups: Iterable[broker_pb2.SubscriptionGroupConfig]) -> tuple[list[str], list[str]]:
         """The master's subscription groups; one a previous copy held that the master no longer has is deleted

@@ -4,6 +4,7 @@ import logging
 import threading
 from pathlib import Path
 
+from broker.metadata.data_version import DataVersion
 from broker.metadata.metadata_codec import GROUPS
 from broker.metadata.metadata_store import JsonMetadataStore, MetadataStore
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
@@ -22,6 +23,7 @@ class SubscriptionGroupManager:
         self.store = JsonMetadataStore(store, GROUPS) if isinstance(store, Path) else store
         self.auto_create = auto_create
         self.subscription_group_table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion()  # moved by every change: a slave copies the table when it moves
         self._unpersisted: set[str] = set()  # auto-created groups whose write failed; :meth:`persist` retries
         self._lock = threading.RLock()  # the JSON store reads the table back under it
         self.store.bind(self._snapshot)
@@ -55,6 +57,7 @@ class SubscriptionGroupManager:
                 self._restore(config.group_name, old)
                 raise
             self._unpersisted.discard(config.group_name)
+            self.data_version.next()
         log.info("subscription_group_updated group=%s consume_enable=%s", config.group_name, config.consume_enable)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
@@ -69,6 +72,7 @@ class SubscriptionGroupManager:
         must never need a disk write (the disk may be full); a failed write is retried by :meth:`persist`."""
         with self._lock:
             cfg = self.subscription_group_table.setdefault(group, SubscriptionGroupConfig(group))
+            self.data_version.next()
             try:
                 self.store.put([cfg])
             except Exception as exc:  # OSError from the JSON file, a plain Exception from RocksDB
@@ -87,6 +91,7 @@ class SubscriptionGroupManager:
                 except BaseException:
                     self._restore(group, old)
                     raise
+                self.data_version.next()
         return old is not None
 
     def _restore(self, group: str, old: SubscriptionGroupConfig | None) -> None:

@@ -13,7 +13,7 @@ from broker.broker_stats import BrokerStats
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
-from broker.processor.metadata_change_watch import metadata_versions, wait_metadata_change
+from broker.processor.metadata_change_watch import metadata_versions, version_proto, wait_metadata_change
 from broker.processor.request_checks import checked_group, checked_topic
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
@@ -200,7 +200,8 @@ class AdminBrokerProcessor:
             data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter))
 
     def metadata_versions(self) -> broker_pb2.MetadataVersions:
-        return metadata_versions(self.topic_config_manager.data_version, self.mapping_manager.data_version)
+        return metadata_versions(self.topic_config_manager.data_version, self.mapping_manager.data_version,
+                                 self.subscription_group_manager.data_version)
 
     async def wait_metadata_change(self, request: broker_pb2.MetadataChangeRequest) -> broker_pb2.MetadataVersions:
         return await wait_metadata_change(request, self.metadata_versions)
@@ -300,9 +301,10 @@ class AdminBrokerProcessor:
             for g, t, q, o in self.consumer_offset_manager.all_offsets()])
 
     def all_groups(self) -> broker_pb2.SubscriptionGroupList:
+        version = version_proto(self.subscription_group_manager.data_version)  # first: a later change reads as newer
         groups = self.subscription_group_manager.subscription_group_table.values()
         return broker_pb2.SubscriptionGroupList(groups=[
-            broker_pb2.SubscriptionGroupConfig(**dataclasses.asdict(g)) for g in list(groups)])
+            broker_pb2.SubscriptionGroupConfig(**dataclasses.asdict(g)) for g in list(groups)], data_version=version)
 
     def consume_stats(self, request: broker_pb2.ConsumeStatsRequest) -> broker_pb2.ConsumeStats:
         group = checked_group(request.consumer_group)

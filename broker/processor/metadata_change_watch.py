@@ -1,8 +1,9 @@
 """A slave's watch on its master's metadata (``WaitMetadataChange``): the versions of what a promoted slave needs to
 serve what was acknowledged (topic configs: sends, pulls, delayed deliveries, transactions; static topic mappings:
-static topics and the KV store), answered as soon as they differ from the slave's copy. A slave copies them then,
-within milliseconds of a change, rather than at its next periodic copy (seconds later, a window in which a master's
-death lost a topic made in it and every delayed message or KV shard that needed it)."""
+static topics and the KV store; subscription groups: a FIFO group's order, retry limits), answered as soon as they
+differ from the slave's copy. A slave copies them then, within milliseconds of a change, rather than at its next
+periodic copy (seconds later, a window in which a master's death lost a topic made in it and every delayed message
+or KV shard that needed it)."""
 
 import asyncio
 import time
@@ -15,10 +16,13 @@ MAX_WAIT_MS = 5_000
 POLL_S = 0.01  # versions are two counters: reading them every 10 ms costs the loop nothing a slave would notice
 
 
-def metadata_versions(topics: DataVersion, mappings: DataVersion) -> broker_pb2.MetadataVersions:
-    return broker_pb2.MetadataVersions(
-        topics=common_pb2.DataVersion(state_version=topics.state_version, counter=topics.counter),
-        mappings=common_pb2.DataVersion(state_version=mappings.state_version, counter=mappings.counter))
+def metadata_versions(topics: DataVersion, mappings: DataVersion, groups: DataVersion) -> broker_pb2.MetadataVersions:
+    return broker_pb2.MetadataVersions(topics=version_proto(topics), mappings=version_proto(mappings),
+                                       groups=version_proto(groups))
+
+
+def version_proto(version: DataVersion) -> common_pb2.DataVersion:
+    return common_pb2.DataVersion(state_version=version.state_version, counter=version.counter)
 
 
 async def wait_metadata_change(request: broker_pb2.MetadataChangeRequest,

@@ -317,8 +317,8 @@ def test_a_slave_with_tiered_storage_configured_expires_its_commitlog_as_its_mas
         g.stop()
 
 
-def test_a_slave_copies_topics_and_static_topic_mappings_as_soon_as_they_change(tmp_path: Path):
-    """A slave watches its master's topic and mapping versions (WaitMetadataChange) and copies them when they move,
+def test_a_slave_copies_topics_static_topic_mappings_and_groups_as_soon_as_they_change(tmp_path: Path):
+    """A slave watches its master's topic, mapping and group versions (WaitMetadataChange) and copies them when they move,
     not at its next periodic copy (up to 5 s later: a master dying then lost a topic made in it, with the delayed
     messages and KV shards that needed it, on the slave that took over)."""
     from proto import common_pb2
@@ -329,6 +329,10 @@ def test_a_slave_copies_topics_and_static_topic_mappings_as_soon_as_they_change(
 
         def slave_has(topic: str) -> bool:
             return topic in {c.topic_name for c in slave.GetAllTopicConfig(common_pb2.Empty(), timeout=5).configs}
+
+        def slave_orderly(group: str) -> bool:
+            groups = slave.GetAllSubscriptionGroup(common_pb2.Empty(), timeout=5).groups
+            return any(g.group_name == group and g.consume_message_orderly for g in groups)
 
         def slave_maps(topic: str) -> bool:
             return slave.GetTopicQueueMapping(broker_pb2.TopicRequest(topic=topic), timeout=5).HasField("detail")
@@ -342,6 +346,10 @@ def test_a_slave_copies_topics_and_static_topic_mappings_as_soon_as_they_change(
             admin.update_static_topic("WatchedStaticT", 2, brokers=["broker-a"])
             wait_until(lambda: slave_maps("WatchedStaticT") and slave_has("WatchedStaticT"), timeout=2.5,
                        interval=0.02, what="the new static topic's mapping on the slave")
+            # A FIFO group's order: a promoted slave without it handed a message group to every consumer at once.
+            admin.update_subscription_group("WatchedFifoG", brokers=["broker-a"], consume_message_orderly=True)
+            wait_until(lambda: slave_orderly("WatchedFifoG"), timeout=2.5, interval=0.02,
+                       what="the new FIFO group on the slave")
     finally:
         g.stop()
 
