@@ -16,6 +16,7 @@ from admin_cli.output import Column, Row, Table, emit_record, render_record, ren
 from client.client_instance import namesrv_addrs
 from client.grpc_errors import rpc_error
 from common import tls
+from common.acl import signed_channel, signer_of
 from proto import controller_pb2, controller_pb2_grpc
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ def call_controller(what: str, call: Callable[[controller_pb2_grpc.ControllerSer
         raise CommandFailed(str(exc), ctx) from None
     unreachable: list[str] = []
     for addr in namesrv_addrs(raw):
-        channel = ctx.with_resource(tls.channel(addr, ca=ca))
+        channel = signed_channel(ctx.with_resource(tls.channel(addr, ca=ca)), signer_of(settings(ctx).credentials))
         try:
             return call(controller_pb2_grpc.ControllerServiceStub(channel))
         except grpc.RpcError as exc:

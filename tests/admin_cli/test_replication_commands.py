@@ -121,3 +121,19 @@ def test_name_server_list(servers: Servers):
                            f"the controller; election of {BROKER}/1 failed at {nowhere}: UNAVAILABLE")
     assert ok_json(f"{nowhere};{servers.addr}", "getSyncStateSet", "-b", BROKER)["master_id"] == 1
     assert "no name server address" in fails(None, "getSyncStateSet", "-b", BROKER)
+
+
+def test_elect_master_signs_with_the_credentials_given(tmp_path: Path):
+    """electMaster opened its own channel to the controller and never signed it: refused UNAUTHENTICATED ("the
+    request is not signed") by every name server with ACL on, credentials or not."""
+    from tests.acl.test_acl_cluster import NAMESRV_ARGS, ROOT
+
+    ns = start_controller(tmp_path / "ns", tmp_path / "controller", *NAMESRV_ARGS)
+    try:
+        unsigned = fails(ns.addr, "electMaster", "-b", "nope", "-i", "1")
+        assert "UNAUTHENTICATED" in unsigned, unsigned
+        signed = fails(ns.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "electMaster", "-b", "nope",
+                       "-i", "1")
+        assert "UNAUTHENTICATED" not in signed and "nope" in signed, signed
+    finally:
+        ns.stop()
