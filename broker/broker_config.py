@@ -402,6 +402,10 @@ def _check_role(config: BrokerConfig) -> None:
         if not config.controller_addr:
             raise ConfigError("enableControllerMode=true: controllerAddr (a name server started with "
                               "--enable-controller) is required")
+        if len([a for a in config.controller_addr.split(";") if a.strip()]) > 1:
+            # Controllers are not replicated: a replica that moved to another would let it elect a second master.
+            raise ConfigError(f"controllerAddr={config.controller_addr}: one controller only (controllers do not "
+                              "share their decisions, so a second one could elect a second master)")
         if not config.all_ack_in_sync_state_set or config.in_sync_replicas:
             raise ConfigError("enableControllerMode=true: a send waits for every in-sync replica (allAckInSyncStateSet"
                               "=true; inSyncReplicas applies to brokerRole=SYNC_MASTER only): an election may pick "

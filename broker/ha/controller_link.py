@@ -6,7 +6,9 @@ this broker no earlier than when n was sent, so the controller will not elect an
 plus the heartbeat timeout. The lease ends a margin before that (clocks run at slightly different rates), and a
 master whose lease ended acknowledges nothing (``HAService.lease_valid``) and takes no writes.
 
-Several controller addresses may be given: the session moves to the next one when one is unreachable.
+One controller: the session reconnects to it, never to another. Controllers are not replicated: another one
+has decisions of its own (or none), and a replica that moved to it would let it elect a second master while the
+first one's lease still holds (``controllerAddr`` with several addresses is refused at start).
 """
 
 import asyncio
@@ -37,8 +39,10 @@ class ControllerLink:
     def __init__(self, controller_addrs: list[str], heartbeat: Callable[[], controller_pb2.BrokerHeartbeat],
                  on_assignment: Callable[[controller_pb2.ReplicaAssignment], Awaitable[None]],
                  timeout_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
-        assert controller_addrs, "controller mode needs controllerAddr"
-        self.controller_addrs = controller_addrs
+        if len(controller_addrs) != 1:
+            raise ValueError(f"controllerAddr: one controller, got {len(controller_addrs)} addresses (controllers "
+                             "are not replicated)")
+        self.controller_addr = controller_addrs[0]
         self.heartbeat = heartbeat
         self.on_assignment = on_assignment
         self.timeout_ms = timeout_ms
@@ -47,8 +51,9 @@ class ControllerLink:
         self._sent: dict[int, float] = {}  # heartbeat seq -> when it was sent (until answered)
         self._seq = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._current = 0
+        self._channel: grpc.aio.Channel | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._ended = False  # hung up for good (a replica restarting itself)
         self._kick = asyncio.Event()
 
     # -- the lease ---------------------------------------------------------------------------------
@@ -74,25 +79,34 @@ class ControllerLink:
         """Send a heartbeat without waiting for the interval (the broker's state changed)."""
         self._kick.set()
 
+    def end_session(self) -> None:
+        """Hang up now and never call again (a deposed master restarting itself): the stream's end tells the
+        controller at once that this replica is gone, so it is not elected while it cannot serve. Heartbeats kept
+        up until the process exits would let it be, and shrink the in-sync set to a replica on its way down."""
+        self._ended = True
+        self._lease_until = 0.0
+        if self._call is not None:
+            self._call.cancel()
+
     async def _run(self) -> None:
-        while True:
-            addr = self.controller_addrs[self._current % len(self.controller_addrs)]
+        while not self._ended:
             try:
-                await self._session(addr)
+                await self._session()
             except grpc.aio.AioRpcError as exc:
-                log.warning("controller_session_broken controller=%s status=%s detail=%s", addr, exc.code().name,
-                            exc.details())
-                self._current += 1
+                if not self._ended:
+                    log.warning("controller_session_broken controller=%s status=%s detail=%s", self.controller_addr,
+                                exc.code().name, exc.details())
             except asyncio.CancelledError:
+                if self._ended:
+                    return  # our own hang-up
                 raise
             self._sent.clear()
             await asyncio.sleep(RECONNECT_PAUSE_S)
 
-    def _channel(self, addr: str) -> grpc.aio.Channel:
-        channel = self._channels.get(addr)
-        if channel is None:
-            channel = self._channels[addr] = tls.aio_channel(addr)
-        return channel
+    def _stub(self) -> controller_pb2_grpc.ControllerServiceStub:
+        if self._channel is None:
+            self._channel = tls.aio_channel(self.controller_addr)
+        return controller_pb2_grpc.ControllerServiceStub(self._channel)
 
     async def _heartbeats(self) -> AsyncIterator[controller_pb2.BrokerHeartbeat]:
         while True:
@@ -105,10 +119,11 @@ class ControllerLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), HEARTBEAT_INTERVAL_S)
 
-    async def _session(self, addr: str) -> None:
-        stub = controller_pb2_grpc.ControllerServiceStub(self._channel(addr))
-        call = stub.ControllerSession(self._heartbeats(), metadata=inner_metadata())
+    async def _session(self) -> None:
+        call = self._call = self._stub().ControllerSession(self._heartbeats(), metadata=inner_metadata())
         async for assignment in call:
+            if self._ended:
+                return  # an answer that was on its way: a replica restarting itself takes no lease nor role
             if assignment.heartbeat_seq:
                 self._renew(assignment.heartbeat_seq)
             try:
@@ -119,14 +134,12 @@ class ControllerLink:
 
     async def alter_sync_state_set(self, request: controller_pb2.AlterSyncStateSetRequest
                                    ) -> controller_pb2.ReplicaAssignment:
-        addr = self.controller_addrs[self._current % len(self.controller_addrs)]
-        stub = controller_pb2_grpc.ControllerServiceStub(self._channel(addr))
-        return await stub.AlterSyncStateSet(request, timeout=RPC_TIMEOUT_S, metadata=inner_metadata())
+        return await self._stub().AlterSyncStateSet(request, timeout=RPC_TIMEOUT_S, metadata=inner_metadata())
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # closing: how it ended does not matter
                 await self._task
-        for channel in self._channels.values():
-            await channel.close(None)
+        if self._channel is not None:
+            await self._channel.close(None)

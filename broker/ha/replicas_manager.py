@@ -7,8 +7,13 @@ A replica starts fenced (no writes) and stays so until the controller names a ma
   holds;
 - another replica: it follows that master (cutting a divergent tail first) and registers under its own id;
 - none: it waits, fenced.
-A master told that another replica is master now (or that the group has none at a newer epoch) restarts into a
-replica (``rejoin``): demotion is rare, and a fresh start is the one path that is surely clean.
+A master told that another replica is master now restarts into a replica (``rejoin``): demotion is rare, and a
+fresh start is the one path that is surely clean. It hangs up on the controller first, so that it is not elected
+while it restarts. A master told that the group has no master (the controller took it for gone) is DEPOSED: fenced,
+it keeps its session and waits, since it is likely the replica the controller elects next (then it goes on at the
+new epoch in place); if another is elected, it restarts to follow it.
+An assignment older than this replica's epoch file is ignored: that controller's record is behind what this replica
+saw, so it is not the controller that decided for the group.
 The master also keeps the in-sync set: it proposes changes to the controller and counts them as
 ``SyncStateSet`` says.
 """
@@ -71,7 +76,9 @@ class ReplicasManager:
         self.epochs = epochs
         self.hooks = hooks
         self.ha_addr = ha_addr
-        self.role = "FENCED"  # FENCED | PROMOTING | MASTER | SLAVE | REJOINING (a deposed master restarting)
+        # FENCED | PROMOTING | MASTER | SLAVE | DEPOSED (a master told the group has none, waiting) | REJOINING (a
+        # master told another is master, restarting)
+        self.role = "FENCED"
         self.master_id = 0
         self.master_epoch = 0
         self.master_ha_addr = ""
@@ -82,6 +89,7 @@ class ReplicasManager:
         self._changing = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._master_services_started = False
+        self._ignored_epoch = 0  # the last assignment epoch logged as older than the epoch file
 
     def start(self) -> None:
         self.hooks.fence(f"replica {self.identity.broker_id} of {self.identity.broker_name} waits for the "
@@ -105,7 +113,7 @@ class ReplicasManager:
     # -- assignments -------------------------------------------------------------------------------
     async def _on_assignment(self, a: controller_pb2.ReplicaAssignment) -> None:
         async with self._changing:
-            if self.role == "REJOINING" or a.master_epoch < self.master_epoch:
+            if self.role == "REJOINING" or self._is_old_news(a):
                 return  # restarting anyway, or older news
             self.sync_state_set = sorted(a.sync_state_set)
             me = self.identity.broker_id
@@ -116,11 +124,9 @@ class ReplicasManager:
                     self.ha.accept_sync_state_set(list(a.sync_state_set), a.sync_state_set_epoch)
                 self._refresh_fence()
                 return
-            if self.role == "MASTER":
+            if self.role in ("MASTER", "DEPOSED"):
                 if a.master_epoch > self.master_epoch:
-                    self.role = "REJOINING"
-                    self.hooks.fence("another replica is master now: restarting as its replica")
-                    self.hooks.rejoin(f"the controller moved the master to {a.master_id} at epoch {a.master_epoch}")
+                    self._step_down(a)
                 return
             if a.master_id == 0:
                 if (self.master_id, self.master_epoch) != (0, a.master_epoch):
@@ -130,6 +136,43 @@ class ReplicasManager:
             if (a.master_id, a.master_epoch, a.master_ha_addr) != (self.master_id, self.master_epoch,
                                                                   self.master_ha_addr):
                 self._become_slave(a)
+
+    def _is_old_news(self, a: controller_pb2.ReplicaAssignment) -> bool:
+        """Older than an assignment acted on, or than this replica's epoch file: a controller whose record is behind
+        (an old copy of its store) would have it follow a deposed master, or take an epoch it already holds."""
+        if a.master_epoch < self.master_epoch:
+            return True
+        own = self.epochs.last_epoch()
+        if a.master_epoch >= own:
+            return False
+        if self._ignored_epoch != a.master_epoch:  # the answer to every heartbeat: said once
+            self._ignored_epoch = a.master_epoch
+            log.warning("assignment_ignored broker=%s id=%d master_id=%d epoch=%d epoch_file_epoch=%d reason=%r",
+                        self.identity.broker_name, self.identity.broker_id, a.master_id, a.master_epoch, own,
+                        "the controller's record is older than this replica's epoch file: it did not decide the "
+                        "group's last epochs")
+        return True
+
+    def _step_down(self, a: controller_pb2.ReplicaAssignment) -> None:
+        """A master (or a deposed one) told of a newer epoch that does not name it."""
+        if a.master_id != 0:
+            self._rejoin(f"the controller moved the master to {a.master_id} at epoch {a.master_epoch}")
+            return
+        was = self.role
+        self.role, self.master_id, self.master_epoch = "DEPOSED", 0, a.master_epoch
+        # Fenced but still in the election: it holds everything it acknowledged and is most likely the best member
+        # of the set. A restart now would leave the group to members that may be behind, or to nobody.
+        self.hooks.fence(f"the controller says broker {self.identity.broker_name} has no master (epoch "
+                         f"{a.master_epoch}): this replica waits to be elected again or to follow the new master")
+        log.warning("role_changed role=DEPOSED broker=%s id=%d epoch=%d was=%s sync_state_set=%s",
+                    self.identity.broker_name, self.identity.broker_id, a.master_epoch, was, sorted(a.sync_state_set))
+        self.link.heartbeat_now()  # the controller elects on a heartbeat: tell it at once that this one is here
+
+    def _rejoin(self, why: str) -> None:
+        self.role = "REJOINING"
+        self.hooks.fence("another replica is master now: restarting as its replica")
+        self.link.end_session()  # gone for the controller at once: not elected while it restarts
+        self.hooks.rejoin(why)
 
     async def _become_master(self, a: controller_pb2.ReplicaAssignment) -> None:
         started = time.monotonic()

@@ -85,8 +85,10 @@ class ReplicaLiveness:
     session_id: int = 0  # the stream that spoke last: only its end ends the replica (a reconnect races the old one)
     gone_reason: str = ""  # why it stopped counting as alive: "session_ended" or "silent"
 
-    def alive(self, now_ms: int) -> bool:
-        return self.session_open and now_ms - self.last_heartbeat_ms <= self.heartbeat_timeout_ms
+    def alive(self, now_ms: int, resumed_ms: int = 0) -> bool:
+        """Open, and heard within its timeout; silence counts from ``resumed_ms`` at the earliest (when the
+        controller itself last stood still, the heartbeats of that time may still be unread)."""
+        return self.session_open and now_ms - max(self.last_heartbeat_ms, resumed_ms) <= self.heartbeat_timeout_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,12 @@ Rules (docs/en/controller/design.md, section 2 of the replication notes):
 - a master that is gone (session ended, silent) is replaced by the best alive set member (any alive replica if
   unclean elections are on); with none, the group has no master, the epoch moves on and the set is kept, so the
   first set member back wins;
-- an election bumps the master epoch and the set epoch and shrinks the set to the new master.
+- an election bumps the master epoch and the set epoch and shrinks the set to the new master;
+- a group one of whose replicas reported a master epoch newer than the group's here is decided elsewhere (another
+  controller, or a newer copy of this store): this controller decides nothing more for it (no election, no set
+  change), so that it never names a second master nor hands out an epoch a replica already holds;
+- a scan that finds the previous one more than ``PAUSE_GAP_MS`` ago (this process stood still: SIGSTOP, a paused
+  VM) gives every replica one timeout from then: the heartbeats sent meanwhile are queued, not missing.
 """
 
 import logging
@@ -42,6 +47,9 @@ Listener = Callable[[Assignment], None]
 
 SESSION_ENDED = "session_ended"
 SILENT = "silent"
+
+# The service scans every half second: a gap twice that long means the controller did not run in between.
+PAUSE_GAP_MS = 1000
 
 
 class ControllerRefusal(Exception):
@@ -80,8 +88,11 @@ class ReplicasInfoManager:
         self._listeners: list[Listener] = []
         # Log lines of the decision being made, written once it is persisted (a failed write decided nothing).
         self._notes: list[tuple[int, str, tuple[object, ...]]] = []
-        # A master persisted by an earlier run gets one default timeout to heartbeat before it counts as gone.
-        self._started_ms = clock()
+        # Silence counts from here at the earliest: a master persisted by an earlier run gets one default timeout to
+        # heartbeat before it counts as gone, and after this process stood still every replica gets one timeout.
+        self._resumed_ms = clock()
+        self._last_scan_ms: int | None = None
+        self._stale_logged: dict[str, int] = {}  # broker name -> the newer epoch last logged for it
 
     def close(self) -> None:
         self._store.close()
@@ -108,7 +119,7 @@ class ReplicasInfoManager:
                 raise ControllerRefusal(f"broker {hb.broker_name} belongs to cluster {group.cluster_name}, "
                                         f"not {hb.cluster_name}")
             old = self._live.get(hb.broker_name, {}).get(hb.broker_id)
-            returning = old is None or not old.alive(now)
+            returning = not self._is_alive(old, now)
             if (session_id and old is not None and old.session_id == session_id and not old.session_open
                     and old.gone_reason == SESSION_ENDED and group is not None):
                 return self._assignment(group)  # decided in a worker thread after its stream had already ended
@@ -132,7 +143,7 @@ class ReplicasInfoManager:
                               cluster_name=group.cluster_name or hb.cluster_name)
                 self._note(logging.INFO, "controller_replica_registered broker=%s id=%d addr=%s ha_addr=%s new=%s",
                            hb.broker_name, hb.broker_id, hb.broker_addr, hb.ha_addr, hb.broker_id not in group.replicas)
-            if new.master_id == NO_MASTER:
+            if new.master_id == NO_MASTER and not self._newer_epoch_reported(new):
                 elected = self._elect(new, now, "no_master")
                 if elected is None and returning:
                     self._log_not_electable(new, hb.broker_id)
@@ -151,18 +162,22 @@ class ReplicasInfoManager:
             group = self._groups.get(broker_name)
             # Unclean elections wait out the master's lease (the scan elects then): the in-sync set, which fences
             # a deposed master otherwise, does not bound who may be elected.
-            if group is not None and group.master_id == broker_id and not self.enable_elect_unclean_master:
+            if (group is not None and group.master_id == broker_id and not self.enable_elect_unclean_master
+                    and not self._newer_epoch_reported(group)):
                 self._commit(group, self._master_gone(group, now, "master_session_ended"))
 
     def scan(self, now: int | None = None) -> None:
         """Find replicas silent past their timeout, replace gone masters, and elect where a group has none."""
         now = self._clock() if now is None else now
         with self._lock:
+            self._note_scan_gap(now)
             for name, group in list(self._groups.items()):
                 lives = self._live.get(name, {})
                 for broker_id, live in lives.items():
-                    if live.session_open and not live.alive(now):
+                    if live.session_open and not self._is_alive(live, now):
                         self._mark_gone(name, broker_id, live, SILENT, now)
+                if self._newer_epoch_reported(group):
+                    continue
                 try:
                     if group.master_id == NO_MASTER:
                         elected = self._elect(group, now, "no_master")
@@ -175,9 +190,18 @@ class ReplicasInfoManager:
                 except OSError:  # the next scan tries again; other groups must not wait for this one
                     log.exception("controller_persist_failed broker=%s", name)
 
+    def _note_scan_gap(self, now: int) -> None:
+        """A scan long after the last one: this process stood still, and the heartbeats sent meanwhile wait unread
+        in its sockets. Counting that time as the replicas' silence would depose a healthy master."""
+        last, self._last_scan_ms = self._last_scan_ms, now
+        if last is not None and now - last > PAUSE_GAP_MS:
+            self._resumed_ms = now
+            log.warning("controller_resumed gap_ms=%d grace=%r", now - last,
+                        "every replica gets one heartbeat timeout from now before it counts as silent")
+
     def _master_gone_reason(self, live: ReplicaLiveness | None, now: int) -> str | None:
-        if live is None:  # not heard of since this controller started
-            return "master_silent" if now - self._started_ms > DEFAULT_HEARTBEAT_TIMEOUT_MS else None
+        if live is None:  # not heard of since this controller started (or resumed)
+            return "master_silent" if now - self._resumed_ms > DEFAULT_HEARTBEAT_TIMEOUT_MS else None
         if live.session_open:
             return None
         if self.enable_elect_unclean_master and now - live.last_heartbeat_ms <= live.heartbeat_timeout_ms:
@@ -201,6 +225,7 @@ class ReplicasInfoManager:
         now = self._clock()
         with self._lock:
             group = self._group(broker_name)
+            self._refuse_if_decided_elsewhere(group)
             if group.master_id == NO_MASTER:
                 raise ControllerRefusal(f"broker {broker_name} has no master now (epoch {group.master_epoch})")
             if master_id != group.master_id or master_epoch != group.master_epoch:
@@ -237,6 +262,7 @@ class ReplicasInfoManager:
         now = self._clock()
         with self._lock:
             group = self._group(broker_name)
+            self._refuse_if_decided_elsewhere(group)
             if broker_id == NO_MASTER:
                 if group.master_id != NO_MASTER and self._alive(broker_name, group.master_id, now):
                     return self._assignment(group)
@@ -267,7 +293,7 @@ class ReplicasInfoManager:
             for broker_id, address in sorted(group.replicas.items()):
                 live = lives.get(broker_id)
                 views.append(ReplicaView(
-                    broker_id, address.broker_addr, live is not None and live.alive(now),
+                    broker_id, address.broker_addr, self._is_alive(live, now),
                     live.master_epoch if live else 0, live.max_offset if live else 0,
                     live.confirm_offset if live else 0, now - live.last_heartbeat_ms if live else -1))
             return SyncStateData(group.cluster_name, self._assignment(group), tuple(views))
@@ -286,8 +312,35 @@ class ReplicasInfoManager:
         return group
 
     def _alive(self, broker_name: str, broker_id: int, now: int) -> bool:
-        live = self._live.get(broker_name, {}).get(broker_id)
-        return live is not None and live.alive(now)
+        return self._is_alive(self._live.get(broker_name, {}).get(broker_id), now)
+
+    def _is_alive(self, live: ReplicaLiveness | None, now: int) -> bool:
+        return live is not None and live.alive(now, self._resumed_ms)
+
+    def _newer_epoch_reported(self, group: GroupState) -> int:
+        """The newest master epoch a replica of ``group`` reported, if it is past the group's epoch here (else 0).
+        Only another controller, or a newer copy of this store, can have handed it out: deciding on this state
+        could name a second master, or hand out an epoch a replica already holds. Logged once per epoch."""
+        name = group.broker_name
+        reports = [(live.master_epoch, broker_id) for broker_id, live in self._live.get(name, {}).items()]
+        epoch, reporter = max(reports, default=(0, NO_MASTER))
+        if epoch <= group.master_epoch:
+            self._stale_logged.pop(name, None)
+            return 0
+        if self._stale_logged.get(name) != epoch:
+            self._stale_logged[name] = epoch
+            log.warning("controller_group_decided_elsewhere broker=%s epoch=%d reported_epoch=%d reported_by=%d "
+                        "action=%r", name, group.master_epoch, epoch, reporter,
+                        "no election and no sync state set change here: run one controller, on its current store")
+        return epoch
+
+    def _refuse_if_decided_elsewhere(self, group: GroupState) -> None:
+        epoch = self._newer_epoch_reported(group)
+        if epoch:
+            raise ControllerRefusal(f"broker {group.broker_name}: a replica reported master epoch {epoch}, past "
+                                    f"this controller's {group.master_epoch}: the group is decided elsewhere (another "
+                                    f"controller, or a newer copy of this store), so this controller decides nothing "
+                                    f"for it")
 
     def _eligible_text(self, group: GroupState) -> str:
         return "at all" if self.enable_elect_unclean_master else f"in the sync state set {_ids(group.sync_state_set)}"
@@ -297,7 +350,7 @@ class ReplicasInfoManager:
         lives = self._live.get(group.broker_name, {})
         eligible = group.replicas.keys() if self.enable_elect_unclean_master else group.sync_state_set
         candidates = {i: lives[i] for i in eligible
-                      if i != exclude and i in group.replicas and i in lives and lives[i].alive(now)}
+                      if i != exclude and i in group.replicas and i in lives and self._is_alive(lives[i], now)}
         chosen = elect(candidates)
         if chosen is None:
             return None
