@@ -58,10 +58,15 @@ class ReplicaGroup:
                          "controllerHeartBeatTimeoutMills": 3000, "haMaxTimeSlaveNotCatchup": 15000,
                          "syncFlushTimeout": 1000, **settings}
         self.replicas: dict[int, Daemon] = {}
-        self.start(1)
-        wait_until(lambda: self.role(1) == "MASTER", timeout=15, what="replica 1 to be elected master")
-        self.start(2)
-        self.plain = start_broker(workdir / "plain", "broker-b", self.ns.addr, registerNameServerPeriod=1000)
+        try:
+            self.start(1)
+            wait_until(lambda: self.role(1) == "MASTER", timeout=15, what="replica 1 to be elected master")
+            self.start(2)
+            self.plain = start_broker(workdir / "plain", "broker-b", self.ns.addr, registerNameServerPeriod=1000)
+        except BaseException:  # nobody else stops what was started: a failed set-up left a name server running
+            for daemon in [*self.replicas.values(), self.ns]:
+                daemon.stop(strict=False)
+            raise
 
     def start(self, broker_id: int) -> Daemon:
         self.replicas[broker_id] = start_broker(self.workdir / f"r{broker_id}", "broker-a", self.ns.addr,

@@ -318,9 +318,9 @@ def test_a_slave_with_tiered_storage_configured_expires_its_commitlog_as_its_mas
 
 
 def test_a_slave_copies_topics_static_topic_mappings_and_groups_as_soon_as_they_change(tmp_path: Path):
-    """A slave watches its master's topic, mapping and group versions (WaitMetadataChange) and copies them when they move,
-    not at its next periodic copy (up to 5 s later: a master dying then lost a topic made in it, with the delayed
-    messages and KV shards that needed it, on the slave that took over)."""
+    """A slave watches its master's topic, mapping and group versions (WaitMetadataChange) and copies them when they
+    move, not at its next periodic copy (up to 5 s later: a master dying then lost a topic made in it, with the
+    delayed messages and KV shards that needed it, on the slave that took over, and a FIFO group's order)."""
     from proto import common_pb2
 
     g = Group(tmp_path, "ASYNC_MASTER")
