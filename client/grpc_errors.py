@@ -3,9 +3,13 @@
 import grpc
 
 from client.errors import MQClientError
+from common import tls
 from common.response_code import code_name
 
 TLS_ONLY_HINT = "if the server is TLS only, give the client its CA: tls_ca=, mqadmin --tls-ca or ROCKETMQ_TLS_CA"
+# In a daemon the failing link is its own (the proxy's to a broker, relayed to a v2 client who cannot fix it)
+DAEMON_TLS_ONLY_HINT = ("if the server is TLS only, give this daemon's own connections its CA: mqproxy --tls-ca, "
+                        "broker.conf tlsClientCaPath")
 
 
 class StatusError(grpc.RpcError):
@@ -32,8 +36,12 @@ def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
         return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}")
     name = status.name if status is not None else "ERROR"
     if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or ""):  # plaintext at a TLS port
-        detail = f"{detail} ({TLS_ONLY_HINT})"
+        detail = f"{detail} ({tls_only_hint()})"
     return MQClientError(f"{what} failed at {addr}: {name}: {detail}")
+
+
+def tls_only_hint() -> str:
+    return DAEMON_TLS_ONLY_HINT if tls.is_daemon() else TLS_ONLY_HINT
 
 
 def business_error(what: str, addr: str, code: int, remark: str) -> MQClientError:

@@ -60,9 +60,12 @@ def command(namesrv_addr: str, host: str, port: int, default_invisible_ms: int, 
                                f"{default_invisible_ms}")
     try:
         tls = server_tls(tls_enable, tls_cert, tls_key)
-        set_process_ca(tls_ca or None)  # the SDK clients and broker channels the proxy opens
     except TlsError as e:
         raise click.UsageError(str(e)) from None
+    try:
+        set_process_ca(tls_ca or None)  # the SDK clients and broker channels the proxy opens
+    except TlsError as e:  # a file that cannot be used, as the broker's tlsClientCaPath: exit 1
+        raise click.ClickException(str(e)) from None
     try:
         config = ProxyConfig(namesrv_addr=namesrv_addr, host=host, port=port,
                              default_invisible_ms=default_invisible_ms, renew_ahead_ms=renew_ahead_ms,

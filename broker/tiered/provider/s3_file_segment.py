@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.tiered.provider.file_segment import FileSegment
+from common import tls
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -64,19 +65,29 @@ class S3Config:
     access_key: str = ""
     secret_key: str = ""
     path_style: bool = True  # most S3-compatible servers want path-style addressing
+    # CA file an https endpoint's certificate is checked against; empty: the broker's tlsClientCaPath for an
+    # endpoint of its own (``endpoint`` set), else boto3's default bundle (or AWS_CA_BUNDLE)
+    ca_path: str = ""
 
     def __repr__(self) -> str:  # never print the secret
         return f"S3Config(bucket={self.bucket!r}, endpoint={self.endpoint!r}, region={self.region!r})"
 
 
-_clients: dict[S3Config, S3Client] = {}
+_clients: dict[tuple[S3Config, str | None], S3Client] = {}
 _clients_lock = threading.Lock()
+
+
+def ca_bundle(config: S3Config) -> str | None:
+    """The CA file boto3 checks an https endpoint against; None: its default. The process's CA (the broker's
+    tlsClientCaPath) only for an endpoint of its own: AWS's endpoints are signed by public CAs it would not hold."""
+    return config.ca_path or (tls.process_ca_path() if config.endpoint else None)
 
 
 def s3_client(config: S3Config) -> S3Client:
     """One client per configuration and process (boto3 clients are thread-safe; sessions are not)."""
+    verify = ca_bundle(config)
     with _clients_lock:
-        client = _clients.get(config)
+        client = _clients.get((config, verify))
         if client is None:
             import boto3
             from botocore.config import Config
@@ -85,10 +96,11 @@ def s3_client(config: S3Config) -> S3Client:
             client = session.client(
                 "s3", endpoint_url=config.endpoint or None, region_name=config.region or None,
                 aws_access_key_id=config.access_key or None, aws_secret_access_key=config.secret_key or None,
+                verify=verify,
                 config=Config(s3={"addressing_style": "path" if config.path_style else "auto"},
                               retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32,
                               connect_timeout=10, read_timeout=60))
-            _clients[config] = client
+            _clients[(config, verify)] = client
         return client
 
 

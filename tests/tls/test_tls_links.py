@@ -1,0 +1,122 @@
+"""A daemon's own links under TLS (issue 18): the broker's S3 tier trusts tlsClientCaPath for an https endpoint
+of its own (moto over https with a certificate from the test CA), and a plaintext link of the proxy's to a TLS
+cluster tells the v2 client which daemon setting is missing, not the SDK's ``tls_ca=``."""
+
+import contextlib
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from broker.tiered.provider import s3_file_segment
+from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
+from client import grpc_errors
+from client.grpc_errors import StatusError, rpc_error
+from cluster.s3_server import ACCESS_KEY, REGION, SECRET_KEY, moto_missing
+from cluster.tls_certs import TlsFiles, make_tls_files
+from common import tls
+from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
+from tests.admin_cli.helpers import free_port
+from tests.cluster import Daemon, start_broker, start_daemon, start_namesrv
+
+
+@contextlib.contextmanager
+def https_s3_server(files: TlsFiles, timeout: float = 30.0) -> Iterator[str]:
+    """moto's S3 server on loopback over https, its certificate signed by ``files.ca``; yields its endpoint."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port),
+                             "-c", str(files.cert), "-k", str(files.key)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"https://127.0.0.1:{port}"
+    try:
+        context = ssl.create_default_context(cafile=str(files.ca))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1, context=context):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto over https did not start (exit {proc.poll()})")
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- 4. the S3 tier trusts the broker's CA ------------------------------------------------------------------------
+
+def test_s3_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tls, "_process_ca_path", "/etc/rocketmq/ca.pem")
+    assert s3_file_segment.ca_bundle(S3Config("b", "https://s3.internal:9000")) == "/etc/rocketmq/ca.pem"
+    assert s3_file_segment.ca_bundle(S3Config("b", "https://s3.internal:9000", ca_path="/own.pem")) == "/own.pem"
+    assert s3_file_segment.ca_bundle(S3Config("b")) is None  # AWS's own endpoint: boto3's bundle, not a private CA
+    monkeypatch.setattr(tls, "_process_ca_path", None)
+    assert s3_file_segment.ca_bundle(S3Config("b", "https://s3.internal:9000")) is None
+
+
+@pytest.mark.skipif(bool(moto_missing()), reason=moto_missing())
+def test_s3_tier_over_https_trusts_tls_client_ca_path(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path / "certs")
+    with https_s3_server(files) as endpoint:
+        started: list[Daemon] = []
+        try:
+            started.append(start_namesrv(tmp_path / "namesrv", "--tls-enable", "--tls-cert", str(files.cert),
+                                         "--tls-key", str(files.key)))
+            # the bucket is made (or found) at start: a CA the S3 client ignored stops the broker there
+            started.append(start_broker(
+                tmp_path, "broker-s3", started[0].addr, tlsEnable="true", tlsServerCertPath=files.cert,
+                tlsServerKeyPath=files.key, tlsClientCaPath=files.ca, tieredStoreEnable="true",
+                tieredBackendServiceProvider="s3", tieredStoreS3Endpoint=endpoint,
+                tieredStoreS3Bucket=f"tier-{uuid.uuid4().hex[:12]}", tieredStoreS3Region=REGION,
+                tieredStoreS3AccessKey=ACCESS_KEY, tieredStoreS3SecretKey=SECRET_KEY))
+            assert "tiered_s3_bucket_created" in started[1].log()
+        finally:
+            for daemon in reversed(started):
+                daemon.stop(strict=False)
+        # a process without tlsClientCaPath (a Spark job's) passes the CA in its S3Config
+        bucket = f"tier-{uuid.uuid4().hex[:12]}"
+        assert ensure_bucket(S3Config(bucket, endpoint, REGION, ACCESS_KEY, SECRET_KEY, ca_path=str(files.ca)))
+
+
+# -- 5. the TLS hint names the setting of whoever opened the failing link ----------------------------------------
+
+def test_tls_only_hint_names_the_daemon_setting_in_a_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = StatusError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Socket closed")
+    monkeypatch.setattr(tls, "_daemon", False)
+    assert "tls_ca=, mqadmin --tls-ca" in str(rpc_error("route of T", "127.0.0.1:9876", closed))
+    monkeypatch.setattr(tls, "_daemon", True)
+    message = str(rpc_error("route of T", "127.0.0.1:9876", closed))
+    assert grpc_errors.DAEMON_TLS_ONLY_HINT in message and "tls_ca=" not in message, message
+
+
+def test_proxy_without_tls_ca_before_a_tls_cluster_names_its_own_setting(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path / "certs")
+    started: list[Daemon] = []
+    try:
+        started.append(start_namesrv(tmp_path / "namesrv", "--tls-enable", "--tls-cert", str(files.cert),
+                                     "--tls-key", str(files.key)))
+        proxy = start_daemon("proxy", "proxy.main", ["-n", started[0].addr, "--host", "127.0.0.1", "-p", "0"],
+                             tmp_path / "proxy")
+        started.append(proxy)
+        with grpc.insecure_channel(proxy.addr) as channel:
+            reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+                service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name="TlsHintTopic")),
+                metadata=[("x-mq-client-id", f"hint-{uuid.uuid4().hex[:8]}")], timeout=30)
+    finally:
+        for daemon in reversed(started):
+            daemon.stop(strict=False)
+    message = reply.status.message
+    assert "Socket closed" in message and "mqproxy --tls-ca" in message and "tls_ca=" not in message, message
