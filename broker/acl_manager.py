@@ -88,7 +88,7 @@ class AclManager(Authority):
         user (as upstream: a policy of nobody would wait for whoever is created with that name later)."""
         with self._lock:  # the check under the lock: a deleteUser meanwhile would leave the policy behind
             if self.user(subject[len(USER_PREFIX):]) is None:
-                raise Refusal(ResponseCode.SYSTEM_ERROR, f"subject {subject} does not exist (createUser first)")
+                raise Refusal(ResponseCode.INVALID_PARAMETER, f"subject {subject} does not exist (createUser first)")
             old = self.policies.get(subject)
             resources = {e.resource for e in entries}
             kept = tuple(e for e in (old.entries if old else ()) if e.resource not in resources)
@@ -151,7 +151,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
     async def CreateUser(self, request, context):
         user = self._user(request)
         if user.username in self.acl.users:
-            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {user.username!r} already exists (use updateUser)")
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"user {user.username!r} already exists (use updateUser)")
         self.acl.put_user(user)
         return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
 
@@ -160,7 +160,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
             raise RequestError("updateUser has nothing to update: give a password or a user type")
         old = self.acl.users.get(request.username)
         if old is None:
-            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {request.username!r} does not exist (use createUser)")
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"user {request.username!r} does not exist (use createUser)")
         user = User(old.username, request.password or old.password,
                     normalize_user_type(request.user_type) if request.user_type else old.user_type)
         self.acl.put_user(user)
@@ -168,7 +168,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
 
     async def DeleteUser(self, request, context):
         if request.username not in self.acl.users:
-            raise Refusal(ResponseCode.SYSTEM_ERROR, f"user {request.username!r} does not exist")
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"user {request.username!r} does not exist")
         self.acl.delete_user(request.username)
         return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
 
@@ -196,7 +196,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         if not self.acl.delete_entries(subject, resource):
-            raise Refusal(ResponseCode.SYSTEM_ERROR, _nothing_to_delete(self.acl, subject, resource))
+            raise Refusal(ResponseCode.INVALID_PARAMETER, _nothing_to_delete(self.acl, subject, resource))
         return acl_pb2.AclCommandResponse(code=ResponseCode.SUCCESS)
 
     async def ListAcl(self, request, context):

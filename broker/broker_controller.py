@@ -92,6 +92,7 @@ from common.shutdown_steps import ShutdownStep, run_shutdown_steps
 from common.tls import add_port
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_PERM, TopicConfig
 from proto import (
+    acl_pb2,
     acl_pb2_grpc,
     broker_pb2,
     broker_pb2_grpc,
@@ -117,6 +118,8 @@ STARTUP_DISPATCH_WAIT_S = 30.0  # a master's start waits this long for dispatch 
 SERVICE_NAMES = tuple(module.DESCRIPTOR.services_by_name[name].full_name for module, name in (
     (broker_pb2, "BrokerService"), (kv_pb2, "KvService"), (tiered_pb2, "TieredService"),
     (consumer_pb2, "ConsumerService"), (transaction_pb2, "TransactionService"), (pop_pb2, "PopService")))
+
+ACL_SERVICE_NAME = acl_pb2.DESCRIPTOR.services_by_name["AclService"].full_name  # served when ACL is on
 
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
@@ -281,7 +284,7 @@ class BrokerController:
         pop_pb2_grpc.add_PopServiceServicer_to_server(self.pop_servicer, handlers)
         if self.acl is not None:
             acl_pb2_grpc.add_AclServiceServicer_to_server(AclServicer(self.acl), handlers)
-        self.health = await add_health_and_reflection(server, SERVICE_NAMES)
+        self.health = await add_health_and_reflection(server, self._service_names())
         await server.start()
         self._server = server
         self._health_watch = asyncio.create_task(self._watch_health(self.health))
@@ -311,6 +314,10 @@ class BrokerController:
                  len(self.topic_config_manager.topic_config_table))
         return self.broker_addr
 
+    def _service_names(self) -> tuple[str, ...]:
+        """What health and reflection name: the client port's services, AclService among them when ACL is on."""
+        return (*SERVICE_NAMES, ACL_SERVICE_NAME) if self.acl is not None else SERVICE_NAMES
+
     async def _watch_health(self, health: Health) -> None:
         """NOT_SERVING while the store refuses writes for its own sake (a fail-stop, a full disk); SERVING again
         when writes resume. A slave's refusal (it copies its master) is its normal state: still SERVING."""
@@ -320,7 +327,7 @@ class BrokerController:
             now = flags.fail_stop_reason is None and flags.disk_full_reason is None
             if now != serving:
                 serving = now
-                await set_health(health, SERVICE_NAMES, serving)
+                await set_health(health, self._service_names(), serving)
                 log.warning("health_status status=%s reason=%r", "SERVING" if serving else "NOT_SERVING",
                             flags.fail_stop_reason or flags.disk_full_reason or "")
             await asyncio.sleep(HEALTH_POLL_S)

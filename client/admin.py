@@ -33,7 +33,7 @@ from common.response_code import ResponseCode, code_name
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_to_proto
-from common.topic_validator import InvalidTopicError, is_system_topic, validate_topic
+from common.topic_validator import InvalidTopicError, is_system_topic, system_topic_refusal, validate_topic
 from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -336,6 +336,8 @@ class Admin:
 
     def delete_topic(self, topic: str, cluster: str) -> list[str]:
         """Delete ``topic`` from every broker of ``cluster`` and from the name servers' routes."""
+        if (refusal := system_topic_refusal(topic)) is not None:  # before the route: the name server may have none
+            raise MQClientError(f"delete topic {topic}: {refusal}")
         route = self.client.route(topic, refresh=True)
         targets = {b.broker_name for b in self.brokers(cluster)}
         deleted = []

@@ -37,6 +37,14 @@ def conflicts_with_system_topic(topic: str) -> bool:
     return topic == AUTO_CREATE_TOPIC_KEY_TOPIC or topic in TRANSACTION_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
+def system_topic_refusal(topic: str) -> str | None:
+    """Why updateTopic and deleteTopic refuse ``topic`` (None: they do not): the broker and the SDK say the same."""
+    if not conflicts_with_system_topic(topic):
+        return None
+    return (f"topic {topic} is conflict with system topic: TBW102, the transaction topics and rmq_sys_* topics "
+            "belong to the broker; updateTopic and deleteTopic do not change them")
+
+
 def is_system_topic(topic: str) -> bool:
     return conflicts_with_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 

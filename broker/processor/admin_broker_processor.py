@@ -29,7 +29,7 @@ from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
-from common.topic_validator import conflicts_with_system_topic
+from common.topic_validator import system_topic_refusal
 from proto import broker_pb2, common_pb2
 
 log = logging.getLogger(__name__)
@@ -428,9 +428,8 @@ LIVE_CONFIG_KEYS = frozenset({"autoCreateTopicEnable", "defaultTopicQueueNums", 
 
 def _refuse_system_topic(topic: str) -> None:
     """The broker's own topics change only through the broker (it makes them at start, as it needs them)."""
-    require(not conflicts_with_system_topic(topic),
-            f"topic {topic} is conflict with system topic: TBW102, the transaction topics and rmq_sys_* topics "
-            "belong to the broker; updateTopic and deleteTopic do not change them")
+    refusal = system_topic_refusal(topic)
+    require(refusal is None, refusal or "")
 
 
 def _version() -> str:

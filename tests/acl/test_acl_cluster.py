@@ -232,3 +232,23 @@ def test_update_user_needs_a_password_or_a_type(cluster: Cluster) -> None:
     with Admin(cluster.addr, credentials=ROOT) as admin, \
             pytest.raises(MQClientError, match=r"invalid argument: .*nothing to update"):
         AclAdmin(admin).update_user("bob", cluster="DefaultCluster")
+
+
+def test_acl_mistakes_are_invalid_parameter_and_health_names_the_acl_service(cluster: Cluster):
+    """A user's mistake is never SYSTEM_ERROR (left for system faults): an ACL of a subject that does not exist, a
+    user made twice, an ACL to delete that is not there were. And health and reflection name AclService too."""
+    from grpc_health.v1 import health_pb2
+
+    from tests.metrics.test_metrics_daemons import health, reflected_services
+
+    with Admin(cluster.addr, credentials=ROOT) as admin:
+        acl = AclAdmin(admin)
+        with pytest.raises(MQClientError, match=r"INVALID_PARAMETER: subject User:nobody does not exist"):
+            acl.create_acl("User:nobody", ["Topic:x"], ["Pub"], "Allow", cluster="DefaultCluster")
+        with pytest.raises(MQClientError, match=r"INVALID_PARAMETER: user 'alice' already exists"):
+            acl.create_user("alice", "again-secret", cluster="DefaultCluster")
+        with pytest.raises(MQClientError, match=r"INVALID_PARAMETER: no ACL of User:bob"):
+            acl.delete_acl("User:bob", cluster="DefaultCluster")
+    broker = next(iter(cluster.brokers.values()))
+    assert "rmq.AclService" in reflected_services(broker.addr)
+    assert health(broker.addr, "rmq.AclService") == health_pb2.HealthCheckResponse.SERVING

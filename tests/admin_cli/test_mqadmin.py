@@ -154,6 +154,8 @@ def test_system_topics_are_not_updated_nor_deleted(auto_create_broker: Cluster, 
     c = auto_create_broker
     line = fails(c.addr, "updateTopic", "-t", topic, "-c", CLUSTER, "-r", "2", "-w", "2")
     assert f"topic {topic} is conflict with system topic" in line, line
+    line = fails(c.addr, "deleteTopic", "-t", topic, "-c", CLUSTER)  # (the half topics have no route: said first)
+    assert f"topic {topic} is conflict with system topic" in line, line
     with grpc.insecure_channel(c.brokers["broker-s"].addr) as channel:  # the broker refuses, whoever asks
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
         for call in (lambda: stub.UpdateAndCreateTopic(broker_pb2.UpdateTopicRequest(
