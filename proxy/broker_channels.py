@@ -1,17 +1,19 @@
 """Asynchronous channels to the brokers, one per address, opened on first use: the proxy's own gRPC to the cluster
-for what the SDK's synchronous clients would block the event loop on (POP, long polling included)."""
+for what the SDK's synchronous clients would block the event loop on (POP, long polling included, and the end of
+a transaction)."""
 
 import grpc
 
 from client.client_instance import CHANNEL_OPTIONS
 from common import tls
-from proto import pop_pb2_grpc
+from proto import pop_pb2_grpc, transaction_pb2_grpc
 
 
 class BrokerChannels:
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._pop_services: dict[str, pop_pb2_grpc.PopServiceStub] = {}  # a stub builds a callable per method
+        self._transaction_services: dict[str, transaction_pb2_grpc.TransactionServiceStub] = {}
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         ch = self._channels.get(addr)
@@ -30,8 +32,15 @@ class BrokerChannels:
             stub = self._pop_services[addr] = pop_pb2_grpc.PopServiceStub(self.channel(addr))
         return stub
 
+    def transaction_service(self, addr: str) -> transaction_pb2_grpc.TransactionServiceStub:
+        stub = self._transaction_services.get(addr)
+        if stub is None:
+            stub = self._transaction_services[addr] = transaction_pb2_grpc.TransactionServiceStub(self.channel(addr))
+        return stub
+
     async def close(self) -> None:
         channels, self._channels = list(self._channels.values()), {}
         self._pop_services.clear()
+        self._transaction_services.clear()
         for ch in channels:
             await ch.close(None)

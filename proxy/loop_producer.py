@@ -9,19 +9,27 @@ SDK's, unchanged: every attempt settles on the loop, since the SDK makes its ret
 name server, blocking calls) on threads of its own."""
 
 import asyncio
+import contextlib
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
+from client.errors import MQClientError
 from client.grpc_errors import StatusError
 from client.producer import Producer, _Send
+from client.results import SendResult
 from client.retry_threads import RetryThreads
+from client.static_route import is_logic_queue
+from common.message import Message
+from common.response_code import ResponseCode
+from common.transaction_topic import TRANSACTION_PREPARED_TYPE
 from proto import broker_pb2
 from proxy.broker_send_streams import BrokerSendStreams
 
 RETRY_THREADS = 16
+T = TypeVar("T")
 
 
 class LoopProducer(Producer):
@@ -39,6 +47,19 @@ class LoopProducer(Producer):
         """Whether a send to ``topic`` is likely to start on the loop without a name server call; the send
         processor makes sure with ``client.cache_only()`` (a miss raises RouteNotCached before anything is sent)."""
         return self.client.sends_from_cache(topic)
+
+    def send_half_async(self, msg: Message) -> Future[SendResult]:
+        """The SDK's ``Producer._send_half`` without its wait: the half message's first attempt starts here (within
+        ``client.cache_only()``, on the loop: a miss raises RouteNotCached, or sets it on the future, before anything
+        is sent) and the future settles when a broker stored it. Sessions for its checks are the proxy's own."""
+        send = self._request([msg], sys_flag=TRANSACTION_PREPARED_TYPE)
+        mq = self._next_queue(send.topic, None, refresh=False)
+        if is_logic_queue(mq):
+            raise MQClientError(f"topic {send.topic} is a static topic: transactional messages on static topics are "
+                                "not supported", ResponseCode.INVALID_PARAMETER)
+        future: Future[SendResult] = Future()
+        self._attempt(send, mq, True, 1 + self.retry_times, future)
+        return future
 
     def _call(self, addr: str, send: _Send, queue_id: int, addressing: broker_pb2.QueueAddressing,
               timeout_s: float | None = None) -> Future:
@@ -72,3 +93,37 @@ class LoopProducer(Producer):
             outcome.set_exception(error)
         else:
             outcome.set_result(answer.result())
+
+
+async def settled(future: Future[T]) -> T:
+    """The outcome of the SDK's future, awaited without tying the two together: a client that gives up on its call
+    cancels this wait, never the SDK's future (which the producer settles itself when the broker answers)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+
+    def copy(done: Future[T]) -> None:
+        if _running_loop() is loop:  # settled on the loop itself (see LoopProducer)
+            _copy_outcome(done, waiter)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the proxy stopped): nobody waits
+            loop.call_soon_threadsafe(_copy_outcome, done, waiter)
+
+    future.add_done_callback(copy)
+    return await waiter
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
+    if waiter.done():  # the wait was cancelled
+        return
+    exc = done.exception()
+    if exc is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(done.result())

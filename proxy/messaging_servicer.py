@@ -96,7 +96,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(service_pb2.SendMessageResponse)
     async def SendMessage(self, request, context):
-        return await self.send.send_message(request, client_id(context))
+        return await self.send.send_message(request, client_id(context), context.time_remaining())
 
     @unary(service_pb2.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
@@ -128,7 +128,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(service_pb2.EndTransactionResponse)
     async def EndTransaction(self, request, context):
-        return await self.transaction.end_transaction(request, client_id(context))
+        return await self.transaction.end_transaction(request, client_id(context), context.time_remaining())
 
     @unary(service_pb2.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):

@@ -23,6 +23,11 @@ class ProxyConfig:
     max_receive_batch: int = 32  # a receive hands out at most this many messages, as upstream
     max_long_polling_ms: int = 20_000  # the longest a receive is parked (upstream clamps to 20 s too)
     long_polling_margin_ms: int = 1_000  # a parked receive answers this long before the client's deadline
+    # A receive's immediate pop on each broker after the first (the one the client named gets rpc_timeout_s): a
+    # healthy broker answers in milliseconds. One that did not answer a pop is skipped by receives that have another
+    # broker to pop on for silent_broker_skip_s (a paused broker keeps its connection: nothing else marks it down).
+    sweep_pop_timeout_s: float = 1.0
+    silent_broker_skip_s: float = 5.0
     # A PushConsumer's receive (auto_renew) names no invisible time: its messages are popped with this one and
     # renewed by as much renew_ahead_ms before it ends, for at most renew_max_ms (upstream's defaultInvisibleTimeMills,
     # renewAheadTimeMillis, renewSliceTimeMillis, renewMaxTimeMillis; proxy/processor/receipt_handle_renewer.py)

@@ -1,7 +1,10 @@
 """Routes and broker addresses for the processors, from the SDK's route cache (``client/client_instance.py``, 30 s).
 
-The SDK asks the name server synchronously on a cache miss, so every look-up runs in a worker thread: one client's
-miss never stalls the event loop that serves every other client. SDK errors become v2 statuses here."""
+A look-up the cache answers runs on the event loop (``ClientInstance.cache_only``): every receive, ack and end of a
+transaction makes one, and a worker thread for each would make them wait behind whatever holds the shared pool (a
+paused broker's calls). The SDK asks the name server synchronously on a miss, so only a miss goes to a worker
+thread: one client's miss never stalls the event loop that serves every other client. SDK errors become v2
+statuses here."""
 
 import asyncio
 import logging
@@ -18,7 +21,7 @@ from common.perm import is_readable
 from common.response_code import ResponseCode
 from proto import common_pb2
 from proxy.broker_channels import BrokerChannels
-from proxy.v2_codes import LEADER_MOVING, Code, ProxyError, refusal
+from proxy.v2_codes import BROKER_UNAVAILABLE, LEADER_MOVING, Code, ProxyError, refusal
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +53,16 @@ class TopicRouteService:
         their first send), as the SDK's producer does."""
         return await self._ask(f"route of topic {topic}", lambda: self.client.route(topic, for_publish=for_publish))
 
-    async def master_addr(self, topic: str, broker_name: str) -> str:
+    async def master_addr(self, topic: str, broker_name: str, for_publish: bool = False) -> str:
         """The master of ``broker_name`` (POP state and every write live there)."""
         return await self._ask(f"broker {broker_name} of topic {topic}",
-                               lambda: self.client.master_addr(topic, broker_name))
+                               lambda: self.client.master_addr(topic, broker_name, for_publish=for_publish))
 
     async def unknown_brokers(self, topic: str, names: Collection[str], for_publish: bool = False) -> set[str]:
         """Of ``names`` (brokers a client's receipt handles or transaction id name: its word only), those the
         topic's route does not name. Read from the cache on the loop; a fresher route only when one is missing, and
         at most once a call."""
-        try:
-            with self.client.cache_only():  # the usual case: cached, no name server call, no thread
-                route = self.client.route(topic, for_publish=for_publish)
-        except RouteNotCached:
-            route = await self.route(topic, for_publish)
+        route = await self.route(topic, for_publish)
         unknown = set(names) - broker_names(route)
         if unknown:
             route = await self._ask(f"route of topic {topic}", lambda: self.client.route(
@@ -77,6 +76,10 @@ class TopicRouteService:
         self.client.invalidate_route(topic)
         self.client.report_failure(addr, exc.code() if hasattr(exc, "code") else None,
                                    lambda: self.brokers.ready(addr))  # the proxy's calls go on its own channels
+
+    def answered(self, addr: str) -> None:
+        """The broker at ``addr`` answered: a mark saying it was down is stale."""
+        self.client.report_answer(addr)
 
     async def leader_addr(self, topic: str, logic_id: int) -> str:
         """The master of the broker leading logic queue ``logic_id`` of static topic ``topic``; BAD_REQUEST when
@@ -118,10 +121,14 @@ class TopicRouteService:
         return sorted(qd.broker_name for qd in route.queue_datas
                       if is_readable(qd.perm) and qd.read_queue_nums > 0 and master_of(route, qd.broker_name))
 
-    @staticmethod
-    async def _ask(what: str, call: Callable[[], T]) -> T:
+    async def _ask(self, what: str, call: Callable[[], T]) -> T:
+        """``call`` on the loop when the route cache answers it; in a worker thread only on a miss."""
         try:
-            return await asyncio.to_thread(call)
+            try:
+                with self.client.cache_only():
+                    return call()
+            except RouteNotCached:  # raised before any name server call: nothing was done yet
+                return await asyncio.to_thread(call)
         except MQClientError as exc:
             raise client_error(what, exc) from None
 
@@ -143,4 +150,6 @@ def client_error(what: str, exc: MQClientError) -> ProxyError:
         return ProxyError(Code.BAD_REQUEST, text)
     if "DEADLINE_EXCEEDED" in text:
         return ProxyError(Code.PROXY_TIMEOUT, text)
+    if ": UNAVAILABLE:" in text or getattr(exc, "no_master", False):  # gone, or a failover under way
+        return ProxyError(BROKER_UNAVAILABLE, text)
     return ProxyError(Code.INTERNAL_SERVER_ERROR, text)

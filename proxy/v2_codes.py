@@ -12,6 +12,12 @@ Code = definition_pb2.Code
 # so not INTERNAL_SERVER_ERROR. The official clients' producers retry it (unlike TOO_MANY_REQUESTS, which the Python
 # client's producer gives up on), and a PushConsumer receives again.
 LEADER_MOVING = Code.HA_NOT_AVAILABLE
+# A broker the proxy cannot reach (killed, restarting, mid-failover: gRPC UNAVAILABLE) or that has no master right
+# now. v2 has no "service unavailable" code; PROXY_TIMEOUT is its gateway code (HTTP 504: no answer from the
+# upstream server), which the official clients raise as ProxyTimeoutException and retry as any transient failure
+# (producers on another queue, PushConsumers after a back-off). Upstream's proxy lets a connect failure fall to its
+# catch-all INTERNAL_SERVER_ERROR, which reads as a bug in the proxy to whoever watches the clients' errors.
+BROKER_UNAVAILABLE = Code.PROXY_TIMEOUT
 
 
 class ProxyError(Exception):
@@ -91,6 +97,8 @@ def rpc_failure(what: str, addr: str, exc: grpc.RpcError) -> ProxyError:
         return ProxyError(Code.NOT_IMPLEMENTED, f"{what}: the broker at {addr} does not serve it ({detail})")
     if status is grpc.StatusCode.DEADLINE_EXCEEDED:
         return ProxyError(Code.PROXY_TIMEOUT, f"{what}: the broker at {addr} did not answer in time")
+    if status is grpc.StatusCode.UNAVAILABLE:
+        return ProxyError(BROKER_UNAVAILABLE, f"{what}: the broker at {addr} is unreachable now (retry): {detail}")
     if status is grpc.StatusCode.INVALID_ARGUMENT:
         return ProxyError(Code.BAD_REQUEST, f"{what}: refused by the broker at {addr}: {detail}")
     name = status.name if status is not None else "ERROR"

@@ -5,10 +5,15 @@ messages, so the proxy only picks where to pop and routes each receipt handle ba
 Where a receive pops: a normal topic's queue names its broker (the route hands out brokers' queues, and a
 PushConsumer's assignment is one queue per broker), so the pop goes to that broker's master for any of its queues
 (queue id -1: the broker rotates over them); when that broker has nothing to hand out right now, the topic's other
-brokers are asked at once, and only when none has anything is the first one long-polled. A queue naming no broker
-of the route (an old route) starts at the next broker in turn. A static topic's logic queue pops at its leader,
-addressed LOGIC; a leader that answers NOT_LEADER_FOR_QUEUE (a remap moved the queue) has the route fetched again
-and the pop made once more at the new leader."""
+brokers are asked at once, and only when none has anything is the first one that answered long-polled, for what is
+left of the client's deadline. A queue naming no broker of the route (an old route) starts at the next broker in
+turn. A static topic's logic queue pops at its leader, addressed LOGIC; a leader that answers NOT_LEADER_FOR_QUEUE
+(a remap moved the queue) has the route fetched again and the pop made once more at the new leader.
+
+A broker that does not answer a pop (gone, or paused: a SIGSTOPped process keeps its connection READY, so nothing
+marks it down) is skipped by the receive, and by the next ones for ``silent_broker_skip_s``, while the topic has
+another broker to pop on; the other brokers' pops have ``sweep_pop_timeout_s``: so an empty receive of a topic one
+of whose brokers stands still still answers MESSAGE_NOT_FOUND before the client gives up."""
 
 import asyncio
 import itertools
@@ -21,6 +26,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from client.ack_batcher import ack_outcomes
+from client.replica_health import DownAddresses
 from client.static_route import is_logic_queue, master_of
 from common.acl import inner_metadata
 from common.message import MessageExt
@@ -32,6 +38,7 @@ from common.subscription import parse_sub_expression
 from proto import broker_pb2, pop_pb2
 from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
+from proxy.deadline import Deadline
 from proxy.message_convert import timestamp, to_v2_message
 from proxy.processor.names import check_group, check_topic, tag_expression
 from proxy.processor.receipt_handle_renewer import Online, ReceiptHandleRenewer, RenewRefused
@@ -66,7 +73,12 @@ class PopTarget:
 class ReceiveLimits:
     batch: int
     invisible_ms: int
-    poll_ms: int
+    poll_ms: int  # as asked (capped); what is left of the client's deadline after the sweep caps it again
+    deadline: Deadline
+
+
+class NoAnswer(ProxyError):
+    """A pop the broker did not answer (unreachable, or silent past its timeout), as opposed to one it refused."""
 
 
 class ConsumeProcessor:
@@ -79,6 +91,7 @@ class ConsumeProcessor:
                                             config.renew_max_ms, online)
         self._turns: dict[str, itertools.count[int]] = {}  # topic -> the next broker to pop on, for "any broker"
         self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
+        self._silent = DownAddresses(hold_s=config.silent_broker_skip_s)  # brokers whose last pop got no answer
 
     # -- receive --------------------------------------------------------------------------------------------------
     async def receive_message(self, request: service_pb2.ReceiveMessageRequest, client_id: str,
@@ -93,7 +106,7 @@ class ConsumeProcessor:
         pop = pop_pb2.PopMessageRequest(group=group, topic=topic, expression=expression, max_msg_nums=limits.batch,
                                         invisible_time_ms=limits.invisible_ms, client_id=client_id)
         what = f"receive from topic {topic} for group {group}"
-        target, response = await self._sweep_then_park(pop, targets, limits.poll_ms, what)
+        target, response = await self._sweep_then_park(pop, targets, limits, what)
         messages = self._messages(response, topic, group, expression, target, limits.invisible_ms) if target else []
         if not messages:  # nothing, or all filtered out (tags whose hash collides with a subscribed one)
             yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
@@ -107,55 +120,97 @@ class ConsumeProcessor:
         if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
             self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
 
-    async def _sweep_then_park(self, pop: pop_pb2.PopMessageRequest, targets: list[PopTarget], poll_ms: int,
+    async def _sweep_then_park(self, pop: pop_pb2.PopMessageRequest, targets: list[PopTarget], limits: ReceiveLimits,
                                what: str) -> tuple[PopTarget | None, pop_pb2.PopMessageResponse]:
         """Pop at once on the first target, then on each other one (a client rotates over every broker's queues:
         without this, a receive that lands on a broker with nothing to hand out would wait out its long polling
-        while another broker has messages); only when all are empty is the first one long-polled. The first
-        target's refusal is the receive's; another's only skips it."""
+        while another broker has messages); only when all are empty is the first one that answered long-polled,
+        for what is left of the client's deadline. The refusal of the first broker that answers is the receive's;
+        another's only skips it, as does a broker that does not answer (the first failure is the receive's when
+        none answers)."""
         empty = pop_pb2.PopMessageResponse(code=ResponseCode.PULL_NOT_FOUND)
-        first = targets[0]
-        for i, target in enumerate(targets):
+        first: PopTarget | None = None
+        failure: NoAnswer | None = None
+        for i, target in enumerate(self._answering_first(targets)):
+            timeout = self._sweep_timeout(i, limits.deadline)
+            if timeout <= 0:  # the client gives up before another answer could reach it
+                break
             try:
-                answered, response = await self._pop(pop, target, 0, what)
+                answered, response = await self._pop(pop, target, 0, timeout, what)
+            except NoAnswer as exc:
+                failure = failure or exc
+                log.info("receive_skipped_broker addr=%s reason=%r", target.addr, exc.message)
+                continue
             except ProxyError as exc:
-                if i == 0:
+                if first is None:
                     raise
                 log.info("receive_skipped_broker addr=%s reason=%r", target.addr, exc.message)
                 continue
-            if i == 0:  # a logic queue's new leader, when it moved: the long poll goes there too
+            if first is None:  # a logic queue's new leader, when it moved: the long poll goes there too
                 first = answered
             if response.popped:
                 return answered, response
+        if first is None:
+            if failure is not None:
+                raise failure
+            return None, empty
+        poll_ms = self._poll_left(limits)
         if poll_ms <= 0:
             return None, empty
-        answered, response = await self._pop(pop, first, poll_ms, what)
+        answered, response = await self._pop(pop, first, poll_ms, limits.deadline.cap(
+            poll_ms / 1000 + self.config.rpc_timeout_s), what)
         return (answered, response) if response.popped else (None, empty)
 
-    async def _pop(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int,
+    def _sweep_timeout(self, i: int, deadline: Deadline) -> float:
+        """The first pop has a broker call's timeout (the client's deadline at most: a broker that answers at all
+        answers in milliseconds); each other one is a look in passing, short, and leaves the client time for its
+        answer."""
+        if i == 0:
+            return deadline.cap(self.config.rpc_timeout_s, margin_s=0)
+        return deadline.cap(self.config.sweep_pop_timeout_s)
+
+    def _answering_first(self, targets: list[PopTarget]) -> list[PopTarget]:
+        """``targets`` without the brokers whose last pop got no answer a moment ago (all of them when every one
+        is such: the receive finds out)."""
+        answering = [t for t in targets if not self._silent.is_down(t.addr)]
+        return answering or targets
+
+    def _poll_left(self, limits: ReceiveLimits) -> int:
+        """The long polling still to do: as asked, but answered ``long_polling_margin_ms`` before the client gives
+        up, counted from now (the sweep took some of the client's time, a silent broker up to its timeout)."""
+        left = limits.deadline.left_s()
+        if left is None:
+            return limits.poll_ms
+        return max(0, min(limits.poll_ms, int(left * 1000) - self.config.long_polling_margin_ms))
+
+    async def _pop(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int, timeout_s: float,
                    what: str) -> tuple[PopTarget, pop_pb2.PopMessageResponse]:
         """The target that answered (a logic queue's new leader, when the old one said it moved) and its answer."""
-        response = await self._pop_at(pop, target, poll_ms, what)
+        response = await self._pop_at(pop, target, poll_ms, timeout_s, what)
         if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE and target.addressing == broker_pb2.LOGIC:
             moved = await self.routes.moved_leader(pop.topic, target.queue_id, target.addr)
             if moved is not None:  # once: a second refusal is answered as a transient one
                 target = replace(target, addr=moved)
-                response = await self._pop_at(pop, target, poll_ms, what)
+                response = await self._pop_at(pop, target, poll_ms, timeout_s, what)
         if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
             raise broker_refusal(what, response.code, response.remark)
         return target, response
 
-    async def _pop_at(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int,
+    async def _pop_at(self, pop: pop_pb2.PopMessageRequest, target: PopTarget, poll_ms: int, timeout_s: float,
                       what: str) -> pop_pb2.PopMessageResponse:
         request = pop_pb2.PopMessageRequest()
         request.CopyFrom(pop)
         request.queue_id, request.addressing, request.poll_time_ms = target.queue_id, target.addressing, poll_ms
         try:
-            return await self.brokers.pop_service(target.addr).PopMessage(
-                request, timeout=poll_ms / 1000 + self.config.rpc_timeout_s, metadata=inner_metadata())
+            response: pop_pb2.PopMessageResponse = await self.brokers.pop_service(target.addr).PopMessage(
+                request, timeout=timeout_s, metadata=inner_metadata())
         except grpc.RpcError as exc:
             self.routes.unreachable(pop.topic, target.addr, exc)
-            raise rpc_failure(what, target.addr, exc) from None
+            self._silent.mark(target.addr)
+            failure = rpc_failure(what, target.addr, exc)
+            raise NoAnswer(failure.code, failure.message) from None
+        self._silent.clear(target.addr)
+        return response
 
     def _limits(self, request: service_pb2.ReceiveMessageRequest, time_remaining_s: float | None) -> ReceiveLimits:
         if request.batch_size <= 0:
@@ -174,9 +229,7 @@ class ConsumeProcessor:
             if poll_ms < 0:
                 raise ProxyError(Code.ILLEGAL_POLLING_TIME, f"long polling timeout {poll_ms} ms is negative")
         poll_ms = min(poll_ms, self.config.max_long_polling_ms)
-        if time_remaining_s is not None:  # answer before the client gives up on the call
-            poll_ms = max(0, min(poll_ms, int(time_remaining_s * 1000) - self.config.long_polling_margin_ms))
-        return ReceiveLimits(batch, invisible_ms, poll_ms)
+        return ReceiveLimits(batch, invisible_ms, poll_ms, Deadline.after(time_remaining_s))
 
     async def _targets(self, topic: str, queue: definition_pb2.MessageQueue) -> list[PopTarget]:
         """Where to pop, the queue's own target first: a static topic's logic queue at its leader; a normal topic's

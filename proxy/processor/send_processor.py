@@ -7,15 +7,14 @@ Transactional messages go to the transaction processor; everything else is store
 message id as the message's unique key."""
 
 import asyncio
-import contextlib
 from concurrent.futures import Future
-from typing import TypeVar
 
 from client.client_instance import RouteNotCached
 from client.errors import MQClientError
 from client.results import SendResult, SendStatus
 from proto.v2 import definition_pb2, service_pb2
-from proxy.loop_producer import LoopProducer
+from proxy.deadline import Deadline
+from proxy.loop_producer import LoopProducer, settled
 from proxy.message_convert import OutgoingMessage, compressed, to_outgoing
 from proxy.processor.names import check_topic
 from proxy.processor.transaction_processor import TransactionProcessor
@@ -23,7 +22,6 @@ from proxy.topic_route_service import client_error
 from proxy.v2_codes import Code, ProxyError, ok_status, overall_status
 
 MAX_MESSAGES_PER_SEND = 1024
-T = TypeVar("T")
 
 
 class SendProcessor:
@@ -32,24 +30,26 @@ class SendProcessor:
         self.transactions = transactions
         self.max_body_size = max_body_size
 
-    async def send_message(self, request: service_pb2.SendMessageRequest,
-                           client_id: str) -> service_pb2.SendMessageResponse:
+    async def send_message(self, request: service_pb2.SendMessageRequest, client_id: str,
+                           time_remaining_s: float | None = None) -> service_pb2.SendMessageResponse:
         if not request.messages:
             raise ProxyError(Code.BAD_REQUEST, "a send needs at least one message")
         if len(request.messages) > MAX_MESSAGES_PER_SEND:
             raise ProxyError(Code.BAD_REQUEST, f"a send carries at most {MAX_MESSAGES_PER_SEND} messages")
+        deadline = Deadline.after(time_remaining_s)
         if len(request.messages) == 1:  # the usual send: no task for it
-            entries = [await self._send_one(request.messages[0], client_id)]
+            entries = [await self._send_one(request.messages[0], client_id, deadline)]
         else:
-            entries = await asyncio.gather(*(self._send_one(msg, client_id) for msg in request.messages))
+            entries = await asyncio.gather(*(self._send_one(msg, client_id, deadline) for msg in request.messages))
         return service_pb2.SendMessageResponse(status=overall_status([e.status for e in entries]), entries=entries)
 
-    async def _send_one(self, msg: definition_pb2.Message, client_id: str) -> service_pb2.SendResultEntry:
+    async def _send_one(self, msg: definition_pb2.Message, client_id: str,
+                        deadline: Deadline) -> service_pb2.SendResultEntry:
         """One message's entry: its own status, so one bad message of a request does not fail the others."""
         try:
             outgoing = await self._convert(msg)
             if outgoing.transactional:
-                return await self.transactions.send_half_message(outgoing, client_id)
+                return await self.transactions.send_half_message(outgoing, client_id, deadline)
             return entry(outgoing, await self._send(outgoing))
         except ProxyError as exc:
             return service_pb2.SendResultEntry(status=exc.status(), message_id=msg.system_properties.message_id)
@@ -96,40 +96,6 @@ class SendProcessor:
         if future.done() and isinstance(future.exception(), RouteNotCached):
             return None
         return future
-
-
-async def settled(future: Future[T]) -> T:
-    """The outcome of the SDK's future, awaited without tying the two together: a client that gives up on its call
-    cancels this wait, never the SDK's future (which the producer settles itself when the broker answers)."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[T] = loop.create_future()
-
-    def copy(done: Future[T]) -> None:
-        if _running_loop() is loop:  # settled on the loop itself (see LoopProducer)
-            _copy_outcome(done, waiter)
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the proxy stopped): nobody waits
-            loop.call_soon_threadsafe(_copy_outcome, done, waiter)
-
-    future.add_done_callback(copy)
-    return await waiter
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _copy_outcome(done: Future[T], waiter: asyncio.Future[T]) -> None:
-    if waiter.done():  # the wait was cancelled
-        return
-    exc = done.exception()
-    if exc is not None:
-        waiter.set_exception(exc)
-    else:
-        waiter.set_result(done.result())
 
 
 def entry(outgoing: OutgoingMessage, result: SendResult) -> service_pb2.SendResultEntry:

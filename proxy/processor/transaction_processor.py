@@ -14,37 +14,54 @@ message. A broker's check becomes a ``RecoverOrphanedTransactionCommand`` pushed
 connected here (any: upstream asks one of the group), whose checker answers with
 EndTransaction(source=SOURCE_SERVER_CHECK). A topic's group leaves the heartbeat when its last producer goes (its
 Telemetry stream ends or it says it terminates); a check then finds no producer and counts all the same, as upstream
-(a group gone for good does not keep a half message for ever: ``transactionCheckMax``)."""
+(a group gone for good does not keep a half message for ever: ``transactionCheckMax``).
+
+Threads: EndTransaction goes to the broker on the proxy's own channel from the event loop, and a half message on the
+broker's send stream (``LoopProducer``), both within what is left of the client's deadline. Only what must block (a
+route missing from the cache, the check sessions' routes) runs in worker threads, and in this processor's own few
+(:data:`TRANSACTION_THREADS`): a paused broker or a stalled name server holds none of the threads the other calls
+use, and an end nobody waits for any more is not retried."""
 
 import asyncio
 import contextlib
 import logging
 import random
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
-from client.client_instance import ClientInstance
+import grpc
+
+from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
-from client.producer import Producer
 from client.producer_sessions import ProducerSessions, new_client_id
-from client.transaction import HalfMessage, TransactionResolution, end_transaction
+from client.results import SendResult
+from client.transaction import END_ATTEMPTS, END_RETRY_PAUSE_S, RETRYABLE_STATUS, TransactionResolution
+from client.transaction import RESOLUTIONS as BROKER_RESOLUTIONS
+from common.acl import inner_metadata
+from common.message import Message
 from common.message_codec import CorruptRecordError, decode_record
+from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_topic
 from common.transaction_id import InvalidTransactionId, TransactionId
 from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from proto import transaction_pb2
 from proto.v2 import definition_pb2, service_pb2
+from proxy.deadline import NO_DEADLINE, Deadline
+from proxy.loop_producer import LoopProducer, settled
 from proxy.message_convert import OutgoingMessage, to_v2_message
 from proxy.proxy_acl import current_user
 from proxy.telemetry_channels import TelemetryChannels
 from proxy.topic_route_service import TopicRouteService, client_error
-from proxy.v2_codes import Code, ProxyError, ok_status
+from proxy.v2_codes import Code, ProxyError, broker_refusal, ok_status, rpc_failure
 
 log = logging.getLogger(__name__)
 _ABSENT = object()
 
 GROUP_PREFIX = "PROXY_TX_"
 GROUPS_PER_SESSION = 512  # topics one sessions object heartbeats (a broker takes up to 1024 groups a heartbeat)
+TRANSACTION_THREADS = 4  # route misses of half messages and the check sessions' route look-ups, nothing else
+BUSY_CODES = (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE)  # the SDK's end retries these too
 RESOLUTIONS = {definition_pb2.COMMIT: TransactionResolution.COMMIT,
                definition_pb2.ROLLBACK: TransactionResolution.ROLLBACK}
 
@@ -98,7 +115,7 @@ class _ProxySessions(ProducerSessions):
 
 
 class TransactionProcessor:
-    def __init__(self, channels: TelemetryChannels, producer: Producer | None = None,
+    def __init__(self, channels: TelemetryChannels, producer: LoopProducer | None = None,
                  heartbeat_interval_s: float = 10.0, routes: TopicRouteService | None = None) -> None:
         self.channels = channels
         self.producer = producer
@@ -113,8 +130,9 @@ class TransactionProcessor:
         self._placed: dict[str, int] = {}  # topic -> the index of its sessions
         self._syncing: asyncio.Lock | None = None  # made on the loop, at first use
         self._closed = False
+        self._threads = ThreadPoolExecutor(TRANSACTION_THREADS, thread_name_prefix="proxy-transaction")
 
-    def _producer(self) -> Producer:
+    def _producer(self) -> LoopProducer:
         if self.producer is None:
             raise ProxyError(Code.NOT_IMPLEMENTED, "transactional messages are not served by this proxy")
         return self.producer
@@ -124,7 +142,8 @@ class TransactionProcessor:
             raise ProxyError(Code.NOT_IMPLEMENTED, "transactional messages are not served by this proxy")
         return self.routes
 
-    async def send_half_message(self, message: OutgoingMessage, client_id: str) -> service_pb2.SendResultEntry:
+    async def send_half_message(self, message: OutgoingMessage, client_id: str,
+                                deadline: Deadline = NO_DEADLINE) -> service_pb2.SendResultEntry:
         """Store ``message`` as a half message (invisible until committed); the entry carries its transaction id."""
         producer = self._producer()
         msg = message.message
@@ -135,9 +154,12 @@ class TransactionProcessor:
                                         PROPERTY_PRODUCER_GROUP: group})
         await self.publishes(client_id, [msg.topic])  # sessions before any check can be due
         try:
-            result = await asyncio.to_thread(producer._send_half, half)
+            result = await asyncio.wait_for(self._stored_half(producer, half), deadline.wait_s())
         except MQClientError as exc:
             raise client_error(f"half message to topic {msg.topic}", exc) from None
+        except TimeoutError:  # the SDK's future goes on: stored or not, the broker checks it back as any half message
+            raise ProxyError(Code.PROXY_TIMEOUT, f"half message to topic {msg.topic}: not stored before the "
+                                                 "client's deadline") from None
         if not result.physical_offsets:
             raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"the half message of topic {msg.topic} was stored "
                                                          "without an offset")
@@ -145,6 +167,14 @@ class TransactionProcessor:
         log.debug("transaction_half_sent tx=%s topic=%s client_id=%s", tx, msg.topic, client_id)
         return service_pb2.SendResultEntry(status=ok_status(), message_id=message.message_id,
                                            transaction_id=tx.encode(), offset=-1)
+
+    async def _stored_half(self, producer: LoopProducer, half: Message) -> SendResult:
+        """The half message sent: from the loop when its route is cached, else started in this processor's threads
+        (the route is looked up first, a blocking name server call)."""
+        future = _half_from_loop(producer, half)
+        if future is None:
+            future = await asyncio.get_running_loop().run_in_executor(self._threads, producer.send_half_async, half)
+        return await settled(future)
 
     async def publishes(self, client_id: str, topics: Iterable[str]) -> None:
         """Producer ``client_id`` publishes ``topics``: their groups are heartbeated, so their checks come here."""
@@ -175,8 +205,10 @@ class TransactionProcessor:
             for topic in sorted(self._publishers):
                 if topic not in self._placed and not self._closed:
                     self._placed[topic] = self._place()
-            for i, sessions in enumerate(self._sessions):
-                await asyncio.to_thread(sessions.checks, [t for t, at in self._placed.items() if at == i])
+            loop = asyncio.get_running_loop()
+            for i, sessions in enumerate(self._sessions):  # routes: may block on the name server
+                await loop.run_in_executor(self._threads, sessions.checks,
+                                           [t for t, at in self._placed.items() if at == i])
 
     def _place(self) -> int:
         """The index of the first sessions with room for a topic (new sessions when none has)."""
@@ -191,9 +223,9 @@ class TransactionProcessor:
                                              self.heartbeat_interval_s))
         return len(self._sessions) - 1
 
-    async def end_transaction(self, request: service_pb2.EndTransactionRequest,
-                              client_id: str) -> service_pb2.EndTransactionResponse:
-        """Commit or roll back the half message ``request.transaction_id`` names."""
+    async def end_transaction(self, request: service_pb2.EndTransactionRequest, client_id: str,
+                              time_remaining_s: float | None = None) -> service_pb2.EndTransactionResponse:
+        """Commit or roll back the half message ``request.transaction_id`` names, while the client waits."""
         producer = self._producer()
         try:
             tx = TransactionId.decode(request.transaction_id)
@@ -208,15 +240,60 @@ class TransactionProcessor:
         if await self._routes().unknown_brokers(topic, (tx.broker_name,), for_publish=True):
             raise ProxyError(Code.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id[:120]!r} names a "
                                                           f"broker topic {topic} is not on")
-        half = HalfMessage(topic, tx, request.message_id)
-        try:
-            await asyncio.to_thread(end_transaction, producer.client, producer_group(topic), half, resolution,
-                                    timeout_s=producer.send_timeout_s,
-                                    from_check=request.source == definition_pb2.SOURCE_SERVER_CHECK,
-                                    client_id=client_id)
-        except MQClientError as exc:
-            raise client_error(f"{resolution.value.lower()} of transaction {tx}", exc) from None
+        end = transaction_pb2.EndTransactionRequest(
+            producer_group=producer_group(topic), transaction_id=tx.encode(), msg_id=request.message_id,
+            resolution=BROKER_RESOLUTIONS[resolution], client_id=client_id,
+            from_check=request.source == definition_pb2.SOURCE_SERVER_CHECK)
+        await self._end_at_master(topic, tx, end, f"{resolution.value.lower()} of transaction {tx}",
+                                  Deadline.after(time_remaining_s), producer.send_timeout_s)
         return service_pb2.EndTransactionResponse(status=ok_status())
+
+    async def _end_at_master(self, topic: str, tx: TransactionId, request: transaction_pb2.EndTransactionRequest,
+                             what: str, deadline: Deadline, timeout_s: float) -> None:
+        """EndTransaction at the master of the broker ``tx`` names, retried as the SDK's ``end_transaction`` retries
+        (unreachable or busy: it may be restarting), each try within what is left of the client's deadline."""
+        error = ProxyError(Code.PROXY_TIMEOUT, f"{what}: the client's deadline left no time to ask the broker")
+        tries = 0
+        for tries in range(1, END_ATTEMPTS + 1):
+            if tries > 1:
+                left = deadline.left_s()
+                if left is not None and left <= END_RETRY_PAUSE_S:
+                    break  # no time for another try: the client would not hear of it
+                await asyncio.sleep(END_RETRY_PAUSE_S)
+            timeout = deadline.cap(timeout_s)
+            if timeout <= 0:
+                break
+            retry = await self._end_once(topic, tx, request, what, timeout)
+            if retry is None:
+                return
+            error = retry
+        log.info("transaction_end_gave_up tx=%s tries=%d reason=%r", tx, tries, error.message)
+        raise error
+
+    async def _end_once(self, topic: str, tx: TransactionId, request: transaction_pb2.EndTransactionRequest,
+                        what: str, timeout: float) -> ProxyError | None:
+        """One try: None when the broker took it, the error when another try may do (the broker unreachable or
+        busy); any other refusal is raised."""
+        routes = self._routes()
+        addr = await routes.master_addr(topic, tx.broker_name, for_publish=True)
+        try:
+            response = await routes.brokers.transaction_service(addr).EndTransaction(
+                request, timeout=timeout, metadata=inner_metadata())
+        except grpc.RpcError as exc:
+            routes.unreachable(topic, addr, exc)
+            if exc.code() not in RETRYABLE_STATUS:
+                raise rpc_failure(what, addr, exc) from None
+            return rpc_failure(what, addr, exc)
+        routes.answered(addr)
+        if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            log.warning("transaction_end_flush_timeout tx=%s: stored, but not yet on disk", tx)
+            return None
+        if response.code == ResponseCode.SUCCESS:
+            return None
+        refused = broker_refusal(what, response.code, response.remark)
+        if response.code not in BUSY_CODES:
+            raise refused
+        return refused
 
     def forward_check(self, message: definition_pb2.Message, transaction_id: str) -> None:
         """A broker asks about a transaction: a producer of its topic connected here resolves it."""
@@ -256,3 +333,16 @@ class TransactionProcessor:
         gone, self._sessions = self._sessions, []
         for sessions in gone:
             sessions.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _half_from_loop(producer: LoopProducer, half: Message) -> Future[SendResult] | None:
+    """The half message started on the loop; None when its route was not cached after all (nothing was sent)."""
+    try:
+        with producer.client.cache_only():
+            future = producer.send_half_async(half)
+    except RouteNotCached:
+        return None
+    if future.done() and isinstance(future.exception(), RouteNotCached):
+        return None
+    return future

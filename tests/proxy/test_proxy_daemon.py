@@ -4,6 +4,7 @@ wrong (never status code 0, never a crash: the daemon keeps serving). Static top
 stand-in brokers, which no real cluster can hold still) a receive whose logic queue leader keeps refusing."""
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -353,6 +354,9 @@ class Leaders:
 
     def invalidate_route(self, topic: str) -> None:
         self.invalidated += 1
+
+    def cache_only(self) -> contextlib.AbstractContextManager[None]:  # every answer is "cached" here
+        return contextlib.nullcontext()
 
 
 @pytest.mark.parametrize("fresh, pops", [("old", [1, 0]), ("new", [1, 1]), (None, [1, 0])],
