@@ -6,7 +6,7 @@ segments of each queue (commitlog and consume queue) into larger objects.
 2. Plan: per queue and type, consecutive sealed segments below ``--small-bytes`` (never the last one), grouped
    up to ``--target-bytes``.
 3. Executors read each group's parts in parallel, verify the concatenation (for a commitlog every record's
-   structure, CRC and position), write it under a new unique name (fsynced; on an s3 tier one PUT through the
+   structure, CRC and queue), write it under a new unique name (fsynced; on an s3 tier one PUT through the
    broker's own S3 backend, so executors need no shared directory) and check its length in the tier.
 4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
    the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
@@ -84,7 +84,8 @@ def merge(task: MergeTask) -> MergeResult:
     try:
         data = b"".join(tier_objects.read_run(root, [(p.path, p.size) for p in parts]))
         expected = sum(p.size for p in parts)
-        records = tier_objects.verify(data, parts[0].type, parts[0].base_offset, expected)  # the bytes written
+        records = tier_objects.verify(data, parts[0].type, parts[0].base_offset, expected,  # the bytes written
+                                      (parts[0].topic, parts[0].queue_id))
         tier_objects.write_object(root, task.merged_path, data)  # fsynced
         written = tier_objects.object_size(root, task.merged_path)
         if written != expected:

@@ -129,14 +129,18 @@ def merged_name(first_path: str) -> str:
     return f"{first_path}.c{uuid.uuid4().hex[:12]}"
 
 
-# What verify reads of a record header (common/message_codec.py): size, magic, CRC, physical offset, and the
-# body, topic and properties lengths; one unpack per record instead of the whole header.
-_VERIFY_FIELDS = struct.Struct(">iII16xq48xiBH")
+# What verify reads of a record header (common/message_codec.py): size, magic, CRC, queue id, and the body, topic
+# and properties lengths; one unpack per record instead of the whole header. Not the physical offset: a tiered
+# record keeps its local commitlog offset (records of older versions hold their tiered position), so it says
+# nothing about where the record sits in the tier.
+_VERIFY_FIELDS = struct.Struct(">iIIi68xiBH")
 assert _VERIFY_FIELDS.size == HEADER_SIZE
 
 
-def verify(data: bytes, segment_type: int, base_offset: int, expected_size: int) -> int:
-    """Length, and for a commitlog every record's structure, CRC and position; returns records checked."""
+def verify(data: bytes, segment_type: int, base_offset: int, expected_size: int,
+           queue: tuple[str, int] | None = None) -> int:
+    """Length, and for a commitlog every record's structure and CRC, and that it is one of ``queue``'s (topic,
+    queue id: a queue's flat file holds its records only) when given; returns records checked."""
     if len(data) != expected_size:
         raise CorruptObjectError(f"{len(data)} bytes written, {expected_size} expected")
     if segment_type == 1:
@@ -145,13 +149,17 @@ def verify(data: bytes, segment_type: int, base_offset: int, expected_size: int)
         return len(data) // CQ_UNIT_SIZE
     view, pos, records, end = memoryview(data), 0, 0, len(data)
     unpack, crc32 = _VERIFY_FIELDS.unpack_from, zlib.crc32
+    topic = queue[0].encode() if queue is not None else b""
     while pos < end:
         if end - pos < HEADER_SIZE:
             raise CorruptObjectError(f"torn record at offset {base_offset + pos}")
-        size, magic, crc, physical, body_len, topic_len, props_len = unpack(view, pos)
+        size, magic, crc, queue_id, body_len, topic_len, props_len = unpack(view, pos)
+        var = pos + HEADER_SIZE  # the variable part: topic first
         if (magic != MESSAGE_MAGIC or size != HEADER_SIZE + topic_len + props_len + body_len or pos + size > end
-                or physical != base_offset + pos or crc32(view[pos + HEADER_SIZE : pos + size]) != crc):
+                or crc32(view[var : pos + size]) != crc):
             raise CorruptObjectError(f"no valid record at offset {base_offset + pos}")
+        if queue is not None and (queue_id != queue[1] or view[var : var + topic_len] != topic):
+            raise CorruptObjectError(f"the record at offset {base_offset + pos} is not one of {queue[0]}:{queue[1]}'s")
         pos += size
         records += 1
     return records

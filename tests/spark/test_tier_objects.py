@@ -27,32 +27,53 @@ from spark_jobs.tier_objects import (
 )
 
 
-def _records(base: int, n: int) -> bytes:
+def _records(base: int, n: int, topic: bytes = b"T", queue_id: int = 0) -> bytes:
+    """As an older version uploaded them: each one's physical offset is its tiered position."""
     out, pos = [], base
     for i in range(n):
-        r = encode_record(b"T", 0, b"body-%d" % i, b"KEYS\x01k\x02", queue_offset=i, physical_offset=pos)
+        r = encode_record(topic, queue_id, b"body-%d" % i, b"KEYS\x01k\x02", queue_offset=i, physical_offset=pos)
         out.append(r)
         pos += len(r)
     return b"".join(out)
 
 
+def _kept_records(n: int, topic: bytes = b"T", queue_id: int = 0) -> bytes:
+    """As the tier holds them now: each keeps its local commitlog offset (other queues' records between them)."""
+    return b"".join(encode_record(topic, queue_id, b"body-%d" % i, b"", queue_offset=i,
+                                  physical_offset=10**6 + 5000 * i) for i in range(n))
+
+
 def test_verify_counts_records_of_an_intact_object():
     data = _records(4096, 50)
     assert verify(data, 0, 4096, len(data)) == 50
+    assert verify(data, 0, 4096, len(data), ("T", 0)) == 50
 
 
-@pytest.mark.parametrize("where", [0, 4, 30, 95, -1])
+def test_verify_takes_records_that_keep_their_commitlog_offsets_and_refuses_another_queue_s():
+    """A tiered record keeps its commitlog offset (its message id): that field says nothing of where it sits in the
+    tier (before, a merge of such records was refused: 'no valid record'). What makes an object the queue's is its
+    records' topic and queue id."""
+    data = _kept_records(20) + _records(7000, 5)  # an older version's records merged with today's
+    assert verify(data, 0, 4096, len(data), ("T", 0)) == 25
+    for other in (("T", 1), ("TX", 0), ("U", 0)):
+        with pytest.raises(CorruptObjectError):
+            verify(data, 0, 4096, len(data), other)
+    with pytest.raises(CorruptObjectError):
+        verify(data + _kept_records(1, b"T", 3), 0, 0, len(data) + len(_kept_records(1, b"T", 3)), ("T", 0))
+
+
+# size, magic, queue id, the topic, the body's end (the physical offset field is not one: a record keeps its
+# commitlog offset there, which says nothing of its place in the object)
+@pytest.mark.parametrize("where", [0, 4, 15, 91, 95, -1])
 def test_verify_refuses_a_flipped_byte(where: int):
     data = bytearray(_records(0, 5))
     data[where] ^= 0x40
     with pytest.raises(CorruptObjectError):
-        verify(bytes(data), 0, 0, len(data))
+        verify(bytes(data), 0, 0, len(data), ("T", 0))
 
 
-def test_verify_refuses_a_wrong_position_a_short_object_and_torn_units():
+def test_verify_refuses_a_short_object_and_torn_units():
     data = _records(0, 3)
-    with pytest.raises(CorruptObjectError):
-        verify(data, 0, 100, len(data))  # records placed elsewhere than they say
     with pytest.raises(CorruptObjectError):
         verify(data[:-1], 0, 0, len(data))
     with pytest.raises(CorruptObjectError):

@@ -208,9 +208,9 @@ def test_sigkill_during_uploads_loses_nothing_acknowledged(tmp_path: Path, store
     for q, want in acked.items():
         units = read_tier_files(tier_root, topic, q)
         assert len(units) == status[q].tiered_max_offset
-        for offset, ((position, size, _, store_time), raw) in enumerate(units):
-            assert check_record(raw, 0, len(raw), position, verify_crc=True) == size, (q, offset, seed)
-            m = decode_record(raw, verify_crc=True)
+        for offset, ((_, size, _, store_time), raw) in enumerate(units):
+            m = decode_record(raw, verify_crc=True)  # its commitlog offset is the local one, not its tiered position
+            assert check_record(raw, 0, len(raw), m.physical_offset, verify_crc=True) == size, (q, offset, seed)
             assert (m.topic, m.queue_id, m.queue_offset, m.store_timestamp) == (topic, q, offset, store_time)
             assert m.body in sender.attempted
             if offset in want:
@@ -220,7 +220,12 @@ def test_sigkill_during_uploads_loses_nothing_acknowledged(tmp_path: Path, store
 # -- 4. crash between the tiered commitlog and consume queue commits -----------------------------------------
 def tier_record(topic: str, queue_id: int, queue_offset: int, body: bytes, store_time: int) -> bytearray:
     return bytearray(encode_record(topic.encode(), queue_id, body, b"", queue_offset=queue_offset,
-                                   physical_offset=10**9 + queue_offset, store_timestamp=store_time))
+                                   physical_offset=local_offset(queue_offset), store_timestamp=store_time))
+
+
+def local_offset(queue_offset: int) -> int:
+    """The commitlog offset ``tier_record`` gives a record (kept in the tier)."""
+    return 10**9 + queue_offset
 
 
 def open_flat(root: Path, topic: str, queue_id: int) -> tuple[RocksDBTieredMetadataStore, FlatMessageFile]:
@@ -240,10 +245,10 @@ def check_units_resolve(flat: FlatMessageFile, bodies: dict[int, bytes], topic: 
     for q, (position, size, _, store_time) in enumerate(units, start=flat.min_offset):
         assert position + size <= flat.commit_log.commit_offset
         raw = flat.commit_log.read(position, size)
-        assert check_record(raw, 0, len(raw), position, verify_crc=True) == size, q
+        assert check_record(raw, 0, len(raw), local_offset(q), verify_crc=True) == size, q
         m = decode_record(raw, verify_crc=True)
         assert (m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.store_timestamp, m.body) == \
-            (topic, queue_id, q, position, store_time, bodies[q])
+            (topic, queue_id, q, local_offset(q), store_time, bodies[q])
     records, _, next_offset = flat.messages(flat.min_offset, 10**6, 1 << 30, None)
     assert next_offset == flat.max_offset
     assert [decode_record(r).body for r in records] == [bodies[q] for q in range(flat.min_offset, flat.max_offset)]

@@ -1,6 +1,5 @@
 """Tiered storage units: FlatMessageFile (a queue's tiered commitlog and consume queue) on both backends."""
 
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,14 +43,15 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
 
 
 def record(q: int, store_time: int, body_size: int = 0) -> bytes:
-    """A record as the local commitlog holds it (its own physical offset there is far from the tier's)."""
+    """A record as the local commitlog holds it (its commitlog offset, ``local_offset(q)``, is far from the tier's
+    position)."""
     body = f"message-{q}|".encode() + bytes(range(256)) * (body_size // 256) + b"z" * (body_size % 256)
     return encode_record(TOPIC.encode(), 0, body, b"KEYS\x01k" + str(q).encode() + b"\x02", queue_offset=q,
-                         physical_offset=1_000_000 + 997 * q, store_timestamp=store_time, born_timestamp=store_time - 1)
+                         physical_offset=local_offset(q), store_timestamp=store_time, born_timestamp=store_time - 1)
 
 
-def tiered_form(original: bytes, position: int) -> bytes:
-    return original[:28] + struct.pack(">q", position) + original[36:]
+def local_offset(q: int) -> int:
+    return 1_000_000 + 997 * q
 
 
 def add(flat: FlatMessageFile, first: int, count: int, t0: int = 1_000, step: int = 10, body_size: int = 40,
@@ -68,16 +68,16 @@ def check_messages(flat: FlatMessageFile, originals: dict[int, bytes], start: in
     assert next_offset == start + len(msgs) and len(msgs) == count
     assert total == sum(len(m) for m in msgs)
     for q, raw in zip(range(start, start + count), msgs, strict=True):
-        [(position, size, _, store_time)] = flat.units(q, 1)
+        [(_, size, _, store_time)] = flat.units(q, 1)
         assert size == len(originals[q])
-        assert raw == tiered_form(originals[q], position)
-        m = decode_record(raw, verify_crc=True)  # the CRC covers the variable part only: still valid
-        assert (m.queue_offset, m.physical_offset, m.store_timestamp) == (q, position, store_time)
+        assert raw == originals[q]  # as the local commitlog has it: its commitlog offset (its id) too
+        m = decode_record(raw, verify_crc=True)
+        assert (m.queue_offset, m.physical_offset, m.store_timestamp) == (q, local_offset(q), store_time)
         assert m.body.startswith(f"message-{q}|".encode())
 
 
 # -- append, commit, messages ----------------------------------------------------------------------------
-def test_messages_are_the_records_with_the_tiered_position(env: Env):
+def test_messages_are_the_records_as_the_local_commitlog_has_them(env: Env):
     flat = env.open()
     originals = add(flat, 0, 30)
     assert (flat.min_offset, flat.max_offset, flat.dispatch_offset) == (0, 0, 30)
@@ -136,7 +136,7 @@ def test_tags_filtering_skips_but_advances(env: Env):
     assert next_offset == 20 and total == sum(len(originals[q]) for q in range(20) if q % 3 == 1)
     for m in msgs:
         q = decode_record(m).queue_offset
-        assert m == tiered_form(originals[q], flat.units(q, 1)[0][0])
+        assert m == originals[q]
     msgs, _, next_offset = flat.messages(0, 20, 1 << 20, {100, 102})
     assert [decode_record(m).queue_offset for m in msgs] == [q for q in range(20) if q % 3 != 1]
     assert flat.messages(0, 6, 1 << 20, {999}) == ([], 0, 6)  # none match: the scanned range is skipped

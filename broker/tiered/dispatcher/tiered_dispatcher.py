@@ -40,7 +40,7 @@ from broker.store.dispatch.topic_deletion import TOPIC_DELETION_TOPIC, deleted_t
 from broker.tiered.dispatcher.local_log import LocalLog
 from broker.tiered.file.flat_append_file import LoadMode
 from broker.tiered.file.flat_file_store import FlatFileStore, QueueKey
-from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
+from broker.tiered.file.flat_message_file import FlatMessageFile
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataStore
 from broker.tiered.provider.file_segment import is_backend_error
 from common.kv_shard import KV_TOPIC
@@ -128,7 +128,7 @@ class _Runs:
 
     def flush(self) -> None:
         if self.units:
-            self.flat.append_run(bytearray(self.read_at(self.start, self.end - self.start)), self.units)
+            self.flat.append_run(self.read_at(self.start, self.end - self.start), self.units)
             self.units = []
 
 
@@ -284,7 +284,7 @@ class TieredDispatcher(CommitLogDispatcher):
                 if flat.max_offset > local_max >= flat.min_offset:
                     log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
                                 flat.max_offset, local_max)
-                    flat.consume_queue.cut_to(local_max * UNIT)
+                    flat.cut_to(local_max)
             self._reconcile = False
         self._catch_up()
 

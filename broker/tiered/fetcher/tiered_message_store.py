@@ -20,6 +20,11 @@ Which are the local store's alone:
   (``query_message_records``): they read only the local commitlog and index today, so a message whose local
   segment expired is not found that way even when the tier still has it.
 
+A record read from the tier carries its commitlog offset, as the local one does (so its offset message id, made
+of store host and commitlog offset, is the one its send returned). Records an older version uploaded carry their
+tiered position there instead: it is restored from the local consume queue while that holds the offset's unit, and
+is -1 (unknown) after, never an offset that names another message.
+
 Writes, lifecycle and the store's internals (commitlog, reput, consume queue store) are not here: they are the
 local :class:`MessageStore`'s (``self.local``, and the broker controller's ``local_store``).
 """
@@ -31,12 +36,14 @@ from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import DEFAULT_MAX_TOTAL_BYTES, MessageStoreReader
 from broker.tiered.file.flat_file_store import FlatFileStore
+from broker.tiered.file.flat_message_file import record_queue_offset, with_physical_offset
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from common.message import MessageExt
 
 log = logging.getLogger(__name__)
 
 HOT_SEGMENTS = 2
+UNKNOWN_COMMIT_LOG_OFFSET = -1  # of a record an older version uploaded, once no local unit knows its offset
 
 
 class TieredMessageStore(MessageStoreReader):
@@ -100,10 +107,49 @@ class TieredMessageStore(MessageStoreReader):
         stop_at_local = self.level is TieredStorageLevel.NOT_IN_DISK and offset < local_min
         limit = min(max_msg_nums, local_min - offset) if stop_at_local else max_msg_nums
         messages, total, next_offset = flat.messages(offset, limit, max_total_bytes, tags_codes)
+        if offset < flat.commit_log_offsets_from:  # some were uploaded by an older version
+            messages = self._restore_commit_log_offsets(topic, queue_id, messages, flat.commit_log_offsets_from)
         self.tier_reads += len(messages)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, self.min_offset(topic, queue_id),
                                 self.max_offset(topic, queue_id), messages, total)
+
+    def _restore_commit_log_offsets(self, topic: str, queue_id: int, records: list[bytes],
+                                    below: int) -> list[bytes]:
+        """Records below queue offset ``below`` hold their tiered position where their commitlog offset belongs
+        (an older version overwrote it): the local consume queue's unit of the offset still knows it; once that
+        is gone nothing does, and -1 says so (the position would be another message's id)."""
+        queue_offsets = [record_queue_offset(r) for r in records]
+        old = [q for q in queue_offsets if q < below]
+        if not old:
+            return records
+        units = self._local_units(topic, queue_id, old[0], old[-1] + 1)
+        restored = []
+        for q, record in zip(queue_offsets, records, strict=True):
+            if q >= below:
+                restored.append(record)
+                continue
+            unit = units.get(q)  # the same record: a size that differs says the unit is another's
+            known = unit[0] if unit is not None and unit[1] == len(record) else UNKNOWN_COMMIT_LOG_OFFSET
+            restored.append(with_physical_offset(record, known))
+        return restored
+
+    def _local_units(self, topic: str, queue_id: int, start: int, end: int) -> dict[int, tuple[int, int]]:
+        """(commitlog offset, size) by queue offset of the local consume queue's units in ``[start, end)`` it
+        still holds."""
+        cq = self.local.consume_queue_store
+        units: dict[int, tuple[int, int]] = {}
+        while start < end:
+            start = max(start, cq.min_offset(topic, queue_id))
+            read = cq.read_units(topic, queue_id, start, end - start)
+            if cq.min_offset(topic, queue_id) > start:
+                continue  # the min moved: the read may have begun at it instead (it reads from the min at least)
+            if not read:
+                break
+            for physical, size, _ in read:
+                units[start] = (physical, size)
+                start += 1
+        return units
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         local = self.local.min_offset(topic, queue_id)

@@ -1,10 +1,16 @@
-"""One queue in the tier: its tiered commitlog (this queue's records only, each record's physical offset
-rewritten to its position here) and its tiered consume queue pointing into it (the seed's composite flat file).
+"""One queue in the tier: its tiered commitlog (this queue's records only, each byte for byte as the local
+commitlog holds it) and its tiered consume queue pointing into it (the seed's composite flat file).
 
 Consume-queue unit (28 bytes, ``>qiqq``): tiered commitlog offset, size, tags hash, store time; unit ``q`` of
 the queue sits at byte ``q * 28`` of the consume-queue stream, so queue offsets need no mapping. The commitlog
 is always committed before the consume queue: a crash between the two leaves commitlog bytes nothing points
 at, never a unit pointing at bytes that are not in the tier.
+
+A record keeps its physical offset field: its offset in the local commitlog, of which its offset message id is
+made (store host and commitlog offset), so a message read from the tier has the id its send returned. Its tiered
+position is its unit's. An older version overwrote the field with the tiered position: the queue's record says
+from which queue offset on the records keep it (``commit_log_offsets_from``); below, the reader restores it
+(``TieredMessageStore``).
 """
 
 import logging
@@ -23,11 +29,20 @@ log = logging.getLogger(__name__)
 
 CQ_UNIT = struct.Struct(">qiqq")
 UNIT = CQ_UNIT.size
-PHYSICAL_OFFSET_AT = 28  # of the record header (common/message_codec.py)
-PHYSICAL_OFFSET = struct.Struct(">q")
+QUEUE_OFFSET_AT, PHYSICAL_OFFSET_AT = 20, 28  # of the record header (common/message_codec.py)
+RECORD_OFFSET = struct.Struct(">q")  # either field
 MAX_READ_BYTES = 16 * 1024 * 1024
 COMMIT_LOG_READ_AHEAD = 4 * 1024 * 1024  # bytes of a read-ahead block (a few thousand 1 KiB messages)
 CONSUME_QUEUE_READ_AHEAD = UNIT * 16 * 1024  # units of 16 Ki messages
+
+
+def record_queue_offset(record: bytes) -> int:
+    return RECORD_OFFSET.unpack_from(record, QUEUE_OFFSET_AT)[0]
+
+
+def with_physical_offset(record: bytes, physical_offset: int) -> bytes:
+    """The record with its physical offset field set (the CRC covers the variable part only: still valid)."""
+    return record[:PHYSICAL_OFFSET_AT] + RECORD_OFFSET.pack(physical_offset) + record[PHYSICAL_OFFSET_AT + 8:]
 
 
 class FlatMessageFile:
@@ -48,6 +63,11 @@ class FlatMessageFile:
                                             FileSegmentType.CONSUME_QUEUE, cq_size, unit=UNIT, read_ahead=cq_ahead)
         self._commit_lock = threading.Lock()
         self._queue_record_due = False  # a commit's queue record was not written (its metadata store refused)
+        # Queue offsets below it hold records an older version uploaded, their physical offset field overwritten
+        # with their tiered position (set by ``load``). ``_offsets_from_due``: not stored yet, which must be done
+        # before a unit at or above it is committed (a restart would take that unit for an older version's).
+        self.commit_log_offsets_from = 0
+        self._offsets_from_due = False
         self.destroyed = False  # the topic was deleted: an expiry pass holding this file leaves it alone
 
     def load(self, first_queue_offset: int, mode: LoadMode = LoadMode.RECOVER) -> None:
@@ -55,8 +75,23 @@ class FlatMessageFile:
         self.consume_queue.load(first_queue_offset * UNIT, mode)
         if mode is not LoadMode.FOLLOW:
             self._drop_dangling_units()
+        self._load_offsets_from(self.metadata.get_queue(self.topic, self.queue_id))
         log.info("tiered_queue_loaded topic=%s queue=%d min=%d max=%d commitlog_bytes=%d", self.topic, self.queue_id,
                  self.min_offset, self.max_offset, self.commit_log.commit_offset)
+
+    def _load_offsets_from(self, recorded: QueueMetadata | None) -> None:
+        """Where records that keep their commitlog offset begin: as recorded, or (a record an older version wrote,
+        or none) after every unit committed. Never past the units there are: what is appended from the end on is
+        this version's."""
+        stored = recorded.commit_log_offsets_from if recorded is not None else None
+        self.commit_log_offsets_from = self.max_offset if stored is None else min(stored, self.max_offset)
+        self._offsets_from_due = stored != self.commit_log_offsets_from
+
+    def _lower_offsets_from(self, queue_offset: int) -> None:
+        """Units from ``queue_offset`` on were cut: the records appended there again are this version's."""
+        if queue_offset < self.commit_log_offsets_from:
+            self.commit_log_offsets_from = queue_offset
+            self._offsets_from_due = True
 
     def _drop_dangling_units(self) -> None:
         """Units are committed after the bytes they point at, so none dangles, unless the backend lost
@@ -97,21 +132,21 @@ class FlatMessageFile:
         return self.consume_queue.append_offset // UNIT
 
     # -- write ---------------------------------------------------------------------------------------
-    def append(self, record: bytearray, queue_offset: int, tags_code: int, store_time: int) -> None:
+    def append(self, record: bytes, queue_offset: int, tags_code: int, store_time: int) -> None:
         """Buffer one record."""
         self.append_run(record, [(queue_offset, len(record), tags_code, store_time)])
 
-    def append_run(self, records: bytearray, units: list[tuple[int, int, int, int]]) -> None:
+    def append_run(self, records: bytes, units: list[tuple[int, int, int, int]]) -> None:
         """Buffer consecutive records of this queue, given as one byte run (they sit next to each other in the
-        local commitlog when sent together) and their ``(queue offset, size, tags hash, store time)``."""
+        local commitlog when sent together) and their ``(queue offset, size, tags hash, store time)``. The
+        records go as they are: each keeps its commitlog offset (its message id); its unit has its tiered one."""
         assert units and units[0][0] == self.dispatch_offset, \
             f"{self.topic}:{self.queue_id}: queue offset {units[0][0]} appended at {self.dispatch_offset}"
         position = self.commit_log.append_offset
-        pack_offset, pack_unit = PHYSICAL_OFFSET.pack_into, CQ_UNIT.pack
+        pack_unit = CQ_UNIT.pack
         cq = []
         at = 0
         for _, size, tags_code, store_time in units:
-            pack_offset(records, at + PHYSICAL_OFFSET_AT, position + at)
             cq.append(pack_unit(position + at, size, tags_code, store_time))
             at += size
         assert at == len(records), "record sizes do not add up to the run"
@@ -121,12 +156,19 @@ class FlatMessageFile:
 
     def commit(self) -> None:
         with self._commit_lock:
+            if self._offsets_from_due:  # first: a restart must not take the units committed next for old ones
+                self._write_queue_record()
             self.commit_log.commit()  # first: the units written next point into these bytes
             self.consume_queue.commit()
             self._queue_record_due = True
-            self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
-                                                     int(time.time() * 1000)))
+            self._write_queue_record()
             self._queue_record_due = False
+
+    def _write_queue_record(self) -> None:
+        """Under the commit lock: the queue's record as the committed units stand."""
+        self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
+                                                 int(time.time() * 1000), self.commit_log_offsets_from))
+        self._offsets_from_due = False
 
     def rebase(self, queue_offset: int) -> None:
         """The queue's records below ``queue_offset`` can no more be uploaded (the backend lost some, and they
@@ -135,8 +177,15 @@ class FlatMessageFile:
         pointed at go with the next expiry pass, as bytes before the first unit served."""
         with self._commit_lock:
             self.consume_queue.restart_at(queue_offset * UNIT)
-            self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
-                                                     int(time.time() * 1000)))
+            self._lower_offsets_from(queue_offset)
+            self._write_queue_record()
+
+    def cut_to(self, queue_offset: int) -> None:
+        """The units from ``queue_offset`` on go (the local commitlog lost those records: new messages take
+        their offsets); what is uploaded there again is this version's."""
+        with self._commit_lock:
+            self.consume_queue.cut_to(queue_offset * UNIT)
+            self._lower_offsets_from(queue_offset)
 
     @property
     def uncommitted(self) -> bool:
@@ -226,8 +275,7 @@ class FlatMessageFile:
                 commit_log_keep = first[0][0] if first else self.commit_log.commit_offset
                 gone += self.commit_log.expire_before(commit_log_keep, delete)
             if gone:
-                self.metadata.update_queue(QueueMetadata(self.topic, self.queue_id, self.min_offset, self.max_offset,
-                                                         int(time.time() * 1000)))
+                self._write_queue_record()
                 log.info("tiered_expired topic=%s queue=%d segments=%d min_offset=%d deleted=%s", self.topic,
                          self.queue_id, len(gone), self.min_offset, delete)
             return len(gone)

@@ -30,6 +30,10 @@ class QueueMetadata:
     min_offset: int  # first queue offset the tier serves
     max_offset: int  # one past the last queue offset committed to the tier
     update_ms: int = 0
+    # The first queue offset whose tiered record keeps its commitlog offset (as the local commitlog wrote it).
+    # Records below it were uploaded by an older version, which overwrote that field with the record's tiered
+    # position; None: a record that older version wrote (every unit committed so far is of that kind).
+    commit_log_offsets_from: int | None = None
 
 
 @dataclass(slots=True)
