@@ -17,7 +17,8 @@ Rules (docs/en/controller/design.md, section 2 of the replication notes):
   controller, or a newer copy of this store): this controller decides nothing more for it (no election, no set
   change), so that it never names a second master nor hands out an epoch a replica already holds;
 - a scan that finds the previous one more than ``PAUSE_GAP_MS`` ago (this process stood still: SIGSTOP, a paused
-  VM) gives every replica one timeout from then: the heartbeats sent meanwhile are queued, not missing.
+  VM) gives every replica one timeout from then: the heartbeats sent meanwhile are queued, not missing. At most once
+  a default heartbeat timeout: scans merely slow (a busy controller) must not keep a silent master alive for ever.
 """
 
 import logging
@@ -48,8 +49,9 @@ Listener = Callable[[Assignment], None]
 SESSION_ENDED = "session_ended"
 SILENT = "silent"
 
-# The service scans every half second: a gap twice that long means the controller did not run in between.
-PAUSE_GAP_MS = 1000
+# The service scans every half second: a gap three times that long means the controller did not run in between
+# (shorter stalls leave every replica's last heartbeat well within its timeout).
+PAUSE_GAP_MS = 1500
 
 
 class ControllerRefusal(Exception):
@@ -92,6 +94,7 @@ class ReplicasInfoManager:
         # heartbeat before it counts as gone, and after this process stood still every replica gets one timeout.
         self._resumed_ms = clock()
         self._last_scan_ms: int | None = None
+        self._pause_grace_ms: int | None = None  # when a pause's grace was last given
         self._stale_logged: dict[str, int] = {}  # broker name -> the newer epoch last logged for it
 
     def close(self) -> None:
@@ -194,8 +197,10 @@ class ReplicasInfoManager:
         """A scan long after the last one: this process stood still, and the heartbeats sent meanwhile wait unread
         in its sockets. Counting that time as the replicas' silence would depose a healthy master."""
         last, self._last_scan_ms = self._last_scan_ms, now
-        if last is not None and now - last > PAUSE_GAP_MS:
-            self._resumed_ms = now
+        granted = self._pause_grace_ms
+        if last is not None and now - last > PAUSE_GAP_MS and (
+                granted is None or now - granted > DEFAULT_HEARTBEAT_TIMEOUT_MS):
+            self._resumed_ms = self._pause_grace_ms = now
             log.warning("controller_resumed gap_ms=%d grace=%r", now - last,
                         "every replica gets one heartbeat timeout from now before it counts as silent")
 

@@ -85,3 +85,14 @@ def test_a_slow_scan_is_not_a_pause(ctl: Controller, clock: FakeClock):
         ctl.beat(2)
         ctl.manager.scan()
     assert ctl.state() == (2, 2, (2,), 3)
+
+
+def test_scans_merely_slow_still_depose_a_silent_master(ctl: Controller, clock: FakeClock):
+    """Every scan finding the last one a pause's gap ago re-granted the grace, so a busy controller (scans 1.1 s
+    apart, on a worker pool its heartbeat decisions share) never counted a hung master silent: no failover, ever.
+    The grace is given at most once a default heartbeat timeout."""
+    for _ in range(60):  # the master hangs (its session stays open); replica 2 heartbeats; scans 1.6 s apart
+        clock.now += 1_600
+        ctl.beat(2)
+        ctl.manager.scan()
+    assert ctl.state()[0] == 2, ctl.state()  # replica 2 was elected
