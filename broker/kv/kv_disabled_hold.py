@@ -1,7 +1,8 @@
 """``kvEnable=false`` over a store that holds KV state (KV was on before): the commitlog from the KV store's applied
 offset is kept, so that turning KV on again replays what the store had not applied (acknowledged puts a SIGKILL
-left unflushed among them) instead of serving older values. Deleting ``<store>/kv`` drops the KV data, and with it
-this hold."""
+left unflushed among them) instead of serving older values, until the disk is fuller than diskSpaceCleanForciblyRatio
+(the forced expiry passes it; the KV store then misses those records, said at its next start as ``dispatcher_gap``).
+Deleting ``<store>/kv`` drops the KV data, and with it this hold."""
 
 import logging
 from pathlib import Path
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 class DisabledKvHold(CommitLogDispatcher):
     name = "kv-disabled"
     keeps_commit_log = True  # the point: segments the KV store has not applied stay
+    holds_under_disk_pressure = False  # not past diskSpaceCleanForciblyRatio: a full disk stops every write
 
     def __init__(self, applied_offset: int) -> None:
         self._applied_offset = applied_offset

@@ -91,9 +91,11 @@ class MessageStore(MessageStoreReader):
         return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
                                      self.commit_log.store_timestamp_at)
 
-    def _replay_start(self) -> int:
-        """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it."""
-        return min([self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers if d.keeps_commit_log)])
+    def _replay_start(self, disk_pressure: bool = False) -> int:
+        """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it (under disk
+        pressure, every one that holds then)."""
+        return min([self.reput.reput_from_offset, *(d.checkpoint() for d in self.dispatchers if d.keeps_commit_log
+                                                    and (d.holds_under_disk_pressure or not disk_pressure))])
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def register_dispatcher(self, dispatcher: CommitLogDispatcher) -> None:

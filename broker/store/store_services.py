@@ -86,7 +86,7 @@ class CleanCommitLogService(PeriodicService):
 
     MAX_DELETE_PER_PASS = 10
 
-    def __init__(self, config: MessageStoreConfig, commit_log: CommitLog, dispatched_offset: Callable[[], int],
+    def __init__(self, config: MessageStoreConfig, commit_log: CommitLog, dispatched_offset: Callable[[bool], int],
                  before_delete: Callable[[int], None], on_deleted: Callable[[int], None],
                  disk_watcher: "DiskUsageWatcher") -> None:
         super().__init__("clean-commitlog", config.clean_resource_interval_ms / 1000)
@@ -132,16 +132,21 @@ class CleanCommitLogService(PeriodicService):
         """Which leading segments may go: dispatched ones past their reserved time, and, while the disk stays
         fuller than diskSpaceCleanForciblyRatio counting what was chosen so far as freed, unexpired ones too."""
         config = self.config
-        dispatched = self.dispatched_offset()
+        dispatched, dispatched_under_pressure = self.dispatched_offset(False), self.dispatched_offset(True)
         freed = retired
 
         def deletable(f: MappedFile) -> bool:
             nonlocal freed
-            if f.end_offset > dispatched:
+            left = usage.percent_after_freeing(freed)
+            forcing = config.clean_file_forcibly_enable and left > config.disk_space_clean_forcibly_ratio
+            if f.end_offset > (dispatched_under_pressure if forcing else dispatched):
                 return False
+            if f.end_offset > dispatched:
+                log.warning("commitlog_deleting_held file=%s disk_used_percent=%.1f level=diskSpaceCleanForciblyRatio"
+                            "=%d: a hold that yields to a full disk (kvEnable=false over KV state) is passed",
+                            f.path.name, left, config.disk_space_clean_forcibly_ratio)
             if segment_age_hours(f) < config.file_reserved_time_hours:
-                left = usage.percent_after_freeing(freed)
-                if not (config.clean_file_forcibly_enable and left > config.disk_space_clean_forcibly_ratio):
+                if not forcing:
                     return False
                 log.warning("commitlog_deleting_unexpired file=%s disk_used_percent=%.1f "
                             "level=diskSpaceCleanForciblyRatio=%d", f.path.name, left,

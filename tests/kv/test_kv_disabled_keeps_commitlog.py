@@ -5,6 +5,13 @@ flushed into the KV store) were gone once KV was on again, which served the olde
 import signal
 from pathlib import Path
 
+import pytest
+
+from broker.kv.kv_disabled_hold import disabled_kv_hold
+from broker.kv.memory_kv_state_store import MemoryKvStateStore
+from broker.store.config import MessageStoreConfig
+from broker.store.disk_usage_watcher import DiskUsage
+from broker.store.message_store import MessageStore
 from client import Admin, KVClient, Message, Producer
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 from tests.ha.test_replication import runtime
@@ -63,3 +70,30 @@ def test_kv_off_keeps_the_commitlog_its_store_has_not_applied(tmp_path: Path):
         if broker is not None and broker.alive:
             broker.stop(strict=False)
         ns.stop(strict=False)
+
+
+def test_the_hold_yields_to_a_disk_past_the_forcible_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The hold never moves while KV stays off: with a full disk it stopped even the forced expiry, and with it every
+    write of the broker. Past diskSpaceCleanForciblyRatio the forced expiry passes it (said, and said again as a
+    dispatcher_gap when KV comes back)."""
+    kv = MemoryKvStateStore(tmp_path / "kv")
+    kv.load()
+    kv.apply({(0, b"k"): b"\x01v"}, 100)  # KV was on once
+    kv.close()
+    store = MessageStore(MessageStoreConfig(str(tmp_path / "store"), mapped_file_size_commit_log=SEGMENT,
+                                            destroy_mapped_file_grace_ms=0))
+    hold = disabled_kv_hold(tmp_path / "kv")
+    assert hold is not None
+    store.register_dispatcher(hold)
+    store.start()
+    try:
+        for _ in range(40):
+            assert store.put_messages("T", 0, [b"x" * 4000] * 4, [b""] * 4).ok
+        assert store.wait_dispatched(store.commit_log.max_offset())
+        clean = store.clean_service
+        assert clean.run_once(ignore_delete_when=True) == 0  # young segments, a roomy disk: the hold stands anyway
+        monkeypatch.setattr(clean.disk_watcher, "check", lambda: DiskUsage(tmp_path, 99, 100))
+        assert clean.run_once(ignore_delete_when=True) > 0
+        assert store.commit_log.min_offset() > 100
+    finally:
+        store.shutdown()

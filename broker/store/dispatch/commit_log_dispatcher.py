@@ -17,6 +17,9 @@ class CommitLogDispatcher(ABC):
     # True for state that only a replay can rebuild (the KV store): commitlog segments expire only below
     # this dispatcher's checkpoint. Others (consume queue, index) lose nothing when expired data is gone.
     keeps_commit_log: bool = False
+    # False for a hold a full disk may break (``kv_disabled_hold.py``: state nobody applies now): past
+    # diskSpaceCleanForciblyRatio expiry passes it rather than stop every write.
+    holds_under_disk_pressure: bool = True
 
     @abstractmethod
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
