@@ -19,7 +19,7 @@ class StateChunk(_message.Message):
     def __init__(self, store: _Optional[str] = ..., applied_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class ReplicaHandshake(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs", "starts_anywhere")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class ReplicaHandshake(_message.Message):
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    STARTS_ANYWHERE_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -36,7 +37,8 @@ class ReplicaHandshake(_message.Message):
     last_epoch: int
     master_epoch: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ...) -> None: ...
+    starts_anywhere: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., starts_anywhere: _Optional[bool] = ...) -> None: ...
 
 class EpochEntry(_message.Message):
     __slots__ = ("epoch", "start_offset")

@@ -82,9 +82,11 @@ class HAClient(threading.Thread):
 
     def _handshake(self) -> ha_pb2.ReplicaHandshake:
         me = self.identity
+        holds_records = self.commit_log.max_offset() > self.commit_log.min_offset()
         return ha_pb2.ReplicaHandshake(
             cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
-            commit_log_end=self.commit_log.max_offset(), mapped_file_size=me.mapped_file_size,
+            commit_log_end=self.commit_log.max_offset() if holds_records else 0, starts_anywhere=True,
+            mapped_file_size=me.mapped_file_size,
             last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch,
             epochs=[ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
                     for e in (self.epochs.entries() if self.epochs is not None else [])])
@@ -123,7 +125,7 @@ class HAClient(threading.Thread):
     def _on_welcome(self, frame: ha_pb2.ReplicationFrame) -> None:
         self.master_addr = frame.master_addr
         end = self.commit_log.max_offset()
-        if frame.offset > end == 0:  # an empty log: the master's older segments expired, it begins where it has
+        if frame.offset != end and end == self.commit_log.min_offset():  # no records: it begins where the master has
             assert self.start_at is not None
             log.warning("replica_starts_at master=%s offset=%d reason=master_expired_older_segments copy_state=%s",
                         self.master_ha_addr, frame.offset, frame.copy_state)

@@ -220,6 +220,10 @@ class HAService:
             yield self._welcome(start, copy_state)
             position, told = start, -1
             while not acks.done():
+                if position < self.commit_log.min_offset():  # expired under a replica catching up: it never can
+                    _refuse(f"replica {slave_id} needs the log from {position}, which expired here (the master's "
+                            f"oldest record is at {self.commit_log.min_offset()}): an empty replica starts again at "
+                            "it by itself; one holding records must be emptied")
                 frame = self._frame_at(position)
                 confirm = frame.confirm_offset
                 if frame.data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
@@ -273,6 +277,9 @@ class HAService:
         low = self.commit_log.min_offset()
         if hello.commit_log_end > 0 or low == 0:
             return self._agreed_end(hello), False
+        if not hello.starts_anywhere:
+            _refuse(f"replica {hello.broker_id} is empty and this master's log begins at {low} (its older segments "
+                    "expired): a replica of an older release cannot start its log there; upgrade it")
         log.info("replica_copies_from_oldest_segment broker=%s slave_id=%d from_offset=%d stores=%s",
                  hello.broker_name, hello.broker_id, low, ",".join(self.copied_stores) or "none")
         return low, bool(self.copied_stores)

@@ -223,12 +223,14 @@ class CommitLog:
         return end
 
     def start_empty_at(self, offset: int) -> None:
-        """An empty log begins at ``offset``, a segment's start: a new replica of a master whose older segments
-        expired copies its log from there. Nothing below it will ever be here, so it counts as confirmed."""
+        """A log with no records begins at ``offset``, a segment's start: a new replica of a master whose older
+        segments expired copies its log from there (again, if that segment expired before a record came). Nothing
+        below it will ever be here, so it counts as confirmed."""
         with self._lock:
             mfq = self.mapped_file_queue
-            assert not mfq.files, f"only an empty commitlog starts anew (this one ends at {mfq.max_offset()})"
+            assert mfq.max_offset() == mfq.min_offset(), f"a commitlog with records ends at {mfq.max_offset()}"
             assert offset % mfq.mapped_file_size == 0, f"{offset} is not a segment's start"
+            mfq.destroy_all()
             mfq.reset_start(offset)
             with self._confirm_lock:
                 self.confirm_offset = self._local_confirm = self._replicated = offset

@@ -422,6 +422,22 @@ def test_an_empty_slave_copies_the_log_of_a_master_whose_first_segments_expired(
         g.stop()
 
 
+def test_an_empty_replica_of_an_older_release_is_refused_saying_so(tmp_path: Path):
+    """A replica that cannot begin its log where the master's does (an older release: no starts_anywhere) would
+    be sent bytes at an offset it cannot place, and stop on an assertion: it is refused, saying why."""
+    g = _master_without_its_first_segments(tmp_path)
+    try:
+        hello = ha_pb2.ReplicaHandshake(cluster_name="DefaultCluster", broker_name="broker-a", broker_id=1,
+                                        commit_log_end=0, mapped_file_size=SEGMENT)
+        with grpc.insecure_channel(g.ha_addr) as channel, pytest.raises(grpc.RpcError) as refused:
+            next(iter(ha_pb2_grpc.HaServiceStub(channel).Replicate(
+                iter([ha_pb2.ReplicaFrame(handshake=hello)]), timeout=10)))
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "older release" in (refused.value.details() or "")
+    finally:
+        g.stop()
+
+
 def test_an_empty_slave_copies_the_timers_only_the_expired_segments_held(tmp_path: Path):
     """A pending timer recorded in an expired segment is in the master's timer store only: a slave copying the log
     from the oldest segment left would lack it, and so would a master it became. It copies the store first."""

@@ -80,3 +80,17 @@ def test_a_copy_cut_short_is_an_error_and_a_store_not_kept_here_is_skipped(tmp_p
     with pytest.raises(ValueError, match="ended before the end of"):
         receive_state({"kv": CopiedKv(replica)}, cut_short)
     receive_state({}, cut_short)  # a broker with kvEnable=false keeps no KV store: nothing to apply
+
+
+def test_a_log_without_records_starts_again_where_the_master_now_begins(tmp_path: Path):
+    """A new replica started its log at the master's oldest segment, which expired before a record came: the
+    master refuses the position, and the replica, still without records, begins again at the next oldest."""
+    from broker.store.commit_log import CommitLog
+
+    log = CommitLog(tmp_path / "commitlog", 4096)
+    log.start_empty_at(8192)
+    assert (log.min_offset(), log.max_offset(), log.confirm_offset) == (8192, 8192, 8192)
+    log.start_empty_at(16384)
+    assert (log.min_offset(), log.max_offset(), log.confirm_offset) == (16384, 16384, 16384)
+    assert sorted(p.name for p in (tmp_path / "commitlog").iterdir()) == ["00000000000000016384"]
+    log.shutdown()
