@@ -3,8 +3,13 @@
 
 import datetime
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,6 +17,19 @@ class TlsFiles:
     ca: Path  # PEM certificate of the CA (what clients trust)
     cert: Path  # PEM server certificate, signed by the CA
     key: Path  # PEM server key
+
+
+def subject_alt_names(hosts: Iterable[str]) -> "list[x509.GeneralName]":
+    """Each host as an IP address name, or else a DNS name."""
+    from cryptography import x509
+
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    return sans
 
 
 def make_tls_files(directory: Path, name: str = "test",
@@ -35,12 +53,7 @@ def make_tls_files(directory: Path, name: str = "test",
                .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
                .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
+    sans = subject_alt_names(hosts)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -30,17 +30,10 @@ from namesrv.controller.controller_store import ControllerStore
 from namesrv.controller.replica_models import Heartbeat
 from namesrv.controller.replicas_info_manager import ReplicasInfoManager
 from proto import controller_pb2, controller_pb2_grpc
+from tests.namesrv.test_replicas_info_manager import FakeClock
 
 CLUSTER, BROKER = "DefaultCluster", "broker-a"
 TIMEOUT = 3000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Hooks:

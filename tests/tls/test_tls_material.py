@@ -5,7 +5,6 @@ the daemon serves is warned about in one log line. gRPC itself would take all of
 three core log lines blaming the port, or fail every handshake later."""
 
 import datetime
-import ipaddress
 import logging
 import os
 import subprocess
@@ -18,7 +17,7 @@ import grpc
 import pytest
 
 from client import MQClientError, Producer
-from cluster.tls_certs import make_tls_files
+from cluster.tls_certs import make_tls_files, subject_alt_names
 from common import tls
 from tests.admin_cli.helpers import fails
 from tests.cluster import REPO, start_broker, start_namesrv, write_broker_conf
@@ -46,12 +45,7 @@ def self_signed(directory: Path, name: str, hosts: tuple[str, ...] = ("127.0.0.1
                .serial_number(x509.random_serial_number())
                .not_valid_before(now + datetime.timedelta(days=valid_days[0]))
                .not_valid_after(now + datetime.timedelta(days=valid_days[1])))
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
+    sans = subject_alt_names(hosts)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(key, hashes.SHA256())
