@@ -574,15 +574,17 @@ def queue_contents(ns: str) -> dict[int, tuple[int, list[bytes]]] | None:
     return contents
 
 
-def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_take_over(tmp_path: Path):
+@pytest.mark.parametrize("kv_store_type", ["rocksdb", "memory"])
+def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_take_over(tmp_path: Path,
+                                                                                        kv_store_type: str):
     """A replica lost whole (a new machine takes its place, its store empty) while its master ran past its
     retention: the empty replica copies the master's KV values and pending timers (the expired records made them),
     then the log from the oldest segment left (it was refused for good), joins the in-sync set, and once elected
     serves every queue from where the old master's began, every KV value, and the delayed message when due."""
     from client import KVClient
 
-    groups = started_group(tmp_path, kvEnable="true", fileReservedTime="0.0003", deleteWhen="*",
-                           cleanResourceInterval="200")
+    groups = started_group(tmp_path, kvEnable="true", kvStoreType=kv_store_type, fileReservedTime="0.0003",
+                           deleteWhen="*", cleanResourceInterval="200")
     g = next(groups)
     try:
         keys = [b"key-%d" % i for i in range(20)]

@@ -358,9 +358,9 @@ SHORT_RETENTION = {"fileReservedTime": "0.0003", "deleteWhen": "*", "cleanResour
 
 
 def _master_without_its_first_segments(tmp_path: Path, before_filling: Callable[[Producer], None] = lambda _p: None,
-                                       ) -> Group:
+                                       **settings: str) -> Group:
     """A master alone, with ~2.4 MB sent in 1 MiB segments and all but the segment being written expired."""
-    g = Group(tmp_path, "ASYNC_MASTER", with_slave=False, **SHORT_RETENTION)
+    g = Group(tmp_path, "ASYNC_MASTER", with_slave=False, **SHORT_RETENTION, **settings)
     try:
         with Admin(g.ns.addr) as admin:
             admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
@@ -393,11 +393,13 @@ def _queue_bodies(addr: str, queue_id: int) -> tuple[int, list[bytes]]:
         offset = answer.next_begin_offset
 
 
-def test_an_empty_slave_copies_the_log_of_a_master_whose_first_segments_expired(tmp_path: Path):
+@pytest.mark.parametrize(("flush", "store_type"), [("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")])
+def test_an_empty_slave_copies_the_log_of_a_master_whose_first_segments_expired(tmp_path: Path, flush: str,
+                                                                                store_type: str):
     """A new slave of a master whose oldest segments expired was refused for good ("replica commitlog ends at 0,
     outside the master's ..."): no replica could ever be added once a master ran past its retention. It starts
     its log at the master's oldest segment now, its queues where the master's begin, and goes on after a kill."""
-    g = _master_without_its_first_segments(tmp_path)
+    g = _master_without_its_first_segments(tmp_path, flushDiskType=flush, storeType=store_type)
     try:
         g.slave = g.start_slave()
         with Producer(g.ns.addr) as producer:
