@@ -289,3 +289,28 @@ def test_the_offset_message_id_of_a_tiered_record_is_its_put_s(nodes):
             assert m.offset_msg_id == make_message_id(m.raw_store_host, node.sent[(queue_id, m.queue_offset)])
             assert store.select_one_message_by_offset(m.physical_offset) == raw  # by id: this very message
     assert store.tier_reads - before == 40  # all from the tier
+
+
+def test_a_marker_set_too_high_leaves_todays_records_their_offsets(nodes):
+    """A promoted replica loads its master's tier from a copy taken before the master's first commit of today's
+    records, with no marker: it takes them all for an older version's, and once their local units expired they
+    read -1. An older version wrote only the tiered position there, so a field that is not the position is kept."""
+    node = nodes()
+    for i in range(400):
+        node.put(i % 2, f"{i:05d}".encode() * 120)
+    node.dispatcher.upload_due(force=True)
+    node.dispatcher.flush()
+    sent = dict(node.sent)
+    flat = node.tiered.flat_files.get(TOPIC, 0)
+    assert flat is not None and flat.commit_log_offsets_from == 0
+    flat.commit_log_offsets_from = flat.max_offset  # as a load from a copy without the marker sets it
+    positions = [unit[0] for unit in flat.units(0, 200)]
+    expire_oldest_local_segments(node, 2)
+    local_min = node.local.min_offset(TOPIC, 0)
+    assert local_min > 0
+    force = TieredMessageStore(node.local, node.tiered.flat_files, TieredStorageLevel.FORCE)
+    # (a record whose offset happens to equal its position is the one that cannot be told apart: restored or -1)
+    assert read_offsets(force, 0, 200) == [
+        sent[(0, q)] if sent[(0, q)] != positions[q] or q >= local_min else UNKNOWN_COMMIT_LOG_OFFSET
+        for q in range(200)]
+    assert sum(sent[(0, q)] != positions[q] for q in range(local_min)) > 0

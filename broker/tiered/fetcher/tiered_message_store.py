@@ -36,7 +36,12 @@ from broker.store.get_message_result import GetMessageResult, GetMessageStatus
 from broker.store.message_store import MessageStore
 from broker.store.message_store_reader import DEFAULT_MAX_TOTAL_BYTES, MessageStoreReader
 from broker.tiered.file.flat_file_store import FlatFileStore
-from broker.tiered.file.flat_message_file import record_queue_offset, with_physical_offset
+from broker.tiered.file.flat_message_file import (
+    FlatMessageFile,
+    record_physical_offset,
+    record_queue_offset,
+    with_physical_offset,
+)
 from broker.tiered.tiered_storage_level import TieredStorageLevel
 from common.message import MessageExt
 
@@ -108,25 +113,30 @@ class TieredMessageStore(MessageStoreReader):
         limit = min(max_msg_nums, local_min - offset) if stop_at_local else max_msg_nums
         messages, total, next_offset = flat.messages(offset, limit, max_total_bytes, tags_codes)
         if offset < flat.commit_log_offsets_from:  # some were uploaded by an older version
-            messages = self._restore_commit_log_offsets(topic, queue_id, messages, flat.commit_log_offsets_from)
+            messages = self._restore_commit_log_offsets(topic, queue_id, messages, flat)
         self.tier_reads += len(messages)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, self.min_offset(topic, queue_id),
                                 self.max_offset(topic, queue_id), messages, total)
 
     def _restore_commit_log_offsets(self, topic: str, queue_id: int, records: list[bytes],
-                                    below: int) -> list[bytes]:
-        """Records below queue offset ``below`` hold their tiered position where their commitlog offset belongs
-        (an older version overwrote it): the local consume queue's unit of the offset still knows it; once that
-        is gone nothing does, and -1 says so (the position would be another message's id)."""
+                                    flat: FlatMessageFile) -> list[bytes]:
+        """Records below queue offset ``flat.commit_log_offsets_from`` may hold their tiered position where their
+        commitlog offset belongs (an older version overwrote it): the local consume queue's unit of the offset still
+        knows it; once that is gone nothing does, and -1 says so (the position would be another message's id). A
+        record whose field is not its tiered position keeps it: the older version wrote nothing else there, so that
+        one is its commitlog offset (a marker set too high, as a promoted replica's from a copy before it, is then
+        harmless)."""
+        below = flat.commit_log_offsets_from
         queue_offsets = [record_queue_offset(r) for r in records]
         old = [q for q in queue_offsets if q < below]
         if not old:
             return records
         units = self._local_units(topic, queue_id, old[0], old[-1] + 1)
+        positions = {old[0] + i: unit[0] for i, unit in enumerate(flat.units(old[0], old[-1] + 1 - old[0]))}
         restored = []
         for q, record in zip(queue_offsets, records, strict=True):
-            if q >= below:
+            if q >= below or record_physical_offset(record) != positions.get(q):
                 restored.append(record)
                 continue
             unit = units.get(q)  # the same record: a size that differs says the unit is another's

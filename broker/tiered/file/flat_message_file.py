@@ -40,6 +40,10 @@ def record_queue_offset(record: bytes) -> int:
     return RECORD_OFFSET.unpack_from(record, QUEUE_OFFSET_AT)[0]
 
 
+def record_physical_offset(record: bytes) -> int:
+    return RECORD_OFFSET.unpack_from(record, PHYSICAL_OFFSET_AT)[0]
+
+
 def with_physical_offset(record: bytes, physical_offset: int) -> bytes:
     """The record with its physical offset field set (the CRC covers the variable part only: still valid)."""
     return record[:PHYSICAL_OFFSET_AT] + RECORD_OFFSET.pack(physical_offset) + record[PHYSICAL_OFFSET_AT + 8:]
