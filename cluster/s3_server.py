@@ -6,6 +6,7 @@ nothing here needs pytest."""
 import contextlib
 import importlib.util
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
 
@@ -53,16 +55,19 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def s3_server_process(timeout: float = 30.0) -> Iterator[S3Server]:
+def s3_server_process(timeout: float = 30.0, https: tuple[Path, Path, Path] | None = None) -> Iterator[S3Server]:
+    """``https``: (certificate, key, the CA that signed it): served over https instead of http."""
+    tls_args = ["-c", str(https[0]), "-k", str(https[1])] if https else []
+    context = ssl.create_default_context(cafile=str(https[2])) if https else None
     for _attempt in range(3):  # the free port may be taken between the probe and moto's bind
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port), *tls_args],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = f"{'https' if https else 'http'}://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1, context=context):
                     break
             except OSError:
                 time.sleep(0.1)

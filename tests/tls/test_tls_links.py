@@ -2,14 +2,7 @@
 of its own (moto over https with a certificate from the test CA), and a plaintext link of the proxy's to a TLS
 cluster tells the v2 client which daemon setting is missing, not the SDK's ``tls_ca=``."""
 
-import contextlib
-import ssl
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -19,42 +12,11 @@ from broker.tiered.provider import s3_file_segment
 from broker.tiered.provider.s3_file_segment import S3Config, ensure_bucket
 from client import grpc_errors
 from client.grpc_errors import StatusError, rpc_error
-from cluster.s3_server import ACCESS_KEY, REGION, SECRET_KEY, moto_missing
-from cluster.tls_certs import TlsFiles, make_tls_files
+from cluster.s3_server import ACCESS_KEY, REGION, SECRET_KEY, s3_server_process
+from cluster.tls_certs import make_tls_files
 from common import tls
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
-from tests.admin_cli.helpers import free_port
 from tests.cluster import Daemon, start_broker, start_daemon, start_namesrv
-
-
-@contextlib.contextmanager
-def https_s3_server(files: TlsFiles, timeout: float = 30.0) -> Iterator[str]:
-    """moto's S3 server on loopback over https, its certificate signed by ``files.ca``; yields its endpoint."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port),
-                             "-c", str(files.cert), "-k", str(files.key)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"https://127.0.0.1:{port}"
-    try:
-        context = ssl.create_default_context(cafile=str(files.ca))
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1, context=context):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto over https did not start (exit {proc.poll()})")
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
 
 # -- 4. the S3 tier trusts the broker's CA ------------------------------------------------------------------------
 
@@ -67,10 +29,10 @@ def test_s3_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s3_file_segment.ca_bundle(S3Config("b", "https://s3.internal:9000")) is None
 
 
-@pytest.mark.skipif(bool(moto_missing()), reason=moto_missing())
 def test_s3_tier_over_https_trusts_tls_client_ca_path(tmp_path: Path) -> None:
     files = make_tls_files(tmp_path / "certs")
-    with https_s3_server(files) as endpoint:
+    with s3_server_process(https=(files.cert, files.key, files.ca)) as server:
+        endpoint = server.endpoint
         started: list[Daemon] = []
         try:
             started.append(start_namesrv(tmp_path / "namesrv", "--tls-enable", "--tls-cert", str(files.cert),
