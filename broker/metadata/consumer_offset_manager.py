@@ -2,7 +2,6 @@
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,6 @@ class ConsumerOffsetManager:
     def __init__(self, store: MetadataStore[OffsetKey, OffsetRecord] | Path) -> None:
         self.store = JsonMetadataStore(store, OFFSETS, write_through=False) if isinstance(store, Path) else store
         self.offset_table: dict[GroupTopic, dict[int, int]] = {}
-        self.commit_times: dict[GroupTopic, dict[int, int]] = {}
         self._lock = threading.RLock()
         self.store.bind(self._snapshot)
 
@@ -61,7 +59,6 @@ class ConsumerOffsetManager:
                 else:
                     queues[queue_id] = old
                 raise
-            self.commit_times.setdefault((group, topic), {})[queue_id] = int(time.time() * 1000)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed on this queue."""
@@ -122,29 +119,22 @@ class ConsumerOffsetManager:
             self._restore(dropped)  # (the failed write left the store dirty: the next flush writes them back)
             raise
 
-    def _drop(self, selected: Callable[[str, str, int], bool]) -> list[tuple[OffsetRecord, int | None]]:
-        """Remove the selected offsets from memory; each with its commit time, for :meth:`_restore`."""
-        dropped: list[tuple[OffsetRecord, int | None]] = []
+    def _drop(self, selected: Callable[[str, str, int], bool]) -> list[OffsetRecord]:
+        """Remove the selected offsets from memory, for :meth:`_restore`."""
+        dropped: list[OffsetRecord] = []
         with self._lock:
             for (group, topic), queues in list(self.offset_table.items()):
-                times = self.commit_times.get((group, topic), {})
                 before = len(dropped)
                 for queue_id, offset in list(queues.items()):
                     if selected(group, topic, queue_id):
                         del queues[queue_id]
-                        dropped.append(((group, topic, queue_id, offset), times.pop(queue_id, None)))
+                        dropped.append((group, topic, queue_id, offset))
                 if not queues and len(dropped) > before:
                     del self.offset_table[(group, topic)]
-                    self.commit_times.pop((group, topic), None)
         return dropped
 
-    def _restore(self, dropped: list[tuple[OffsetRecord, int | None]]) -> None:
+    def _restore(self, dropped: list[OffsetRecord]) -> None:
         """Put back what :meth:`_drop` removed, except where a commit since has set a newer offset."""
         with self._lock:
-            for (group, topic, queue_id, offset), committed_at in dropped:
-                queues = self.offset_table.setdefault((group, topic), {})
-                if queue_id in queues:
-                    continue
-                queues[queue_id] = offset
-                if committed_at is not None:
-                    self.commit_times.setdefault((group, topic), {})[queue_id] = committed_at
+            for group, topic, queue_id, offset in dropped:
+                self.offset_table.setdefault((group, topic), {}).setdefault(queue_id, offset)

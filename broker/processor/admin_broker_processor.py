@@ -315,12 +315,14 @@ class AdminBrokerProcessor:
             config = self.topic_config_manager.select(topic)
             if config is None:
                 continue
-            times = offsets.commit_times.get((group, topic), {})
             for queue_id in range(config.read_queue_nums):
+                consumer_offset = offsets.query_offset(group, topic, queue_id)
+                # As upstream: the store time of the last message consumed (the one below the offset), read from
+                # the store, so it is the same after a restart and on a slave.
                 queues.append(broker_pb2.QueueConsumeStats(
                     topic=topic, queue_id=queue_id, broker_offset=self.store.max_offset(topic, queue_id),
-                    consumer_offset=offsets.query_offset(group, topic, queue_id),
-                    last_timestamp=times.get(queue_id, 0)))
+                    consumer_offset=consumer_offset,
+                    last_timestamp=self.store.store_timestamp_of(topic, queue_id, consumer_offset - 1)))
         if not queues:
             raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} has no offsets" + (
                 f" on topic {request.topic}" if request.topic else ""))

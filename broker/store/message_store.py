@@ -363,10 +363,13 @@ class MessageStore(MessageStoreReader):
 
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         """Store time of the queue's newest message; 0 for an empty queue."""
-        last = self.max_offset(topic, queue_id) - 1
-        if last < self.min_offset(topic, queue_id):
+        return self.store_timestamp_of(topic, queue_id, self.max_offset(topic, queue_id) - 1)
+
+    def store_timestamp_of(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the queue's message at ``offset``; 0 when the queue no longer (or not yet) holds it."""
+        if not self.min_offset(topic, queue_id) <= offset < self.max_offset(topic, queue_id):
             return 0
-        units = self.consume_queue_store.read_units(topic, queue_id, last, 1)
+        units = self.consume_queue_store.read_units(topic, queue_id, offset, 1)
         return max(0, self.commit_log.store_timestamp_at(units[0][0])) if units else 0
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int,

@@ -49,6 +49,10 @@ class MessageStoreReader(ABC):
         """Store time of the queue's newest message; 0 for an empty queue."""
 
     @abstractmethod
+    def store_timestamp_of(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the queue's message at ``offset``; 0 when the local store does not hold it."""
+
+    @abstractmethod
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
                        boundary: BoundaryType = BoundaryType.LOWER) -> int:
         """The queue offset of the first message stored at or after ``timestamp`` (LOWER), or of the last

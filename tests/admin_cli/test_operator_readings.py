@@ -77,3 +77,36 @@ def test_stats_all_counts_pop_deliveries(cluster: Cluster) -> None:
     rows = [r for r in ok_json(cluster.addr, "statsAll", "-t", topic) if r["group"] == group]
     assert [r["count_since_boot"] for r in rows] == [8]  # was 0: only pulls were counted
     assert rows[0]["tps"] > 0 and rows[0]["lag"] == 0
+
+
+def test_consumer_progress_last_time_is_the_last_consumed_messages_store_time_also_after_a_restart(
+        cluster: Cluster) -> None:
+    topic, group = "ReadingsLastTime", "readings-last-time"
+    cluster.create_topic(topic, 1)
+    with Producer(cluster.addr) as producer:
+        for i in range(3):
+            producer.send(Message(topic, b"t%d" % i))
+    with PullConsumer(cluster.addr, group=group) as consumer:
+        mq = consumer.queues(topic)[0]
+        wait_until(lambda: consumer.max_offset(mq) == 3, what="3 messages dispatched")
+        stored = [m.store_timestamp for m in consumer.pull(mq, offset=0, max_nums=3).messages]
+        consumer.commit(mq, 2)  # consumed offsets 0 and 1
+
+    def last_time() -> int:
+        rows = ok_json(cluster.addr, "consumerProgress", "-g", group)
+        assert [(r["broker_offset"], r["consumer_offset"]) for r in rows] == [(3, 2)]
+        return int(rows[0]["last_timestamp"])
+
+    assert last_time() == stored[1]  # as upstream: when the last consumed message was stored, not when committed
+    cluster.brokers["broker-a"].stop()
+    cluster.start_broker("broker-a")
+    # Read back after the restart (the time was kept in memory only, and read 0 then).
+    assert wait_until(lambda: _progress_or_none(cluster, group), timeout=20, what="progress after the restart")
+    assert last_time() == stored[1]
+
+
+def _progress_or_none(cluster: Cluster, group: str) -> bool:
+    try:
+        return bool(ok_json(cluster.addr, "consumerProgress", "-g", group))
+    except AssertionError:
+        return False

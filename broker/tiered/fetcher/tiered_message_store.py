@@ -199,6 +199,9 @@ class TieredMessageStore(MessageStoreReader):
     def last_store_timestamp(self, topic: str, queue_id: int) -> int:
         return self.local.last_store_timestamp(topic, queue_id)
 
+    def store_timestamp_of(self, topic: str, queue_id: int, offset: int) -> int:
+        return self.local.store_timestamp_of(topic, queue_id, offset)  # (an admin reading: not worth a tier fetch)
+
     def select_one_message_by_offset(self, physical_offset: int) -> bytes | None:
         return self.local.select_one_message_by_offset(physical_offset)
 
