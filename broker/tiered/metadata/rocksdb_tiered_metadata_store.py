@@ -1,12 +1,14 @@
 """Tiered metadata in a RocksDB at ``<storePathRootDir>/tiered_metadata`` (WAL on: every change survives a
 process kill). Keys order a queue's segments by type and base offset; values are small JSON objects."""
 
+import dataclasses
 import json
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
@@ -19,9 +21,12 @@ from broker.tiered.metadata.tiered_metadata_store import (
     SegmentStatus,
     TieredMetadataCopy,
     TieredMetadataStore,
+    TieredMetadataTooNewError,
     TopicMetadata,
 )
 from broker.tiered.provider.file_segment import FileSegmentType
+
+M = TypeVar("M", TopicMetadata, QueueMetadata, FileSegmentMetadata)
 
 SEP = b"\x00"  # cannot occur in a topic name
 QUEUE_ID = struct.Struct(">I")
@@ -55,7 +60,20 @@ def _segment_value(m: FileSegmentMetadata) -> bytes:
 def _segment(raw: bytes) -> FileSegmentMetadata:
     d = json.loads(raw)
     d["type"], d["status"] = FileSegmentType(d["type"]), SegmentStatus(d["status"])
-    return FileSegmentMetadata(**d)
+    return _decoded(FileSegmentMetadata, d)
+
+
+def _decoded(cls: type[M], fields: dict[str, Any]) -> M:
+    """A record as ``cls``; refused naming what it holds that this release does not know. A newer release wrote
+    it, and a field left out could change what the record means (as ``commit_log_offsets_from`` does: without it,
+    today's records would read as an older release's)."""
+    unknown = fields.keys() - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise TieredMetadataTooNewError(
+            f"tiered metadata (<storePathRootDir>/tiered_metadata) holds {cls.__name__} fields this release does "
+            f"not know ({', '.join(sorted(unknown))}): a newer release wrote it; run that release (or a newer one) "
+            "on this store")
+    return cls(**fields)
 
 
 def _offsets(get: Callable[[bytes], bytes | None]) -> tuple[int, int]:
@@ -118,11 +136,11 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
     # -- topics
     def get_topic(self, topic: str) -> TopicMetadata | None:
         raw = self._db.get(_topic_key(topic))
-        return TopicMetadata(**json.loads(raw)) if raw is not None else None
+        return _decoded(TopicMetadata, json.loads(raw)) if raw is not None else None
 
     def iterate_topics(self) -> Iterator[TopicMetadata]:
         for _, raw in self._scan(b"T"):
-            yield TopicMetadata(**json.loads(raw))
+            yield _decoded(TopicMetadata, json.loads(raw))
 
     def update_topic(self, metadata: TopicMetadata) -> None:
         self._put(_topic_key(metadata.topic), json.dumps(asdict(metadata)).encode())
@@ -140,12 +158,12 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
     # -- queues
     def get_queue(self, topic: str, queue_id: int) -> QueueMetadata | None:
         raw = self._db.get(_queue_key(topic, queue_id))
-        return QueueMetadata(**json.loads(raw)) if raw is not None else None
+        return _decoded(QueueMetadata, json.loads(raw)) if raw is not None else None
 
     def iterate_queues(self, topic: str | None = None) -> Iterator[QueueMetadata]:
         prefix = b"Q" + (topic.encode() + SEP if topic is not None else b"")
         for _, raw in self._scan(prefix):
-            yield QueueMetadata(**json.loads(raw))
+            yield _decoded(QueueMetadata, json.loads(raw))
 
     def update_queue(self, metadata: QueueMetadata) -> None:
         self._put(_queue_key(metadata.topic, metadata.queue_id), json.dumps(asdict(metadata)).encode())

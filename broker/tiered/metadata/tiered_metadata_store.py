@@ -23,6 +23,11 @@ class TopicMetadata:
     status: int = 0
 
 
+class TieredMetadataTooNewError(OSError):
+    """A metadata record holds fields this release does not know: a newer release wrote it (the broker does not
+    start on it: it prints the message)."""
+
+
 @dataclass(slots=True)
 class QueueMetadata:
     topic: str
