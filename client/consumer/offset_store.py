@@ -20,6 +20,9 @@ class OffsetStore:
         self._owners: dict[MessageQueue, ProcessQueue] = {}
         self._persisted: dict[MessageQueue, int] = {}
         self._lock = threading.Lock()
+        # Held while an offset is written: :meth:`remove` waits for a write of the queue's old position in flight
+        # (after a reset, the next read must not find it landing behind the reset).
+        self._writing = threading.Lock()
 
     def track(self, pq: ProcessQueue, offset: int) -> None:
         """``pq``'s queue is this member's now, starting at ``offset``."""
@@ -41,13 +44,15 @@ class OffsetStore:
             return self._offsets.get(mq, -1)
 
     def persist(self, mq: MessageQueue) -> None:
-        with self._lock:
-            offset = self._offsets.get(mq)
-            if offset is None or self._persisted.get(mq) == offset:
-                return
-        self._write(mq, offset)
-        with self._lock:
-            self._persisted[mq] = offset
+        with self._writing:
+            with self._lock:
+                offset = self._offsets.get(mq)
+                if offset is None or self._persisted.get(mq) == offset:
+                    return
+            self._write(mq, offset)
+            with self._lock:
+                if self._owners.get(mq) is not None:  # (not removed meanwhile)
+                    self._persisted[mq] = offset
 
     def persist_all(self) -> None:
         with self._lock:
@@ -59,8 +64,9 @@ class OffsetStore:
                 log.warning("offset_persist_failed queue=%s error=%s", mq, exc)
 
     def remove(self, mq: MessageQueue) -> None:
-        """``mq`` left this member: later updates from calls still running must not be written."""
-        with self._lock:
+        """``mq`` left this member: later updates from calls still running must not be written (nor is one being
+        written now left to land after this returns)."""
+        with self._writing, self._lock:
             self._offsets.pop(mq, None)
             self._owners.pop(mq, None)
             self._persisted.pop(mq, None)

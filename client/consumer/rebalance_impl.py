@@ -185,12 +185,14 @@ class RebalanceImpl:
 
     def restart_queues(self, topic: str, broker_name: str) -> None:
         """The group's offsets on the broker's queues of ``topic`` were reset: drop them without keeping their
-        offsets, then take them again from the (new) committed offsets."""
+        offsets, then take them again from the (new) committed offsets. Each queue's offset is forgotten before its
+        running calls are waited for: one finishing meanwhile would set the old position again, and the commit loop
+        write it over the reset."""
         with self._lock:
             for mq in [mq for mq in self.process_queues if mq.topic == topic and mq.broker_name == broker_name]:
                 pq = self.process_queues.pop(mq)
-                pq.drop_and_wait(DROP_WAIT_S)
                 self.offsets.remove(mq)
+                pq.drop_and_wait(DROP_WAIT_S)
         self.rebalance()
 
     def held(self) -> list[MessageQueue]:

@@ -2,6 +2,8 @@
 queues from the old list must not find those queues consumed beside it (the pass stops and the next one reads the
 new list), and what the member shows as held is only ever a finished pass's result."""
 
+import threading
+import time
 from typing import cast
 
 from client.consumer.allocate_strategy import allocate_averagely
@@ -137,3 +139,53 @@ def test_a_retry_route_missing_a_broker_of_the_topics_is_read_again_soon() -> No
     group.retry_brokers.append("broker-b")
     assert impl.rebalance() is True
     assert {mq for mq in taken if mq.topic == RETRY} == {MessageQueue(RETRY, b, 0) for b in ("broker-a", "broker-b")}
+
+
+class CommittingGroup(Group):
+    """The broker's committed offsets, as a reset leaves them and as the member's commits write them."""
+
+    def __init__(self) -> None:
+        super().__init__([ME])
+        self.committed: dict[MessageQueue, int] = {}
+
+
+class BrokerOffsets(OffsetStore):
+    def __init__(self, group: CommittingGroup) -> None:
+        super().__init__()
+        self.group = group
+
+    def read(self, mq: MessageQueue) -> int:
+        return self.group.committed.get(mq, -1)
+
+    def _write(self, mq: MessageQueue, offset: int) -> None:
+        self.group.committed[mq] = offset
+
+
+def test_a_reset_is_not_undone_by_a_call_finishing_while_its_queue_restarts() -> None:
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    offsets = BrokerOffsets(group)
+    impl = RebalanceImpl(cast(PullConsumer, group), cast(GroupCalls, group), offsets, allocate_averagely,
+                         RebalanceSettings(ME, broadcasting=False, orderly=False, consume_from_first=True),
+                         lambda: [TOPIC], lambda pq: None)
+    assert impl.rebalance() is True
+    mq = QUEUES[0]
+    pq = impl.process_queues[mq]
+    assert pq.begin()  # a handler call runs on the queue
+    offsets.update(pq, 256)
+    offsets.persist_all()
+    assert group.committed[mq] == 256
+    group.committed[mq] = 0  # resetOffsetByTime on the broker; its notice restarts the queue
+    restart = threading.Thread(target=impl.restart_queues, args=(TOPIC, mq.broker_name))
+    restart.start()
+    deadline = time.monotonic() + 10
+    while not pq.dropped and time.monotonic() < deadline:  # the restart waits for the running call
+        time.sleep(0.005)
+    assert pq.dropped
+    offsets.update(pq, 264)  # the call finishes with the old position ...
+    offsets.persist_all()  # ... and the commit loop runs
+    pq.end()
+    restart.join(10)
+    assert not restart.is_alive()
+    assert group.committed[mq] == 0  # was 264: the reset undone
+    assert impl.process_queues[mq] is not pq and offsets.read(mq) == 0
