@@ -112,16 +112,19 @@ class PopService:
                 self._lock.release()
 
     # -- pop -------------------------------------------------------------------------------------------------
-    def pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
-        """``first_offset(queue_id)``: where a group that never popped this queue starts."""
+    def pop(self, query: PopQuery, first_offset: Callable[[int], int],
+            committed_offset: Callable[[int], int] = lambda _queue_id: -1) -> PopOutcome:
+        """``first_offset(queue_id)``: where a group that never popped this queue starts; ``committed_offset``:
+        the group's committed offset on it (-1: none), which pulls (a push consumer of the group) move too."""
         with self._lock:
             try:
-                return self._pop(query, first_offset)
+                return self._pop(query, first_offset, committed_offset)
             except BaseException:
                 self._states = self.db.load()  # a failed read or dead letter mid-pop: back to what is durable
                 raise
 
-    def _pop(self, query: PopQuery, first_offset: Callable[[int], int]) -> PopOutcome:
+    def _pop(self, query: PopQuery, first_offset: Callable[[int], int],
+             committed_offset: Callable[[int], int]) -> PopOutcome:
         now = self.clock_ms()
         change = PopWrite()
         popped: list[Popped] = []
@@ -132,6 +135,11 @@ class PopService:
             if state is None:
                 state = self._states[key] = QueuePopState(first_offset(queue_id))
                 change.scan[key] = state.scan_offset
+            elif not state.in_flight and not state.held and (committed := committed_offset(queue_id)) > \
+                    state.scan_offset:
+                # Settled up to its scan, the group consumed past it since by pulling (a push consumer of the
+                # group): POP goes on from there, not with what those pulls consumed.
+                state.scan_offset = change.scan[key] = committed
             if len(popped) < query.max_nums:
                 self._pop_queue(query, key, state, now, popped, change)
             scan_offsets[queue_id] = state.scan_offset

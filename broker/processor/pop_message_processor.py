@@ -69,13 +69,14 @@ class PopMessageProcessor:
         require(request.poll_time_ms >= 0, f"poll_time_ms {request.poll_time_ms} is negative")
         require(request.queue_id >= -1, f"queue id {request.queue_id}: a queue id, or -1 for any queue")
         group_config = self._group_config(group)
-        reader, queue_ids, first_offset = self._queues(group, request)
+        reader, queue_ids, committed_offset = self._queues(group, request)
         start = next(self._turn)  # each pop of "any queue" starts at the next one: no queue starves
         queue_ids = [queue_ids[(start + i) % len(queue_ids)] for i in range(len(queue_ids))]
         query = PopQuery(reader, group, request.topic, queue_ids, request.max_msg_nums, request.invisible_time_ms,
                          _tags_codes(request.expression), group_config.consume_message_orderly,
                          group_config.retry_max_times)
-        outcome = self.service.pop(query, first_offset)
+        outcome = self.service.pop(query, lambda queue_id: _or_first(committed_offset(queue_id), reader, request.topic,
+                                                                    queue_id), committed_offset)
         if isinstance(reader, LogicQueueReader):  # long polling waits on the leaders' physical queues
             outcome.scan_offsets = {reader.contexts[q].leader.queue_id: max(
                 reader.contexts[q].leader.physical_of(o), reader.contexts[q].leader.start_offset)
@@ -83,10 +84,10 @@ class PopMessageProcessor:
         return outcome
 
     def _queues(self, group: str, request: pop_pb2.PopMessageRequest,
-                ) -> tuple[QueueReader, list[int], Callable[[int], int]]:
-        """How to read the topic, which of its queues to try, and where a group's first pop of a queue starts: a
-        normal topic's queues (one, or all readable ones), or the logic queues of a static topic this broker
-        leads (one addressed LOGIC, or all it leads)."""
+                ) -> tuple[MessageStoreReader | LogicQueueReader, list[int], Callable[[int], int]]:
+        """How to read the topic, which of its queues to try, and the group's committed offset on a queue (-1:
+        none): a normal topic's queues (one, or all readable ones), or the logic queues of a static topic this
+        broker leads (one addressed LOGIC, or all it leads)."""
         topic = checked_topic(request.topic)
         detail = self.static_topics.mapping_manager.get(topic)
         if detail is None:
@@ -95,7 +96,7 @@ class PopMessageProcessor:
             config = self._readable_topic(topic)
             queue_ids = ([checked_queue_id(config, request.queue_id, writing=False)] if request.queue_id >= 0
                          else list(range(config.read_queue_nums)))
-            return self.store, queue_ids, lambda queue_id: self._first_offset(group, topic, queue_id)
+            return self.store, queue_ids, lambda queue_id: self.offsets.query_offset(group, topic, queue_id)
         require(request.addressing == LOGIC, f"topic {topic} is a static topic: pop its logic queues (LOGIC)")
         if request.queue_id >= 0:
             ctx = self.static_topics.context(topic, request.queue_id, LOGIC)
@@ -108,12 +109,7 @@ class PopMessageProcessor:
                 raise Refusal(ResponseCode.NOT_LEADER_FOR_QUEUE, f"broker {detail.bname} leads no logic queue of "
                               f"static topic {topic}")
         reader = LogicQueueReader(self.static_topics, contexts, group)
-
-        def first_offset(queue_id: int) -> int:
-            committed = self.static_topics.query_offset(contexts[queue_id], group)
-            return committed if committed >= 0 else reader.min_offset(topic, queue_id)
-
-        return reader, list(contexts), first_offset
+        return reader, list(contexts), lambda queue_id: self.static_topics.query_offset(contexts[queue_id], group)
 
     def ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
         self._check_serving()
@@ -241,11 +237,12 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, f"consumer group {group} is disabled")
         return config
 
-    def _first_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """A group's first pop of a queue starts at its committed offset (it consumed by pull before, or an
-        operator reset it), else at the queue's oldest message."""
-        committed = self.offsets.query_offset(group, topic, queue_id)
-        return committed if committed >= 0 else self.store.min_offset(topic, queue_id)
+
+
+def _or_first(committed: int, reader: MessageStoreReader | LogicQueueReader, topic: str, queue_id: int) -> int:
+    """Where a group's first pop of a queue starts: its committed offset (it consumed by pull before, or an
+    operator reset it), else the queue's oldest message."""
+    return committed if committed >= 0 else reader.min_offset(topic, queue_id)
 
 
 def _tags_codes(expression: str) -> set[int] | None:

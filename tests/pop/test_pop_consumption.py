@@ -312,6 +312,27 @@ def test_reset_offset_restarts_a_pop_group_from_the_reset_point(cluster: Cluster
     assert [m.body for m in again] == bodies  # all of them again, in order, once
 
 
+def test_a_group_popping_again_after_pulling_goes_on_from_what_the_pulls_committed(cluster: Cluster):
+    """A group that popped a queue, then consumed it by pull (a push consumer of the group) and went back to POP:
+    POP started where its own scan had stopped, and handed out again everything the pulls consumed."""
+    topic, group = "PopAfterPullT", "pop-after-pull"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    produce(cluster, topic, [b"pop-0", b"pop-1"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        assert [m.body for m in drain(consumer, 2)] == [b"pop-0", b"pop-1"]
+    produce(cluster, topic, [b"pull-2", b"pull-3"])
+    with PullConsumer(cluster.addr, group=group) as puller:
+        mq = puller.queues(topic)[0]
+        assert puller.committed(mq) == 2
+        wait_until(lambda: puller.max_offset(mq) == 4, what="4 messages dispatched")
+        assert [m.body for m in puller.pull(mq, 2, 32).messages] == [b"pull-2", b"pull-3"]
+        puller.commit(mq, 4)
+    produce(cluster, topic, [b"pop-4"])
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        assert [m.body for m in drain(consumer, 1)] == [b"pop-4"]
+        assert not consumer.receive(32, 30_000, wait_ms=300)  # was pull-2 and pull-3 again
+
+
 def test_a_topic_deleted_and_made_again_is_popped_from_its_first_message(cluster: Cluster):
     """POP kept the deleted topic's queue state (where the next fresh message is, what is in flight): the topic
     made again starts at queue offset 0, and its first messages were never handed out."""
