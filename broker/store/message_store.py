@@ -293,8 +293,9 @@ class MessageStore(MessageStoreReader):
             status, next_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_offset
         elif offset == max_offset:
             status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-        elif offset > max_offset:
-            status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
+        elif offset > max_offset:  # to the end; to the start if the offset may be of a deleted queue of the name
+            status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            next_offset = min_offset if cqs.deleted_ends.reached(topic, queue_id, offset) else max_offset
         if status is not None:
             return GetMessageResult(status, next_offset, min_offset, max_offset)
         messages, total, next_offset = self._read_queue(topic, queue_id, offset, max_msg_nums, max_total_bytes,

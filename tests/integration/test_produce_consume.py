@@ -123,3 +123,33 @@ def test_sigkill_under_sync_flush_loses_nothing(tmp_path: Path, store_type: str)
         assert min(o for items in rest.values() for o, _ in items[:1]) > 0  # resumed mid-queue, not from 0
     finally:
         cluster.stop()
+
+
+def test_a_consumer_at_an_offset_of_a_deleted_topic_reads_the_topic_made_again_from_its_first_message(
+        cluster: Cluster):
+    """deleteTopic and updateTopic again while a consumer holds its position (a push consumer's, in memory): its
+    next pull came after the first new messages were stored and moved it to their end; it never read them."""
+    from client import Admin
+
+    topic = "RemadeT"
+    cluster.create_topic(topic, 1)
+    produce(cluster.addr, topic, 30)
+    with PullConsumer(cluster.addr, group="remade") as consumer:
+        wait_until(lambda: sum(consumer.max_offset(mq) for mq in consumer.queues(topic)) == 30,
+                   what="30 messages dispatched")
+        ends = {mq: len(got) for mq, got in consume_all(consumer, topic, commit=False).items()}
+        assert sum(ends.values()) == 30 and max(ends.values()) > 6
+        with Admin(cluster.addr) as admin:
+            admin.delete_topic(topic, "DefaultCluster")
+            wait_until(lambda: topic not in admin.topic_list(), what=f"{topic} deleted")
+        cluster.create_topic(topic, 1)
+        new = produce(cluster.addr, topic, 6, start=100, batch=1)
+        wait_until(lambda: sum(consumer.max_offset(mq) for mq in consumer.queues(topic)) == 6,
+                   what="the new messages dispatched")
+        got: set[bytes] = set()
+        for mq in consumer.queues(topic):
+            if ends.get(mq, 0) > consumer.max_offset(mq):
+                moved = consumer.pull(mq, ends[mq], 32)  # where the consumer was
+                assert (moved.status, moved.next_begin_offset) == (PullStatus.OFFSET_ILLEGAL, 0)  # was the new end
+            got |= {m.body for m in consumer.pull(mq, 0, 32).messages}
+        assert got == new

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 from broker.store.config import StoreType
+from broker.store.get_message_result import GetMessageStatus
 from broker.store.message_store import MessageStore
 from common.message_codec import decode_record
 from tests.store.conftest import StoreFactory, held_dispatch, store_config
@@ -73,6 +74,25 @@ def assert_gone(store: MessageStore) -> None:
     for queue_id in range(4):
         assert store.max_offset(TOPIC, queue_id) == 0, queue_id
         assert not store.get_message(TOPIC, queue_id, 0, 10).messages, queue_id
+
+
+def test_an_offset_of_the_deleted_queue_moves_to_the_first_message_of_the_queue_made_again(open_store: StoreFactory):
+    """A consumer still at an offset of the deleted topic's queue (a pull parked at the deletion, a push consumer's
+    position) pulls the topic made again: it was moved to the new queue's end, past its first messages, and
+    never consumed them. An offset past the end of a queue never deleted still moves to the end."""
+    store = open_store()
+    assert store.put_messages(TOPIC, 0, [b"old"] * 5, [b""] * 5).ok
+    assert store.put_messages("KeptT", 0, [b"kept"] * 2, [b""] * 2).ok
+    store.delete_topic(TOPIC)
+    again = store.put_messages(TOPIC, 0, [b"new-0", b"new-1"], [b"", b""])
+    assert again.ok and store.wait_dispatched(again.append.end_offset)
+    stale = store.get_message(TOPIC, 0, 5, 32)  # where the consumer of the deleted queue was
+    assert (stale.status, stale.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 0)  # was 2
+    assert [decode_record(m).body for m in store.get_message(TOPIC, 0, 0, 32).messages] == [b"new-0", b"new-1"]
+    beyond = store.get_message(TOPIC, 0, 9, 32)  # never an offset of either queue: the end, as before
+    assert beyond.next_begin_offset == 2
+    kept = store.get_message("KeptT", 0, 7, 32)  # a queue never deleted (e.g. a new master's, short of its tail)
+    assert (kept.status, kept.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 2)
 
 
 # A child that stores, deletes and stores again, then idles until it is killed. Its dispatchers never write a

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import NamedTuple
 
+from broker.store.consume_queue.deleted_queue_ends import DeletedQueueEnds
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
 
 
@@ -56,6 +57,8 @@ def offset_by_time(lo: int, hi: int, store_time: Callable[[int], int], timestamp
 
 class ConsumeQueueStore(CommitLogDispatcher):
     name = "consume_queue"
+    # Where deleted topics' queues ended (``deleted_queue_ends.py``): each implementation notes them at deletion.
+    deleted_ends: DeletedQueueEnds
 
     @abstractmethod
     def load(self) -> None: ...

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from broker.store.checkpoint import OffsetCheckpoint
 from broker.store.consume_queue.consume_queue_store import BoundaryType, ConsumeQueueStore, UnitTuple
+from broker.store.consume_queue.deleted_queue_ends import DeletedQueueEnds
 from broker.store.consume_queue.file_consume_queue import UNIT, FileConsumeQueue
 from broker.store.dispatch.dispatch_request import DispatchRequest
 
@@ -22,6 +23,7 @@ class FileConsumeQueueStore(ConsumeQueueStore):
         self.file_size = file_size
         self._store_time = store_time
         self._queues: dict[QueueKey, FileConsumeQueue] = {}
+        self.deleted_ends = DeletedQueueEnds()
         self._dirty: set[QueueKey] = set()
         self._dispatched_offset = 0
         # Not a valid topic name, so it never collides with a topic directory.
@@ -130,6 +132,7 @@ class FileConsumeQueueStore(ConsumeQueueStore):
     def topic_deleted(self, topic: str, at_offset: int = 0) -> None:
         with self._lock:
             keys = [k for k in self._queues if k[0] == topic]
+            self.deleted_ends.note(topic, {key[1]: self._queues[key].max_offset() for key in keys})
             for key in keys:
                 self._queues.pop(key).destroy()
                 with self._dirty_lock:

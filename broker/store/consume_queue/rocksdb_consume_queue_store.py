@@ -44,6 +44,7 @@ from broker.store.consume_queue.consume_queue_store import (
     bisect_offsets,
     offset_by_time,
 )
+from broker.store.consume_queue.deleted_queue_ends import DeletedQueueEnds
 from broker.store.dispatch.dispatch_request import DispatchRequest
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         self._write_options = unlogged_write_options()
         self._synced_write_options = synced_write_options()
         self._queues: dict[QueueKey, _Queue] = {}
+        self.deleted_ends = DeletedQueueEnds()
         self._dispatched_offset = 0
         self._checkpoint = 0
         self._dirty = False  # written since the last RocksDB flush
@@ -409,6 +411,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         name = topic.encode()
         with self._lock:
             keys = [k for k in self._queues if k[0] == topic]
+            self.deleted_ends.note(topic, {key[1]: self._queues[key].max_offset for key in keys})
             for key in keys:
                 del self._queues[key]
             batch = WriteBatch(raw_mode=True)
