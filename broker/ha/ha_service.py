@@ -227,9 +227,9 @@ class HAService:
                 frame = self._frame_at(position)
                 confirm = frame.confirm_offset
                 if frame.data or confirm != told:  # new bytes, or only a new confirm offset (the slave shows up to it)
-                    yield frame
                     position, told = position + len(frame.data), confirm
-                    sent[0] = position
+                    sent[0] = position  # before the frame leaves: the slave's ack of it may be read before we resume
+                    yield frame
                     continue
                 appended.clear()
                 if self.commit_log.read_replica(position, 1) or self.commit_log.confirm_offset != told:
