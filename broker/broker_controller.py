@@ -319,17 +319,19 @@ class BrokerController:
         return (*SERVICE_NAMES, ACL_SERVICE_NAME) if self.acl is not None else SERVICE_NAMES
 
     async def _watch_health(self, health: Health) -> None:
-        """NOT_SERVING while the store refuses writes for its own sake (a fail-stop, a full disk); SERVING again
-        when writes resume. A slave's refusal (it copies its master) is its normal state: still SERVING."""
+        """NOT_SERVING while the store refuses writes for its own sake (a fail-stop, a full disk), or a replica
+        stopped copying its master for good; SERVING again when that ends. A slave's refusal of writes (it copies
+        its master) is its normal state: still SERVING."""
         serving = True
         while True:
             flags = self.local_store.running_flags
-            now = flags.fail_stop_reason is None and flags.disk_full_reason is None
-            if now != serving:
-                serving = now
+            following = self.replica_services.ha_client
+            why = flags.fail_stop_reason or flags.disk_full_reason or (
+                f"replication stopped: {following.refusal}" if following is not None and following.stopped else "")
+            if (not why) != serving:
+                serving = not why
                 await set_health(health, self._service_names(), serving)
-                log.warning("health_status status=%s reason=%r", "SERVING" if serving else "NOT_SERVING",
-                            flags.fail_stop_reason or flags.disk_full_reason or "")
+                log.warning("health_status status=%s reason=%r", "SERVING" if serving else "NOT_SERVING", why)
             await asyncio.sleep(HEALTH_POLL_S)
 
     def _is_master(self) -> bool:

@@ -139,9 +139,19 @@ class BrokerStateCollector(Collector):
                                 value=max(0, confirm - dispatcher.current_checkpoint()))
 
     def _replication(self) -> Iterator[Metric]:
+        following = self.controller.replica_services.ha_client
+        if following is not None:
+            yield GaugeMetricFamily("rocketmq_ha_replication_stopped",
+                                    "1 while this replica does not copy its master (haRefusal says why)",
+                                    value=1 if following.refusal else 0)
         ha = self.controller.ha
         if ha is None:
             return
+        if self.controller.replicas is not None and self.controller.replicas.role == "MASTER":  # controller mode
+            yield GaugeMetricFamily("rocketmq_ha_lease_valid", "1 while this master's controller lease holds (it "
+                                    "refuses writes without one)", value=1 if ha.lease_valid() else 0)
+            yield GaugeMetricFamily("rocketmq_ha_sync_state_set_size", "Replicas in the in-sync set, the master "
+                                    "included", value=1 + len(ha.sync_state_set.members))
         end = self.controller.local_store.commit_log.max_offset()
         acked = GaugeMetricFamily("rocketmq_ha_slave_ack_offset", "What each connected slave acknowledged",
                                   labels=["slave_id"])

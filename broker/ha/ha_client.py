@@ -24,11 +24,13 @@ from broker.store.commit_log import CommitLog
 from broker.store.fault_points import check_fsync
 from common import tls
 from common.acl import inner_metadata
+from common.storage_refusal import is_disk_full
 from proto import ha_pb2, ha_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 REOPEN_PAUSE_S = 1.0
+DISK_FULL_RETRY_S = 5.0  # a replica whose disk refused its master's bytes asks again this often
 _CLOSE = -1
 
 
@@ -47,7 +49,7 @@ class HAClient(threading.Thread):
         self.start_at = start_at  # MessageStore.start_replica_at
         self.copied_stores = copied_stores or {}  # what an empty replica copies besides the log (state_copy.py)
         self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
-        self.refusal = ""  # why this replica stopped following (a tail it must not cut)
+        self.refusal = ""  # why this replica stopped following (a tail it must not cut), or paused (a full disk)
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
@@ -71,14 +73,27 @@ class HAClient(threading.Thread):
                     return
                 log.warning("replication_broken master=%s status=%s detail=%s", self.master_ha_addr,
                             exc.code().name, exc.details())
-            except Exception as exc:  # a tail it must not cut, a full disk, a broken invariant: an operator decides
+            except Exception as exc:
                 self.refusal = str(exc) or repr(exc)
+                if is_disk_full(exc):  # passes once the disk has room (the watcher frees what expired): retried
+                    log.warning("replication_paused master=%s reason=%r retry_in_s=%.0f", self.master_ha_addr,
+                                self.refusal, DISK_FULL_RETRY_S)
+                    self._acks.put(_CLOSE)
+                    if self._stopped.wait(DISK_FULL_RETRY_S):
+                        return
+                    continue
+                # a tail it must not cut, a broken invariant: an operator decides
                 log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal,
                           exc_info=not isinstance(exc, ValueError))
                 self._stopped.set()
             self._acks.put(_CLOSE)
             if self._stopped.wait(REOPEN_PAUSE_S):
                 return
+
+    @property
+    def stopped(self) -> bool:
+        """Replication stopped for good (``refusal`` says why): an operator must act."""
+        return self._stopped.is_set() and bool(self.refusal)
 
     def _handshake(self) -> ha_pb2.ReplicaHandshake:
         me = self.identity
@@ -114,6 +129,9 @@ class HAClient(threading.Thread):
                     self._on_welcome(frame)
                     self._acks = acks
                 welcome = False
+                if self.refusal:
+                    log.warning("replication_resumed master=%s after=%r", self.master_ha_addr, self.refusal)
+                    self.refusal = ""
             if frame.data:
                 if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
                     self.epochs.assign(frame.epoch, frame.epoch_start_offset)  # before the epoch's bytes

@@ -84,6 +84,7 @@ class ReplicasManager:
         self.master_ha_addr = ""
         self.sync_state_set: list[int] = []  # as the controller last said
         self.link = ControllerLink(controller_addrs, self._heartbeat, self._on_assignment, timeout_ms)
+        self._lease = ""  # a master's lease: "held", "lost" (said once in the log, as is its return), or not yet
         # A deposed master's renewed lease (its controller answered: someone else is master) must not count.
         ha.lease_valid = lambda: self.role == "MASTER" and self.link.lease_valid()
         self._changing = asyncio.Lock()
@@ -222,11 +223,21 @@ class ReplicasManager:
     def _refresh_fence(self) -> None:
         """A master takes writes exactly while its lease holds."""
         if self.role != "MASTER":
+            self._lease = ""
             return
         if self.link.lease_valid():
+            if self._lease == "lost":
+                log.warning("lease_regained broker=%s id=%d epoch=%d writes=taken", self.identity.broker_name,
+                            self.identity.broker_id, self.master_epoch)
+            self._lease = "held"
             self.hooks.fence(None)
             self.ha.resettle()  # acks that came while the lease was out
         else:
+            if self._lease == "held":  # once per loss (the fence is refreshed every second), not before the first
+                self._lease = "lost"
+                log.warning("lease_lost broker=%s id=%d epoch=%d writes=refused reason='the controller has not "
+                            "answered in time (it may elect another master)'", self.identity.broker_name,
+                            self.identity.broker_id, self.master_epoch)
             self.hooks.fence(f"master {self.identity.broker_addr} lost its lease: the controller has not answered "
                              "in time (it may be electing another master)")
 

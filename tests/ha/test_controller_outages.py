@@ -46,6 +46,10 @@ def test_a_paused_controller_deposes_nobody_and_the_group_can_still_fail_over(gr
     assert info is not None
     assert (info["replicaRole"], info["masterEpoch"], info["syncStateSet"]) == ("MASTER", "1", "1,2"), info
     assert "replica_rejoining" not in g.replicas[1].log()
+    # The master said when it stopped taking writes and when it took them again, once each (it said nothing).
+    master_log = g.replicas[1].log()
+    assert master_log.count("lease_lost broker=broker-a id=1 epoch=1 writes=refused") == 1, master_log[-3000:]
+    assert master_log.count("lease_regained broker=broker-a id=1 epoch=1 writes=taken") == 1
     assert "controller_resumed gap_ms=" in g.ns.log()
     assert "controller_no_master" not in g.ns.log()
 
