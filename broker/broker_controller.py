@@ -242,6 +242,8 @@ class BrokerController:
         elif (hold := disabled_kv_hold(Path(c.store_path_root_dir) / "kv")) is not None:
             local_store.register_dispatcher(hold)
         self.timer.attach(local_store)  # the same: pending timers are replayed into it
+        # Half messages still needed outlive their segments' fileReservedTime (holds only where the check service runs)
+        local_store.register_dispatcher(self.transactions.half_hold(local_store))
         identity = GroupIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr,
                                  c.mapped_file_size_commit_log)
         epochs = EpochFile(Path(c.store_path_root_dir) / EPOCH_FILE_NAME)

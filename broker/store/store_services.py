@@ -79,10 +79,11 @@ class CleanCommitLogService(PeriodicService):
       ``cleanFileForciblyEnable=false``), and only until it no longer is.
 
     Never the segment being written, never one the dispatch chain has not passed or a dispatcher that keeps the
-    commitlog (KV) has not made durable. Before deleting, ``before_delete`` lets the consume queue make durable
-    what replay could not rebuild (if it cannot, nothing goes). Then moves queues' min offsets past the gap. A
-    deleted segment's space returns only when its mapping closes (``destroyMappedFileGrace`` later): until then
-    it counts as freed, or every pass of that grace would delete more."""
+    commitlog (KV, the transactions' half messages) has not made durable. Before deleting, ``before_delete`` lets
+    the consume queue make durable what replay could not rebuild (if it cannot, nothing goes). Then moves queues'
+    min offsets past the gap. A deleted segment's space returns only when its mapping closes
+    (``destroyMappedFileGrace`` later): until then it counts as freed, or every pass of that grace would delete
+    more."""
 
     MAX_DELETE_PER_PASS = 10
 
@@ -143,7 +144,8 @@ class CleanCommitLogService(PeriodicService):
                 return False
             if f.end_offset > dispatched:
                 log.warning("commitlog_deleting_held file=%s disk_used_percent=%.1f level=diskSpaceCleanForciblyRatio"
-                            "=%d: a hold that yields to a full disk (kvEnable=false over KV state) is passed",
+                            "=%d: a hold that yields to a full disk (kvEnable=false over KV state, or half messages of "
+                            "transactions not ended) is passed",
                             f.path.name, left, config.disk_space_clean_forcibly_ratio)
             if segment_age_hours(f) < config.file_reserved_time_hours:
                 if not forcing:

@@ -22,8 +22,12 @@ transaction a new commitlog offset, so a producer's late end and its answer to a
 copies, each checked and copied again. Here the half message is written once and its commitlog offset is the
 transaction's id for good; a check is a small op message. The cost: an unresolved half message holds the half
 offset back until it ends, at most ``transactionCheckMax`` x ``transactionCheckInterval`` (7.5 min by default), so
-a restart re-reads at most that much of both queues; its commitlog segment must outlive that (``fileReservedTime``
-is hours).
+a restart re-reads at most that much of both queues; its commitlog segment must outlive that: the commitlog is
+held from the lowest half message not ended, or not read yet (``half_message_hold.py``).
+
+Half messages lost all the same (a disk past diskSpaceCleanForciblyRatio passes that hold) are said at ERROR
+(``transaction_half_lost``) and counted (``halves_lost``): one found gone when checked or discarded is ended without
+a check or a copy; ones whose records went before they were read are named by their half queue offsets.
 
 SIGKILL-safe: everything is a commitlog record (half, op, committed and discarded messages), read back through
 the consume queues, which recovery rebuilds; the progress offsets only ever lag. A restart resumes from them:
@@ -99,6 +103,7 @@ class TransactionalMessageCheckService(threading.Thread):
         self.checks_unsent = 0  # counted, but no producer of the group was online
         self.discarded = 0
         self.commits_finished = 0  # commits whose op write had failed, ended by their discard as COMMIT
+        self.halves_lost = 0  # half messages whose records expired before their transactions ended
         # Half messages whose copy to the discard topic is stored and whose REMOVE op is not yet (refused): their
         # retry writes only the op, not a second copy. (After a crash between the two the copy is made again.)
         self._discard_copied: set[int] = set()
@@ -125,6 +130,7 @@ class TransactionalMessageCheckService(threading.Thread):
     def _load(self) -> bool:
         """Read both queues from the progress offsets to where the commitlog ended at start (recovery may still be
         dispatching it), then take ends. False if stopped first."""
+        self.table.read_through = 0  # nothing read yet: the commitlog is held whole until the first read
         half, op = self._start_progress()
         target = self.store.commit_log.confirm_offset
         started = time.monotonic()
@@ -204,25 +210,29 @@ class TransactionalMessageCheckService(threading.Thread):
     def read_log(self) -> None:
         """What is new in the op and half queues, into the table."""
         table = self.table
+        dispatched = self.store.reput.reput_from_offset  # every half message stored below it is in its queue now
         self._read(OP_HALF_TOPIC, OP_QUEUE_ID, table.op_read, self._on_op, table.skip_ops, table.lower_op_to)
-        self._read(HALF_TOPIC, HALF_QUEUE_ID, table.half_read, self._on_half, table.skip_halves,
-                   table.lower_half_to)
+        if self._read(HALF_TOPIC, HALF_QUEUE_ID, table.half_read, self._on_half, self._skip_halves,
+                      table.lower_half_to):
+            table.read_through = dispatched
 
     def _read(self, topic: str, queue_id: int, offset: int, on_record: Callable[[MessageExt, int], None],
-              skip: Callable[[int], None], lower_to: Callable[[int], bool]) -> None:
+              skip: Callable[[int], object], lower_to: Callable[[int], bool]) -> bool:
+        """True once the queue was read to its end (False: stopped first)."""
         while not self._stopped.is_set():
             result = self.store.get_message(topic, queue_id, offset, READ_BATCH)
-            if result.status is GetMessageStatus.OFFSET_TOO_SMALL:
-                log.warning("transaction_queue_expired topic=%s from=%d to=%d", topic, offset, result.next_begin_offset)
-            elif _ends_below(result.status, offset, result.max_offset):
+            if _ends_below(result.status, offset, result.max_offset):
                 # The queue was cut (or deleted) under the table: new messages take the offsets from its end, so
                 # reading and progress go back there (once: the next read starts at the end).
                 if lower_to(result.max_offset):
                     log.error("transaction_progress_lowered topic=%s from=%d to=%d reason=queue_ends_below",
                               topic, offset, result.max_offset)
-                return
+                return True
+            if result.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.NO_MESSAGE) \
+                    and result.next_begin_offset > offset:  # NO_MESSAGE: every message it had expired
+                log.warning("transaction_queue_expired topic=%s from=%d to=%d", topic, offset, result.next_begin_offset)
             elif result.status not in (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE):
-                return  # caught up
+                return True  # caught up
             for raw in result.messages:
                 try:
                     msg = decode_record(raw)
@@ -231,12 +241,29 @@ class TransactionalMessageCheckService(threading.Thread):
                     continue
                 on_record(msg, len(raw))
             if result.next_begin_offset <= offset:
-                return
+                return True
             offset = result.next_begin_offset
             skip(offset)
+        return False
 
     def _on_half(self, msg: MessageExt, size: int) -> None:
-        self.table.add_half(HalfEntry(msg.queue_offset, msg.physical_offset, msg.store_timestamp, producer_group(msg)))
+        first = self.table.half_read
+        lost = self.table.add_half(HalfEntry(msg.queue_offset, msg.physical_offset, msg.store_timestamp,
+                                             producer_group(msg)))
+        self._lost_unread(first, msg.queue_offset, lost)
+
+    def _skip_halves(self, next_offset: int) -> None:
+        first = self.table.half_read
+        self._lost_unread(first, next_offset, self.table.skip_halves(next_offset))
+
+    def _lost_unread(self, first: int, end: int, lost: int) -> None:
+        """``lost`` half messages between half queue offsets ``first`` and ``end`` went before they were read."""
+        if lost:
+            self.halves_lost += lost
+            log.error("transaction_half_lost half_queue_offsets=%d-%d count=%d commitlog_min=%d reason='their "
+                      "commitlog segments were deleted before the check service read them (forced cleanup past "
+                      "diskSpaceCleanForciblyRatio)' action=none: they can be neither checked nor committed",
+                      first, end - 1, lost, self.store.commit_log.min_offset())
 
     def _on_op(self, msg: MessageExt, size: int) -> None:
         op = decode_op(msg)
@@ -267,7 +294,7 @@ class TransactionalMessageCheckService(threading.Thread):
                 gone.append(entry)
             else:
                 found.append((entry, msg))
-        if gone:  # its commitlog segment expired: it can be neither checked nor committed
+        if gone:  # its commitlog segment was deleted: it can be neither checked nor committed (said as lost)
             self._discard(gone)
         if not found:
             return
@@ -315,8 +342,15 @@ class TransactionalMessageCheckService(threading.Thread):
         claimed = [e for e, real_written in proceed if not real_written]
         if not claimed:
             return
-        copying = [(entry, msg) for entry in claimed if entry.queue_offset not in self._discard_copied
-                   and (msg := self._half_message(entry)) is not None]
+        copying: list[tuple[HalfEntry, MessageExt]] = []
+        lost: set[int] = set()  # gone from the commitlog: nothing to copy
+        for entry in claimed:
+            if entry.queue_offset not in self._discard_copied:
+                msg = self._half_message(entry)
+                if msg is None:
+                    lost.add(entry.queue_offset)
+                else:
+                    copying.append((entry, msg))
         try:
             if copying:
                 ensure_group_topic(self.topics, TRANS_CHECK_MAX_TIME_TOPIC, self.on_topics_changed)
@@ -334,9 +368,16 @@ class TransactionalMessageCheckService(threading.Thread):
             self._discard_copied.discard(entry.queue_offset)
             times = self.table.check_count(entry.queue_offset)
             self.table.finish_end(entry.queue_offset, Outcome.DISCARD, result.append.end_offset)
-            log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),
-                        entry.producer_group, times, TRANS_CHECK_MAX_TIME_TOPIC)
-        self.discarded += len(claimed)
+            if entry.queue_offset in lost:
+                log.error("transaction_half_lost tx=%s group=%s commit_log_offset=%d check_times=%d commitlog_min=%d "
+                          "reason='its commitlog segment was deleted before the transaction ended (forced cleanup "
+                          "past diskSpaceCleanForciblyRatio)' action=ended_without_check_or_copy", self._tx(entry),
+                          entry.producer_group, entry.commit_log_offset, times, self.store.commit_log.min_offset())
+            else:
+                log.warning("transaction_discarded tx=%s group=%s check_times=%d topic=%s", self._tx(entry),
+                            entry.producer_group, times, TRANS_CHECK_MAX_TIME_TOPIC)
+        self.discarded += len(claimed) - len(lost)
+        self.halves_lost += len(lost)
 
     def _copy_discarded(self, entry: HalfEntry, msg: MessageExt) -> None:
         """The half message's copy into TRANS_CHECK_MAX_TIME_TOPIC, put alone: one the store refuses for good (it

@@ -138,6 +138,12 @@ class EndTransactionProcessor:
                 msg = decode_record(raw)
             except CorruptRecordError:
                 msg = None
+        if raw is None and offset < (commit_log_min := self.store.commit_log.min_offset()):
+            # Segments holding half messages still needed go only past diskSpaceCleanForciblyRatio
+            # (half_message_hold.py); the check service says it as transaction_half_lost.
+            raise Refusal(ResponseCode.INVALID_PARAMETER, f"no half message at commitlog offset {offset} of broker "
+                          f"{self.broker_name}: it was lost to commitlog expiry (the commitlog now starts at "
+                          f"{commit_log_min}) before the transaction ended")
         if msg is None or msg.topic != HALF_TOPIC:
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"no half message at commitlog offset {offset} of broker "
                           f"{self.broker_name} (expired, or not a transaction's)")

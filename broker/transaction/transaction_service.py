@@ -1,6 +1,7 @@
 """The broker's transactions, wired: the table both sides share, the producers' sessions, EndTransaction's
-processor (built with the other processors) and the check service (a master's: started with the timer's delivery,
-stopped before the store shuts down)."""
+processor (built with the other processors), the check service (a master's: started with the timer's delivery,
+stopped before the store shuts down) and the hold on the commitlog's expiry below half messages still needed
+(registered with the store before it starts)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.store.message_store import MessageStore
 from broker.transaction.check_service import TransactionalMessageCheckService
 from broker.transaction.end_transaction_processor import EndTransactionProcessor
+from broker.transaction.half_message_hold import HalfMessageHold
 from broker.transaction.producer_manager import ProducerManager
 from broker.transaction.transaction_table import TransactionTable
 
@@ -34,6 +36,10 @@ class TransactionService:
     def processor(self, store: MessageStore, topics: TopicConfigManager) -> EndTransactionProcessor:
         self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table)
         return self.end_processor
+
+    def half_hold(self, store: MessageStore) -> HalfMessageHold:
+        """The store's hold on expiry below the half messages still needed: register it before the store starts."""
+        return HalfMessageHold(self.table, store.commit_log.max_offset)
 
     def start(self, store: MessageStore, offsets: ConsumerOffsetManager, topics: TopicConfigManager,
               on_topics_changed: Callable[[], None]) -> None:
@@ -61,6 +67,7 @@ class TransactionService:
             "transactionChecks": str(check.checks_sent if check is not None else 0),
             "transactionChecksUnsent": str(check.checks_unsent if check is not None else 0),
             "transactionDiscarded": str(check.discarded if check is not None else 0),
+            "transactionHalfLost": str(check.halves_lost if check is not None else 0),
             "transactionHalfProgress": str(table.half_progress),
             "transactionOpProgress": str(table.op_progress),
         }

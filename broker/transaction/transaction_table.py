@@ -14,7 +14,10 @@ the progress offsets on; EndTransaction claims a half message (:meth:`begin_end`
   restart: its end and its check count come back). H is committed before O: a restart with a newer H and an older
   O re-reads ops it does not need; the other way round it would re-check half messages that ended.
 - whether an end repeats one already made (answered without a second commit), contradicts it (refused), or names a
-  half message that ended so long ago its outcome is no longer kept (refused).
+  half message that ended so long ago its outcome is no longer kept (refused);
+- below which commitlog offset no half message is still needed (:meth:`hold_offset`): the lowest one pending, or,
+  lower, where the check service's reading of the half queue stands (``half_message_hold.py`` keeps the commitlog
+  from there), and how many half messages reading passed over because their segments were gone.
 """
 
 import threading
@@ -79,6 +82,9 @@ class TransactionTable:
         self.op_progress = 0  # O: every op message below it names only half messages below H
         self.half_read = 0  # the next half queue offset to read
         self.op_read = 0  # the next op queue offset to read
+        # Every half message stored below this commitlog offset was read (None: the check service does not read
+        # here, as on a slave; no hold then).
+        self.read_through: int | None = None
         self._cond = threading.Condition()
         self._pending: dict[int, HalfEntry] = {}
         self._checks: dict[int, CheckCount] = {}
@@ -124,19 +130,41 @@ class TransactionTable:
             return True
 
     # -- reading the queues ------------------------------------------------------------------------
-    def add_half(self, entry: HalfEntry) -> None:
+    def add_half(self, entry: HalfEntry) -> int:
+        """Returns how many half messages not ended were passed over below it (their records are gone)."""
         with self._cond:
             q = entry.queue_offset
             if q < self.half_read:
-                return  # read before
+                return 0  # read before
+            lost = self._passed_over(q)
             self.half_read = q + 1
             if q not in self._ended:
                 self._pending[q] = entry
+            return lost
 
-    def skip_halves(self, next_offset: int) -> None:
-        """The half queue has nothing readable below ``next_offset`` (a gap, or expired segments)."""
+    def skip_halves(self, next_offset: int) -> int:
+        """The half queue has nothing readable below ``next_offset`` (expired segments): how many half messages
+        not ended that passes over."""
         with self._cond:
+            lost = self._passed_over(next_offset)
             self.half_read = max(self.half_read, next_offset)
+            return lost
+
+    def _passed_over(self, end: int) -> int:
+        """Lock held. The half messages from ``half_read`` to ``end`` that no end names: never read, they are lost."""
+        first = self.half_read
+        if end <= first:
+            return 0
+        return end - first - sum(1 for q in self._ended if first <= q < end)
+
+    def hold_offset(self) -> int | None:
+        """The commitlog offset below which no half message is still needed: the lowest one pending, or where
+        reading stands if lower. None when the half queue is not read here."""
+        with self._cond:
+            if self.read_through is None:
+                return None
+            return min(self.read_through, min((e.commit_log_offset for e in self._pending.values()),
+                                              default=self.read_through))
 
     def add_op(self, op_offset: int, op: OpMessage | None, store_timestamp: int, end_offset: int) -> None:
         """The op message at ``op_offset`` (None: one not understood, passed over); ``end_offset`` is the commitlog
