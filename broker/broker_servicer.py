@@ -248,7 +248,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return await run(self.admin.producer_connections, request)
 
     async def GetBrokerStats(self, request, context):
-        return await run(self.admin.broker_stats)
+        return await run(self.admin.broker_stats, in_thread=True)  # every topic: not on the loop
 
     async def UpdateTopicQueueMapping(self, request, context):
         return await run(self.admin.update_mapping, request)

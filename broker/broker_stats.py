@@ -34,6 +34,23 @@ class BrokerStats:
             bucket = self._buckets[-1][1]
             bucket[key] = bucket.get(key, 0) + n
 
+    def totals_by_topic(self) -> dict[str, dict[str, int]]:
+        """Messages since boot, per topic then group ("" for sends)."""
+        out: dict[str, dict[str, int]] = {}
+        with self._lock:
+            for (topic, group), n in self.totals.items():
+                out.setdefault(topic, {})[group] = n
+        return out
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's keys (the topic made again counts from 0, and deleted topics do not pile up)."""
+        with self._lock:
+            for key in [k for k in self.totals if k[0] == topic]:
+                del self.totals[key]
+            for _second, bucket in self._buckets:
+                for key in [k for k in bucket if k[0] == topic]:
+                    del bucket[key]
+
     def key_rates(self) -> dict[Key, float]:
         """Messages a second per key over the last ``KEY_WINDOW_S`` seconds (the current one included)."""
         now = int(time.monotonic())

@@ -237,9 +237,10 @@ class AdminBrokerProcessor:
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def _forget_consumption(self, topic: str) -> None:
-        """Where the groups are in the topic: POP's state and the committed offsets."""
+        """Where the groups are in the topic: POP's state, the committed offsets, and its counts."""
         self.on_topic_deleted(topic)
         self.consumer_offset_manager.delete_topic(topic)
+        self.stats.forget_topic(topic)
 
     def topic_config_changes(self, request: broker_pb2.TopicConfigChangesRequest) -> broker_pb2.TopicConfigChanges:
         """What changed since the caller's copy at ``request.since``; the whole table when that is not a version of
@@ -399,8 +400,10 @@ class AdminBrokerProcessor:
             for client_id, addr, age in sessions])
 
     def broker_stats(self) -> broker_pb2.BrokerStatsTable:
+        """Every topic's row and each of its groups' (those with offsets, or that consumed it since boot). Built
+        off the event loop (the servicer runs it on a thread), each source read once: linear in topics and groups."""
         rates = self.stats.key_rates()
-        totals = dict(self.stats.totals)
+        totals = self.stats.totals_by_topic()
         offsets = self.consumer_offset_manager
         rows = []
         groups_of: dict[str, set[str]] = {}
@@ -410,17 +413,15 @@ class AdminBrokerProcessor:
             topic = config.topic_name
             queues = range(max(config.read_queue_nums, config.write_queue_nums))
             max_offsets = {q: self.store.max_offset(topic, q) for q in queues}
+            counted = totals.get(topic, {})
             rows.append(broker_pb2.TopicStatsRow(topic=topic, total=sum(max_offsets.values()),
-                                                 tps=rates.get((topic, ""), 0.0),
-                                                 count_since_boot=totals.get((topic, ""), 0)))
-            groups = set(groups_of.get(topic, ()))
-            groups |= {g for (t, g) in totals if t == topic and g}
-            for group in sorted(groups):
+                                                 tps=rates.get((topic, ""), 0.0), count_since_boot=counted.get("", 0)))
+            for group in sorted(groups_of.get(topic, set()) | {g for g in counted if g}):
                 committed = {q: max(offsets.query_offset(group, topic, q), 0) for q in queues}
                 rows.append(broker_pb2.TopicStatsRow(
                     topic=topic, group=group, total=sum(committed.values()),
                     lag=sum(max(max_offsets[q] - committed[q], 0) for q in queues),
-                    tps=rates.get((topic, group), 0.0), count_since_boot=totals.get((topic, group), 0)))
+                    tps=rates.get((topic, group), 0.0), count_since_boot=counted.get(group, 0)))
         return broker_pb2.BrokerStatsTable(rows=rows)
 
 

@@ -110,3 +110,28 @@ def _progress_or_none(cluster: Cluster, group: str) -> bool:
         return bool(ok_json(cluster.addr, "consumerProgress", "-g", group))
     except AssertionError:
         return False
+
+
+def test_stats_all_forgets_a_deleted_topics_counts(cluster: Cluster) -> None:
+    """A deleted topic's counts stayed (and every statsAll walked them for every topic): the topic made again showed
+    the old topic's messages since boot."""
+    from client import Admin
+
+    topic, group = "ReadingsDeleted", "readings-deleted"
+    cluster.create_topic(topic, 1)
+    with Producer(cluster.addr) as producer:
+        producer.send_batch([Message(topic, b"d%d" % i) for i in range(4)])
+    with PullConsumer(cluster.addr, group=group) as consumer:
+        mq = consumer.queues(topic)[0]
+        wait_until(lambda: consumer.max_offset(mq) == 4, what="4 messages dispatched")
+        assert len(consumer.pull(mq, offset=0, max_nums=32).messages) == 4
+
+    def counts() -> dict[str, int]:
+        return {r["group"]: r["count_since_boot"] for r in ok_json(cluster.addr, "statsAll", "-t", topic)}
+
+    assert counts() == {"": 4, group: 4}
+    with Admin(cluster.addr) as admin:
+        admin.delete_topic(topic, "DefaultCluster")
+        wait_until(lambda: topic not in admin.topic_list(), what=f"{topic} deleted")
+    cluster.create_topic(topic, 1)
+    assert counts() == {"": 0}  # was {"": 4, group: 4}
