@@ -18,7 +18,13 @@ retries every second (after a fail-stop, that is after the restart). A pass that
 did first: the timers put (or forwarded) are marked and removed, the rest handed back to be taken again.
 
 A static topic's message whose logic queue moved to another broker while it waited is sent to that broker
-(``DeliveryRoute``), and kept pending, tried again every second, while that broker does not take it.
+(``DeliveryRoute``) from a small pool of threads, one forward at a time to each leader (topic and logic queue); a
+pass waits for the forwards it started at most ``FORWARD_WAIT_S`` (not at all for a leader whose last forward took
+longer), and settles the ones still under way in a later pass. The timers of a forward under way, or that the
+leader refused (it is down, or the queue is moving again), are held: ``take_due`` passes over them, so the timers
+due after them go out as usual. A refused leader is tried again every second with the first ``batch_size`` timers
+it holds, earliest first; once it takes them, the rest are handed back to be taken in due order. Held timers stay
+stored: a crash delivers them after the restart as any pending timer.
 """
 
 import logging
@@ -26,13 +32,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.store.periodic_service import FailedPassLog
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import delivered_properties, timer_target
-from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, LocalDelivery
+from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, Forwarded, LocalDelivery
 from broker.timer.timer_message_store import TIMER_KEY, Timer, TimerMessageStore, marker_body
 from common.message import MessageExt
 from common.message_codec import HEADER_SIZE, CorruptRecordError, decode_record, record_parts
@@ -71,8 +78,12 @@ QueueExists = Callable[[str, int], bool]
 TopicConfigured = Callable[[str], bool]
 Clock = Callable[[], int]
 Group = tuple[str, int, int | None]  # real topic, queue id, logic queue id (a static topic's)
+Leader = tuple[str, DeliveryTarget]  # where a static topic's messages are forwarded: topic, logic queue and leader
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
 RETRY_PAUSE_S = 1.0
+FORWARD_WAIT_S = 0.5  # how long a pass waits for the forwards it started (a peer call may take 10 s)
+FORWARD_THREADS = 4
+SHUTDOWN_FORWARD_WAIT_S = 5.0  # forwards under way at shutdown: settled if they end by then, else sent again later
 MAX_UNMARKED = 1 << 16  # keys of timers taken out whose marker the store refused, kept to go with the next one
 MARKER_OVERHEAD = HEADER_SIZE + len(TIMER_TOPIC)  # a marker record's bytes besides its body (no properties)
 _TIMER_TOPIC = TIMER_TOPIC.encode()
@@ -85,15 +96,28 @@ def wall_clock_ms() -> int:
 
 @dataclass
 class _Outcome:
-    """What a pass did with the timers it took; once settled each is in ``done`` (removed) or ``kept`` (given
-    back)."""
+    """What a pass did with the timers it took; once settled each is in ``done`` (removed), ``kept`` (given back)
+    or held for its logic queue's leader (``_Held``)."""
 
     done: list[bytes]  # delivered (put and flushed, or forwarded) or dropped
     put: list[bytes] = field(default_factory=list)  # in the commitlog, to be flushed
     kept: list[bytes] = field(default_factory=list)  # not delivered: taken again
-    kept_by_leader: int = 0  # of kept: refused by the broker that leads their logic queue (or none found)
     end_offset: int = 0  # of the puts
     failure: Exception | None = None  # what stopped the pass part-way: raised once settled
+    started: list[Future[Forwarded]] = field(default_factory=list)  # forwards this pass started (and waits for)
+
+
+@dataclass
+class _Held:
+    """The timers of one leader (``Leader``) held by the delivery: not taken again while its forward is under way,
+    or, after it refused, until ``retry_at``."""
+
+    sending: list[bytes] = field(default_factory=list)  # the forward under way, in order
+    future: Future[Forwarded] | None = None
+    parked: list[bytes] = field(default_factory=list)  # taken while it was under way, or refused
+    retry_at: float = 0.0  # monotonic: no forward before it
+    refused: bool = False  # the last forward was refused
+    slow: bool = False  # the last forward outlasted the pass's wait: the next is not waited for
 
 
 class TimerDeliveryService(threading.Thread):
@@ -120,7 +144,10 @@ class TimerDeliveryService(threading.Thread):
         self._next_due = 0  # the due time this thread sleeps until (0 while it looks: any dispatch wakes it)
         self._refused_since: float | None = None
         self._unmarked: list[bytes] = []  # taken out, their marker refused: it goes with the next one
-        self._forwards_refused: set[tuple[str, DeliveryTarget]] = set()  # each logged once while it lasts
+        self._forwards_refused: set[Leader] = set()  # each logged once while it lasts
+        self._leaders: dict[Leader, _Held] = {}  # under delivery_lock
+        self._held = timers.held  # every key in _leaders: take_due passes over them
+        self._forwarder = ThreadPoolExecutor(FORWARD_THREADS, thread_name_prefix="timer-forward")
         timers.due_listeners.append(self.on_dispatched)
 
     def on_dispatched(self, first_due_ms: int) -> None:
@@ -159,23 +186,29 @@ class TimerDeliveryService(threading.Thread):
         return taken
 
     def _deliver_due(self) -> tuple[int, int]:
-        """(timers taken, timers kept pending because the store, or the broker they are forwarded to, refused
-        them)."""
+        """(timers taken, timers kept pending because the store refused them; those a leader refused are held)."""
+        outcome = _Outcome(done=[])
+        self._collect(outcome)
+        self._release()
         timers = self.timers.take_due(self.clock_ms(), self.batch_size)
-        if not timers:
+        if not timers and not outcome.done:
             return 0, 0
-        groups, done = self._grouped(timers)
-        outcome = self._deliver_groups(groups, done)
+        groups, dropped = self._grouped(timers)
+        outcome.done.extend(dropped)
+        self._deliver_groups(groups, outcome)
+        self._wait_forwards(outcome)
         try:
             self._settle(outcome)
-        finally:  # take_due moved the scan floor past them all: what is not removed must be handed back
+        finally:  # take_due moved the scan floor past them all: what is not removed or held must be handed back
             if outcome.kept:
                 self.timers.give_back(min(outcome.kept))
-        assert len(outcome.done) + len(outcome.kept) == len(timers), "a timer taken is neither removed nor kept"
+        settled = set(outcome.done).union(outcome.kept, self._held)
+        assert all(key in settled for key, _ in timers), "a timer taken is neither removed, kept nor held"
         if outcome.failure is not None:
             raise outcome.failure
-        if outcome.kept:
-            self._refused(len(outcome.kept) - outcome.kept_by_leader, outcome.kept_by_leader)
+        by_leader = sum(len(h.parked) + len(h.sending) for h in self._leaders.values() if h.refused)
+        if outcome.kept or by_leader:
+            self._refused(len(outcome.kept), by_leader)
         elif self._refused_since is not None:
             log.info("timer_delivery_resumed after_s=%.1f", time.monotonic() - self._refused_since)
             self._refused_since = None
@@ -201,11 +234,10 @@ class TimerDeliveryService(threading.Thread):
             groups[target.topic, target.queue_id, target.logic_queue_id].append((key, msg))
         return groups, dropped
 
-    def _deliver_groups(self, groups: dict[Group, list[tuple[bytes, MessageExt]]], done: list[bytes]) -> _Outcome:
+    def _deliver_groups(self, groups: dict[Group, list[tuple[bytes, MessageExt]]], outcome: _Outcome) -> None:
         """One put (or forward) a queue. An exception stops the pass there (kept in the outcome, raised once the
         outcome is settled): the queues not tried yet are kept, to be taken again, while what was put or forwarded
         before it is marked and removed as in a pass that went through."""
-        outcome = _Outcome(done=done)
         in_order = list(groups.items())
         tried = 0
         try:
@@ -215,7 +247,6 @@ class TimerDeliveryService(threading.Thread):
         except Exception as exc:
             outcome.failure = exc
             outcome.kept.extend(key for _, items in in_order[tried:] for key, _ in items)
-        return outcome
 
     def _deliver_group(self, outcome: _Outcome, topic: str, queue_id: int, logic_queue_id: int | None,
                        items: list[tuple[bytes, MessageExt]]) -> None:
@@ -233,11 +264,7 @@ class TimerDeliveryService(threading.Thread):
         keys = [k for k, _ in items]
         where = self.route.target(topic, queue_id, logic_queue_id)
         if where.broker is not None:  # stored by the leader once forwarded: nothing to flush here
-            forwarded = self._forward(where, topic, [m for _, m in items])
-            self.delivered += forwarded
-            outcome.done.extend(keys[:forwarded])
-            outcome.kept.extend(keys[forwarded:])
-            outcome.kept_by_leader += len(keys) - forwarded
+            self._forward(outcome, (topic, where), items)
             return
         result = self._put(topic, where.queue_id, [m for _, m in items])
         if result is None:
@@ -336,20 +363,86 @@ class TimerDeliveryService(threading.Thread):
         # still without a config (deleted now, it would have had one), or made meanwhile with the queue
         return lambda: not configured(topic) or self.queue_exists(topic, queue_id)
 
-    def _forward(self, target: DeliveryTarget, topic: str, messages: list[MessageExt]) -> int:
-        """Send the messages to the broker that leads their logic queue now; how many it stored."""
-        sent = self.route.forward(target, topic, self._records(topic.encode(), target.queue_id, messages))
-        refusal = (topic, target)
+    def _forward(self, outcome: _Outcome, leader: Leader, items: list[tuple[bytes, MessageExt]]) -> None:
+        """Start sending the messages to the broker that leads their logic queue now, unless a forward to it is
+        under way or it refused within the last RETRY_PAUSE_S: then they are held until that ends."""
+        keys = [k for k, _ in items]
+        held = self._leaders.setdefault(leader, _Held())
+        if held.future is None and held.retry_at <= time.monotonic():
+            topic, target = leader
+            records = self._records(topic.encode(), target.queue_id, [m for _, m in items])
+            held.future = self._forwarder.submit(self.route.forward, target, topic, records)
+            held.future.add_done_callback(lambda _: self._wakeup.set())
+            held.sending = keys
+            self.timers.forwarding.update(keys)
+            if not held.slow:
+                outcome.started.append(held.future)
+        else:
+            held.parked.extend(keys)
+        self._held.update(keys)
+
+    def _wait_forwards(self, outcome: _Outcome) -> None:
+        """Wait a while for the forwards this pass started; settle those that ended (the others in a later pass)."""
+        if not outcome.started:
+            return
+        wait(outcome.started, timeout=FORWARD_WAIT_S)
+        for held in self._leaders.values():
+            if held.future is not None:
+                held.slow = not held.future.done()
+        self._collect(outcome)
+
+    def _collect(self, outcome: _Outcome) -> None:
+        """The forwards that ended: what the leader stored is done, the rest held until RETRY_PAUSE_S from now.
+        Once a leader takes a forward whole, the timers held meanwhile are handed back to be taken in due order."""
+        for leader, held in list(self._leaders.items()):
+            future = held.future
+            if future is not None and future.done():
+                keys, held.sending, held.future = held.sending, [], None
+                self.timers.forwarding.difference_update(keys)
+                try:
+                    sent = future.result()
+                except Exception as exc:  # the route's bug, or a peer call failing unforeseen: as a refusal
+                    sent = Forwarded(0, leader[1].broker or "", repr(exc))
+                self._forwarded(leader, sent, len(keys))
+                self.delivered += sent.stored
+                outcome.done.extend(keys[:sent.stored])
+                self._held.difference_update(keys[:sent.stored])
+                held.refused = sent.error is not None
+                if held.refused:
+                    held.parked.extend(keys[sent.stored:])
+                    held.retry_at = time.monotonic() + RETRY_PAUSE_S
+                else:
+                    self._hand_back(held.parked)
+                    held.parked = []
+            if held.future is None and not held.parked and not held.refused:
+                del self._leaders[leader]
+
+    def _release(self) -> None:
+        """A refused leader's retry is due: its earliest ``batch_size`` held timers are taken again (the rest once
+        it takes them)."""
+        now = time.monotonic()
+        for held in self._leaders.values():
+            if held.future is None and held.parked and held.retry_at <= now:
+                held.parked.sort()
+                released, held.parked = held.parked[:self.batch_size], held.parked[self.batch_size:]
+                self._hand_back(released)
+
+    def _hand_back(self, keys: list[bytes]) -> None:
+        if keys:
+            self._held.difference_update(keys)
+            self.timers.give_back(min(keys))
+
+    def _forwarded(self, leader: Leader, sent: Forwarded, count: int) -> None:
+        topic, target = leader
         if sent.error is None:
-            self._forwards_refused.discard(refusal)
+            self._forwards_refused.discard(leader)
             log.info("timer_forwarded topic=%s logic_queue=%d leader=%s count=%d", topic, target.queue_id,
                      sent.broker, sent.stored)
-        elif refusal not in self._forwards_refused:  # once while it lasts: tried again every second
-            self._forwards_refused.add(refusal)
+        elif leader not in self._forwards_refused:  # once while it lasts: tried again every second
+            self._forwards_refused.add(leader)
             log.warning("timer_forward_refused topic=%s logic_queue=%d leader=%s stored=%d waiting=%d reason=%r",
-                        topic, target.queue_id, sent.broker or "unknown", sent.stored, len(messages) - sent.stored,
+                        topic, target.queue_id, sent.broker or "unknown", sent.stored, count - sent.stored,
                         sent.error)
-        return sent.stored
 
     def _records(self, raw_topic: bytes, queue_id: int, messages: list[MessageExt]) -> list[bytes]:
         """The messages as they were sent: commitlog records of their real topic, without the delay."""
@@ -376,5 +469,26 @@ class TimerDeliveryService(threading.Thread):
         self._wakeup.set()
         if self.is_alive():
             self.join(timeout=10)
+        self._finish_forwards()
         log.info("timer_delivery_stopped delivered=%d dropped=%d pending=%d", self.delivered, self.dropped,
                  self.timers.pending)
+
+    def _finish_forwards(self) -> None:
+        """Forwards under way are waited for a while and settled, so a restart does not send them again; one still
+        under way after that is (at-least-once, as a crash between a forward and the delete)."""
+        with self.timers.delivery_lock:
+            under_way = [h.future for h in self._leaders.values() if h.future is not None]
+            if under_way:
+                wait(under_way, timeout=SHUTDOWN_FORWARD_WAIT_S)
+                outcome = _Outcome(done=[])
+                self._collect(outcome)
+                try:
+                    self._settle(outcome)
+                except Exception as exc:
+                    log.warning("timer_forwards_unsettled count=%d error=%r: sent again after the restart",
+                                len(outcome.done), exc)
+            # A delivery started again in this process (a replica promoted again) takes them as any pending timer
+            self._hand_back(list(self._held))
+            self._leaders.clear()
+            self.timers.forwarding.clear()
+        self._forwarder.shutdown(wait=False)

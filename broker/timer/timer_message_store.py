@@ -91,6 +91,11 @@ class TimerMessageStore(CommitLogDispatcher):
         self._floor = b""  # no pending timer sorts below it
         self._pending = 0
         self.delivery_lock = threading.Lock()  # see the module's docstring
+        # Under ``delivery_lock``: timers the delivery holds, waiting for the broker that leads their static topic's
+        # logic queue now (take_due passes over them), and of those the ones it is forwarding there (not recallable
+        # while the forward is under way: it may store them).
+        self.held: set[bytes] = set()
+        self.forwarding: set[bytes] = set()
         self.due_listeners: list[DueListener] = []  # told the earliest due time of each dispatch that added timers
 
     @property
@@ -244,8 +249,10 @@ class TimerMessageStore(CommitLogDispatcher):
     # -- delivery ----------------------------------------------------------------------------------
     def pending_record(self, due_ms: int, physical_offset: int) -> bytes | None:
         """The stored record of the timer due at ``due_ms`` from ``physical_offset``; None when none is pending
-        (delivered, recalled, or never stored here). Under ``delivery_lock`` it stays so until :meth:`remove`."""
-        return self.db.get(timer_key(due_ms, physical_offset))
+        (delivered, recalled, or never stored here), or while it is being forwarded (``forwarding``). Under
+        ``delivery_lock`` it stays so until :meth:`remove`."""
+        key = timer_key(due_ms, physical_offset)
+        return None if key in self.forwarding else self.db.get(key)
 
     def first_due(self) -> int | None:
         """The earliest due time pending, or None."""
@@ -257,7 +264,9 @@ class TimerMessageStore(CommitLogDispatcher):
 
     def take_due(self, now_ms: int, limit: int) -> list[Timer]:
         """Up to ``limit`` timers due at ``now_ms`` or before, earliest first. They stay stored until
-        :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered."""
+        :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered. Timers in ``held``
+        are passed over, not counted, and left below the scan floor: the delivery hands them back when it lets go
+        of them."""
         with self._floor_lock:
             start = self._floor
             self._floor = META_START  # timers dispatched from now on lower it again
@@ -266,6 +275,8 @@ class TimerMessageStore(CommitLogDispatcher):
         read.set_iterate_upper_bound(upper)
         taken: list[Timer] = []
         for item in raw_items(self.db, from_key=start, read_opt=read):
+            if item[0] in self.held:
+                continue
             taken.append(item)
             if len(taken) >= limit:
                 break
