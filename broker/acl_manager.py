@@ -2,11 +2,14 @@
 
 import logging
 import threading
+from collections.abc import Iterable
 
 import grpc
 
+from broker.metadata.data_version import DataVersion
 from broker.metadata.metadata_store import MetadataStore
 from common.acl import (
+    ADMIN,
     DATE_KEY,
     AclEntry,
     AclError,
@@ -26,7 +29,7 @@ from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
-from proto import acl_pb2, acl_pb2_grpc
+from proto import acl_pb2, acl_pb2_grpc, common_pb2
 
 log = logging.getLogger(__name__)
 USER_PREFIX = "User:"
@@ -43,6 +46,7 @@ class AclManager(Authority):
         self.acls_store = acls
         self.users: dict[str, User] = {}
         self.policies: dict[str, Policy] = {}
+        self.data_version = DataVersion()  # moved by every change: a slave copies the tables when it moves
         self._lock = threading.RLock()
         users.bind(lambda: list(self.users.values()))
         acls.bind(lambda: list(self.policies.values()))
@@ -68,6 +72,7 @@ class AclManager(Authority):
     def put_user(self, user: User) -> None:
         with self._lock:
             old = self.users.get(user.username)
+            self.data_version.next()
             self.users[user.username] = user  # first: the JSON store writes the table it reads back
             try:
                 self.users_store.put([user])
@@ -77,6 +82,7 @@ class AclManager(Authority):
 
     def delete_user(self, username: str) -> None:
         with self._lock:
+            self.data_version.next()
             self.users.pop(username, None)
             self.users_store.delete([username])
             if USER_PREFIX + username in self.policies:
@@ -93,6 +99,7 @@ class AclManager(Authority):
             resources = {e.resource for e in entries}
             kept = tuple(e for e in (old.entries if old else ()) if e.resource not in resources)
             policy = Policy(subject, kept + entries)
+            self.data_version.next()
             self.policies[subject] = policy
             try:
                 self.acls_store.put([policy])
@@ -106,6 +113,7 @@ class AclManager(Authority):
             old = self.policies.get(subject)
             if old is None:
                 return False
+            self.data_version.next()
             kept = tuple(e for e in old.entries if resource and e.resource != resource)
             if kept:
                 policy = Policy(subject, kept)
@@ -115,6 +123,44 @@ class AclManager(Authority):
                 self.policies.pop(subject, None)
                 self.acls_store.delete([subject])
             return len(kept) != len(old.entries)
+
+    # -- a slave's copy of its master's tables -----------------------------------------------------------------
+    def snapshot(self) -> tuple[list[User], list[Policy], DataVersion]:
+        """Every user (secrets included) and policy, and the version they are of."""
+        with self._lock:
+            version = DataVersion(self.data_version.state_version, self.data_version.counter)
+            return list(self.users.values()), list(self.policies.values()), version
+
+    def replace_all(self, users: Iterable[User], policies: Iterable[Policy]) -> int:
+        """The tables become ``users`` and ``policies`` (a slave's copy of its master's), in memory at once and
+        in the store before this returns (a failed write puts memory back: the next copy tries again); how many
+        users and policies changed or went."""
+        new_users = {u.username: u for u in users}
+        new_policies = {p.subject: p for p in policies}
+        with self._lock:
+            old_users, old_policies = self.users, self.policies
+            users_changed = [u for name, u in new_users.items() if old_users.get(name) != u]
+            users_gone = [name for name in old_users if name not in new_users]
+            policies_changed = [p for subject, p in new_policies.items() if old_policies.get(subject) != p]
+            policies_gone = [subject for subject in old_policies if subject not in new_policies]
+            changes = len(users_changed) + len(users_gone) + len(policies_changed) + len(policies_gone)
+            if not changes:
+                return 0
+            self.data_version.next()
+            self.users, self.policies = new_users, new_policies  # first: the JSON store writes what it reads back
+            try:
+                if users_changed:
+                    self.users_store.put(users_changed)
+                if users_gone:
+                    self.users_store.delete(users_gone)
+                if policies_changed:
+                    self.acls_store.put(policies_changed)
+                if policies_gone:
+                    self.acls_store.delete(policies_gone)
+            except BaseException:
+                self.users, self.policies = old_users, old_policies
+                raise
+            return changes
 
     def flush(self) -> None:
         self.users_store.flush()
@@ -126,6 +172,15 @@ def _restore(table: dict, key: str, old: object) -> None:
         table.pop(key, None)
     else:
         table[key] = old
+
+
+def _policy_proto(p: Policy) -> acl_pb2.AclPolicy:
+    return acl_pb2.AclPolicy(subject=p.subject, entries=[
+        acl_pb2.AclEntry(resource=e.resource, actions=list(e.actions), decision=e.decision) for e in p.entries])
+
+
+def policy_from_proto(p: acl_pb2.AclPolicy) -> Policy:
+    return Policy(p.subject, tuple(AclEntry(e.resource, tuple(e.actions), e.decision) for e in p.entries))
 
 
 def _subject(raw: str) -> str:
@@ -202,9 +257,22 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
     async def ListAcl(self, request, context):
         policies = [p for s, p in sorted(self.acl.policies.items()) if not request.filter or s == request.filter
                     or s == USER_PREFIX + request.filter]
-        return acl_pb2.AclPolicyList(policies=[acl_pb2.AclPolicy(subject=p.subject, entries=[
-            acl_pb2.AclEntry(resource=e.resource, actions=list(e.actions), decision=e.decision) for e in p.entries])
-            for p in policies])
+        return acl_pb2.AclPolicyList(policies=[_policy_proto(p) for p in policies])
+
+    async def GetAclCopy(self, request, context):
+        """Everything, secrets included, for a replica's copy: only to a call whose signature verifies here (with
+        authorization alone on, the interceptor trusted the user a call names) and whose signer is a super user
+        (the inner credentials, root)."""
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        try:
+            self.acl.check(verify(metadata, self.acl.secret_of), ADMIN, (), "GetAclCopy")
+        except AclError as exc:
+            await context.abort(exc.status, str(exc))
+        users, policies, version = self.acl.snapshot()
+        return acl_pb2.AclCopy(
+            users=[acl_pb2.AclUser(username=u.username, password=u.password, user_type=u.user_type) for u in users],
+            policies=[_policy_proto(p) for p in policies],
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter))
 
     async def Authorize(self, request, context):
         """mqproxy's question about one v2 call: authentic (verified here, where the secrets are) and allowed?"""

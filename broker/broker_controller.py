@@ -369,7 +369,7 @@ class BrokerController:
     def _slave_synchronize(self, master_addr: Callable[[], str]) -> SlaveSynchronize:
         return SlaveSynchronize(master_addr, self.topic_config_manager, self.subscription_group_manager,
                                 self.consumer_offset_manager, self._announce, self.topic_queue_mapping_manager,
-                                _PopStateCopies(self), self.tiered)
+                                _PopStateCopies(self), self.tiered, self.acl)
 
     def _rejoin(self, why: str) -> None:
         self.rejoin_reason = why
@@ -446,7 +446,8 @@ class BrokerController:
                 ha_info=self._ha_info, producers=self.transactions.producers,
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
-                on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_pop_topic),
+                on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_pop_topic,
+                acl_version=lambda: self.acl.data_version if self.acl is not None else None),
             recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
                                           self._is_master),
             hold_service=self.hold_service, stats=self.stats, ha=self.ha, metrics=self.metrics,

@@ -22,37 +22,40 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fproto/acl.proto\x12\x03rmq\"@\n\x07\x41\x63lUser\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x11\n\tuser_type\x18\x03 \x01(\t\"\"\n\x0e\x41\x63lUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\" \n\x0e\x41\x63lListRequest\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\"*\n\x0b\x41\x63lUserList\x12\x1b\n\x05users\x18\x01 \x03(\x0b\x32\x0c.rmq.AclUser\"?\n\x08\x41\x63lEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12\x10\n\x08\x64\x65\x63ision\x18\x03 \x01(\t\"<\n\tAclPolicy\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x1e\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\r.rmq.AclEntry\"5\n\x10\x41\x63lDeleteRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x10\n\x08resource\x18\x02 \x01(\t\"1\n\rAclPolicyList\x12 \n\x08policies\x18\x01 \x03(\x0b\x32\x0e.rmq.AclPolicy\"2\n\x12\x41\x63lCommandResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"\x9b\x01\n\x13\x41\x63lAuthorizeRequest\x12\x15\n\rauthorization\x18\x01 \x01(\t\x12\x11\n\tdate_time\x18\x02 \x01(\t\x12\x14\n\x0c\x61uthenticate\x18\x03 \x01(\x08\x12\x11\n\tauthorize\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x11\n\tresources\x18\x06 \x03(\t\x12\x0e\n\x06method\x18\x07 \x01(\t\"I\n\x14\x41\x63lAuthorizeResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x10\n\x08username\x18\x03 \x01(\t2\xce\x03\n\nAclService\x12\x33\n\nCreateUser\x12\x0c.rmq.AclUser\x1a\x17.rmq.AclCommandResponse\x12\x33\n\nUpdateUser\x12\x0c.rmq.AclUser\x1a\x17.rmq.AclCommandResponse\x12:\n\nDeleteUser\x12\x13.rmq.AclUserRequest\x1a\x17.rmq.AclCommandResponse\x12\x31\n\x08ListUser\x12\x13.rmq.AclListRequest\x1a\x10.rmq.AclUserList\x12\x34\n\tCreateAcl\x12\x0e.rmq.AclPolicy\x1a\x17.rmq.AclCommandResponse\x12;\n\tDeleteAcl\x12\x15.rmq.AclDeleteRequest\x1a\x17.rmq.AclCommandResponse\x12\x32\n\x07ListAcl\x12\x13.rmq.AclListRequest\x1a\x12.rmq.AclPolicyList\x12@\n\tAuthorize\x12\x18.rmq.AclAuthorizeRequest\x1a\x19.rmq.AclAuthorizeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fproto/acl.proto\x12\x03rmq\x1a\x12proto/common.proto\"@\n\x07\x41\x63lUser\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x11\n\tuser_type\x18\x03 \x01(\t\"\"\n\x0e\x41\x63lUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\" \n\x0e\x41\x63lListRequest\x12\x0e\n\x06\x66ilter\x18\x01 \x01(\t\"*\n\x0b\x41\x63lUserList\x12\x1b\n\x05users\x18\x01 \x03(\x0b\x32\x0c.rmq.AclUser\"?\n\x08\x41\x63lEntry\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12\x10\n\x08\x64\x65\x63ision\x18\x03 \x01(\t\"<\n\tAclPolicy\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x1e\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\r.rmq.AclEntry\"5\n\x10\x41\x63lDeleteRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x10\n\x08resource\x18\x02 \x01(\t\"1\n\rAclPolicyList\x12 \n\x08policies\x18\x01 \x03(\x0b\x32\x0e.rmq.AclPolicy\"2\n\x12\x41\x63lCommandResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\"p\n\x07\x41\x63lCopy\x12\x1b\n\x05users\x18\x01 \x03(\x0b\x32\x0c.rmq.AclUser\x12 \n\x08policies\x18\x02 \x03(\x0b\x32\x0e.rmq.AclPolicy\x12&\n\x0c\x64\x61ta_version\x18\x03 \x01(\x0b\x32\x10.rmq.DataVersion\"\x9b\x01\n\x13\x41\x63lAuthorizeRequest\x12\x15\n\rauthorization\x18\x01 \x01(\t\x12\x11\n\tdate_time\x18\x02 \x01(\t\x12\x14\n\x0c\x61uthenticate\x18\x03 \x01(\x08\x12\x11\n\tauthorize\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x11\n\tresources\x18\x06 \x03(\t\x12\x0e\n\x06method\x18\x07 \x01(\t\"I\n\x14\x41\x63lAuthorizeResponse\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x10\n\x08username\x18\x03 \x01(\t2\xf6\x03\n\nAclService\x12\x33\n\nCreateUser\x12\x0c.rmq.AclUser\x1a\x17.rmq.AclCommandResponse\x12\x33\n\nUpdateUser\x12\x0c.rmq.AclUser\x1a\x17.rmq.AclCommandResponse\x12:\n\nDeleteUser\x12\x13.rmq.AclUserRequest\x1a\x17.rmq.AclCommandResponse\x12\x31\n\x08ListUser\x12\x13.rmq.AclListRequest\x1a\x10.rmq.AclUserList\x12\x34\n\tCreateAcl\x12\x0e.rmq.AclPolicy\x1a\x17.rmq.AclCommandResponse\x12;\n\tDeleteAcl\x12\x15.rmq.AclDeleteRequest\x1a\x17.rmq.AclCommandResponse\x12\x32\n\x07ListAcl\x12\x13.rmq.AclListRequest\x1a\x12.rmq.AclPolicyList\x12@\n\tAuthorize\x12\x18.rmq.AclAuthorizeRequest\x1a\x19.rmq.AclAuthorizeResponse\x12&\n\nGetAclCopy\x12\n.rmq.Empty\x1a\x0c.rmq.AclCopyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.acl_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACLUSER']._serialized_start=24
-  _globals['_ACLUSER']._serialized_end=88
-  _globals['_ACLUSERREQUEST']._serialized_start=90
-  _globals['_ACLUSERREQUEST']._serialized_end=124
-  _globals['_ACLLISTREQUEST']._serialized_start=126
-  _globals['_ACLLISTREQUEST']._serialized_end=158
-  _globals['_ACLUSERLIST']._serialized_start=160
-  _globals['_ACLUSERLIST']._serialized_end=202
-  _globals['_ACLENTRY']._serialized_start=204
-  _globals['_ACLENTRY']._serialized_end=267
-  _globals['_ACLPOLICY']._serialized_start=269
-  _globals['_ACLPOLICY']._serialized_end=329
-  _globals['_ACLDELETEREQUEST']._serialized_start=331
-  _globals['_ACLDELETEREQUEST']._serialized_end=384
-  _globals['_ACLPOLICYLIST']._serialized_start=386
-  _globals['_ACLPOLICYLIST']._serialized_end=435
-  _globals['_ACLCOMMANDRESPONSE']._serialized_start=437
-  _globals['_ACLCOMMANDRESPONSE']._serialized_end=487
-  _globals['_ACLAUTHORIZEREQUEST']._serialized_start=490
-  _globals['_ACLAUTHORIZEREQUEST']._serialized_end=645
-  _globals['_ACLAUTHORIZERESPONSE']._serialized_start=647
-  _globals['_ACLAUTHORIZERESPONSE']._serialized_end=720
-  _globals['_ACLSERVICE']._serialized_start=723
-  _globals['_ACLSERVICE']._serialized_end=1185
+  _globals['_ACLUSER']._serialized_start=44
+  _globals['_ACLUSER']._serialized_end=108
+  _globals['_ACLUSERREQUEST']._serialized_start=110
+  _globals['_ACLUSERREQUEST']._serialized_end=144
+  _globals['_ACLLISTREQUEST']._serialized_start=146
+  _globals['_ACLLISTREQUEST']._serialized_end=178
+  _globals['_ACLUSERLIST']._serialized_start=180
+  _globals['_ACLUSERLIST']._serialized_end=222
+  _globals['_ACLENTRY']._serialized_start=224
+  _globals['_ACLENTRY']._serialized_end=287
+  _globals['_ACLPOLICY']._serialized_start=289
+  _globals['_ACLPOLICY']._serialized_end=349
+  _globals['_ACLDELETEREQUEST']._serialized_start=351
+  _globals['_ACLDELETEREQUEST']._serialized_end=404
+  _globals['_ACLPOLICYLIST']._serialized_start=406
+  _globals['_ACLPOLICYLIST']._serialized_end=455
+  _globals['_ACLCOMMANDRESPONSE']._serialized_start=457
+  _globals['_ACLCOMMANDRESPONSE']._serialized_end=507
+  _globals['_ACLCOPY']._serialized_start=509
+  _globals['_ACLCOPY']._serialized_end=621
+  _globals['_ACLAUTHORIZEREQUEST']._serialized_start=624
+  _globals['_ACLAUTHORIZEREQUEST']._serialized_end=779
+  _globals['_ACLAUTHORIZERESPONSE']._serialized_start=781
+  _globals['_ACLAUTHORIZERESPONSE']._serialized_end=854
+  _globals['_ACLSERVICE']._serialized_start=857
+  _globals['_ACLSERVICE']._serialized_end=1359
 # @@protoc_insertion_point(module_scope)

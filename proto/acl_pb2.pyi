@@ -1,3 +1,4 @@
+from proto import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -73,6 +74,16 @@ class AclCommandResponse(_message.Message):
     code: int
     remark: str
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class AclCopy(_message.Message):
+    __slots__ = ("users", "policies", "data_version")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[AclUser]
+    policies: _containers.RepeatedCompositeFieldContainer[AclPolicy]
+    data_version: _common_pb2.DataVersion
+    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[AclPolicy, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class AclAuthorizeRequest(_message.Message):
     __slots__ = ("authorization", "date_time", "authenticate", "authorize", "action", "resources", "method")

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from proto import acl_pb2 as proto_dot_acl__pb2
+from proto import common_pb2 as proto_dot_common__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -74,6 +75,11 @@ class AclServiceStub:
                 request_serializer=proto_dot_acl__pb2.AclAuthorizeRequest.SerializeToString,
                 response_deserializer=proto_dot_acl__pb2.AclAuthorizeResponse.FromString,
                 _registered_method=True)
+        self.GetAclCopy = channel.unary_unary(
+                '/rmq.AclService/GetAclCopy',
+                request_serializer=proto_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=proto_dot_acl__pb2.AclCopy.FromString,
+                _registered_method=True)
 
 
 class AclServiceServicer:
@@ -130,6 +136,14 @@ class AclServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAclCopy(self, request, context):
+        """A replica's copy of the whole ACL state, secrets included: served only to a call whose signature verifies
+        (whatever authenticationEnabled says) with the inner credentials or a super user's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AclServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +186,11 @@ def add_AclServiceServicer_to_server(servicer, server):
                     servicer.Authorize,
                     request_deserializer=proto_dot_acl__pb2.AclAuthorizeRequest.FromString,
                     response_serializer=proto_dot_acl__pb2.AclAuthorizeResponse.SerializeToString,
+            ),
+            'GetAclCopy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAclCopy,
+                    request_deserializer=proto_dot_common__pb2.Empty.FromString,
+                    response_serializer=proto_dot_acl__pb2.AclCopy.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -390,6 +409,33 @@ class AclService:
             '/rmq.AclService/Authorize',
             proto_dot_acl__pb2.AclAuthorizeRequest.SerializeToString,
             proto_dot_acl__pb2.AclAuthorizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAclCopy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq.AclService/GetAclCopy',
+            proto_dot_common__pb2.Empty.SerializeToString,
+            proto_dot_acl__pb2.AclCopy.FromString,
             options,
             channel_credentials,
             insecure,

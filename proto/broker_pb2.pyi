@@ -18,14 +18,16 @@ LOGIC: QueueAddressing
 PHYSICAL: QueueAddressing
 
 class MetadataVersions(_message.Message):
-    __slots__ = ("topics", "mappings", "groups")
+    __slots__ = ("topics", "mappings", "groups", "acls")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     MAPPINGS_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     topics: _common_pb2.DataVersion
     mappings: _common_pb2.DataVersion
     groups: _common_pb2.DataVersion
-    def __init__(self, topics: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., mappings: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., groups: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+    acls: _common_pb2.DataVersion
+    def __init__(self, topics: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., mappings: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., groups: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., acls: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class MetadataChangeRequest(_message.Message):
     __slots__ = ("known", "wait_ms")

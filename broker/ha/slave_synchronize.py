@@ -1,6 +1,7 @@
-"""A slave copies its master's topic configs, static topic mappings, subscription groups, consumer offsets, POP
-state and (a controller-mode replica's) tier (upstream's SlaveSynchronize): every ``SYNC_INTERVAL_S`` and as soon
-as the master's address is known, and POP state alone in between, every ``POP_COPY_INTERVAL_S`` when it changed.
+"""A slave copies its master's topic configs, static topic mappings, subscription groups, ACL users and policies,
+consumer offsets, POP state and (a controller-mode replica's) tier (upstream's SlaveSynchronize): every
+``SYNC_INTERVAL_S`` and as soon as the master's address is known, and POP state alone in between, every
+``POP_COPY_INTERVAL_S`` when it changed.
 Topics, mappings and offsets the master no longer has are deleted here too, and groups it dropped since a copy.
 Once stopped (this broker is promoted, or follows another master), nothing more of a copy is applied, even one whose
 calls were under way (the thread is not waited for: a hung master would hold a promotion up). Offsets are as of the
@@ -12,10 +13,11 @@ copy, never too early.
 Topic configs come as what changed since the slave's copy (``GetTopicConfigChanges``; the whole table for a first
 copy): with millions of topics, the whole table every time kept the master's loop busy for seconds.
 
-Between copies the slave watches its master's topic, mapping and subscription group versions (``WaitMetadataChange``,
-a long poll) and copies those three as soon as they move: what a promoted slave needs to serve what was acknowledged
-(a delayed message's topic, a KV shard's mapping made at the store's first use, a FIFO group's order: without it a
-promoted slave took the group for an unordered one and handed a message group out to every consumer at once)
+Between copies the slave watches its master's topic, mapping, subscription group and ACL versions
+(``WaitMetadataChange``, a long poll) and copies those four as soon as they move: what a promoted slave needs to serve
+what was acknowledged (a delayed message's topic, a KV shard's mapping made at the store's first use, a FIFO group's
+order: without it a promoted slave took the group for an unordered one and handed a message group out to every
+consumer at once) and whom to serve (ACL: a promoted slave knew only its bootstrap user and refused everyone else)
 reaches it within milliseconds, not at the next copy. Offsets and POP state keep the copies' schedule.
 
 Why copied and not replicated as commitlog records: these tables change rarely and are small, a copy converges
@@ -33,6 +35,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from broker.acl_manager import AclManager, policy_from_proto
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
@@ -42,12 +45,22 @@ from broker.tiered.metadata.tiered_metadata_store import TieredMetadataCopy
 from broker.tiered.provider.file_segment import is_backend_error
 from broker.tiered.replica.tier_role import MasterTier
 from common import tls
-from common.acl import inner_metadata
+from common.acl import User, inner_metadata
 from common.response_code import ResponseCode
 from common.statictopic.mapping_codec import detail_from_proto
 from common.topic_config import TopicConfig
 from common.topic_config_codec import topic_config_from_proto
-from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc, tiered_pb2, tiered_pb2_grpc
+from proto import (
+    acl_pb2,
+    acl_pb2_grpc,
+    broker_pb2,
+    broker_pb2_grpc,
+    common_pb2,
+    pop_pb2,
+    pop_pb2_grpc,
+    tiered_pb2,
+    tiered_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +115,8 @@ class SlaveSynchronize(threading.Thread):
     def __init__(self, master_addr: Callable[[], str], topics: TopicConfigManager, groups: SubscriptionGroupManager,
                  offsets: ConsumerOffsetManager, on_topics_changed: Callable[[], None],
                  mappings: TopicQueueMappingManager | None = None,
-                 pop_state: PopStateCopies | None = None, tier: TierCopies | None = None) -> None:
+                 pop_state: PopStateCopies | None = None, tier: TierCopies | None = None,
+                 acl: AclManager | None = None) -> None:
         super().__init__(name="slave-synchronize", daemon=True)
         self.master_addr = master_addr
         self.topics = topics
@@ -112,6 +126,7 @@ class SlaveSynchronize(threading.Thread):
         self.mappings = mappings
         self.pop_state = pop_state
         self.tier = tier
+        self.acl = acl  # ACL on here: the master's users and policies are copied (a promoted slave serves them)
         self._stopped = threading.Event()
         # Held while a piece of a copy is checked and applied; shutdown takes it after setting _stopped, so once
         # shutdown returns nothing of the old master's is ever written here (the thread itself is not waited for).
@@ -121,6 +136,7 @@ class SlaveSynchronize(threading.Thread):
         self._mappings_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._groups_copied: set[str] = set()  # the groups the last copy held: only those go when the master drops one
         self._group_version_copied: tuple[str, common_pb2.DataVersion] | None = None
+        self._acls_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
         self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
         self._watch_channel: tuple[str, grpc.Channel] | None = None
@@ -172,6 +188,8 @@ class SlaveSynchronize(threading.Thread):
         known = broker_pb2.MetadataVersions(topics=self._copied_version(self._topics_copied, addr),
                                             mappings=self._copied_version(self._mappings_copied, addr),
                                             groups=self._copied_version(self._group_version_copied, addr))
+        if self.acl is not None:
+            known.acls.CopyFrom(self._copied_version(self._acls_copied, addr))
         try:
             answer = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr)).WaitMetadataChange(
                 broker_pb2.MetadataChangeRequest(known=known, wait_ms=int(wait_s * 1000)),
@@ -183,20 +201,26 @@ class SlaveSynchronize(threading.Thread):
         if answer != known:
             return self._guarded(addr, lambda a: self.copy_metadata(
                 a, topics=answer.topics != known.topics, mappings=answer.mappings != known.mappings,
-                groups=answer.HasField("groups") and answer.groups != known.groups))
+                groups=answer.HasField("groups") and answer.groups != known.groups,
+                acls=answer.HasField("acls") and answer.acls != known.acls))
         return True
 
     @staticmethod
     def _copied_version(copied: tuple[str, common_pb2.DataVersion] | None, addr: str) -> common_pb2.DataVersion:
         return copied[1] if copied is not None and copied[0] == addr else common_pb2.DataVersion()
 
-    def copy_metadata(self, addr: str, *, topics: bool, mappings: bool, groups: bool = False) -> None:
-        """The master's topic changes, its mappings, its groups (what its watch answered changed)."""
-        stub = broker_pb2_grpc.BrokerServiceStub(self._watch_channel_to(addr))
+    def copy_metadata(self, addr: str, *, topics: bool, mappings: bool, groups: bool = False,
+                      acls: bool = False) -> None:
+        """The master's topic changes, its mappings, its groups, its ACL tables (what its watch answered changed)."""
+        channel = self._watch_channel_to(addr)
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)
         signed = _signed()
         topic_changes = self._fetch_topic_changes(stub, addr, signed) if topics else None
         mapping_list = stub.GetAllTopicQueueMapping(common_pb2.Empty(), **signed) if mappings else None
         group_list = stub.GetAllSubscriptionGroup(common_pb2.Empty(), **signed) if groups else None
+        acl_copy = self._fetch_acls(channel, signed) if acls else None
+        if acl_copy is not None:
+            self._apply("acls", lambda: self._copy_acls(addr, acl_copy))
         mappings_changed = 0 if mapping_list is None else \
             self._apply("mappings", lambda: self._copy_mappings(addr, mapping_list))
         changed, gone = ([], []) if topic_changes is None else \
@@ -252,6 +276,9 @@ class SlaveSynchronize(threading.Thread):
             mappings = stub.GetAllTopicQueueMapping(empty, **_bulk(signed))
             pop_state = self._fetch_pop_state(channel, signed)
             tier = self._fetch_tier(channel, signed)
+            acl_copy = self._fetch_acls(channel, signed)
+        if acl_copy is not None:
+            self._apply("acls", lambda: self._copy_acls(addr, acl_copy))
         mappings_changed = self._apply("mappings", lambda: self._copy_mappings(addr, mappings))
         changed, gone = self._apply("topics", lambda: self._copy_topics(addr, topics))
         groups_changed, groups_gone = self._apply("groups", lambda: self._copy_group_list(addr, groups))
@@ -301,6 +328,30 @@ class SlaveSynchronize(threading.Thread):
             self.groups.delete(name)
         self._groups_copied = set(theirs)
         return changed, gone
+
+    def _fetch_acls(self, channel: grpc.Channel, signed: dict) -> acl_pb2.AclCopy | None:
+        """The master's users and policies (None: ACL is off here, or on the master, which then serves no ACL)."""
+        if self.acl is None:
+            return None
+        try:
+            return acl_pb2_grpc.AclServiceStub(channel).GetAclCopy(common_pb2.Empty(), **_bulk(signed))
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return None
+
+    def _copy_acls(self, addr: str, answer: acl_pb2.AclCopy) -> None:
+        """The master's users and policies replace this slave's (the bootstrap user it made at its first start
+        too: the master's is the one that counts)."""
+        assert self.acl is not None
+        self._acls_copied = None  # until this copy is applied whole
+        changed = self.acl.replace_all([User(u.username, u.password, u.user_type) for u in answer.users],
+                                       [policy_from_proto(p) for p in answer.policies])
+        if answer.HasField("data_version"):
+            self._acls_copied = (addr, answer.data_version)
+        if changed:
+            log.info("slave_acls_copied master=%s users=%d policies=%d changed=%d", addr, len(answer.users),
+                     len(answer.policies), changed)
 
     def _copy_offsets(self, offsets: Iterable[broker_pb2.ConsumerOffsetEntry]) -> None:
         theirs = set()

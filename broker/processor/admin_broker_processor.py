@@ -11,6 +11,7 @@ from collections.abc import Callable
 from broker.broker_config import KEYS, BrokerConfig
 from broker.broker_stats import BrokerStats
 from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
+from broker.metadata.data_version import DataVersion
 from broker.metadata.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.metadata_change_watch import metadata_versions, version_proto, wait_metadata_change
@@ -49,7 +50,8 @@ class AdminBrokerProcessor:
                  send_processor: Callable[[], SendMessageProcessor | None] = lambda: None,
                  ensure_default_topic: Callable[[], None] = lambda: None,
                  on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None,
-                 on_topic_deleted: Callable[[str], None] = lambda _topic: None) -> None:
+                 on_topic_deleted: Callable[[str], None] = lambda _topic: None,
+                 acl_version: Callable[[], DataVersion | None] = lambda: None) -> None:
         self.config = config
         self.broker_addr = broker_addr
         self.topic_config_manager = topic_config_manager
@@ -68,6 +70,7 @@ class AdminBrokerProcessor:
         self.producers = producers  # producer sessions (transaction heartbeats)
         self.send_processor = send_processor  # its limits: what sends are checked against (live keys change them)
         self.ensure_default_topic = ensure_default_topic  # serve TBW102 or not, per autoCreateTopicEnable
+        self.acl_version = acl_version  # of the ACL users and policies (None: ACL off), which slaves copy
 
     # -- topics ------------------------------------------------------------------------------------
     def _normal_topic_config(self, p: common_pb2.TopicConfig) -> TopicConfig:
@@ -201,7 +204,7 @@ class AdminBrokerProcessor:
 
     def metadata_versions(self) -> broker_pb2.MetadataVersions:
         return metadata_versions(self.topic_config_manager.data_version, self.mapping_manager.data_version,
-                                 self.subscription_group_manager.data_version)
+                                 self.subscription_group_manager.data_version, self.acl_version())
 
     async def wait_metadata_change(self, request: broker_pb2.MetadataChangeRequest) -> broker_pb2.MetadataVersions:
         return await wait_metadata_change(request, self.metadata_versions)
