@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 1.0
 RECONNECT_PAUSE_S = 0.5
+BROKEN_REMINDER_S = 30.0  # how often a session broken for a while is said again (one line, not one per attempt)
 RPC_TIMEOUT_S = 5.0
 
 
@@ -54,6 +55,9 @@ class ControllerLink:
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
         self._ended = False  # hung up for good (a replica restarting itself)
+        self._broken_since: float | None = None  # monotonic: when the session broke (None: it is up)
+        self._reminded = 0.0
+        self._attempts = 0  # sessions tried since it broke
         self._kick = asyncio.Event()
 
     # -- the lease ---------------------------------------------------------------------------------
@@ -94,14 +98,28 @@ class ControllerLink:
                 await self._session()
             except grpc.aio.AioRpcError as exc:
                 if not self._ended:
-                    log.warning("controller_session_broken controller=%s status=%s detail=%s", self.controller_addr,
-                                exc.code().name, exc.details())
+                    self._broken(exc)
             except asyncio.CancelledError:
                 if self._ended:
                     return  # our own hang-up
                 raise
             self._sent.clear()
             await asyncio.sleep(RECONNECT_PAUSE_S)
+
+    def _broken(self, exc: grpc.aio.AioRpcError) -> None:
+        """Said once when the session breaks, then every BROKEN_REMINDER_S while it stays broken (it is tried
+        again every RECONNECT_PAUSE_S: a line each filled the log while the controller was down)."""
+        now = time.monotonic()
+        self._attempts += 1
+        if self._broken_since is None:
+            self._broken_since = self._reminded = now
+            log.warning("controller_session_broken controller=%s status=%s detail=%s", self.controller_addr,
+                        exc.code().name, exc.details())
+        elif now - self._reminded >= BROKEN_REMINDER_S:
+            self._reminded = now
+            log.warning("controller_session_still_broken controller=%s for_s=%.0f attempts=%d status=%s detail=%s",
+                        self.controller_addr, now - self._broken_since, self._attempts, exc.code().name,
+                        exc.details())
 
     def _stub(self) -> controller_pb2_grpc.ControllerServiceStub:
         if self._channel is None:
@@ -124,6 +142,10 @@ class ControllerLink:
         async for assignment in call:
             if self._ended:
                 return  # an answer that was on its way: a replica restarting itself takes no lease nor role
+            if self._broken_since is not None:
+                log.warning("controller_session_restored controller=%s after_s=%.1f attempts=%d",
+                            self.controller_addr, time.monotonic() - self._broken_since, self._attempts)
+                self._broken_since, self._attempts = None, 0
             if assignment.heartbeat_seq:
                 self._renew(assignment.heartbeat_seq)
             try:
