@@ -2,8 +2,10 @@
 
 
 class MQClientError(Exception):
-    """Base class of SDK errors; ``code`` is the broker's response code when there was one."""
+    """Base class of SDK errors; ``code`` is the broker's response code when there was one, ``status`` the gRPC
+    status name when the call itself failed (e.g. ``UNAUTHENTICATED``)."""
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, status: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.status = status

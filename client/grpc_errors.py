@@ -33,11 +33,11 @@ def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
     status = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     if status is grpc.StatusCode.INVALID_ARGUMENT:
-        return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}")
+        return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}", status=status.name)
     name = status.name if status is not None else "ERROR"
     if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or ""):  # plaintext at a TLS port
         detail = f"{detail} ({tls_only_hint()})"
-    return MQClientError(f"{what} failed at {addr}: {name}: {detail}")
+    return MQClientError(f"{what} failed at {addr}: {name}: {detail}", status=status.name if status else None)
 
 
 def tls_only_hint() -> str:

@@ -252,3 +252,12 @@ def test_acl_mistakes_are_invalid_parameter_and_health_names_the_acl_service(clu
     broker = next(iter(cluster.brokers.values()))
     assert "rmq.AclService" in reflected_services(broker.addr)
     assert health(broker.addr, "rmq.AclService") == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_cluster_list_with_a_wrong_secret_says_denied_not_no_answer(cluster: Cluster) -> None:
+    """Every broker answered UNAUTHENTICATED, and clusterList showed them all as NO ANSWER and exited 0: an
+    operator with a typo in the secret was told the whole cluster was down."""
+    line = fails(cluster.addr, "--access-key", "root", "--secret-key", "wrong", "clusterList")
+    assert "every broker refused these credentials" in line and "UNAUTHENTICATED" in line, line
+    rows = json.loads(ok(cluster.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "clusterList", "--json"))
+    assert {r["status"] for r in rows} == {"OK"}
