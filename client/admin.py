@@ -38,6 +38,9 @@ from proto import broker_pb2, common_pb2, namesrv_pb2, tiered_pb2, tiered_pb2_gr
 
 log = logging.getLogger(__name__)
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # upstream's group of mqadmin's own reads
+# A replica a read goes past to the next: gone, or not answering in time (a hung master: each one tried costs a
+# timeout)
+UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +149,10 @@ class Admin:
             try:
                 return broker_id, self._rpc(addr, method, request)
             except grpc.RpcError as exc:
-                if exc.code() is not grpc.StatusCode.UNAVAILABLE or broker_id == ids[-1]:
+                if exc.code() not in UNREACHABLE or broker_id == ids[-1]:
                     raise self._call_error(what, addr, exc) from None
-                log.warning("replica_unreachable broker=%s broker_id=%d addr=%s action='reading from its next "
-                            "replica'", broker_name, broker_id, addr)
+                log.warning("replica_unreachable broker=%s broker_id=%d addr=%s status=%s action='reading from its "
+                            "next replica'", broker_name, broker_id, addr, exc.code().name)
         raise AssertionError("unreachable: the last replica answers or raises")
 
     def _read_replicas(self, broker_names: list[str] | None = None) -> dict[str, dict[int, str]]:

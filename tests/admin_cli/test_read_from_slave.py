@@ -4,6 +4,8 @@ had no offsets though the slave holds them, queryMsgByOffset found no live maste
 ``"from_slave": true`` in --json and a note under the human table (a master's rows are as before). A real master
 and slave."""
 
+import os
+import signal
 from pathlib import Path
 
 import grpc
@@ -52,6 +54,14 @@ def test_a_group_without_a_live_master_is_read_from_its_slave(tmp_path: Path) ->
         assert [(r["broker_offset"], r["consumer_offset"]) for r in rows] == [(20, 7)]
         assert all("from_slave" not in r for r in rows)  # a master's rows keep their documented keys
         assert "slave" not in ok(ns, "consumerProgress", "-g", GROUP)
+
+        # A master that does not answer (paused) is read past too: DEADLINE_EXCEEDED, where it was UNAVAILABLE only.
+        os.kill(master.proc.pid, signal.SIGSTOP)
+        try:
+            status = ok_json(ns, "--timeout", "1500", "topicStatus", "-t", TOPIC)  # was: exit 1, DEADLINE_EXCEEDED
+            assert [(r["broker_name"], r["max_offset"], r["from_slave"]) for r in status] == [("broker-a", 20, True)]
+        finally:
+            os.kill(master.proc.pid, signal.SIGCONT)
 
         master.stop()
         with Admin(ns) as admin:
