@@ -479,8 +479,13 @@ class BrokerController:
                                          self.local_store, self.timer.router, self._announce)
         self.consumer_servicer = ConsumerServicer(self.consumer_groups, send_back, self.ha)
         self.transaction_servicer = TransactionServicer(self.transactions.processor(
-            self.local_store, self.topic_config_manager), self.transactions.producers, self.ha)
+            self.local_store, self.topic_config_manager, self._topic_deleted_at), self.transactions.producers,
+            self.ha)
         self.pop_servicer = self._pop_servicer(pop_service, send_back)
+
+    def _topic_deleted_at(self, topic: str) -> int:
+        """Where the topic's latest deletion record is in the commitlog (-1: none), as the timer store notes it."""
+        return self.timer.store.deleted_at(topic) if self.timer.store is not None else -1
 
     def _pop_servicer(self, pop_service: PopService, send_back: SendMsgBackProcessor) -> PopServicer:
         """POP's requests; its dead letters go through the consumer groups' path."""

@@ -13,6 +13,7 @@ it): call it off the event loop.
 """
 
 import logging
+from collections.abc import Callable
 
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_group
@@ -61,11 +62,14 @@ def _real_topic(msg: MessageExt) -> str:
 
 class EndTransactionProcessor:
     def __init__(self, broker_name: str, store: MessageStore, topics: TopicConfigManager,
-                 table: TransactionTable) -> None:
+                 table: TransactionTable, deleted_at: Callable[[str], int] = lambda _topic: -1) -> None:
         self.broker_name = broker_name
         self.store = store  # the local store: ends write there
         self.topics = topics
         self.table = table
+        # The commitlog offset of a topic's latest deleteTopic (-1: none), as the timer store notes them: a half
+        # message stored before it is the deleted topic's, never committed into a topic made again under the name.
+        self.deleted_at = deleted_at
         self.committed = 0
         self.rolled_back = 0
 
@@ -85,6 +89,9 @@ class EndTransactionProcessor:
         check_topic(_real_topic(msg), PUB, END_METHOD)
         self._check_owner(msg, offset, group, request.msg_id)
         tx = TransactionId(self.broker_name, msg.physical_offset, msg.queue_offset)
+        topic_gone = outcome is Outcome.COMMIT and msg.physical_offset < self.deleted_at(_real_topic(msg))
+        if topic_gone:  # ended as a rollback (not checked again), and the caller told why
+            outcome = Outcome.ROLLBACK
         claim = self.table.begin_end(msg.queue_offset, outcome, END_WAIT_S)
         if claim.decision is EndDecision.ALREADY:
             return transaction_pb2.EndTransactionResponse(code=ResponseCode.SUCCESS,
@@ -114,6 +121,10 @@ class EndTransactionProcessor:
             self.rolled_back += 1
         log.info("transaction_ended tx=%s outcome=%s group=%s msg_id=%s from_check=%s client=%s", tx, outcome.value,
                  group, msg.unique_key or "", request.from_check, request.client_id or "-")
+        if topic_gone:
+            raise Refusal(ResponseCode.TOPIC_NOT_EXIST, f"cannot commit transaction {tx}: topic {_real_topic(msg)} "
+                          "was deleted after its half message was stored (a topic made again under the name is "
+                          "another topic); the transaction is rolled back")
         code = ResponseCode.FLUSH_DISK_TIMEOUT if timed_out else ResponseCode.SUCCESS
         return transaction_pb2.EndTransactionResponse(code=code, remark=f"transaction {tx}: {outcome.value}")
 

@@ -33,8 +33,10 @@ class TransactionService:
         self.end_processor: EndTransactionProcessor | None = None
         self.check_service: TransactionalMessageCheckService | None = None
 
-    def processor(self, store: MessageStore, topics: TopicConfigManager) -> EndTransactionProcessor:
-        self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table)
+    def processor(self, store: MessageStore, topics: TopicConfigManager,
+                  deleted_at: Callable[[str], int] = lambda _topic: -1) -> EndTransactionProcessor:
+        """``deleted_at(topic)``: the commitlog offset of the topic's latest deletion (-1: none)."""
+        self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table, deleted_at)
         return self.end_processor
 
     def half_hold(self, store: MessageStore) -> HalfMessageHold:

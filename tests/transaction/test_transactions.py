@@ -220,6 +220,34 @@ def test_refused_inputs(cluster: Cluster):
         end_at(cluster, owner, "tx-refused", tx_id, transaction_pb2.TRANSACTION_ROLLBACK)  # a repeat: fine
 
 
+def test_a_half_message_of_a_deleted_topic_is_never_committed_into_the_topic_made_again(cluster: Cluster):
+    """Half messages sent before deleteTopic were committed, by the producer or after a check, into a topic made again
+    under the name (which started with the deleted topic's messages). Such a commit now ends the transaction as a
+    rollback and says why; the open one is resolved the same way, so nobody checks it again."""
+    topic = "TxDeletedT"
+    cluster.create_topic(topic, queues=2)
+    checks: list[bytes] = []
+
+    def checker(msg: MessageExt) -> TransactionResolution:
+        checks.append(msg.body)
+        return COMMIT
+
+    with Producer(cluster.addr, group="tx-deleted", transaction_checker=checker) as producer:
+        late = producer.begin_transaction()
+        late.send(Message(topic, b"old-late"))
+        producer.begin_transaction().send(Message(topic, b"old-open"))  # left open: the broker checks it
+        with Admin(cluster.addr) as admin:
+            admin.delete_topic(topic, "DefaultCluster")
+            wait_until(lambda: topic not in admin.topic_list(), what=f"{topic} deleted")
+        cluster.create_topic(topic, queues=2)
+        producer.send(Message(topic, b"new-plain"))
+        with pytest.raises(MQClientError, match="was deleted after its half message was stored"):
+            late.commit()
+        wait_until(lambda: b"old-open" in checks and pending(cluster) == 0, timeout=20,
+                   what="the open transaction checked and ended")
+    assert bodies(cluster.addr, topic) == [b"new-plain"]  # was old-late, old-open and new-plain
+
+
 def end_at(cluster: Cluster, broker: str, group: str, tx_id: str, resolution: int) -> None:
     """EndTransaction straight to one broker, as a proxy would call it; raises MQClientError on a refusal."""
     import grpc
