@@ -14,6 +14,7 @@ from broker.transaction.end_transaction_processor import EndTransactionProcessor
 from broker.transaction.half_message_hold import HalfMessageHold
 from broker.transaction.producer_manager import ProducerManager
 from broker.transaction.transaction_table import TransactionTable
+from common.transaction_topic import HALF_QUEUE_ID, HALF_TOPIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,10 @@ class TransactionService:
     def runtime_info(self) -> dict[str, str]:
         """What ``GetBrokerRuntimeInfo`` shows of transactions."""
         end, check, table = self.end_processor, self.check_service, self.table
+        pending = table.pending if check is None else table.pending_counting_unread(
+            check.store.max_offset(HALF_TOPIC, HALF_QUEUE_ID))  # (not only what the last pass read)
         return {
-            "transactionHalfPending": str(table.pending),
+            "transactionHalfPending": str(pending),
             "transactionCommitted": str((end.committed if end is not None else 0)
                                         + (check.commits_finished if check is not None else 0)),
             "transactionRolledBack": str(end.rolled_back if end is not None else 0),

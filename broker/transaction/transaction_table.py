@@ -237,6 +237,12 @@ class TransactionTable:
     def pending(self) -> int:
         return len(self._pending)
 
+    def pending_counting_unread(self, half_queue_end: int) -> int:
+        """:attr:`pending`, and the half messages stored since the last read (below ``half_queue_end``, the half
+        queue's end) that no end names yet: what an operator means by pending, not only what a pass read."""
+        with self._cond:
+            return len(self._pending) + self._passed_over(half_queue_end)
+
     # -- ends --------------------------------------------------------------------------------------
     def begin_end(self, q: int, outcome: Outcome, wait_s: float = 0.0) -> EndClaim:
         """Claim half message ``q`` to end it as ``outcome``. Waits up to ``wait_s`` for the table to be ready and

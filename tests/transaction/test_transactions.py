@@ -312,3 +312,20 @@ def test_broker_sigkill_between_half_sends_and_their_ends(tmp_path_factory: pyte
         assert "transaction_loaded" in log
     finally:
         c.stop()
+
+
+def test_half_pending_counts_a_half_message_before_the_check_service_reads_it(tmp_path_factory):
+    """transactionHalfPending counted only what the check service's last pass read: with the default timing an
+    open half message showed up to 6 s late (60 s here: transactionTimeOut and the check interval are 60 s)."""
+    c = make_cluster(tmp_path_factory.mktemp("tx-pending"), ("broker-a",), registerNameServerPeriod=1000,
+                     transactionTimeOut=60_000, transactionCheckInterval=60_000)
+    try:
+        c.create_topic(TOPIC, queues=1)
+        with Producer(c.addr, group="tx-pending", transaction_checker=Checker()) as producer:
+            open_tx = producer.begin_transaction()
+            open_tx.send(Message(TOPIC, b"open"))
+            wait_until(lambda: pending(c) == 1, timeout=10, what="the open half message counted")  # was 0
+            open_tx.rollback()
+            wait_until(lambda: pending(c) == 0, timeout=10, what="the ended one no longer counted")
+    finally:
+        c.stop()
