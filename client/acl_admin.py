@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from client.admin import Admin
-from client.errors import MQClientError
+from client.errors import MQClientError, partly_applied
 from client.grpc_errors import business_error, rpc_error
 from common.response_code import ResponseCode
 from proto import acl_pb2, acl_pb2_grpc
@@ -23,20 +23,28 @@ class AclAdmin:
               brokers: list[str] | None) -> list[tuple[str, Any]]:
         if (cluster is None) == (brokers is None):
             raise MQClientError("give exactly one of a cluster or a broker list")
-        out = []
-        for b in self.admin.brokers(cluster, brokers):
-            stub = self.admin.client.stub(acl_pb2_grpc.AclServiceStub, b.addr)
+        out: list[tuple[str, Any]] = []
+        targets = self.admin.brokers(cluster, brokers)
+        for i, b in enumerate(targets):
             try:
-                response = getattr(stub, method)(request, timeout=self.admin.client.rpc_timeout_s)
-            except grpc.RpcError as exc:
-                if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    raise MQClientError(f"{what} failed at {b.addr}: broker {b.broker_name} does not serve ACL "
-                                        "(authenticationEnabled/authorizationEnabled are off)") from None
-                raise rpc_error(what, b.addr, exc) from None
-            if hasattr(response, "code") and response.code != ResponseCode.SUCCESS:
-                raise business_error(f"{what} on {b.broker_name}", b.addr, response.code, response.remark)
-            out.append((b.broker_name, response))
+                out.append((b.broker_name, self._call_one(what, method, request, b.broker_name, b.addr)))
+            except MQClientError as exc:
+                raise partly_applied(exc, [name for name, _ in out],
+                                     [t.broker_name for t in targets[i + 1:]]) from None
         return out
+
+    def _call_one(self, what: str, method: str, request: Any, broker_name: str, addr: str) -> Any:
+        stub = self.admin.client.stub(acl_pb2_grpc.AclServiceStub, addr)
+        try:
+            response = getattr(stub, method)(request, timeout=self.admin.client.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                raise MQClientError(f"{what} failed at {addr}: broker {broker_name} does not serve ACL "
+                                    "(authenticationEnabled/authorizationEnabled are off)") from None
+            raise rpc_error(what, addr, exc) from None
+        if hasattr(response, "code") and response.code != ResponseCode.SUCCESS:
+            raise business_error(f"{what} on {broker_name}", addr, response.code, response.remark)
+        return response
 
     def create_user(self, username: str, password: str, user_type: str = "", cluster: str | None = None,
                     brokers: list[str] | None = None) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from client.client_instance import ClientInstance
-from client.errors import MQClientError
+from client.errors import MQClientError, partly_applied
 from client.group_admin import GroupAdmin, GroupMember
 from client.grpc_errors import business_error, rpc_error
 from client.logical_queue_admin import DrainStatus, LogicalQueueAdmin, LogicQueueMoves
@@ -287,10 +287,14 @@ class Admin:
         targets = self.brokers(cluster, brokers)
         config = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=read_queue_nums,
                                         write_queue_nums=write_queue_nums, perm=perm)
-        for b in targets:
-            response = self._broker_call(f"create topic {topic}", b.addr, "UpdateAndCreateTopic",
-                                         broker_pb2.UpdateTopicRequest(config=config))
-            self._check(f"create topic {topic} on {b.broker_name}", b.addr, response)
+        for i, b in enumerate(targets):
+            try:
+                response = self._broker_call(f"create topic {topic}", b.addr, "UpdateAndCreateTopic",
+                                             broker_pb2.UpdateTopicRequest(config=config))
+                self._check(f"create topic {topic} on {b.broker_name}", b.addr, response)
+            except MQClientError as exc:
+                raise partly_applied(exc, [t.broker_name for t in targets[:i]],
+                                     [t.broker_name for t in targets[i + 1:]]) from None
         self.client.invalidate_route(topic)
         return [b.broker_name for b in targets]
 

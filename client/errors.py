@@ -9,3 +9,13 @@ class MQClientError(Exception):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+def partly_applied(exc: MQClientError, done: list[str], not_tried: list[str]) -> MQClientError:
+    """``exc`` of a write to several brokers, saying where it was applied before it failed (an operator's retry
+    then knows what it repeats)."""
+    if not done and not not_tried:
+        return exc
+    said = [f"done on {', '.join(done)}" if done else "done nowhere",
+            *([f"not tried on {', '.join(not_tried)}"] if not_tried else [])]
+    return MQClientError(f"{exc} ({'; '.join(said)})", exc.code, exc.status)

@@ -261,3 +261,13 @@ def test_cluster_list_with_a_wrong_secret_says_denied_not_no_answer(cluster: Clu
     assert "every broker refused these credentials" in line and "UNAUTHENTICATED" in line, line
     rows = json.loads(ok(cluster.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "clusterList", "--json"))
     assert {r["status"] for r in rows} == {"OK"}
+
+
+def test_a_user_created_on_some_brokers_only_says_where_it_was(cluster: Cluster) -> None:
+    """createUser -c over a cluster where one broker already had the user failed naming that broker only: the
+    operator could not tell it had been created on the others (and a retry then failed on those)."""
+    with Admin(cluster.addr, credentials=ROOT) as admin:
+        AclAdmin(admin).create_user("dora", "dora-secret", brokers=["broker-b"])
+    line = fails(cluster.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "createUser", "-u", "dora",
+                 "-p", "dora-secret", "-c", "DefaultCluster")
+    assert "on broker-b" in line and "(done on broker-a)" in line, line
