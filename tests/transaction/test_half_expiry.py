@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, Message, MessageExt, MQClientError, Producer, PullConsumer, TransactionResolution
+from client import Admin, Message, MessageExt, MQClientError, Producer, TransactionResolution
 from common.transaction_id import TransactionId
 from common.transaction_topic import TRANS_CHECK_MAX_TIME_TOPIC
 from tests.cluster import Cluster, Daemon, make_cluster, wait_until
+from tests.transaction.test_transactions import bodies
 
 TOPIC, FILLER = "TxExpiry", "TxExpiryFiller"
 SEGMENT = 64 * 1024
@@ -39,17 +40,6 @@ class Checker:
     def called(self) -> list[bytes]:
         with self.lock:
             return list(self.calls)
-
-
-def bodies(addr: str, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    with PullConsumer(addr, group="half-expiry-reader") as consumer:
-        for mq in consumer.queues(topic):
-            offset = 0
-            while (result := consumer.pull(mq, offset=offset, max_nums=256)).messages:
-                out.extend(m.body for m in result.messages)
-                offset = result.next_begin_offset
-    return sorted(out)
 
 
 def runtime(cluster: Cluster, key: str) -> int:
