@@ -57,6 +57,16 @@ DEGRADED_ROUTE_MAX_AGE_S = 0.2
 # borrowed again within ROUTE_TTL_S is forgotten (its topic was created since, or is not used), and at most this many
 # are kept, the oldest forgotten first. A borrowed route is short-lived: forgetting it costs at most a lookup.
 MAX_BORROWED_ROUTES = 1024
+# A name server that answers TOPIC_NOT_EXIST for a topic whose route a client has may have restarted a moment ago: it
+# knows no topic until the brokers register again, within their registerNameServerPeriod (30 s by default), so the
+# route is kept meanwhile. Kept for ever, a deleted topic's route stayed in every client (a proxy told its clients
+# the topic still existed, and grew by a route per deleted topic): once the name servers have not known the topic
+# for this long since their first such answer, longer than a registration period, its route is forgotten.
+UNKNOWN_TOPIC_GRACE_S = 60.0
+# A route not asked for this long (a used one is asked for every ROUTE_TTL_S) is forgotten, looked at every
+# ROUTE_TTL_S after a name server answered a lookup (never during an outage, when cached routes are all there is):
+# a topic deleted and never used since, or used once long ago, does not stay cached for the client's life.
+IDLE_ROUTE_FORGET_S = 600.0
 _NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
@@ -125,6 +135,12 @@ class ClientInstance:
         self._stale_routes: dict[str, float] = {}  # topic -> when its cached route was found out of date
         self._route_locks: dict[str, threading.Lock] = {}  # topic -> held while its route is asked for
         self._route_lock_users: dict[str, int] = {}  # topic -> lookups holding or waiting for its lock
+        # topic -> when the name servers first answered they do not know it while its route was kept
+        self._unknown_since: dict[str, float] = {}
+        self._idle_swept_at = time.monotonic()
+        # Told the name of each topic whose route is forgotten (what a user keeps per topic can go too); called on
+        # the thread that forgot it, maybe with this instance's lock held: quick, and no call back into it.
+        self.on_route_forgotten: list[Callable[[str], None]] = []
         # topic -> (when, the TBW102 route it borrowed), oldest first; changed with self._lock held
         self._borrowed: dict[str, tuple[float, common_pb2.TopicRouteData]] = {}
         # What is read from a route on every call, made once per route fetched (``_per_route``): its groups as
@@ -316,11 +332,17 @@ class ClientInstance:
             if cached is None:
                 raise
             return self._keep_cached(topic, cached, f"no name server answered ({exc})")
+        self._forget_idle_routes(started)  # a name server answered: routes not used for long can be asked again
         if response.code == ResponseCode.TOPIC_NOT_EXIST and cached is not None and cached[1].broker_datas:
             # A name server restarted a moment ago knows no topic until the brokers register again (within their
-            # registerNameServerPeriod): as upstream, the route a client has stays. A deleted topic's brokers
-            # refuse its sends and pulls themselves.
-            return self._keep_cached(topic, cached, "the name servers do not know the topic (restarted?)")
+            # registerNameServerPeriod): as upstream, the route a client has stays, for UNKNOWN_TOPIC_GRACE_S from
+            # the first such answer (meanwhile a deleted topic's brokers refuse its sends and pulls themselves).
+            unknown_since = self._unknown_since.setdefault(topic, started)
+            if started - unknown_since < UNKNOWN_TOPIC_GRACE_S:
+                return self._keep_cached(topic, cached, "the name servers do not know the topic (restarted?)")
+            self._forget_route(topic, f"the name servers have not known the topic for {started - unknown_since:.0f} s "
+                                      "(deleted, or all its brokers gone)", warn=True)
+            cached = None  # answered as for a name never routed (a topic to create borrows TBW102's route)
         if self._route_failed_at.pop(topic, None) is not None:
             log.info("route_refreshed topic=%s after_s=%.0f", topic, started - cached[0] if cached else 0.0)
         if response.code == ResponseCode.TOPIC_NOT_EXIST and for_publish and topic != AUTO_CREATE_TOPIC_KEY_TOPIC:
@@ -337,6 +359,7 @@ class ClientInstance:
         # As of when it was asked for; one with a logic queue nobody leads, as of a time that makes it expire soon.
         self._routes[topic] = (_short_lived() if has_unled_logic_queue(response.route) else started, response.route)
         self._up_to_date(topic, started)
+        self._unknown_since.pop(topic, None)  # known again (the brokers registered with a restarted name server)
         if topic in self._borrowed:  # created since it borrowed TBW102's route
             with self._lock:
                 self._borrowed.pop(topic, None)
@@ -372,12 +395,42 @@ class ClientInstance:
 
     def _forget(self, topic: str) -> None:
         """Drop the topic's route and what was read from it (its lookup lock goes once no lookup uses it)."""
-        self._routes.pop(topic, None)
+        had_route = self._routes.pop(topic, None) is not None
         self._stale_routes.pop(topic, None)
         self._route_failed_at.pop(topic, None)
+        self._unknown_since.pop(topic, None)
         self._groups.pop(topic, None)
         self._static_views.pop(topic, None)
         self._publish_queues.pop(topic, None)
+        if had_route:
+            for listener in self.on_route_forgotten:
+                try:
+                    listener(topic)
+                except Exception:  # a listener's bug must not fail the lookup that forgot the route
+                    log.exception("route_forgotten_listener_failed topic=%s", topic)
+
+    def _forget_route(self, topic: str, why: str, warn: bool = False) -> None:
+        """Forget a route of the topic's own (and its lookup lock, when no lookup uses it), in one log line."""
+        cached = self._routes.get(topic)
+        with self._lock:
+            borrowed = self._borrowed.pop(topic, None)
+            if cached is not None and borrowed is not None and cached[1] is borrowed[1]:
+                warn = False  # TBW102's, borrowed again at once: the topic never had a route of its own
+            self._forget(topic)
+            if topic not in self._route_lock_users:
+                self._route_locks.pop(topic, None)
+        (log.warning if warn else log.info)("route_forgotten topic=%s why=%r", topic, why)
+
+    def _forget_idle_routes(self, now: float) -> None:
+        """Every ROUTE_TTL_S: forget the routes not asked for within IDLE_ROUTE_FORGET_S (neither fetched nor kept
+        through a failed lookup since), but for the ones a lookup is under way for."""
+        if now - self._idle_swept_at < ROUTE_TTL_S:
+            return
+        self._idle_swept_at = now
+        for topic, (fetched_at, _) in list(self._routes.items()):
+            last = max(fetched_at, self._route_failed_at.get(topic, fetched_at))
+            if now - last >= IDLE_ROUTE_FORGET_S and topic not in self._route_lock_users:
+                self._forget_route(topic, f"not used for {now - last:.0f} s")
 
     def _up_to_date(self, topic: str, started: float) -> None:
         """A route asked for at ``started`` is cached: it answers the invalidations before then, not later ones."""
@@ -435,6 +488,11 @@ class ClientInstance:
     def invalidate_routes(self) -> None:
         for topic in list(self._routes):
             self.invalidate_route(topic)
+
+    def route_addrs(self) -> set[str]:
+        """Every broker address (each replica's) the cached routes name."""
+        return {addr for _, route in list(self._routes.values()) for bd in route.broker_datas
+                for addr in bd.broker_addrs.values()}
 
     # -- replicas ----------------------------------------------------------------------------------
     def report_failure(self, addr: str, status: grpc.StatusCode | None,

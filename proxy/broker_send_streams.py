@@ -6,7 +6,9 @@ is queued and the writer puts every send that is ready into one frame (at most :
 at most ``window`` sends unanswered); answers are matched by ``request_id``. A send not answered within its
 timeout fails with DEADLINE_EXCEEDED; when the stream breaks, every unanswered send fails with the stream's
 status (UNAVAILABLE when the broker went away), as a failed unary call would, and the producer retries it.
-Everything here runs on the loop's thread."""
+A broken stream, and one to an address no route names any more that has been idle a while, is closed by a periodic
+sweep (``sweep_periodically``), which closes such addresses' channels too. Everything here runs on the loop's
+thread."""
 
 import asyncio
 import contextlib
@@ -14,7 +16,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import grpc
 
@@ -23,12 +25,13 @@ from client.rpc_stream import DEFAULT_WINDOW, FRAME_REQUESTS_FIELD, MAX_FRAME_RE
 from common.acl import inner_metadata
 from common.encoded_fields import repeated_message_field
 from proto import broker_pb2
-from proxy.broker_channels import BrokerChannels
+from proxy.broker_channels import CHANNEL_IDLE_S, BrokerChannels
 
 log = logging.getLogger(__name__)
 
 SEND_STREAM_METHOD = "/rmq.BrokerService/SendMessageStream"
 REAP_INTERVAL_S = 0.1
+SWEEP_INTERVAL_S = 60.0  # how often streams and channels to addresses no route names are looked for
 
 Answer = asyncio.Future[broker_pb2.SendMessageResponse]
 
@@ -43,6 +46,7 @@ class _SendStream:
         self.pending: dict[int, tuple[Answer, float]] = {}
         self.ready = asyncio.Event()  # outgoing has sends, or the stream is closing
         self.broken: StatusError | None = None
+        self.last_sent = time.monotonic()
         self.call = channel.stream_stream(SEND_STREAM_METHOD, request_serializer=None,
                                           response_deserializer=broker_pb2.SendStreamAnswers.FromString)(
             None, metadata=inner_metadata())  # no request iterator: frames are written as they are ready
@@ -50,6 +54,7 @@ class _SendStream:
         self.reader = asyncio.create_task(self._read(), name=f"send-stream-reader-{addr}")
 
     def send(self, request_id: int, encoded: tuple[bytes, ...], answer: Answer, deadline: float) -> None:
+        self.last_sent = time.monotonic()
         self.pending[request_id] = (answer, deadline)
         self.outgoing.append((request_id, encoded))
         self.ready.set()
@@ -171,6 +176,33 @@ class BrokerSendStreams:
             now = time.monotonic()
             for stream in list(self._streams.values()):
                 stream.expire(now)
+
+    async def drop_unused(self, keep: Collection[str], idle_s: float = CHANNEL_IDLE_S) -> list[str]:
+        """Close the streams that broke (the next send opens another), and those to addresses not in ``keep`` that
+        wait for no answer and took no send for ``idle_s``; then the channels to addresses not in ``keep`` that have
+        no stream left (``BrokerChannels.drop_unused``). The addresses whose channel was closed."""
+        now = time.monotonic()
+        dropped = [addr for addr, stream in self._streams.items() if stream.broken is not None or (
+            addr not in keep and not stream.pending and now - stream.last_sent >= idle_s)]
+        streams = [self._streams.pop(addr) for addr in dropped]  # before any await: a send meanwhile opens another
+        for stream in streams:
+            await stream.close()
+        return await self.brokers.drop_unused({*keep, *self._streams}, idle_s)
+
+    async def sweep_periodically(self, live: Callable[[], Collection[str]], interval_s: float = SWEEP_INTERVAL_S,
+                                 idle_s: float = CHANNEL_IDLE_S) -> None:
+        """Every ``interval_s``, :meth:`drop_unused` keeping the addresses ``live`` names (the routes' brokers):
+        a broker restarted on another port, or gone, leaves no stream nor channel behind. Runs until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                gone = await self.drop_unused(live(), idle_s)
+            except Exception:  # the next sweep tries again
+                log.exception("broker_channels_sweep_failed")
+                continue
+            if gone:
+                log.info("broker_channels_closed addrs=%s: no route names them, no call for %g s", ",".join(gone),
+                         idle_s)
 
     async def close(self) -> None:
         self._closed = True

@@ -70,6 +70,7 @@ class ProxyServer:
         self.health: Health | None = None
         self._renewer: ReceiptHandleRenewer | None = None
         self._renew_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None  # closes streams and channels to brokers no route names
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the real one when the config says 0)."""
@@ -96,6 +97,9 @@ class ProxyServer:
         await self._server.start()
         assert self._renewer is not None
         self._renew_task = asyncio.create_task(self._renewer.run(), name="auto-renew")
+        assert self._producer is not None
+        self._sweep_task = asyncio.create_task(self._send_streams.sweep_periodically(self._producer.client.route_addrs),
+                                               name="broker-channel-sweep")
         if prom:
             self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
                                                    c.metrics_prom_exporter_port, self.registry, "proxy")
@@ -126,6 +130,7 @@ class ProxyServer:
         transaction = self._transaction
         consume = ConsumeProcessor(routes, self._brokers, c, online=self.channels.online)
         self._renewer = consume.renewer
+        self._producer.client.on_route_forgotten.append(consume.forget_topic)
         self.channels.on_client_gone.append(consume.renewer.forget_client)
         return MessagingServicer(
             route=RouteProcessor(routes, endpoints), assignment=AssignmentProcessor(routes, endpoints),
@@ -145,10 +150,11 @@ class ProxyServer:
             await asyncio.to_thread(self.metrics_exporter.stop)
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace_s)
-        if self._renew_task is not None:
-            self._renew_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renew_task
+        for task in (self._renew_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._send_streams.close()
         await self._brokers.close()
         if self._transaction is not None:

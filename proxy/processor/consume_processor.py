@@ -93,6 +93,11 @@ class ConsumeProcessor:
         self._background: set[asyncio.Task[None]] = set()  # acks of filtered messages, held until done
         self._silent = DownAddresses(hold_s=config.silent_broker_skip_s)  # brokers whose last pop got no answer
 
+    def forget_topic(self, topic: str) -> None:
+        """The route cache forgot ``topic`` (deleted, or not used for long): what is kept for it goes too. Called
+        on the thread that forgot it; a dict's pop is atomic, and a receive of the topic meanwhile starts over."""
+        self._turns.pop(topic, None)
+
     # -- receive --------------------------------------------------------------------------------------------------
     async def receive_message(self, request: service_pb2.ReceiveMessageRequest, client_id: str,
                               time_remaining_s: float | None) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:

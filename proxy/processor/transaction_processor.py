@@ -8,7 +8,8 @@ the half message's PGROUP and the group the check sessions heartbeat.
 
 Checks: the proxy keeps one ``ProducerSession`` with each master of the topics its producers publish (the SDK's
 :class:`ProducerSessions`, in the proxy's own name), heartbeating the group of every topic a producer connected here
-said it publishes (its Telemetry settings) or sent a half message to. Settings come first, so after a proxy
+said it publishes (its Telemetry settings) or sent a half message to (with its Telemetry stream open here: a
+client without one gets no check, and nothing would ever say it left). Settings come first, so after a proxy
 restart the sessions are back as soon as the producers reconnect, not only once one sends another transactional
 message. A broker's check becomes a ``RecoverOrphanedTransactionCommand`` pushed to one producer of the topic
 connected here (any: upstream asks one of the group), whose checker answers with
@@ -179,6 +180,11 @@ class TransactionProcessor:
     async def publishes(self, client_id: str, topics: Iterable[str]) -> None:
         """Producer ``client_id`` publishes ``topics``: their groups are heartbeated, so their checks come here."""
         if self.producer is None or not client_id or self._closed:
+            return
+        if self.channels.get(client_id) is None:
+            # No Telemetry stream here: no check can reach it (a check with no producer counts all the same), and
+            # only the end of that stream or a NotifyClientTermination takes a producer out: a client sending half
+            # messages without one was kept, and its topic's group heartbeated, for the proxy's life.
             return
         joined = False
         for topic in topics:
