@@ -15,7 +15,26 @@ from broker.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 
+class KvStoreTypeMismatchError(OSError):
+    """``kvStoreType`` names one backend, and the KV directory holds the other's state: opened, the configured one
+    served what it held (nothing, or an older copy) as the KV data, once the commitlog that made it had expired."""
+
+
+def _check_no_other_backend(store_type: KvStoreType, root: Path) -> None:
+    from broker.kv.memory_kv_state_store import SNAPSHOT_FILE
+
+    other = {KvStoreType.MEMORY: (root / "CURRENT", KvStoreType.ROCKSDB),
+             KvStoreType.ROCKSDB: (root / SNAPSHOT_FILE, KvStoreType.MEMORY)}.get(store_type)
+    if other is not None and other[0].exists():
+        marker, backend = other
+        raise KvStoreTypeMismatchError(
+            f"kvStoreType={store_type.value}, but {root} holds kvStoreType={backend.value} state ({marker.name}): "
+            f"set kvStoreType={backend.value}, or move {marker if backend is KvStoreType.MEMORY else root} away to "
+            "rebuild the KV data from what the commitlog still holds")
+
+
 def open_state_store(store_type: KvStoreType, root: Path, snapshot_interval_s: float) -> KvStateStore:
+    _check_no_other_backend(store_type, root)
     if store_type is KvStoreType.MEMORY:
         from broker.kv.memory_kv_state_store import MemoryKvStateStore
 
