@@ -29,14 +29,23 @@ class StatusError(grpc.RpcError):
         return self._details
 
 
+def never_sent(exc: grpc.RpcError) -> bool:
+    """Whether the call failed before its request left: no connection to the server could be made (gRPC's own
+    words for it), so a request that must not be applied twice (a compare-and-set) may be sent again."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
+    return code is grpc.StatusCode.UNAVAILABLE and "failed to connect" in details
+
+
 def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
     status = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     if status is grpc.StatusCode.INVALID_ARGUMENT:
         return MQClientError(f"{what} refused by {addr}: invalid argument: {detail}", status=status.name)
     name = status.name if status is not None else "ERROR"
-    if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or ""):  # plaintext at a TLS port
-        detail = f"{detail} ({tls_only_hint()})"
+    if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or "") \
+            and "Stream removed" not in (detail or ""):
+        detail = f"{detail} ({tls_only_hint()})"  # plaintext at a TLS port (not a stream that broke once up)
     return MQClientError(f"{what} failed at {addr}: {name}: {detail}", status=status.name if status else None)
 
 

@@ -3,7 +3,8 @@
 Keys hash to the shards of the system static topic ``rmq_sys_KV``; each call goes to the broker leading the
 key's shard. While a shard moves (remap) its brokers answer "not leader" or "busy", and while its broker restarts
 the route names no leader for it: the client refreshes the route and retries until ``retry_timeout_ms``. A
-compare-and-set is not retried after a transport failure (it may have applied); that surfaces as an MQClientError.
+compare-and-set is retried only when it was never sent (its broker could not be reached); after a failure once sent
+(it may have applied) it surfaces as an MQClientError saying so.
 
 Broker groups: writes go to the master of the shard's leader group only. While that group has no master (its
 master died, a slave answers NO_PERMISSION, or the route names none yet) a write waits for one, retrying until
@@ -25,7 +26,7 @@ import grpc
 
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
-from client.grpc_errors import business_error, rpc_error
+from client.grpc_errors import business_error, never_sent, rpc_error
 from client.static_route import total_queues
 from common.kv_shard import (
     KV_TOPIC,
@@ -206,7 +207,10 @@ class KVClient:
             response = call(addr)
         except grpc.RpcError as exc:  # a stream's failures too (StatusError)
             down = self._instance.report_failure(addr, exc.code())  # a read then asks the group's next replica
-            if not (retry_transport and (exc.code() in RETRYABLE_STATUS or (read and down))) or late:
+            # A write that must not be applied twice (compare-and-set) is sent again only when it never left: its
+            # broker could not be reached (a failover: the new master is asked once the route names it).
+            again = never_sent(exc) or (retry_transport and (exc.code() in RETRYABLE_STATUS or (read and down)))
+            if not again or late:
                 raise rpc_error(what, addr, exc) from None
             return None
         self._instance.report_answer(addr)
@@ -243,7 +247,12 @@ class KVClient:
         if expected is not None:
             request.expected = _b(expected, "expected value")
             _checked(check_value, request.expected, "expected value")
-        response = self._write(request, f"KV compare-and-set of {k[:64]!r}", retry_transport=False)
+        try:
+            response = self._write(request, f"KV compare-and-set of {k[:64]!r}", retry_transport=False)
+        except MQClientError as exc:
+            if exc.status is None or exc.status == "INVALID_ARGUMENT" or "failed to connect" in str(exc):
+                raise  # a refusal, or never sent (its broker could not be reached): not applied
+            raise MQClientError(f"{exc} (it may have applied: read the key to know)", exc.code, exc.status) from None
         return CasResult(response.applied, response.current if response.exists else None)
 
     def compare_and_set(self, key: Bytes, expected: Bytes | None, value: Bytes) -> bool:
