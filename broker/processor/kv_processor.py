@@ -38,6 +38,7 @@ from common.message_codec import record_size
 from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
+from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from proto import broker_pb2, kv_pb2
 
 log = logging.getLogger(__name__)
@@ -351,7 +352,9 @@ class KvProcessor:
             self._check_fits(record_size(_TOPIC_BYTES, len(KvRecord(KvOp.PUT, entry.key).encode()[0]),
                                          len(FORMAT) + len(entry.value)))  # a put's record, as written below
         ctx = self._context(header.shard)
-        held = None if len(ctx.chain) > 1 else _held_of(kv, ctx.leader.queue_id, {e.key: e.value for e in entries})
+        args = (kv, ctx.chain, header.shard, {e.key: e.value for e in entries})
+        # A shard moved before holds its older items on other brokers: read off the event loop.
+        held = _held_of(*args) if len(ctx.chain) == 1 else await REMOTE_WAITS.run(_held_of, *args)
         if held is None:
             # The caller's choice of shard, not a broker fault: nothing was written.
             raise Refusal(ResponseCode.INVALID_PARAMETER, f"shard {header.shard} already holds data on broker "
@@ -396,18 +399,21 @@ async def _received(chunks: AsyncIterator[kv_pb2.KvSnapshotChunk]) -> list[kv_pb
     return received
 
 
-def _held_of(kv: KvStore, partition: int, snapshot: dict[bytes, bytes]) -> set[bytes] | None:
-    """The keys the shard holds, if each holds the snapshot's value for it (nothing, or what an import of the
-    snapshot cut short wrote); None if it holds anything else (a deletion included)."""
+def _held_of(kv: KvStore, chain: list[LogicQueueMappingItem], shard: int,
+             snapshot: dict[bytes, bytes]) -> set[bytes] | None:
+    """The keys the shard holds, on any item of its chain (a shard moved before: its older items too), if each holds
+    the snapshot's value for it (nothing, or what an import of the snapshot cut short wrote); None if any holds
+    anything else (a deletion included). A moved empty shard was refused as holding data."""
     held: set[bytes] = set()
-    after = b""
-    while page := kv.state.scan(partition, b"", after, IMPORT_BATCH_ENTRIES):
-        for key, raw in page:
-            value = value_of(raw)
-            if value is None or snapshot.get(key) != value:
-                return None
-            held.add(key)
-        after = page[-1][0]
+    for item in chain:
+        after = b""
+        while page := kv.reader.item_scan(item, shard, b"", after, IMPORT_BATCH_ENTRIES):
+            for key, raw in page:
+                value = value_of(raw)
+                if value is None or snapshot.get(key) != value:
+                    return None
+                held.add(key)
+            after = page[-1][0]
     return held
 
 
