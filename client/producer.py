@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
@@ -137,7 +138,7 @@ class Producer:
         fails over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
         send = self._request(msgs)
         topic = send.topic
-        future: Future[SendResult] = Future()
+        future: Future[SendResult] = CallbackFuture()
         if queue is None and sharding_key is not None:
             queue = self._queue_for_key(topic, sharding_key)
         may_move = queue is None

@@ -15,6 +15,7 @@ from concurrent.futures import Future
 
 import grpc
 
+from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
@@ -123,7 +124,7 @@ class PullConsumer:
             consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
             max_msg_nums=max_nums, sub_expression=sub_expression, suspend_timeout_ms=suspend_ms,
             commit_offset=commit_offset)
-        future: Future[PullResult] = Future()
+        future: Future[PullResult] = CallbackFuture()
         if is_logic_queue(mq):
             self._pull_static(mq, request, future, hops=0, leader_retries=1)
             return future

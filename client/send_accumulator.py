@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from client.callback_future import CallbackFuture, on_done
 from client.errors import MQClientError
 from client.results import SendResult
 from common.message import Message
@@ -63,7 +64,7 @@ class SendAccumulator:
         self._closed = False
 
     def add(self, msg: Message) -> "Future[SendResult]":
-        future: Future[SendResult] = Future()
+        future: Future[SendResult] = CallbackFuture()
         key = (msg.topic, msg.flag)
         with self._lock:
             if self._closed:
@@ -116,7 +117,7 @@ class SendAccumulator:
             if following:
                 self._send(key, following)
             return
-        sent.add_done_callback(lambda call: self._settle(key, batch, call))
+        on_done(sent, lambda call: self._settle(key, batch, call))  # inline: the next batch goes at once
 
     def _settle(self, key: tuple[str, int], batch: list[tuple[Message, "Future[SendResult]"]],
                 call: "Future[SendResult]") -> None:

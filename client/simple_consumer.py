@@ -22,11 +22,13 @@ from typing import Any
 import grpc
 
 from client.ack_batcher import AckBatcher, ack_outcomes
+from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.pull_consumer import checked_consumer_group
 from client.pulled_messages import PulledMessages
+from client.replica_health import DownAddresses
 from client.rpc_stream import RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import MessageExt
@@ -35,6 +37,7 @@ from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
+SILENT_BROKER_SKIP_S = 5.0  # how long a broker that let a receive time out is asked last (as the proxy does)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,9 @@ class SimpleConsumer:
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._ack_batchers: dict[str, AckBatcher] = {}
+        # Brokers whose last receive got no answer in time (a paused process keeps its connection: nothing else
+        # marks it down): asked last for a while, so each receive does not wait a timeout on them first.
+        self._silent = DownAddresses(hold_s=SILENT_BROKER_SKIP_S)
 
     def __enter__(self) -> "SimpleConsumer":
         return self
@@ -73,9 +79,12 @@ class SimpleConsumer:
         # A broker whose master is marked down is asked only when no other one is live (a mark is a guess): one
         # dead broker of several neither fails receives nor takes their long poll.
         ordered = [b for b in ordered if self.client.has_live_master(self.topic, b)] or ordered
+        ordered.sort(key=self._silent.is_down)  # (stable: the turn's order among the answering ones)
+        answering = [b for b in ordered if not self._silent.is_down(b)]
+        poller = answering[-1] if answering else ordered[-1]  # holds the long poll: not a silent one
         skipped: list[MQClientError] = []
-        for i, broker_name in enumerate(ordered):
-            last = i == len(ordered) - 1
+        for broker_name in ordered:
+            last = broker_name == poller
             request = pop_pb2.PopMessageRequest(
                 group=self.group, topic=self.topic, queue_id=-1, expression=self.tags, max_msg_nums=max_nums,
                 invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0, addressing=addressing)
@@ -83,7 +92,10 @@ class SimpleConsumer:
                 addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
                                                  request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
             except MQClientError as exc:
-                if not (getattr(exc, "failover", False) or getattr(exc, "no_master", False)):
+                silent = exc.status == "DEADLINE_EXCEEDED"
+                if silent:
+                    self._silent.mark(broker_name)
+                if not (silent or getattr(exc, "failover", False) or getattr(exc, "no_master", False)):
                     raise
                 log.warning("receive_skipped_broker topic=%s group=%s broker=%s error=%s", self.topic, self.group,
                             broker_name, exc)
@@ -117,7 +129,7 @@ class SimpleConsumer:
         by_broker: dict[str, list[str]] = {}
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
             by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
-        done: Future[None] = Future()
+        done: Future[None] = CallbackFuture()
         if not by_broker:
             done.set_result(None)
             return done

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from client.callback_future import on_done
 from client.errors import MQClientError
 from client.grpc_errors import StatusError
 from client.producer import Producer, _Send
@@ -108,7 +109,7 @@ async def settled(future: Future[T]) -> T:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the proxy stopped): nobody waits
             loop.call_soon_threadsafe(_copy_outcome, done, waiter)
 
-    future.add_done_callback(copy)
+    on_done(future, copy)  # inline (our own callback): the SDK's callback pool is for its users' callbacks
     return await waiter
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from client.callback_future import on_done
 from client.client_instance import RouteNotCached
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
@@ -116,7 +117,7 @@ class PullMessageService(threading.Thread):
         except MQClientError as exc:
             self._failed(pq, exc)
             return
-        future.add_done_callback(lambda f: self._answered(pq, f))
+        on_done(future, lambda f: self._answered(pq, f))  # inline: the next pull goes from the answer's thread
 
     def _pull_async(self, pq: ProcessQueue) -> Future:
         s = self.settings
