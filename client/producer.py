@@ -47,6 +47,7 @@ from client.transaction import Transaction, TransactionChecker
 from common.encoded_fields import bytes_field
 from common.message import Message
 from common.message_id import encode_host
+from common.message_properties import PROPERTY_SHARDING_KEY, encode_properties
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
 from common.response_code import ResponseCode
@@ -56,6 +57,17 @@ from common.wire_batch import encode_wire_batch
 from proto import broker_pb2
 
 log = logging.getLogger(__name__)
+
+
+def local_ip() -> str:
+    """This host's address as others see it (upstream's born host): the one the route to a non-local address would
+    leave from (a UDP socket's connect sends nothing); 127.0.0.1 when there is none. It was always 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
 
 # Stored on the master but not confirmed by a slave (none connected yet, or too slow): transient during a failover.
 # A retry stores the message again: a normal topic retries only on another group; a static topic, whose group is
@@ -93,7 +105,7 @@ class Producer:
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self.send_timeout_s = send_timeout_ms / 1000
         self.retry_times = retry_times
-        self.born_host = f"{socket.gethostbyname('localhost')}:{os.getpid() % 65536}"
+        self.born_host = f"{local_ip()}:{os.getpid() % 65536}"
         self._born_host = encode_host(self.born_host)
         self._round_robin = 0
         self._lock = threading.Lock()
@@ -136,7 +148,7 @@ class Producer:
                          queue: MessageQueue | None = None) -> "Future[SendResult]":
         """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread. A send that
         fails over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
-        send = self._request(msgs)
+        send = self._request(msgs, sharding_key=sharding_key)
         topic = send.topic
         future: Future[SendResult] = CallbackFuture()
         if queue is None and sharding_key is not None:
@@ -199,9 +211,13 @@ class Producer:
         self._attempt(send, mq, True, 1 + self.retry_times, future)
         return future.result()
 
-    def _request(self, msgs: Sequence[Message], sys_flag: int = 0) -> "_Send":
+    def _request(self, msgs: Sequence[Message], sys_flag: int = 0, sharding_key: str | None = None) -> "_Send":
+        """``sharding_key``: also each message's message group (``__SHARDINGKEY``, where it names none), so a FIFO
+        POP consumer (a RocketMQ 5 client's, through mqproxy) keeps those messages in order as one group."""
         if not msgs:
             raise MQClientError("a batch needs at least one message")
+        if sharding_key is not None and not isinstance(sharding_key, str):
+            raise MQClientError(f"sharding_key must be a str, not {type(sharding_key).__name__}")
         topic = msgs[0].topic
         try:
             validate_user_send_topic(topic)
@@ -213,6 +229,13 @@ class Producer:
         if not all(bodies):
             raise MQClientError("cannot send an empty message body")
         properties = batch_wire_properties(msgs)
+        if sharding_key:
+            try:
+                group = encode_properties({PROPERTY_SHARDING_KEY: sharding_key})
+            except ValueError as exc:
+                raise MQClientError(f"sharding_key {sharding_key[:64]!r}: {exc}") from None
+            properties = [p if PROPERTY_SHARDING_KEY in m.properties else p + group
+                          for p, m in zip(properties, msgs, strict=True)]
         # The batch travels as the records the broker stores: encoded once, here.
         records = encode_wire_batch(topic.encode(), bodies, properties, born_timestamp=int(time.time() * 1000),
                                     born_host=self._born_host, flag=msgs[0].flag, sys_flag=sys_flag)
