@@ -1,5 +1,5 @@
 """Producer: round-robin over the topic's writable queues; on failure, retry on another broker's queue;
-a ``sharding_key`` always picks the same queue.
+a ``sharding_key`` always picks the same queue. ``send_timeout_ms`` bounds a whole send, its retries included.
 
 Static topics: the queues are the N logic queues ``MessageQueue(topic, "__logical_queue_broker__", i)``; a send
 goes to the current leader of its logic queue, addressed LOGIC. A key hashes over N, which never changes, so it
@@ -83,6 +83,7 @@ STATIC_RETRYABLE_CODES = RETRYABLE_CODES | ELSEWHERE_CODES | {ResponseCode.NOT_L
 RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
 STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: doubles, at most 1 s
 MASTER_POLL_S = 0.2  # a static send waiting for its leader group's master looks at the route this often
+MIN_ATTEMPT_S = 0.05  # a retry with less of the send's timeout left than this is not made
 MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long, even past the send timeout
 
 
@@ -298,16 +299,21 @@ class Producer:
         return mq.broker_name
 
     def _attempt(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
-                 future: "Future[SendResult]") -> None:
-        """One try on ``mq``; a retryable failure tries a queue of another broker while attempts remain."""
+                 future: "Future[SendResult]", deadline: float | None = None) -> None:
+        """One try on ``mq``; a retryable failure tries a queue of another broker while attempts remain and the
+        send's ``deadline`` (``send_timeout_ms`` from the send: the whole send's, as upstream's) has not passed.
+        Each try waits at most what is left of it."""
+        if deadline is None:
+            deadline = time.monotonic() + self.send_timeout_s
 
         def fail(error: MQClientError) -> None:
-            if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)):
+            if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)
+                    and time.monotonic() < deadline - MIN_ATTEMPT_S):
                 future.set_exception(error)
                 return
             log.info("send_retry topic=%s broker=%s reason=%s", mq.topic, mq.broker_name, error)
             self.client.retry_threads.retry(
-                future, lambda: self._retry_elsewhere(send, mq, attempts_left - 1, future, error))
+                future, lambda: self._retry_elsewhere(send, mq, attempts_left - 1, future, error, deadline))
 
         try:
             addr = self.client.master_addr(mq.topic, mq.broker_name, for_publish=True)
@@ -318,7 +324,8 @@ class Producer:
             exc.retryable = True  # type: ignore[attr-defined]  # the broker left the route: try another
             fail(exc)
             return
-        call = self._call(addr, send, mq.queue_id, broker_pb2.ADDRESSING_UNSPECIFIED)
+        call = self._call(addr, send, mq.queue_id, broker_pb2.ADDRESSING_UNSPECIFIED,
+                          max(MIN_ATTEMPT_S, deadline - time.monotonic()))
 
         def done(call: Future) -> None:
             try:
@@ -329,7 +336,7 @@ class Producer:
         call.add_done_callback(done)
 
     def _retry_elsewhere(self, send: "_Send", failed: MessageQueue, attempts_left: int,
-                         future: "Future[SendResult]", error: MQClientError) -> None:
+                         future: "Future[SendResult]", error: MQClientError, deadline: float) -> None:
         """After a retryable failure on ``failed``: a fresh route, and an attempt on another broker's queue."""
         self.client.invalidate_route(failed.topic)
         try:
@@ -340,7 +347,7 @@ class Producer:
         if getattr(error, "elsewhere_only", False) and next_mq.broker_name == failed.broker_name:
             future.set_exception(error)  # stored there already: another copy on the same group helps nobody
             return
-        self._attempt(send, next_mq, True, attempts_left, future)
+        self._attempt(send, next_mq, True, attempts_left, future, deadline)
 
     def _attempt_static(self, send: "_Send", mq: MessageQueue, may_move: bool, attempts_left: int,
                         future: "Future[SendResult]", deadline: float, retry: int = 0) -> None:
