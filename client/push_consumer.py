@@ -38,6 +38,7 @@ from client.pull_consumer import PullConsumer, checked_consumer_group
 from common.group_topics import is_retry_topic, retry_topic
 from common.message import MessageExt
 from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC
+from common.subscription import parse_sub_expression
 from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,28 @@ COMMIT_INTERVAL_S = 1.0
 LEASE_RENEW_S = 20.0
 DEFAULT_MAX_RECONSUME_TIMES = 16  # orderly consumers retry in place: the limit is theirs, not the group's
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
+MAX_PULL_BATCH_SIZE = 1024  # the broker's MAX_PULL_NUMS: it refuses every larger pull
+INT32_MAX = 2**31 - 1
+# What each numeric setting may be (upstream's checkConfig): refused at once, not by every pull or heartbeat after
+# start (a pull_batch_size the broker refuses consumed nothing, a heartbeat_interval_ms of 0 spun client and broker).
+SETTING_RANGES = {
+    "pull_batch_size": (1, MAX_PULL_BATCH_SIZE),
+    "consume_threads": (1, 1000),  # upstream's consumeThreadMax range
+    "heartbeat_interval_ms": (100, 600_000),  # keep it below the brokers' channelExpiredTimeout (30 s by default)
+    "long_poll_ms": (0, 600_000),  # a broker holds a pull at most its longPollingMaxSuspendMs (30 s by default)
+    "max_reconsume_times": (0, INT32_MAX),  # as updateSubGroup -r
+}
 _instances = itertools.count()
+
+
+def checked_setting(name: str, value: object) -> int:
+    """``value`` if it is an integer in the range of setting ``name``; else MQClientError naming both."""
+    low, high = SETTING_RANGES[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MQClientError(f"{name} must be an integer in {low}..{high}, not {value!r}")
+    if not low <= value <= high:
+        raise MQClientError(f"{name} {value} is outside {low}..{high}")
+    return value
 
 
 def new_client_id() -> str:
@@ -69,11 +91,22 @@ class PushConsumer:
                  tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
         if not topic or handler is None:
             raise MQClientError("a push consumer needs a topic and a handler")
+        if not callable(handler) or not callable(allocate):
+            raise MQClientError(f"handler and allocate must be callables, not {handler!r} and {allocate!r}")
         checked_consumer_group(group)  # before anything is started for it
         if message_model not in MESSAGE_MODELS:
             raise MQClientError(f"message_model {message_model!r} is not one of {', '.join(MESSAGE_MODELS)}")
-        if max_reconsume_times is not None and max_reconsume_times < 0:
-            raise MQClientError(f"max_reconsume_times {max_reconsume_times} is negative")
+        if not isinstance(tags, str):
+            raise MQClientError(f"tags must be a subscription expression (a str: '*' or 'TagA || TagB'), not {tags!r}")
+        try:
+            parse_sub_expression(tags)  # the brokers would refuse every pull
+        except ValueError as exc:
+            raise MQClientError(f"tags: {exc}") from None
+        if max_reconsume_times is not None:
+            checked_setting("max_reconsume_times", max_reconsume_times)
+        for name, value in (("pull_batch_size", pull_batch_size), ("consume_threads", consume_threads),
+                            ("heartbeat_interval_ms", heartbeat_interval_ms), ("long_poll_ms", long_poll_ms)):
+            checked_setting(name, value)
         self.group = group
         self.topic = topic
         self.tags = tags
@@ -104,6 +137,8 @@ class PushConsumer:
         self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000)
         self._resets: set[tuple[str, str]] = set()  # (topic, broker name) whose offsets were reset
         self._stopped = threading.Event()
+        self._started = False
+        self._life = threading.Lock()  # start and close: each once
         self._threads: list[threading.Thread] = []
 
     def __enter__(self) -> "PushConsumer":
@@ -115,25 +150,42 @@ class PushConsumer:
 
     # -- life --------------------------------------------------------------------------------------
     def start(self) -> None:
-        self.consumer.queues(self.topic)  # fails now, clearly, for a topic with no route
-        self._keep_sessions()
-        self.pull_service.start()
-        for name, target in (("rebalance", self._rebalance_loop), ("commit", self._commit_loop),
-                             ("lease", self._lease_loop)):
-            if name == "lease" and not self.orderly:
-                continue
-            t = threading.Thread(target=target, name=f"push-{name}-{self.group}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        """Join the group and consume. Once: a second call (or one after close) raises MQClientError. A start that
+        fails (the topic has no route) closes the consumer before it raises: nothing of it is left running."""
+        with self._life:
+            if self._started or self._stopped.is_set():
+                raise MQClientError(f"push consumer {self.client_id} of group {self.group} was "
+                                    f"{'started' if self._started else 'closed'} already: a consumer starts once")
+            self._started = True
+        try:
+            self.consumer.queues(self.topic)  # fails now, clearly, for a topic with no route
+            self._keep_sessions()
+            self.pull_service.start()
+            for name, target in (("rebalance", self._rebalance_loop), ("commit", self._commit_loop),
+                                 ("lease", self._lease_loop)):
+                if name == "lease" and not self.orderly:
+                    continue
+                t = threading.Thread(target=target, name=f"push-{name}-{self.group}", daemon=True)
+                t.start()
+                self._threads.append(t)
+        except BaseException:
+            self.close()
+            raise
         log.info("push_consumer_started group=%s topic=%s client=%s model=%s orderly=%s", self.group, self.topic,
                  self.client_id, "BROADCASTING" if self.broadcasting else "CLUSTERING", self.orderly)
 
     def close(self) -> None:
         """Leave cleanly: stop pulling, let running handler calls finish, commit, then leave the group (the other
-        members take the queues over from the committed offsets at once)."""
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
+        members take the queues over from the committed offsets at once).
+
+        From a handler (a consume pool thread) it does all of this as well, but does not wait for that handler's own
+        task: it returns with the consumer closed while the handler still runs. The rest of that task's messages are
+        not handled, and the message being handled is not committed (the group has it again). A second close (from
+        any thread) returns at once."""
+        with self._life:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
         self._wakeup.set()
         for t in self._threads:  # no rebalance, commit or lease renewal from here on
             t.join(timeout=10)

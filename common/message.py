@@ -1,5 +1,6 @@
 """Messages as users see them: what a producer sends and what a consumer receives."""
 
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
 from common.message_id import decode_host, make_message_id
@@ -30,10 +31,50 @@ class Message:
     delay_level: int = 0
     deliver_at_ms: int = 0
 
+    def __post_init__(self) -> None:
+        """Refuse, as the SDK's error, fields the SDK could not send (they failed deep in a send with a TypeError).
+        ``delay_level`` and ``deliver_at_ms`` are checked when the message is encoded."""
+        if self.properties is None:  # (as no properties: what a plain message with None sent before)
+            self.properties = {}
+        wrong = _wrong_field(self)
+        if wrong:
+            from client.errors import MQClientError  # here: the broker imports this module, not the SDK
+
+            raise MQClientError(f"bad message: {wrong}")
+
     def key_list(self) -> list[str]:
         if not self.keys:
             return []
         return self.keys.split(KEY_SEPARATOR) if isinstance(self.keys, str) else list(self.keys)
+
+
+_INT32 = range(-(2**31), 2**31)
+
+
+def _wrong_field(msg: Message) -> str:
+    """What is wrong with ``msg``'s fields' types, or ""."""
+    if not isinstance(msg.topic, str):
+        return f"topic must be a str, not {type(msg.topic).__name__}"
+    if type(msg.body) is not bytes and not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        return f"body must be bytes, not {type(msg.body).__name__} (encode a str first)"
+    if msg.tags is not None and not isinstance(msg.tags, str):
+        return f"tags must be a str or None, not {type(msg.tags).__name__}"
+    keys = msg.keys
+    if keys is not None and not isinstance(keys, str):
+        if not isinstance(keys, (list, tuple, set, frozenset)):
+            return f"keys must be a str or a list of str, not {type(keys).__name__}"
+        for key in keys:
+            if not isinstance(key, str):
+                return f"keys must be strs, not {key!r}"
+    properties = msg.properties
+    if type(properties) is not dict and not isinstance(properties, Mapping):
+        return f"properties must be a dict of str to str, not {type(properties).__name__}"
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            return f"properties must be a dict of str to str, not {name!r}: {value!r}"
+    if not isinstance(msg.flag, int) or msg.flag not in _INT32:
+        return f"flag must be a 32-bit integer, not {msg.flag!r}"
+    return ""
 
 
 @dataclass(slots=True)

@@ -75,6 +75,8 @@ class ConsumeConcurrentlyService:
                 stop = end
         finally:
             pq.end()
+        if self._stopped.is_set():  # the consumer closed meanwhile (its offsets are kept): the group has them again
+            return
         kept = [i for i in failed if not self._sent_back(run.msgs[i])]  # still to do: retried here later
         for i in kept:
             self._retry_later(pq, run, i)

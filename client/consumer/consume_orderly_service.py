@@ -36,7 +36,6 @@ class ConsumeOrderlyService:
         self._running: set[ProcessQueue] = set()
         self._again: set[ProcessQueue] = set()  # new messages came while the queue's task ran
         self._suspended: set[ProcessQueue] = set()  # waiting out a failure: new messages do not wake them
-        self._tries: dict[tuple[ProcessQueue, int], int] = {}
         self._stopped = threading.Event()
 
     def submit(self, pq: ProcessQueue, run: Run | None = None) -> None:
@@ -59,14 +58,16 @@ class ConsumeOrderlyService:
                 run, index = head
                 msg = run.msgs[index]
                 try:
-                    msg.reconsume_times = self._tries.get((pq, msg.queue_offset), 0)
+                    msg.reconsume_times = pq.tries.get(msg.queue_offset, 0)
                     ok = handled(self.handler, msg)
                 finally:
                     pq.end()
+                if self._stopped.is_set():  # the consumer closed meanwhile (its offsets are kept): no dead letter
+                    break
                 if not ok and not self._give_up(pq, msg):
                     suspended = True
                     break
-                self._tries.pop((pq, msg.queue_offset), None)
+                pq.tries.pop(msg.queue_offset, None)
                 self.offsets.update(pq, pq.finish(run, index, index + 1))
         finally:
             with self._lock:
@@ -77,13 +78,13 @@ class ConsumeOrderlyService:
                     self._suspended.add(pq)
         if suspended:
             self._resume_later(pq)
-        elif again:
+        elif again and not self._stopped.is_set():
             self.submit(pq)
 
     def _give_up(self, pq: ProcessQueue, msg: MessageExt) -> bool:
         """Count a failed try; True when the message is dead-lettered and the queue may move past it."""
-        tries = self._tries.get((pq, msg.queue_offset), 0) + 1
-        self._tries[(pq, msg.queue_offset)] = tries
+        tries = pq.tries.get(msg.queue_offset, 0) + 1
+        pq.tries[msg.queue_offset] = tries
         if tries <= self.max_reconsume_times:
             return False
         try:

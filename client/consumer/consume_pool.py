@@ -64,14 +64,16 @@ class ConsumePool:
                 self._watch_wake.notify()
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        """No more tasks; ``cancel_futures`` drops those not started. ``wait``: until the running ones end."""
+        """No more tasks; ``cancel_futures`` drops those not started. ``wait``: until the running ones end, except
+        the caller's own when a task shuts its pool down (its thread ends once that task returns)."""
         with self._lock:
             self._shutdown = True
             if cancel_futures:
                 self._tasks.clear()
             self._work_ready.notify_all()
             self._watch_wake.notify_all()
-            threads = [*self._threads, self._watcher]
+            me = threading.current_thread()
+            threads = [t for t in (*self._threads, self._watcher) if t is not me]
         if wait:
             for t in threads:
                 t.join()

@@ -15,6 +15,8 @@ from collections.abc import Collection, Sequence
 from common.message import MessageExt
 from common.message_queue import MessageQueue
 
+_task = threading.local()  # ``pq``: the process queue whose task this thread runs now (between begin and end)
+
 
 class Run:
     """Messages of one pull, in offset order (decoded when first read, by the thread that handles them); ``low`` is
@@ -38,6 +40,9 @@ class ProcessQueue:
         self.dropped = False
         self.locked = False  # orderly: this member holds the queue's lease
         self.last_lock_s = 0.0
+        # orderly: failed tries of the messages not yet done, by offset; kept here, they go when the queue goes (a
+        # queue dropped between tries was kept alive, with its cached messages, by the consume service's table)
+        self.tries: dict[int, int] = {}
         self.in_flight = 0  # handler calls (tasks) running now
         self._runs: deque[Run] = deque()
         self._count = 0
@@ -122,20 +127,24 @@ class ProcessQueue:
             if self.dropped:
                 return False
             self.in_flight += 1
-            return True
+        _task.pq = self
+        return True
 
     def end(self) -> None:
+        _task.pq = None
         with self._lock:
             self.in_flight -= 1
-            if self.in_flight == 0:
+            if self.in_flight <= 1:  # (1: a drop by the queue's own task waits for the others alone)
                 self._idle.notify_all()
 
     def drop_and_wait(self, timeout_s: float) -> bool:
-        """Stop handing out messages; wait for the tasks running now. False if they outlasted ``timeout_s``."""
+        """Stop handing out messages; wait for the tasks running now. False if they outlasted ``timeout_s``. A task
+        of this queue dropping it (its handler closed the consumer) does not wait for itself."""
         deadline = time.monotonic() + timeout_s
+        own = 1 if getattr(_task, "pq", None) is self else 0
         with self._lock:
             self.dropped = True
-            while self.in_flight:
+            while self.in_flight > own:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False

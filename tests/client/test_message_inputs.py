@@ -1,0 +1,44 @@
+"""A Message whose fields the SDK could not send is refused where it is built, as the SDK's error saying what is
+wrong (it failed deep in a send with a TypeError or an AttributeError)."""
+
+import pytest
+
+from client import Message, MQClientError
+from client.message_encoding import batch_wire_properties
+from common.message_properties import decode_properties
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"body": "text"}, "body must be bytes, not str"),
+    ({"body": None}, "body must be bytes, not NoneType"),
+    ({"topic": None}, "topic must be a str, not NoneType"),
+    ({"tags": 5}, "tags must be a str or None, not int"),
+    ({"keys": [None]}, "keys must be strs, not None"),
+    ({"keys": ["k", 5]}, "keys must be strs, not 5"),
+    ({"keys": 5}, "keys must be a str or a list of str, not int"),
+    ({"properties": {"a": 1}}, "properties must be a dict of str to str, not 'a': 1"),
+    ({"properties": {1: "a"}}, "properties must be a dict of str to str, not 1: 'a'"),
+    ({"properties": [("a", "b")]}, "properties must be a dict of str to str, not list"),
+    ({"flag": "1"}, "flag must be a 32-bit integer, not '1'"),
+    ({"flag": 2**31}, "flag must be a 32-bit integer, not 2147483648"),
+])
+def test_a_field_the_sdk_cannot_send_is_refused_when_the_message_is_built(fields: dict, said: str):
+    with pytest.raises(MQClientError, match="bad message: ") as refused:
+        Message(**{"topic": "T", "body": b"x", **fields})
+    assert said in str(refused.value)
+
+
+def test_what_was_sent_before_is_still_taken():
+    for msg in (Message("T", b"x"), Message("T", bytearray(b"x"), tags="", keys="a b"),
+                Message("T", b"x", keys=("a", "b")), Message("T", b"x", properties=None),  # type: ignore[arg-type]
+                Message("T", b"x", flag=-1), Message("", b"x")):  # (an empty topic: the producer says so)
+        batch_wire_properties([msg])
+    props = decode_properties(batch_wire_properties([Message("T", b"x", tags="A", keys=["k1", "k2"],
+                                                             properties={"p": "v"})])[0])
+    assert props["TAGS"] == "A" and props["p"] == "v"
+
+
+def test_delays_are_still_checked_when_encoded():
+    msg = Message("T", b"x", delay_level=1.5)  # type: ignore[arg-type]
+    with pytest.raises(MQClientError, match="are integers"):
+        batch_wire_properties([msg])
