@@ -92,10 +92,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = make_cluster(tmp_path_factory.mktemp("headroom"), broker_names=("broker-a",), registerNameServerPeriod=1000,
                      messageDelayLevel="1s 1s 1s", transactionTimeOut=500, transactionCheckInterval=500,
                      transactionCheckMax=1)
-    c.create_topic(TOPIC, queues=1)
-    c.create_topic(PUSH_TOPIC, queues=1)
-    yield c
-    c.stop()
+    try:  # a setup that fails part-way must not leave the daemons running
+        c.create_topic(TOPIC, queues=1)
+        c.create_topic(PUSH_TOPIC, queues=1)
+        yield c
+    finally:
+        c.stop()
 
 
 def test_the_broker_refuses_a_block_over_the_user_limit_naming_it(cluster: Cluster):

@@ -92,9 +92,11 @@ class MixedCluster(Cluster):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = make_cluster(tmp_path_factory.mktemp("transactions"), ("broker-a", "broker-b"), cls=MixedCluster,
                      registerNameServerPeriod=1000, transactionCheckMax=3, **CHECKS)
-    c.create_topic(TOPIC, queues=4)
-    yield c
-    c.stop()
+    try:  # a setup that fails part-way must not leave the daemons running
+        c.create_topic(TOPIC, queues=4)
+        yield c
+    finally:
+        c.stop()
 
 
 def test_commit_delivered_rollback_never_and_checks_resolve_either_way(cluster: Cluster):
