@@ -19,8 +19,8 @@ class TieredServicer(tiered_pb2_grpc.TieredServiceServicer):
     async def GetTieredMetadata(self, request, context):  # a snapshot of every segment: off the event loop
         return await asyncio.to_thread(self.tiered.metadata, request)
 
-    async def ReplaceSegments(self, request, context):
-        return self.tiered.replace_segments(request)
+    async def ReplaceSegments(self, request, context):  # asks the backend for the merged object: off the event loop
+        return await asyncio.to_thread(self.tiered.replace_segments, request)
 
     async def MarkExpiredSegments(self, request, context):
         return await asyncio.to_thread(self.tiered.mark_expired, request)

@@ -6,9 +6,11 @@ the broker's own S3 backend, so executors need no shared directory); a plain pat
 
 A compaction retires the objects it replaced by writing a ``<object>.retired`` marker *before* committing; an
 unreferenced object is deleted once its marker (or, without one, its own mtime) is older than the grace
-period, so a reader that listed the old segments before the swap can finish."""
+period, so a reader that listed the old segments before the swap can finish. A merged object no record references
+and nothing retired is left for :data:`UNCOMMITTED_MERGED_S` (another run may be about to commit it)."""
 
 import os
+import re
 import struct
 import time
 import uuid
@@ -127,6 +129,22 @@ def write_object(tier: Tier, path: str, data: bytes) -> None:
 def merged_name(first_path: str) -> str:
     """Beside the first part, named by the same base offset plus a unique suffix."""
     return f"{first_path}.c{uuid.uuid4().hex[:12]}"
+
+
+MERGED_NAME = re.compile(r"\.c[0-9a-f]{12}$")
+# How long a merged object no record references yet is left alone (unless retired): it may be another run's, still
+# merging or committing (a run over thousands of segments takes minutes). Deleted at the grace period, a second run
+# started meanwhile removed the first one's merged objects, which the first then swapped in: records of objects that
+# were gone, and their messages skipped by readers. A killed run's leftovers go once this long has passed.
+UNCOMMITTED_MERGED_S = 6 * 3600.0
+
+
+def _unreferenced_age_limit(rel: str, retired: bool, grace_s: float) -> float:
+    """How old an unreferenced object must be to go: the grace period, or for a merged object never retired (maybe
+    another run's, not committed yet) :data:`UNCOMMITTED_MERGED_S` at least."""
+    if not retired and MERGED_NAME.search(rel):
+        return max(grace_s, UNCOMMITTED_MERGED_S)
+    return grace_s
 
 
 # What verify reads of a record header (common/message_codec.py): size, magic, CRC, queue id, and the body, topic
@@ -268,8 +286,9 @@ def garbage(tier: Tier, broker_name: str, referenced: set[str], grace_s: float,
         if rel in referenced:
             continue
         marker = root / (rel + RETIRED)
-        since = marker.stat().st_mtime if marker.exists() else file.stat().st_mtime
-        if now - since > grace_s:
+        retired = marker.exists()
+        since = marker.stat().st_mtime if retired else file.stat().st_mtime
+        if now - since > _unreferenced_age_limit(rel, retired, grace_s):
             out.append(rel)
     return out
 
@@ -289,8 +308,9 @@ def _object_store_garbage(loc: TierLocation, broker_name: str, referenced: set[s
             continue
         if rel in referenced:
             continue
+        retired = rel + RETIRED in objects
         since = objects.get(rel + RETIRED, mtime)
-        if now - since > grace_s:
+        if now - since > _unreferenced_age_limit(rel, retired, grace_s):
             out.append(rel)
     _destroy_by_directory(loc, stale_markers)
     return out

@@ -469,3 +469,21 @@ def test_every_listable_backend_lists_what_was_written_under_a_prefix(provider: 
     gone.destroy()
     listed = factory.list_objects("b1")
     assert sorted(listed) == ["b1/T/0/a", "b1/T/1/b"] and all(t > 0 for t in listed.values())
+
+
+def test_a_replacement_whose_merged_object_is_gone_or_short_is_refused(env: Env):
+    """The compaction's swap checked only the records: a merged object another run's garbage collection had deleted
+    was swapped in, and readers skipped the messages of the records that named it. Now refused (the job withdraws)
+    unless the object holds the parts' bytes."""
+    f = env.open(segment_size=10)
+    append_all(f, [entry(i, 10) for i in range(3)])  # three segments: two sealed, the last open
+    f.commit()
+    old = [s for s in f.segments if s.status is SegmentStatus.SEALED]
+    assert len(old) == 2
+    merged = FileSegmentMetadata(old[0].path + ".c000000000001", CL, "T", 0, 0, 20, SegmentStatus.SEALED)
+    assert f.replace(old, merged) is False  # never written (was True)
+    env.factory.open(merged.path).write(0, entry(0, 10))
+    assert f.replace(old, merged) is False  # cut short
+    env.factory.open(merged.path).write(10, entry(1, 10))
+    assert f.replace(old, merged) is True
+    assert [s.path for s in f.segments][0] == merged.path

@@ -381,8 +381,17 @@ class FlatAppendFile:
     # -- compaction ----------------------------------------------------------------------------------
     def replace(self, old: list[FileSegmentMetadata], merged: FileSegmentMetadata) -> bool:
         """Swap consecutive sealed segments for one object holding the same bytes (the compaction job's
-        commit). False, changing nothing, if they are not exactly what this file serves now. Readers that
-        took the old list keep reading the old objects, which the job deletes only after a grace period."""
+        commit). False, changing nothing, if they are not exactly what this file serves now, or if the merged
+        object does not hold their bytes (deleted meanwhile: another run's garbage collection took it for one of
+        its own leftovers; swapped in, the records named an object that was gone). Readers that took the old list
+        keep reading the old objects, which the job deletes only after a grace period. Asks the backend: call it
+        off the event loop."""
+        real = self.factory.open(merged.path).real_size()  # (not cached: a refused object is not this file's)
+        if real < merged.size:
+            log.warning("tiered_replace_refused topic=%s queue=%d path=%s size=%d real_size=%d reason='the merged "
+                        "object does not hold the parts' bytes (gone, or cut short)'", self.topic, self.queue_id,
+                        merged.path, merged.size, real)
+            return False
         with self._lock:
             paths = [m.path for m in self.segments]
             if not old or old[0].path not in paths:
