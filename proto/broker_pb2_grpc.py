@@ -409,7 +409,8 @@ class BrokerServiceServicer:
 
     def WaitMetadataChange(self, request, context):
         """A slave's watch on what a promoted slave needs to serve what was acknowledged (topic configs, static topic
-        mappings): answered once their versions differ from the caller's, or after wait_ms (at most 5 s).
+        mappings, groups, ACL users and policies): answered once their versions differ from the caller's, or after
+        wait_ms (at most 5 s).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
