@@ -13,10 +13,10 @@ from common.message_codec import encode_record
 from spark_jobs.tier_objects import (
     OBJECT_CALLS_IN_FLIGHT,
     RETIRED,
+    UNCOMMITTED_MERGED_S,
     CorruptObjectError,
     Tier,
     TierLocation,
-    UNCOMMITTED_MERGED_S,
     delete_objects,
     garbage,
     merged_name,

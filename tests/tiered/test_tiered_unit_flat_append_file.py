@@ -486,4 +486,4 @@ def test_a_replacement_whose_merged_object_is_gone_or_short_is_refused(env: Env)
     assert f.replace(old, merged) is False  # cut short
     env.factory.open(merged.path).write(10, entry(1, 10))
     assert f.replace(old, merged) is True
-    assert [s.path for s in f.segments][0] == merged.path
+    assert f.segments[0].path == merged.path
