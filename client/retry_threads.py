@@ -25,6 +25,10 @@ RETRY_THREADS = 4
 Work = tuple[Callable[[], None], Callable[[BaseException], None]]
 
 
+# A retry is of a request that failed once: its first attempt may have been stored (a send) or applied all the same.
+NOT_RETRIED = "not retried: the client was closed (an earlier attempt may have been stored)"
+
+
 class ClientClosed(MQClientError):
     """The client was closed before a retry could run."""
 
@@ -59,7 +63,7 @@ class RetryThreads:
                 self._start()
                 self._queue.put((work, fail))
         if closed:
-            fail(ClientClosed("not retried: the client was closed"))
+            fail(ClientClosed(NOT_RETRIED))
 
     def _start(self) -> None:
         """Under the lock."""
@@ -91,7 +95,7 @@ class RetryThreads:
                 if item is not None:
                     queued.append(item)
         for _, fail in queued:
-            fail(ClientClosed("not retried: the client was closed"))
+            fail(ClientClosed(NOT_RETRIED))
         if started:
             for _ in range(self.threads):
                 self._queue.put(None)  # a retry still running ends on the closed channels
