@@ -127,6 +127,8 @@ class SimpleConsumer:
         The future fails as :meth:`ack` raises. Acks of many threads to one broker go together
         (``client/ack_batcher.py``)."""
         by_broker: dict[str, list[str]] = {}
+        if messages is None or isinstance(messages, (str, bytes)):
+            raise MQClientError(f"ack takes a received message or messages, not {type(messages).__name__}")
         for msg in [messages] if isinstance(messages, MessageExt) else messages:
             by_broker.setdefault(_handle(msg).broker_name, []).append(msg.receipt_handle)
         done: Future[None] = CallbackFuture()
@@ -241,6 +243,10 @@ class SimpleConsumer:
 
 
 def _handle(msg: MessageExt) -> ReceiptHandle:
+    if not isinstance(msg, MessageExt):
+        raise MQClientError(f"ack takes received messages, not {type(msg).__name__}")
+    if not msg.receipt_handle:
+        raise MQClientError(f"message {msg.msg_id} was not received by a simple consumer: it has no receipt handle")
     try:
         return ReceiptHandle.decode(msg.receipt_handle)
     except InvalidReceiptHandle as exc:

@@ -42,3 +42,18 @@ def test_delays_are_still_checked_when_encoded():
     msg = Message("T", b"x", delay_level=1.5)  # type: ignore[arg-type]
     with pytest.raises(MQClientError, match="are integers"):
         batch_wire_properties([msg])
+
+
+def test_acks_of_what_no_receive_handed_out_are_refused_as_sdk_errors() -> None:
+    """A simple consumer's ack of None, of a pulled message (no receipt handle) or of something else raised a
+    TypeError or an IndexError; now MQClientError saying what was wrong, before anything is sent."""
+    from client import SimpleConsumer
+    from common.message import MessageExt
+
+    consumer = SimpleConsumer.__new__(SimpleConsumer)  # (no connection is needed to refuse these)
+    pulled = MessageExt(topic="T", body=b"x", queue_id=0, queue_offset=0, physical_offset=0, store_timestamp=0,
+                        born_timestamp=0)
+    for bad, says in ((None, "not NoneType"), (pulled, "no receipt handle"),
+                      ([42], "not int")):
+        with pytest.raises(MQClientError, match=says):
+            consumer.ack_async(bad)  # type: ignore[arg-type]
