@@ -18,7 +18,7 @@ import time
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from spark_jobs import tier_objects
 from spark_jobs.broker_tier import BrokerTier, S3Access, TierJobError, add_s3_arguments, s3_access
-from spark_jobs.job_output import fail, summary
+from spark_jobs.job_output import error_of, fail, summary
 
 log = logging.getLogger("spark_jobs.cleanup")
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except TierJobError as exc:
         return fail("cleanup", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback
-        return fail("cleanup", f"{type(exc).__name__}: {exc}")
+        return fail("cleanup", error_of(exc))
     summary("cleanup", stats)
     return 0
 

@@ -37,7 +37,7 @@ from spark_jobs.broker_tier import (
     add_s3_arguments,
     s3_access,
 )
-from spark_jobs.job_output import fail, summary
+from spark_jobs.job_output import error_of, fail, summary
 
 log = logging.getLogger("spark_jobs.compact")
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     except TierJobError as exc:
         return fail("compact", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback
-        return fail("compact", f"{type(exc).__name__}: {exc}")
+        return fail("compact", error_of(exc))
     summary("compact", stats)
     return 0 if not stats["groups_failed"] else 1
 

@@ -38,7 +38,7 @@ from spark_jobs.broker_tier import (
     add_s3_arguments,
     s3_access,
 )
-from spark_jobs.job_output import fail, summary
+from spark_jobs.job_output import error_of, fail, summary
 
 CQ_UNIT = struct.Struct(">qiqq")
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except TierJobError as exc:
         return fail("read", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback
-        return fail("read", f"{type(exc).__name__}: {exc}")
+        return fail("read", error_of(exc))
     summary("read", {"topic": args.topic, "messages": count})
     return 0
 

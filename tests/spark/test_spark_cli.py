@@ -15,3 +15,16 @@ def test_unreachable_broker_fails_with_one_line(job: str) -> None:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"{job}: failed: "), lines[0]
     assert "127.0.0.1:1" in lines[0], lines[0]
+
+
+def test_a_spark_task_s_error_is_its_exception_on_one_line() -> None:
+    """A job whose Spark task raised (cleanup on an S3 tier without its keys) printed the executor's whole traceback
+    flattened into its one error line (5.8 KB); now the exception the task raised."""
+    from spark_jobs.job_output import error_of
+
+    task = RuntimeError("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                        "Traceback (most recent call last):\n  File \"worker.py\", line 1, in main\n"
+                        "    process()\n"
+                        "botocore.exceptions.NoCredentialsError: Unable to locate credentials\n")
+    assert error_of(task) == "botocore.exceptions.NoCredentialsError: Unable to locate credentials (in a Spark task)"
+    assert error_of(ValueError("plain")) == "ValueError: plain"
