@@ -105,6 +105,9 @@ class Producer:
         self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self.send_timeout_s = send_timeout_ms / 1000
+        # A whole send's budget, its retries included (upstream's rule); an attempt waits at most send_timeout_s of
+        # it. The proxy widens it: its clients' calls carry their own deadlines.
+        self.send_deadline_s = self.send_timeout_s
         self.retry_times = retry_times
         self.born_host = f"{local_ip()}:{os.getpid() % 65536}"
         self._born_host = encode_host(self.born_host)
@@ -304,7 +307,7 @@ class Producer:
         send's ``deadline`` (``send_timeout_ms`` from the send: the whole send's, as upstream's) has not passed.
         Each try waits at most what is left of it."""
         if deadline is None:
-            deadline = time.monotonic() + self.send_timeout_s
+            deadline = time.monotonic() + self.send_deadline_s
 
         def fail(error: MQClientError) -> None:
             if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)
@@ -325,7 +328,7 @@ class Producer:
             fail(exc)
             return
         call = self._call(addr, send, mq.queue_id, broker_pb2.ADDRESSING_UNSPECIFIED,
-                          max(MIN_ATTEMPT_S, deadline - time.monotonic()))
+                          max(MIN_ATTEMPT_S, min(self.send_timeout_s, deadline - time.monotonic())))
 
         def done(call: Future) -> None:
             try:

@@ -43,6 +43,9 @@ class LoopProducer(Producer):
         # Every v2 client's sends retry here: more threads than an SDK producer has, so retries whose route look-ups
         # wait for a stalled name server do not hold up all the others.
         self.client.retry_threads = RetryThreads(RETRY_THREADS)
+        # Each broker is tried for send_timeout_ms, its retries on others after it (a silent broker's sends go
+        # elsewhere): a v2 client's call carries its own deadline, which bounds the whole send.
+        self.send_deadline_s = self.send_timeout_s * (1 + self.retry_times)
 
     def sends_from_loop(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to start on the loop without a name server call; the send
