@@ -79,8 +79,8 @@ class SimpleConsumer:
         # A broker whose master is marked down is asked only when no other one is live (a mark is a guess): one
         # dead broker of several neither fails receives nor takes their long poll.
         ordered = [b for b in ordered if self.client.has_live_master(self.topic, b)] or ordered
-        ordered.sort(key=self._silent.is_down)  # (stable: the turn's order among the answering ones)
-        answering = [b for b in ordered if not self._silent.is_down(b)]
+        answering = [b for b in ordered if not self._silent.is_down(b)]  # (read once: a mark may expire meanwhile)
+        ordered = answering + [b for b in ordered if b not in answering]  # the silent ones last, in turn order
         poller = answering[-1] if answering else ordered[-1]  # holds the long poll: not a silent one
         skipped: list[MQClientError] = []
         for broker_name in ordered:
