@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/ha.proto\x12\x03rmq\"R\n\nStateChunk\x12\r\n\x05store\x18\x01 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x02 \x01(\x03\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x0c\n\x04last\x18\x04 \x01(\x08\"\xe6\x01\n\x10ReplicaHandshake\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x16\n\x0e\x63ommit_log_end\x18\x04 \x01(\x03\x12\x18\n\x10mapped_file_size\x18\x05 \x01(\x03\x12\x12\n\nlast_epoch\x18\x06 \x01(\x03\x12\x14\n\x0cmaster_epoch\x18\x07 \x01(\x03\x12\x1f\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x0f.rmq.EpochEntry\x12\x17\n\x0fstarts_anywhere\x18\t \x01(\x08\"1\n\nEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"L\n\x0cReplicaFrame\x12(\n\thandshake\x18\x01 \x01(\x0b\x32\x15.rmq.ReplicaHandshake\x12\x12\n\nack_offset\x18\x02 \x01(\x03\"\xd2\x01\n\x10ReplicationFrame\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x16\n\x0e\x63onfirm_offset\x18\x03 \x01(\x03\x12\x13\n\x0bmaster_addr\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12\x1a\n\x12\x65poch_start_offset\x18\x06 \x01(\x03\x12\x13\n\x0btruncate_to\x18\x07 \x01(\x03\x12\x1f\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x0f.rmq.EpochEntry\x12\x12\n\ncopy_state\x18\t \x01(\x08\x32}\n\tHaService\x12\x39\n\tReplicate\x12\x11.rmq.ReplicaFrame\x1a\x15.rmq.ReplicationFrame(\x01\x30\x01\x12\x35\n\tCopyState\x12\x15.rmq.ReplicaHandshake\x1a\x0f.rmq.StateChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0eproto/ha.proto\x12\x03rmq\"R\n\nStateChunk\x12\r\n\x05store\x18\x01 \x01(\t\x12\x16\n\x0e\x61pplied_offset\x18\x02 \x01(\x03\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12\x0c\n\x04last\x18\x04 \x01(\x08\"\x85\x02\n\x10ReplicaHandshake\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x16\n\x0e\x63ommit_log_end\x18\x04 \x01(\x03\x12\x18\n\x10mapped_file_size\x18\x05 \x01(\x03\x12\x12\n\nlast_epoch\x18\x06 \x01(\x03\x12\x14\n\x0cmaster_epoch\x18\x07 \x01(\x03\x12\x1f\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x0f.rmq.EpochEntry\x12\x17\n\x0fstarts_anywhere\x18\t \x01(\x08\x12\x1d\n\x15reports_metadata_copy\x18\n \x01(\x08\"1\n\nEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"e\n\x0cReplicaFrame\x12(\n\thandshake\x18\x01 \x01(\x0b\x32\x15.rmq.ReplicaHandshake\x12\x12\n\nack_offset\x18\x02 \x01(\x03\x12\x17\n\x0fmetadata_copied\x18\x03 \x01(\x08\"\xd2\x01\n\x10ReplicationFrame\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x16\n\x0e\x63onfirm_offset\x18\x03 \x01(\x03\x12\x13\n\x0bmaster_addr\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12\x1a\n\x12\x65poch_start_offset\x18\x06 \x01(\x03\x12\x13\n\x0btruncate_to\x18\x07 \x01(\x03\x12\x1f\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x0f.rmq.EpochEntry\x12\x12\n\ncopy_state\x18\t \x01(\x08\x32}\n\tHaService\x12\x39\n\tReplicate\x12\x11.rmq.ReplicaFrame\x1a\x15.rmq.ReplicationFrame(\x01\x30\x01\x12\x35\n\tCopyState\x12\x15.rmq.ReplicaHandshake\x1a\x0f.rmq.StateChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATECHUNK']._serialized_start=23
   _globals['_STATECHUNK']._serialized_end=105
   _globals['_REPLICAHANDSHAKE']._serialized_start=108
-  _globals['_REPLICAHANDSHAKE']._serialized_end=338
-  _globals['_EPOCHENTRY']._serialized_start=340
-  _globals['_EPOCHENTRY']._serialized_end=389
-  _globals['_REPLICAFRAME']._serialized_start=391
-  _globals['_REPLICAFRAME']._serialized_end=467
-  _globals['_REPLICATIONFRAME']._serialized_start=470
-  _globals['_REPLICATIONFRAME']._serialized_end=680
-  _globals['_HASERVICE']._serialized_start=682
-  _globals['_HASERVICE']._serialized_end=807
+  _globals['_REPLICAHANDSHAKE']._serialized_end=369
+  _globals['_EPOCHENTRY']._serialized_start=371
+  _globals['_EPOCHENTRY']._serialized_end=420
+  _globals['_REPLICAFRAME']._serialized_start=422
+  _globals['_REPLICAFRAME']._serialized_end=523
+  _globals['_REPLICATIONFRAME']._serialized_start=526
+  _globals['_REPLICATIONFRAME']._serialized_end=736
+  _globals['_HASERVICE']._serialized_start=738
+  _globals['_HASERVICE']._serialized_end=863
 # @@protoc_insertion_point(module_scope)

@@ -19,7 +19,7 @@ class StateChunk(_message.Message):
     def __init__(self, store: _Optional[str] = ..., applied_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class ReplicaHandshake(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs", "starts_anywhere")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "commit_log_end", "mapped_file_size", "last_epoch", "master_epoch", "epochs", "starts_anywhere", "reports_metadata_copy")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class ReplicaHandshake(_message.Message):
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     STARTS_ANYWHERE_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_METADATA_COPY_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -38,7 +39,8 @@ class ReplicaHandshake(_message.Message):
     master_epoch: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
     starts_anywhere: bool
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., starts_anywhere: _Optional[bool] = ...) -> None: ...
+    reports_metadata_copy: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., commit_log_end: _Optional[int] = ..., mapped_file_size: _Optional[int] = ..., last_epoch: _Optional[int] = ..., master_epoch: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., starts_anywhere: _Optional[bool] = ..., reports_metadata_copy: _Optional[bool] = ...) -> None: ...
 
 class EpochEntry(_message.Message):
     __slots__ = ("epoch", "start_offset")
@@ -49,12 +51,14 @@ class EpochEntry(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFrame(_message.Message):
-    __slots__ = ("handshake", "ack_offset")
+    __slots__ = ("handshake", "ack_offset", "metadata_copied")
     HANDSHAKE_FIELD_NUMBER: _ClassVar[int]
     ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_COPIED_FIELD_NUMBER: _ClassVar[int]
     handshake: ReplicaHandshake
     ack_offset: int
-    def __init__(self, handshake: _Optional[_Union[ReplicaHandshake, _Mapping]] = ..., ack_offset: _Optional[int] = ...) -> None: ...
+    metadata_copied: bool
+    def __init__(self, handshake: _Optional[_Union[ReplicaHandshake, _Mapping]] = ..., ack_offset: _Optional[int] = ..., metadata_copied: _Optional[bool] = ...) -> None: ...
 
 class ReplicationFrame(_message.Message):
     __slots__ = ("offset", "data", "confirm_offset", "master_addr", "epoch", "epoch_start_offset", "truncate_to", "epochs", "copy_state")

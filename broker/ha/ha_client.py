@@ -55,6 +55,7 @@ class HAClient(threading.Thread):
         self.master_addr = ""  # the master's broker address, from its welcome
         self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
         self._stopped = threading.Event()
+        self._metadata_copied = threading.Event()  # the slave's copy of this master's metadata is taken
         self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)
         # Held by the flusher from its fsync to its ack, and while a stream's welcome is applied: an ack measured
         # before a cut never reaches the stream that follows it.
@@ -101,6 +102,7 @@ class HAClient(threading.Thread):
         return ha_pb2.ReplicaHandshake(
             cluster_name=me.cluster_name, broker_name=me.broker_name, broker_id=me.broker_id,
             commit_log_end=self.commit_log.max_offset() if holds_records else 0, starts_anywhere=True,
+            reports_metadata_copy=True,
             mapped_file_size=me.mapped_file_size,
             last_epoch=self.epochs.last_epoch() if self.epochs is not None else 0, master_epoch=self.master_epoch,
             epochs=[ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
@@ -109,7 +111,7 @@ class HAClient(threading.Thread):
     def _frames(self, acks: "queue.Queue[int]") -> Iterator[ha_pb2.ReplicaFrame]:
         yield ha_pb2.ReplicaFrame(handshake=self._handshake())
         while (offset := acks.get()) != _CLOSE:
-            yield ha_pb2.ReplicaFrame(ack_offset=offset)
+            yield ha_pb2.ReplicaFrame(ack_offset=offset, metadata_copied=self._metadata_copied.is_set())
 
     def _follow(self) -> None:
         acks: queue.Queue[int] = queue.Queue()
@@ -166,6 +168,13 @@ class HAClient(threading.Thread):
             self.truncate(frame.truncate_to)
             self.epochs.truncate_from(frame.truncate_to)
         self.epochs.replace([EpochEntry(e.epoch, e.start_offset) for e in frame.epochs], frame.truncate_to)
+
+    def metadata_copied(self) -> None:
+        """The slave holds a copy of this master's metadata (``slave_synchronize.py``): its acks say so from now
+        on, and one goes at once (the master lets it join the in-sync set only then)."""
+        self._metadata_copied.set()
+        with self._written:
+            self._written.notify()
 
     def _flush_loop(self) -> None:
         """Acknowledge what is on disk: one fsync covers every frame that arrived during the one before."""

@@ -72,6 +72,7 @@ class HAService:
         self.commit_log = commit_log
         self._loop = loop
         self._acks: dict[int, int] = {}  # connected slave id -> offset it acknowledged
+        self._copying: set[int] = set()  # connected slaves not yet holding a copy of this master's metadata
         self._waiters: OffsetWaiters[int] = OffsetWaiters(ResponseCode.FLUSH_SLAVE_TIMEOUT)  # sends, by their end
         self._loop_thread = threading.get_ident()
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
@@ -161,7 +162,7 @@ class HAService:
         start = self.epochs.epoch_at(self.commit_log.max_offset()) if self.epochs is not None else None
         proposal = self.sync_state_set.check(now_ms, dict(self._acks), self.commit_log.max_offset(),
                                              start.start_offset if start is not None else 0,
-                                             self.commit_log.confirm_offset)
+                                             self.commit_log.confirm_offset, frozenset(self._copying))
         self._on_set_changed()  # a slave counted from now on, or one no longer
         return proposal
 
@@ -214,6 +215,8 @@ class HAService:
         # mode takes its end as acknowledged, as upstream does.
         initial = start if self.epochs is None else min(start, self._member_acks.get(slave_id, 0))
         self._acks[slave_id] = self._member_acks[slave_id] = initial
+        if hello.reports_metadata_copy:
+            self._copying.add(slave_id)
         log.info("slave_connected broker=%s slave_id=%d from_offset=%d slave_end=%d epoch=%d", hello.broker_name,
                  slave_id, start, hello.commit_log_end, self.master_epoch)
         try:
@@ -242,6 +245,7 @@ class HAService:
             acks.cancel()
             self._appended.discard(appended)
             self._acks.pop(slave_id, None)
+            self._copying.discard(slave_id)
             self._settle()  # the slaves left may have everything a send waits for
             log.warning("slave_disconnected broker=%s slave_id=%d", hello.broker_name, slave_id)
 
@@ -345,6 +349,8 @@ class HAService:
         async for frame in frames:
             if isinstance(frame, UndecodableRequest):
                 return
+            if frame.metadata_copied:
+                self._copying.discard(slave_id)
             if frame.ack_offset > sent[0]:
                 log.warning("ack_ignored slave_id=%d ack=%d sent_to=%d reason=past_what_this_stream_sent", slave_id,
                             frame.ack_offset, sent[0])

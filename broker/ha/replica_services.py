@@ -49,6 +49,7 @@ class ReplicaServices:
         client.start()
         self.ha_client = client
         self.slave_sync = self.make_slave_sync(lambda: client.master_addr)
+        self.slave_sync.on_first_copy = client.metadata_copied
         self.slave_sync.start()
 
     def stop_following(self) -> None:

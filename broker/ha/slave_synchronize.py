@@ -127,6 +127,9 @@ class SlaveSynchronize(threading.Thread):
         self.pop_state = pop_state
         self.tier = tier
         self.acl = acl  # ACL on here: the master's users and policies are copied (a promoted slave serves them)
+        # Called once the first copy's topics, mappings, groups and ACLs are applied: the replica may join the
+        # in-sync set from then on (``HAClient.metadata_copied``).
+        self.on_first_copy: Callable[[], None] = lambda: None
         self._stopped = threading.Event()
         # Held while a piece of a copy is checked and applied; shutdown takes it after setting _stopped, so once
         # shutdown returns nothing of the old master's is ever written here (the thread itself is not waited for).
@@ -282,6 +285,8 @@ class SlaveSynchronize(threading.Thread):
         mappings_changed = self._apply("mappings", lambda: self._copy_mappings(addr, mappings))
         changed, gone = self._apply("topics", lambda: self._copy_topics(addr, topics))
         groups_changed, groups_gone = self._apply("groups", lambda: self._copy_group_list(addr, groups))
+        if not self._synced_from:
+            self.on_first_copy()
         self._apply("offsets", lambda: self._copy_offsets(offsets))
         self._apply("pop_state", lambda: self._copy_pop_state(addr, pop_state))
         self._check_following("tier")  # (its own role lock fences the rest: a backend read is not waited for here)

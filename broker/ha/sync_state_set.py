@@ -4,6 +4,8 @@ and when to propose changing it.
 A send is acknowledged once every member has it, so the set decides what an election may lose: the controller
 elects only members. Every slave the controller may hold as a member must therefore be counted here, whatever this
 master has heard back:
+- only a slave holding a copy of this master's metadata (topics, mappings, groups, ACLs) joins: elected without
+  them, it served none of the topics whose messages it held;
 - joining is two-step: a slave that caught up with the master's end as of the previous check (a steady stream of
   sends never lets an ack equal the current end) is first counted locally, which stops the confirm offset from
   running ahead of it; only once its ack reaches the confirm offset (it holds everything acknowledged) is it
@@ -53,9 +55,9 @@ class SyncStateSet:
         return counted | self.pending.members if self.pending is not None else frozenset(counted)
 
     def check(self, now_ms: int, acks: dict[int, int], end: int, epoch_start: int,
-              confirm: int) -> SetProposal | None:
+              confirm: int, copying: frozenset[int] = frozenset()) -> SetProposal | None:
         """A proposal when the set should change (none while one is pending). ``acks``: connected slaves;
-        ``confirm``: the master's confirm offset."""
+        ``confirm``: the master's confirm offset; ``copying``: connected slaves still copying the metadata."""
         caught_up_to = self._end_at_last_check
         self._end_at_last_check = end
         for slave_id, acked in acks.items():
@@ -68,7 +70,8 @@ class SyncStateSet:
             self._caught_up_ms.setdefault(member, now_ms)  # a member first seen now gets its full grace
         # Never proposed: the controller cannot elect them, so they may stop counting at once.
         self.joining = {s for s in self.joining if s in acks}
-        self.joining |= {s for s in acks if s not in self.members and self._caught_up_ms.get(s) == now_ms}
+        self.joining |= {s for s in acks if s not in self.members and s not in copying
+                         and self._caught_up_ms.get(s) == now_ms}
         if self.pending is not None:
             unknown = self.pending.unknown_since_ms
             if unknown is None or now_ms - unknown < UNKNOWN_OUTCOME_MS:
@@ -76,7 +79,7 @@ class SyncStateSet:
             self.pending = None  # the controller kept its set: the call was not applied
         keep = {m for m in self.members
                 if now_ms - self._caught_up_ms.get(m, -(1 << 62)) <= self.max_not_catchup_ms and m in acks}
-        ready = {s for s in self.joining if acks[s] >= confirm}
+        ready = {s for s in self.joining if acks[s] >= confirm and s not in copying}
         wanted = frozenset(keep | ready)
         if wanted == self.members:
             return None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.ha.broker_role import BrokerRole
+from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_service import GroupIdentity, HAService
 from broker.store.message_store import MessageStore
 from proto import ha_pb2
@@ -53,3 +54,57 @@ async def _ack_before_resume(store: MessageStore) -> None:
     assert ha.replicated_offset() == end  # was 0: the ack was ignored
     await inbox.put(None)
     await stream.aclose()
+
+
+def test_a_replica_joins_the_in_sync_set_only_once_it_holds_the_master_s_metadata(tmp_path: Path) -> None:
+    """A caught-up replica that had not copied its master's topics and mappings yet joined the in-sync set; its
+    master killed then, it was elected and served no topic (the KV store had no shard leader): the replica says in
+    its acks when its copy is taken, and joins only from then on. A replica of an older release does not say, and
+    joins as before."""
+    store = MessageStore(store_config(tmp_path / "store", mapped_file_size_commit_log=SEGMENT))
+    store.start()
+    try:
+        asyncio.run(_joins_after_metadata(store, tmp_path / "epochs"))
+    finally:
+        store.shutdown()
+
+
+async def _joins_after_metadata(store: MessageStore, epoch_path: Path) -> None:
+    epochs = EpochFile(epoch_path)
+    epochs.assign(1, 0)
+    identity = GroupIdentity("DefaultCluster", "broker-a", 1, "127.0.0.1:1", SEGMENT)
+    ha = HAService(BrokerRole.SYNC_MASTER, identity, store.commit_log, asyncio.get_running_loop(), epochs=epochs)
+    ha.become_master(1, [1], 1)
+    assert store.put_messages("AckT", 0, [b"m"], [b""]).ok
+    end = store.commit_log.max_offset()
+
+    async def joined(slave_id: int, reports: bool, acks: list[ha_pb2.ReplicaFrame]) -> list[frozenset[int]]:
+        inbox: asyncio.Queue[ha_pb2.ReplicaFrame | None] = asyncio.Queue()
+        await inbox.put(ha_pb2.ReplicaFrame(handshake=ha_pb2.ReplicaHandshake(
+            cluster_name="DefaultCluster", broker_name="broker-a", broker_id=slave_id, commit_log_end=0,
+            mapped_file_size=SEGMENT, starts_anywhere=True, master_epoch=1, reports_metadata_copy=reports)))
+
+        async def frames() -> AsyncIterator[ha_pb2.ReplicaFrame]:
+            while (frame := await inbox.get()) is not None:
+                yield frame
+
+        stream = ha.replicate(frames())
+        await anext(stream)  # the welcome
+        await anext(stream)  # the bytes
+        proposals = []
+        for i, ack in enumerate(acks):
+            await inbox.put(ack)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            proposal = ha.check_sync_state_set(1000 * (i + 1))
+            proposals.append(proposal.members if proposal is not None else frozenset())
+        await inbox.put(None)
+        await stream.aclose()
+        ha.sync_state_set.pending = None
+        return proposals
+
+    caught_up = ha_pb2.ReplicaFrame(ack_offset=end)
+    copied = ha_pb2.ReplicaFrame(ack_offset=end, metadata_copied=True)
+    assert await joined(2, True, [caught_up] * 4) == [frozenset()] * 4  # caught up, never proposed
+    assert frozenset({2}) in await joined(2, True, [caught_up, caught_up, copied, copied])
+    assert frozenset({3}) in await joined(3, False, [caught_up] * 4)  # an older release
