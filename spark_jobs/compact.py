@@ -9,12 +9,14 @@ segments of each queue (commitlog and consume queue) into larger objects.
    structure, CRC and queue), write it under a new unique name (fsynced; on an s3 tier one PUT through the
    broker's own S3 backend, so executors need no shared directory) and check its length in the tier.
 4. The driver retires the parts (a marker with the time) and asks the broker to swap the group's records for
-   the merged one in one compare-and-swap; if anything changed since the snapshot the swap is refused and the
-   merged object and markers are removed. Offsets never change (the merged object holds the same bytes). A swap
-   refused otherwise (the broker's disk is full, say) is withdrawn the same way and ends the run, after the merged
-   objects of the groups not yet offered are deleted too: the next run collects only the parts of groups swapped
-   before it. (A swap that got no answer is left as it is: the broker may have made it; the next run's snapshot
-   decides.)
+   the merged one in one compare-and-swap; if anything changed since the snapshot (another run swapped them, a
+   cleanup dropped them) the swap is refused and the merged object is removed: the group counts as changed, not
+   failed (the run still exits 0). Its markers stay: the other run's, if it swapped the parts, keep them for its
+   grace period; a later collection removes those of parts still in use. Offsets never change (the merged object
+   holds the same bytes). A swap refused otherwise (the broker's disk is full, say) is withdrawn (object and
+   markers removed) and ends the run, after the merged objects of the groups not yet offered are deleted too: the
+   next run collects only the parts of groups swapped before it. (A swap that got no answer is left as it is:
+   the broker may have made it; the next run's snapshot decides.)
 5. After ``--grace-seconds`` (longer than any read), retired parts are deleted.
 """
 
@@ -140,33 +142,52 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
             results = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism * 4))).map(merge).collect()
             log.info("compact_merge_stage groups=%d seconds=%.1f", len(tasks), time.monotonic() - stage_started)
         commits_started = time.monotonic()
-        merged = failed = read = 0
-        merged_bytes = 0
-        for n, result in enumerate(results):
-            parts = [tiered_pb2.TieredSegment.FromString(p) for p in result.task.parts]
-            read += len(parts)
-            try:
-                swapped = not result.error and commit(tier, snapshot.location, parts, result.task.merged_path)
-            except Exception:  # the run ends here: what it never offered the broker goes
-                delete_unoffered(root, results[n + 1 :])
-                raise
-            if not swapped:
-                failed += 1
-                if result.error:
-                    log.warning("compact_group_failed first=%s error=%s", parts[0].path, result.error)
-                continue
-            merged += 1
-            merged_bytes += result.size
-        log.info("compact_committed merged=%d failed=%d seconds=%.1f", merged, failed,
-                 time.monotonic() - commits_started)
+        counts = commit_all(tier, snapshot.location, root, results)
+        log.info("compact_committed merged=%d failed=%d changed=%d seconds=%.1f", counts.merged, counts.failed,
+                 counts.changed, time.monotonic() - commits_started)
         deleted = 0
-        if wait_grace and merged:
+        if wait_grace and counts.merged:
             time.sleep(grace_s + 0.1)
             collect_started = time.monotonic()
             deleted, _ = collect_garbage(tier, grace_s)
             log.info("compact_retired_deleted objects=%d seconds=%.1f", deleted, time.monotonic() - collect_started)
-    return {"segments_read": read, "groups_merged": merged, "groups_failed": failed, "bytes": merged_bytes,
-            "deleted": deleted + gc_objects, "garbage_bytes": gc_bytes, "seconds": time.monotonic() - started}
+    return {"segments_read": counts.read, "groups_merged": counts.merged, "groups_failed": counts.failed,
+            "groups_changed": counts.changed, "bytes": counts.merged_bytes, "deleted": deleted + gc_objects,
+            "garbage_bytes": gc_bytes, "seconds": time.monotonic() - started}
+
+
+@dataclass(slots=True)
+class CommitCounts:
+    read: int = 0  # parts
+    merged: int = 0  # groups swapped
+    failed: int = 0  # groups whose merge failed: the run exits 1
+    changed: int = 0  # groups whose parts changed since the snapshot (another run, a cleanup): the next run's
+    merged_bytes: int = 0
+
+
+def commit_all(tier: BrokerTier, location: tier_objects.Tier, root: tier_objects.Tier,
+               results: list[MergeResult]) -> CommitCounts:
+    """Offer each merged group to the broker, in order; a refusal other than "changed" ends the run."""
+    counts = CommitCounts()
+    for n, result in enumerate(results):
+        parts = [tiered_pb2.TieredSegment.FromString(p) for p in result.task.parts]
+        counts.read += len(parts)
+        if result.error:
+            counts.failed += 1
+            log.warning("compact_group_failed first=%s error=%s", parts[0].path, result.error)
+            continue
+        try:
+            swapped = commit(tier, location, parts, result.task.merged_path)
+        except Exception:  # the run ends here: what it never offered the broker goes
+            delete_unoffered(root, results[n + 1 :])
+            raise
+        if swapped:
+            counts.merged += 1
+            counts.merged_bytes += result.size
+        else:
+            counts.changed += 1
+            log.info("compact_group_changed first=%s reason=changed_since_snapshot", parts[0].path)
+    return counts
 
 
 def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.TieredSegment], merged_path: str) -> bool:
@@ -177,13 +198,13 @@ def commit(tier: BrokerTier, root: tier_objects.Tier, parts: list[tiered_pb2.Tie
     except TierRefused:  # answered: nothing was swapped (no answer at all leaves it be: the broker may have)
         withdraw(root, paths, merged_path)
         raise
-    if not swapped:
-        withdraw(root, paths, merged_path)
+    if not swapped:  # the parts changed since the snapshot: another run may have swapped them and retired them
+        tier_objects.delete_object(root, merged_path)  # (markers on parts still in use go with a later collection)
     return swapped
 
 
 def withdraw(root: tier_objects.Tier, paths: list[str], merged_path: str) -> None:
-    """A refused swap: the job leaves no trace of it."""
+    """A swap refused for another reason than a change (a full disk): the job leaves no trace of it."""
     tier_objects.on_each_object(tier_objects.unretire, root, paths)
     tier_objects.delete_object(root, merged_path)
 
