@@ -47,7 +47,12 @@ from client.transaction import Transaction, TransactionChecker
 from common.encoded_fields import bytes_field
 from common.message import Message
 from common.message_id import encode_host
-from common.message_properties import PROPERTY_SHARDING_KEY, encode_properties
+from common.message_properties import (
+    HALF_MESSAGE_PROPERTIES,
+    PROPERTY_SHARDING_KEY,
+    USER_SET_PROPERTIES,
+    encode_properties,
+)
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
 from common.response_code import ResponseCode
@@ -232,7 +237,8 @@ class Producer:
         bodies = [m.body for m in msgs]
         if not all(bodies):
             raise MQClientError("cannot send an empty message body")
-        properties = batch_wire_properties(msgs)
+        properties = batch_wire_properties(msgs, HALF_MESSAGE_PROPERTIES if sys_flag == TRANSACTION_PREPARED_TYPE
+                                           else USER_SET_PROPERTIES)
         if sharding_key:
             try:
                 group = encode_properties({PROPERTY_SHARDING_KEY: sharding_key})

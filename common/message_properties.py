@@ -7,8 +7,13 @@ so no dict is built per message on the hot path.
 import zlib
 from collections.abc import Collection, Mapping
 
+from common import transaction_topic
 from common.topic_validator import TOPIC_MAX_LENGTH
-from common.transaction_topic import PROPERTY_TRANSACTION_CHECK_TIMES
+from common.transaction_topic import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+)
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -148,3 +153,29 @@ def user_properties_refusal(size: int) -> str | None:
     return (f"the message's properties (tags, keys and the rest) are {size} bytes: at most "
             f"{MAX_USER_PROPERTIES_SIZE} (the broker keeps {BROKER_PROPERTIES_HEADROOM} of its {MAX_PROPERTIES_SIZE} "
             "for what it adds to retried, dead-lettered, delayed and transactional messages)")
+
+
+# -- the names a producer may not use for properties of its own -----------------------------------------------
+# Every PROPERTY_* name of the project (here and with the transactions' topics: names added there are reserved too
+# without a second list to keep in step). The broker finds a name's first pair and readers keep its last, so a
+# producer's own TAGS, KEYS or RECONSUME_TIME beside the SDK's made them disagree: a tag subscriber skipped the
+# message, a key found nothing, a retry count came from the producer. Upstream's putUserProperty refuses them too.
+RESERVED_PROPERTIES = frozenset(
+    value for name, value in [*globals().items(), *vars(transaction_topic).items()]
+    if name.startswith("PROPERTY_") and isinstance(value, str) and value not in (NAME_VALUE_SEPARATOR,
+                                                                                 PROPERTY_SEPARATOR))
+# What a message's properties may hold of them: its unique key (kept: the v2 proxy passes its client's message id)
+# and its message group (the sharding key); a half message also the transaction's marks (set by the SDK).
+USER_SET_PROPERTIES = frozenset((PROPERTY_UNIQUE_KEY, PROPERTY_SHARDING_KEY))
+HALF_MESSAGE_PROPERTIES = USER_SET_PROPERTIES | {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP}
+
+
+def reserved_property_refusal(names: Collection[str], allowed: frozenset[str] = USER_SET_PROPERTIES) -> str | None:
+    """Why a producer's properties named ``names`` are refused (None: they are not)."""
+    if RESERVED_PROPERTIES.isdisjoint(names):
+        return None
+    taken = sorted(name for name in names if name in RESERVED_PROPERTIES and name not in allowed)
+    if not taken:
+        return None
+    return (f"property {taken[0]!r} is reserved (the SDK and the broker write it): use the message's tags, keys, "
+            "delay_level or deliver_at_ms, or another name")

@@ -14,25 +14,21 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from client.errors import MQClientError
 from client.message_encoding import wire_properties
-from common import message_properties, transaction_topic
 from common.message import Message, MessageExt
 from common.message_properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
     PROPERTY_UNIQUE_KEY,
+    RESERVED_PROPERTIES,
 )
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from proto.v2 import definition_pb2
 from proxy.v2_codes import Code, ProxyError
 
-# Every PROPERTY_* name of the project, read from the modules that define them so names added there are reserved
-# too without a second list to keep in step. The transactions' (TRAN_MSG, PGROUP, __transactionId__,
-# TRANSACTION_CHECK_TIMES) live with their topics: a client must not make a normal send a half message, and a
-# check's message or a committed one shows them to no v2 client as user properties (upstream hides them as well).
-RESERVED_PROPERTIES = frozenset(value for module in (message_properties, transaction_topic)
-                                for name, value in vars(module).items()
-                                if name.startswith("PROPERTY_") and isinstance(value, str))
+# RESERVED_PROPERTIES (common/message_properties.py) include the transactions' (TRAN_MSG, PGROUP,
+# __transactionId__, TRANSACTION_CHECK_TIMES): a client must not make a normal send a half message, and a check's
+# message or a committed one shows them to no v2 client as user properties (upstream hides them as well).
 MAX_MESSAGE_ID_CHARS = 128
 MAX_MESSAGE_GROUP_CHARS = 64  # upstream's maxMessageGroupSize
 GZIP_WBITS = 31  # zlib's window bits for a GZIP member (header and trailer checked)

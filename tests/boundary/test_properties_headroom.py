@@ -28,6 +28,7 @@ from common.group_topics import dlq_topic
 from common.message_codec import decode_record, record_parts
 from common.message_properties import (
     BROKER_PROPERTIES_HEADROOM,
+    HALF_MESSAGE_PROPERTIES,
     MAX_PROPERTIES_SIZE,
     MAX_USER_PROPERTIES_SIZE,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -49,7 +50,8 @@ GROUP = "G" * 120  # the longest group: %RETRY%<group> is a REAL_TOPIC of 127 ch
 
 def at_limit(topic: str, extra: int = 0, delay_level: int = 0, **props: str) -> Message:
     """A message whose wire block (with the SDK's unique key) is the user limit plus ``extra`` bytes."""
-    base = len(wire_properties(Message(topic, b"x", properties={"big": "", **props}, delay_level=delay_level), KEY))
+    base = len(wire_properties(Message(topic, b"x", properties={"big": "", **props}, delay_level=delay_level), KEY,
+                               HALF_MESSAGE_PROPERTIES))
     return Message(topic, b"x", properties={"big": "x" * (MAX_USER_PROPERTIES_SIZE - base + extra), **props},
                    delay_level=delay_level)
 
@@ -65,7 +67,7 @@ def test_the_headroom_covers_every_property_the_broker_adds():
     routing and its discard's count, then a retry's properties and the timer's, on a block at the user limit."""
     assert MAX_USER_PROPERTIES_SIZE == MAX_PROPERTIES_SIZE - BROKER_PROPERTIES_HEADROOM == 32200
     user = wire_properties(at_limit(TOPIC, **{PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: "pg"}),
-                           KEY)[:-1]  # no separator at its end: the broker adds one
+                           KEY, HALF_MESSAGE_PROPERTIES)[:-1]  # no separator at its end: the broker adds one
     assert len(user) == MAX_USER_PROPERTIES_SIZE - 1
     int32 = 2**31 - 1
     [half] = half_properties([user], TOPIC, int32, static=False)

@@ -57,3 +57,22 @@ def test_acks_of_what_no_receive_handed_out_are_refused_as_sdk_errors() -> None:
                       ([42], "not int")):
         with pytest.raises(MQClientError, match=says):
             consumer.ack_async(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["TAGS", "KEYS", "DELAY", "TIMER_DELIVER_MS", "RETRY_TOPIC", "RECONSUME_TIME",
+                                  "ORIGIN_MESSAGE_ID", "REAL_TOPIC", "__LOGIC_QUEUE", "TRAN_MSG", "PGROUP"])
+def test_a_property_named_as_one_the_sdk_or_broker_writes_is_refused_when_sent(name: str):
+    """A producer's own TAGS beside the message's tags: the broker indexed the first, readers kept the last, so a
+    tag subscriber skipped the message and POP handed it out under the other tag; its own RECONSUME_TIME sent a
+    message to the dead letter queue at its first failure. Refused, as upstream's putUserProperty does."""
+    with pytest.raises(MQClientError, match=f"property '{name}' is reserved"):
+        batch_wire_properties([Message("T", b"x", tags="real", properties={name: "1"})])
+
+
+def test_the_unique_key_and_message_group_may_be_set_and_tags_and_keys_must_be_utf8():
+    props = decode_properties(batch_wire_properties([Message("T", b"x", properties={
+        "UNIQ_KEY": "id-1", "__SHARDINGKEY": "g", "app": "v"})])[0])
+    assert (props["UNIQ_KEY"], props["__SHARDINGKEY"], props["app"]) == ("id-1", "g", "v")
+    for fields in ({"tags": "\ud800"}, {"keys": ["\udcff"]}):  # a lone surrogate: a UnicodeEncodeError before
+        with pytest.raises(MQClientError, match="tags and keys must be text UTF-8 can encode"):
+            batch_wire_properties([Message("T", b"x", **fields)])

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from client import Admin, Message, MessageExt, MQClientError, Producer, PullConsumer, TransactionResolution, transaction
+from client import producer as producer_module
 from client.client_instance import ClientInstance
 from client.transaction import HalfMessage
+from common.message_properties import HALF_MESSAGE_PROPERTIES
 from common.transaction_id import TransactionId
 from common.transaction_topic import HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
 from proto import transaction_pb2, transaction_pb2_grpc
@@ -193,13 +195,16 @@ def test_a_commit_that_failed_for_a_message_commits_it_when_called_again(cluster
     wait_until(lambda: {b"retried-0", b"retried-1"} <= set(bodies(cluster.addr)), timeout=5, what="both committed")
 
 
-def test_refused_inputs(cluster: Cluster):
+def test_refused_inputs(cluster: Cluster, monkeypatch: pytest.MonkeyPatch):
     with Producer(cluster.addr, group="tx-refused") as plain:
         with pytest.raises(MQClientError, match="transaction_checker"):
             plain.begin_transaction()
         with pytest.raises(MQClientError, match="belongs to the broker"):
             plain.send(Message(HALF_TOPIC, b"x"))
         half = {"TRAN_MSG": "true", "PGROUP": "tx-refused"}  # a raw half message, as another client may send it
+        with pytest.raises(MQClientError, match="property 'PGROUP' is reserved"):
+            plain.send(Message(TOPIC, b"1", properties=half))  # the SDK sends halves through transactions only
+        monkeypatch.setattr(producer_module, "USER_SET_PROPERTIES", HALF_MESSAGE_PROPERTIES)  # another client
         with pytest.raises(MQClientError, match="sent alone"):
             plain.send_batch([Message(TOPIC, b"1", properties=half), Message(TOPIC, b"2", properties=half)])
         with pytest.raises(MQClientError, match="PGROUP"):
