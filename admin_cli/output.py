@@ -47,13 +47,21 @@ def format_duration(ms: int | None) -> str:
     return " ".join([*parts, f"{seconds}s"])
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\n``): what a producer wrote (tags, keys, properties,
+    a body) cannot move the cursor, recolour the terminal or split a record into lines that look like others."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in _PRINTABLE or (c.isprintable() and ord(c) > 127) else repr(c)[1:-1] for c in text)
+
+
 def body_preview(body: bytes, limit: int = 64) -> str:
     """The start of a body on one line: text with escapes for control characters, else hex."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return "hex:" + body[: limit // 2].hex() + ("..." if len(body) > limit // 2 else "")
-    escaped = "".join(c if c in _PRINTABLE or (c.isprintable() and ord(c) > 127) else repr(c)[1:-1] for c in text)
+    escaped = one_line(text)
     return escaped if len(escaped) <= limit else escaped[: limit - 3] + "..."
 
 
@@ -79,7 +87,7 @@ def _is_number(value: Any) -> bool:
 
 def render_table(table: Table) -> str:
     cells = [[c.header for c in table.columns]]
-    cells += [[c.render(row.get(c.key)) for c in table.columns] for row in table.rows]
+    cells += [[one_line(c.render(row.get(c.key))) for c in table.columns] for row in table.rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(table.columns))]
     numeric = [bool(table.rows) and all(_is_number(r.get(c.key)) for r in table.rows) for c in table.columns]
     lines = []
@@ -91,7 +99,7 @@ def render_table(table: Table) -> str:
 
 def render_record(columns: Sequence[Column], row: Row) -> str:
     width = max(len(c.header) for c in columns)
-    return "\n".join(f"{c.header.ljust(width)}: {c.render(row.get(c.key))}" for c in columns)
+    return "\n".join(f"{c.header.ljust(width)}: {one_line(c.render(row.get(c.key)))}" for c in columns)
 
 
 def slave_mark(from_slave: bool) -> Row:

@@ -67,3 +67,17 @@ def test_times():
     assert format_timestamp(ms) == datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") + ".123"
     assert format_duration(3_723_000) == "1h 2m 3s" and format_duration(90_061_000) == "1d 1h 1m 1s"
     assert format_duration(None) == "-"
+
+
+def test_what_a_producer_wrote_cannot_reach_the_terminal_raw(capsys: pytest.CaptureFixture[str]):
+    """Tags, keys and properties were printed raw (bodies were escaped): an ESC or a CR in them went straight to
+    the operator's terminal, and a newline split a record into lines that looked like others."""
+    row = {"tags": "t\x1b[2J", "keys": "k\rz ü", "properties": {"1": "v\nTopic: forged"}}
+    columns = [Column("tags", "Tags"), Column("keys", "Keys"),
+               Column("properties", "Properties", lambda p: ", ".join(f"{k}={v}" for k, v in p.items()))]
+    emit_record(False, columns, row)
+    emit_tables(False, Table(columns, [row]))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "Topic: forged" not in out.splitlines()
+    assert "t\\x1b[2J" in out and "k\\rz ü" in out and "1=v\\nTopic: forged" in out
+    assert len(out.splitlines()) == 3 + 2  # three record lines, a header and one row
