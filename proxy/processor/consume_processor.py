@@ -19,8 +19,9 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, replace
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -117,10 +118,17 @@ class ConsumeProcessor:
             yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
                 code=Code.MESSAGE_NOT_FOUND, message="no message to hand out now"))
             return
-        yield service_pb2.ReceiveMessageResponse(status=ok_status())
-        for message in messages:
-            yield service_pb2.ReceiveMessageResponse(message=message)
-        yield service_pb2.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+        handles = [m.system_properties.receipt_handle for m in messages]
+        answered = False
+        try:
+            yield service_pb2.ReceiveMessageResponse(status=ok_status())
+            for message in messages:
+                yield service_pb2.ReceiveMessageResponse(message=message)
+            yield service_pb2.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+            answered = True
+        finally:
+            if not answered:  # the call ended first (its deadline, a cancel): the client drops what it had read
+                self._in_background(self._release(group, topic, handles))
         # Renewed once handed over: a receive the client gave up on leaves its messages to come back.
         if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
             self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
@@ -276,10 +284,25 @@ class ConsumeProcessor:
             _as_delivered(ext, target)
             out.append(to_v2_message(ext, topic, popped.receipt_handle, popped.reconsume_times, invisible_ms))
         if collided:  # not this group's: done with them, as a consumer that skipped them would be
-            task = asyncio.get_running_loop().create_task(self._ack_quietly(target.addr, group, topic, collided))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._in_background(self._ack_quietly(target.addr, group, topic, collided))
         return out
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """``work`` on the loop, held until done (the caller does not wait for it)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, group: str, topic: str, handles: list[str]) -> None:
+        """Messages of a receive whose call ended before its answer did: visible again at once. Left, they stayed
+        invisible for the whole invisible time, and came due together to a receive that ended the same way again
+        (large messages and a short long-polling time: a consumer got nothing, ever)."""
+        results = await asyncio.gather(*(self._change_invisible(group, topic, handle, 0, f"release of a message of "
+                                                                f"topic {topic} for group {group}")
+                                          for handle in handles), return_exceptions=True)
+        released = sum(not isinstance(r, BaseException) and r.code == ResponseCode.SUCCESS for r in results)
+        log.info("receive_abandoned group=%s topic=%s messages=%d released=%d reason=call_ended_before_its_answer",
+                 group, topic, len(handles), released)
 
     async def _ack_quietly(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
         try:
