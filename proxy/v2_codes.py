@@ -69,6 +69,8 @@ def refusal(code: int, message: str) -> ProxyError:
     """A broker's response code as a v2 error; NOT_LEADER_FOR_QUEUE says why (its remark names only the broker)."""
     if code == ResponseCode.NOT_LEADER_FOR_QUEUE:
         message += " (a remap of the static topic moved the logic queue to another broker)"
+    if code == ResponseCode.INVALID_PARAMETER and "exceeds maxMessageSize" in message:
+        return ProxyError(Code.MESSAGE_BODY_TOO_LARGE, message)  # the brokers' limit, below the one the proxy says
     return ProxyError(from_response_code(code), message)
 
 

@@ -112,12 +112,13 @@ class SendMessageProcessor:
         require(count <= MAX_BATCH_MESSAGES, f"batch of {count} messages exceeds {MAX_BATCH_MESSAGES}")
         require(len(request.properties) in (0, count), f"{count} bodies but {len(request.properties)} property "
                 "blocks")
-        self._check_total(sum(map(len, request.bodies)))
+        self._check_total(sum(map(len, request.bodies)), count)
         _check_properties_size(max(map(len, request.properties), default=0))
 
-    def _check_total(self, body_bytes: int) -> None:
+    def _check_total(self, body_bytes: int, count: int) -> None:
         limit = self.limits.max_message_size
-        require(body_bytes <= limit, f"batch of {body_bytes} bytes exceeds maxMessageSize {limit}")
+        what = "message body" if count == 1 else f"batch of {count} messages with bodies"
+        require(body_bytes <= limit, f"{what} of {body_bytes} bytes exceeds maxMessageSize {limit}")
 
     def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int,
              static: bool = False) -> tuple[PutMessageResult, list[bytes] | None]:
@@ -134,7 +135,7 @@ class SendMessageProcessor:
                                         MAX_BATCH_MESSAGES)
             except CorruptRecordError as exc:
                 raise RequestError(f"records of the batch: {exc}") from None
-            self._check_total(batch.body_bytes)
+            self._check_total(batch.body_bytes, len(batch.sizes))
             _check_properties_size(batch.max_properties)
             joined = b"".join(batch.properties)
             if is_half_needle_in(joined):

@@ -50,7 +50,9 @@ def test_bad_pull(broker_stub, request_, says):
 @pytest.mark.parametrize(("request_", "says"), [
     (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0), "batch is empty"),
     (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x" * (3 * 1024 * 1024)] * 2),
-     "exceeds maxMessageSize"),
+     "batch of 2 messages with bodies of 6291456 bytes exceeds maxMessageSize"),
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x" * (5 * 1024 * 1024)]),
+     "message body of 5242880 bytes exceeds maxMessageSize"),  # one message is not "a batch"
     (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=9, bodies=[b"x"]), "queue id 9 does not exist"),
     (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b""]), "body is empty"),
     (broker_pb2.SendMessageRequest(topic="", queue_id=0, bodies=[b"x"]), "topic is empty"),

@@ -23,11 +23,12 @@ from common.message_properties import (
     decode_properties,
     encode_properties,
 )
+from common.response_code import ResponseCode
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import RESERVED_PROPERTIES, to_outgoing, to_v2_message
 from proxy.processor.transaction_processor import TransactionProcessor
 from proxy.telemetry_channels import TelemetryChannel, TelemetryChannels
-from proxy.v2_codes import Code, ProxyError
+from proxy.v2_codes import Code, ProxyError, refusal
 
 MAX_BODY = 4 * 1024 * 1024
 
@@ -225,3 +226,11 @@ def test_a_check_back_goes_to_a_producer_of_the_topic_on_its_stream():
     (command,) = asyncio.run(scenario())
     assert command.recover_orphaned_transaction_command.transaction_id == "tx-1"
     assert command.recover_orphaned_transaction_command.message.topic.name == "T"
+
+
+def test_a_body_over_the_brokers_limit_is_body_too_large_not_a_bad_request():
+    """Brokers with a maxMessageSize below the 4 MiB the proxy tells clients refuse a body the proxy took: the v2
+    code says what the client must change (it was BAD_REQUEST)."""
+    error = refusal(ResponseCode.INVALID_PARAMETER, "send: message body of 65537 bytes exceeds maxMessageSize 65536")
+    assert error.code == Code.MESSAGE_BODY_TOO_LARGE
+    assert refusal(ResponseCode.INVALID_PARAMETER, "queue id 9 does not exist").code == Code.BAD_REQUEST
