@@ -47,6 +47,8 @@ REBALANCE_INTERVAL_S = 20.0
 REBALANCE_RETRY_S = 1.0
 COMMIT_INTERVAL_S = 1.0
 LEASE_RENEW_S = 20.0
+LEASE_RETRY_S = 0.5  # the first retry of a lost lease, doubled up to LEASE_RETRY_MAX_S while it stays lost
+LEASE_RETRY_MAX_S = 4.0
 DEFAULT_MAX_RECONSUME_TIMES = 16  # orderly consumers retry in place: the limit is theirs, not the group's
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 MAX_PULL_BATCH_SIZE = 1024  # the broker's MAX_PULL_NUMS: it refuses every larger pull
@@ -61,6 +63,9 @@ SETTING_RANGES = {
     "max_reconsume_times": (0, INT32_MAX),  # as updateSubGroup -r
 }
 _instances = itertools.count()
+# Two processes may share a host address and a pid: PID 1 of two containers on the host's network, or processes of
+# two PID namespaces. With equal ids the broker took them for one member: both consumed every queue of their share.
+_PROCESS_NONCE = os.urandom(4).hex()
 
 
 def checked_setting(name: str, value: object) -> int:
@@ -74,12 +79,13 @@ def checked_setting(name: str, value: object) -> int:
 
 
 def new_client_id() -> str:
-    """Unique per consumer: host address, process and a counter (upstream: ip@pid)."""
+    """Unique per consumer: host address, process, a counter and a random part per process (upstream:
+    ip@pid#nanotime)."""
     try:
         ip = socket.gethostbyname(socket.gethostname())
     except OSError:
         ip = "127.0.0.1"
-    return f"{ip}@{os.getpid()}#{next(_instances)}"
+    return f"{ip}@{os.getpid()}#{next(_instances)}#{_PROCESS_NONCE}"
 
 
 class PushConsumer:
@@ -128,7 +134,7 @@ class PushConsumer:
                                                        None if self.broadcasting else self._send_back))
         self.pull_service = PullMessageService(
             self.consumer, PullSettings(batch_size=pull_batch_size, long_poll_ms=long_poll_ms), self._expression,
-            self._on_messages, self._on_offset_moved, orderly)
+            self._on_messages, self._on_offset_moved, orderly, self._on_passed)
         self._wakeup = threading.Event()  # a notice came (a member joined or left, offsets reset) or closing
         self.rebalance_impl = RebalanceImpl(
             self.consumer, self.calls, self.offsets, allocate,
@@ -175,8 +181,9 @@ class PushConsumer:
                  self.client_id, "BROADCASTING" if self.broadcasting else "CLUSTERING", self.orderly)
 
     def close(self) -> None:
-        """Leave cleanly: stop pulling, let running handler calls finish, commit, then leave the group (the other
-        members take the queues over from the committed offsets at once).
+        """Leave cleanly: stop pulling, let running handler calls finish (for at most 10 s), commit, leave the group
+        (the other members take the queues over from the committed offsets at once), then wait for handler calls
+        still running (what they handle is not committed: the group has it again).
 
         From a handler (a consume pool thread) it does all of this as well, but does not wait for that handler's own
         task: it returns with the consumer closed while the handler still runs. The rest of that task's messages are
@@ -191,10 +198,12 @@ class PushConsumer:
             t.join(timeout=10)
         self.pull_service.shutdown()
         self.rebalance_impl.drop_all()
+        self.offsets.persist_all()
+        # Before waiting for slow handlers: the queues were released, and a member still in the group kept them
+        # from the others until its last handler returned.
+        self.sessions.close()
         self.consume.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self.offsets.persist_all()
-        self.sessions.close()
         self.consumer.close()
         log.info("push_consumer_closed group=%s client=%s", self.group, self.client_id)
 
@@ -244,10 +253,19 @@ class PushConsumer:
             pause = REBALANCE_INTERVAL_S if complete else REBALANCE_RETRY_S
 
     def _lease_loop(self) -> None:
-        while not self._stopped.wait(LEASE_RENEW_S):
-            for pq in self.rebalance_impl.renew_leases():  # a queue whose lease came back consumes what waits
+        """Renew every LEASE_RENEW_S; while a lease is lost (a broker that stalled past a renewal, or restarted), ask
+        again soon, backing off: a single failed renewal stopped the member's queues for 20 s, while nobody
+        else could take them either."""
+        wait = LEASE_RENEW_S
+        while not self._stopped.wait(wait):
+            held, lost = self.rebalance_impl.renew_leases()
+            for pq in held:  # a queue whose lease came back consumes what waits
                 assert isinstance(self.consume, ConsumeOrderlyService)
                 self.consume.submit(pq)
+            if not lost:
+                wait = LEASE_RENEW_S
+            else:
+                wait = LEASE_RETRY_S if wait == LEASE_RENEW_S else min(wait * 2, LEASE_RETRY_MAX_S)
 
     def _commit_loop(self) -> None:
         while not self._stopped.wait(COMMIT_INTERVAL_S):
@@ -261,6 +279,11 @@ class PushConsumer:
                 msg.topic = props.get(PROPERTY_RETRY_TOPIC, msg.topic)
                 msg.reconsume_times = int(props.get(PROPERTY_RECONSUME_TIME, "0"))
         self.consume.submit(pq, run)
+
+    def _on_passed(self, pq: ProcessQueue) -> None:
+        """Messages the subscription's tags skip were passed over: committed as consumed once nothing before them is
+        waiting (upstream's correctTagsOffset); they showed as lag, and a queue of other tags only grew it."""
+        self.offsets.update(pq, pq.commit_offset())
 
     def _on_offset_moved(self, pq: ProcessQueue, offset: int) -> None:
         pq.reset(offset)

@@ -60,6 +60,20 @@ class ConsumerOffsetManager:
                     queues[queue_id] = old
                 raise
 
+    def seed_queues(self, topic: str, queue_ids: range, start: Callable[[int], int]) -> list[str]:
+        """Each group with offsets on ``topic`` gets ``start(queue id)`` for each of ``queue_ids`` it has none on
+        (queues added to a topic the group consumes); returns those groups."""
+        with self._lock:
+            groups = sorted(g for g, t in self.offset_table if t == topic)
+            records = [(g, topic, q, start(q)) for g in groups for q in queue_ids
+                       if q not in self.offset_table[(g, topic)]]
+            if not records:
+                return []
+            self.store.put(records)
+            for g, t, q, offset in records:
+                self.offset_table[(g, t)][q] = offset
+        return sorted({g for g, _, _, _ in records})
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed on this queue."""
         return self.offset_table.get((group, topic), {}).get(queue_id, -1)

@@ -87,7 +87,10 @@ class AdminBrokerProcessor:
         return config
 
     def update_topic(self, request: broker_pb2.UpdateTopicRequest) -> common_pb2.CommandResponse:
-        self.topic_config_manager.update(self._normal_topic_config(request.config))
+        config = self._normal_topic_config(request.config)
+        old = self.topic_config_manager.select(config.topic_name)
+        self.topic_config_manager.update(config)
+        self._seed_added_queues(old, config)
         self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
@@ -108,10 +111,32 @@ class AdminBrokerProcessor:
                 raise RequestError(f"topic {config.topic_name} appears more than once in the request")
             names.add(config.topic_name)
             configs.append(config)
+        olds = [self.topic_config_manager.select(c.topic_name) for c in configs]
         self.topic_config_manager.update_many(configs)
+        for old, config in zip(olds, configs, strict=True):
+            self._seed_added_queues(old, config)
         self.on_topics_changed()
         log.info("topics_updated count=%d first=%s last=%s", count, configs[0].topic_name, configs[-1].topic_name)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
+
+    def _seed_added_queues(self, old: TopicConfig | None, new: TopicConfig) -> None:
+        """Queues added to a topic start, for every group that consumes it here, at their first message: a member
+        taking one found no committed offset and started at its end (a group's default), skipping what producers
+        had written to it meanwhile (upstream answers offset 0 for such a young queue)."""
+        if old is None or new.read_queue_nums <= old.read_queue_nums:
+            return
+        added = range(old.read_queue_nums, new.read_queue_nums)
+        topic = new.topic_name
+        try:
+            groups = self.consumer_offset_manager.seed_queues(topic, added,
+                                                              lambda q: self.store.min_offset(topic, q))
+        except Exception as exc:  # the topic is updated: its new queues start as any new group's would
+            log.warning("consumer_offsets_not_seeded topic=%s queues=%d..%d error=%r", topic, added.start,
+                        added.stop - 1, exc)
+            return
+        if groups:
+            log.info("consumer_offsets_seeded topic=%s queues=%d..%d groups=%d first_group=%s", topic, added.start,
+                     added.stop - 1, len(groups), groups[0])
 
     # -- static topics -----------------------------------------------------------------------------
     def update_mapping(self, request: broker_pb2.UpdateTopicQueueMappingRequest) -> common_pb2.CommandResponse:

@@ -52,13 +52,16 @@ class PullSettings:
 class PullMessageService(threading.Thread):
     def __init__(self, consumer: PullConsumer, settings: PullSettings, expression: Callable[[str], str],
                  on_messages: Callable[[ProcessQueue, Run], None],
-                 on_offset_moved: Callable[[ProcessQueue, int], None], orderly: bool) -> None:
+                 on_offset_moved: Callable[[ProcessQueue, int], None], orderly: bool,
+                 on_passed: Callable[[ProcessQueue], None] = lambda _pq: None) -> None:
         super().__init__(name="push-pull", daemon=True)
         self.consumer = consumer
         self.settings = settings
         self.expression = expression
         self.on_messages = on_messages
         self.on_offset_moved = on_offset_moved
+        # A pull moved the queue's next offset past messages the filter skipped: its progress may be committed.
+        self.on_passed = on_passed
         self.orderly = orderly
         # (queue, pause in seconds): pull it now (0) or after the pause; None wakes the thread to stop.
         self._events: queue.SimpleQueue[tuple[ProcessQueue, float] | None] = queue.SimpleQueue()
@@ -150,7 +153,9 @@ class PullMessageService(threading.Thread):
             self._pull(pq)
             return None
         if result.status is not PullStatus.FOUND:
-            pq.next_offset = result.next_begin_offset  # (nothing, or only what the filter skipped, lies below it)
+            if result.next_begin_offset != pq.next_offset:  # (only what the filter skipped lies below it)
+                pq.next_offset = result.next_begin_offset
+                self.on_passed(pq)
             self._pull(pq)
             return None
         # cached first (flow control counts it), with the next offset

@@ -120,7 +120,7 @@ class RebalanceImpl:
 
     def _add(self, mq: MessageQueue) -> bool:
         try:
-            offset = self._start_offset(mq)
+            offset, committed = self._start_offset(mq)
         except MQClientError as exc:  # e.g. a logic queue without a leader right now: taken on a later pass
             log.warning("queue_start_deferred queue=%s error=%s", mq, exc)
             if self.settings.orderly:
@@ -130,18 +130,30 @@ class RebalanceImpl:
         if self.settings.orderly:
             pq.locked, pq.last_lock_s = True, time.monotonic()
         self.offsets.track(pq, offset)
+        if not committed:
+            self._commit_start(mq, offset)
         self.process_queues[mq] = pq
         log.info("queue_assigned queue=%s offset=%d client=%s", mq, offset, self.settings.client_id)
         self.on_added(pq)
         return True
 
-    def _start_offset(self, mq: MessageQueue) -> int:
+    def _start_offset(self, mq: MessageQueue) -> tuple[int, bool]:
+        """Where ``mq`` starts, and whether the group had committed it."""
         committed = self.offsets.read(mq)
         if committed >= 0:
-            return committed
+            return committed, True
         if self.settings.consume_from_first or is_retry_topic(mq.topic):
-            return self.consumer.min_offset(mq)
-        return self.consumer.max_offset(mq)
+            return self.consumer.min_offset(mq), False
+        return self.consumer.max_offset(mq), False
+
+    def _commit_start(self, mq: MessageQueue, offset: int) -> None:
+        """A start the group had not committed is committed at once, before the first pull: a member taking the
+        queue next (a rebalance a moment later) starts there, not at the queue's end by then, which skipped what
+        this member had not committed yet (a new group whose members started together lost messages)."""
+        try:
+            self.offsets.persist(mq)
+        except MQClientError as exc:  # the commit loop tries again
+            log.warning("offset_persist_failed queue=%s offset=%d error=%s", mq, offset, exc)
 
     def _drop(self, mqs: list[MessageQueue]) -> None:
         """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases)."""
@@ -163,9 +175,9 @@ class RebalanceImpl:
             log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
                      self.settings.client_id)
 
-    def renew_leases(self) -> list[ProcessQueue]:
+    def renew_leases(self) -> tuple[list[ProcessQueue], int]:
         """Orderly: renew every held lease; a queue whose lease was lost stops until it is regained. Returns the
-        queues that hold their lease now."""
+        queues that hold their lease now, and how many do not."""
         with self._lock:
             pqs = dict(self.process_queues)
         held = self.calls.lock(list(pqs))
@@ -176,7 +188,8 @@ class RebalanceImpl:
                 pq.last_lock_s = now
             else:
                 log.warning("queue_lease_lost queue=%s client=%s", mq, self.settings.client_id)
-        return [pq for pq in pqs.values() if pq.locked]
+        locked = [pq for pq in pqs.values() if pq.locked]
+        return locked, len(pqs) - len(locked)
 
     def drop_all(self) -> None:
         with self._lock:

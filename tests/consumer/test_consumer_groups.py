@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, Message, MessageQueue, Producer, PushConsumer
+from client import Admin, Message, MessageQueue, Producer, PushConsumer, push_consumer
+from client.consumer import rebalance_impl
+from client.consumer.group_calls import GroupCalls
 from client.push_consumer import REBALANCE_INTERVAL_S
 from tests.cluster import Cluster, make_cluster, wait_until
 
@@ -103,6 +105,63 @@ def test_a_clean_leave_hands_the_queues_over_within_five_seconds(cluster: Cluste
     finally:
         first.close()
         second.close()
+
+
+def test_a_close_leaves_the_group_before_waiting_for_a_slow_handler(cluster: Cluster,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """close() released its queues once the drop's wait ran out but stayed in the group until its slow handler
+    returned: the other member took those queues only then (22.6 s with handlers of 25 s, in the review)."""
+    monkeypatch.setattr(rebalance_impl, "DROP_WAIT_S", 1.0)
+    topic, group = "GroupSlowCloseT", "slow-close"
+    cluster.create_topic(topic, queues=2)
+    release, started = threading.Event(), threading.Event()
+
+    def slow(_msg) -> None:  # type: ignore[no-untyped-def]
+        started.set()
+        release.wait(60)
+
+    first = PushConsumer(cluster.addr, group=group, topic=topic, handler=slow, consume_from_first=True)
+    second = PushConsumer(cluster.addr, group=group, topic=topic, handler=Collector(), consume_from_first=True)
+    first.start()
+    second.start()
+    closing = threading.Thread(target=first.close)
+    try:
+        wait_until(lambda: len(held(first, topic)) + len(held(second, topic)) == 4 and len(held(first, topic)) > 0,
+                   timeout=15, what="a split")
+        with Producer(cluster.addr) as producer:
+            for mq in held(first, topic):
+                producer.send(Message(topic, b"slow"), queue=mq)
+        assert started.wait(20), "the slow handler never ran"
+        closing.start()
+        wait_until(lambda: members_of(cluster, group) == [second.client_id], timeout=8,
+                   what="the closing member to leave while its handler runs")
+        assert closing.is_alive()  # still waiting for its handler: it left first
+    finally:
+        release.set()
+        closing.join(30) if closing.ident else first.close()
+        second.close()
+
+
+def test_an_orderly_member_asks_again_soon_for_a_lease_it_lost(cluster: Cluster, monkeypatch: pytest.MonkeyPatch):
+    """One failed renewal (a broker that stalled past it) stopped the member's queues until the next renewal, 20 s
+    later, while the broker kept their leases for it: nobody consumed them. It asks again within a second now."""
+    monkeypatch.setattr(push_consumer, "LEASE_RENEW_S", 2.0)
+    real_lock = GroupCalls.lock
+    asked: list[float] = []
+
+    def lock(self: GroupCalls, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        if not threading.current_thread().name.startswith("push-lease"):  # a rebalance's
+            return real_lock(self, mqs)
+        asked.append(time.monotonic())
+        return set() if len(asked) == 1 else real_lock(self, mqs)  # the first renewal gets no answer
+
+    monkeypatch.setattr(GroupCalls, "lock", lock)
+    topic, group = "GroupLeaseRetryT", "lease-retry"
+    cluster.create_topic(topic, queues=1)
+    with PushConsumer(cluster.addr, group=group, topic=topic, handler=Collector(), orderly=True) as consumer:
+        wait_until(lambda: len(asked) >= 2, timeout=15, what="a renewal after the failed one")
+        assert asked[1] - asked[0] < 1.5, f"asked again {asked[1] - asked[0]:.1f} s after the lease was lost"
+        wait_until(lambda: len(held(consumer, topic)) == 2, timeout=5, what="the queues held")
 
 
 def test_orderly_failure_suspends_only_its_queue(cluster: Cluster):
