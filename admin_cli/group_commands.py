@@ -2,20 +2,26 @@
 resetOffsetByTime."""
 
 import logging
+from collections.abc import Iterable
 
 import click
 
 from admin_cli.context import INT32_MAX, CommandFailed, as_json, command, open_admin, resolve_targets, target_options
 from admin_cli.output import MISSING, Column, Row, Table, emit_tables, format_timestamp, slave_mark, slave_note, to_json
 from admin_cli.timestamps import TIMESTAMP, UPSTREAM_PATTERN
-from client.admin import Admin
+from client.admin import Admin, QueueProgress
 from client.errors import MQClientError
 from client.group_admin import GroupMember
+from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
+from common.statictopic.mapping_info_checks import field_fault
+from common.subscription import expression_selects
 
 log = logging.getLogger(__name__)
 
 group_option = click.option("-g", "--groupName", "group", required=True, metavar="GROUP", help="Consumer group.")
 QueueKey = tuple[str, str, int]  # topic, broker name, queue id
+PhysicalQueue = tuple[str, int]  # broker name, queue id
+NOT_SUBSCRIBED = "not subscribed"
 
 
 @command("updateSubGroup", "Create or update a subscription group on every master of a cluster or on named brokers.")
@@ -89,6 +95,36 @@ QUEUE_COLUMNS = [Column("client_id", "Client ID"), Column("topic", "Topic"), Col
                  Column("queue_id", "QID")]
 
 
+def topic_variants(members: Iterable[GroupMember], topic: str) -> dict[str, list[str]]:
+    """How the members subscribe ``topic``: expression as first written (or NOT_SUBSCRIBED) -> client ids."""
+    variants: dict[tuple[bool, frozenset[str] | str | None], tuple[str, list[str]]] = {}
+    for m in members:
+        expression = dict(m.subscriptions).get(topic)
+        key = (expression is not None, None if expression is None else expression_selects(expression))
+        text = NOT_SUBSCRIBED if expression is None else expression
+        variants.setdefault(key, (text, []))[1].append(m.client_id)
+    return {text: sorted(ids) for text, ids in variants.values()}
+
+
+def subscription_note(members: list[GroupMember], topic: str | None = None) -> list[str]:
+    """Footer lines when the group's clustering members subscribe differently (all topics, or only ``topic``).
+    Each member allocates a topic's queues over the whole group, so a member given queues of a topic it does not
+    subscribe, or filtering out tags another member wants, leaves messages unconsumed; upstream's consumerStatus
+    warns about the same."""
+    clustering = [m for m in members if m.message_model == "CLUSTERING"]
+    subscribed = {t for m in clustering for t, _ in m.subscriptions}
+    parts = []
+    for t in sorted(subscribed if topic is None else subscribed & {topic}):
+        variants = topic_variants(clustering, t)
+        if len(variants) > 1:
+            parts.append(f"{t}: " + ", ".join(f"{text} on {' '.join(ids)}" for text, ids in sorted(variants.items())))
+    if not parts:
+        return []
+    return ["", f"Subscriptions differ between members: {'; '.join(parts)}",
+            "(queues are allocated over every member: what a member does not subscribe or filters out stays "
+            "unconsumed)"]
+
+
 @command("consumerConnection", "Show a consumer group's members as the brokers see them: client id, address, "
                                "consume type, message model, subscriptions, and the queues each consumes now.")
 @group_option
@@ -102,23 +138,56 @@ def consumer_connection(group: str) -> None:
         click.echo(to_json(rows))
         return
     queue_rows = [{"client_id": r["client_id"], **q} for r in rows for q in r["queues"]]
-    emit_tables(False, Table(MEMBER_COLUMNS, rows, title="Members"), Table(QUEUE_COLUMNS, queue_rows, title="Queues"))
+    emit_tables(False, Table(MEMBER_COLUMNS, rows, title="Members"),
+                Table(QUEUE_COLUMNS, queue_rows, title="Queues", footer=subscription_note(members)))
 
 
 # -- consumerProgress ---------------------------------------------------------------------------------------
-def queue_owners(admin: Admin, group: str) -> dict[QueueKey, str]:
-    """Who consumes each queue now (several ids, comma-separated, for a broadcasting group). Progress is still
-    worth showing when the members cannot be listed, so that failure only leaves the column empty."""
+def group_members(admin: Admin, group: str) -> list[GroupMember]:
+    """The group's members; none when they cannot be listed: progress is still worth showing, that failure only
+    leaves the Client ID column empty."""
     try:
-        members = admin.consumer_connection(group)
+        return admin.consumer_connection(group)
     except MQClientError as exc:
         log.warning("consumer_connection_failed group=%s error=%s", group, exc)
-        return {}
+        return []
+
+
+def queue_owners(members: list[GroupMember]) -> dict[QueueKey, str]:
+    """Who consumes each queue now (several ids, comma-separated, for a broadcasting group)."""
     owners: dict[QueueKey, list[str]] = {}
     for m in members:
         for q in m.queues:
             owners.setdefault((q.topic, q.broker_name, q.queue_id), []).append(m.client_id)
     return {key: ",".join(sorted(ids)) for key, ids in owners.items()}
+
+
+def logic_queue_ids(admin: Admin, topic: str) -> dict[PhysicalQueue, int]:
+    """(broker, physical queue id) -> logic queue id of a static topic, for the logic queues each broker leads
+    (the route's mapping infos; one failing the consistency rules is skipped, as the SDK skips it)."""
+    try:
+        route = admin.topic_route(topic)
+    except MQClientError as exc:
+        log.warning("static_mapping_unavailable topic=%s error=%s", topic, exc)
+        return {}
+    return {(bname, physical_id): logic_id for bname, info in route.topic_queue_mapping_by_broker.items()
+            if field_fault(info, bname) is None for logic_id, physical_id in info.curr_id_map.items()}
+
+
+def static_logic_ids(admin: Admin, owners: dict[QueueKey, str]) -> dict[str, dict[PhysicalQueue, int]]:
+    """Per static topic some member consumes, its physical-to-logic queue ids. Members report a static topic's
+    logic queues while the brokers report physical ones: only such topics cost a route lookup."""
+    topics = {t for t, broker_name, _ in owners if broker_name == LOGICAL_QUEUE_MOCK_BROKER_NAME}
+    return {t: logic_queue_ids(admin, t) for t in sorted(topics)}
+
+
+def row_owner(p: QueueProgress, owners: dict[QueueKey, str], logic_ids: dict[str, dict[PhysicalQueue, int]]) -> str:
+    """The member consuming a progress row's queue: for a static topic, the one holding the logic queue that the
+    row's physical queue serves."""
+    logic_id = logic_ids.get(p.topic, {}).get((p.broker_name, p.queue_id))
+    if logic_id is not None:
+        return owners.get((p.topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, logic_id), "")
+    return owners.get((p.topic, p.broker_name, p.queue_id), "")
 
 
 @command("consumerProgress", "Show a group's offsets per queue against the brokers' max offsets, the member "
@@ -128,10 +197,12 @@ def queue_owners(admin: Admin, group: str) -> dict[QueueKey, str]:
 def consumer_progress(group: str, topic: str | None) -> None:
     admin = open_admin()
     progress = admin.consumer_progress(group, topic)
-    owners = queue_owners(admin, group)
+    members = group_members(admin, group)
+    owners = queue_owners(members)
+    logic_ids = static_logic_ids(admin, owners)
     rows = [{"topic": p.topic, "broker_name": p.broker_name, "queue_id": p.queue_id,
              "broker_offset": p.broker_offset, "consumer_offset": p.consumer_offset,
-             "client_id": owners.get((p.topic, p.broker_name, p.queue_id), ""), "diff": p.diff,
+             "client_id": row_owner(p, owners, logic_ids), "diff": p.diff,
              "last_timestamp": p.last_timestamp, **slave_mark(p.from_slave)} for p in progress]
     total = sum(p.diff for p in progress)
     from_slaves = {p.broker_name: p.broker_id for p in progress if p.from_slave}
@@ -140,7 +211,8 @@ def consumer_progress(group: str, topic: str | None) -> None:
                                   Column("consumer_offset", "Consumer Offset"),
                                   Column("client_id", "Client ID", lambda cid: cid or MISSING), Column("diff", "Diff"),
                                   Column("last_timestamp", "Last Time", format_timestamp)],
-                                 rows, footer=["", f"Diff Total: {total}", *slave_note(from_slaves)]))
+                                 rows, footer=["", f"Diff Total: {total}", *slave_note(from_slaves),
+                                               *subscription_note(members, topic)]))
 
 
 # -- resetOffsetByTime --------------------------------------------------------------------------------------
