@@ -147,7 +147,12 @@ class CommitLog:
                     room = segment.remaining - BLANK_MIN_LENGTH
                     if i == 0 and batch.total_size() <= room:  # the common case: the whole batch fits
                         j = n
-                    else:
+                    elif i == 0 and segment.wrote_position > 0 and batch.total_size() <= self._empty_room():
+                        # Whole in the next segment, as upstream: split over two, a crash between the writes kept
+                        # the first part (whole, valid records) of a batch its producer was told failed.
+                        self._end_segment(segment)
+                        continue
+                    else:  # larger than a segment (mappedFileSizeCommitLog below the batch): it must span
                         j, chunk = i, 0
                         while j < n and chunk + sizes[j] <= room:
                             chunk += sizes[j]
@@ -178,6 +183,10 @@ class CommitLog:
         for listener in self._append_listeners:
             listener(end)
         return AppendResult(physical_offsets, first_queue_offset, now, end)
+
+    def _empty_room(self) -> int:
+        """What a batch may fill of an empty segment."""
+        return self.mapped_file_size - BLANK_MIN_LENGTH
 
     @staticmethod
     def _tell(observer: AppendObserver, topic: str, batch: WireBatch, i: int, j: int, queue_offset: int,

@@ -50,6 +50,23 @@ def test_batch_gets_consecutive_queue_offsets_and_may_span_segments(open_store: 
     assert len({m.physical_offset // store.commit_log.mapped_file_size for m in msgs}) == 2
 
 
+def test_a_batch_that_fits_a_segment_is_never_split_over_two(open_store: StoreFactory):
+    """A batch that did not fit the rest of a segment was written in two parts, the second after the next segment
+    was made: a SIGKILL between them kept the first part (whole, valid records), and consumers read part of a batch
+    its producer was told failed (the crash soak review: 7 of 8 messages of a batch). It goes whole into the next
+    segment, as upstream; only a batch larger than a segment spans (the test above)."""
+    store = open_store()
+    segment = store.commit_log.mapped_file_size
+    store.put_messages("SplitT", 0, [b"x" * 40_000], [b""])  # the first segment is more than half full
+    batch = [b"%02d" % i * 1000 for i in range(16)]  # ~33 KiB: fits an empty segment, not the rest of this one
+    r = store.put_messages("SplitT", 0, batch, [b""] * 16)
+    assert r.ok and r.queue_offset == 1
+    assert {o // segment for o in r.append.physical_offsets} == {1}, r.append.physical_offsets
+    store.wait_dispatched(r.append.end_offset)
+    got = store.get_message("SplitT", 0, 0, 64, max_total_bytes=10**9)
+    assert [decode_record(m).body for m in got.messages][1:] == batch
+
+
 def test_store_time_never_goes_backwards(open_store: StoreFactory):
     store = open_store()
     stamps = [store.put_messages("TimeT", 0, [b"a"], [b""]).append.store_timestamp for _ in range(200)]
