@@ -262,8 +262,9 @@ class TimerMessageStore(CommitLogDispatcher):
             return due_of_key(key) if key < META_START else None
         return None
 
-    def take_due(self, now_ms: int, limit: int) -> list[Timer]:
-        """Up to ``limit`` timers due at ``now_ms`` or before, earliest first. They stay stored until
+    def take_due(self, now_ms: int, limit: int, max_bytes: int | None = None) -> list[Timer]:
+        """Up to ``limit`` timers due at ``now_ms`` or before, earliest first, and once past ``max_bytes`` of
+        records no more (at least one). They stay stored until
         :meth:`remove`; hand them back with :meth:`give_back` if they could not be delivered. Timers in ``held``
         are passed over, not counted, and left below the scan floor: the delivery hands them back when it lets go
         of them."""
@@ -274,13 +275,16 @@ class TimerMessageStore(CommitLogDispatcher):
         read = ReadOptions()
         read.set_iterate_upper_bound(upper)
         taken: list[Timer] = []
+        size, full = 0, False
         for item in raw_items(self.db, from_key=start, read_opt=read):
             if item[0] in self.held:
                 continue
             taken.append(item)
-            if len(taken) >= limit:
+            size += len(item[1])
+            if len(taken) >= limit or (max_bytes is not None and size >= max_bytes):
+                full = True
                 break
-        resume = taken[-1][0] + b"\x00" if len(taken) >= limit else upper  # every timer below it was taken
+        resume = taken[-1][0] + b"\x00" if full else upper  # every timer below it was taken
         with self._floor_lock:
             self._floor = min(self._floor, resume)
         return taken
