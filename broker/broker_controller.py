@@ -647,6 +647,9 @@ class BrokerController:
             await self.health.enter_graceful_shutdown()
         if self.metrics_exporter is not None:
             await asyncio.to_thread(self.metrics_exporter.stop)
+        # Before the server's grace: checks sent while producers' answers are refused (the server stops taking
+        # calls) used up check counts, and transactions on their last check were discarded.
+        await asyncio.to_thread(self.transactions.shutdown)
         if self._server is not None:
             self.hold_service.wake_all()
             await self._server.stop(grace=5)

@@ -74,6 +74,11 @@ Clock = Callable[[], int]
 READ_BATCH = 256
 CHECK_BATCH = 1024  # half messages checked or discarded per pass (one op message each way)
 MIN_PAUSE_MS = 50
+# After a start, a group with no producer session yet is not checked (nor is the check counted) for this long: its
+# producers reconnect within a heartbeat or two. Checked at once, every half due while the broker was down used up
+# a check no producer could answer, and those on their last check were discarded with their producers alive.
+PRODUCER_RECONNECT_GRACE_S = 15.0
+RECONNECT_POLL_MS = 500
 DISPATCH_WAIT_S = 5.0
 
 
@@ -110,6 +115,9 @@ class TransactionalMessageCheckService(threading.Thread):
         self._committed = (-1, -1)  # the (half, op) progress last committed
         self._stopped = threading.Event()
         self._backoff = False  # a write was refused: wait a whole interval before the next pass
+        self._loaded_at = 0.0  # monotonic time the table was loaded
+        self._waiting_for_producers = False  # the last pass left checks for groups not reconnected yet
+        self._waiting_said = False  # (logged once a start)
         self._failures = FailedPassLog(log, "transaction_check_failed")
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -142,6 +150,7 @@ class TransactionalMessageCheckService(threading.Thread):
                             self.store.reput.reput_from_offset, target)
                 started = time.monotonic()
         self.read_log()
+        self._loaded_at = time.monotonic()
         self.table.ready.set()
         log.info("transaction_loaded pending=%d half_progress=%d op_progress=%d half_read=%d op_read=%d",
                  self.table.pending, half, op, self.table.half_read, self.table.op_read)
@@ -171,16 +180,23 @@ class TransactionalMessageCheckService(threading.Thread):
         a first check comes between transactionTimeOut and twice that after the send)."""
         table, now = self.table, self.clock_ms()
         wake = now + (table.interval_ms if self._backoff else min(table.interval_ms, table.timeout_ms))
-        next_due = None if self._backoff else table.next_due_ms()
+        if self._waiting_for_producers:
+            wake = min(wake, now + RECONNECT_POLL_MS)
+        next_due = None if self._backoff or self._waiting_for_producers else table.next_due_ms()
         if next_due is not None:
             wake = min(wake, max(next_due, now + MIN_PAUSE_MS))
-        self._backoff = False
+        self._backoff = self._waiting_for_producers = False
         self._stopped.wait(max(wake - now, MIN_PAUSE_MS) / 1000)
 
     def shutdown(self) -> None:
+        """Stop; a second call (the broker stops checks before its server's grace, and again before the store
+        closes) waits again for a pass still writing, and logs nothing more."""
+        first = not self._stopped.is_set()
         self._stopped.set()
         if self.is_alive():
             self.join(timeout=10)
+        if not first:
+            return
         log.info("transaction_check_stopped checks=%d unsent=%d discarded=%d pending=%d", self.checks_sent,
                  self.checks_unsent, self.discarded, self.table.pending)
 
@@ -286,6 +302,7 @@ class TransactionalMessageCheckService(threading.Thread):
 
     # -- checks ------------------------------------------------------------------------------------
     def _check(self, entries: list[HalfEntry]) -> None:
+        entries = self._reconnected(entries)
         found: list[tuple[HalfEntry, MessageExt]] = []
         gone: list[HalfEntry] = []
         for entry in entries:
@@ -311,6 +328,22 @@ class TransactionalMessageCheckService(threading.Thread):
         self.read_log()  # the check counts before it is sent
         for entry, msg in found:
             self._send_check(entry, msg)
+
+    def _reconnected(self, entries: list[HalfEntry]) -> list[HalfEntry]:
+        """``entries`` less, within PRODUCER_RECONNECT_GRACE_S of the load, those of groups without a producer
+        session yet (left due: checked once one reconnects, or after the grace as any group without producers)."""
+        if time.monotonic() - self._loaded_at >= PRODUCER_RECONNECT_GRACE_S:
+            return entries
+        online = {g: bool(self.producers.client_ids(g)) for g in {e.producer_group for e in entries}}
+        waiting = [g for g, live in online.items() if not live]
+        if not waiting:
+            return entries
+        if not self._waiting_said:
+            self._waiting_said = True
+            log.info("transaction_check_waiting_for_producers groups=%d first=%s grace_s=%.0f", len(waiting),
+                     waiting[0], PRODUCER_RECONNECT_GRACE_S)
+        self._waiting_for_producers = True
+        return [e for e in entries if online[e.producer_group]]
 
     def _send_check(self, entry: HalfEntry, msg: MessageExt) -> None:
         tx = self._tx(entry)

@@ -321,6 +321,26 @@ def test_broker_sigkill_between_half_sends_and_their_ends(tmp_path_factory: pyte
         c.stop()
 
 
+def test_a_graceful_stop_sends_no_check_its_producers_cannot_answer(tmp_path_factory: pytest.TempPathFactory):
+    """On SIGTERM the broker stopped taking calls but kept checking for the server's 5 s grace: each check was
+    counted, and the producers' answers were refused, so a planned restart used up checks and discarded the
+    transactions on their last one (the timers review: 0 of 200 committed)."""
+    c = make_cluster(tmp_path_factory.mktemp("tx-stop"), ("broker-a",), registerNameServerPeriod=1000,
+                     transactionCheckMax=40, **CHECKS)
+    try:
+        c.create_topic(TOPIC, queues=1)
+        checker = Checker()  # UNKNOWN: checked again every interval
+        with Producer(c.addr, group="tx-stop", transaction_checker=checker) as producer:
+            producer.begin_transaction().send(Message(TOPIC, b"open"))
+            wait_until(lambda: checker.checks_of(b"open"), timeout=15, what="a first check")
+            assert c.brokers["broker-a"].stop() == 0  # the producer's session stays open: the server's grace
+        log = c.brokers["broker-a"].log()
+        stopping = log.index("broker_stopping")
+        assert "transaction_check_sent" not in log[stopping:], log[stopping:]
+    finally:
+        c.stop()
+
+
 def test_half_pending_counts_a_half_message_before_the_check_service_reads_it(tmp_path_factory):
     """transactionHalfPending counted only what the check service's last pass read: with the default timing an
     open half message showed up to 6 s late (60 s here: transactionTimeOut and the check interval are 60 s)."""
