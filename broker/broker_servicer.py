@@ -20,6 +20,7 @@ from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.recall_message_processor import RecallMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.remote_waits import REMOTE_WAITS
+from broker.send_admission import SendAdmission
 from common.acl import acl_refusals
 from common.response_code import ResponseCode
 from common.rpc_boundary import rpc_boundary
@@ -61,15 +62,20 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.ha = ha  # a master's replication: a SYNC_MASTER acknowledges a send once its slaves have it
         self.metrics = metrics  # metricsExporterType=PROM: moved once per batch
         self.flush_waiters = flush_waiters
+        self.admission = SendAdmission()  # unary sends: held at once, in bytes
         self._sends_block = sync_flush and flush_waiters is None  # a put that waits for its fsync: in a thread
         self._settles_send = flush_waiters is not None or ha is not None
 
     async def SendMessage(self, request, context):
-        response = await self._send(request)
-        pending = self._settle_send(response)
-        if pending is not None:
-            await pending
-        return response
+        with self.admission.admitted(request.ByteSize(), context.time_remaining()) as refusal:
+            if refusal is not None:
+                return broker_pb2.SendMessageResponse(code=ResponseCode.SYSTEM_BUSY, remark=refusal,
+                                                      queue_id=request.queue_id)
+            response = await self._send(request)
+            pending = self._settle_send(response)
+            if pending is not None:
+                await pending
+            return response
 
     async def SendMessageStream(self, request_iterator, context):
         # Appends run on the event loop, in the order the batches came; a SYNC_FLUSH send's wait for its fsync

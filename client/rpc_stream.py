@@ -164,7 +164,8 @@ class _Stream:
         if sent:
             self.slots.release(sent)  # a late answer frees nothing: the window does not shrink for good
         for entry in expired:
-            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time"
+            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time (the "
+                                            "broker may still carry the request out: a send may be stored)"
                                             if entry.sent else "not sent in time: the stream's window stayed full "
                                             "(dropped unsent)"))
 
