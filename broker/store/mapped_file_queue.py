@@ -173,11 +173,15 @@ class MappedFileQueue:
         if removed and before_delete is not None and not before_delete(files[0].file_from_offset):
             return []
         if removed:
-            with self._lock:  # from the list as it is now: a segment may have been added meanwhile
-                self._set([f for f in self._files if f not in removed])
-            for f in removed:
-                f.destroy()
-                self._retire(f)
+            # Under the flush lock: a flush that had taken a segment deleted here reopened it by path to fsync it,
+            # and the store stopped taking writes ("fsync of the commitlog failed: No such file") under forced
+            # cleanup on a full disk.
+            with self._flush_lock:
+                with self._lock:  # from the list as it is now: a segment may have been added meanwhile
+                    self._set([f for f in self._files if f not in removed])
+                for f in removed:
+                    f.destroy()
+                    self._retire(f)
         return removed
 
     def _retire(self, f: MappedFile) -> None:

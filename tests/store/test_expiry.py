@@ -3,6 +3,7 @@
 import errno
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from broker.store.disk_usage_watcher import USAGE_FILE_ENV
 from broker.store.get_message_result import GetMessageStatus
+from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file_queue import MappedFileQueue
 from common.message_codec import decode_record
 from tests.store.conftest import StoreFactory
 
@@ -126,3 +129,28 @@ def test_nothing_expires_when_the_consume_queue_cannot_prepare(open_store: Store
     assert [store.min_offset("ExpT", q) for q in range(2)] == [0, 0]
     store.clean_service.before_delete = store.consume_queue_store.prepare_expiry
     assert store.delete_expired_files() == 2
+
+
+def test_a_segment_deleted_while_the_flusher_holds_it_does_not_stop_the_store(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """Forced cleanup on a full disk deleted a segment the flusher had taken but not yet fsynced: the flush reopened
+    it by path, failed with "No such file or directory", and the store stopped taking writes (seen in a full-suite
+    run). A deletion now waits for the flush in progress."""
+    queue = MappedFileQueue(tmp_path / "segments", 4096)
+    queue.load()
+    first = queue.last_writable()
+    first.append(b"x" * 4096)  # full, not flushed
+    queue.last_writable().append(b"y")  # the second segment: the first may go
+    real_flush = MappedFile.flush
+    deleted = threading.Event()
+
+    def flush_while_deleting(segment: MappedFile) -> int:
+        if segment is first:
+            threading.Thread(target=lambda: (queue.delete_first(lambda _f: True, 1), deleted.set())).start()
+            deleted.wait(0.3)  # a deletion between the flusher's choice and its fsync
+        return real_flush(segment)
+
+    monkeypatch.setattr(MappedFile, "flush", flush_while_deleting)
+    queue.flush()
+    assert deleted.wait(5) and [f.file_from_offset for f in queue._files] == [4096]
+    queue.shutdown()
