@@ -199,11 +199,15 @@ class PushConsumer:
         self.pull_service.shutdown()
         self.rebalance_impl.drop_all()
         self.offsets.persist_all()
-        # Before waiting for slow handlers: the queues were released, and a member still in the group kept them
-        # from the others until its last handler returned.
-        self.sessions.close()
+        # Concurrently: before waiting for slow handlers, the queues being released (a member still in the group
+        # kept them from the others until its last handler returned). Orderly: after, so no other member handles a
+        # queue's next message while this one still handles its previous.
+        if not self.orderly:
+            self.sessions.close()
         self.consume.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.orderly:
+            self.sessions.close()
         self.consumer.close()
         log.info("push_consumer_closed group=%s client=%s", self.group, self.client_id)
 

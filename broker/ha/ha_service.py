@@ -21,6 +21,7 @@ stores that only the expired records made (``broker/ha/state_copy.py``).
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 FRAME_BYTES = 1024 * 1024  # large frames: catch-up speed is bytes per round of the event loop
 HEARTBEAT_S = 5.0  # an empty frame when nothing was appended, so a silent link is noticed
+NOT_JOINING_WARN_S = 10.0  # a replica still without the metadata copy this long is said once (replica_not_joining)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,9 @@ class HAService:
         self.commit_log = commit_log
         self._loop = loop
         self._acks: dict[int, int] = {}  # connected slave id -> offset it acknowledged
-        self._copying: set[int] = set()  # connected slaves not yet holding a copy of this master's metadata
+        # connected slaves not yet holding a copy of this master's metadata -> when they connected (monotonic s)
+        self._copying: dict[int, float] = {}
+        self._not_joining_said: set[int] = set()
         self._waiters: OffsetWaiters[int] = OffsetWaiters(ResponseCode.FLUSH_SLAVE_TIMEOUT)  # sends, by their end
         self._loop_thread = threading.get_ident()
         self._appended: set[asyncio.Event] = set()  # one per slave stream, set by every append
@@ -163,8 +167,20 @@ class HAService:
         proposal = self.sync_state_set.check(now_ms, dict(self._acks), self.commit_log.max_offset(),
                                              start.start_offset if start is not None else 0,
                                              self.commit_log.confirm_offset, frozenset(self._copying))
+        self._say_not_joining()
         self._on_set_changed()  # a slave counted from now on, or one no longer
         return proposal
+
+    def _say_not_joining(self) -> None:
+        """Once per stream: a replica still without a copy of this master's metadata cannot join the in-sync set
+        (so it cannot be elected); its own log says why its copies fail (slave_sync_failed)."""
+        now = time.monotonic()
+        for slave_id, since in self._copying.items():
+            if now - since >= NOT_JOINING_WARN_S and slave_id not in self._not_joining_said:
+                self._not_joining_said.add(slave_id)
+                log.warning("replica_not_joining broker=%s slave_id=%d waited_s=%.0f reason=metadata_not_copied: "
+                            "it has not copied this master's topics, mappings, groups and ACLs (see its "
+                            "slave_sync_failed lines)", self.identity.broker_name, slave_id, now - since)
 
     def proposal_failed(self, now_ms: int, refused: bool) -> None:
         self.sync_state_set.proposal_failed(now_ms, refused)
@@ -216,7 +232,7 @@ class HAService:
         initial = start if self.epochs is None else min(start, self._member_acks.get(slave_id, 0))
         self._acks[slave_id] = self._member_acks[slave_id] = initial
         if hello.reports_metadata_copy:
-            self._copying.add(slave_id)
+            self._copying[slave_id] = time.monotonic()
         log.info("slave_connected broker=%s slave_id=%d from_offset=%d slave_end=%d epoch=%d", hello.broker_name,
                  slave_id, start, hello.commit_log_end, self.master_epoch)
         try:
@@ -245,7 +261,8 @@ class HAService:
             acks.cancel()
             self._appended.discard(appended)
             self._acks.pop(slave_id, None)
-            self._copying.discard(slave_id)
+            self._copying.pop(slave_id, None)
+            self._not_joining_said.discard(slave_id)
             self._settle()  # the slaves left may have everything a send waits for
             log.warning("slave_disconnected broker=%s slave_id=%d", hello.broker_name, slave_id)
 
@@ -350,7 +367,7 @@ class HAService:
             if isinstance(frame, UndecodableRequest):
                 return
             if frame.metadata_copied:
-                self._copying.discard(slave_id)
+                self._copying.pop(slave_id, None)
             if frame.ack_offset > sent[0]:
                 log.warning("ack_ignored slave_id=%d ack=%d sent_to=%d reason=past_what_this_stream_sent", slave_id,
                             frame.ack_offset, sent[0])

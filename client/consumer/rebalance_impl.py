@@ -181,13 +181,16 @@ class RebalanceImpl:
         with self._lock:
             pqs = dict(self.process_queues)
         held = self.calls.lock(list(pqs))
+        with self._lock:  # dropped (and unlocked) by a rebalance while asked for: let the new owner have it
+            for mq in [mq for mq in held if mq not in self.process_queues]:
+                self.calls.unlock(mq)
         now = time.monotonic()
         for mq, pq in pqs.items():
+            if pq.locked and mq not in held:  # once until regained: retries come every few seconds
+                log.warning("queue_lease_lost queue=%s client=%s", mq, self.settings.client_id)
             pq.locked = mq in held
             if pq.locked:
                 pq.last_lock_s = now
-            else:
-                log.warning("queue_lease_lost queue=%s client=%s", mq, self.settings.client_id)
         locked = [pq for pq in pqs.values() if pq.locked]
         return locked, len(pqs) - len(locked)
 

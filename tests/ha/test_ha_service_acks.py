@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.ha import ha_service
 from broker.ha.broker_role import BrokerRole
 from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_service import GroupIdentity, HAService
@@ -56,17 +57,21 @@ async def _ack_before_resume(store: MessageStore) -> None:
     await stream.aclose()
 
 
-def test_a_replica_joins_the_in_sync_set_only_once_it_holds_the_master_s_metadata(tmp_path: Path) -> None:
+def test_a_replica_joins_the_in_sync_set_only_once_it_holds_the_master_s_metadata(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """A caught-up replica that had not copied its master's topics and mappings yet joined the in-sync set; its
     master killed then, it was elected and served no topic (the KV store had no shard leader): the replica says in
     its acks when its copy is taken, and joins only from then on. A replica of an older release does not say, and
-    joins as before."""
+    joins as before. The master says once per stream that a replica is not joining for want of the copy."""
+    monkeypatch.setattr(ha_service, "NOT_JOINING_WARN_S", 0.0)
     store = MessageStore(store_config(tmp_path / "store", mapped_file_size_commit_log=SEGMENT))
     store.start()
     try:
         asyncio.run(_joins_after_metadata(store, tmp_path / "epochs"))
     finally:
         store.shutdown()
+    said = [r.getMessage() for r in caplog.records if "replica_not_joining" in r.getMessage()]
+    assert len(said) == 2 and all("slave_id=2 " in line for line in said), said  # once a stream; never the old one
 
 
 async def _joins_after_metadata(store: MessageStore, epoch_path: Path) -> None:
