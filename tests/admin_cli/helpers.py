@@ -5,9 +5,10 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from tests.cluster import REPO, wait_until
+from tests.cluster import REPO, Cluster, make_cluster, wait_until
 
 CLUSTER = "DefaultCluster"
 
@@ -71,3 +72,18 @@ def free_port() -> int:
 def table_lines(text: str, *cells: str) -> list[str]:
     """Lines of a human table whose whitespace-split cells include all of ``cells``."""
     return [line for line in text.splitlines() if set(cells) <= set(line.split())]
+
+
+def registered_cluster(workdir: Path, brokers: list[str], **settings: object) -> Cluster:
+    """make_cluster's cluster once the name server lists every one of ``brokers`` (stopped if it never does)."""
+    from client import Admin
+
+    c = make_cluster(workdir, brokers, **settings)
+    try:
+        with Admin(c.addr) as admin:
+            wait_until(lambda: sorted(b.broker_name for b in admin.all_brokers()) == sorted(brokers), timeout=15,
+                       what="every broker registered")
+    except BaseException:
+        c.stop()
+        raise
+    return c

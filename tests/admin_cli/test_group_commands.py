@@ -14,8 +14,8 @@ import pytest
 
 from client import Admin, Message, MessageQueue, Producer, PushConsumer
 from common.group_topics import dlq_topic, retry_topic
-from tests.admin_cli.helpers import CLUSTER, fails, mqadmin, ok, ok_json, table_lines, wait_route
-from tests.cluster import Cluster, make_cluster, wait_until
+from tests.admin_cli.helpers import CLUSTER, fails, mqadmin, ok, ok_json, registered_cluster, table_lines, wait_route
+from tests.cluster import Cluster, wait_until
 
 BROKERS = ["broker-a", "broker-b"]
 MEMBER_KEYS = {"client_id", "addr", "consume_type", "message_model", "orderly", "subscriptions", "queues",
@@ -29,12 +29,9 @@ DELETE_KEYS = {"kind", "name", "broker_name", "deleted"}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Retries wait delay level 3 + reconsume times: one second each here, so a retried message comes back at once.
-    c = make_cluster(tmp_path_factory.mktemp("mqadmin-groups"), BROKERS, registerNameServerPeriod=1000,
-                     messageDelayLevel="1s 1s 1s 1s 1s 1s")
+    c = registered_cluster(tmp_path_factory.mktemp("mqadmin-groups"), BROKERS, registerNameServerPeriod=1000,
+                           messageDelayLevel="1s 1s 1s 1s 1s 1s")
     try:
-        with Admin(c.addr) as admin:
-            wait_until(lambda: sorted(b.broker_name for b in admin.all_brokers()) == BROKERS, timeout=15,
-                       what="both brokers registered")
         yield c
     finally:
         c.stop()

@@ -10,20 +10,17 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from client import Admin, Message, Producer, PullConsumer, TransactionResolution
-from tests.admin_cli.helpers import CLUSTER, fails, free_port, mqadmin, ok, ok_json, wait_route
-from tests.cluster import Cluster, make_cluster, wait_until
+from client import Message, Producer, PullConsumer, TransactionResolution
+from tests.admin_cli.helpers import CLUSTER, fails, free_port, mqadmin, ok, ok_json, registered_cluster, wait_route
+from tests.cluster import Cluster, wait_until
 
 BROKERS = ["broker-a", "broker-b"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = make_cluster(tmp_path_factory.mktemp("operator"), BROKERS, tieredStoreS3SecretKey="do-not-show-me")
+    c = registered_cluster(tmp_path_factory.mktemp("operator"), BROKERS, tieredStoreS3SecretKey="do-not-show-me")
     try:
-        with Admin(c.addr) as admin:
-            wait_until(lambda: sorted(b.broker_name for b in admin.all_brokers()) == BROKERS, timeout=15,
-                       what="both brokers registered")
         yield c
     finally:
         c.stop()

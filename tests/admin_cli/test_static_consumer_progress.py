@@ -7,19 +7,16 @@ import pytest
 
 from client import Admin, Message, Producer, PushConsumer
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
-from tests.admin_cli.helpers import CLUSTER, ok, ok_json
-from tests.cluster import Cluster, make_cluster, wait_static_route, wait_until
+from tests.admin_cli.helpers import CLUSTER, ok, ok_json, registered_cluster
+from tests.cluster import Cluster, wait_static_route, wait_until
 
 BROKERS = ["broker-a", "broker-b"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = make_cluster(tmp_path_factory.mktemp("static-progress"), BROKERS, registerNameServerPeriod=1000)
+    c = registered_cluster(tmp_path_factory.mktemp("static-progress"), BROKERS, registerNameServerPeriod=1000)
     try:
-        with Admin(c.addr) as admin:
-            wait_until(lambda: sorted(b.broker_name for b in admin.all_brokers()) == BROKERS, timeout=15,
-                       what="both brokers registered")
         yield c
     finally:
         c.stop()
