@@ -128,7 +128,13 @@ class ConsumeProcessor:
             answered = True
         finally:
             if not answered:  # the call ended first (its deadline, a cancel): the client drops what it had read
-                self._in_background(self._release(group, topic, handles))
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:  # no loop (the generator closed at exit): their invisible time brings them
+                    log.info("receive_abandoned group=%s topic=%s messages=%d released=0 reason=no_event_loop",
+                             group, topic, len(handles))
+                else:
+                    self._in_background(self._release(group, topic, handles))
         # Renewed once handed over: a receive the client gave up on leaves its messages to come back.
         if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
             self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
