@@ -12,6 +12,10 @@ Layout, big-endian; fixed header then the variable part::
 
 ``body_crc`` is the CRC32 of the whole variable part (topic, properties, body). The body is last, so a
 tail cut anywhere in a record always breaks either the structure or the CRC.
+
+The most significant byte of ``sys_flag`` is the commitlog's own: on every append it writes ``BATCH_CONTINUES``
+there into each record of the append but the last, so recovery can cut an append that a crash left part-written
+(its whole records would pass every other check). Decoders hide it.
 """
 
 import mmap
@@ -30,6 +34,9 @@ HEADER_SIZE = HEADER.size  # 91
 assert HEADER_SIZE == 91
 
 OFFSET_STORE_TIMESTAMP = 36
+OFFSET_BATCH_MARK = 44  # sys_flag's most significant byte
+BATCH_CONTINUES = 0x01  # in that byte: more records of the same append follow this one
+SYS_FLAG_SENDER_BITS = 0x00FFFFFF  # what of sys_flag a record's sender sets (and a decoder shows)
 # The fields dispatch needs: size, magic, queue id, queue offset, physical offset, store time, topic and
 # properties lengths (unpacking only these is about twice as fast as the whole header).
 DISPATCH_FIELDS = struct.Struct(">iI4xi4xqqq44xBH")
@@ -118,8 +125,8 @@ def decode_record(buf: memoryview | bytes, pos: int = 0, verify_crc: bool = True
         raise CorruptRecordError(f"record at {pos} (commitlog offset {physical_offset}) fails its CRC")
     props_end = topic_len + props_len
     return MessageExt(var[:topic_len].decode(), var[props_end:], queue_id, queue_offset, physical_offset, store_ts,
-                      born_ts, var[topic_len:props_end], born_host, store_host, flag, sys_flag, reconsume, prepared,
-                      crc)
+                      born_ts, var[topic_len:props_end], born_host, store_host, flag, sys_flag & SYS_FLAG_SENDER_BITS,
+                      reconsume, prepared, crc)
 
 
 def decode_records(buf: memoryview | bytes) -> list[MessageExt]:

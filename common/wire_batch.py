@@ -14,18 +14,21 @@ from itertools import accumulate, repeat
 from operator import add
 
 from common.message_codec import (
+    BATCH_CONTINUES,
     HEADER_SIZE,
     MESSAGE_MAGIC,
+    OFFSET_BATCH_MARK,
     CorruptRecordError,
     record_parts,
 )
 from common.record_crc import crc32
 
 OFFSET_QUEUE_ID = 12
-OFFSET_QUEUE_OFFSET = 20  # queue offset, physical offset, store time: three i64 side by side
+OFFSET_QUEUE_OFFSET = 20  # queue offset, physical offset, store time (three i64 side by side), then the batch mark
 OFFSET_STORE_HOST = 64
 SIZE = QUEUE_ID = struct.Struct(">i")
-ASSIGNED = struct.Struct(">qqq")
+ASSIGNED = struct.Struct(">qqqB")
+assert OFFSET_QUEUE_OFFSET + ASSIGNED.size - 1 == OFFSET_BATCH_MARK
 HOST = struct.Struct(">8s")
 # What the broker checks of each record: size, magic, crc, then body/topic/properties lengths.
 CHECKED_FIELDS = struct.Struct(">iII72xiBH")
@@ -89,14 +92,17 @@ class WireBatch:
 
     def encode(self, i: int, j: int, queue_offset: int, physical_offset: int, store_timestamp: int,
                physical_offsets: list[int]) -> memoryview:
-        """Records i..j-1 with their offsets and store time written in; appends each record's offset."""
+        """Records i..j-1 with their offsets, store time and batch mark written in (every record but the batch's
+        last says more follow); appends each record's offset."""
         sizes, buf = self.sizes, self.buf
         pack = ASSIGNED.pack_into
         start = sum(sizes[:i]) if i else 0
         offsets = list(accumulate(sizes[i:j - 1], initial=physical_offset))
         delta = start + OFFSET_QUEUE_OFFSET - physical_offset  # a record's position in ``buf``, from its offset
         for offset_in_queue, physical in enumerate(offsets, queue_offset):
-            pack(buf, physical + delta, offset_in_queue, physical, store_timestamp)
+            pack(buf, physical + delta, offset_in_queue, physical, store_timestamp, BATCH_CONTINUES)
+        if j == len(sizes):
+            buf[offsets[-1] + delta + OFFSET_BATCH_MARK - OFFSET_QUEUE_OFFSET] = 0
         physical_offsets += offsets
         return memoryview(buf)[start:start + offsets[-1] - physical_offset + sizes[j - 1]]
 

@@ -16,7 +16,9 @@ from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.put_message_result import AppendResult
 from common.message_codec import (
+    BATCH_CONTINUES,
     BLANK_MIN_LENGTH,
+    OFFSET_BATCH_MARK,
     OFFSET_STORE_TIMESTAMP,
     SIZE_MAGIC,
     STORE_TIMESTAMP,
@@ -276,12 +278,17 @@ class CommitLog:
                                            + OFFSET_STORE_TIMESTAMP)[0]
 
     # -- recovery ----------------------------------------------------------------------------------
-    def scan_valid_end(self, start: int, verify_crc: bool) -> int:
-        """Walk records from ``start`` (a record boundary); the offset just past the last valid one."""
+    def scan_valid_end(self, start: int, verify_crc: bool, written_whole_below: int = 0) -> int:
+        """Walk records from ``start`` (a record boundary); the offset just past the last valid one. The records of
+        an append a crash cut short are whole and valid, but the last of them still says more follow
+        (``BATCH_CONTINUES``): the log ends where that append began, as its producer was never told it was stored.
+        Appends that began below ``written_whole_below`` were on disk whole (the flushed checkpoint): the scan
+        stopping inside one found a corrupt record, not a torn write, and keeps the records before it."""
         files = self.mapped_file_queue.files
         if not files:
             return 0
         start = max(start, files[0].file_from_offset)
+        append_start = -1  # where the append the last valid record belongs to began, while it is unfinished
         for segment in files:
             if segment.end_offset <= start:
                 continue
@@ -291,12 +298,24 @@ class CommitLog:
                 while True:
                     size = check_record(view, pos, limit, base + pos, verify_crc)
                     if size > 0:
+                        if view[pos + OFFSET_BATCH_MARK] & BATCH_CONTINUES:
+                            if append_start < 0:
+                                append_start = base + pos
+                        else:
+                            append_start = -1
                         pos += size
-                    elif size == 0:
+                    elif size == 0:  # an append larger than a segment goes on in the next one
                         start = segment.end_offset
                         break
                     else:
-                        return base + pos
+                        start = base + pos
+                        break
+            if size < 0:
+                break
+        if append_start >= written_whole_below:
+            log.warning("unfinished_append_cut from=%d to=%d: a crash ended its write part-way; its producer was "
+                        "not told it was stored", append_start, start)
+            return append_start
         return start
 
     def recover_to(self, end: int) -> None:

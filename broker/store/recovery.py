@@ -2,7 +2,10 @@
 
 A clean-shutdown marker (the ``abort`` file exists while the store runs) tells a normal start from an
 abnormal one. Normal: a structural scan of the last segment. Abnormal: every record from the start of the
-segment holding the flushed checkpoint is checked for structure and CRC; the first bad one ends the log.
+segment holding the flushed checkpoint is checked for structure and CRC; the first bad one ends the log, and an
+append a crash left part-written above the checkpoint is cut whole (``CommitLog.scan_valid_end``). An append larger
+than a segment (only with segments below maxMessageSize) that began before the checkpoint's segment is not seen
+whole: its first part stays.
 """
 
 import logging
@@ -33,10 +36,12 @@ def recover(store: "MessageStore") -> None:
         # was written, so only what follows can be torn. (A dispatcher checkpoint says what was dispatched,
         # not that the bytes are intact: it does not bound the check; it only says where replay starts.)
         segment = commit_log.mapped_file_queue.find(flushed)
-        end = commit_log.scan_valid_end(segment.file_from_offset if segment else flushed, verify_crc=True)
+        end = commit_log.scan_valid_end(segment.file_from_offset if segment else flushed, verify_crc=True,
+                                        written_whole_below=flushed)
     else:
         last = commit_log.mapped_file_queue.last()
-        end = commit_log.scan_valid_end(last.file_from_offset if last else 0, verify_crc=False)
+        end = commit_log.scan_valid_end(last.file_from_offset if last else 0, verify_crc=False,
+                                        written_whole_below=flushed)
     commit_log.recover_to(end)
     if store.keeps_confirm_checkpoint:
         commit_log.cap_recovered_confirm(store.confirm_checkpoint.read() or 0)

@@ -67,6 +67,57 @@ def test_a_batch_that_fits_a_segment_is_never_split_over_two(open_store: StoreFa
     assert [decode_record(m).body for m in got.messages][1:] == batch
 
 
+def _crash_cut(store_dir: Path, segment_offset: int, cut_from: int, segment_size: int) -> None:
+    """The segment at ``segment_offset`` as a SIGKILL during a write would leave it: zeros from ``cut_from`` (an
+    offset in the log) on, and the store marked as not shut down."""
+    path = store_dir / "commitlog" / f"{segment_offset:020d}"
+    with open(path, "r+b") as f:
+        f.seek(cut_from - segment_offset)
+        f.write(bytes(segment_offset + segment_size - cut_from))
+    (store_dir / "abort").touch()
+
+
+def test_recovery_cuts_a_batch_whose_write_a_crash_ended_part_way(open_store: StoreFactory, tmp_path: Path):
+    """A SIGKILL during a batch's one write kept the records the write had reached: whole and valid, so recovery
+    kept them, and consumers read part of a batch its producer was never told was stored (the crash soak review:
+    1 batch in 6 kills). Every record of an append but its last says more follow, and recovery cuts an append
+    whose last record is missing."""
+    store = open_store()
+    first = store.put_messages("TornT", 0, [b"a" * 300] * 8, [b"k=v"] * 8)
+    torn = store.put_messages("TornT", 0, [b"b" * 300] * 8, [b"k=v"] * 8)
+    assert first.ok and torn.ok
+    store.shutdown()
+    _crash_cut(tmp_path / "store", 0, torn.append.physical_offsets[5], store.commit_log.mapped_file_size)
+    store.flushed_checkpoint.write(torn.append.physical_offsets[0])  # nothing of a torn write was flushed
+
+    store = open_store()
+    assert store.commit_log.max_offset() == torn.append.physical_offsets[0]
+    assert store.max_offset("TornT", 0) == 8
+    got = store.get_message("TornT", 0, 0, 64, max_total_bytes=10**9)
+    assert [decode_record(m).body for m in got.messages] == [b"a" * 300] * 8
+    assert all(decode_record(m).sys_flag == 0 for m in got.messages)  # the mark is the store's, not shown
+    again = store.put_messages("TornT", 0, [b"c"], [b""])  # the producer's retry goes where the torn batch was
+    assert again.ok and again.queue_offset == 8 and again.physical_offset == torn.append.physical_offsets[0]
+
+
+def test_recovery_cuts_a_batch_larger_than_a_segment_that_a_crash_left_in_one(open_store: StoreFactory,
+                                                                              tmp_path: Path):
+    store = open_store()
+    store.put_messages("SpanT", 0, [b"x" * 100], [b""])
+    batch = [f"m{i}".encode() * 500 for i in range(64)]  # ~90 KiB: written in two segments
+    spanning = store.put_messages("SpanT", 0, batch, [b""] * 64)
+    assert spanning.ok
+    segment = store.commit_log.mapped_file_size
+    assert spanning.append.physical_offsets[-1] >= segment
+    store.shutdown()
+    _crash_cut(tmp_path / "store", segment, segment, segment)  # killed before the second write
+    store.flushed_checkpoint.write(spanning.append.physical_offsets[0])
+
+    store = open_store()
+    assert store.commit_log.max_offset() == spanning.append.physical_offsets[0]
+    assert store.max_offset("SpanT", 0) == 1
+
+
 def test_store_time_never_goes_backwards(open_store: StoreFactory):
     store = open_store()
     stamps = [store.put_messages("TimeT", 0, [b"a"], [b""]).append.store_timestamp for _ in range(200)]
