@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from client.callback_future import CallbackFuture
+from client.callback_future import CallbackFuture, on_done
 from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
@@ -42,6 +42,7 @@ from client.replica_health import channel_connected
 from client.results import SendResult, SendStatus
 from client.retry_threads import ClientClosed
 from client.send_accumulator import SendAccumulator
+from client.send_back_pressure import SendBackPressure
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from client.transaction import Transaction, TransactionChecker
 from common.encoded_fields import bytes_field
@@ -97,15 +98,21 @@ class Producer:
                  send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True,
                  transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = (),
                  tls_ca: str | None = None, credentials: tuple[str, str] | None = None,
-                 auto_batch: bool = False, batch_max_in_flight: int = 2) -> None:
+                 auto_batch: bool = False, batch_max_in_flight: int = 2,
+                 max_in_flight_messages: int = 2048, max_in_flight_bytes: int = 64 * 1024 * 1024) -> None:
         """``use_streams=False`` sends each batch as a unary call instead of on the broker's send stream.
         ``transaction_checker``: what the brokers ask about this group's transactions nobody ended (see
         ``client/transaction.py``); the producer then keeps a session with the masters of ``topics`` and of every
         topic it sends half messages to. ``auto_batch``: single sends of a topic made while
         ``batch_max_in_flight`` requests of it are on their way leave together as one batch
-        (``client/send_accumulator.py``)."""
+        (``client/send_accumulator.py``). ``max_in_flight_messages`` / ``max_in_flight_bytes`` (of bodies): past
+        them a send waits for earlier ones, at most the send timeout (``client/send_back_pressure.py``); 0 for no
+        bound (the proxy, whose sends start on its event loop)."""
         if batch_max_in_flight < 1:
             raise MQClientError(f"batch_max_in_flight must be at least 1, not {batch_max_in_flight}")
+        if max_in_flight_messages < 0 or max_in_flight_bytes < 0:
+            raise MQClientError(f"max_in_flight_messages and max_in_flight_bytes must be 0 (no bound) or more, not "
+                                f"{max_in_flight_messages} and {max_in_flight_bytes}")
         self.group = group
         self.use_streams = use_streams
         self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
@@ -121,8 +128,10 @@ class Producer:
         self.client_id = new_client_id()
         self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
                           if transaction_checker is not None else None)
-        self._accumulator = (SendAccumulator(self.send_batch_async, batch_max_in_flight,
+        self._accumulator = (SendAccumulator(self._send_batch_async, batch_max_in_flight,
                                              follow_up=self._send_follow_up) if auto_batch else None)
+        self._in_flight = (SendBackPressure(max_in_flight_messages, max_in_flight_bytes)
+                           if max_in_flight_messages and max_in_flight_bytes else None)
 
     def __enter__(self) -> "Producer":
         return self
@@ -150,13 +159,37 @@ class Producer:
                    queue: MessageQueue | None = None) -> "Future[SendResult]":
         if (self._accumulator is not None and queue is None and sharding_key is None
                 and not (msg.delay_level or msg.deliver_at_ms)):
-            return self._accumulator.add(msg)
+            accumulator = self._accumulator
+            return self._bounded([msg], lambda: accumulator.add(msg))
         return self.send_batch_async([msg], sharding_key, queue)
 
     def send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
                          queue: MessageQueue | None = None) -> "Future[SendResult]":
-        """Like :meth:`send_batch` but returns at once; many sends can be in flight from one thread. A send that
-        fails over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
+        """Like :meth:`send_batch` but returns at once, unless ``max_in_flight_messages`` or ``max_in_flight_bytes``
+        are on their way (then it waits for room); many sends can be in flight from one thread. A send that fails
+        over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
+        return self._bounded(msgs, lambda: self._send_batch_async(msgs, sharding_key, queue))
+
+    def _bounded(self, msgs: Sequence[Message], send: Callable[[], "Future[SendResult]"]) -> "Future[SendResult]":
+        in_flight = self._in_flight
+        if in_flight is None:
+            return send()
+        count, size = len(msgs), sum(len(m.body) for m in msgs if isinstance(m, Message))
+        if not in_flight.acquire(count, size, self.send_timeout_s):
+            future: Future[SendResult] = CallbackFuture()
+            future.set_exception(MQClientError(f"send not made: {in_flight.describe()}, and none finished within the "
+                                               f"send timeout of {self.send_timeout_s * 1000:.0f} ms"))
+            return future
+        try:
+            future = send()
+        except BaseException:
+            in_flight.release(count, size)
+            raise
+        on_done(future, lambda _: in_flight.release(count, size))
+        return future
+
+    def _send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
+                          queue: MessageQueue | None = None) -> "Future[SendResult]":
         send = self._request(msgs, sharding_key=sharding_key)
         topic = send.topic
         future: Future[SendResult] = CallbackFuture()

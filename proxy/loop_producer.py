@@ -36,7 +36,8 @@ T = TypeVar("T")
 class LoopProducer(Producer):
     def __init__(self, loop: asyncio.AbstractEventLoop, streams: BrokerSendStreams, namesrv_addr: str,
                  **kwargs: Any) -> None:
-        super().__init__(namesrv_addr, **kwargs)
+        # No send waits for room here: sends start on the loop. A v2 client's are bounded by its calls' deadlines.
+        super().__init__(namesrv_addr, max_in_flight_messages=0, **kwargs)
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread, as the proxy's collaborators are
         self._streams = streams
