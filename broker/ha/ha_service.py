@@ -277,18 +277,16 @@ class HAService:
 
     def _frame_at(self, position: int) -> ha_pb2.ReplicationFrame:
         """The bytes from ``position``: at most a frame's worth, within one segment and one epoch."""
-        limit = FRAME_BYTES
+        until = None
         frame = ha_pb2.ReplicationFrame(offset=position)
         if self.epochs is not None:
             entry = self.epochs.epoch_at(position)
             if entry is not None:
                 frame.epoch, frame.epoch_start_offset = entry.epoch, entry.start_offset
-                next_start = self.epochs.next_start_after(entry.epoch)
-                if next_start is not None:
-                    limit = min(limit, next_start - position)
+                until = self.epochs.next_start_after(entry.epoch)
         # Read the confirm offset before the bytes: a frame never says more is confirmed than it carries.
         frame.confirm_offset = self.commit_log.confirm_offset
-        frame.data = bytes(self.commit_log.read_replica(position, limit))
+        frame.data = bytes(self.commit_log.read_replica(position, FRAME_BYTES, until))
         return frame
 
     def _start_of(self, hello: ha_pb2.ReplicaHandshake) -> tuple[int, bool]:

@@ -191,7 +191,11 @@ class ReplicasManager:
         # Everything copied so far is this master's now: let dispatch reach it, then appends continue each
         # queue where its consume queue ends (a replica's own table never saw the copied records).
         while not await asyncio.to_thread(self.store.wait_dispatched, end, PROMOTION_DISPATCH_TIMEOUT_S):
-            log.error("promotion_waits_for_dispatch end=%d dispatched=%d", end, self.store.reput.reput_from_offset)
+            failed = self.store.running_flags.fail_stop_reason
+            log.error("promotion_waits_for_dispatch end=%d dispatched=%d store_stopped=%s", end,
+                      self.store.reput.reput_from_offset, failed)
+            if failed is not None:  # a failed dispatch answers at once: wait as a slow one would, not in a loop
+                await asyncio.sleep(PROMOTION_DISPATCH_TIMEOUT_S)
         commit_log.topic_queue_table = self.store.consume_queue_store.queue_max_offsets()
         await asyncio.to_thread(self.hooks.promoted)
         self.role = "MASTER"

@@ -6,6 +6,7 @@ the tail of a segment too small for the next record gets an end-of-segment marke
 """
 
 import logging
+import mmap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +18,9 @@ from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.put_message_result import AppendResult
 from common.message_codec import (
     BATCH_CONTINUES,
+    BLANK_MAGIC,
     BLANK_MIN_LENGTH,
+    MESSAGE_MAGIC,
     OFFSET_BATCH_MARK,
     OFFSET_STORE_TIMESTAMP,
     SIZE_MAGIC,
@@ -203,14 +206,20 @@ class CommitLog:
             observer.forget()
 
     # -- replication -------------------------------------------------------------------------------
-    def read_replica(self, offset: int, max_bytes: int) -> memoryview:
-        """Stored bytes from ``offset`` (a master's end of what a slave has): at most ``max_bytes``, never across a
-        segment (a slave's segments start where the master's do). Empty when nothing is there yet."""
+    def read_replica(self, offset: int, max_bytes: int, until: int | None = None) -> memoryview:
+        """Stored bytes from ``offset`` (a master's end of what a slave has): whole appends, as many as fit
+        ``max_bytes`` but at least the first (a replica's log may become a master's: cut anywhere, it ended inside
+        a record, which dispatch served as a corrupt one, or inside a batch its producer was told failed), never
+        across a segment (a slave's segments start where the master's do) nor past ``until`` (an epoch's end).
+        Empty when no whole append is there yet."""
         segment = self.mapped_file_queue.find(offset)
         if segment is None:
             return memoryview(b"")
         pos = offset - segment.file_from_offset
-        end = min(segment.wrote_position, pos + max_bytes)
+        written = segment.wrote_position
+        if until is not None:
+            written = min(written, until - segment.file_from_offset)
+        end = _whole_appends_end(segment.mm, pos, written, pos + max_bytes)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -356,4 +365,21 @@ class CommitLog:
         self.mapped_file_queue.shutdown(flush)
 
 
-
+def _whole_appends_end(mm: "mmap.mmap", pos: int, written: int, soft_limit: int) -> int:
+    """Where the last whole append from ``pos`` ends, below ``written``: past ``soft_limit`` only to finish the first.
+    An end-of-segment marker goes with what precedes it (the first part of an append larger than a segment). Bytes
+    that are not records there (an epoch begun inside a record by an older release) go as they are, to the limit."""
+    end = scan = pos
+    unpack = SIZE_MAGIC.unpack_from
+    while scan + BLANK_MIN_LENGTH <= written:
+        size, magic = unpack(mm, scan)
+        if magic == BLANK_MAGIC and scan + size <= written:
+            return scan + size
+        if magic != MESSAGE_MAGIC or size <= 0:
+            return min(written, soft_limit)
+        if scan + size > written or (scan + size > soft_limit and end > pos):
+            break
+        scan += size
+        if not mm[scan - size + OFFSET_BATCH_MARK] & BATCH_CONTINUES:
+            end = scan
+    return end

@@ -60,6 +60,8 @@ def parse_records(
         if magic == BLANK_MAGIC:
             return out, pos, True
         assert magic == MESSAGE_MAGIC and physical == base + pos, f"no record at commitlog offset {base + pos}"
+        if pos + size > limit:  # its end is not readable yet (not confirmed, or not copied from the master)
+            return out, pos, False
         t0 = pos + HEADER_SIZE
         t1 = t0 + topic_len
         if topic_len != len(raw_topic) or find(raw_topic, t0, t1) != t0:  # another topic than the last record's
@@ -181,8 +183,9 @@ class ReputMessageService(threading.Thread):
                 self._wakeup.set()
                 break
             end = segment.end_offset if hit_end else base + pos
-            if requests or end != offset:
-                self._dispatch(requests, end)
+            if not requests and end == offset:  # a record whose end is not readable yet: wait for it
+                break
+            self._dispatch(requests, end)
             count += len(requests)
         return count
 

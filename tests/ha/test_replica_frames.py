@@ -1,0 +1,71 @@
+"""What a master ships to its replicas is whole appends (``CommitLog.read_replica``): frames were cut at 1 MiB
+wherever that fell, so a replica behind by more, or receiving records over 1 MiB, ended its log inside a record.
+Its dispatch served that record (a CRC failure to consumers), a promoted replica stopped taking writes at the first
+send ("no record at commitlog offset ...") and lost the sends it had acknowledged, and one that ended inside a batch
+served part of a batch its producer was told failed (the batch mark review). In process: two real stores."""
+
+from pathlib import Path
+
+from broker.store.message_store import MessageStore
+from common.message_codec import decode_record
+from tests.store.conftest import store_config
+
+TOPIC = "FramesT"
+
+
+def _copy(master: MessageStore, slave: MessageStore, max_bytes: int) -> list[int]:
+    """What a slave's HA client does, frame by frame; the frames' sizes."""
+    sizes = []
+    end = master.commit_log.max_offset()
+    while (at := slave.commit_log.max_offset()) < end:
+        frame = bytes(master.commit_log.read_replica(at, max_bytes))
+        assert frame, f"no frame at {at} below the master's end {end}"
+        slave.commit_log.append_replica(at, frame)
+        sizes.append(len(frame))
+    return sizes
+
+
+def test_frames_carry_whole_appends_and_a_replica_never_ends_inside_one(tmp_path: Path) -> None:
+    master = MessageStore(store_config(tmp_path / "master"))
+    slave = MessageStore(store_config(tmp_path / "slave"))
+    master.start()
+    slave.start()
+    try:
+        appends = [master.put_messages(TOPIC, 0, [bytes([i]) * 700] * 5, [b""] * 5) for i in range(6)]
+        batch_size = appends[1].append.physical_offsets[0] - appends[0].append.physical_offsets[0]
+        sizes = _copy(master, slave, batch_size + batch_size // 2)  # one and a half appends a frame: one goes
+        assert sizes == [batch_size] * 6, sizes
+        big = master.put_messages(TOPIC, 0, [b"x" * 9000] * 3, [b""] * 3)  # larger than a frame: goes whole
+        assert _copy(master, slave, 4096) == [big.append.end_offset - big.append.physical_offsets[0]]
+        end = master.commit_log.max_offset()
+        assert slave.wait_dispatched(end)
+        assert slave.max_offset(TOPIC, 0) == 33
+        bodies = [decode_record(m).body for m in slave.get_message(TOPIC, 0, 0, 64, max_total_bytes=10**9).messages]
+        assert bodies == [bytes([i]) * 700 for i in range(6) for _ in range(5)] + [b"x" * 9000] * 3
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_replica_whose_log_ends_inside_a_record_does_not_dispatch_it(tmp_path: Path) -> None:
+    """A replica an older master cut inside a record (or a log cut so otherwise): the record is not dispatched, nor
+    served, until its end arrives."""
+    master = MessageStore(store_config(tmp_path / "master"))
+    slave = MessageStore(store_config(tmp_path / "slave"))
+    master.start()
+    slave.start()
+    try:
+        first = master.put_messages(TOPIC, 0, [b"a" * 500], [b""])
+        second = master.put_messages(TOPIC, 0, [b"b" * 500], [b""])
+        cut = second.append.physical_offsets[0] + 200
+        slave.commit_log.append_replica(0, bytes(master.commit_log.read_at(0, cut)))
+        assert slave.wait_dispatched(first.append.end_offset)
+        assert not slave.wait_dispatched(cut, 0.5)
+        assert slave.max_offset(TOPIC, 0) == 1
+        end = second.append.end_offset
+        slave.commit_log.append_replica(cut, bytes(master.commit_log.read_at(cut, end - cut)))
+        assert slave.wait_dispatched(end)
+        assert [decode_record(m).body for m in slave.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500, b"b" * 500]
+    finally:
+        master.shutdown()
+        slave.shutdown()
