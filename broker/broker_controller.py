@@ -85,7 +85,7 @@ from common.metrics import (
     set_health,
     start_exporter,
 )
-from common.refusal import Refusal
+from common.refusal import NOT_GROUP_MASTER, Refusal
 from common.response_code import ResponseCode
 from common.rpc_boundary import GenericHandlersOnly, RequestDecoding
 from common.shutdown_steps import ShutdownStep, run_shutdown_steps
@@ -126,6 +126,8 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
 ]
+# A replication frame holds at least one whole append, as large as maxMessageSize allows (up to 1 GiB): no cap.
+HA_GRPC_OPTIONS = [*GRPC_OPTIONS[:1], ("grpc.max_send_message_length", -1), *GRPC_OPTIONS[2:]]
 
 
 class BrokerController:
@@ -397,7 +399,7 @@ class BrokerController:
         assert self.ha is not None
         c = self.config
         acl = [self._ha_acl()] if self.acl is not None else []
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
+        server = grpc.aio.server(options=HA_GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
             port = add_port(server, f"{c.broker_ip1}:{c.ha_listen_port}", c.tls_server())
         except RuntimeError as exc:
@@ -581,7 +583,7 @@ class BrokerController:
     def _pop_refusal(self) -> str | None:
         c = self.config
         if not self._is_master() or self.local_store.running_flags.replica_reason is not None:
-            return (f"broker {c.broker_name} is not its group's master: POP state lives on the master "
+            return (f"broker {c.broker_name} {NOT_GROUP_MASTER}: POP state lives on the master "
                     "(pop from the broker the route names as id 0)")
         return None
 
@@ -652,7 +654,10 @@ class BrokerController:
         await asyncio.to_thread(self.transactions.shutdown)
         if self._server is not None:
             self.hold_service.wake_all()
-            await self._server.stop(grace=5)
+            # A deposed master cuts its clients' calls at once (UNAVAILABLE, which the SDK takes as a failover and
+            # retries at the new master): through a grace its open streams went on answering refusals for 5 s,
+            # which reached users as errors (the failover review: 48 receives, KV writes, sends).
+            await self._server.stop(grace=0 if self.rejoin_reason else 5)
         if self._ha_server is not None:
             await self._ha_server.stop(grace=1)
         if self.replicas is not None:

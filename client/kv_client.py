@@ -38,6 +38,7 @@ from common.kv_shard import (
     shard_of,
     snapshot_shape_error,
 )
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
 
@@ -85,10 +86,11 @@ def _checked(check: Callable[..., None], *args: object) -> None:
 
 
 def retryable_answer(response: _Response) -> bool:
-    """Not leader or busy (a shard moving), or a slave refusing a write (nothing applied: the route that named it
-    master is stale, a failover is under way)."""
-    return response.code in RETRYABLE_CODES or (response.code == ResponseCode.NO_PERMISSION
-                                                and "slave" in response.remark.lower())
+    """Not leader or busy (a shard moving), or a slave or a deposed master refusing a write (nothing applied: the
+    route that named it master is stale, a failover is under way)."""
+    return response.code in RETRYABLE_CODES or (
+        response.code == ResponseCode.NO_PERMISSION and "slave" in response.remark.lower()) or (
+        response.code == ResponseCode.SERVICE_NOT_AVAILABLE and says_not_master(response.remark))
 
 
 def response_states(response: kv_pb2.KvGetResponse) -> list[bytes]:

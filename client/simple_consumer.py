@@ -33,6 +33,7 @@ from client.rpc_stream import RpcStream
 from client.static_route import VIRTUAL_BROKER_NAME, is_logic_queue
 from common.message import MessageExt
 from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
@@ -103,6 +104,10 @@ class SimpleConsumer:
                 continue
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:  # a static topic was remapped: new leaders
                 self.client.invalidate_route(self.topic)
+                continue
+            if response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark):  # a failover
+                self.client.invalidate_route(self.topic)
+                skipped.append(business_error(f"receive from {self.topic}", addr, response.code, response.remark))
                 continue
             if response.code == ResponseCode.PULL_NOT_FOUND:
                 continue

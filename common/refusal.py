@@ -6,6 +6,15 @@ Raised anywhere below a servicer (processors and the services they call); the RP
 
 from common.response_code import ResponseCode, code_name
 
+# Parts of the remarks a replica that is not (or no longer) its group's master refuses with: nothing was done, and
+# the route that named it master is stale (a failover is under way), so clients look again and retry.
+NOT_GROUP_MASTER = "is not its group's master"
+DEPOSED_MASTER = "another replica is master now"
+
+
+def says_not_master(remark: str) -> bool:
+    return NOT_GROUP_MASTER in remark or DEPOSED_MASTER in remark
+
 
 class Refusal(Exception):
     def __init__(self, code: ResponseCode, remark: str) -> None:

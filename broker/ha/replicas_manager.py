@@ -31,6 +31,7 @@ from broker.ha.controller_link import ControllerLink
 from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_service import HAService
 from broker.store.message_store import MessageStore
+from common.refusal import DEPOSED_MASTER
 from proto import controller_pb2
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class ReplicasManager:
 
     def _rejoin(self, why: str) -> None:
         self.role = "REJOINING"
-        self.hooks.fence("another replica is master now: restarting as its replica")
+        self.hooks.fence(f"{DEPOSED_MASTER}: restarting as its replica")
         self.link.end_session()  # gone for the controller at once: not elected while it restarts
         self.hooks.rejoin(why)
 

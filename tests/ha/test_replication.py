@@ -453,3 +453,22 @@ def test_an_empty_slave_copies_the_timers_only_the_expired_segments_held(tmp_pat
         assert runtime(g.ns.addr, g.slave)["timerPending"] == "1"
     finally:
         g.stop()
+
+
+def test_a_record_larger_than_64_mib_replicates(tmp_path: Path):
+    """A frame carries at least one whole append (since frames stopped cutting records), and the replica's channel
+    took at most 64 MiB: with ``maxMessageSize`` above that, one large record stopped replication for good
+    (RESOURCE_EXHAUSTED at every reconnect) and a SYNC_MASTER failed every later send (the failover review)."""
+    g = Group(tmp_path, "SYNC_MASTER", mappedFileSizeCommitLog=str(128 << 20), maxMessageSize=str(80 << 20))
+    try:
+        with Admin(g.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "1", what="the slave to connect")
+        with Producer(g.ns.addr, send_timeout_ms=20_000) as producer:
+            assert producer.send(Message(TOPIC, b"L" * (65 << 20))).status is SendStatus.SEND_OK
+            assert producer.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
+        end = g.wait_slave_shows_everything()
+        assert g.ends() == (end, end)
+    finally:
+        g.stop()
