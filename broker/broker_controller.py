@@ -449,6 +449,7 @@ class BrokerController:
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
                 on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_pop_topic,
+                on_mapping_changed=self.hold_service.wake_topic,
                 acl_version=lambda: self.acl.data_version if self.acl is not None else None),
             recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
                                           self._is_master),

@@ -31,15 +31,14 @@ from common.statictopic.static_topic_plan import (
     plan_remap,
 )
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
-from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, MAX_QUEUE_NUMS
+from common.topic_config import MAX_QUEUE_NUMS
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
-from common.topic_validator import InvalidTopicError, validate_topic
+from common.topic_validator import InvalidTopicError, may_be_static, validate_topic
 from proto import broker_pb2, common_pb2
 
 if TYPE_CHECKING:
     from client.admin import Admin
 
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})  # names a static topic may not take
 
 
 def now_ms() -> int:
@@ -350,8 +349,9 @@ class StaticTopicAdmin:
             validate_topic(topic)
         except InvalidTopicError as exc:
             raise MQClientError(f"static topic not created: {exc}") from None
-        if topic in SYSTEM_TOPICS:
-            raise MQClientError(f"topic {topic} is a system topic: a static topic needs a name of its own")
+        if not may_be_static(topic):
+            raise MQClientError(f"topic {topic} is a system topic (TBW102, the transaction topics, rmq_sys_*, %RETRY%* "
+                                "and %DLQ%*): a static topic needs a name of its own")
         targets, states = self.read_targets(topic, cluster, brokers)
         if queue_num > MAX_QUEUE_NUMS * len(states):  # before planning: a plan holds an item per logic queue
             raise MQClientError(f"static topic {topic} not changed: {queue_num} logic queues do not fit on the "

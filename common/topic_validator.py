@@ -2,6 +2,7 @@
 
 import re
 
+from common.kv_shard import KV_TOPIC
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC
 from common.transaction_topic import SYSTEM_TOPICS as TRANSACTION_TOPICS
 
@@ -47,6 +48,12 @@ def system_topic_refusal(topic: str) -> str | None:
 
 def is_system_topic(topic: str) -> bool:
     return conflicts_with_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+
+
+def may_be_static(topic: str) -> bool:
+    """No system topic may be static (a group's %RETRY% topic made static lost its retries silently) but the KV
+    store's, whose shards are a static topic's logic queues."""
+    return topic == KV_TOPIC or not is_system_topic(topic)
 
 
 # A consumer group's retry and dead-letter topics are its name behind a prefix (``common/group_topics.py``): a group

@@ -30,7 +30,7 @@ from common.statictopic.mapping_codec import detail_from_proto, detail_to_proto
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 from common.topic_config import AUTO_CREATE_TOPIC_KEY_TOPIC, TopicConfig
 from common.topic_config_codec import topic_config_from_proto, topic_config_to_proto
-from common.topic_validator import system_topic_refusal
+from common.topic_validator import may_be_static, system_topic_refusal
 from proto import broker_pb2, common_pb2
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class AdminBrokerProcessor:
                  ensure_default_topic: Callable[[], None] = lambda: None,
                  on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None,
                  on_topic_deleted: Callable[[str], None] = lambda _topic: None,
+                 on_mapping_changed: Callable[[str], None] = lambda _topic: None,
                  acl_version: Callable[[], DataVersion | None] = lambda: None) -> None:
         self.config = config
         self.broker_addr = broker_addr
@@ -65,6 +66,7 @@ class AdminBrokerProcessor:
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.on_leadership_gained = on_leadership_gained  # (topic, logic ids): POP state kept from before is stale
         self.on_topic_deleted = on_topic_deleted  # the topic's POP state is stale
+        self.on_mapping_changed = on_mapping_changed  # a static topic's parked pulls must look again
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
         self.ha_info = ha_info  # role, replication address and progress
         self.producers = producers  # producer sessions (transaction heartbeats)
@@ -147,6 +149,9 @@ class AdminBrokerProcessor:
         checked_topic(detail.topic)
         if detail.topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
             raise RequestError(f"{AUTO_CREATE_TOPIC_KEY_TOPIC} is the auto-create default topic; it cannot be static")
+        if not may_be_static(detail.topic):
+            raise RequestError(f"topic {detail.topic} is a system topic (TBW102, the transaction topics, rmq_sys_*, "
+                               "%RETRY%* and %DLQ%*); it cannot be static")
         config = topic_config_from_proto(request.config) if request.HasField("config") else None
         if config is not None:
             if config.topic_name != detail.topic:
@@ -188,6 +193,7 @@ class AdminBrokerProcessor:
             raise RequestError(str(exc)) from None
         if config is not None:
             self.topic_config_manager.update(config)
+        self.on_mapping_changed(detail.topic)
         self.on_topics_changed()
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 

@@ -1,6 +1,7 @@
 """A consumer group on a static topic: members split the logic queues, and keep consuming across a remap."""
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -67,3 +68,27 @@ def test_members_split_logic_queues_and_follow_a_remap(cluster: StaticCluster):
     finally:
         for m in members:
             m.close()
+
+
+def test_a_push_consumer_parked_on_the_old_leader_follows_a_remap_at_once(cluster: StaticCluster):
+    """A pull parked in a long poll on the physical queue a remap fenced got no arrival there again: every push
+    consumer of the topic stalled for the rest of its long poll after each remap (12.6 s of a 15 s poll in the static
+    topics review). The mapping update wakes the topic's parked pulls, which then hear where the queue went."""
+    topic = "StaticParkedT"
+    create(cluster, topic, 1, ["broker-a"])
+    seen: dict[bytes, float] = {}
+    consumer = PushConsumer(cluster.addr, group="static-parked", topic=topic, consume_from_first=True,
+                            long_poll_ms=30_000, handler=lambda msg: seen.setdefault(msg.body, time.monotonic()))
+    consumer.start()
+    try:
+        with Producer(cluster.addr) as producer:
+            producer.send(Message(topic, b"before"))
+            wait_until(lambda: b"before" in seen, timeout=20, what="the message before the remap")
+            time.sleep(1)  # the consumer's next pull is parked on broker-a's queue now
+            remap(cluster, topic, ["broker-b"])
+            remapped = time.monotonic()
+            producer.send(Message(topic, b"after"))
+            wait_until(lambda: b"after" in seen, timeout=40, what="the message after the remap")
+        assert seen[b"after"] - remapped < 10, f"consumed {seen[b'after'] - remapped:.1f} s after the remap"
+    finally:
+        consumer.close()
