@@ -31,8 +31,9 @@ STORE_HOST = encode_host("127.0.0.1:10911")
 BORN_TS = 1_700_000_000_123
 BODY_LEN_AT = 84  # i32, then topic_len u8 at 88 and properties_len u16 at 89
 TOTAL_SIZE = struct.Struct(">i")
-# Header bytes only the broker writes: queue id; queue offset, physical offset, store time; store host.
-BROKER_FIELDS = ((12, 16), (20, 44), (64, 72))
+# Header bytes only the broker writes: queue id; queue offset, physical offset, store time and the batch mark
+# (sys_flag's top byte); store host.
+BROKER_FIELDS = ((12, 16), (20, 45), (64, 72))
 
 
 def wire(bodies: list[bytes], properties: list[bytes] | None = None, topic: bytes = TOPIC, flag: int = 0,
