@@ -81,6 +81,8 @@ def drain_verdict(status: DrainStatus) -> str:
     if len(status.held) > len(readable):
         reasons.append(f"{len(status.held) - len(readable)} expired ones are still named by their chains (the "
                        "leaders' static-topic clean service forgets them)")
+    if status.timer_pending:
+        reasons.append(f"its timer still holds {status.timer_pending} delayed messages (delivered when due, then 0)")
     return f"broker {status.broker} cannot be removed yet: " + "; ".join(reasons)
 
 
@@ -95,6 +97,7 @@ def drain_status(broker: str) -> None:
     if as_json():
         click.echo(to_json({"broker": broker, "removable": status.removable, "leads": status.leads,
                             "held": rows, "file_reserved_hours": status.file_reserved_hours,
+                            "timer_pending": status.timer_pending,
                             "verdict": drain_verdict(status)}))
         return
     click.echo(render_table(Table(HELD_COLUMNS, rows, footer=["", drain_verdict(status)])))

@@ -470,7 +470,9 @@ class Admin:
         """What keeps a drained ``broker`` from being removed (nothing: ``removable``)."""
         addr = self.brokers(broker_names=[broker])[0].addr
         reserved = self.broker_config(addr)[0].get("fileReservedTime")
-        return LogicalQueueAdmin(self.static_topics).drain_status(broker, float(reserved) if reserved else None)
+        status = LogicalQueueAdmin(self.static_topics).drain_status(broker, float(reserved) if reserved else None)
+        status.timer_pending = int(self.broker_runtime_info(addr).get("timerPending") or 0)
+        return status
 
     def static_topic_status(self, topic: str) -> StaticTopicStatus | None:
         """Logic queues with their chains and each item's physical min/max/last update; None when no broker
