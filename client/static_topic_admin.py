@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from client.admin import Admin
 
 
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
