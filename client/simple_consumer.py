@@ -15,6 +15,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -38,6 +39,7 @@ from common.response_code import ResponseCode
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
+NOT_MASTER_PAUSE_S = 1.0  # a receive whose long-polling broker is not master (a failover) waits this long
 SILENT_BROKER_SKIP_S = 5.0  # how long a broker that let a receive time out is asked last (as the proxy does)
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class SimpleConsumer:
             if response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark):  # a failover
                 self.client.invalidate_route(self.topic)
                 skipped.append(business_error(f"receive from {self.topic}", addr, response.code, response.remark))
+                if last and wait_ms:  # the one to wait on refused: wait a little here, not spin on the route
+                    time.sleep(min(wait_ms / 1000, NOT_MASTER_PAUSE_S))
                 continue
             if response.code == ResponseCode.PULL_NOT_FOUND:
                 continue

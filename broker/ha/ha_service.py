@@ -251,7 +251,8 @@ class HAService:
                     yield frame
                     continue
                 appended.clear()
-                if self.commit_log.read_replica(position, 1) or self.commit_log.confirm_offset != told:
+                if (self.commit_log.read_replica(position, 1, self._epoch_end(position))
+                        or self.commit_log.confirm_offset != told):
                     continue  # changed between the read and the clear
                 try:
                     await asyncio.wait_for(appended.wait(), HEARTBEAT_S)
@@ -277,17 +278,22 @@ class HAService:
 
     def _frame_at(self, position: int) -> ha_pb2.ReplicationFrame:
         """The bytes from ``position``: at most a frame's worth, within one segment and one epoch."""
-        until = None
         frame = ha_pb2.ReplicationFrame(offset=position)
         if self.epochs is not None:
             entry = self.epochs.epoch_at(position)
             if entry is not None:
                 frame.epoch, frame.epoch_start_offset = entry.epoch, entry.start_offset
-                until = self.epochs.next_start_after(entry.epoch)
         # Read the confirm offset before the bytes: a frame never says more is confirmed than it carries.
         frame.confirm_offset = self.commit_log.confirm_offset
-        frame.data = bytes(self.commit_log.read_replica(position, FRAME_BYTES, until))
+        frame.data = bytes(self.commit_log.read_replica(position, FRAME_BYTES, self._epoch_end(position)))
         return frame
+
+    def _epoch_end(self, position: int) -> int | None:
+        """Where the epoch holding ``position`` ends (a frame never crosses it); None for the current one."""
+        if self.epochs is None:
+            return None
+        entry = self.epochs.epoch_at(position)
+        return self.epochs.next_start_after(entry.epoch) if entry is not None else None
 
     def _start_of(self, hello: ha_pb2.ReplicaHandshake) -> tuple[int, bool]:
         """Where the replica's copy starts (see :meth:`_agreed_end`), and whether it copies this broker's state

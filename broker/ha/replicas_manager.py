@@ -183,7 +183,9 @@ class ReplicasManager:
         if was == "SLAVE":
             await asyncio.to_thread(self.hooks.stop_following)
         commit_log = self.store.commit_log
-        end = commit_log.max_offset()
+        # A log an older master's frames ended inside a record: dispatch never passes it, so promotion would wait
+        # for ever (and appends would follow the torn bytes).
+        end = await asyncio.to_thread(self.store.cut_partial_record)
         await asyncio.to_thread(self.epochs.assign, a.master_epoch, end)
         # PROMOTING, not MASTER yet: the fence stays up (and nothing is acknowledged) until appends can take
         # their queue offsets from complete consume queues.

@@ -217,9 +217,11 @@ class CommitLog:
             return memoryview(b"")
         pos = offset - segment.file_from_offset
         written = segment.wrote_position
-        if until is not None:
-            written = min(written, until - segment.file_from_offset)
-        end = _whole_appends_end(segment.mm, pos, written, pos + max_bytes)
+        epoch_ends_here = until is not None and until - segment.file_from_offset <= written
+        if epoch_ends_here:
+            assert until is not None
+            written = until - segment.file_from_offset
+        end = _whole_appends_end(segment.mm, pos, written, pos + max_bytes, epoch_ends_here)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -348,6 +350,24 @@ class CommitLog:
             self._local_confirm = min(self._local_confirm, end)
             self._replicated = min(self._replicated, end)
 
+    def cut_partial_record(self, from_offset: int) -> int:
+        """A replica about to be promoted: bytes past its last whole record (an older master cut its frames anywhere)
+        go, with the confirm offset that counted them (no record there was ever dispatched or acknowledged whole).
+        ``from_offset``: a record boundary to scan from. Returns the log's end."""
+        with self._lock:
+            # CRC too: a record's header may be all there while its body was never written (zeros past the end).
+            end = self.scan_valid_end(from_offset, verify_crc=True, written_whole_below=self.max_offset() + 1)
+            if end < self.max_offset():
+                self.mapped_file_queue.truncate_to(end)
+                if self._append_observer is not None:
+                    self._append_observer.forget()
+                with self._confirm_lock:
+                    self.confirm_offset = min(self.confirm_offset, end)
+                    self._local_confirm = min(self._local_confirm, end)
+                    self._replicated = min(self._replicated, end)
+                log.warning("partial_record_cut end=%d: the log ended inside a record its master sent in parts", end)
+            return end
+
     def cap_recovered_confirm(self, confirmed: int) -> None:
         """After recovery, when replicated: only what was confirmed before the crash is shown (the rest may be a
         tail the group's next master does not have); confirmation resumes from the group."""
@@ -365,10 +385,12 @@ class CommitLog:
         self.mapped_file_queue.shutdown(flush)
 
 
-def _whole_appends_end(mm: "mmap.mmap", pos: int, written: int, soft_limit: int) -> int:
+def _whole_appends_end(mm: "mmap.mmap", pos: int, written: int, soft_limit: int, boundary: bool = False) -> int:
     """Where the last whole append from ``pos`` ends, below ``written``: past ``soft_limit`` only to finish the first.
     An end-of-segment marker goes with what precedes it (the first part of an append larger than a segment). Bytes
-    that are not records there (an epoch begun inside a record by an older release) go as they are, to the limit."""
+    that are not records there (an epoch begun inside a record by an older release) go as they are, to the limit.
+    ``boundary``: ``written`` is an epoch's end, which ends whatever append it falls in (the next epoch's master
+    wrote on from there)."""
     end = scan = pos
     unpack = SIZE_MAGIC.unpack_from
     while scan + BLANK_MIN_LENGTH <= written:
@@ -380,6 +402,6 @@ def _whole_appends_end(mm: "mmap.mmap", pos: int, written: int, soft_limit: int)
         if scan + size > written or (scan + size > soft_limit and end > pos):
             break
         scan += size
-        if not mm[scan - size + OFFSET_BATCH_MARK] & BATCH_CONTINUES:
+        if not mm[scan - size + OFFSET_BATCH_MARK] & BATCH_CONTINUES or (boundary and scan == written):
             end = scan
     return end

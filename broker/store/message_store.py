@@ -454,6 +454,14 @@ class MessageStore(MessageStoreReader):
             dispatcher.truncate_dirty(end)
         log.warning("commitlog_truncated end=%d bytes_cut=%d reason=diverged_from_master", end, cut)
 
+    def cut_partial_record(self) -> int:
+        """A replica about to be promoted: cut bytes past its last whole record (``CommitLog.cut_partial_record``);
+        returns the log's end."""
+        self.flushed_checkpoint.write(min(self.reput.reput_from_offset, self.commit_log.flushed_offset()))
+        end = self.commit_log.cut_partial_record(self.reput.reput_from_offset)
+        self.flush_service.on_truncated(end)
+        return end
+
     def start_replica_at(self, offset: int) -> None:
         """This empty store becomes the copy of a master's log that begins at ``offset`` (its older segments
         expired): the commitlog starts there, and so do recovery's scan and the reput (each queue's first unit is

@@ -69,3 +69,30 @@ def test_a_replica_whose_log_ends_inside_a_record_does_not_dispatch_it(tmp_path:
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_writes(tmp_path: Path) -> None:
+    """An older master's frames ended anywhere: promoted so, a replica waited for dispatch to reach its log end,
+    which it never does now (the record is not whole), and its group had no master (the diff review)."""
+    master = MessageStore(store_config(tmp_path / "master"))
+    replica = MessageStore(store_config(tmp_path / "replica"))
+    master.start()
+    replica.start()
+    try:
+        first = master.put_messages(TOPIC, 0, [b"a" * 500], [b""])
+        second = master.put_messages(TOPIC, 0, [b"b" * 500], [b""])
+        cut = second.append.physical_offsets[0] + 200
+        replica.commit_log.append_replica(0, bytes(master.commit_log.read_at(0, cut)))
+        assert replica.wait_dispatched(first.append.end_offset)
+        end = replica.cut_partial_record()  # what a promotion does first
+        assert end == first.append.end_offset == replica.commit_log.max_offset()
+        assert replica.wait_dispatched(end)
+        replica.commit_log.topic_queue_table = replica.consume_queue_store.queue_max_offsets()  # as promotion does
+        taken = replica.put_messages(TOPIC, 0, [b"c" * 500], [b""])  # as the new master
+        assert taken.ok and taken.queue_offset == 1 and taken.append.physical_offsets == [end]
+        assert replica.wait_dispatched(taken.append.end_offset)
+        assert [decode_record(m).body for m in replica.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500,
+                                                                                               b"c" * 500]
+    finally:
+        master.shutdown()
+        replica.shutdown()

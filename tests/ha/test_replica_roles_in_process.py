@@ -87,7 +87,7 @@ class FakeHA:
 def fake_store() -> MessageStore:
     commit_log = SimpleNamespace(max_offset=lambda: 0, confirm_offset=0, topic_queue_table={})
     return cast(MessageStore, SimpleNamespace(
-        commit_log=commit_log, wait_dispatched=lambda end, timeout: True,
+        commit_log=commit_log, wait_dispatched=lambda end, timeout: True, cut_partial_record=lambda: 0,
         consume_queue_store=SimpleNamespace(queue_max_offsets=dict), reput=SimpleNamespace(reput_from_offset=0)))
 
 
