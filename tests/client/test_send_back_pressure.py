@@ -37,7 +37,7 @@ def test_the_producer_settings_are_checked() -> None:
         Producer("127.0.0.1:1", max_in_flight_messages=-1)
 
 
-def test_send_async_past_the_bound_waits_and_fails_unsent_when_nothing_finishes(tmp_path: Path) -> None:
+def test_send_async_past_the_bound_waits_for_room(tmp_path: Path) -> None:
     c = make_cluster(tmp_path, ("broker-a",), registerNameServerPeriod=1000)
     broker = c.brokers["broker-a"]
     try:
@@ -49,21 +49,37 @@ def test_send_async_past_the_bound_waits_and_fails_unsent_when_nothing_finishes(
                 started = time.monotonic()
                 first = [producer.send_async(Message("BoundT", b"in-flight-%d" % i)) for i in range(4)]
                 assert time.monotonic() - started < 1.0, "the sends within the bound waited"
-                fifth = producer.send_async(Message("BoundT", b"over"))
+                fifth = producer.send_async(Message("BoundT", b"fifth"))  # room: once the first ones time out
                 waited = time.monotonic() - started
             finally:
                 os.kill(broker.proc.pid, signal.SIGCONT)
             assert waited >= 1.4, f"the send past the bound returned after {waited:.2f} s, without waiting"
-            with pytest.raises(MQClientError, match="send not made: 4 messages"):
-                fifth.result(5)
-            for future in first:  # they timed out on the stopped broker, or were answered once it went on
+            for future in [*first, fifth]:  # timed out on the stopped broker, or answered once it went on
                 with contextlib.suppress(MQClientError):
                     future.result(10)
-            after = producer.send_async(Message("BoundT", b"after"))  # the room came back
-            assert after.result(10).queue_offset >= 1
-        with PullConsumer(c.addr, group="BoundG") as consumer:
-            bodies = [m.body for m in consumer.pull(consumer.queues("BoundT")[0], 0, 64).messages]
-        assert b"over" not in bodies and b"after" in bodies, bodies
+            assert producer._in_flight is not None and producer._in_flight.messages == 0
+            assert producer.send_async(Message("BoundT", b"after")).result(10).queue_offset >= 1
+    finally:
+        c.stop()
+
+
+def test_a_send_that_finds_no_room_within_its_timeout_fails_unsent(tmp_path: Path) -> None:
+    c = make_cluster(tmp_path, ("broker-a",), registerNameServerPeriod=1000)
+    try:
+        c.create_topic("NoRoomT", 1)
+        with Producer(c.addr, send_timeout_ms=800, max_in_flight_messages=4) as producer:
+            bound = producer._in_flight
+            assert bound is not None and bound.acquire(4, 0, 0)  # as if 4 sends were on their way for ever
+            started = time.monotonic()
+            refused = producer.send_async(Message("NoRoomT", b"over"))
+            assert time.monotonic() - started >= 0.7
+            with pytest.raises(MQClientError, match="send not made: 4 messages"):
+                refused.result(5)
+            bound.release(4, 0)
+            producer.send(Message("NoRoomT", b"after"))
+        with PullConsumer(c.addr, group="NoRoomG") as consumer:
+            bodies = [m.body for m in consumer.pull(consumer.queues("NoRoomT")[0], 0, 64).messages]
+        assert bodies == [b"after"], bodies
     finally:
         c.stop()
 
