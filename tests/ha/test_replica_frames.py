@@ -4,6 +4,8 @@ Its dispatch served that record (a CRC failure to consumers), a promoted replica
 send ("no record at commitlog offset ...") and lost the sends it had acknowledged, and one that ended inside a batch
 served part of a batch its producer was told failed (the batch mark review). In process: two real stores."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from broker.store.message_store import MessageStore
@@ -47,33 +49,10 @@ def test_frames_carry_whole_appends_and_a_replica_never_ends_inside_one(tmp_path
         slave.shutdown()
 
 
-def test_a_replica_whose_log_ends_inside_a_record_does_not_dispatch_it(tmp_path: Path) -> None:
-    """A replica an older master cut inside a record (or a log cut so otherwise): the record is not dispatched, nor
-    served, until its end arrives."""
-    master = MessageStore(store_config(tmp_path / "master"))
-    slave = MessageStore(store_config(tmp_path / "slave"))
-    master.start()
-    slave.start()
-    try:
-        first = master.put_messages(TOPIC, 0, [b"a" * 500], [b""])
-        second = master.put_messages(TOPIC, 0, [b"b" * 500], [b""])
-        cut = second.append.physical_offsets[0] + 200
-        slave.commit_log.append_replica(0, bytes(master.commit_log.read_at(0, cut)))
-        assert slave.wait_dispatched(first.append.end_offset)
-        assert not slave.wait_dispatched(cut, 0.5)
-        assert slave.max_offset(TOPIC, 0) == 1
-        end = second.append.end_offset
-        slave.commit_log.append_replica(cut, bytes(master.commit_log.read_at(cut, end - cut)))
-        assert slave.wait_dispatched(end)
-        assert [decode_record(m).body for m in slave.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500, b"b" * 500]
-    finally:
-        master.shutdown()
-        slave.shutdown()
-
-
-def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_writes(tmp_path: Path) -> None:
-    """An older master's frames ended anywhere: promoted so, a replica waited for dispatch to reach its log end,
-    which it never does now (the record is not whole), and its group had no master (the diff review)."""
+@contextmanager
+def replica_ending_inside_a_record(tmp_path: Path) -> Iterator[tuple[MessageStore, MessageStore, int, int]]:
+    """A master with two records, and a replica holding the first and 200 bytes of the second (as an older master's
+    frames, cut at any byte, left it): (master, replica, the first record's end, the cut)."""
     master = MessageStore(store_config(tmp_path / "master"))
     replica = MessageStore(store_config(tmp_path / "replica"))
     master.start()
@@ -84,8 +63,30 @@ def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_
         cut = second.append.physical_offsets[0] + 200
         replica.commit_log.append_replica(0, bytes(master.commit_log.read_at(0, cut)))
         assert replica.wait_dispatched(first.append.end_offset)
+        yield master, replica, first.append.end_offset, cut
+    finally:
+        master.shutdown()
+        replica.shutdown()
+
+
+def test_a_replica_whose_log_ends_inside_a_record_does_not_dispatch_it(tmp_path: Path) -> None:
+    """A replica an older master cut inside a record (or a log cut so otherwise): the record is not dispatched, nor
+    served, until its end arrives."""
+    with replica_ending_inside_a_record(tmp_path) as (master, slave, _first_end, cut):
+        assert not slave.wait_dispatched(cut, 0.5)
+        assert slave.max_offset(TOPIC, 0) == 1
+        end = master.commit_log.max_offset()
+        slave.commit_log.append_replica(cut, bytes(master.commit_log.read_at(cut, end - cut)))
+        assert slave.wait_dispatched(end)
+        assert [decode_record(m).body for m in slave.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500, b"b" * 500]
+
+
+def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_writes(tmp_path: Path) -> None:
+    """An older master's frames ended anywhere: promoted so, a replica waited for dispatch to reach its log end,
+    which it never does now (the record is not whole), and its group had no master (the diff review)."""
+    with replica_ending_inside_a_record(tmp_path) as (_master, replica, first_end, _cut):
         end = replica.cut_partial_record()  # what a promotion does first
-        assert end == first.append.end_offset == replica.commit_log.max_offset()
+        assert end == first_end == replica.commit_log.max_offset()
         assert replica.wait_dispatched(end)
         replica.commit_log.topic_queue_table = replica.consume_queue_store.queue_max_offsets()  # as promotion does
         taken = replica.put_messages(TOPIC, 0, [b"c" * 500], [b""])  # as the new master
@@ -93,6 +94,3 @@ def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_
         assert replica.wait_dispatched(taken.append.end_offset)
         assert [decode_record(m).body for m in replica.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500,
                                                                                                b"c" * 500]
-    finally:
-        master.shutdown()
-        replica.shutdown()

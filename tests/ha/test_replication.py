@@ -42,6 +42,14 @@ class Group:
         if with_slave:
             self.slave = self.start_slave()
 
+    def create_topic(self, queues: int) -> None:
+        with Admin(self.ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=queues, write_queue_nums=queues)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+
+    def wait_slaves(self, n: int) -> None:
+        wait_until(lambda: runtime(self.ns.addr, self.master)["haSlaves"] == str(n), what=f"{n} slave(s) to connect")
+
     def start_slave(self) -> Daemon:
         return start_broker(self.workdir / "slave", "broker-a", self.ns.addr, brokerId=1, brokerRole="SLAVE",
                             haMasterAddress=self.ha_addr, **self.settings)
@@ -80,10 +88,8 @@ def sync_group(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Group
     flush, store_type = request.param
     g = Group(tmp_path, "SYNC_MASTER", flushDiskType=flush, storeType=store_type)
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
-        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "1", what="the slave to connect")
+        g.create_topic(4)
+        g.wait_slaves(1)
         yield g
     finally:
         g.stop()
@@ -155,9 +161,7 @@ def test_cluster_list_shows_the_group_with_roles(sync_group: Group):
 def test_an_async_master_acknowledges_at_once_and_its_slave_follows(tmp_path: Path):
     g = Group(tmp_path, "ASYNC_MASTER")
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        g.create_topic(2)
         g.slave.stop(signal.SIGKILL)
         with Producer(g.ns.addr) as producer:
             for i in range(200):
@@ -277,10 +281,8 @@ def test_in_sync_replicas_lets_a_send_complete_with_any_n_minus_one_slaves(tmp_p
     second = start_broker(tmp_path / "slave2", "broker-a", g.ns.addr, brokerId=2, brokerRole="SLAVE",
                           haMasterAddress=g.ha_addr, **g.settings)
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=4, write_queue_nums=4)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
-        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "2", what="both slaves to connect")
+        g.create_topic(4)
+        g.wait_slaves(2)
         with Producer(g.ns.addr, retry_times=0) as producer:
             g.slave.stop(signal.SIGKILL)
             assert producer.send(Message(TOPIC, b"one slave is enough")).status is SendStatus.SEND_OK
@@ -300,9 +302,7 @@ def test_a_slave_with_tiered_storage_configured_expires_its_commitlog_as_its_mas
     g = Group(tmp_path, "ASYNC_MASTER", tieredStoreEnable="true", tieredBackendServiceProvider="posix",
               fileReservedTime="0.0003", deleteWhen="*", cleanResourceInterval="200", tieredStoreGroupCommitAge="100")
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        g.create_topic(2)
         with Producer(g.ns.addr) as producer:
             for i in range(0, 4000, 50):  # ~4 MB: four 1 MiB segments
                 producer.send_batch([Message(TOPIC, f"t{j}".encode() * 100) for j in range(i, i + 50)])
@@ -362,9 +362,7 @@ def _master_without_its_first_segments(tmp_path: Path, before_filling: Callable[
     """A master alone, with ~2.4 MB sent in 1 MiB segments and all but the segment being written expired."""
     g = Group(tmp_path, "ASYNC_MASTER", with_slave=False, **SHORT_RETENTION, **settings)
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        g.create_topic(2)
         with Producer(g.ns.addr) as producer:
             before_filling(producer)
             for i in range(0, 4000, 50):
@@ -461,10 +459,8 @@ def test_a_record_larger_than_64_mib_replicates(tmp_path: Path):
     (RESOURCE_EXHAUSTED at every reconnect) and a SYNC_MASTER failed every later send (the failover review)."""
     g = Group(tmp_path, "SYNC_MASTER", mappedFileSizeCommitLog=str(128 << 20), maxMessageSize=str(80 << 20))
     try:
-        with Admin(g.ns.addr) as admin:
-            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
-            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
-        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "1", what="the slave to connect")
+        g.create_topic(1)
+        g.wait_slaves(1)
         with Producer(g.ns.addr, send_timeout_ms=20_000) as producer:
             assert producer.send(Message(TOPIC, b"L" * (65 << 20))).status is SendStatus.SEND_OK
             assert producer.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
