@@ -105,15 +105,24 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
     async def AckMessage(self, request, context):
         return await self._ack(request)
 
+    # An ack, a change of invisible time or a dead-lettering may free a FIFO message group whose next message a
+    # parked receive waits for: it looks again now (it waited for its long poll's end: a FIFO PushConsumer with a
+    # backlog got one message per group every 20 s, the proxy review).
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
-        return await self._run(self.processor.ack, request, lambda: self.processor.runs_inline(request.topic))
+        answer = await self._run(self.processor.ack, request, lambda: self.processor.runs_inline(request.topic))
+        self.hold_service.wake_topic(request.topic)
+        return answer
 
     async def ChangeInvisibleTime(self, request, context):
-        return await self._run(self.processor.change_invisible_time, request,
-                               lambda: self.processor.runs_inline(request.topic))
+        answer = await self._run(self.processor.change_invisible_time, request,
+                                 lambda: self.processor.runs_inline(request.topic))
+        self.hold_service.wake_topic(request.topic)
+        return answer
 
     async def ForwardToDeadLetterQueue(self, request, context):
-        return await REMOTE_WAITS.run(self.processor.forward_to_dead_letter_queue, request)  # reads: peers, a tier
+        answer = await REMOTE_WAITS.run(self.processor.forward_to_dead_letter_queue, request)  # reads: peers, a tier
+        self.hold_service.wake_topic(request.topic)
+        return answer
 
     async def GetPopState(self, request, context):
         return await asyncio.to_thread(self.processor.pop_state, request)

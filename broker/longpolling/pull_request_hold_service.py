@@ -72,8 +72,10 @@ class PullRequestHoldService:
     def wake_topic(self, topic: str) -> None:
         """A static topic's mapping changed (from any thread): its parked pulls and POPs read again now. One parked
         on the physical queue of a logic queue that moved got no arrival there again, and its consumer stalled for
-        the rest of its long poll (up to 30 s) after every remap; woken, it hears where the queue went."""
-        self.loop.call_soon_threadsafe(lambda: self._wake({key for key in self._waiters if key[0] == topic}))
+        the rest of its long poll (up to 30 s) after every remap; woken, it hears where the queue went. Also after
+        a POP ack or change of invisible time: a FIFO message group it freed may have its next message to hand out."""
+        if self._waiters:  # (a read of the dict's size from any thread: a waiter missed is one parked anyway)
+            self.loop.call_soon_threadsafe(lambda: self._wake({key for key in self._waiters if key[0] == topic}))
 
     def wake_all(self) -> None:
         """On shutdown: answer every parked pull now (woken, a pull reads again and finds nothing: it must not

@@ -217,6 +217,36 @@ def test_fifo_group_keeps_each_message_group_in_order_and_groups_in_parallel(clu
     assert order["g1"] == list(range(1, 100, 2))
 
 
+def test_a_receive_parked_behind_a_fifo_group_gets_its_next_message_when_the_group_is_acked(cluster: Cluster):
+    """A receive parked in a long poll while a FIFO message group's head was in flight woke only for a new message,
+    an expiry or its poll's end: a FIFO PushConsumer with a backlog (whose next receive goes while its handler runs)
+    got one message per group every 20 s (the proxy review). An ack wakes it."""
+    topic, group = "PopFifoParkT", "pop-fifo-park"
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        admin.update_subscription_group(group, brokers=["broker-a"], consume_message_orderly=True)
+    with Producer(cluster.addr) as producer:
+        for i in range(2):
+            producer.send(Message(topic, b"g-%d" % i, properties={PROPERTY_SHARDING_KEY: "g"}))
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        [head] = consumer.receive(32, invisible_ms=60_000)
+        parked: list[tuple[float, list]] = []
+
+        def receive() -> None:
+            started = time.monotonic()
+            got = consumer.receive(32, invisible_ms=60_000, wait_ms=15_000)
+            parked.append((time.monotonic() - started, got))
+
+        waiter = threading.Thread(target=receive)
+        waiter.start()
+        time.sleep(1)  # parked now: the group's next message waits for its head
+        consumer.ack(head)
+        waiter.join(20)
+    took, got = parked[0]
+    assert [m.body for m in got] == [b"g-1"]
+    assert took < 6, f"the parked receive got the group's next message {took:.1f} s after it asked"
+
+
 @pytest.mark.parametrize("settings", [{}, {"flushDiskType": "SYNC_FLUSH", "storeType": "defaultRocksDB"}],
                          ids=["calls-on-the-loop", "sync-flush-rocksdb-calls-on-the-worker"])
 def test_in_flight_state_survives_a_sigkill(tmp_path, settings: dict[str, str]):
