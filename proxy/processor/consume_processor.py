@@ -33,6 +33,7 @@ from common.acl import inner_metadata
 from common.message import MessageExt
 from common.message_codec import CorruptRecordError, decode_records
 from common.message_queue import MessageQueue
+from common.perm import is_readable
 from common.receipt_handle import MAX_ACK_HANDLES, InvalidReceiptHandle, ReceiptHandle
 from common.response_code import ResponseCode
 from common.subscription import parse_sub_expression
@@ -46,6 +47,7 @@ from proxy.processor.receipt_handle_renewer import Online, ReceiptHandleRenewer,
 from proxy.proxy_config import ProxyConfig
 from proxy.topic_route_service import TopicRouteService
 from proxy.v2_codes import (
+    BROKER_UNAVAILABLE,
     Code,
     ProxyError,
     broker_refusal,
@@ -262,6 +264,9 @@ class ConsumeProcessor:
                                                "(query its route again)")
         brokers = self.routes.readable_brokers(route)
         if not brokers:
+            if any(is_readable(qd.perm) and qd.read_queue_nums > 0 for qd in route.queue_datas):  # a failover
+                raise ProxyError(BROKER_UNAVAILABLE, f"topic {topic}: no broker with readable queues has a master "
+                                                     "right now (a failover under way)")
             raise ProxyError(Code.FORBIDDEN, f"topic {topic} has no readable queue on a broker with a master")
         first = queue.broker.name
         if first not in brokers:

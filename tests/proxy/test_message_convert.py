@@ -23,6 +23,7 @@ from common.message_properties import (
     decode_properties,
     encode_properties,
 )
+from common.refusal import DEPOSED_MASTER, NOT_GROUP_MASTER
 from common.response_code import ResponseCode
 from proto.v2 import definition_pb2, service_pb2
 from proxy.message_convert import RESERVED_PROPERTIES, to_outgoing, to_v2_message
@@ -234,3 +235,12 @@ def test_a_body_over_the_brokers_limit_is_body_too_large_not_a_bad_request():
     error = refusal(ResponseCode.INVALID_PARAMETER, "send: message body of 65537 bytes exceeds maxMessageSize 65536")
     assert error.code == Code.MESSAGE_BODY_TOO_LARGE
     assert refusal(ResponseCode.INVALID_PARAMETER, "queue id 9 does not exist").code == Code.BAD_REQUEST
+
+
+def test_a_broker_that_is_not_its_groups_master_is_a_failover_not_a_permission():
+    """Mid-failover a receive was answered FORBIDDEN (40300, ForbiddenException to the application) for a broker
+    that said it is not its group's master (the proxy review); it is the code clients retry on."""
+    remark = f"receive from topic T: NO_PERMISSION: broker broker-a {NOT_GROUP_MASTER}: POP state lives on the master"
+    assert refusal(ResponseCode.NO_PERMISSION, remark).code == Code.PROXY_TIMEOUT
+    assert refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"send: {DEPOSED_MASTER}: restarting").code == Code.PROXY_TIMEOUT
+    assert refusal(ResponseCode.NO_PERMISSION, "access denied: no DENY for user u").code == Code.FORBIDDEN
