@@ -56,6 +56,7 @@ from common.message_properties import (
 )
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from common.transaction_topic import TRANSACTION_PREPARED_TYPE
@@ -349,6 +350,15 @@ class Producer:
             deadline = time.monotonic() + self.send_deadline_s
 
         def fail(error: MQClientError) -> None:
+            if not may_move and _failover(error) and time.monotonic() + MASTER_POLL_S < deadline:
+                # A keyed send (a FIFO message group) or a chosen queue stays on its queue: it waits for the
+                # group's new master, until the send's deadline, as a static topic's send does (it failed at
+                # once: a failover through mqproxy failed every FIFO send meanwhile, the proxy review).
+                log.info("send_wait_master topic=%s queue=%s reason=%s", mq.topic, mq, error)
+                self.client.invalidate_route(mq.topic)
+                self.client.retry_threads.retry(future, lambda: self._attempt(
+                    send, mq, False, attempts_left, future, deadline), delay_s=MASTER_POLL_S)
+                return
             if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)
                     and time.monotonic() < deadline - MIN_ATTEMPT_S):
                 future.set_exception(error)
@@ -528,3 +538,10 @@ class _Send:
     topic: str
     records_field: tuple[bytes, bytes]  # (field header, records)
     properties: tuple[bytes, ...]
+
+
+def _failover(error: MQClientError) -> bool:
+    """The send's broker group has no reachable master now (gone, deposed, or none in the route): nothing was
+    stored by this try, or, for a connection that broke, at least once."""
+    return bool(getattr(error, "failover", False) or getattr(error, "no_master", False)
+                or says_not_master(str(error)))
