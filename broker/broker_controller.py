@@ -126,8 +126,6 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
 ]
-# A replication frame holds at least one whole append, as large as maxMessageSize allows (up to 1 GiB): no cap.
-HA_GRPC_OPTIONS = [*GRPC_OPTIONS[:1], ("grpc.max_send_message_length", -1), *GRPC_OPTIONS[2:]]
 
 
 class BrokerController:
@@ -399,7 +397,7 @@ class BrokerController:
         assert self.ha is not None
         c = self.config
         acl = [self._ha_acl()] if self.acl is not None else []
-        server = grpc.aio.server(options=HA_GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[*acl, RequestDecoding()])
         try:
             port = add_port(server, f"{c.broker_ip1}:{c.ha_listen_port}", c.tls_server())
         except RuntimeError as exc:

@@ -53,9 +53,7 @@ class HAClient(threading.Thread):
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
-        # A frame holds at least one whole append, as large as the master's maxMessageSize allows: no cap (a
-        # 64 MiB one stopped replication for good at the first larger record).
-        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", -1)])
+        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
         self._stopped = threading.Event()
         self._metadata_copied = threading.Event()  # the slave's copy of this master's metadata is taken
         self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)

@@ -183,8 +183,8 @@ class ReplicasManager:
         if was == "SLAVE":
             await asyncio.to_thread(self.hooks.stop_following)
         commit_log = self.store.commit_log
-        # A log an older master's frames ended inside a record: dispatch never passes it, so promotion would wait
-        # for ever (and appends would follow the torn bytes).
+        # Frames end anywhere: a log that ends inside a record would keep dispatch from its end for ever (and appends
+        # would follow the torn bytes), and one inside an append would serve part of a batch nobody was told stored.
         end = await asyncio.to_thread(self.store.cut_partial_record)
         await asyncio.to_thread(self.epochs.assign, a.master_epoch, end)
         # PROMOTING, not MASTER yet: the fence stays up (and nothing is acknowledged) until appends can take

@@ -6,7 +6,6 @@ the tail of a segment too small for the next record gets an end-of-segment marke
 """
 
 import logging
-import mmap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,9 +17,7 @@ from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.put_message_result import AppendResult
 from common.message_codec import (
     BATCH_CONTINUES,
-    BLANK_MAGIC,
     BLANK_MIN_LENGTH,
-    MESSAGE_MAGIC,
     OFFSET_BATCH_MARK,
     OFFSET_STORE_TIMESTAMP,
     SIZE_MAGIC,
@@ -207,21 +204,18 @@ class CommitLog:
 
     # -- replication -------------------------------------------------------------------------------
     def read_replica(self, offset: int, max_bytes: int, until: int | None = None) -> memoryview:
-        """Stored bytes from ``offset`` (a master's end of what a slave has): whole appends, as many as fit
-        ``max_bytes`` but at least the first (a replica's log may become a master's: cut anywhere, it ended inside
-        a record, which dispatch served as a corrupt one, or inside a batch its producer was told failed), never
-        across a segment (a slave's segments start where the master's do) nor past ``until`` (an epoch's end).
-        Empty when no whole append is there yet."""
+        """Stored bytes from ``offset`` (a master's end of what a slave has): at most ``max_bytes``, never across a
+        segment (a slave's segments start where the master's do) nor past ``until`` (an epoch's end). They may end
+        inside a record or an append, as upstream's: a replica dispatches only whole records below what its master
+        confirmed, and one promoted cuts what it holds of an unfinished one (``cut_partial_record``). Empty when
+        nothing is there yet."""
         segment = self.mapped_file_queue.find(offset)
         if segment is None:
             return memoryview(b"")
         pos = offset - segment.file_from_offset
-        written = segment.wrote_position
-        epoch_ends_here = until is not None and until - segment.file_from_offset <= written
-        if epoch_ends_here:
-            assert until is not None
-            written = until - segment.file_from_offset
-        end = _whole_appends_end(segment.mm, pos, written, pos + max_bytes, epoch_ends_here)
+        end = min(segment.wrote_position, pos + max_bytes)
+        if until is not None:
+            end = min(end, until - segment.file_from_offset)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -351,12 +345,13 @@ class CommitLog:
             self._replicated = min(self._replicated, end)
 
     def cut_partial_record(self, from_offset: int) -> int:
-        """A replica about to be promoted: bytes past its last whole record (an older master cut its frames anywhere)
-        go, with the confirm offset that counted them (no record there was ever dispatched or acknowledged whole).
-        ``from_offset``: a record boundary to scan from. Returns the log's end."""
+        """A replica about to be promoted: what it holds past its last whole append (its master's frames end anywhere)
+        goes, with the confirm offset that counted it: none of it was acknowledged (a master confirms whole appends),
+        nor dispatched (``from_offset``, where reput stands, a record boundary the scan starts from). Returns the
+        log's end."""
         with self._lock:
             # CRC too: a record's header may be all there while its body was never written (zeros past the end).
-            end = self.scan_valid_end(from_offset, verify_crc=True, written_whole_below=self.max_offset() + 1)
+            end = self.scan_valid_end(from_offset, verify_crc=True, written_whole_below=from_offset)
             if end < self.max_offset():
                 self.mapped_file_queue.truncate_to(end)
                 if self._append_observer is not None:
@@ -365,7 +360,7 @@ class CommitLog:
                     self.confirm_offset = min(self.confirm_offset, end)
                     self._local_confirm = min(self._local_confirm, end)
                     self._replicated = min(self._replicated, end)
-                log.warning("partial_record_cut end=%d: the log ended inside a record its master sent in parts", end)
+                log.warning("partial_append_cut end=%d: the log ended inside an append its master sent in parts", end)
             return end
 
     def cap_recovered_confirm(self, confirmed: int) -> None:
@@ -384,24 +379,3 @@ class CommitLog:
     def shutdown(self, flush: bool = True) -> None:
         self.mapped_file_queue.shutdown(flush)
 
-
-def _whole_appends_end(mm: "mmap.mmap", pos: int, written: int, soft_limit: int, boundary: bool = False) -> int:
-    """Where the last whole append from ``pos`` ends, below ``written``: past ``soft_limit`` only to finish the first.
-    An end-of-segment marker goes with what precedes it (the first part of an append larger than a segment). Bytes
-    that are not records there (an epoch begun inside a record by an older release) go as they are, to the limit.
-    ``boundary``: ``written`` is an epoch's end, which ends whatever append it falls in (the next epoch's master
-    wrote on from there)."""
-    end = scan = pos
-    unpack = SIZE_MAGIC.unpack_from
-    while scan + BLANK_MIN_LENGTH <= written:
-        size, magic = unpack(mm, scan)
-        if magic == BLANK_MAGIC and scan + size <= written:
-            return scan + size
-        if magic != MESSAGE_MAGIC or size <= 0:
-            return min(written, soft_limit)
-        if scan + size > written or (scan + size > soft_limit and end > pos):
-            break
-        scan += size
-        if not mm[scan - size + OFFSET_BATCH_MARK] & BATCH_CONTINUES or (boundary and scan == written):
-            end = scan
-    return end

@@ -455,8 +455,8 @@ class MessageStore(MessageStoreReader):
         log.warning("commitlog_truncated end=%d bytes_cut=%d reason=diverged_from_master", end, cut)
 
     def cut_partial_record(self) -> int:
-        """A replica about to be promoted: cut bytes past its last whole record (``CommitLog.cut_partial_record``);
-        returns the log's end."""
+        """A replica about to be promoted: cut what it holds of an append its master sent only in part
+        (``CommitLog.cut_partial_record``); returns the log's end."""
         self.flushed_checkpoint.write(min(self.reput.reput_from_offset, self.commit_log.flushed_offset()))
         end = self.commit_log.cut_partial_record(self.reput.reput_from_offset)
         self.flush_service.on_truncated(end)

@@ -1,8 +1,8 @@
-"""What a master ships to its replicas is whole appends (``CommitLog.read_replica``): frames were cut at 1 MiB
-wherever that fell, so a replica behind by more, or receiving records over 1 MiB, ended its log inside a record.
-Its dispatch served that record (a CRC failure to consumers), a promoted replica stopped taking writes at the first
-send ("no record at commitlog offset ...") and lost the sends it had acknowledged, and one that ended inside a batch
-served part of a batch its producer was told failed (the batch mark review). In process: two real stores."""
+"""A master's frames end anywhere (``CommitLog.read_replica``, as upstream's), so a replica's log may end inside a
+record or a batch. Its dispatch served such a record (a CRC failure to consumers), and a replica promoted so stopped
+taking writes at the first send ("no record at commitlog offset ...") and lost the sends it had acknowledged, or
+served part of a batch its producer was told failed (the batch mark review). A replica dispatches only whole
+records, and one promoted cuts what it holds of an unfinished append. In process: two real stores."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,18 +27,17 @@ def _copy(master: MessageStore, slave: MessageStore, max_bytes: int) -> list[int
     return sizes
 
 
-def test_frames_carry_whole_appends_and_a_replica_never_ends_inside_one(tmp_path: Path) -> None:
+def test_frames_cut_anywhere_make_a_replica_that_serves_every_record_whole(tmp_path: Path) -> None:
     master = MessageStore(store_config(tmp_path / "master"))
     slave = MessageStore(store_config(tmp_path / "slave"))
     master.start()
     slave.start()
     try:
-        appends = [master.put_messages(TOPIC, 0, [bytes([i]) * 700] * 5, [b""] * 5) for i in range(6)]
-        batch_size = appends[1].append.physical_offsets[0] - appends[0].append.physical_offsets[0]
-        sizes = _copy(master, slave, batch_size + batch_size // 2)  # one and a half appends a frame: one goes
-        assert sizes == [batch_size] * 6, sizes
-        big = master.put_messages(TOPIC, 0, [b"x" * 9000] * 3, [b""] * 3)  # larger than a frame: goes whole
-        assert _copy(master, slave, 4096) == [big.append.end_offset - big.append.physical_offsets[0]]
+        for i in range(6):
+            assert master.put_messages(TOPIC, 0, [bytes([i]) * 700] * 5, [b""] * 5).ok
+        assert master.put_messages(TOPIC, 0, [b"x" * 9000] * 3, [b""] * 3).ok  # larger than a frame
+        sizes = _copy(master, slave, 1000)
+        assert len(sizes) > 30 and max(sizes) <= 1000
         end = master.commit_log.max_offset()
         assert slave.wait_dispatched(end)
         assert slave.max_offset(TOPIC, 0) == 33
@@ -94,3 +93,26 @@ def test_a_replica_promoted_with_a_log_ending_inside_a_record_cuts_it_and_takes_
         assert replica.wait_dispatched(taken.append.end_offset)
         assert [decode_record(m).body for m in replica.get_message(TOPIC, 0, 0, 8).messages] == [b"a" * 500,
                                                                                                b"c" * 500]
+
+
+def test_a_replica_promoted_holding_part_of_a_batch_cuts_the_batch(tmp_path: Path) -> None:
+    """Whole records of a batch whose rest never came were kept by a promoted replica and served: part of a batch
+    its producer was told failed (the batch mark review)."""
+    master = MessageStore(store_config(tmp_path / "master"))
+    replica = MessageStore(store_config(tmp_path / "replica"))
+    master.start()
+    replica.start()
+    try:
+        first = master.put_messages(TOPIC, 0, [b"a" * 300] * 3, [b""] * 3)
+        batch = master.put_messages(TOPIC, 0, [b"b" * 300] * 3, [b""] * 3)
+        cut = batch.append.physical_offsets[2] + 100  # two records of the batch whole, the third in part
+        replica.commit_log.replication_gated = True  # a slave shows what its master confirmed: whole appends
+        replica.commit_log.set_replicated_offset(first.append.end_offset)
+        replica.commit_log.append_replica(0, bytes(master.commit_log.read_at(0, cut)))
+        assert replica.wait_dispatched(first.append.end_offset)
+        assert replica.cut_partial_record() == first.append.end_offset == replica.commit_log.max_offset()
+        assert replica.wait_dispatched(first.append.end_offset)
+        assert replica.max_offset(TOPIC, 0) == 3
+    finally:
+        master.shutdown()
+        replica.shutdown()

@@ -454,9 +454,9 @@ def test_an_empty_slave_copies_the_timers_only_the_expired_segments_held(tmp_pat
 
 
 def test_a_record_larger_than_64_mib_replicates(tmp_path: Path):
-    """A frame carries at least one whole append (since frames stopped cutting records), and the replica's channel
-    took at most 64 MiB: with ``maxMessageSize`` above that, one large record stopped replication for good
-    (RESOURCE_EXHAUSTED at every reconnect) and a SYNC_MASTER failed every later send (the failover review)."""
+    """Frames are cut at 1 MiB whatever the records: with frames of whole appends (tried this session), one record
+    over the replica's 64 MiB channel limit stopped replication for good and a SYNC_MASTER failed every later send
+    (the failover review)."""
     g = Group(tmp_path, "SYNC_MASTER", mappedFileSizeCommitLog=str(128 << 20), maxMessageSize=str(80 << 20))
     try:
         g.create_topic(1)
