@@ -34,6 +34,13 @@ def create(cluster: Cluster, topic: str, queues: int = 4, brokers: tuple[str, ..
                    if topic in admin.topic_list() else False, what=f"route of {topic}")
 
 
+def create_fifo(cluster: Cluster, topic: str, group: str) -> None:
+    """One queue on broker-a, consumed by a FIFO group (consumeMessageOrderly)."""
+    create(cluster, topic, queues=1, brokers=("broker-a",))
+    with Admin(cluster.addr) as admin:
+        admin.update_subscription_group(group, brokers=["broker-a"], consume_message_orderly=True)
+
+
 def produce(cluster: Cluster, topic: str, bodies: list[bytes], **props: str) -> None:
     with Producer(cluster.addr) as producer:
         for body in bodies:
@@ -192,9 +199,7 @@ def dead_letter_bodies(cluster: Cluster, group: str) -> list:
 
 def test_fifo_group_keeps_each_message_group_in_order_and_groups_in_parallel(cluster: Cluster):
     topic, group = "PopFifoT", "pop-fifo"
-    create(cluster, topic, queues=1, brokers=("broker-a",))
-    with Admin(cluster.addr) as admin:
-        admin.update_subscription_group(group, brokers=["broker-a"], consume_message_orderly=True)
+    create_fifo(cluster, topic, group)
     with Producer(cluster.addr) as producer:
         for i in range(100):
             g = "g0" if i % 2 == 0 else "g1"
@@ -222,9 +227,7 @@ def test_a_receive_parked_behind_a_fifo_group_gets_its_next_message_when_the_gro
     an expiry or its poll's end: a FIFO PushConsumer with a backlog (whose next receive goes while its handler runs)
     got one message per group every 20 s (the proxy review). An ack wakes it."""
     topic, group = "PopFifoParkT", "pop-fifo-park"
-    create(cluster, topic, queues=1, brokers=("broker-a",))
-    with Admin(cluster.addr) as admin:
-        admin.update_subscription_group(group, brokers=["broker-a"], consume_message_orderly=True)
+    create_fifo(cluster, topic, group)
     with Producer(cluster.addr) as producer:
         for i in range(2):
             producer.send(Message(topic, b"g-%d" % i, properties={PROPERTY_SHARDING_KEY: "g"}))
