@@ -318,8 +318,9 @@ class CommitLog:
             if size < 0:
                 break
         if append_start >= written_whole_below:
-            log.warning("unfinished_append_cut from=%d to=%d: a crash ended its write part-way; its producer was "
-                        "not told it was stored", append_start, start)
+            log.warning("unfinished_append_cut from=%d to=%d: the log ends inside an append (a write a crash cut "
+                        "short, or a replica's copy of one that came in part); nobody was told it was stored",
+                        append_start, start)
             return append_start
         return start
 
