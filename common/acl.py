@@ -380,10 +380,11 @@ def request_resources(method: str, request: Any) -> list[str]:
     if items is None or isinstance(request, (str, bytes)):
         items = [request]
     out: list[str] = []
+    consuming = method in SUB_METHODS  # a consumer's own retries (%RETRY%G) are its group's, as in its session
     for item in items:
         topic = getattr(item, "topic", "")
         if isinstance(topic, str) and topic:
-            out.append(f"Topic:{topic}")
+            out.append(subscribed_topic_resource(topic) if consuming else f"Topic:{topic}")
         for name in GROUP_FIELDS:
             group = getattr(item, name, "")
             if isinstance(group, str) and group:

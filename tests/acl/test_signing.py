@@ -106,6 +106,18 @@ def test_methods_and_resources() -> None:
     assert request_resources("/rmq.BrokerService/SendMessageStream", frame) == ["Topic:A", "Topic:B"]
     pull = broker_pb2.PullMessageRequest(topic="T", consumer_group="G")
     assert request_resources("/rmq.BrokerService/PullMessage", pull) == ["Topic:T", "Group:G"]
+    # A push consumer pulls, and asks offsets of, its group's retry topic: the group's (as its session), no grant on
+    # Topic:%RETRY%G needed; another group's retries need that group too. A send there stays the topic's.
+    for method, request in (("/rmq.BrokerService/PullMessageStream", broker_pb2.PullStreamFrame(requests=[
+            broker_pb2.PullMessageRequest(topic="%RETRY%G", consumer_group="G")])),
+            ("/rmq.BrokerService/QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(
+                topic="%RETRY%G", consumer_group="G")),
+            ("/rmq.BrokerService/GetMaxOffset", broker_pb2.QueueRequest(topic="%RETRY%G", queue_id=0))):
+        assert request_resources(method, request)[0] == "Group:G", method
+    other = broker_pb2.PullMessageRequest(topic="%RETRY%H", consumer_group="G")
+    assert request_resources("/rmq.BrokerService/PullMessage", other) == ["Group:H", "Group:G"]
+    send = broker_pb2.SendMessageRequest(topic="%RETRY%G")
+    assert request_resources("/rmq.BrokerService/SendMessage", send) == ["Topic:%RETRY%G"]
 
 
 # Methods any authenticated user may call: they read no message, KV entry, offset, topic's or group's metadata.
