@@ -96,6 +96,13 @@ SettingsCheck = Callable[[definition_pb2.Settings], Awaitable[definition_pb2.Sta
 _settings_check: ContextVar[SettingsCheck | None] = ContextVar("proxy_settings_check", default=None)
 
 
+def current_settings_check() -> SettingsCheck | None:
+    """The check of the Telemetry stream being served (None: ACL off), kept by its channel: what the stream's
+    settings earned it (transaction checks, whole messages) is asked for again before each is pushed, since the
+    user's policies or account may have gone since the settings came."""
+    return _settings_check.get()
+
+
 async def check_settings(settings: definition_pb2.Settings) -> None:
     """ProxyError (FORBIDDEN, naming the user, permission and resource) unless the Telemetry stream's caller may
     claim ``settings``."""

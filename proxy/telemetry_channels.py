@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from proto.v2 import definition_pb2, service_pb2
-from proxy.proxy_acl import current_user
+from proxy.proxy_acl import SettingsCheck, current_settings_check, current_user
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ class TelemetryChannel:
     user: str | None = None  # who opened it (ACL on): a client id alone proves nothing, any caller may name it
     peer: str = ""  # the connection it came on (gRPC's peer: address and port), the client's other calls come too
     settings: definition_pb2.Settings | None = None  # the client's last reported settings
+    may_claim: SettingsCheck | None = None  # its caller's settings check (ACL on): asked again before a push
     outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
 
     def send(self, command: service_pb2.TelemetryCommand) -> None:
@@ -86,7 +87,7 @@ class TelemetryChannels:
         (whose answer, if any, is written back), and whatever is queued on its channel is written; ends when the
         client closes its side or the channel is closed (a newer stream of the same client, or the proxy
         stopping)."""
-        channel = TelemetryChannel(client_id, current_user(), peer)
+        channel = TelemetryChannel(client_id, current_user(), peer, may_claim=current_settings_check())
         if self._closing:
             return
         older = self._by_client.get(client_id)

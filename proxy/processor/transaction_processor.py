@@ -132,6 +132,7 @@ class TransactionProcessor:
         self._syncing: asyncio.Lock | None = None  # made on the loop, at first use
         self._closed = False
         self._threads = ThreadPoolExecutor(TRANSACTION_THREADS, thread_name_prefix="proxy-transaction")
+        self._forwarding: set[asyncio.Future[None]] = set()  # checks being forwarded (held: tasks are weak)
 
     def _producer(self) -> LoopProducer:
         if self.producer is None:
@@ -303,26 +304,41 @@ class TransactionProcessor:
 
     def forward_check(self, message: definition_pb2.Message, transaction_id: str) -> None:
         """A broker asks about a transaction: a producer of its topic connected here resolves it."""
-        if not self.recover_orphaned_transaction(message, transaction_id):
-            log.info("transaction_check_unforwarded tx=%s topic=%s: no producer connected", transaction_id,
-                     message.topic.name)
+        task = asyncio.ensure_future(self._forward_check(message, transaction_id))
+        self._forwarding.add(task)
+        task.add_done_callback(self._forwarding.discard)
 
-    def recover_orphaned_transaction(self, message: definition_pb2.Message, transaction_id: str) -> bool:
+    async def _forward_check(self, message: definition_pb2.Message, transaction_id: str) -> None:
+        if not await self.recover_orphaned_transaction(message, transaction_id):
+            log.info("transaction_check_unforwarded tx=%s topic=%s: no producer connected that may publish it",
+                     transaction_id, message.topic.name)
+
+    async def recover_orphaned_transaction(self, message: definition_pb2.Message, transaction_id: str) -> bool:
         """Ask one producer that publishes ``message``'s topic (any: upstream asks one of the group) to resolve the
-        transaction; False when no such producer is connected to this proxy."""
+        transaction; False when no such producer is connected to this proxy. With ACL on, the producer's user must
+        still have Pub on the topic (asked again now: a check carries the whole message, and the user's policies or
+        account may have gone since its settings were let in)."""
         topic = message.topic.name
-        # settings naming the topic were authorized for the stream's user as they came (proxy_acl.check_settings)
         producers = {ch.client_id: ch for ch in self.channels.producers_of(topic)}
         for client_id, user in self._publishers.get(topic, {}).items():  # also those that sent it half messages
             channel = self.channels.get(client_id)
             if channel is not None and channel.client_type == definition_pb2.PRODUCER and channel.user == user:
                 producers[client_id] = channel
-        if not producers:
-            return False
-        random.choice(list(producers.values())).send(service_pb2.TelemetryCommand(
-            recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
-                message=message, transaction_id=transaction_id)))
-        return True
+        candidates = list(producers.values())
+        random.shuffle(candidates)
+        claim = definition_pb2.Settings(client_type=definition_pb2.PRODUCER, publishing=definition_pb2.Publishing(
+            topics=[definition_pb2.Resource(name=topic)]))
+        for channel in candidates:
+            refused = await channel.may_claim(claim) if channel.may_claim is not None else None
+            if refused is not None:
+                log.warning("transaction_check_withheld tx=%s topic=%s client_id=%s user=%s reason=%r",
+                            transaction_id, topic, channel.client_id, channel.user, refused.message)
+                continue
+            channel.send(service_pb2.TelemetryCommand(
+                recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
+                    message=message, transaction_id=transaction_id)))
+            return True
+        return False
 
     async def client_gone(self, client_id: str) -> None:
         """The client ended its Telemetry stream or terminated: the groups of topics only it published leave the

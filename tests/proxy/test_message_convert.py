@@ -216,8 +216,8 @@ def test_a_check_back_goes_to_a_producer_of_the_topic_on_its_stream():
         await hello.wait()
         transactions = TransactionProcessor(channels)
         nobody_publishes = definition_pb2.Message(topic=definition_pb2.Resource(name="U"))
-        assert not transactions.recover_orphaned_transaction(nobody_publishes, "tx-0")
-        assert transactions.recover_orphaned_transaction(v2(), "tx-1")
+        assert not await transactions.recover_orphaned_transaction(nobody_publishes, "tx-0")
+        assert await transactions.recover_orphaned_transaction(v2(), "tx-1")
         pushed = [await first]
         channels.close_all()
         pushed += [command async for command in stream]

@@ -58,7 +58,7 @@ def test_a_client_with_its_stream_open_gets_the_checks_until_it_goes():
         await processor.publishes("with-stream", ["TxT"])
         await processor.publishes("no-stream", ["TxT"])
         check = definition_pb2.Message(topic=definition_pb2.Resource(name="TxT"), body=b"x")
-        assert processor.recover_orphaned_transaction(check, "tx-1")
+        assert await processor.recover_orphaned_transaction(check, "tx-1")
         pushed = [await first]
         channels.close_all()
         pushed += [command async for command in stream]

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from client import Admin
+from client.acl_admin import AclAdmin
 from common.acl import sign
 from proto.v2 import definition_pb2 as d
 from proto.v2 import service_pb2 as s
@@ -126,6 +127,23 @@ def test_a_transaction_check_goes_only_to_a_producer_allowed_to_publish_its_topi
         command = check.recover_orphaned_transaction_command
         assert command.transaction_id == tx and command.message.body == b"secret-tx-via-proxy"
         assert _orphan_checks(mallory, 0.5) == []
+
+
+def test_a_producer_whose_user_lost_pub_after_its_settings_gets_no_more_checks(acl_proxy: ProxyCluster) -> None:
+    """Settings are let in once, when they come; a check carries the whole message, so each is asked for again:
+    dave's stream stayed open after his grant and account were deleted, and went on getting Secret's checks."""
+    dave = ("dave", "dave-secret")
+    with Admin(acl_proxy.namesrv, credentials=ROOT) as admin:
+        acl = AclAdmin(admin)
+        acl.create_user(*dave, cluster="DefaultCluster")
+        acl.create_acl("User:dave", [f"Topic:{SECRET}"], ["Pub"], "Allow", cluster="DefaultCluster")
+        with _telemetry(acl_proxy.endpoint, dave, "dave-tx", _producer(SECRET)) as got:
+            assert _settings_answer(got).code == d.Code.OK
+            acl.delete_acl("User:dave", cluster="DefaultCluster")
+            acl.delete_user("dave", cluster="DefaultCluster")
+            _transactional_send(acl_proxy.endpoint, client_id="victim-3", message_id="V3")  # never ended
+            assert _orphan_checks(got, 6) == [], "a check of Secret's transaction went to dave, revoked"
+    assert "transaction_check_withheld" in acl_proxy.proxy.log() and "user=dave" in acl_proxy.proxy.log()
 
 
 def test_a_stream_opened_under_another_users_client_id_gets_none_of_its_checks(acl_proxy: ProxyCluster) -> None:
