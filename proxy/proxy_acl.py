@@ -39,6 +39,7 @@ from common.acl import AUTH_KEY, DATE_KEY, OPEN_PREFIXES, PUB, SUB, AclError, in
 from proto import acl_pb2, acl_pb2_grpc
 from proto.v2 import definition_pb2, service_pb2
 from proxy.broker_channels import BrokerChannels
+from proxy.refusal_log import RefusalLog
 from proxy.v2_codes import ProxyError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,7 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
         self.authority = authority
         self.authenticate = authenticate
         self.authorize = authorize
+        self.refusals = RefusalLog(log)
 
     async def _check(self, rpc: str, metadata: dict[str, str], request: Any) -> definition_pb2.Status | None:
         """None when the call may proceed (its user recorded: :func:`current_user`), else the status to answer."""
@@ -202,7 +204,7 @@ class ProxyAclInterceptor(grpc.aio.ServerInterceptor):
         if answer.status == grpc.StatusCode.OK.value[0]:
             return None
         code = Code.FORBIDDEN if answer.status == grpc.StatusCode.PERMISSION_DENIED.value[0] else Code.UNAUTHORIZED
-        log.info("rpc_refused rpc=%s code=%s reason=%r", rpc, Code.Name(code), answer.message)
+        self.refusals.refused(rpc, Code.Name(code), answer.message)
         return definition_pb2.Status(code=code, message=answer.message)
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Any],
