@@ -425,6 +425,37 @@ def test_a_record_no_tiered_segment_holds_blocks_its_queue_alone(nodes, provider
     assert node.local.delete_expired_files() == len(segments) - 1  # the blocked queue holds none of them
 
 
+def test_a_read_past_a_tier_that_stopped_short_goes_on_at_the_local_store_not_back_to_the_tier(
+        nodes, provider: TieredBackendServiceProvider):
+    """A blocked queue's tier ends at the record too large for it; once its later records expire locally, a read at
+    the tier's end was sent back to the tier's start (OFFSET_TOO_SMALL, next 0): every consumer of the queue read
+    the tier again and again and never reached what the local store still has (and committed 0)."""
+    node = nodes(provider)
+    node.put(1, b"b0")
+    node.put(1, b"b1")
+    big, _ = node.put(1, b"B" * BIG)
+    for i in range(300):
+        node.put(1, bytes([i % 256]) * 600)
+    node.dispatcher.upload_due(force=True)
+    segments = sorted((node.root / "commitlog").iterdir())
+    for seg in segments[:-1]:
+        t = time.time() - 2 * HOUR
+        os.utime(seg, (t, t))
+    node.dispatcher.flush()
+    assert node.local.delete_expired_files() == len(segments) - 1
+    store, flat = node.tiered.store, node.tiered.flat_files.get(TOPIC, 1)
+    local_min = node.local.min_offset(TOPIC, 1)
+    assert (flat.min_offset, flat.max_offset) == (0, big) and big < local_min < 303
+    status, nxt, got, _ = reads(store, 1, 0, 32)  # the tier serves what it has
+    assert (status, nxt, [q for q, _ in got]) == (GetMessageStatus.FOUND, big, [0, 1])
+    for offset in (big, local_min - 1):  # in the hole: on to the local store's start
+        status, nxt, got, _ = reads(store, 1, offset, 32)
+        assert (status, nxt, got) == (GetMessageStatus.OFFSET_TOO_SMALL, local_min, []), offset
+    status, nxt, got, _ = reads(store, 1, local_min, 2)
+    assert (status, [q for q, _ in got]) == (GetMessageStatus.FOUND, [local_min, local_min + 1])
+    assert store.min_offset(TOPIC, 1) == 0
+
+
 def test_a_queue_blocked_before_a_restart_is_blocked_again_and_a_topic_made_again_uploads(
         nodes, provider: TieredBackendServiceProvider, caplog):
     """The record is still local after a restart: the queue's tier stops before it again (the start fills what the

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from broker.store.consume_queue.consume_queue_store import BoundaryType
-from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile
+from broker.tiered.file.flat_message_file import UNIT, FlatMessageFile, record_queue_offset
 from broker.tiered.metadata.rocksdb_tiered_metadata_store import RocksDBTieredMetadataStore
 from broker.tiered.metadata.tiered_metadata_store import SegmentStatus
 from broker.tiered.provider.file_segment import FileSegmentType
@@ -229,6 +229,18 @@ def test_expire_moves_the_consume_queue_first_then_the_commitlog(env: Env, delet
     again = env.open(queue.min_offset)
     assert (again.min_offset, again.max_offset, again.commit_log.min_offset) == (12, 30, flat.commit_log.min_offset)
     check_messages(again, originals, 12, 18)
+
+
+def test_a_read_from_below_the_minimum_expiry_moved_counts_on_from_what_it_read(env: Env):
+    """The caller saw the offset in the tier, then expiry moved the minimum past it: the next offset counted from
+    the asked offset, not from the first unit read, so it fell short and those messages came twice (or, with the
+    whole request expired, made no progress)."""
+    flat, _ = expired_setup(env)
+    flat.expire(list(flat.consume_queue.segments)[2].end_ms + 1, False)
+    assert flat.min_offset == 12
+    records, _, next_offset = flat.messages(9, 10, 1 << 20, None)
+    assert [record_queue_offset(r) for r in records] == list(range(12, 19)) and next_offset == 19
+    assert flat.messages(0, 5, 1 << 20, None) == ([], 0, 12)
 
 
 def test_expire_keeps_the_open_segments_and_nothing_young(env: Env):

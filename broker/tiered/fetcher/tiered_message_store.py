@@ -102,8 +102,8 @@ class TieredMessageStore(MessageStoreReader):
                        and self.level is not TieredStorageLevel.DISABLE)
             if result.messages or not in_tier or (result.status is GetMessageStatus.NO_MATCHED_MESSAGE and tags_codes):
                 result.min_offset = self.min_offset(topic, queue_id)
-                if result.status is GetMessageStatus.OFFSET_TOO_SMALL:  # below both tiers: the lower min
-                    result.next_begin_offset = result.min_offset
+                if result.status is GetMessageStatus.OFFSET_TOO_SMALL:
+                    result.next_begin_offset = self._next_served(topic, queue_id, offset)
                 return result
             # nothing locally although the tier has it: expired between the check and the read
         assert flat is not None
@@ -118,6 +118,17 @@ class TieredMessageStore(MessageStoreReader):
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, next_offset, self.min_offset(topic, queue_id),
                                 self.max_offset(topic, queue_id), messages, total)
+
+    def _next_served(self, topic: str, queue_id: int, offset: int) -> int:
+        """Where a read below the local store goes on: the lowest offset at or above ``offset`` that either tier
+        serves. Below the tier, the tier's start; past the tier's end (a tier that stopped short of the local store,
+        e.g. a queue blocked by a record too large to upload, whose next messages then expired locally), the local
+        start: sending it back to the tier's start made its consumers read the tier again, for ever."""
+        local_min = self.local.min_offset(topic, queue_id)
+        flat = self.flat_files.get(topic, queue_id)
+        if self.level is TieredStorageLevel.DISABLE or flat is None or offset >= flat.max_offset:
+            return local_min
+        return min(local_min, max(offset, flat.min_offset))
 
     def _restore_commit_log_offsets(self, topic: str, queue_id: int, records: list[bytes],
                                     flat: FlatMessageFile) -> list[bytes]:

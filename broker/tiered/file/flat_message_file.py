@@ -201,22 +201,28 @@ class FlatMessageFile:
     # -- read ----------------------------------------------------------------------------------------
     def units(self, queue_offset: int, count: int) -> list[tuple[int, int, int, int]]:
         """Committed units from ``queue_offset`` (at most ``count``)."""
+        return self._units_from(queue_offset, count)[1]
+
+    def _units_from(self, queue_offset: int, count: int) -> tuple[int, list[tuple[int, int, int, int]]]:
+        """(the queue offset of the first unit, the units): from ``queue_offset``, or from the minimum if expiry
+        moved it past that (read once: it may move again meanwhile)."""
         start = max(queue_offset, self.min_offset)
         end = min(queue_offset + count, self.max_offset)
         if start >= end:
-            return []
+            return start, []
         data = self.consume_queue.read(start * UNIT, (end - start) * UNIT)
-        return list(CQ_UNIT.iter_unpack(data[: len(data) - len(data) % UNIT]))
+        return start, list(CQ_UNIT.iter_unpack(data[: len(data) - len(data) % UNIT]))
 
     def messages(self, queue_offset: int, max_nums: int, max_bytes: int, tags_codes: set[int] | None,
                  ) -> tuple[list[bytes], int, int]:
         """Records from ``queue_offset``: (records, their bytes, the next queue offset). One read of the
-        commitlog span they cover (this queue's records are contiguous there)."""
-        units = self.units(queue_offset, max_nums)
+        commitlog span they cover (this queue's records are contiguous there). Offsets that expired since the caller
+        looked are skipped: the next offset counts from the first unit read."""
+        start, units = self._units_from(queue_offset, max_nums)
         if not units:
-            return [], 0, queue_offset
+            return [], 0, start
         picked: list[tuple[int, int]] = []  # (commitlog position, size)
-        total, next_offset = 0, queue_offset
+        total, next_offset = 0, start
         for position, size, tags_code, _ in units:
             if picked and (total + size > max_bytes or position + size - picked[0][0] > MAX_READ_BYTES):
                 break
