@@ -41,5 +41,5 @@ class ConsumerServicer(consumer_pb2_grpc.ConsumerServiceServicer):
 
     async def ResetOffsetByTime(self, request, context):
         response = await run(self.groups.reset_offset_by_time, request, remote=True)  # static topics' peers, a tier
-        self.groups.announce_reset(request)
+        self.groups.announce_reset(request, response.offsets)
         return response

@@ -27,7 +27,7 @@ from client.consumer.allocate_strategy import AllocateStrategy, allocate_average
 from client.consumer.consume_concurrently_service import ConsumeConcurrentlyService, Handler
 from client.consumer.consume_orderly_service import ConsumeOrderlyService
 from client.consumer.consume_pool import ConsumePool
-from client.consumer.consumer_sessions import ConsumerSessions
+from client.consumer.consumer_sessions import REOPEN_PAUSE_S, ConsumerSessions
 from client.consumer.group_calls import GroupCalls, queue_ref
 from client.consumer.offset_store import OffsetStore, RemoteOffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
@@ -140,8 +140,11 @@ class PushConsumer:
             self.consumer, self.calls, self.offsets, allocate,
             RebalanceSettings(self.client_id, self.broadcasting, orderly, consume_from_first),
             self._topics, self.pull_service.pull_now, interrupted=self._wakeup.is_set)
-        self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000)
-        self._resets: set[tuple[str, str]] = set()  # (topic, broker name) whose offsets were reset
+        self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000,
+                                         self._on_session_broken)
+        self._renew_soon = threading.Event()  # orderly: a session broke; its leases are asked for again soon
+        # (topic, broker name) whose offsets were reset -> the new offsets by queue id (empty: read them)
+        self._resets: dict[tuple[str, str], dict[int, int]] = {}
         self._stopped = threading.Event()
         self._started = False
         self._life = threading.Lock()  # start and close: each once
@@ -194,6 +197,7 @@ class PushConsumer:
                 return
             self._stopped.set()
         self._wakeup.set()
+        self._renew_soon.set()
         for t in self._threads:  # no rebalance, commit or lease renewal from here on
             t.join(timeout=10)
         self.pull_service.shutdown()
@@ -237,8 +241,20 @@ class PushConsumer:
         if notice.group != self.group:
             return
         if notice.kind == consumer_pb2.GroupNotice.OFFSETS_RESET:
-            self._resets.add((notice.topic, notice.broker_name))
+            self._resets[notice.topic, notice.broker_name] = dict(notice.queue_offsets)
         self._wakeup.set()
+
+    def _on_session_broken(self, addr: str) -> None:
+        """Orderly: the broker freed this member's leases when its session ended (another member may lock the
+        queues at once), so none is trusted until renewed: a member whose connection blipped went on consuming its
+        queues beside the one that took them, out of order, for up to its lease's trust (30 s)."""
+        if not self.orderly:
+            return
+        for pq in list(self.rebalance_impl.process_queues.values()):
+            pq.locked = False
+        log.warning("queue_leases_suspended broker=%s client=%s: session broke; renewed once it is open again",
+                    addr, self.client_id)
+        self._renew_soon.set()
 
     def _rebalance_loop(self) -> None:
         pause = 0.0
@@ -248,7 +264,8 @@ class PushConsumer:
             if self._stopped.is_set():
                 return
             while self._resets:
-                self.rebalance_impl.restart_queues(*self._resets.pop())
+                (topic, broker_name), offsets = self._resets.popitem()
+                self.rebalance_impl.restart_queues(topic, broker_name, offsets)
             self._keep_sessions()
             before = self.rebalance_impl.held()
             complete = self.rebalance_impl.rebalance()
@@ -261,7 +278,14 @@ class PushConsumer:
         again soon, backing off: a single failed renewal stopped the member's queues for 20 s, while nobody
         else could take them either."""
         wait = LEASE_RENEW_S
-        while not self._stopped.wait(wait):
+        while not self._stopped.is_set():
+            if self._renew_soon.wait(wait):
+                self._renew_soon.clear()  # after the session reopened: the broker has seen the old one end by then
+                wait = LEASE_RETRY_S
+                if self._stopped.wait(REOPEN_PAUSE_S + LEASE_RETRY_S):
+                    return
+            if self._stopped.is_set():
+                return
             held, lost = self.rebalance_impl.renew_leases()
             for pq in held:  # a queue whose lease came back consumes what waits
                 assert isinstance(self.consume, ConsumeOrderlyService)

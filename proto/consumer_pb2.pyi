@@ -65,7 +65,7 @@ class HeartbeatFrame(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., consumers: _Optional[_Iterable[_Union[ConsumerData, _Mapping]]] = ...) -> None: ...
 
 class GroupNotice(_message.Message):
-    __slots__ = ("kind", "group", "topic", "broker_name")
+    __slots__ = ("kind", "group", "topic", "broker_name", "queue_offsets")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[GroupNotice.Kind]
@@ -74,15 +74,24 @@ class GroupNotice(_message.Message):
     KIND_UNSPECIFIED: GroupNotice.Kind
     IDS_CHANGED: GroupNotice.Kind
     OFFSETS_RESET: GroupNotice.Kind
+    class QueueOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     kind: GroupNotice.Kind
     group: str
     topic: str
     broker_name: str
-    def __init__(self, kind: _Optional[_Union[GroupNotice.Kind, str]] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., broker_name: _Optional[str] = ...) -> None: ...
+    queue_offsets: _containers.ScalarMap[int, int]
+    def __init__(self, kind: _Optional[_Union[GroupNotice.Kind, str]] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class ConsumerListRequest(_message.Message):
     __slots__ = ("group",)

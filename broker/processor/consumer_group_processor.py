@@ -3,7 +3,7 @@ connection view, and offsets reset by time."""
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from broker.client.consumer_manager import ConsumerManager, QueueRef
 from broker.client.consumer_sessions import CLOSED, ConsumerSessions, Session
@@ -204,13 +204,15 @@ class ConsumerGroupProcessor:
                  len(offsets))
         return consumer_pb2.ResetOffsetResponse(code=ResponseCode.SUCCESS, offsets=offsets)
 
-    def announce_reset(self, request: consumer_pb2.ResetOffsetRequest) -> None:
-        """Tell the group's members which queues to restart: this broker's (each broker announces its own, so a
-        member restarts each queue once, after its offset changed)."""
+    def announce_reset(self, request: consumer_pb2.ResetOffsetRequest,
+                       offsets: Iterable[consumer_pb2.QueueOffset]) -> None:
+        """Tell the group's members which queues to restart, and where: this broker's (each broker announces its own,
+        so a member restarts each queue once, after its offset changed)."""
         static = self.static_topics.mapping_manager.get(request.topic) is not None
         self.sessions.notify(consumer_pb2.GroupNotice(
             kind=consumer_pb2.GroupNotice.OFFSETS_RESET, group=request.group, topic=request.topic,
-            broker_name=LOGICAL_QUEUE_MOCK_BROKER_NAME if static else self.broker_name))
+            broker_name=LOGICAL_QUEUE_MOCK_BROKER_NAME if static else self.broker_name,
+            queue_offsets={q.queue.queue_id: q.offset for q in offsets}))
 
     @staticmethod
     def _queue_offset(topic: str, broker_name: str, queue_id: int, offset: int) -> consumer_pb2.QueueOffset:

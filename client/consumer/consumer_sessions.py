@@ -23,12 +23,18 @@ _BEAT = object()
 
 FrameSource = Callable[[], consumer_pb2.HeartbeatFrame]
 NoticeHandler = Callable[[consumer_pb2.GroupNotice], None]
+BrokenHandler = Callable[[str], None]  # told the broker's address when its session broke (not when closed)
+
+
+def _ignore_broken(addr: str) -> None:
+    pass
 
 
 class BrokerSession:
     def __init__(self, client: ClientInstance, addr: str, frame: FrameSource, on_notice: NoticeHandler,
-                 heartbeat_interval_s: float) -> None:
+                 heartbeat_interval_s: float, on_broken: BrokenHandler = _ignore_broken) -> None:
         self.addr = addr
+        self._on_broken = on_broken
         self._stub = client.stub(consumer_pb2_grpc.ConsumerServiceStub, addr)
         self._frame = frame
         self._on_notice = on_notice
@@ -65,6 +71,7 @@ class BrokerSession:
                     return
                 log.warning("consumer_session_broken broker=%s status=%s detail=%s", self.addr, exc.code().name,
                             exc.details())
+                self._on_broken(self.addr)
             if self._closed.wait(REOPEN_PAUSE_S):
                 return
             self._signals.put(_CLOSE)  # ends the old stream's frames; the next stream reads a queue of its own
@@ -84,10 +91,11 @@ class ConsumerSessions:
     """The sessions of one consumer, kept to the set of brokers its topics are on."""
 
     def __init__(self, client: ClientInstance, frame: FrameSource, on_notice: NoticeHandler,
-                 heartbeat_interval_s: float) -> None:
+                 heartbeat_interval_s: float, on_broken: BrokenHandler = _ignore_broken) -> None:
         self._client = client
         self._frame = frame
         self._on_notice = on_notice
+        self._on_broken = on_broken
         self._interval_s = heartbeat_interval_s
         self._sessions: dict[str, BrokerSession] = {}
         self._lock = threading.Lock()
@@ -105,7 +113,7 @@ class ConsumerSessions:
             new = [a for a in addrs if a not in self._sessions]
             for addr in new:
                 self._sessions[addr] = BrokerSession(self._client, addr, self._frame, self._on_notice,
-                                                     self._interval_s)
+                                                     self._interval_s, self._on_broken)
         for session in gone:
             session.close()
         return bool(new)

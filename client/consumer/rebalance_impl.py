@@ -16,7 +16,7 @@ runs a new pass), and :meth:`held` shows the queues as the last finished pass le
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from client.consumer.allocate_strategy import AllocateStrategy
@@ -55,6 +55,10 @@ class RebalanceImpl:
         self.on_added = on_added
         self.interrupted = interrupted
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        # Orderly: queues being restarted whose handler outlasted the wait: kept (lease and all) until it returns,
+        # then taken again by a pass (a new process queue beside the running call consumed the queue twice at once)
+        self._restarting: set[MessageQueue] = set()
+        self._reset_starts: dict[MessageQueue, int] = {}  # where a reset said a queue restarts (taken once)
         self._held: list[MessageQueue] = []  # as the last finished pass left them
         self._lock = threading.Lock()  # one rebalance at a time
 
@@ -63,7 +67,7 @@ class RebalanceImpl:
         not yet in the broker's list, a lease, or the members changed during the pass), so the caller tries again
         soon."""
         with self._lock:
-            complete = True
+            complete = self._finish_restarts()
             brokers: set[str] = set()  # those of the normal topics read so far (retry topics come last)
             for topic in sorted(self.topics(), key=is_retry_topic):
                 if not complete and self.interrupted():  # the next pass reads the new member list
@@ -93,7 +97,10 @@ class RebalanceImpl:
             members = self.calls.consumer_list(topic)
             mine = self.strategy(self.settings.client_id, queues, members)
             complete = self.settings.client_id in members
-        self._drop([mq for mq in self.process_queues if mq.topic == topic and mq not in mine])
+        # (a queue an earlier pass kept for its running handler is dropped once it returned, then taken afresh if
+        # it is this member's again)
+        route_whole &= self._drop([mq for mq, pq in self.process_queues.items() if mq.topic == topic and (
+            mq not in mine or pq.dropped) and mq not in self._restarting])
         added = [mq for mq in mine if mq not in self.process_queues]
         if added and self._interrupted(topic, len(added)):
             return False
@@ -138,7 +145,11 @@ class RebalanceImpl:
         return True
 
     def _start_offset(self, mq: MessageQueue) -> tuple[int, bool]:
-        """Where ``mq`` starts, and whether the group had committed it."""
+        """Where ``mq`` starts, and whether the group had committed it (a reset's offset is committed again: a
+        commit of the old position may have landed after the broker's)."""
+        reset = self._reset_starts.pop(mq, None)
+        if reset is not None:
+            return reset, False
         committed = self.offsets.read(mq)
         if committed >= 0:
             return committed, True
@@ -155,14 +166,23 @@ class RebalanceImpl:
         except MQClientError as exc:  # the commit loop tries again
             log.warning("offset_persist_failed queue=%s offset=%d error=%s", mq, offset, exc)
 
-    def _drop(self, mqs: list[MessageQueue]) -> None:
-        """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases)."""
+    def _drop(self, mqs: list[MessageQueue]) -> bool:
+        """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases).
+        Orderly: a queue whose handler outlasts the wait is kept, lease and all, and dropped by a later pass once it
+        returned (as upstream's consume lock): freed now, another member consumed it beside the running call. False
+        when one was kept."""
         pqs = [self.process_queues[mq] for mq in mqs]
         deadline = time.monotonic() + DROP_WAIT_S
+        kept = []
         for pq in pqs:
             if not pq.drop_and_wait(max(0.0, deadline - time.monotonic())):
-                log.warning("queue_drop_timed_out queue=%s in_flight=%d", pq.mq, pq.in_flight)
+                log.warning("queue_drop_timed_out queue=%s in_flight=%d orderly=%s", pq.mq, pq.in_flight,
+                            self.settings.orderly)
+                if self.settings.orderly:
+                    kept.append(pq)
         for pq in pqs:
+            if pq in kept:
+                continue
             self.offsets.update(pq, pq.commit_offset())
             try:
                 self.offsets.persist(pq.mq)
@@ -174,6 +194,7 @@ class RebalanceImpl:
             del self.process_queues[pq.mq]
             log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
                      self.settings.client_id)
+        return not kept
 
     def renew_leases(self) -> tuple[list[ProcessQueue], int]:
         """Orderly: renew every held lease; a queue whose lease was lost stops until it is regained. Returns the
@@ -199,17 +220,36 @@ class RebalanceImpl:
             self._drop(list(self.process_queues))
             self._held = []
 
-    def restart_queues(self, topic: str, broker_name: str) -> None:
-        """The group's offsets on the broker's queues of ``topic`` were reset: drop them without keeping their
-        offsets, then take them again from the (new) committed offsets. Each queue's offset is forgotten before its
-        running calls are waited for: one finishing meanwhile would set the old position again, and the commit loop
-        write it over the reset."""
+    def restart_queues(self, topic: str, broker_name: str, offsets: Mapping[int, int] | None = None) -> None:
+        """The group's offsets on the broker's queues of ``topic`` were reset (to ``offsets`` by queue id, when the
+        broker said): drop them without keeping their offsets, then take them again from the new ones. Every queue's
+        offset is forgotten before any running call is waited for: one finishing meanwhile would set the old
+        position again, and the commit loop write it over the reset (it did, for the queues after one with a slow
+        handler)."""
         with self._lock:
-            for mq in [mq for mq in self.process_queues if mq.topic == topic and mq.broker_name == broker_name]:
-                pq = self.process_queues.pop(mq)
-                self.offsets.remove(mq)
-                pq.drop_and_wait(DROP_WAIT_S)
+            pqs = [self.process_queues.pop(mq) for mq in list(self.process_queues)
+                   if mq.topic == topic and mq.broker_name == broker_name]
+            for pq in pqs:
+                self.offsets.remove(pq.mq)  # (waits for a write of its old position in flight)
+                if offsets and pq.mq.queue_id in offsets:
+                    self._reset_starts[pq.mq] = offsets[pq.mq.queue_id]
+            deadline = time.monotonic() + DROP_WAIT_S
+            for pq in pqs:
+                if not pq.drop_and_wait(max(0.0, deadline - time.monotonic())) and self.settings.orderly:
+                    log.warning("queue_restart_deferred queue=%s in_flight=%d: restarted once its handler returns",
+                                pq.mq, pq.in_flight)
+                    self.process_queues[pq.mq] = pq  # its lease is kept meanwhile
+                    self._restarting.add(pq.mq)
         self.rebalance()
+
+    def _finish_restarts(self) -> bool:
+        """Orderly: restart the queues whose handler held up a reset once it returned; False while one still runs."""
+        for mq in list(self._restarting):
+            pq = self.process_queues.get(mq)
+            if pq is None or pq.drop_and_wait(0):
+                self._restarting.discard(mq)
+                self.process_queues.pop(mq, None)  # taken again by this pass, at the reset's offset
+        return not self._restarting
 
     def held(self) -> list[MessageQueue]:
         """The queues this member consumes, as of its last finished pass."""

@@ -197,3 +197,37 @@ def test_orderly_failure_suspends_only_its_queue(cluster: Cluster):
                    what="the suspended queue to finish")
     a_seen = [b for _, b in order if b.startswith("a")]
     assert a_seen == ["a-0", "a-1", "a-1", "a-1", "a-1", "a-2", "a-3", "a-4"]
+
+
+def test_a_reset_of_a_running_group_replays_every_queue_while_one_handler_is_slow(cluster: Cluster):
+    """resetOffsetByTime answered offset 0 on every queue, but only the queue with the slow handler restarted there:
+    while the member waited for that handler, its commit loop wrote the other queues' old offsets over the reset."""
+    topic, group = "ResetSlowT", "reset-slow"
+    cluster.create_topic(topic, queues=2)
+    mqs = [MessageQueue(topic, "broker-a", i) for i in range(2)]
+    seen: dict[int, list[tuple[int, float]]] = {0: [], 1: []}
+    lock = threading.Lock()
+
+    def handler(msg) -> None:
+        with lock:
+            seen[msg.queue_id].append((msg.queue_offset, time.monotonic()))
+        if msg.body == b"slow":
+            time.sleep(3 * push_consumer.COMMIT_INTERVAL_S)
+
+    start_ms = int(time.time() * 1000) - 1000
+    with Producer(cluster.addr) as producer, Admin(cluster.addr) as admin, PushConsumer(
+            cluster.addr, group=group, topic=topic, handler=handler, consume_from_first=True) as consumer:
+        for mq in mqs:
+            for i in range(20):
+                producer.send(Message(topic, f"m{i}".encode()), queue=mq)
+        wait_until(lambda: all(len(seen[i]) >= 20 for i in range(2)), timeout=30, what="the first 40 handled")
+        producer.send(Message(topic, b"slow"), queue=mqs[0])
+        wait_until(lambda: len(seen[0]) == 21, what="the slow call started")
+        reset_at = time.monotonic()
+        assert set(admin.reset_offset_by_time(group, topic, start_ms).values()) == {0}
+        wait_until(lambda: sum(t > reset_at for _, t in seen[1]) >= 20, timeout=30,
+                   what="queue 1 replayed from its reset offset")
+        with lock:
+            replayed = sorted(q for q, t in seen[1] if t > reset_at)
+        assert replayed[:20] == list(range(20))
+        assert consumer.assigned_queues()

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import cast
 
+from client.consumer import rebalance_impl as rebalance_impl_module
 from client.consumer.allocate_strategy import allocate_averagely
 from client.consumer.group_calls import GroupCalls
 from client.consumer.offset_store import OffsetStore
@@ -189,3 +190,130 @@ def test_a_reset_is_not_undone_by_a_call_finishing_while_its_queue_restarts() ->
     assert not restart.is_alive()
     assert group.committed[mq] == 0  # was 264: the reset undone
     assert impl.process_queues[mq] is not pq and offsets.read(mq) == 0
+
+
+def committing_impl(group: CommittingGroup, offsets: OffsetStore, orderly: bool = False,
+                    broadcasting: bool = False, consume_from_first: bool = True) -> RebalanceImpl:
+    return RebalanceImpl(cast(PullConsumer, group), cast(GroupCalls, group), offsets, allocate_averagely,
+                         RebalanceSettings(ME, broadcasting=broadcasting, orderly=orderly,
+                                           consume_from_first=consume_from_first), lambda: [TOPIC], lambda pq: None)
+
+
+def test_a_reset_restarts_the_other_queues_of_the_broker_while_one_handler_is_slow() -> None:
+    """Each queue's offset was forgotten only once the queue before it was waited for: while a slow handler held the
+    first, the commit loop wrote the others' old positions over the reset, and they never replayed."""
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    offsets = BrokerOffsets(group)
+    impl = committing_impl(group, offsets)
+    assert impl.rebalance() is True
+    slow, other = impl.process_queues[QUEUES[0]], impl.process_queues[QUEUES[1]]
+    assert slow.begin()  # a handler call runs on queue 0
+    offsets.update(other, 77)
+    offsets.persist_all()
+    group.committed.update({QUEUES[0]: 0, QUEUES[1]: 0})  # resetOffsetByTime on broker-a
+    restart = threading.Thread(target=impl.restart_queues, args=(TOPIC, "broker-a", {0: 0, 1: 0}))
+    restart.start()
+    deadline = time.monotonic() + 10
+    while not slow.dropped and time.monotonic() < deadline:
+        time.sleep(0.005)
+    offsets.persist_all()  # the commit loop runs while the restart waits for the slow call
+    slow.end()
+    restart.join(10)
+    assert not restart.is_alive()
+    assert group.committed[QUEUES[1]] == 0  # was 77: the reset undone
+    assert impl.process_queues[QUEUES[1]] is not other and impl.process_queues[QUEUES[1]].next_offset == 0
+
+
+def test_a_commit_of_the_old_position_landing_after_the_reset_is_written_over_by_the_notices_offsets() -> None:
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    offsets = BrokerOffsets(group)
+    impl = committing_impl(group, offsets)
+    assert impl.rebalance() is True
+    offsets.update(impl.process_queues[QUEUES[1]], 514)
+    group.committed[QUEUES[1]] = 3  # the broker's reset ...
+    offsets.persist_all()  # ... and the member's commit, before its notice came
+    assert group.committed[QUEUES[1]] == 514
+    impl.restart_queues(TOPIC, "broker-a", {0: 0, 1: 3})
+    assert group.committed[QUEUES[1]] == 3 and impl.process_queues[QUEUES[1]].next_offset == 3
+    assert offsets.read(QUEUES[1]) == 3
+
+
+class FullGroup(CommittingGroup):
+    def max_offset(self, mq: MessageQueue) -> int:
+        return 600
+
+
+def test_a_broadcasting_member_restarts_at_the_reset_offsets_not_at_the_queue_end() -> None:
+    """Its offsets are its own (in memory): restarted without them, it started at the end and skipped its backlog."""
+    group = FullGroup()
+    impl = committing_impl(group, OffsetStore(), broadcasting=True, consume_from_first=False)
+    assert impl.rebalance() is True
+    assert impl.process_queues[QUEUES[0]].next_offset == 600
+    impl.restart_queues(TOPIC, "broker-a", {0: 0, 1: 0})
+    assert [impl.process_queues[mq].next_offset for mq in QUEUES] == [0, 0, 600, 600]
+
+
+def handler_call(pq: ProcessQueue) -> threading.Event:
+    """A handler call running on ``pq`` on a pool thread of its own (a drop never waits for its caller's own call);
+    setting the event returned ends it."""
+    started, done = threading.Event(), threading.Event()
+
+    def call() -> None:
+        assert pq.begin()
+        started.set()
+        done.wait(30)
+        pq.end()
+
+    threading.Thread(target=call, daemon=True).start()
+    assert started.wait(5)
+    return done
+
+
+def returned(pq: ProcessQueue, call: threading.Event) -> None:
+    call.set()
+    deadline = time.monotonic() + 5
+    while pq.in_flight and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def test_an_orderly_queue_is_kept_with_its_lease_while_its_handler_runs_past_the_drop_wait(monkeypatch) -> None:
+    """A member joined: the queue going to it was unlocked after 10 s although its handler still ran, and the new
+    owner consumed the queue beside it, out of order. It is kept (lease renewed) until the handler returns."""
+    monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
+    assert impl.rebalance() is True
+    mq = QUEUES[2]  # the first of the joiner's share
+    pq = impl.process_queues[mq]
+    call = handler_call(pq)
+    group.members.append(OTHER)
+    assert impl.rebalance() is False  # again soon
+    assert impl.process_queues[mq] is pq and mq in group.leased and QUEUES[3] not in group.leased
+    impl.renew_leases()
+    assert mq in group.leased
+    returned(pq, call)
+    assert impl.rebalance() is True
+    assert mq not in impl.process_queues and mq not in group.leased
+    group.members.remove(OTHER)
+    assert impl.rebalance() is True and impl.process_queues[mq] is not pq
+
+
+def test_an_orderly_queue_restarted_by_a_reset_waits_for_its_running_handler(monkeypatch) -> None:
+    monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
+    assert impl.rebalance() is True
+    mq = QUEUES[0]
+    pq = impl.process_queues[mq]
+    call = handler_call(pq)
+    impl.restart_queues(TOPIC, "broker-a", {0: 0, 1: 0})
+    assert impl.process_queues[mq] is pq and pq.dropped and mq in group.leased  # no second process queue yet
+    assert impl.process_queues[QUEUES[1]].next_offset == 0
+    assert impl.rebalance() is False
+    returned(pq, call)
+    assert impl.rebalance() is True
+    assert impl.process_queues[mq] is not pq and impl.process_queues[mq].next_offset == 0
