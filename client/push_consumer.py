@@ -17,6 +17,7 @@ Static topics: the queues are the topic's logic queues; the pull consumer undern
 """
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -37,7 +38,7 @@ from client.errors import MQClientError
 from client.pull_consumer import PullConsumer, checked_consumer_group
 from common.group_topics import is_retry_topic, retry_topic
 from common.message import MessageExt
-from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC
+from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC, encode_properties
 from common.subscription import parse_sub_expression
 from proto import consumer_pb2
 
@@ -322,7 +323,10 @@ class PushConsumer:
         self.calls.send_back(msg, msg.topic, 0, limit)
 
     def _dead_letter(self, msg: MessageExt) -> None:
-        self.calls.send_back(msg, msg.topic, -1, -1)
+        """Orderly: a message is tried again in place, so its own count (RECONSUME_TIME) never grew; the dead letter
+        carries the tries made (``reconsume_times``, as the orderly service set it), as upstream's does."""
+        counted = encode_properties({**msg.properties, PROPERTY_RECONSUME_TIME: str(msg.reconsume_times)})
+        self.calls.send_back(dataclasses.replace(msg, raw_properties=counted, _properties=None), msg.topic, -1, -1)
 
     # -- introspection -----------------------------------------------------------------------------
     def assigned_queues(self) -> list:

@@ -92,3 +92,25 @@ def test_max_reconsume_times_zero_dead_letters_at_the_first_failure(cluster: Clu
             producer.send(Message(topic, b"once", keys="k0"))
         wait_until(lambda: dead_letters(cluster, group), timeout=20, what="the dead letter")
     assert calls == [0]
+
+
+def test_an_orderly_dead_letter_counts_the_tries_made_in_place(cluster: Cluster):
+    """An orderly member tries a failing message again in place, so the message's own count never grew: its dead
+    letter said RECONSUME_TIME 0 after four tries (the concurrent path's says 3 for the same limit)."""
+    topic, group = "OrderlyPoisonT", "orderly-poison"
+    cluster.create_topic(topic, queues=1)
+    tries: list[int] = []
+
+    def handler(msg):
+        tries.append(msg.reconsume_times)
+        return ConsumeResult.LATER
+
+    with PushConsumer(cluster.addr, group=group, topic=topic, handler=handler, consume_from_first=True,
+                      orderly=True, max_reconsume_times=3):
+        with Producer(cluster.addr) as producer:
+            producer.send(Message(topic, b"poison", keys="orderly-poison-key"))
+        wait_until(lambda: dead_letters(cluster, group), timeout=30, what="the orderly dead letter")
+    assert tries == [0, 1, 2, 3]
+    [dead] = dead_letters(cluster, group)
+    assert dead.body == b"poison" and dead.keys == ["orderly-poison-key"]
+    assert dead.properties[PROPERTY_RECONSUME_TIME] == "3"
