@@ -79,6 +79,9 @@ class RebalanceImpl:
                         log.warning("rebalance_failed topic=%s error=%s", topic, exc)
                     complete = False
             self._held = sorted(self.process_queues)
+            # a reset's start is for the pass right after it (or the queue's deferred restart): one left (the queue
+            # went to another member meanwhile) must not place the queue, were it ever this member's again
+            self._reset_starts = {mq: o for mq, o in self._reset_starts.items() if mq in self._restarting}
             return complete
 
     def _rebalance_topic(self, topic: str, brokers: set[str]) -> bool:
@@ -228,7 +231,7 @@ class RebalanceImpl:
         handler)."""
         with self._lock:
             pqs = [self.process_queues.pop(mq) for mq in list(self.process_queues)
-                   if mq.topic == topic and mq.broker_name == broker_name]
+                   if mq.topic == topic and mq.broker_name == broker_name and (not offsets or mq.queue_id in offsets)]
             for pq in pqs:
                 self.offsets.remove(pq.mq)  # (waits for a write of its old position in flight)
                 if offsets and pq.mq.queue_id in offsets:
@@ -241,6 +244,11 @@ class RebalanceImpl:
                     self.process_queues[pq.mq] = pq  # its lease is kept meanwhile
                     self._restarting.add(pq.mq)
         self.rebalance()
+        if self.settings.orderly:  # one the pass did not take again (another member's now): its lease is freed
+            with self._lock:
+                for pq in pqs:
+                    if pq.mq not in self.process_queues:
+                        self.calls.unlock(pq.mq)
 
     def _finish_restarts(self) -> bool:
         """Orderly: restart the queues whose handler held up a reset once it returned; False while one still runs."""

@@ -317,3 +317,29 @@ def test_an_orderly_queue_restarted_by_a_reset_waits_for_its_running_handler(mon
     returned(pq, call)
     assert impl.rebalance() is True
     assert impl.process_queues[mq] is not pq and impl.process_queues[mq].next_offset == 0
+
+
+def test_a_reset_start_is_used_by_the_pass_right_after_the_reset_only() -> None:
+    """A reset queue that went to another member meanwhile starts, should it come back much later, at the group's
+    committed offset by then, not at the reset's (that replayed everything since)."""
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    impl = committing_impl(group, BrokerOffsets(group))
+    assert impl.rebalance() is True
+    group.members.append(OTHER)  # broker-b's queues are OTHER's from the next pass on
+    impl.restart_queues(TOPIC, "broker-b", {0: 5, 1: 5})
+    assert QUEUES[2] not in impl.process_queues
+    group.committed[QUEUES[2]] = 42  # OTHER consumed on
+    group.members.remove(OTHER)
+    assert impl.rebalance() is True
+    assert impl.process_queues[QUEUES[2]].next_offset == 42
+
+
+def test_an_orderly_queue_a_reset_restarted_and_the_next_pass_gave_away_is_unlocked() -> None:
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
+    assert impl.rebalance() is True and group.leased == set(QUEUES)
+    group.members.append(OTHER)
+    impl.restart_queues(TOPIC, "broker-b", {0: 5, 1: 5})
+    assert group.leased == set(QUEUES[:2])  # OTHER may lock broker-b's queues at once, not after the lease
