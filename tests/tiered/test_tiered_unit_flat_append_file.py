@@ -325,6 +325,50 @@ def test_crash_mid_upload_of_a_unit_file_cuts_the_torn_unit(env: Env):
     assert env.factory.open(m.path).real_size() == 5 * unit  # the torn bytes were overwritten, not kept
 
 
+def units_over_three_segments(env: Env) -> FlatAppendFile:
+    unit = 28
+    f = env.open(CQ, segment_size=unit * 4, unit=unit)
+    append_all(f, [entry(i, unit) for i in range(10)])  # segments of 4, 4 and 2 units
+    f.commit()
+    return f
+
+
+@pytest.mark.parametrize("cut", [6, 8])  # inside the second segment; at its end (the third one goes whole)
+def test_a_cut_is_made_in_the_backend_too_and_a_restart_keeps_it(env: Env, cut: int):
+    """Cut in the records only, the objects kept the units: a load after a crash took the last object's bytes back
+    as a crash's unrecorded tail, serving the units of records the local commitlog had lost."""
+    unit = 28
+    f = units_over_three_segments(env)
+    f.cut_to(cut * unit)
+    assert f.commit_offset == cut * unit
+    env.restart()
+    g = env.open(CQ, segment_size=unit * 4, unit=unit)
+    assert g.commit_offset == cut * unit
+    assert g.read(0, 1000) == b"".join(entry(i, unit) for i in range(cut))
+    g.append(entry(99, unit), 1)
+    g.commit()
+    assert g.read(0, 1000) == b"".join(entry(i, unit) for i in range(cut)) + entry(99, unit)
+
+
+def test_a_crash_between_the_backend_cut_and_its_records_serves_nothing_past_the_cut(env: Env, monkeypatch):
+    unit = 28
+    f = units_over_three_segments(env)
+
+    def crash(*_: object) -> None:
+        raise KeyboardInterrupt("the process died")
+
+    monkeypatch.setattr(env.metadata, "update_segment", crash)
+    monkeypatch.setattr(env.metadata, "delete_segment", crash)
+    with pytest.raises(KeyboardInterrupt):
+        f.cut_to(6 * unit)
+    monkeypatch.undo()
+    assert [r.size for r in env.records(CQ)] == [4 * unit, 4 * unit, 2 * unit]  # the records as they were
+    env.restart()
+    g = env.open(CQ, segment_size=unit * 4, unit=unit)
+    assert g.commit_offset == 6 * unit  # the shorter object ends the stream; the later record goes
+    assert g.read(0, 1000) == b"".join(entry(i, unit) for i in range(6))
+
+
 def test_a_stale_object_without_a_record_is_reset_when_its_segment_opens(env: Env):
     # a crash after the backend created the next segment's object but before its record was written
     env.factory.open(segment_path("b", "T", 0, CL, 0)).write(0, b"stale bytes")

@@ -89,6 +89,19 @@ def test_positioned_overwrite_drops_the_tail(factory: FileSegmentFactory):
     assert (s.real_size(), s.read(0, 100)) == (1, b"n")
 
 
+def test_truncate_drops_the_tail_for_every_reader_and_never_extends(factory: FileSegmentFactory):
+    s = factory.open("b/T/0/consumequeue/00000000000000000000")
+    s.write(0, b"0123")
+    s.write(4, b"4567")  # two chunks on S3: the cut below falls inside the first
+    s.truncate(2)
+    assert (s.real_size(), s.read(0, 100)) == (2, b"01")
+    assert factory.open(s.path).real_size() == 2  # what a load after a restart finds
+    s.truncate(5)  # past the end: nothing (a posix write there would fill the gap with zeros)
+    assert (s.real_size(), s.read(0, 100)) == (2, b"01")
+    s.write(2, b"ab")
+    assert s.read(0, 100) == b"01ab"
+
+
 def test_destroy_is_idempotent_and_objects_are_independent(factory: FileSegmentFactory):
     a = factory.open("b/T/0/commitlog/00000000000000000000")
     b = factory.open("b/T/0/commitlog/00000000000000001000")

@@ -6,8 +6,9 @@ memory and written by ``commit``; the committed offset only moves after the back
 and the metadata store recorded the new size. Readers see committed bytes only.
 
 After a crash, ``load`` trusts the backend: a segment holding more than its recorded size keeps those bytes
-(unreferenced: nothing pointed at them yet) and appends continue after them. A promoted replica's load of its
-master's records (``LoadMode.TAKE_OVER``) also finds the segments the master expired or opened after the copy.
+(unreferenced: nothing pointed at them yet) and appends continue after them; so a cut (``cut_to``) is made in the
+backend before the records. A promoted replica's load of its master's records (``LoadMode.TAKE_OVER``) also finds
+the segments the master expired or opened after the copy.
 
 With a ``read_ahead`` (a backend where every read is a round trip: S3), reads go through blocks of committed
 bytes kept in a bounded cache (:mod:`read_ahead_cache`) instead of one backend read each.
@@ -154,7 +155,11 @@ class FlatAppendFile:
             end += size
 
     def cut_to(self, offset: int) -> None:
-        """Forget committed bytes from ``offset`` on (the consume queue after its commitlog lost bytes)."""
+        """Forget committed bytes from ``offset`` on (the consume queue after its commitlog lost bytes): in the
+        backend first, then in the records. Cut in the records only, the bytes stayed in the last object, and a
+        load after a later crash took them back as a crash's unrecorded tail (see :meth:`_checked_against_backend`):
+        units of lost records served again, and the queue offsets new messages took counted as held."""
+        self._cut_objects(offset)
         with self._lock:
             self._generation += 1
             keep = [m for m in self.segments if m.base_offset < offset]
@@ -166,6 +171,20 @@ class FlatAppendFile:
                 self.metadata.update_segment(keep[-1])
             self.segments = keep
             self._append_offset = self._buffer_start = max(offset, keep[-1].end_offset if keep else offset)
+
+    def _cut_objects(self, offset: int) -> None:
+        """The backend's bytes from ``offset`` on go, oldest object first, before any record changes. A crash
+        part-way leaves the records as they were over objects shorter than recorded: the load ends the stream at the
+        first such object, and the caller's cut is done again at the restart (the dispatcher's stored uploaded end
+        still exceeds the local commitlog's, see ``TieredDispatcher.truncate_dirty``)."""
+        with self._lock:
+            segments = [m for m in self.segments if m.end_offset > offset or m.base_offset >= offset]
+        for m in segments:
+            if m.base_offset < offset:
+                self._object(m.path).truncate(offset - m.base_offset)
+            else:
+                self._object(m.path).destroy()
+                self._objects.pop(m.path, None)
 
     def restart_at(self, offset: int) -> None:
         """Every segment stops being read (recorded EXPIRED: the objects stay for the cleanup job, or the next

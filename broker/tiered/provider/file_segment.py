@@ -44,6 +44,15 @@ class FileSegment(ABC):
     def destroy(self) -> None:
         """Delete the object (idempotent)."""
 
+    def truncate(self, size: int) -> None:
+        """Durably drop the bytes from ``size`` on (none if it holds no more). Every provider's ``write`` drops what
+        follows its position, so an empty write is the cut: a posix ftruncate, a memory slice, an S3 deletion of
+        the later chunks newest first and an empty chunk at ``size`` (a crash part-way leaves a prefix at least
+        ``size`` long: the caller's record must not yet say ``size``). Never extends: a posix write past the end
+        would fill the gap with zeros."""
+        if self.real_size() > size:
+            self.write(size, b"")
+
 
 BACKEND_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")  # what the s3 backend's errors come from
 
