@@ -11,12 +11,14 @@ import grpc
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config
 from common.response_code import ResponseCode, code_name
-from proto import tiered_pb2, tiered_pb2_grpc
+from proto import broker_pb2_grpc, common_pb2, tiered_pb2, tiered_pb2_grpc
 from spark_jobs.tier_objects import TierLocation
 
 COMMIT_LOG, CONSUME_QUEUE = 0, 1
 OPEN, SEALED, EXPIRED = 0, 1, 2
 RPC_TIMEOUT_S = 60.0
+RESERVE_KEY = "tieredStoreFileReservedTime"  # hours the broker keeps tiered segments (its expiry's reserve time)
+HOUR_MS = 3600 * 1000
 
 
 class TierJobError(RuntimeError):
@@ -105,6 +107,21 @@ class BrokerTier:
                           self.s3.secret_key)
         return TierSnapshot(r.broker_name, provider, Path(r.backend_root), list(r.segments), r.snapshot_ms,
                             TierLocation(provider, r.backend_root, s3))
+
+    def reserve_ms(self) -> int:
+        """How long the broker keeps a tiered segment after its last message (``tieredStoreFileReservedTime``): its
+        clean pass marks older ones EXPIRED whenever it runs, jobs or not."""
+        try:
+            table = broker_pb2_grpc.BrokerServiceStub(self._channel).GetBrokerConfig(common_pb2.Empty(),
+                                                                                      timeout=RPC_TIMEOUT_S).table
+        except grpc.RpcError as exc:
+            raise TierJobError(f"broker config at broker {self.addr}: {exc.code().name}: {exc.details()} (give "
+                               "the reserve time with --reserve-hours)") from None
+        try:
+            return int(float(table[RESERVE_KEY]) * HOUR_MS)
+        except (KeyError, ValueError):
+            raise TierJobError(f"broker at {self.addr} shows no {RESERVE_KEY} (give the reserve time with "
+                               "--reserve-hours)") from None
 
     def replace(self, old: list[tiered_pb2.TieredSegment], merged: tiered_pb2.TieredSegment) -> bool:
         """True if the broker swapped them; False if they changed since the snapshot (nothing done).

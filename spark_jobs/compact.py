@@ -4,7 +4,10 @@ segments of each queue (commitlog and consume queue) into larger objects.
 1. Ask the broker for a metadata snapshot; delete garbage (objects nothing references, older than the grace
    period: parts retired by earlier runs, merged objects a crashed run never committed).
 2. Plan: per queue and type, consecutive sealed segments below ``--small-bytes`` (never the last one), grouped
-   up to ``--target-bytes``.
+   up to ``--target-bytes``. Segments the broker's expiry may reach before the run ends (their last message older
+   than the reserve time, ``tieredStoreFileReservedTime``, less ``--expiry-margin-seconds``) are left out: its clean
+   pass marks the oldest EXPIRED while the job runs, and a group holding one is refused whole (every queue's group
+   began with its oldest segment, so no run under a short reserve merged anything).
 3. Executors read each group's parts in parallel, verify the concatenation (for a commitlog every record's
    structure, CRC and queue), write it under a new unique name (fsynced; on an s3 tier one PUT through the
    broker's own S3 backend, so executors need no shared directory) and check its length in the tier.
@@ -30,6 +33,7 @@ from broker.tiered.provider.file_segment_factory import TieredBackendServiceProv
 from proto import tiered_pb2
 from spark_jobs import tier_objects
 from spark_jobs.broker_tier import (
+    HOUR_MS,
     SEALED,
     BrokerTier,
     S3Access,
@@ -42,6 +46,10 @@ from spark_jobs.broker_tier import (
 from spark_jobs.job_output import error_of, fail, summary
 
 log = logging.getLogger("spark_jobs.compact")
+
+# How long a run may take from its snapshot to its last swap: what expires within it is not planned. Far above the
+# runs seen (a minute for thousands of segments); a day's reserve loses under a twentieth of its segments to it.
+EXPIRY_MARGIN_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +67,21 @@ class MergeResult:
     error: str = ""
 
 
-def plan(snapshot: TierSnapshot, small_bytes: int, target_bytes: int) -> list[list[tiered_pb2.TieredSegment]]:
+def expiry_cutoff(snapshot: TierSnapshot, reserve_ms: int, margin_s: float) -> int:
+    """Segments whose last message is older than this (``end_ms`` below it) may be marked EXPIRED by the broker
+    before a run that took ``snapshot`` ends (it expires those older than its clock less the reserve time)."""
+    return snapshot.snapshot_ms + int(margin_s * 1000) - reserve_ms
+
+
+def plan(snapshot: TierSnapshot, small_bytes: int, target_bytes: int, expiring_before_ms: int = 0,
+         ) -> list[list[tiered_pb2.TieredSegment]]:
+    """Groups to merge; segments ending before ``expiring_before_ms`` (see :func:`expiry_cutoff`) are in none."""
     groups = []
     for segments in snapshot.by_file().values():
         run: list[tiered_pb2.TieredSegment] = []
         size = 0
         for s in segments[:-1]:  # never the newest: it may still take appends
-            small = s.status == SEALED and s.size < small_bytes
+            small = s.status == SEALED and s.size < small_bytes and s.end_ms >= expiring_before_ms
             follows = bool(run) and run[-1].base_offset + run[-1].size == s.base_offset
             if small and follows and size + s.size <= target_bytes:
                 run.append(s)
@@ -118,7 +134,9 @@ def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
 
 
 def run(broker: str, master: str | None, topic: str, small_bytes: int, target_bytes: int,
-        grace_s: float, wait_grace: bool, s3: S3Access | None = None) -> dict[str, float]:
+        grace_s: float, wait_grace: bool, s3: S3Access | None = None, reserve_ms: int | None = None,
+        expiry_margin_s: float | None = None) -> dict[str, float]:
+    """``reserve_ms``: the broker's (asked) if None; ``expiry_margin_s``: :data:`EXPIRY_MARGIN_S` if None."""
     from spark_jobs.session import spark_session
 
     started = time.monotonic()
@@ -126,14 +144,18 @@ def run(broker: str, master: str | None, topic: str, small_bytes: int, target_by
         if tier.snapshot(topic).provider is TieredBackendServiceProvider.MEMORY:
             raise TierJobError(f"broker at {broker} keeps its tier in memory: compaction needs the posix or s3 "
                                "backend (executors read and write the objects)")
+        reserve_ms = tier.reserve_ms() if reserve_ms is None else reserve_ms
+        margin_s = EXPIRY_MARGIN_S if expiry_margin_s is None else expiry_margin_s
         gc_objects, gc_bytes = collect_garbage(tier, grace_s)
         snapshot = tier.snapshot(topic)
-        groups = plan(snapshot, small_bytes, target_bytes)
+        cutoff = expiry_cutoff(snapshot, reserve_ms, margin_s)
+        groups = plan(snapshot, small_bytes, target_bytes, cutoff)
         root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
         tasks = [MergeTask(root, [p.SerializeToString() for p in g], tier_objects.merged_name(g[0].path))
                  for g in groups]
-        log.info("compact_planned broker=%s segments=%d groups=%d", snapshot.broker_name, len(snapshot.segments),
-                 len(groups))
+        expiring = sum(1 for s in snapshot.segments if s.status == SEALED and s.end_ms < cutoff)
+        log.info("compact_planned broker=%s segments=%d groups=%d expiring_left_out=%d reserve_ms=%d margin_s=%g",
+                 snapshot.broker_name, len(snapshot.segments), len(groups), expiring, reserve_ms, margin_s)
         results: list[MergeResult] = []
         if tasks:
             spark = spark_session("tiered-compact", master)
@@ -228,12 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-bytes", type=int, default=256 << 20, help="largest merged object")
     parser.add_argument("--grace-seconds", type=float, default=30.0, help="retired parts outlive this")
     parser.add_argument("--no-wait", action="store_true", help="leave retired parts to the next run's cleanup")
+    parser.add_argument("--reserve-hours", type=float, default=None,
+                        help="the broker's tieredStoreFileReservedTime (default: asked from the broker)")
+    parser.add_argument("--expiry-margin-seconds", type=float, default=EXPIRY_MARGIN_S,
+                        help="segments the broker expires within this are not merged (longer than a run)")
     add_s3_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
+        reserve_ms = None if args.reserve_hours is None else int(args.reserve_hours * HOUR_MS)
         stats = job.run(args.broker, args.master, args.topic, args.small_bytes, args.target_bytes, args.grace_seconds,
-                    not args.no_wait, s3_access(args))
+                        not args.no_wait, s3_access(args), reserve_ms, args.expiry_margin_seconds)
     except TierJobError as exc:
         return fail("compact", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback
