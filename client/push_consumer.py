@@ -144,8 +144,6 @@ class PushConsumer:
         self.sessions = ConsumerSessions(client, self._heartbeat, self._on_notice, heartbeat_interval_ms / 1000,
                                          self._on_session_broken)
         self._renew_soon = threading.Event()  # orderly: a session broke; its leases are asked for again soon
-        # (topic, broker name) whose offsets were reset -> the new offsets by queue id (empty: read them)
-        self._resets: dict[tuple[str, str], dict[int, int]] = {}
         self._stopped = threading.Event()
         self._started = False
         self._life = threading.Lock()  # start and close: each once
@@ -242,7 +240,7 @@ class PushConsumer:
         if notice.group != self.group:
             return
         if notice.kind == consumer_pb2.GroupNotice.OFFSETS_RESET:
-            self._resets[notice.topic, notice.broker_name] = dict(notice.queue_offsets)
+            self.rebalance_impl.note_reset(notice.topic, notice.broker_name, dict(notice.queue_offsets))
         self._wakeup.set()
 
     def _on_session_broken(self, addr: str) -> None:
@@ -251,11 +249,19 @@ class PushConsumer:
         queues beside the one that took them, out of order, for up to its lease's trust (30 s)."""
         if not self.orderly:
             return
+        suspended = 0
         for pq in list(self.rebalance_impl.process_queues.values()):
-            pq.locked = False
-        log.warning("queue_leases_suspended broker=%s client=%s: session broke; renewed once it is open again",
-                    addr, self.client_id)
-        self._renew_soon.set()
+            try:
+                leased_there = self.calls.lock_addr(pq.mq) == addr
+            except MQClientError:  # no route to its leaseholder now: not trusted either
+                leased_there = True
+            if leased_there and pq.locked:
+                pq.locked = False
+                suspended += 1
+        if suspended:
+            log.warning("queue_leases_suspended broker=%s queues=%d client=%s: session broke; renewed once it is "
+                        "open again", addr, suspended, self.client_id)
+            self._renew_soon.set()
 
     def _rebalance_loop(self) -> None:
         pause = 0.0
@@ -264,9 +270,7 @@ class PushConsumer:
             self._wakeup.clear()
             if self._stopped.is_set():
                 return
-            while self._resets:
-                (topic, broker_name), offsets = self._resets.popitem()
-                self.rebalance_impl.restart_queues(topic, broker_name, offsets)
+            self.rebalance_impl.restart_reset_queues()
             self._keep_sessions()
             before = self.rebalance_impl.held()
             complete = self.rebalance_impl.rebalance()

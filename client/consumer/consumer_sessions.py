@@ -8,6 +8,7 @@ closed session half-closes its stream, which the broker takes as the client leav
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -63,6 +64,7 @@ class BrokerSession:
         while not self._closed.is_set():
             call = self._stub.ConsumerSession(self._frames(self._signals))
             self._call = call
+            opened_at = time.monotonic()
             try:
                 for notice in call:
                     self._on_notice(notice)
@@ -71,7 +73,10 @@ class BrokerSession:
                     return
                 log.warning("consumer_session_broken broker=%s status=%s detail=%s", self.addr, exc.code().name,
                             exc.details())
-                self._on_broken(self.addr)
+                # A stream that lived: a session the broker held ended (not a reopen refused by a broker still down,
+                # which ends at once and was told already)
+                if time.monotonic() - opened_at >= REOPEN_PAUSE_S:
+                    self._on_broken(self.addr)
             if self._closed.wait(REOPEN_PAUSE_S):
                 return
             self._signals.put(_CLOSE)  # ends the old stream's frames; the next stream reads a queue of its own

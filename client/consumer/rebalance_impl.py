@@ -59,6 +59,11 @@ class RebalanceImpl:
         # then taken again by a pass (a new process queue beside the running call consumed the queue twice at once)
         self._restarting: set[MessageQueue] = set()
         self._reset_starts: dict[MessageQueue, int] = {}  # where a reset said a queue restarts (taken once)
+        # Reset notices not yet acted on: (topic, broker name) -> the new offsets by queue id, merged over notices
+        # (every broker leading a static topic's logic queues announces its own under one name); None: all the
+        # queues, at their committed offsets (a broker of an older release names none). Set on a session's thread.
+        self._resets: dict[tuple[str, str], dict[int, int] | None] = {}
+        self._resets_lock = threading.Lock()
         self._held: list[MessageQueue] = []  # as the last finished pass left them
         self._lock = threading.Lock()  # one rebalance at a time
 
@@ -67,7 +72,7 @@ class RebalanceImpl:
         not yet in the broker's list, a lease, or the members changed during the pass), so the caller tries again
         soon."""
         with self._lock:
-            complete = self._finish_restarts()
+            complete, restarted = self._finish_restarts()
             brokers: set[str] = set()  # those of the normal topics read so far (retry topics come last)
             for topic in sorted(self.topics(), key=is_retry_topic):
                 if not complete and self.interrupted():  # the next pass reads the new member list
@@ -82,6 +87,10 @@ class RebalanceImpl:
             # a reset's start is for the pass right after it (or the queue's deferred restart): one left (the queue
             # went to another member meanwhile) must not place the queue, were it ever this member's again
             self._reset_starts = {mq: o for mq, o in self._reset_starts.items() if mq in self._restarting}
+            if self.settings.orderly:  # a deferred restart this pass gave to another member: its lease is freed
+                for mq in restarted:
+                    if mq not in self.process_queues:
+                        self.calls.unlock(mq)
             return complete
 
     def _rebalance_topic(self, topic: str, brokers: set[str]) -> bool:
@@ -183,14 +192,18 @@ class RebalanceImpl:
                             self.settings.orderly)
                 if self.settings.orderly:
                     kept.append(pq)
+        resets = self._pending_resets()  # (after the wait: a notice may have come meanwhile)
         for pq in pqs:
             if pq in kept:
                 continue
-            self.offsets.update(pq, pq.commit_offset())
-            try:
-                self.offsets.persist(pq.mq)
-            except MQClientError as exc:
-                log.warning("offset_persist_failed queue=%s error=%s", pq.mq, exc)
+            if _named(resets, pq.mq):  # its offset was reset: the old position must not be written over it
+                log.info("queue_release_uncommitted queue=%s: its offset was reset", pq.mq)
+            else:
+                self.offsets.update(pq, pq.commit_offset())
+                try:
+                    self.offsets.persist(pq.mq)
+                except MQClientError as exc:
+                    log.warning("offset_persist_failed queue=%s error=%s", pq.mq, exc)
             self.offsets.remove(pq.mq)
             if self.settings.orderly:
                 self.calls.unlock(pq.mq)
@@ -223,6 +236,27 @@ class RebalanceImpl:
             self._drop(list(self.process_queues))
             self._held = []
 
+    def note_reset(self, topic: str, broker_name: str, offsets: Mapping[int, int]) -> None:
+        """A reset notice (``offsets`` empty: a broker of an older release, which names none): merged with those
+        not yet acted on; :meth:`restart_reset_queues` acts on them."""
+        with self._resets_lock:
+            key = (topic, broker_name)
+            noted = self._resets.get(key, {})
+            self._resets[key] = None if not offsets or noted is None else {**noted, **offsets}
+
+    def restart_reset_queues(self) -> None:
+        """Restart the queues of every reset noted so far."""
+        while True:
+            with self._resets_lock:
+                if not self._resets:
+                    return
+                (topic, broker_name), offsets = self._resets.popitem()
+            self.restart_queues(topic, broker_name, offsets)
+
+    def _pending_resets(self) -> dict[tuple[str, str], dict[int, int] | None]:
+        with self._resets_lock:
+            return {key: None if offsets is None else dict(offsets) for key, offsets in self._resets.items()}
+
     def restart_queues(self, topic: str, broker_name: str, offsets: Mapping[int, int] | None = None) -> None:
         """The group's offsets on the broker's queues of ``topic`` were reset (to ``offsets`` by queue id, when the
         broker said): drop them without keeping their offsets, then take them again from the new ones. Every queue's
@@ -250,15 +284,27 @@ class RebalanceImpl:
                     if pq.mq not in self.process_queues:
                         self.calls.unlock(pq.mq)
 
-    def _finish_restarts(self) -> bool:
-        """Orderly: restart the queues whose handler held up a reset once it returned; False while one still runs."""
+    def _finish_restarts(self) -> tuple[bool, list[MessageQueue]]:
+        """Orderly: restart the queues whose handler held up a reset once it returned (taken again by this pass, at
+        the reset's offset). Returns whether none still runs, and the queues let go."""
+        restarted = []
         for mq in list(self._restarting):
             pq = self.process_queues.get(mq)
             if pq is None or pq.drop_and_wait(0):
                 self._restarting.discard(mq)
-                self.process_queues.pop(mq, None)  # taken again by this pass, at the reset's offset
-        return not self._restarting
+                self.process_queues.pop(mq, None)
+                restarted.append(mq)
+        return not self._restarting, restarted
 
     def held(self) -> list[MessageQueue]:
         """The queues this member consumes, as of its last finished pass."""
         return list(self._held)
+
+
+def _named(resets: Mapping[tuple[str, str], Mapping[int, int] | None], mq: MessageQueue) -> bool:
+    """Whether a reset notice not yet acted on names ``mq``."""
+    key = (mq.topic, mq.broker_name)
+    if key not in resets:
+        return False
+    offsets = resets[key]
+    return offsets is None or mq.queue_id in offsets

@@ -343,3 +343,57 @@ def test_an_orderly_queue_a_reset_restarted_and_the_next_pass_gave_away_is_unloc
     group.members.append(OTHER)
     impl.restart_queues(TOPIC, "broker-b", {0: 5, 1: 5})
     assert group.leased == set(QUEUES[:2])  # OTHER may lock broker-b's queues at once, not after the lease
+
+
+def test_reset_notices_of_one_static_topic_from_two_brokers_restart_the_queues_of_both() -> None:
+    """Every broker leading some of a static topic's logic queues announces its own, under one (mock) broker name:
+    the second notice replaced the first, and the first one's queues went on from their old positions."""
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    offsets = BrokerOffsets(group)
+    impl = committing_impl(group, offsets)
+    assert impl.rebalance() is True
+    for mq in QUEUES[:2]:
+        offsets.update(impl.process_queues[mq], 50)
+    offsets.persist_all()
+    impl.note_reset(TOPIC, "broker-a", {0: 3})
+    impl.note_reset(TOPIC, "broker-a", {1: 4})
+    impl.restart_reset_queues()
+    assert [impl.process_queues[mq].next_offset for mq in QUEUES[:2]] == [3, 4]
+    assert [group.committed[mq] for mq in QUEUES[:2]] == [3, 4]
+
+
+def test_a_queue_given_away_with_a_reset_pending_is_released_without_its_old_position() -> None:
+    """A pass that drops a queue whose reset notice is not yet acted on committed the old position over the reset,
+    and the member taking the queue started there."""
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    offsets = BrokerOffsets(group)
+    impl = committing_impl(group, offsets)
+    assert impl.rebalance() is True
+    offsets.update(impl.process_queues[QUEUES[2]], 90)
+    offsets.persist_all()
+    group.committed[QUEUES[2]] = 1  # the broker's reset, its notice on the way
+    impl.note_reset(TOPIC, "broker-b", {0: 1, 1: 1})
+    group.members.append(OTHER)  # ... and a pass giving broker-b's queues away runs first
+    assert impl.rebalance() is True
+    assert QUEUES[2] not in impl.process_queues and group.committed[QUEUES[2]] == 1  # was 90
+    impl.restart_reset_queues()  # (none of them is this member's now)
+    assert QUEUES[2] not in impl.process_queues
+
+
+def test_a_deferred_orderly_restart_given_away_when_its_handler_returned_is_unlocked(monkeypatch) -> None:
+    monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
+    group = CommittingGroup()
+    group.committed = dict.fromkeys(QUEUES, 0)
+    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
+    assert impl.rebalance() is True
+    mq = QUEUES[2]
+    pq = impl.process_queues[mq]
+    call = handler_call(pq)
+    impl.restart_queues(TOPIC, "broker-b", {0: 0, 1: 0})
+    assert impl.process_queues[mq] is pq and mq in group.leased
+    group.members.append(OTHER)  # the queue is OTHER's by the time the handler returns
+    returned(pq, call)
+    impl.rebalance()
+    assert mq not in impl.process_queues and mq not in group.leased  # it waited for the lease to expire
