@@ -27,6 +27,20 @@ class LocalLog:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
 
+    def queue_end_at(self, topic: str, queue_id: int, commit_log_end: int) -> int:
+        """The queue's end as of commitlog offset ``commit_log_end``: its first unit at or past it (a queue's units
+        are in commitlog order), found by halving; its max offset when none is."""
+        cq = self.store.consume_queue_store
+        lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = cq.read_units(topic, queue_id, mid, 1)
+            if unit and unit[0][0] >= commit_log_end:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def first_held(self, topic: str, queue_id: int, offset: int, end: int) -> int:
         """The first queue offset in ``[offset, end)`` whose record is still here (``end`` if none): local
         expiry goes oldest first, so every later one is here too."""

@@ -160,7 +160,8 @@ class TieredDispatcher(CommitLogDispatcher):
         self._dispatched = 0
         self._checkpoint = 0
         self._uploaded_end = 0  # local commitlog offset after the newest record the tier holds (stored)
-        self._reconcile = False
+        # A cut is due (the local commitlog lost a tail the tier had): to each queue's end as of this commitlog end
+        self._reconcile_end: int | None = None
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
@@ -177,7 +178,9 @@ class TieredDispatcher(CommitLogDispatcher):
         self.flat_files.load(self.load_mode)
         self._checkpoint = self._dispatched = self.metadata.get_checkpoint()
         self._uploaded_end = self.metadata.get_uploaded_end()
-        log.info("tiered_loaded queues=%d checkpoint=%d", len(self.flat_files.files), self._checkpoint)
+        self._reconcile_end = self.metadata.get_reconcile_end()  # a cut an earlier start left undone
+        log.info("tiered_loaded queues=%d checkpoint=%d reconcile_end=%s", len(self.flat_files.files),
+                 self._checkpoint, self._reconcile_end)
 
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         full = False
@@ -270,22 +273,34 @@ class TieredDispatcher(CommitLogDispatcher):
         """The local commitlog lost its tail (an OS crash under ASYNC_FLUSH) and the tier may hold records
         from it, whose queue offsets new messages will reuse: once the replay rebuilt the local queues
         (:meth:`reconcile_after_recovery`), the tier forgets what it holds past each local queue's end."""
-        if commit_log_end < self._uploaded_end:
-            log.warning("tiered_ahead_of_commitlog uploaded_end=%d commitlog_end=%d", self._uploaded_end,
-                        commit_log_end)
-            self._reconcile = True
-        self._checkpoint = min(self._checkpoint, commit_log_end)
+        if commit_log_end < self._uploaded_end or self._reconcile_end is not None:
+            end = min(commit_log_end, self._reconcile_end if self._reconcile_end is not None else commit_log_end)
+            log.warning("tiered_ahead_of_commitlog uploaded_end=%d commitlog_end=%d cut_to=%d earlier_cut_due=%s",
+                        self._uploaded_end, commit_log_end, end, self._reconcile_end is not None)
+            self._reconcile_end = end
+            self.metadata.set_reconcile_end(end)  # before any send takes the commitlog past the uploaded end
+        if commit_log_end < self._checkpoint:
+            # Stored at once: the log grows past the old value with other records, and a later recovery replaying
+            # from it (the lowest checkpoint) started inside one and fail-stopped the broker at every start. The
+            # flush stores only a checkpoint that moved from this one.
+            self._checkpoint = commit_log_end
+            self.metadata.set_checkpoint(commit_log_end)
+        self._dispatched = min(self._dispatched, commit_log_end)  # (what it says was dispatched is gone)
 
     def reconcile_after_recovery(self) -> None:
-        """After the flat files' load and the local replay, before the first upload pass."""
-        if self._reconcile:
+        """After the flat files' load and the local replay, before the first upload pass. Each queue's end is taken
+        as of the recovered commitlog end: sends accepted since (the broker serves before this runs, and the
+        backend may fail it for a while) must not make the cut fall short."""
+        end = self._reconcile_end
+        if end is not None:
             for (topic, queue_id), flat in self.flat_files.files.items():
-                local_max = self.local.max_offset(topic, queue_id)
+                local_max = self.local.queue_end_at(topic, queue_id, end)
                 if flat.max_offset > local_max >= flat.min_offset:
                     log.warning("tiered_truncated topic=%s queue=%d tier_max=%d local_max=%d", topic, queue_id,
                                 flat.max_offset, local_max)
                     flat.cut_to(local_max)
-            self._reconcile = False
+            self.metadata.set_reconcile_end(None)
+            self._reconcile_end = None
         self._catch_up()
 
     def _catch_up(self) -> None:

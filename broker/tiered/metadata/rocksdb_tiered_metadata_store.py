@@ -33,6 +33,8 @@ QUEUE_ID = struct.Struct(">I")
 OFFSET = struct.Struct(">q")
 CHECKPOINT_KEY = b"C"
 UPLOADED_END_KEY = b"U"
+RECONCILE_END_KEY = b"R"
+OWN_KEYS = (CHECKPOINT_KEY, RECONCILE_END_KEY)  # this broker's own: never in a copy
 
 
 def _topic_key(topic: str) -> bytes:
@@ -213,6 +215,18 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
                                                    write_opt=synced_write_options()))
             self._journal.record((UPLOADED_END_KEY,))
 
+    def get_reconcile_end(self) -> int | None:
+        raw = self._db.get(RECONCILE_END_KEY)
+        return OFFSET.unpack(raw)[0] if raw is not None else None
+
+    def set_reconcile_end(self, offset: int | None) -> None:
+        with self._lock:  # synced, as the uploaded end it stands in for; not journaled: never copied
+            if offset is None:
+                self._database.write(lambda db: db.delete(RECONCILE_END_KEY, write_opt=synced_write_options()))
+            else:
+                self._database.write(lambda db: db.put(RECONCILE_END_KEY, OFFSET.pack(offset),
+                                                       write_opt=synced_write_options()))
+
     def sync(self) -> None:
         with self._lock:
             self._database.write(lambda db: db.flush_wal(True))
@@ -224,12 +238,12 @@ class RocksDBTieredMetadataStore(TieredMetadataStore):
             changed = self._journal.since(since) if since else None
             if changed is not None:  # the records changed since: read now, under the lock that orders writes
                 return TieredMetadataCopy(*_offsets(self._db.get), encode_records(
-                    (key, self._db.get(key)) for key in changed if key != CHECKPOINT_KEY), version, whole=False)
+                    (key, self._db.get(key)) for key in changed if key not in OWN_KEYS), version, whole=False)
             snapshot = self._db.snapshot()  # whole: read after the lock, as of this moment
         items = dict(raw_items(snapshot))
         checkpoint, uploaded_end = _offsets(items.get)
         return TieredMetadataCopy(checkpoint, uploaded_end, encode_records(
-            (key, value) for key, value in items.items() if key != CHECKPOINT_KEY), version)
+            (key, value) for key, value in items.items() if key not in OWN_KEYS), version)
 
     def install(self, copy: TieredMetadataCopy) -> set[tuple[str, int]]:
         theirs = dict(decode_records(copy.records, "tier metadata copy"))

@@ -140,6 +140,16 @@ class TieredMetadataStore(ABC):
         """Store the uploaded end (before the records it covers are committed), durably: the objects it covers
         are on the backend for good, and recovery compares it with the local end to cut what the commitlog lost."""
 
+    @abstractmethod
+    def get_reconcile_end(self) -> int | None:
+        """The local commitlog end a recovery found below the uploaded end, until the tier was cut to it (None: no
+        cut is due). Kept across restarts: a crash before the cut, after new messages took the commitlog past the
+        uploaded end, would otherwise leave the tier holding what the commitlog lost."""
+
+    @abstractmethod
+    def set_reconcile_end(self, offset: int | None) -> None:
+        """Store (durably) or clear the end a cut is due to; this broker's own, never copied to a replica."""
+
     def sync(self) -> None:  # noqa: B027 - optional hook
         """Make every write so far durable (before the answer that lets a job delete objects it covers)."""
 
