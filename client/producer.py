@@ -361,6 +361,11 @@ class Producer:
                 return
             if not (may_move and attempts_left > 1 and getattr(error, "retryable", False)
                     and time.monotonic() < deadline - MIN_ATTEMPT_S):
+                if getattr(error, "retryable", False) or _failover(error):
+                    # The next send asks the name server: a try that took the whole deadline (a hung master)
+                    # left the route as it was, and every send went to that master until the route expired (30 s),
+                    # 20 s after the controller had elected another
+                    self.client.invalidate_route(mq.topic)
                 future.set_exception(error)
                 return
             log.info("send_retry topic=%s broker=%s reason=%s", mq.topic, mq.broker_name, error)

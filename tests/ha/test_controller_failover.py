@@ -679,3 +679,25 @@ def test_a_new_replica_of_a_master_whose_first_segments_expired_joins_and_can_ta
 def consumed_bodies_from_min(ns: str) -> list[bytes]:
     contents = queue_contents(ns)
     return [body for _, bodies in contents.values() for body in bodies] if contents else []
+
+
+def test_sends_reach_the_new_master_soon_after_a_hung_master_is_replaced(group: ReplicaGroup):
+    """A send whose try took its whole deadline on a hung (SIGSTOPped) master left the route as it was: every send
+    went to that master until the route expired (30 s), 20 s after the controller had elected the other replica."""
+    g, topic = group, "HungMasterT"
+    with Admin(g.ns.addr) as admin:
+        admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+    wait_until(lambda: _has_topic(g.replicas[2].addr, topic), timeout=20, what="the slave to copy the topic")
+    with Producer(g.ns.addr, send_timeout_ms=1500) as producer:
+        producer.send(Message(topic, b"warm"))
+        os.kill(g.replicas[1].proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while True:
+            try:
+                sent = producer.send(Message(topic, b"after"))
+                break
+            except MQClientError:
+                assert time.monotonic() - stopped < 25, "no send acknowledged within 25 s of the master's hang"
+        took = time.monotonic() - stopped
+    assert sent.queue.broker_name == "broker-a"
+    assert took < 15, f"the first send after the hang was acknowledged after {took:.1f} s (the route's 30 s)"
