@@ -97,6 +97,15 @@ def checked_address(addr: str, what: str = "address") -> str:
         raise MQClientError(f"{what} {exc}") from None
 
 
+def _brokers_unheard(answer: namesrv_pb2.GetRouteInfoResponse, cached: common_pb2.TopicRouteData) -> list[str]:
+    """The broker names ``cached`` routes the topic to that a warming name server's ``answer`` lacks because it
+    has not heard from them since it started ([] for an answer of a name server past its warm-up)."""
+    if not answer.warming_up:
+        return []
+    have = {bd.broker_name for bd in answer.route.broker_datas} | set(answer.brokers_heard)
+    return sorted(bd.broker_name for bd in cached.broker_datas if bd.broker_name not in have)
+
+
 def borrowed_route(default: common_pb2.TopicRouteData) -> common_pb2.TopicRouteData:
     """TBW102's route restricted to brokers that let new topics inherit it."""
     route = common_pb2.TopicRouteData()
@@ -356,6 +365,15 @@ class ClientInstance:
         if response.code != ResponseCode.SUCCESS:
             self._forget(topic)
             raise business_error(f"route of {topic}", "name server", response.code, response.remark)
+        if cached is not None and _brokers_unheard(response, cached[1]):
+            # A name server restarted a moment ago has not heard from every broker yet: its route would drop live
+            # brokers (a static topic's logic queues they lead, KV shards) until they register again, up to their
+            # registerNameServerPeriod. Another name server may know them all; else the cached route stays.
+            response = self._complete_route(topic, response, cached[1])
+            unheard = _brokers_unheard(response, cached[1])
+            if unheard:
+                return self._keep_cached(topic, cached, "a name server restarted a moment ago and has not heard from "
+                                                        f"{', '.join(unheard)} yet")
         # As of when it was asked for; one with a logic queue nobody leads, as of a time that makes it expire soon.
         self._routes[topic] = (_short_lived() if has_unled_logic_queue(response.route) else started, response.route)
         self._up_to_date(topic, started)
@@ -447,6 +465,20 @@ class ClientInstance:
             yield
         finally:
             _cache_only.reset(token)
+
+    def _complete_route(self, topic: str, partial: namesrv_pb2.GetRouteInfoResponse,
+                        cached: common_pb2.TopicRouteData) -> namesrv_pb2.GetRouteInfoResponse:
+        """Another name server's route of ``topic`` that lacks no broker of ``cached`` for want of having heard from
+        it; ``partial`` when none answers so."""
+        request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
+        for addr in self.namesrv_addrs:
+            try:
+                other = self.namesrv(addr).GetRouteInfoByTopic(request, timeout=self.rpc_timeout_s)
+            except grpc.RpcError:
+                continue
+            if other.code == ResponseCode.SUCCESS and not _brokers_unheard(other, cached):
+                return other
+        return partial
 
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
         if _cache_only.get():  # the TBW102 lookup of a topic the name server does not know

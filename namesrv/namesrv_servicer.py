@@ -52,7 +52,9 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
         if route is None:
             raise Refusal(ResponseCode.TOPIC_NOT_EXIST,
                           f"No topic route info in name server for the topic: {request.topic}")
-        return namesrv_pb2.GetRouteInfoResponse(code=ResponseCode.SUCCESS, route=route_codec.route_to_proto(route))
+        heard = self.manager.brokers_heard_while_warming()
+        return namesrv_pb2.GetRouteInfoResponse(code=ResponseCode.SUCCESS, route=route_codec.route_to_proto(route),
+                                                warming_up=heard is not None, brokers_heard=sorted(heard or ()))
 
     async def GetBrokerClusterInfo(self, request: common_pb2.Empty,
                                    context: grpc.aio.ServicerContext) -> namesrv_pb2.ClusterInfo:

@@ -23,6 +23,7 @@ from common.perm import PERM_WRITE
 from common.statictopic.mapping_info_checks import registration_fault
 from namesrv.route_models import (
     DEFAULT_BROKER_EXPIRY_MS,
+    WARM_UP_MS,
     BrokerData,
     ClusterInfo,
     DataVersion,
@@ -86,9 +87,12 @@ class BrokerLiveInfo:
 
 class RouteInfoManager:
     def __init__(self, broker_expiry_ms: int = DEFAULT_BROKER_EXPIRY_MS, clock: Callable[[], int] = monotonic_ms,
-                 wall_clock: Callable[[], int] = wall_ms) -> None:
+                 wall_clock: Callable[[], int] = wall_ms, warm_up_ms: int = WARM_UP_MS) -> None:
         self.broker_expiry_ms = broker_expiry_ms
         self._clock = clock
+        self._started_ms = clock()
+        self.warm_up_ms = warm_up_ms
+        self._heard: set[str] = set()  # broker names that registered since the start (see warm-up)
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}  # broker address -> broker
@@ -104,10 +108,21 @@ class RouteInfoManager:
 
     # ---- registration -------------------------------------------------------------------------------------
 
+    def brokers_heard_while_warming(self) -> frozenset[str] | None:
+        """None once this name server is older than its warm-up; until then the broker names that registered
+        with it since it started. A broker registers every registerNameServerPeriod, so a route may lack brokers
+        that are alive but not yet heard from; one it lacks that was heard from really left (unregistered, or its
+        queues moved)."""
+        if self._clock() - self._started_ms >= self.warm_up_ms:
+            return None
+        with self._lock:
+            return frozenset(self._heard)
+
     def register_broker(self, request: RegisterBrokerRequest) -> RegisterBrokerResult:
         """Apply a full or delta registration and refresh the heartbeat; a delta on a base version we do not
         hold changes nothing and answers ``need_full``; a full one older than what we hold changes nothing."""
         with self._lock:
+            self._heard.add(request.broker_name)
             info = self.broker_live_table.get(request.broker_addr)
             refusal = self._delta_refusal(info, request)
             if refusal is not None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13proto/namesrv.proto\x12\x03rmq\x1a\x12proto/common.proto\"\x85\x02\n\x12RegisterBrokerBody\x12\'\n\rtopic_configs\x18\x01 \x03(\x0b\x32\x10.rmq.TopicConfig\x12\x16\n\x0e\x64\x65leted_topics\x18\x02 \x03(\t\x12T\n\x18topic_queue_mapping_info\x18\x03 \x03(\x0b\x32\x32.rmq.RegisterBrokerBody.TopicQueueMappingInfoEntry\x1aX\n\x1aTopicQueueMappingInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.rmq.TopicQueueMappingInfo:\x02\x38\x01\"\xbc\x02\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12&\n\x0c\x64\x61ta_version\x18\x05 \x01(\x0b\x32\x10.rmq.DataVersion\x12&\n\x0c\x62\x61se_version\x18\x06 \x01(\x0b\x32\x10.rmq.DataVersion\x12\x0c\n\x04\x66ull\x18\x07 \x01(\x08\x12%\n\x04\x62ody\x18\x08 \x01(\x0b\x32\x17.rmq.RegisterBrokerBody\x12\x17\n\x0f\x63ompressed_body\x18\t \x01(\x0c\x12\x1c\n\x14heartbeat_timeout_ms\x18\n \x01(\x03\x12\x14\n\x0cmaster_epoch\x18\x0b \x01(\x03\"I\n\x16RegisterBrokerResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x11\n\tneed_full\x18\x03 \x01(\x08\"l\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"$\n\x13GetRouteInfoRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"X\n\x14GetRouteInfoResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\"\n\x05route\x18\x03 \x01(\x0b\x32\x13.rmq.TopicRouteData\"\x81\x01\n\x0e\x42rokerLiveInfo\x12\x13\n\x0b\x62roker_addr\x18\x01 \x01(\t\x12\x1d\n\x15last_update_timestamp\x18\x02 \x01(\x03\x12&\n\x0c\x64\x61ta_version\x18\x03 \x01(\x0b\x32\x10.rmq.DataVersion\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\"\xd2\x02\n\x0b\x43lusterInfo\x12@\n\x11\x62roker_addr_table\x18\x01 \x03(\x0b\x32%.rmq.ClusterInfo.BrokerAddrTableEntry\x12\x42\n\x12\x63luster_addr_table\x18\x02 \x03(\x0b\x32&.rmq.ClusterInfo.ClusterAddrTableEntry\x12)\n\x0clive_brokers\x18\x03 \x03(\x0b\x32\x13.rmq.BrokerLiveInfo\x1aG\n\x14\x42rokerAddrTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1e\n\x05value\x18\x02 \x01(\x0b\x32\x0f.rmq.BrokerData:\x02\x38\x01\x1aI\n\x15\x43lusterAddrTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.rmq.BrokerNames:\x02\x38\x01\"#\n\x0b\x42rokerNames\x12\x14\n\x0c\x62roker_names\x18\x01 \x03(\t\"\x1b\n\tTopicList\x12\x0e\n\x06topics\x18\x01 \x03(\t\"B\n\x1b\x44\x65leteTopicInNamesrvRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"u\n\x12NamesrvRuntimeInfo\x12\x31\n\x05table\x18\x01 \x03(\x0b\x32\".rmq.NamesrvRuntimeInfo.TableEntry\x1a,\n\nTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x10WritePermRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\"Z\n\x11WritePermResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0btopic_count\x18\x03 \x01(\x05\x12\x12\n\nregistered\x18\x04 \x01(\x08\x32\xf1\x04\n\x0eNamesrvService\x12I\n\x0eRegisterBroker\x12\x1a.rmq.RegisterBrokerRequest\x1a\x1b.rmq.RegisterBrokerResponse\x12\x46\n\x10UnregisterBroker\x12\x1c.rmq.UnregisterBrokerRequest\x1a\x14.rmq.CommandResponse\x12J\n\x13GetRouteInfoByTopic\x12\x18.rmq.GetRouteInfoRequest\x1a\x19.rmq.GetRouteInfoResponse\x12\x34\n\x14GetBrokerClusterInfo\x12\n.rmq.Empty\x1a\x10.rmq.ClusterInfo\x12-\n\x0fGetAllTopicList\x12\n.rmq.Empty\x1a\x0e.rmq.TopicList\x12N\n\x14\x44\x65leteTopicInNamesrv\x12 .rmq.DeleteTopicInNamesrvRequest\x1a\x14.rmq.CommandResponse\x12<\n\x15GetNamesrvRuntimeInfo\x12\n.rmq.Empty\x1a\x17.rmq.NamesrvRuntimeInfo\x12\x46\n\x15WipeWritePermOfBroker\x12\x15.rmq.WritePermRequest\x1a\x16.rmq.WritePermResponse\x12\x45\n\x14\x41\x64\x64WritePermOfBroker\x12\x15.rmq.WritePermRequest\x1a\x16.rmq.WritePermResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13proto/namesrv.proto\x12\x03rmq\x1a\x12proto/common.proto\"\x85\x02\n\x12RegisterBrokerBody\x12\'\n\rtopic_configs\x18\x01 \x03(\x0b\x32\x10.rmq.TopicConfig\x12\x16\n\x0e\x64\x65leted_topics\x18\x02 \x03(\t\x12T\n\x18topic_queue_mapping_info\x18\x03 \x03(\x0b\x32\x32.rmq.RegisterBrokerBody.TopicQueueMappingInfoEntry\x1aX\n\x1aTopicQueueMappingInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.rmq.TopicQueueMappingInfo:\x02\x38\x01\"\xbc\x02\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\x12&\n\x0c\x64\x61ta_version\x18\x05 \x01(\x0b\x32\x10.rmq.DataVersion\x12&\n\x0c\x62\x61se_version\x18\x06 \x01(\x0b\x32\x10.rmq.DataVersion\x12\x0c\n\x04\x66ull\x18\x07 \x01(\x08\x12%\n\x04\x62ody\x18\x08 \x01(\x0b\x32\x17.rmq.RegisterBrokerBody\x12\x17\n\x0f\x63ompressed_body\x18\t \x01(\x0c\x12\x1c\n\x14heartbeat_timeout_ms\x18\n \x01(\x03\x12\x14\n\x0cmaster_epoch\x18\x0b \x01(\x03\"I\n\x16RegisterBrokerResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x11\n\tneed_full\x18\x03 \x01(\x08\"l\n\x17UnregisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x13\n\x0b\x62roker_addr\x18\x04 \x01(\t\"$\n\x13GetRouteInfoRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x83\x01\n\x14GetRouteInfoResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\"\n\x05route\x18\x03 \x01(\x0b\x32\x13.rmq.TopicRouteData\x12\x12\n\nwarming_up\x18\x04 \x01(\x08\x12\x15\n\rbrokers_heard\x18\x05 \x03(\t\"\x81\x01\n\x0e\x42rokerLiveInfo\x12\x13\n\x0b\x62roker_addr\x18\x01 \x01(\t\x12\x1d\n\x15last_update_timestamp\x18\x02 \x01(\x03\x12&\n\x0c\x64\x61ta_version\x18\x03 \x01(\x0b\x32\x10.rmq.DataVersion\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\"\xd2\x02\n\x0b\x43lusterInfo\x12@\n\x11\x62roker_addr_table\x18\x01 \x03(\x0b\x32%.rmq.ClusterInfo.BrokerAddrTableEntry\x12\x42\n\x12\x63luster_addr_table\x18\x02 \x03(\x0b\x32&.rmq.ClusterInfo.ClusterAddrTableEntry\x12)\n\x0clive_brokers\x18\x03 \x03(\x0b\x32\x13.rmq.BrokerLiveInfo\x1aG\n\x14\x42rokerAddrTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1e\n\x05value\x18\x02 \x01(\x0b\x32\x0f.rmq.BrokerData:\x02\x38\x01\x1aI\n\x15\x43lusterAddrTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.rmq.BrokerNames:\x02\x38\x01\"#\n\x0b\x42rokerNames\x12\x14\n\x0c\x62roker_names\x18\x01 \x03(\t\"\x1b\n\tTopicList\x12\x0e\n\x06topics\x18\x01 \x03(\t\"B\n\x1b\x44\x65leteTopicInNamesrvRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"u\n\x12NamesrvRuntimeInfo\x12\x31\n\x05table\x18\x01 \x03(\x0b\x32\".rmq.NamesrvRuntimeInfo.TableEntry\x1a,\n\nTableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\'\n\x10WritePermRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\"Z\n\x11WritePermResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\x13\n\x0btopic_count\x18\x03 \x01(\x05\x12\x12\n\nregistered\x18\x04 \x01(\x08\x32\xf1\x04\n\x0eNamesrvService\x12I\n\x0eRegisterBroker\x12\x1a.rmq.RegisterBrokerRequest\x1a\x1b.rmq.RegisterBrokerResponse\x12\x46\n\x10UnregisterBroker\x12\x1c.rmq.UnregisterBrokerRequest\x1a\x14.rmq.CommandResponse\x12J\n\x13GetRouteInfoByTopic\x12\x18.rmq.GetRouteInfoRequest\x1a\x19.rmq.GetRouteInfoResponse\x12\x34\n\x14GetBrokerClusterInfo\x12\n.rmq.Empty\x1a\x10.rmq.ClusterInfo\x12-\n\x0fGetAllTopicList\x12\n.rmq.Empty\x1a\x0e.rmq.TopicList\x12N\n\x14\x44\x65leteTopicInNamesrv\x12 .rmq.DeleteTopicInNamesrvRequest\x1a\x14.rmq.CommandResponse\x12<\n\x15GetNamesrvRuntimeInfo\x12\n.rmq.Empty\x1a\x17.rmq.NamesrvRuntimeInfo\x12\x46\n\x15WipeWritePermOfBroker\x12\x15.rmq.WritePermRequest\x1a\x16.rmq.WritePermResponse\x12\x45\n\x14\x41\x64\x64WritePermOfBroker\x12\x15.rmq.WritePermRequest\x1a\x16.rmq.WritePermResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,30 +52,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UNREGISTERBROKERREQUEST']._serialized_end=814
   _globals['_GETROUTEINFOREQUEST']._serialized_start=816
   _globals['_GETROUTEINFOREQUEST']._serialized_end=852
-  _globals['_GETROUTEINFORESPONSE']._serialized_start=854
-  _globals['_GETROUTEINFORESPONSE']._serialized_end=942
-  _globals['_BROKERLIVEINFO']._serialized_start=945
-  _globals['_BROKERLIVEINFO']._serialized_end=1074
-  _globals['_CLUSTERINFO']._serialized_start=1077
-  _globals['_CLUSTERINFO']._serialized_end=1415
-  _globals['_CLUSTERINFO_BROKERADDRTABLEENTRY']._serialized_start=1269
-  _globals['_CLUSTERINFO_BROKERADDRTABLEENTRY']._serialized_end=1340
-  _globals['_CLUSTERINFO_CLUSTERADDRTABLEENTRY']._serialized_start=1342
-  _globals['_CLUSTERINFO_CLUSTERADDRTABLEENTRY']._serialized_end=1415
-  _globals['_BROKERNAMES']._serialized_start=1417
-  _globals['_BROKERNAMES']._serialized_end=1452
-  _globals['_TOPICLIST']._serialized_start=1454
-  _globals['_TOPICLIST']._serialized_end=1481
-  _globals['_DELETETOPICINNAMESRVREQUEST']._serialized_start=1483
-  _globals['_DELETETOPICINNAMESRVREQUEST']._serialized_end=1549
-  _globals['_NAMESRVRUNTIMEINFO']._serialized_start=1551
-  _globals['_NAMESRVRUNTIMEINFO']._serialized_end=1668
-  _globals['_NAMESRVRUNTIMEINFO_TABLEENTRY']._serialized_start=1624
-  _globals['_NAMESRVRUNTIMEINFO_TABLEENTRY']._serialized_end=1668
-  _globals['_WRITEPERMREQUEST']._serialized_start=1670
-  _globals['_WRITEPERMREQUEST']._serialized_end=1709
-  _globals['_WRITEPERMRESPONSE']._serialized_start=1711
-  _globals['_WRITEPERMRESPONSE']._serialized_end=1801
-  _globals['_NAMESRVSERVICE']._serialized_start=1804
-  _globals['_NAMESRVSERVICE']._serialized_end=2429
+  _globals['_GETROUTEINFORESPONSE']._serialized_start=855
+  _globals['_GETROUTEINFORESPONSE']._serialized_end=986
+  _globals['_BROKERLIVEINFO']._serialized_start=989
+  _globals['_BROKERLIVEINFO']._serialized_end=1118
+  _globals['_CLUSTERINFO']._serialized_start=1121
+  _globals['_CLUSTERINFO']._serialized_end=1459
+  _globals['_CLUSTERINFO_BROKERADDRTABLEENTRY']._serialized_start=1313
+  _globals['_CLUSTERINFO_BROKERADDRTABLEENTRY']._serialized_end=1384
+  _globals['_CLUSTERINFO_CLUSTERADDRTABLEENTRY']._serialized_start=1386
+  _globals['_CLUSTERINFO_CLUSTERADDRTABLEENTRY']._serialized_end=1459
+  _globals['_BROKERNAMES']._serialized_start=1461
+  _globals['_BROKERNAMES']._serialized_end=1496
+  _globals['_TOPICLIST']._serialized_start=1498
+  _globals['_TOPICLIST']._serialized_end=1525
+  _globals['_DELETETOPICINNAMESRVREQUEST']._serialized_start=1527
+  _globals['_DELETETOPICINNAMESRVREQUEST']._serialized_end=1593
+  _globals['_NAMESRVRUNTIMEINFO']._serialized_start=1595
+  _globals['_NAMESRVRUNTIMEINFO']._serialized_end=1712
+  _globals['_NAMESRVRUNTIMEINFO_TABLEENTRY']._serialized_start=1668
+  _globals['_NAMESRVRUNTIMEINFO_TABLEENTRY']._serialized_end=1712
+  _globals['_WRITEPERMREQUEST']._serialized_start=1714
+  _globals['_WRITEPERMREQUEST']._serialized_end=1753
+  _globals['_WRITEPERMRESPONSE']._serialized_start=1755
+  _globals['_WRITEPERMRESPONSE']._serialized_end=1845
+  _globals['_NAMESRVSERVICE']._serialized_start=1848
+  _globals['_NAMESRVSERVICE']._serialized_end=2473
 # @@protoc_insertion_point(module_scope)

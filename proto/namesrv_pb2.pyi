@@ -79,14 +79,18 @@ class GetRouteInfoRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class GetRouteInfoResponse(_message.Message):
-    __slots__ = ("code", "remark", "route")
+    __slots__ = ("code", "remark", "route", "warming_up", "brokers_heard")
     CODE_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    WARMING_UP_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_HEARD_FIELD_NUMBER: _ClassVar[int]
     code: int
     remark: str
     route: _common_pb2.TopicRouteData
-    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., route: _Optional[_Union[_common_pb2.TopicRouteData, _Mapping]] = ...) -> None: ...
+    warming_up: bool
+    brokers_heard: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., route: _Optional[_Union[_common_pb2.TopicRouteData, _Mapping]] = ..., warming_up: _Optional[bool] = ..., brokers_heard: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BrokerLiveInfo(_message.Message):
     __slots__ = ("broker_addr", "last_update_timestamp", "data_version", "topic_count")

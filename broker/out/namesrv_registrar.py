@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 COMPRESS_ABOVE_BYTES = 256 * 1024
 RPC_TIMEOUT_S = 30
 STOP_WAIT_S = 5.0  # a stop waits this long for registrations under way (then unregisters all the same)
+FAILED_RETRY_S = 1.0  # a failed registration is tried again this soon (not a whole period later)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class NamesrvRegistrar:
         self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
         self._stopped = threading.Event()
         self._lanes = {addr: _Lane(self, addr) for addr in namesrv_addrs}
+        self.failing: set[str] = set()  # name servers whose last registration failed: tried again soon
         self.master_epoch = 0  # controller mode
 
     def start(self) -> None:
@@ -82,14 +84,19 @@ class NamesrvRegistrar:
         """Once with every name server, all at the same time; returns when each answered or failed."""
         self._each(self.register)
 
-    def register(self, addr: str) -> None:
+    def register(self, addr: str) -> bool:
+        """Register with one name server; False (logged) when it failed."""
         try:
             self._register(addr)
         except grpc.RpcError as exc:
             self._acked.pop(addr, None)  # unknown what it holds now: send everything next time
             log.warning("register_failed namesrv=%s status=%s detail=%s", addr, exc.code().name, exc.details())
+            self.failing.add(addr)
+            return False
+        self.failing.discard(addr)
+        return True
 
-    def _each(self, call: Callable[[str], None]) -> None:
+    def _each(self, call: Callable[[str], object]) -> None:
         threads = [threading.Thread(target=call, args=(addr,), name=f"namesrv-{addr}", daemon=True)
                    for addr in self._channels]
         for t in threads:
@@ -173,8 +180,19 @@ class _Lane(threading.Thread):
 
     def run(self) -> None:
         stopped = self.registrar._stopped
+        period = self.registrar.period_s
+        # After a failure (the start's own try too), again soon: a name server restarting knows no route of this
+        # broker until it registers, and waiting the whole period left clients without its queues that long. 1 s,
+        # doubling while it fails, up to the period (one line each: a name server down for good is no flood).
+        backoff = FAILED_RETRY_S
+        wait = min(period, backoff) if self.addr in self.registrar.failing else period
         while not stopped.is_set():
-            self.wakeup.wait(self.registrar.period_s)
+            self.wakeup.wait(wait)
             self.wakeup.clear()
-            if not stopped.is_set():
-                self.registrar.register(self.addr)
+            if stopped.is_set():
+                return
+            if self.registrar.register(self.addr):
+                wait, backoff = period, FAILED_RETRY_S
+            else:
+                backoff = min(period, backoff * 2)
+                wait = backoff
