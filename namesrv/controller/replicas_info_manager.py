@@ -23,7 +23,7 @@ Rules (docs/en/controller/design.md, section 2 of the replication notes):
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from common.request_error import require
@@ -187,7 +187,7 @@ class ReplicasInfoManager:
                         if elected is not None:
                             self._commit(group, elected)
                         continue
-                    reason = self._master_gone_reason(lives.get(group.master_id), now)
+                    reason = self._master_gone_reason(lives.get(group.master_id), now, _group_timeout_ms(lives))
                     if reason is not None:
                         self._commit(group, self._master_gone(group, now, reason))
                 except OSError:  # the next scan tries again; other groups must not wait for this one
@@ -204,9 +204,9 @@ class ReplicasInfoManager:
             log.warning("controller_resumed gap_ms=%d grace=%r", now - last,
                         "every replica gets one heartbeat timeout from now before it counts as silent")
 
-    def _master_gone_reason(self, live: ReplicaLiveness | None, now: int) -> str | None:
-        if live is None:  # not heard of since this controller started (or resumed)
-            return "master_silent" if now - self._resumed_ms > DEFAULT_HEARTBEAT_TIMEOUT_MS else None
+    def _master_gone_reason(self, live: ReplicaLiveness | None, now: int, group_timeout_ms: int) -> str | None:
+        if live is None:  # not heard of since this controller started (or resumed): the group's own timeout
+            return "master_silent" if now - self._resumed_ms > group_timeout_ms else None
         if live.session_open:
             return None
         if self.enable_elect_unclean_master and now - live.last_heartbeat_ms <= live.heartbeat_timeout_ms:
@@ -419,3 +419,10 @@ class ReplicasInfoManager:
                     log.exception("controller_listener_failed broker=%s", name)
             return assignment
         return self._assignment(new)
+
+
+def _group_timeout_ms(lives: Mapping[int, ReplicaLiveness]) -> int:
+    """How long a master not heard from since this controller started gets: the longest heartbeat timeout its
+    group's replicas report (the default when none spoke yet). Replicas share their group's config: the fixed
+    default (10 s) replaced a master of a group with 3 s only after 10, and one with 60 s while its lease ran."""
+    return max((live.heartbeat_timeout_ms for live in lives.values()), default=DEFAULT_HEARTBEAT_TIMEOUT_MS)

@@ -388,19 +388,21 @@ def test_a_failed_write_changes_and_announces_nothing(tmp_path: Path, clock: Fak
     ctl.manager.close()
 
 
-def test_a_master_not_heard_from_after_a_restart_is_replaced(tmp_path: Path, clock: FakeClock):
+def test_a_master_not_heard_from_after_a_restart_gets_its_groups_own_timeout(tmp_path: Path, clock: FakeClock):
+    """It got the fixed default (10 s): a group with a 3 s timeout waited 10 s for its new master, and one with a
+    longer timeout had its master replaced while that master's lease (90 % of its timeout) could still run."""
     ctl = Controller(tmp_path / "c", clock)
     two_in_sync(ctl)
     ctl.manager.close()
     again = Controller(tmp_path / "c", clock)
-    again.beat(2)
-    clock.now += 10_000
+    again.beat(2)  # replica 2 reports the group's timeout (TIMEOUT, 3 s)
+    clock.now += TIMEOUT
     again.beat(2)
     again.manager.scan()
-    assert again.state()[0] == 1  # it gets the default timeout to come back
+    assert again.state()[0] == 1
     clock.now += 1
     again.manager.scan()
-    assert again.state() == (2, 2, (2,), 3)
+    assert again.state() == (2, 2, (2,), 3)  # after 3 s, not 10
     again.manager.close()
 
 
