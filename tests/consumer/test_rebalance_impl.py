@@ -199,14 +199,20 @@ def committing_impl(group: CommittingGroup, offsets: OffsetStore, orderly: bool 
                                            consume_from_first=consume_from_first), lambda: [TOPIC], lambda pq: None)
 
 
-def test_a_reset_restarts_the_other_queues_of_the_broker_while_one_handler_is_slow() -> None:
-    """Each queue's offset was forgotten only once the queue before it was waited for: while a slow handler held the
-    first, the commit loop wrote the others' old positions over the reset, and they never replayed."""
+def started(orderly: bool = False) -> tuple[CommittingGroup, BrokerOffsets, RebalanceImpl]:
+    """A member alone in its group, every queue committed at 0, after its first pass."""
     group = CommittingGroup()
     group.committed = dict.fromkeys(QUEUES, 0)
     offsets = BrokerOffsets(group)
-    impl = committing_impl(group, offsets)
+    impl = committing_impl(group, offsets, orderly=orderly)
     assert impl.rebalance() is True
+    return group, offsets, impl
+
+
+def test_a_reset_restarts_the_other_queues_of_the_broker_while_one_handler_is_slow() -> None:
+    """Each queue's offset was forgotten only once the queue before it was waited for: while a slow handler held the
+    first, the commit loop wrote the others' old positions over the reset, and they never replayed."""
+    group, offsets, impl = started()
     slow, other = impl.process_queues[QUEUES[0]], impl.process_queues[QUEUES[1]]
     assert slow.begin()  # a handler call runs on queue 0
     offsets.update(other, 77)
@@ -226,11 +232,7 @@ def test_a_reset_restarts_the_other_queues_of_the_broker_while_one_handler_is_sl
 
 
 def test_a_commit_of_the_old_position_landing_after_the_reset_is_written_over_by_the_notices_offsets() -> None:
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    offsets = BrokerOffsets(group)
-    impl = committing_impl(group, offsets)
-    assert impl.rebalance() is True
+    group, offsets, impl = started()
     offsets.update(impl.process_queues[QUEUES[1]], 514)
     group.committed[QUEUES[1]] = 3  # the broker's reset ...
     offsets.persist_all()  # ... and the member's commit, before its notice came
@@ -282,10 +284,7 @@ def test_an_orderly_queue_is_kept_with_its_lease_while_its_handler_runs_past_the
     """A member joined: the queue going to it was unlocked after 10 s although its handler still ran, and the new
     owner consumed the queue beside it, out of order. It is kept (lease renewed) until the handler returns."""
     monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
-    assert impl.rebalance() is True
+    group, _, impl = started(orderly=True)
     mq = QUEUES[2]  # the first of the joiner's share
     pq = impl.process_queues[mq]
     call = handler_call(pq)
@@ -303,10 +302,7 @@ def test_an_orderly_queue_is_kept_with_its_lease_while_its_handler_runs_past_the
 
 def test_an_orderly_queue_restarted_by_a_reset_waits_for_its_running_handler(monkeypatch) -> None:
     monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
-    assert impl.rebalance() is True
+    group, _, impl = started(orderly=True)
     mq = QUEUES[0]
     pq = impl.process_queues[mq]
     call = handler_call(pq)
@@ -322,10 +318,7 @@ def test_an_orderly_queue_restarted_by_a_reset_waits_for_its_running_handler(mon
 def test_a_reset_start_is_used_by_the_pass_right_after_the_reset_only() -> None:
     """A reset queue that went to another member meanwhile starts, should it come back much later, at the group's
     committed offset by then, not at the reset's (that replayed everything since)."""
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    impl = committing_impl(group, BrokerOffsets(group))
-    assert impl.rebalance() is True
+    group, _, impl = started()
     group.members.append(OTHER)  # broker-b's queues are OTHER's from the next pass on
     impl.restart_queues(TOPIC, "broker-b", {0: 5, 1: 5})
     assert QUEUES[2] not in impl.process_queues
@@ -348,11 +341,7 @@ def test_an_orderly_queue_a_reset_restarted_and_the_next_pass_gave_away_is_unloc
 def test_reset_notices_of_one_static_topic_from_two_brokers_restart_the_queues_of_both() -> None:
     """Every broker leading some of a static topic's logic queues announces its own, under one (mock) broker name:
     the second notice replaced the first, and the first one's queues went on from their old positions."""
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    offsets = BrokerOffsets(group)
-    impl = committing_impl(group, offsets)
-    assert impl.rebalance() is True
+    group, offsets, impl = started()
     for mq in QUEUES[:2]:
         offsets.update(impl.process_queues[mq], 50)
     offsets.persist_all()
@@ -366,11 +355,7 @@ def test_reset_notices_of_one_static_topic_from_two_brokers_restart_the_queues_o
 def test_a_queue_given_away_with_a_reset_pending_is_released_without_its_old_position() -> None:
     """A pass that drops a queue whose reset notice is not yet acted on committed the old position over the reset,
     and the member taking the queue started there."""
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    offsets = BrokerOffsets(group)
-    impl = committing_impl(group, offsets)
-    assert impl.rebalance() is True
+    group, offsets, impl = started()
     offsets.update(impl.process_queues[QUEUES[2]], 90)
     offsets.persist_all()
     group.committed[QUEUES[2]] = 1  # the broker's reset, its notice on the way
@@ -384,10 +369,7 @@ def test_a_queue_given_away_with_a_reset_pending_is_released_without_its_old_pos
 
 def test_a_deferred_orderly_restart_given_away_when_its_handler_returned_is_unlocked(monkeypatch) -> None:
     monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
-    group = CommittingGroup()
-    group.committed = dict.fromkeys(QUEUES, 0)
-    impl = committing_impl(group, BrokerOffsets(group), orderly=True)
-    assert impl.rebalance() is True
+    group, _, impl = started(orderly=True)
     mq = QUEUES[2]
     pq = impl.process_queues[mq]
     call = handler_call(pq)

@@ -47,11 +47,9 @@ def bodies(node: Node, queue_id: int) -> list[bytes]:
     return [decode_record(r).body for r in flat.messages(flat.min_offset, 64, 1 << 20, None)[0]]
 
 
-def test_a_tier_cut_after_a_power_loss_stays_cut_through_a_second_crash(nodes, provider: TieredBackendServiceProvider):
-    """The restart cut the queue's tiered consume queue in its records only; the object kept the units. Traffic on
-    another queue took the commitlog past the stored uploaded end (so the next start reconciles nothing), and after
-    a second crash the load took the object's size back: the lost records were served again, and the queue's next
-    messages, at offsets the tier said it held, were never uploaded (reads served the lost ones in their place)."""
+def lost_tail(nodes, provider: TieredBackendServiceProvider) -> Node:
+    """8 records of queue 1 kept, 8 of queue 0, then 8 of queue 1 the tier has and the power loss took; restarted,
+    the tier's cut not yet made (the upload thread's first step, which a failing backend may hold up)."""
     node = nodes(provider)
     for i in range(8):
         node.put(1, b"early-%d" % i)
@@ -61,8 +59,15 @@ def test_a_tier_cut_after_a_power_loss_stays_cut_through_a_second_crash(nodes, p
     assert node.dispatcher.upload_due(force=True) == 24
     node.dispatcher.flush()
     lose_power(node, lost_from)
+    return nodes(provider)
 
-    node = nodes(provider)
+
+def test_a_tier_cut_after_a_power_loss_stays_cut_through_a_second_crash(nodes, provider: TieredBackendServiceProvider):
+    """The restart cut the queue's tiered consume queue in its records only; the object kept the units. Traffic on
+    another queue took the commitlog past the stored uploaded end (so the next start reconciles nothing), and after
+    a second crash the load took the object's size back: the lost records were served again, and the queue's next
+    messages, at offsets the tier said it held, were never uploaded (reads served the lost ones in their place)."""
+    node = lost_tail(nodes, provider)
     node.tiered._prepare_own()  # what the upload thread does first: the tier forgets the lost records
     assert node.tiered.flat_files.get(TOPIC, 1).max_offset == node.local.max_offset(TOPIC, 1) == 8
     for i in range(32):  # queue 0 only: the commitlog goes past where the lost records ended
@@ -80,21 +85,6 @@ def test_a_tier_cut_after_a_power_loss_stays_cut_through_a_second_crash(nodes, p
     assert node.dispatcher.upload_due(force=True) == 8
     assert tier_matches_local(node, 1) == 16
     assert bodies(node, 1) == [b"early-%d" % i for i in range(8)] + [b"new-%d" % i for i in range(8)]
-
-
-def lost_tail(nodes, provider: TieredBackendServiceProvider) -> Node:
-    """8 records of queue 1 kept, 8 of queue 0, then 8 of queue 1 the tier has and the power loss took; restarted,
-    the tier's cut not yet made (the upload thread's first step, which a failing backend may hold up)."""
-    node = nodes(provider)
-    for i in range(8):
-        node.put(1, b"early-%d" % i)
-    for i in range(8):
-        node.put(0, b"other-%d" % i)
-    lost_from = min(node.put(1, b"LOST-%d" % i)[1] for i in range(8))
-    assert node.dispatcher.upload_due(force=True) == 24
-    node.dispatcher.flush()
-    lose_power(node, lost_from)
-    return nodes(provider)
 
 
 def test_sends_taken_before_the_tier_is_cut_do_not_make_the_cut_fall_short(nodes,
