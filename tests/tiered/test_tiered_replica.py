@@ -275,3 +275,30 @@ def test_the_spark_jobs_change_no_tier_a_replica_follows(tmp_path: Path):
     finally:
         master.stop(upload=False)
         replica.stop()
+
+
+def test_a_replica_that_follows_its_master_drops_a_cut_its_own_recovery_found_due(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """A replica whose log ended below its master's uploaded end at a restart (an OS crash, or still catching up)
+    kept that cut due while it followed the master; promoted days later, it cut the shared tier back to it (every
+    queue's objects the master had written correctly, then uploaded them again)."""
+    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
+    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    try:
+        master.tiered.start()
+        _prepared(master)
+        _put_same([master, replica], 0, 10)
+        master.dispatcher.upload_due(force=True)
+        master.dispatcher.flush()
+        replica.tiered.follow_master(master.tiered.copy_for_replica())
+        replica.dispatcher.truncate_dirty(1)  # what its recovery found after an OS crash: its log ended there
+        replica.tiered.follow_master(master.tiered.copy_for_replica())  # caught up again, it follows the master
+        assert replica.tiered.metadata.get_reconcile_end() is None
+        caplog.clear()
+        replica.tiered.start()  # promoted: it takes the tier over
+        _prepared(replica)
+        assert "tiered_truncated" not in caplog.text
+        assert [replica.tiered.flat_files.get(NODE_TOPIC, q).max_offset for q in (0, 1)] == [5, 5]
+    finally:
+        master.stop(upload=False)
+        replica.stop()

@@ -253,7 +253,13 @@ class TieredDispatcher(CommitLogDispatcher):
         """A replica sharing its master's backend, which uploads for both (``broker/tiered/replica/``): what the
         master's copied records say the tier holds (below its checkpoint) is dropped here, so this uploader keeps
         in memory, and the local commitlog keeps on disk, only what the master has not uploaded yet: what this
-        replica must upload if it is promoted."""
+        replica must upload if it is promoted. A cut its own recovery found due is dropped: the master owns the
+        tier it follows (a take-over cuts to this replica's end of then), and made then, long after, it cut what
+        the master wrote since (the metadata copy's install already drops the stored one)."""
+        if self._reconcile_end is not None:
+            log.info("tiered_cut_dropped reconcile_end=%d: following the master's tier", self._reconcile_end)
+            self._reconcile_end = None
+            self.metadata.set_reconcile_end(None)
         with self._lock:
             for key, p in list(self._pending.items()):
                 requests = p.requests
