@@ -67,6 +67,11 @@ UNKNOWN_TOPIC_GRACE_S = 60.0
 # ROUTE_TTL_S after a name server answered a lookup (never during an outage, when cached routes are all there is):
 # a topic deleted and never used since, or used once long ago, does not stay cached for the client's life.
 IDLE_ROUTE_FORGET_S = 600.0
+# A channel to an address no cached route names is closed once it stayed so this long and is not connected: gRPC
+# reconnects a failed channel by itself (every second, common/tls.py), so a dead broker's channel (a restart on a new
+# port, a scale-in) cost a connect a second for the life of the process. One still connected is kept (an address a
+# caller named, such as an admin call's).
+UNROUTED_CHANNEL_CLOSE_S = 60.0
 _NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
@@ -147,6 +152,7 @@ class ClientInstance:
         # topic -> when the name servers first answered they do not know it while its route was kept
         self._unknown_since: dict[str, float] = {}
         self._idle_swept_at = time.monotonic()
+        self._unrouted_since: dict[str, float] = {}  # address of a channel -> when no cached route named it first
         # Told the name of each topic whose route is forgotten (what a user keeps per topic can go too); called on
         # the thread that forgot it, maybe with this instance's lock held: quick, and no call back into it.
         self.on_route_forgotten: list[Callable[[str], None]] = []
@@ -449,6 +455,42 @@ class ClientInstance:
             last = max(fetched_at, self._route_failed_at.get(topic, fetched_at))
             if now - last >= IDLE_ROUTE_FORGET_S and topic not in self._route_lock_users:
                 self._forget_route(topic, f"not used for {now - last:.0f} s")
+        # (off this thread: a stream's close waits for its reader, and a caller's route lookup must not)
+        threading.Thread(target=self.close_unrouted_channels, name="close-unrouted-channels", daemon=True).start()
+
+    def close_unrouted_channels(self, now: float | None = None) -> list[str]:
+        """Close the channels (and their streams and stubs) to addresses no cached route has named for
+        :data:`UNROUTED_CHANNEL_CLOSE_S` and that are not connected; returns those addresses. A later call to one
+        opens it again."""
+        now = time.monotonic() if now is None else now
+        routed = self.route_addrs() | set(self.namesrv_addrs)
+        with self._lock:
+            unrouted = [addr for addr in self._channels if addr not in routed]
+        self._unrouted_since = {addr: self._unrouted_since.get(addr, now) for addr in unrouted}
+        due = [addr for addr, since in self._unrouted_since.items() if now - since >= UNROUTED_CHANNEL_CLOSE_S]
+        closed = []
+        for addr in due:
+            channel = self._channels.get(addr)
+            if channel is not None and not channel_connected(channel):
+                closed.append(addr)
+        for addr in closed:
+            self._close_channel(addr)
+            self._unrouted_since.pop(addr, None)
+        if closed:
+            log.info("channels_closed addrs=%s why='no route names them and they are not connected'",
+                     ",".join(closed))
+        return closed
+
+    def _close_channel(self, addr: str) -> None:
+        with self._lock:
+            channel = self._channels.pop(addr, None)
+            streams = [self._streams.pop(key) for key in [k for k in self._streams if k[0] == addr]]
+            for key in [k for k in self._stubs if k[1] == addr]:
+                del self._stubs[key]
+        for stream in streams:
+            stream.close()
+        if channel is not None:
+            channel.close()
 
     def _up_to_date(self, topic: str, started: float) -> None:
         """A route asked for at ``started`` is cached: it answers the invalidations before then, not later ones."""

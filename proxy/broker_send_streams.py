@@ -190,13 +190,15 @@ class BrokerSendStreams:
         return await self.brokers.drop_unused({*keep, *self._streams}, idle_s)
 
     async def sweep_periodically(self, live: Callable[[], Collection[str]], interval_s: float = SWEEP_INTERVAL_S,
-                                 idle_s: float = CHANNEL_IDLE_S) -> None:
+                                 idle_s: float = CHANNEL_IDLE_S, also: Callable[[], object] = lambda: None) -> None:
         """Every ``interval_s``, :meth:`drop_unused` keeping the addresses ``live`` names (the routes' brokers):
-        a broker restarted on another port, or gone, leaves no stream nor channel behind. Runs until cancelled."""
+        a broker restarted on another port, or gone, leaves no stream nor channel behind. ``also`` (blocking: run
+        in a thread) sweeps the SDK's channels the same way. Runs until cancelled."""
         while True:
             await asyncio.sleep(interval_s)
             try:
                 gone = await self.drop_unused(live(), idle_s)
+                await asyncio.to_thread(also)
             except Exception:  # the next sweep tries again
                 log.exception("broker_channels_sweep_failed")
                 continue

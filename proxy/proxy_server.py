@@ -98,8 +98,9 @@ class ProxyServer:
         assert self._renewer is not None
         self._renew_task = asyncio.create_task(self._renewer.run(), name="auto-renew")
         assert self._producer is not None
-        self._sweep_task = asyncio.create_task(self._send_streams.sweep_periodically(self._producer.client.route_addrs),
-                                               name="broker-channel-sweep")
+        client = self._producer.client  # its producer sessions and recalls use the SDK's own channels
+        self._sweep_task = asyncio.create_task(self._send_streams.sweep_periodically(
+            client.route_addrs, also=client.close_unrouted_channels), name="broker-channel-sweep")
         if prom:
             self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
                                                    c.metrics_prom_exporter_port, self.registry, "proxy")
