@@ -19,6 +19,7 @@ from proto import consumer_pb2, consumer_pb2_grpc
 log = logging.getLogger(__name__)
 
 REOPEN_PAUSE_S = 1.0
+REFUSED_LOG_S = 30.0  # reopens refused in a row are logged this often
 _CLOSE = object()
 _BEAT = object()
 
@@ -61,6 +62,7 @@ class BrokerSession:
             yield self._frame()
 
     def _run(self) -> None:
+        refused, logged_at = 0, 0.0  # reopens refused in a row; when the last of them was logged
         while not self._closed.is_set():
             call = self._stub.ConsumerSession(self._frames(self._signals))
             self._call = call
@@ -71,12 +73,18 @@ class BrokerSession:
             except grpc.RpcError as exc:
                 if self._closed.is_set():
                     return
-                log.warning("consumer_session_broken broker=%s status=%s detail=%s", self.addr, exc.code().name,
-                            exc.details())
-                # A stream that lived: a session the broker held ended (not a reopen refused by a broker still down,
-                # which ends at once and was told already)
-                if time.monotonic() - opened_at >= REOPEN_PAUSE_S:
+                now = time.monotonic()
+                if now - opened_at >= REOPEN_PAUSE_S:  # a stream that lived: a session the broker held ended
+                    refused = 0
+                    log.warning("consumer_session_broken broker=%s status=%s detail=%s", self.addr, exc.code().name,
+                                exc.details())
                     self._on_broken(self.addr)
+                else:  # a reopen refused by a broker still down (routed until the name server drops it, minutes):
+                    refused += 1  # tried every second still, logged every REFUSED_LOG_S (a line a second before)
+                    if refused == 1 or now - logged_at >= REFUSED_LOG_S:
+                        logged_at = now
+                        log.warning("consumer_session_refused broker=%s status=%s detail=%s tries=%d", self.addr,
+                                    exc.code().name, exc.details(), refused)
             if self._closed.wait(REOPEN_PAUSE_S):
                 return
             self._signals.put(_CLOSE)  # ends the old stream's frames; the next stream reads a queue of its own
