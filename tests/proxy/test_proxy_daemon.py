@@ -321,7 +321,11 @@ def test_dead_lettering_a_message_popped_before_a_remap_goes_through_the_broker_
     assert answer.status.code == Code.OK, answer.status
     with PullConsumer(proxy_cluster.namesrv, group="dlq-reader") as reader:  # %DLQ%remap_dlq holds it
         def dead_lettered() -> list[bytes]:
-            return [m.body for q in reader.queues("%DLQ%remap_dlq") for m in reader.pull(q, 0, 8).messages]
+            try:  # the broker registers the topic it made for the dead letter with the name server on its own
+                queues = reader.queues("%DLQ%remap_dlq")
+            except MQClientError:
+                return []
+            return [m.body for q in queues for m in reader.pull(q, 0, 8).messages]
         assert wait_until(dead_lettered, timeout=10, what="the message in the DLQ") == [b"doomed"]
 
 
