@@ -228,19 +228,26 @@ def test_a_replica_with_a_backend_of_its_own_uploads_its_copy(tmp_path: Path, ma
         replica.stop()
 
 
+def _following(tmp_path: Path) -> tuple[Node, Node]:
+    """A master and a replica on one posix backend, both holding 10 records the master uploaded, the replica
+    following the master's copy."""
+    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
+    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    master.tiered.start()
+    _prepared(master)
+    _put_same([master, replica], 0, 10)
+    master.dispatcher.upload_due(force=True)
+    master.dispatcher.flush()
+    replica.tiered.follow_master(master.tiered.copy_for_replica())
+    return master, replica
+
+
 def test_a_replica_restarted_beside_its_master_on_one_backend_leaves_the_masters_records_alone(
         tmp_path: Path, caplog: pytest.LogCaptureFixture):
     """Its start cannot know yet whether the backend is its master's: it loads its copy as recorded, not as after a
     crash of its own (which took the master's newer bytes for a torn upload and cut its units)."""
-    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
-    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    master, replica = _following(tmp_path)
     try:
-        master.tiered.start()
-        _prepared(master)
-        _put_same([master, replica], 0, 10)
-        master.dispatcher.upload_due(force=True)
-        master.dispatcher.flush()
-        replica.tiered.follow_master(master.tiered.copy_for_replica())
         _put_same([master, replica], 10, 6)
         master.dispatcher.upload_due(force=True)  # the backend is ahead of the replica's copy now
         copied = sorted(replica.tiered.segments(), key=lambda m: m.path)
@@ -282,15 +289,8 @@ def test_a_replica_that_follows_its_master_drops_a_cut_its_own_recovery_found_du
     """A replica whose log ended below its master's uploaded end at a restart (an OS crash, or still catching up)
     kept that cut due while it followed the master; promoted days later, it cut the shared tier back to it (every
     queue's objects the master had written correctly, then uploaded them again)."""
-    master = Node(tmp_path / "m", POSIX, backend=tmp_path / "tier")
-    replica = Node(tmp_path / "r", POSIX, backend=tmp_path / "tier", role=TierRole.WAITING)
+    master, replica = _following(tmp_path)
     try:
-        master.tiered.start()
-        _prepared(master)
-        _put_same([master, replica], 0, 10)
-        master.dispatcher.upload_due(force=True)
-        master.dispatcher.flush()
-        replica.tiered.follow_master(master.tiered.copy_for_replica())
         replica.dispatcher.truncate_dirty(1)  # what its recovery found after an OS crash: its log ended there
         replica.tiered.follow_master(master.tiered.copy_for_replica())  # caught up again, it follows the master
         assert replica.tiered.metadata.get_reconcile_end() is None
