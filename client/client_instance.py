@@ -512,15 +512,20 @@ class ClientInstance:
                         cached: common_pb2.TopicRouteData) -> namesrv_pb2.GetRouteInfoResponse:
         """Another name server's route of ``topic`` that lacks no broker of ``cached`` for want of having heard from
         it; ``partial`` when none answers so."""
+        return self._route_from_any(topic, lambda other: not _brokers_unheard(other, cached)) or partial
+
+    def _route_from_any(self, topic: str, accept: Callable[[namesrv_pb2.GetRouteInfoResponse], bool] = lambda r: True,
+                        ) -> namesrv_pb2.GetRouteInfoResponse | None:
+        """The first name server's SUCCESS answer for ``topic`` that ``accept`` takes (None: none answers so)."""
         request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
         for addr in self.namesrv_addrs:
             try:
                 other = self.namesrv(addr).GetRouteInfoByTopic(request, timeout=self.rpc_timeout_s)
             except grpc.RpcError:
                 continue
-            if other.code == ResponseCode.SUCCESS and not _brokers_unheard(other, cached):
+            if other.code == ResponseCode.SUCCESS and accept(other):
                 return other
-        return partial
+        return None
 
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
         if _cache_only.get():  # the TBW102 lookup of a topic the name server does not know
@@ -530,14 +535,7 @@ class ClientInstance:
             request, timeout=self.rpc_timeout_s))
         if response.code != ResponseCode.TOPIC_NOT_EXIST or len(self.namesrv_addrs) == 1:
             return response
-        for addr in self.namesrv_addrs:  # one restarted a moment ago knows nothing yet: another may
-            try:
-                other = self.namesrv(addr).GetRouteInfoByTopic(request, timeout=self.rpc_timeout_s)
-            except grpc.RpcError:
-                continue
-            if other.code == ResponseCode.SUCCESS:
-                return other
-        return response
+        return self._route_from_any(topic) or response  # one restarted a moment ago knows nothing yet: another may
 
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:
