@@ -29,15 +29,24 @@ def run(scenario: Callable[[BrokerChannels, BrokerSendStreams], Awaitable[Any]])
 
 async def restarted_ten_times(streams: BrokerSendStreams) -> tuple[FakeBroker, list[str]]:
     """A broker that took sends, restarted on a new port ten times: the live one, and the old addresses."""
-    old = []
+    old: list[str] = []
     for _ in range(10):
-        broker = FakeBroker(answer_each)
+        broker = new_port(old)
         await send(streams, broker.addr, "t")
         broker.stop()
         old.append(broker.addr)
-    live = FakeBroker(answer_each)
+    live = new_port(old)
     await send(streams, live.addr, "t")
     return live, old
+
+
+def new_port(used: list[str]) -> FakeBroker:
+    """A broker on a port none of ``used`` had (the system may hand out a port just freed: one address, not two)."""
+    while True:
+        broker = FakeBroker(answer_each)
+        if broker.addr not in used:
+            return broker
+        broker.stop()
 
 
 def test_a_broker_restarted_on_new_ports_leaves_one_stream_and_one_channel():
