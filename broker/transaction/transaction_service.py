@@ -75,4 +75,6 @@ class TransactionService:
             "transactionHalfLost": str(check.halves_lost if check is not None else 0),
             "transactionHalfProgress": str(table.half_progress),
             "transactionOpProgress": str(table.op_progress),
+            # Where the check service has read the half queue to: its lag behind the queue's end
+            "transactionHalfRead": str(table.half_read),
         }
