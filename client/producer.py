@@ -56,7 +56,7 @@ from common.message_properties import (
 )
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
-from common.refusal import says_not_master
+from common.refusal import says_not_master, says_unacknowledged_by_lease
 from common.response_code import ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from common.transaction_topic import TRANSACTION_PREPARED_TYPE
@@ -546,7 +546,9 @@ class _Send:
 
 
 def _failover(error: MQClientError) -> bool:
-    """The send's broker group has no reachable master now (gone, deposed, or none in the route): nothing was
-    stored by this try, or, for a connection that broke, at least once."""
+    """The send's broker group has no reachable master now (gone, deposed, its lease ended, or none in the route):
+    nothing was stored by this try, or, for a connection that broke or a master whose lease ended as it stored,
+    at least once."""
+    text = str(error)
     return bool(getattr(error, "failover", False) or getattr(error, "no_master", False)
-                or says_not_master(str(error)))
+                or says_not_master(text) or says_unacknowledged_by_lease(text))

@@ -10,10 +10,20 @@ from common.response_code import ResponseCode, code_name
 # the route that named it master is stale (a failover is under way), so clients look again and retry.
 NOT_GROUP_MASTER = "is not its group's master"
 DEPOSED_MASTER = "another replica is master now"
+# A master whose controller lease ran out refuses writes (nothing stored) while the controller may elect another.
+LEASE_LOST = "lost its controller lease"
+# A write stored just before the lease ran out is answered so: not acknowledged, a retry may store it twice.
+LEASE_ENDED_UNACKNOWLEDGED = "controller lease ended (another may be elected): stored here, not acknowledged"
 
 
 def says_not_master(remark: str) -> bool:
-    return NOT_GROUP_MASTER in remark or DEPOSED_MASTER in remark
+    """Nothing was done, and the group's master is (or may soon be) another replica."""
+    return NOT_GROUP_MASTER in remark or DEPOSED_MASTER in remark or LEASE_LOST in remark
+
+
+def says_unacknowledged_by_lease(remark: str) -> bool:
+    """Stored but not acknowledged by a master whose lease ended: a retry at the group's master is at least once."""
+    return LEASE_ENDED_UNACKNOWLEDGED in remark
 
 
 class Refusal(Exception):

@@ -33,7 +33,7 @@ from broker.ha.state_copy import CopiedStore, state_chunks
 from broker.ha.sync_state_set import SetProposal, SyncStateSet
 from broker.offset_waiters import OffsetWaiters
 from broker.store.commit_log import CommitLog
-from common.refusal import Refusal
+from common.refusal import LEASE_ENDED_UNACKNOWLEDGED, Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.rpc_boundary import UndecodableRequest
@@ -382,8 +382,7 @@ class HAService:
 _NOT_REPLICATED: dict[int, str] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: "no slave is connected: stored on the master only",
     ResponseCode.FLUSH_SLAVE_TIMEOUT: "the slave did not confirm in time: stored on the master",
-    ResponseCode.SERVICE_NOT_AVAILABLE: "this master's controller lease ended (another may be elected): stored "
-                                        "here, not acknowledged; send again",
+    ResponseCode.SERVICE_NOT_AVAILABLE: f"this master's {LEASE_ENDED_UNACKNOWLEDGED}; send again",
 }
 
 

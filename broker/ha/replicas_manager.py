@@ -31,7 +31,7 @@ from broker.ha.controller_link import ControllerLink
 from broker.ha.epoch_file import EpochFile
 from broker.ha.ha_service import HAService
 from broker.store.message_store import MessageStore
-from common.refusal import DEPOSED_MASTER
+from common.refusal import DEPOSED_MASTER, LEASE_LOST
 from proto import controller_pb2
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,7 @@ class ReplicasManager:
                 log.warning("lease_lost broker=%s id=%d epoch=%d writes=refused reason='the controller has not "
                             "answered in time (it may elect another master)'", self.identity.broker_name,
                             self.identity.broker_id, self.master_epoch)
-            self.hooks.fence(f"master {self.identity.broker_addr} lost its lease: the controller has not answered "
+            self.hooks.fence(f"master {self.identity.broker_addr} {LEASE_LOST}: the controller has not answered "
                              "in time (it may be electing another master)")
 
     # -- while master ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from client.errors import MQClientError
 from client.producer import Producer
 from common.message import Message
 from common.message_queue import MessageQueue
+from common.refusal import LEASE_ENDED_UNACKNOWLEDGED
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME as MOCK
 from proto import broker_pb2
@@ -224,3 +225,21 @@ def test_a_normal_topic_keyed_send_does_not_retry(fake, producer):
     with pytest.raises(MQClientError, match="SYSTEM_BUSY"):
         producer.send(Message("N", b"m"), sharding_key="k")
     assert len(fake.all_calls("SendMessage")) == 1
+
+
+def test_a_keyed_send_answered_lease_ended_is_sent_again_to_its_group(fake, producer):
+    """A master whose controller lease ended as it stored the send answers SERVICE_NOT_AVAILABLE "stored here, not
+    acknowledged": a send kept on its queue (keyed, a FIFO message group's) failed at once (CI, an electMaster under
+    load); it waits for the group's master as for a deposed one, and is sent again (at least once)."""
+    fake.routes["N"] = normal_route("N", {"broker-a": 2})
+    answers = iter([broker_pb2.SendMessageResponse(code=ResponseCode.SERVICE_NOT_AVAILABLE,
+                                                   remark=f"this master's {LEASE_ENDED_UNACKNOWLEDGED}; send again")])
+
+    def lease_ended_once(req):
+        return next(answers, broker_pb2.SendMessageResponse(code=ResponseCode.SUCCESS, queue_id=req.queue_id,
+                                                            queue_offset=3))
+
+    fake.brokers["broker-a"].handlers["SendMessage"] = lease_ended_once
+    r = producer.send(Message("N", b"m"), sharding_key="k")
+    assert r.queue_offset == 3
+    assert len(fake.all_calls("SendMessage")) == 2
