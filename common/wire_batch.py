@@ -10,7 +10,7 @@ import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 from operator import add
 
 from common.message_codec import (
@@ -155,46 +155,54 @@ def _parse_each(records: bytes, topic: bytes, queue_id: int, store_host: bytes, 
 def _parse_equal_sized(records: bytes, topic: bytes, queue_id: int, store_host: bytes,
                        max_count: int) -> WireBatch | None:
     """:meth:`WireBatch.parse` for the common batch, records all of one size (a producer's of one shape), with
-    C-level passes over the records instead of a Python step each: one ``unpack_from`` for every header, the
-    queue id and store host written a byte column at a time. None when the records are not all of one size or
-    any check fails, and the record-by-record parse then says which and why."""
+    C-level passes over the records instead of a Python step each: one ``unpack_from`` for every header and
+    topic, one for every property block when they are of one length, the queue id and store host written a byte
+    column at a time. None when the records are not all of one size or any check fails, and the record-by-record
+    parse then says which and why."""
     end = len(records)
-    if end < HEADER_SIZE:
+    fixed = HEADER_SIZE + len(topic)
+    if end < fixed:
         return None
     size = SIZE.unpack_from(records)[0]
-    if size < HEADER_SIZE or end % size or end // size > max_count:
+    if size <= fixed or end % size or end // size > max_count:
         return None
     n = end // size
-    fields = _headers_of(size, n).unpack_from(records)
-    fixed = HEADER_SIZE + len(topic)
+    fields = _headers_of(size, n, len(topic)).unpack_from(records)
     variable = range(HEADER_SIZE, end, size)
     view = memoryview(records)
-    if not (fields[0::6].count(size) == n and fields[1::6].count(MESSAGE_MAGIC) == n
-            and fields[4::6].count(len(topic)) == n and min(body_lens := fields[3::6]) > 0
-            and list(map(add, body_lens, props_lens := fields[5::6])).count(size - fixed) == n
-            and all(map(records.startswith, repeat(topic, n), variable))
+    if not (fields[0::7].count(size) == n and fields[1::7].count(MESSAGE_MAGIC) == n
+            and fields[4::7].count(len(topic)) == n and min(body_lens := fields[3::7]) > 0
+            and list(map(add, body_lens, props_lens := fields[5::7])).count(size - fixed) == n
+            and fields[6::7].count(topic) == n
             and tuple(map(crc32, map(view.__getitem__, map(slice, variable, range(size, end + 1, size)))))
-            == fields[2::6]):
+            == fields[2::7]):
         return None
     buf = bytearray(records)
     for column, byte in enumerate(QUEUE_ID.pack(queue_id), OFFSET_QUEUE_ID):
         buf[column::size] = bytes((byte,)) * n
     for column, byte in enumerate(store_host, OFFSET_STORE_HOST):
         buf[column::size] = bytes((byte,)) * n
-    props_starts = range(fixed, end, size)
-    first = records[fixed : fixed + props_lens[0]]
-    if n > 1 and records.startswith(first, size + fixed) and props_lens.count(len(first)) == n and all(
-            map(records.startswith, repeat(first, n), props_starts)):  # one block for all (the second tells)
-        properties = [first] * n
+    if props_lens.count(props_lens[0]) == n:
+        blocks = _properties_of(size, n, fixed, props_lens[0]).unpack_from(records)
+        # one block for all (the usual batch): one object, so whoever looks into them skips the repeats
+        properties = [blocks[0]] * n if blocks.count(blocks[0]) == n else list(blocks)
     else:
+        props_starts = range(fixed, end, size)
         properties = list(map(records.__getitem__, map(slice, props_starts, map(add, props_starts, props_lens))))
     return WireBatch(topic, queue_id, [size] * n, sum(body_lens), max(body_lens), max(props_lens), buf, properties)
 
 
 @functools.lru_cache(maxsize=64)
-def _headers_of(size: int, n: int) -> struct.Struct:
-    """The checked fields of ``n`` records of ``size`` bytes, side by side, as one struct."""
-    return struct.Struct(">" + f"iII72xiBH{size - HEADER_SIZE}x" * n)
+def _headers_of(size: int, n: int, topic_len: int) -> struct.Struct:
+    """The checked fields and the topic of ``n`` records of ``size`` bytes, side by side, as one struct."""
+    return struct.Struct(">" + f"iII72xiBH{topic_len}s{size - HEADER_SIZE - topic_len}x" * n)
+
+
+@functools.lru_cache(maxsize=64)
+def _properties_of(size: int, n: int, fixed: int, props_len: int) -> struct.Struct:
+    """The property blocks, all ``props_len`` long, of ``n`` records of ``size`` bytes whose blocks start at
+    ``fixed``."""
+    return struct.Struct(">" + f"{fixed}x{props_len}s{size - fixed - props_len}x" * n)
 
 
 def _runs_shared(properties: Sequence[bytes]) -> list[bytes]:
