@@ -7,8 +7,8 @@ from typing import Any
 from common.atomic_file import write_file_atomically
 
 
-def write_json_atomically(path: Path, data: Any) -> None:
-    write_file_atomically(path, json.dumps(data, separators=(",", ":")).encode())
+def write_json_atomically(path: Path, data: Any, mode: int | None = None) -> None:
+    write_file_atomically(path, json.dumps(data, separators=(",", ":")).encode(), mode)
 
 
 def read_json(path: Path) -> Any | None:

@@ -235,6 +235,7 @@ class MetadataTable(Generic[K, V]):
     decode: Callable[[Iterable[tuple[bytes, bytes]]], Iterator[V]]  # (key without prefix, value) pairs
     from_json: Callable[[Any], Iterator[V]]
     to_json: Callable[[Iterable[V]], Any]
+    secret: bool = False  # its JSON file is readable by the broker's user only (users' passwords)
 
 
 def _str_key(name: str) -> bytes:
@@ -253,7 +254,7 @@ OFFSETS: MetadataTable[OffsetKey, OffsetRecord] = MetadataTable(
 USERS: MetadataTable[str, User] = MetadataTable(
     "users", "users.json", b"u:", lambda u: u.username, _str_key, _json_value(user_to_doc),
     _json_decode(user_from_doc), _json_table("users", user_from_doc),
-    lambda users: {"users": [user_to_doc(u) for u in users]})
+    lambda users: {"users": [user_to_doc(u) for u in users]}, secret=True)
 ACLS: MetadataTable[str, Policy] = MetadataTable(
     "acls", "acls.json", b"a:", lambda p: p.subject, _str_key, _json_value(policy_to_doc),
     _json_decode(policy_from_doc), _json_table("acls", policy_from_doc),

@@ -118,7 +118,8 @@ class JsonMetadataStore(MetadataStore[K, V]):
         with self._write_lock:  # the timer and shutdown may flush at once: one writer of the temp file
             self._dirty = False  # before the snapshot: a change racing with it sets the flag again
             try:
-                write_json_atomically(self.path, self.table.to_json(self._snapshot()))
+                write_json_atomically(self.path, self.table.to_json(self._snapshot()),
+                                      SECRET_FILE_MODE if self.table.secret else None)
             except BaseException:
                 self._dirty = True  # not written (a full disk): the next flush tries again
                 raise
@@ -146,6 +147,8 @@ def json_stores(config_dir: Path) -> MetadataStores:
 
 METADATA_DIR = "metadata"  # <storePathRootDir>/metadata: the RocksDB of storeType=defaultRocksDB
 IMPORTED_SUFFIX = ".imported"  # what the RocksDB import renames each JSON file to
+# Where the ACL users' passwords are kept (users.json; the metadata RocksDB): readable by the broker's user only
+SECRET_FILE_MODE, SECRET_DIR_MODE = 0o600, 0o700
 
 
 class MetadataInRocksDBError(OSError):

@@ -34,7 +34,7 @@ from broker.metadata.metadata_codec import (
     MetadataTable,
     V,
 )
-from broker.metadata.metadata_store import IMPORTED_SUFFIX, MetadataStore, MetadataStores
+from broker.metadata.metadata_store import IMPORTED_SUFFIX, SECRET_DIR_MODE, MetadataStore, MetadataStores
 from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
 from broker.store.config import StoreType
 
@@ -149,6 +149,7 @@ class RocksDBMetadata:
     def open(cls, path: Path, json_dir: Path | None = None) -> "RocksDBMetadata":
         """Open (create) the database; import the JSON files of ``json_dir`` into a new one."""
         path.mkdir(parents=True, exist_ok=True)
+        path.chmod(SECRET_DIR_MODE)  # it holds the ACL users' passwords: the broker's user only
         metadata = cls(_open_db(path), path)
         if metadata.db.get(FORMAT_KEY) is None:
             try:
