@@ -5,7 +5,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import grpc
@@ -77,6 +77,7 @@ from common.acl import (
     set_inner_credentials,
     warn_authorization_without_authentication,
 )
+from common.kv_shard import KV_TOPIC
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -238,7 +239,7 @@ class BrokerController:
         local_store.reput.arrival_listeners.append(self.hold_service.on_arrivals)
         local_store.reput.dispatch_on(threading.get_ident(), asyncio.get_running_loop().call_soon)
         if self.kv is not None:  # before the store starts: recovery replays the commitlog into it
-            self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers)
+            self.kv.attach(local_store, asyncio.get_running_loop(), lambda: self.peer_brokers, self._kv_led_partitions)
         elif (hold := disabled_kv_hold(Path(c.store_path_root_dir) / "kv")) is not None:
             local_store.register_dispatcher(hold)
         self.timer.attach(local_store)  # the same: pending timers are replayed into it
@@ -335,6 +336,10 @@ class BrokerController:
                 await set_health(health, self._service_names(), serving)
                 log.warning("health_status status=%s reason=%r", "SERVING" if serving else "NOT_SERVING", why)
             await asyncio.sleep(HEALTH_POLL_S)
+
+    def _kv_led_partitions(self) -> Collection[int] | None:
+        detail = self.topic_queue_mapping_manager.get(KV_TOPIC)
+        return None if detail is None else detail.led_queues().values()
 
     def _is_master(self) -> bool:
         c = self.config

@@ -2,7 +2,9 @@
 
 After a remap the new leader's partition starts empty; a key it never saw is looked up on the brokers that
 led the shard before (double-read-check, as consumer offsets do), so every key stays readable without
-copying anything. Older items are fenced (they take no writes), so what they answer does not change.
+copying anything. Older items are fenced (they take no writes), so what they answer does not change once every
+write they took is applied: one on this broker (a shard moved away and back) is read only then, as another
+broker's are (``kv_partition_fences.py``).
 Calls to other brokers block: run these off the event loop.
 """
 
@@ -13,6 +15,7 @@ from broker.kv.kv_record import PRESENT_TAG
 from broker.kv.kv_state_store import KvStateStore
 from broker.out.peer_brokers import PeerBrokerError, PeerBrokers
 from common.kv_shard import KV_TOPIC
+from common.refusal import Refusal, says_not_master
 from common.response_code import ResponseCode
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from proto import broker_pb2, kv_pb2, kv_pb2_grpc
@@ -36,22 +39,33 @@ def to_entry(key: bytes, raw: bytes | None) -> kv_pb2.KvEntry:
 
 
 class KvChainReader:
-    def __init__(self, state: KvStateStore, peers: Callable[[], PeerBrokers], broker_name: str) -> None:
+    def __init__(self, state: KvStateStore, peers: Callable[[], PeerBrokers], broker_name: str,
+                 check_applied: Callable[[int], None] = lambda partition: None) -> None:
+        """``check_applied(partition)`` raises while a local partition no longer led has writes not applied."""
         self.state = state
         self._peers = peers
         self.broker_name = broker_name
+        self._check_applied = check_applied
 
     # -- one item ----------------------------------------------------------------------------------
     def item_get(self, item: LogicQueueMappingItem, keys: list[bytes]) -> list[bytes | None]:
         if item.bname == self.broker_name:
+            self._check_applied(item.queue_id)
             return self.state.get(item.queue_id, keys)
-        response = self._call(item, "Get", kv_pb2.KvGetRequest(
-            keys=keys, addressing=broker_pb2.PHYSICAL, queue_id=item.queue_id))
-        return [raw or None for raw in response.states]
+        states: list[bytes | None] = []
+        while len(states) < len(keys):  # an answer holds at most MAX_GET_ANSWER_BYTES: the rest are asked again
+            response = self._call(item, "Get", kv_pb2.KvGetRequest(
+                keys=keys[len(states):], addressing=broker_pb2.PHYSICAL, queue_id=item.queue_id))
+            if not response.states:
+                raise PeerBrokerError(f"KV Get of {KV_TOPIC} queue {item.queue_id} on broker {item.bname} answered "
+                                      "no key")
+            states += [raw or None for raw in response.states]
+        return states
 
     def item_scan(self, item: LogicQueueMappingItem, shard: int, prefix: bytes, start_after: bytes,
                   limit: int) -> Entries:
         if item.bname == self.broker_name:
+            self._check_applied(item.queue_id)
             return self.state.scan(item.queue_id, prefix, start_after, limit)
         response = self._call(item, "Scan", kv_pb2.KvScanRequest(
             shard=shard, prefix=prefix, start_after=start_after, limit=limit, addressing=broker_pb2.PHYSICAL,
@@ -59,11 +73,19 @@ class KvChainReader:
         return [(e.key, entry_state(e) or b"\x00") for e in response.entries]
 
     def _call(self, item: LogicQueueMappingItem, method: str, request):
-        response = self._peers().call(item.bname, method, request, service=kv_pb2_grpc.KvServiceStub)
-        if response.code != ResponseCode.SUCCESS:
-            raise PeerBrokerError(f"KV {method} of {KV_TOPIC} queue {item.queue_id} on broker {item.bname}: "
-                                  f"{response.remark}")
-        return response
+        """An older item's answer: from its broker's master, or while that cannot be reached, from a slave of its
+        group (which holds the partition's state as replicated)."""
+        response = self._peers().call(item.bname, method, request, service=kv_pb2_grpc.KvServiceStub,
+                                      replica_ok=True)
+        if response.code == ResponseCode.SUCCESS:
+            return response
+        what = f"KV {method} of {KV_TOPIC} queue {item.queue_id} on broker {item.bname}: {response.remark}"
+        if response.code == ResponseCode.SERVICE_NOT_AVAILABLE and not says_not_master(response.remark):
+            # Its KV store is off (kvEnable=false): the keys it holds stay unreadable until it is on again, and
+            # retrying (SYSTEM_BUSY) only made every call wait its whole retry timeout
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"{what}; the shard's keys written while it led the "
+                          "shard are read there")
+        raise PeerBrokerError(what)
 
     # -- the chain ---------------------------------------------------------------------------------
     def older_get(self, chain: list[LogicQueueMappingItem], keys: list[bytes],

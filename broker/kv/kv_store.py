@@ -2,12 +2,13 @@
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from broker.kv.kv_apply_waiters import KvApplyWaiters
 from broker.kv.kv_chain_reader import KvChainReader
 from broker.kv.kv_dispatcher import KvCommitLogDispatcher
+from broker.kv.kv_partition_fences import KvPartitionFences
 from broker.kv.kv_state_store import KvStateStore, KvStoreType
 from broker.out.peer_brokers import PeerBrokers
 from broker.store.message_store import MessageStore
@@ -56,13 +57,18 @@ class KvStore:
         self.dispatcher: KvCommitLogDispatcher
         self.waiters: KvApplyWaiters
         self.reader: KvChainReader
+        self.fences: KvPartitionFences
 
-    def attach(self, store: MessageStore, loop: asyncio.AbstractEventLoop, peers: Callable[[], PeerBrokers]) -> None:
+    def attach(self, store: MessageStore, loop: asyncio.AbstractEventLoop, peers: Callable[[], PeerBrokers],
+               led_partitions: Callable[[], Collection[int] | None]) -> None:
+        """``led_partitions``: the KV topic's physical queues this broker leads now (None: no mapping yet)."""
         self.dispatcher = KvCommitLogDispatcher(self.state, store.commit_log.read_at)
+        self.fences = KvPartitionFences(self.broker_name, led_partitions, store.commit_log.max_offset,
+                                        lambda: self.dispatcher.applied_offset)
         self.waiters = KvApplyWaiters(loop)
         self.dispatcher.apply_listeners.append(self.waiters.on_applied)
         store.running_flags.on_fail_stop(self.waiters.fail)
-        self.reader = KvChainReader(self.state, peers, self.broker_name)
+        self.reader = KvChainReader(self.state, peers, self.broker_name, self.fences.check_applied)
         store.register_dispatcher(self.dispatcher)
 
     # -- a new replica's copy of its master's state (broker/ha/state_copy.py) -----------------------

@@ -2,7 +2,9 @@
 static topic's due messages to their logic queue's leader).
 
 Addresses come from the name servers' cluster info, cached, and refreshed every 30 s, when a broker name is
-missing, and (at most once a second) after a broker was unreachable: it may be back at another address.
+missing, and (at most once a second) after a broker was unreachable: it may be back at another address. A read a
+replica may answer (``replica_ok``: an older item's KV state) goes to the group's lowest-id slave while its master
+cannot be reached, as the SDK's reads do.
 """
 
 import logging
@@ -30,8 +32,9 @@ class PeerBrokerError(Refusal):
     """Another broker could not be reached, named, or did not do what was asked. Unhandled, it answers the
     request SYSTEM_BUSY: a passing condition (a peer restarting, a route not refreshed yet) that clients retry."""
 
-    def __init__(self, remark: str) -> None:
+    def __init__(self, remark: str, reachable: bool = False) -> None:
         super().__init__(ResponseCode.SYSTEM_BUSY, remark)
+        self.reachable = reachable  # the broker answered (an error of its own): asking its replicas helps nobody
 
 
 class PeerBrokers:
@@ -40,6 +43,7 @@ class PeerBrokers:
         self.namesrv_addrs = namesrv_addrs
         self._clock = clock
         self._addrs: dict[str, str] = {self_name: self_addr}
+        self._replicas: dict[str, list[str]] = {}  # broker name: its slaves' addresses, lowest id first
         self._fetched_at = 0.0
         self._unreachable = False  # a call found a peer unreachable since the last refresh
         self._channels: dict[str, grpc.Channel] = {}
@@ -69,6 +73,7 @@ class PeerBrokers:
                 for name, data in info.broker_addr_table.items():
                     if 0 in data.broker_addrs:
                         self._addrs[name] = data.broker_addrs[0]
+                    self._replicas[name] = [addr for bid, addr in sorted(data.broker_addrs.items()) if bid != 0]
             break
         with self._lock:
             self._fetched_at = self._clock()
@@ -100,15 +105,34 @@ class PeerBrokers:
                     addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
             return ch
 
-    def call(self, bname: str, method: str, request, service: type = broker_pb2_grpc.BrokerServiceStub):
-        """``method`` of ``service`` (the broker's by default) on broker ``bname``; PeerBrokerError on failure."""
+    def call(self, bname: str, method: str, request, service: type = broker_pb2_grpc.BrokerServiceStub,
+             replica_ok: bool = False):
+        """``method`` of ``service`` (the broker's by default) on broker ``bname``; PeerBrokerError on failure.
+        ``replica_ok``: a read the group's slaves may answer, asked of them in turn when its master has no
+        address or cannot be reached."""
         try:
-            return getattr(service(self._channel(self.addr_of(bname))), method)(request, timeout=RPC_TIMEOUT_S,
-                                                                                    metadata=inner_metadata())
+            return self._call_at(self.addr_of(bname), bname, method, request, service)
+        except PeerBrokerError as exc:
+            replicas = self._replicas.get(bname, []) if replica_ok else []
+            if not replicas or exc.reachable:
+                raise
+            for addr in replicas:
+                try:
+                    return self._call_at(addr, bname, method, request, service)
+                except PeerBrokerError:
+                    continue
+            raise
+
+    def _call_at(self, addr: str, bname: str, method: str, request, service: type):
+        try:
+            return getattr(service(self._channel(addr)), method)(request, timeout=RPC_TIMEOUT_S,
+                                                                 metadata=inner_metadata())
         except grpc.RpcError as exc:
+            unreachable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 self._unreachable = True
-            raise PeerBrokerError(f"{method} on broker {bname} failed: {exc.code().name}: {exc.details()}") from None
+            raise PeerBrokerError(f"{method} on broker {bname} failed at {addr}: {exc.code().name}: "
+                                  f"{exc.details()}", reachable=not unreachable) from None
 
     def close(self) -> None:
         with self._lock:

@@ -105,9 +105,6 @@ class KvProcessor:
         self.store = store  # the local store: KV ops are written to this broker's commitlog
         self._provisioning: asyncio.Future[int] | None = None
         self._group_commit: KvGroupCommit | None = None  # made on the first write (it needs the running loop)
-        # partition this broker no longer leads -> the commitlog end when that was first seen: its records below are
-        # applied before a leader reads the partition (PHYSICAL); its queue is never written again
-        self._fences: dict[int, int] = {}
 
     # -- where a request goes ----------------------------------------------------------------------
     def _kv(self) -> KvStore:
@@ -165,7 +162,7 @@ class KvProcessor:
         if op is KvOp.CAS and len(ctx.chain) > 1 and kv.state.get(queue_id, [key])[0] is None:
             record.base = (await self._older_get(kv, ctx, [key]))[0]
         props, body = record.encode()
-        self._check_fits(record_size(_TOPIC_BYTES, len(props), len(body)))
+        self._check_fits(record_size(_TOPIC_BYTES, len(props), len(body)), record.base)
         physical = await self._committed(kv, shard, queue_id, props, body)
         if op is not KvOp.CAS:
             return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=True)
@@ -176,16 +173,20 @@ class KvProcessor:
         return kv_pb2.KvWriteResponse(code=ResponseCode.SUCCESS, applied=outcome.applied, exists=exists,
                                       current=current[1:] if exists and current else b"")
 
-    def _check_fits(self, size: int) -> None:
+    def _check_fits(self, size: int, base: bytes | None = None) -> None:
         """A record must fit one commitlog segment (records never straddle them): with small segments (say 1 MiB) a
         value below the KV limit may not. Checked before the record joins a group commit, whose one append it would
-        fail for every writer in the group; the caller's to fix, not retryable."""
+        fail for every writer in the group; the caller's to fix, not retryable. ``base``: a compare-and-set's copy
+        of the key's state from the broker that led its shard before a remap, which the record carries too."""
         limit = self.store.commit_log.max_record_size()
         if size > limit:
-            raise RequestError(f"KV record of {size} bytes (key, value and, for a compare-and-set, the expected value) "
-                               f"exceeds {limit} bytes, the largest record broker {self.broker_name}'s commitlog takes "
-                               f"(mappedFileSizeCommitLog={self.store.commit_log.mapped_file_size} less 8): write a "
-                               "smaller value")
+            carried = "" if base is None else (
+                f", and {len(base)} bytes of the key's value copied from the broker that led its shard before a "
+                "remap (a put of the key needs no copy: after one, compare-and-sets carry none)")
+            raise RequestError(f"KV record of {size} bytes (key, value and, for a compare-and-set, the expected value"
+                               f"{carried}) exceeds {limit} bytes, the largest record broker {self.broker_name}'s "
+                               f"commitlog takes (mappedFileSizeCommitLog={self.store.commit_log.mapped_file_size} "
+                               "less 8): write a smaller value")
 
     def _writable_queue(self, shard: int, ctx: LogicQueueContext) -> int:
         """The physical queue this broker writes the shard's records to (Refusal when it cannot take writes)."""
@@ -224,29 +225,12 @@ class KvProcessor:
 
     def _partition(self, kv: KvStore, request: kv_pb2.KvGetRequest | kv_pb2.KvScanRequest) -> int:
         """A PHYSICAL request's partition (the KV topic's physical queue id on this broker), once every write it
-        took here is applied: a shard's new leader reads its base for a CAS, or a key it does not hold, there. A
-        write appended before the move but applied after it (a slow flush or slave) was missed: two CAS "if absent"
-        both succeeded, and the later apply was hidden for good under the new leader's value."""
+        took here is applied (``broker/kv/kv_partition_fences.py``): a shard's new leader reads its base for a CAS,
+        or a key it does not hold, there."""
         require(request.queue_id >= 0, f"queue id {request.queue_id} is negative: a PHYSICAL KV request names a "
                                        "partition of this broker")
-        partition = request.queue_id
-        fence = self._fence_of(partition)
-        if fence is not None and kv.dispatcher.applied_offset < fence:
-            raise Refusal(ResponseCode.SYSTEM_BUSY, f"partition {partition} of {KV_TOPIC} on broker "
-                          f"{self.broker_name} has writes taken before its shard moved that are not applied yet "
-                          f"(applied {kv.dispatcher.applied_offset} < {fence}); retry")
-        return partition
-
-    def _fence_of(self, partition: int) -> int | None:
-        """Where ``partition``'s writes end in the commitlog, once this broker no longer leads it; None while it does
-        (or holds no mapping)."""
-        fence = self._fences.get(partition)
-        if fence is None:
-            detail = self.mapping_manager.get(KV_TOPIC)
-            if detail is None or partition in detail.led_queues().values():
-                return None
-            fence = self._fences[partition] = self.store.commit_log.max_offset()
-        return fence
+        kv.fences.check_applied(request.queue_id)
+        return request.queue_id
 
     # -- get ---------------------------------------------------------------------------------------
     async def get(self, request: kv_pb2.KvGetRequest) -> kv_pb2.KvGetResponse:
@@ -256,7 +240,8 @@ class KvProcessor:
         _check_keys(keys)
         kv = self._kv()
         if request.addressing == broker_pb2.PHYSICAL:  # a leader reading an older item: states as they are
-            states = [raw or b"" for raw in kv.state.get(self._partition(kv, request), keys)]
+            # (capped as any answer: a new leader asks an older item for all of a batch's keys it lacks)
+            states = answered([raw or b"" for raw in kv.state.get(self._partition(kv, request), keys)])
         else:
             found = await self._logic_get(kv, keys)
             states = answered([b"" if raw is None or raw == DELETED else raw for raw in found])  # the rest: asked again

@@ -19,7 +19,10 @@ from tests.cluster import start_broker, start_namesrv, wait_until
 SETTINGS = {"registerNameServerPeriod": 1000, "brokerNotActiveTimeoutMillis": 3000, "kvEnable": "true"}
 
 
-def test_a_cas_on_a_shard_moved_while_a_cas_waited_to_apply_sees_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("back", [False, True], ids=["moved", "moved-and-back"])
+def test_a_cas_on_a_shard_moved_while_a_cas_waited_to_apply_sees_it(tmp_path: Path, back: bool) -> None:
+    """``back``: the shard moves to broker-b and back to broker-a, whose new partition reads the old one, on the same
+    broker: that read did not wait for the write to apply (the KV review: an acknowledged put hidden for good)."""
     ns = start_namesrv(tmp_path / "ns")
     daemons = [ns]
     try:
@@ -50,6 +53,8 @@ def test_a_cas_on_a_shard_moved_while_a_cas_waited_to_apply_sees_it(tmp_path: Pa
             wait_until(lambda: int(admin.broker_runtime_info(a.addr)["commitLogMaxOffset"]) > before,
                        what="X appended on broker-a")
             admin.migrate_logical_queue("rmq_sys_KV", shard_of(key, 2), "broker-b")
+            if back:
+                admin.migrate_logical_queue("rmq_sys_KV", shard_of(key, 2), "broker-a")
             second = threading.Thread(target=cas, args=("owner-Y",))
             second.start()
             second.join(1.0)  # refused (SYSTEM_BUSY) and retried while X is not applied

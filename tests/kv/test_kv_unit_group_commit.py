@@ -40,7 +40,8 @@ class Node:
     def __init__(self, root: Path, flush: FlushDiskType, refuse: set[int] | None = None) -> None:
         self.store = MessageStore(store_config(root / "store", flush_disk_type=flush))
         self.kv = KvStore(KvStoreType.MEMORY, root / "kv", 3600, "broker-test")
-        self.kv.attach(self.store, asyncio.get_running_loop(), lambda: None)  # type: ignore[arg-type, return-value]
+        self.kv.attach(self.store, asyncio.get_running_loop(), lambda: None,  # type: ignore[arg-type, return-value]
+                       lambda: None)
         self.store.start()
         self.refuse = refuse or set()  # queues whose appends are refused
         self.appends: list[tuple[int, int]] = []  # (queue id, records) per append

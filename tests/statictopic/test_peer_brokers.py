@@ -16,6 +16,7 @@ from proto import broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_
 class ClusterInfo(namesrv_pb2_grpc.NamesrvServiceServicer):
     def __init__(self) -> None:
         self.addr = ""
+        self.slave_addr = ""  # broker-b's slave (id 1), when it has one
         self.asked = 0
         self.failing = False
 
@@ -25,12 +26,17 @@ class ClusterInfo(namesrv_pb2_grpc.NamesrvServiceServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "name server failing")
         answer = namesrv_pb2.ClusterInfo()
         answer.broker_addr_table["broker-b"].broker_addrs[0] = self.addr
+        if self.slave_addr:
+            answer.broker_addr_table["broker-b"].broker_addrs[1] = self.slave_addr
         return answer
 
 
 class RuntimeInfo(broker_pb2_grpc.BrokerServiceServicer):
+    def __init__(self, role: str = "MASTER") -> None:
+        self.role = role
+
     def GetBrokerRuntimeInfo(self, request, context):
-        return broker_pb2.BrokerRuntimeInfo(table={"brokerName": "broker-b"})
+        return broker_pb2.BrokerRuntimeInfo(table={"brokerName": "broker-b", "role": self.role})
 
 
 def serve(add: object, servicer: object) -> tuple[grpc.Server, str]:
@@ -87,4 +93,28 @@ def test_while_no_name_server_answers_the_addresses_held_are_used_and_asked_for_
         assert runtime(peers) == "broker-b" and info.asked == 2  # not asked again at every call
     finally:
         broker.stop(None)
+        peers.close()
+
+
+def test_a_read_a_replica_may_answer_goes_to_the_slave_while_the_master_is_down(namesrv):
+    """A KV shard moved off broker-b was unreadable while broker-b's master was down, its slave up (the KV review):
+    older items were asked of the master only."""
+    info, ns_addr = namesrv
+    master, info.addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo())
+    slave, info.slave_addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo("SLAVE"))
+    peers = PeerBrokers([ns_addr], "broker-a", "127.0.0.1:1")
+
+    def role(replica_ok: bool) -> str:
+        return peers.call("broker-b", "GetBrokerRuntimeInfo", common_pb2.Empty(), replica_ok=replica_ok).table["role"]
+
+    try:
+        assert role(True) == "MASTER"  # the master while it answers
+        master.stop(None)
+        with pytest.raises(PeerBrokerError, match="UNAVAILABLE"):
+            role(False)
+        assert role(True) == "SLAVE"
+        slave.stop(None)
+        with pytest.raises(PeerBrokerError, match="UNAVAILABLE"):
+            role(True)
+    finally:
         peers.close()
