@@ -32,9 +32,10 @@ class PeerBrokerError(Refusal):
     """Another broker could not be reached, named, or did not do what was asked. Unhandled, it answers the
     request SYSTEM_BUSY: a passing condition (a peer restarting, a route not refreshed yet) that clients retry."""
 
-    def __init__(self, remark: str, reachable: bool = False) -> None:
+    def __init__(self, remark: str, reachable: bool = False, status: grpc.StatusCode | None = None) -> None:
         super().__init__(ResponseCode.SYSTEM_BUSY, remark)
         self.reachable = reachable  # the broker answered (an error of its own): asking its replicas helps nobody
+        self.status = status  # the call's gRPC status, when it failed with one
 
 
 class PeerBrokers:
@@ -132,7 +133,7 @@ class PeerBrokers:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 self._unreachable = True
             raise PeerBrokerError(f"{method} on broker {bname} failed at {addr}: {exc.code().name}: "
-                                  f"{exc.details()}", reachable=not unreachable) from None
+                                  f"{exc.details()}", reachable=not unreachable, status=exc.code()) from None
 
     def close(self) -> None:
         with self._lock:

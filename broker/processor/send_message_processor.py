@@ -124,9 +124,10 @@ class SendMessageProcessor:
              static: bool = False) -> tuple[PutMessageResult, list[bytes] | None]:
         """The put's result, and for a delayed batch (stored in the timer topic) its records' properties there. A
         half message answers its offset in the half queue (a transaction id names it). A batch for the topic
-        itself is appended only if the topic still exists under the commitlog's lock: deleteTopic's deletion
-        record appends under it too, so a send checked just before a delete cannot land after its record (in the
-        queue a topic made again under the name starts from offset 0)."""
+        itself, or its delayed or half messages for it, is appended only if the topic still exists under the
+        commitlog's lock: deleteTopic's deletion record appends under it too, so a send checked just before a delete
+        cannot land after its record (in the queue a topic made again under the name starts from offset 0; a timer
+        recorded after the deletion would be delivered into it)."""
         def admit() -> bool:
             return self.topic_config_manager.select(topic) is not None
         if request.records:
@@ -141,12 +142,12 @@ class SendMessageProcessor:
             if is_half_needle_in(joined):
                 half_batch = half_wire_batch(batch, topic, queue_id, static)
                 if half_batch is not None:
-                    return self.store.put_wire_batch(half_batch, wait_flushed=self.waits_for_flush), None
+                    return self.store.put_wire_batch(half_batch, wait_flushed=self.waits_for_flush, admit=admit), None
             if is_delayed_needle_in(joined):
                 timer = timer_wire_batch(self.delay_router, batch, topic, queue_id, _now_ms(),
                                          request.queue_id if static else None)
                 if timer is not None:
-                    return self.store.put_wire_batch(timer[0], wait_flushed=self.waits_for_flush), timer[1]
+                    return self.store.put_wire_batch(timer[0], wait_flushed=self.waits_for_flush, admit=admit), timer[1]
             return self.store.put_wire_batch(batch, wait_flushed=self.waits_for_flush, admit=admit), None
         born_host = checked_born_host(request.born_host) if request.born_host else "127.0.0.1:0"
         properties: Sequence[bytes] = request.properties or [b""] * len(request.bodies)
@@ -165,7 +166,7 @@ class SendMessageProcessor:
         return self.store.put_messages(put_topic, put_queue_id, request.bodies, properties,
                                        born_timestamp=request.born_timestamp or None, born_host=born_host,
                                        flag=request.flag, sys_flag=sys_flag, wait_flushed=self.waits_for_flush,
-                                       admit=admit if put_topic == topic else None), timer_props
+                                       admit=admit), timer_props
 
     def _auto_create(self, topic: str) -> TopicConfig | None:
         if not self.limits.auto_create_topic_enable:

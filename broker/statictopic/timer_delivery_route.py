@@ -10,6 +10,8 @@ its leader is this broker's chain's last link, or, once this broker dropped the 
 what the name servers' route says. A forward the leader does not take (it is down, or the queue is moving again)
 keeps the messages pending here, tried again a second later."""
 
+import grpc
+
 from broker.out.peer_brokers import PeerBrokerError, PeerBrokers
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from broker.timer.delivery_route import LEADER_BY_ROUTE, DeliveryTarget, Forwarded
@@ -44,21 +46,48 @@ class StaticTopicDeliveryRoute:
         return DeliveryTarget(logic, leader.bname)
 
     def forward(self, target: DeliveryTarget, topic: str, records: list[bytes]) -> Forwarded:
+        """A chunk the leader refuses for good (a body over its maxMessageSize) is sent again a record at a time:
+        only those it refuses alone are dropped (the chunk was held and retried every second, for ever)."""
         assert target.broker is not None, "a forward names the leader"
-        stored, broker = 0, target.broker
+        taken = dropped = 0
+        broker, why = target.broker, ""
         try:
             broker = broker or self.peers.logic_queue_leader(topic, target.queue_id)
             for chunk in _chunks(records, self.max_forward_bytes):
-                request = broker_pb2.SendMessageRequest(topic=topic, queue_id=target.queue_id,
-                                                        addressing=broker_pb2.LOGIC, records=b"".join(chunk))
-                response = self.peers.call(broker, "SendMessage", request)
-                if response.code not in STORED:
-                    error = f"broker {broker} answered {code_name(response.code)}: {response.remark}"
-                    return Forwarded(stored, broker, error)
-                stored += len(chunk)
+                error = self._send(broker, topic, target.queue_id, chunk)
+                if error is None:
+                    taken += len(chunk)
+                    continue
+                if not isinstance(error, _RefusedForGood):
+                    return Forwarded(taken, broker, error, dropped, why)
+                for record in chunk:  # each alone: only those refused alone are dropped
+                    alone = error if len(chunk) == 1 else self._send(broker, topic, target.queue_id, [record])
+                    if alone is not None and not isinstance(alone, _RefusedForGood):
+                        return Forwarded(taken, broker, alone, dropped, why)
+                    taken += 1
+                    if alone is not None:
+                        dropped, why = dropped + 1, alone
         except PeerBrokerError as exc:
-            return Forwarded(stored, broker, exc.remark)
-        return Forwarded(stored, broker)
+            return Forwarded(taken, broker, exc.remark, dropped, why)
+        return Forwarded(taken, broker, None, dropped, why)
+
+    def _send(self, broker: str, topic: str, logic_queue_id: int, chunk: list[bytes]) -> str | None:
+        """None when the leader stored the records; else why not (a ``_RefusedForGood`` when it never will)."""
+        request = broker_pb2.SendMessageRequest(topic=topic, queue_id=logic_queue_id, addressing=broker_pb2.LOGIC,
+                                                records=b"".join(chunk))
+        try:
+            response = self.peers.call(broker, "SendMessage", request)
+        except PeerBrokerError as exc:
+            if exc.status is grpc.StatusCode.INVALID_ARGUMENT:  # its limits: sent again, it refuses again
+                return _RefusedForGood(exc.remark)
+            raise
+        if response.code in STORED:
+            return None
+        return f"broker {broker} answered {code_name(response.code)}: {response.remark}"
+
+
+class _RefusedForGood(str):
+    """Why a leader refused records it will never take (a body over its maxMessageSize)."""
 
 
 def _logic_queue_of(detail: TopicQueueMappingDetail, queue_id: int) -> int | None:

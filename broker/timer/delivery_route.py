@@ -18,9 +18,11 @@ class DeliveryTarget:
 
 @dataclass(frozen=True, slots=True)
 class Forwarded:
-    stored: int  # how many of the first records the leader stored
+    taken: int  # how many of the first records the leader took: stored, or refused for good (``dropped``)
     broker: str  # the leader they went to ("" when it could not be named)
     error: str | None = None  # why it did not take the rest (None: it took all)
+    dropped: int = 0  # of the ``taken``, those it refused for good (its limits): never taken, dropped
+    dropped_why: str = ""
 
 
 class DeliveryRoute(Protocol):

@@ -80,6 +80,7 @@ Clock = Callable[[], int]
 Group = tuple[str, int, int | None]  # real topic, queue id, logic queue id (a static topic's)
 Leader = tuple[str, DeliveryTarget]  # where a static topic's messages are forwarded: topic, logic queue and leader
 ILLEGAL = (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+_ONE_ILLEGAL = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, "one of the batch")  # (see TimerDeliveryService._put)
 RETRY_PAUSE_S = 1.0
 # A pass takes timers up to this many bytes of records (and batch_size timers): it holds them about three times over
 # (stored, decoded, re-encoded), and 400 delayed messages of 4 MiB due together took a broker to 5 GB.
@@ -270,6 +271,14 @@ class TimerDeliveryService(threading.Thread):
             self._forward(outcome, (topic, where), items)
             return
         result = self._put(topic, where.queue_id, [m for _, m in items])
+        if result is _ONE_ILLEGAL:  # the store refuses one of them for good: each alone, so only that one drops
+            for key, msg in items:
+                self._record_put(outcome, [key], self._put(topic, where.queue_id, [msg]))
+            return
+        self._record_put(outcome, keys, result)
+
+    @staticmethod
+    def _record_put(outcome: _Outcome, keys: list[bytes], result: PutMessageResult | None) -> None:
         if result is None:
             outcome.done.extend(keys)  # dropped
         elif result.append is not None:
@@ -328,7 +337,8 @@ class TimerDeliveryService(threading.Thread):
 
     def _put(self, topic: str, queue_id: int, messages: list[MessageExt]) -> PutMessageResult | None:
         """Append the messages of one queue (not waiting for a flush); None when they are dropped (logged). A result
-        without an append is a refusal: retry later."""
+        without an append is a refusal: retry later. ``_ONE_ILLEGAL``: several, and the store refuses them for good
+        (a body over a maxMessageSize lowered since they were sent): put each alone, as all went with it."""
         admit = self._admission(topic, queue_id)
         if admit is None:
             self._drop(topic, queue_id, len(messages), "the topic or queue no longer exists on this broker")
@@ -343,7 +353,9 @@ class TimerDeliveryService(threading.Thread):
             self._drop(topic, queue_id, len(messages), "the topic or queue was deleted while it was delivered")
             return None
         if result.status in ILLEGAL:
-            self._drop(topic, queue_id, len(messages), f"refused by the store: {result.error}")
+            if len(messages) > 1:
+                return _ONE_ILLEGAL
+            self._drop(topic, queue_id, 1, f"refused by the store: {result.error}")
             return None
         return result
 
@@ -407,12 +419,15 @@ class TimerDeliveryService(threading.Thread):
                 except Exception as exc:  # the route's bug, or a peer call failing unforeseen: as a refusal
                     sent = Forwarded(0, leader[1].broker or "", repr(exc))
                 self._forwarded(leader, sent, len(keys))
-                self.delivered += sent.stored
-                outcome.done.extend(keys[:sent.stored])
-                self._held.difference_update(keys[:sent.stored])
+                self.delivered += sent.taken - sent.dropped
+                if sent.dropped:
+                    self._drop(leader[0], leader[1].queue_id, sent.dropped, f"refused by logic queue "
+                               f"{leader[1].queue_id}'s leader {sent.broker}: {sent.dropped_why}")
+                outcome.done.extend(keys[:sent.taken])
+                self._held.difference_update(keys[:sent.taken])
                 held.refused = sent.error is not None
                 if held.refused:
-                    held.parked.extend(keys[sent.stored:])
+                    held.parked.extend(keys[sent.taken:])
                     held.retry_at = time.monotonic() + RETRY_PAUSE_S
                 else:
                     self._hand_back(held.parked)
@@ -440,11 +455,11 @@ class TimerDeliveryService(threading.Thread):
         if sent.error is None:
             self._forwards_refused.discard(leader)
             log.info("timer_forwarded topic=%s logic_queue=%d leader=%s count=%d", topic, target.queue_id,
-                     sent.broker, sent.stored)
+                     sent.broker, sent.taken - sent.dropped)
         elif leader not in self._forwards_refused:  # once while it lasts: tried again every second
             self._forwards_refused.add(leader)
             log.warning("timer_forward_refused topic=%s logic_queue=%d leader=%s stored=%d waiting=%d reason=%r",
-                        topic, target.queue_id, sent.broker or "unknown", sent.stored, count - sent.stored,
+                        topic, target.queue_id, sent.broker or "unknown", sent.taken, count - sent.taken,
                         sent.error)
 
     def _records(self, raw_topic: bytes, queue_id: int, messages: list[MessageExt]) -> list[bytes]:

@@ -89,6 +89,12 @@ class TimerMessageStore(CommitLogDispatcher):
         self._apply_lock = threading.Lock()  # dispatch (a reput pass) and flush (flush thread) write the checkpoint
         self._floor_lock = threading.Lock()
         self._floor = b""  # no pending timer sorts below it
+        # first_due's last find: no pending timer sorts in [floor, it). Recalled (or delivered) timers leave
+        # tombstones that a scan from the floor walked past at every call, ten times a second (the timers review:
+        # 200k recalled far-future timers, 17 ms a call). Forgotten when a timer is added below it or the floor is
+        # lowered; ``_hint_gen`` counts those, so a scan that raced one does not keep its find.
+        self._first_hint = b""
+        self._hint_gen = 0
         self._pending = 0
         self.delivery_lock = threading.Lock()  # see the module's docstring
         # Under ``delivery_lock``: timers the delivery holds, waiting for the broker that leads their static topic's
@@ -183,7 +189,7 @@ class TimerMessageStore(CommitLogDispatcher):
         self._applied = self._stored = end_offset
         with self._floor_lock:
             self._pending += len(added) - len(taken_out)
-            self._floor = min(self._floor, first_key)
+            self._lower_floor(first_key)
         return due_of_key(first_key) if added else None
 
     def topic_deleted(self, topic: str, at_offset: int) -> None:
@@ -257,10 +263,22 @@ class TimerMessageStore(CommitLogDispatcher):
     def first_due(self) -> int | None:
         """The earliest due time pending, or None."""
         with self._floor_lock:
-            floor = self._floor
-        for key in raw_keys(self.db, from_key=floor):
-            return due_of_key(key) if key < META_START else None
-        return None
+            start, gen = max(self._floor, self._first_hint), self._hint_gen
+        found = META_START
+        for key in raw_keys(self.db, from_key=start):
+            found = min(key, META_START)
+            break
+        with self._floor_lock:
+            if self._hint_gen == gen:
+                self._first_hint = found
+        return due_of_key(found) if found < META_START else None
+
+    def _lower_floor(self, key: bytes) -> None:
+        """Under the floor lock: a timer at ``key`` may be pending (added, or handed back)."""
+        self._floor = min(self._floor, key)
+        if key < self._first_hint:
+            self._first_hint = b""
+            self._hint_gen += 1
 
     def take_due(self, now_ms: int, limit: int, max_bytes: int | None = None) -> list[Timer]:
         """Up to ``limit`` timers due at ``now_ms`` or before, earliest first, and once past ``max_bytes`` of
@@ -292,7 +310,7 @@ class TimerMessageStore(CommitLogDispatcher):
     def give_back(self, first_key: bytes) -> None:
         """Timers taken but not delivered, the first of them at ``first_key``: the next scan starts there."""
         with self._floor_lock:
-            self._floor = min(self._floor, first_key)
+            self._lower_floor(first_key)
 
     def remove(self, keys: list[bytes]) -> None:
         """Delete timers taken out (their marker appended: see the module's docstring), in one WriteBatch; the ones
@@ -358,7 +376,8 @@ class TimerMessageStore(CommitLogDispatcher):
         read.set_iterate_upper_bound(META_START)
         pending = sum(1 for _ in raw_keys(self.db, read_opt=read))
         with self._floor_lock:
-            self._pending, self._floor = pending, b""
+            self._pending = pending
+            self._lower_floor(b"")
 
     def close(self) -> None:
         """After the message store shut down (its last dispatch and flush are in)."""

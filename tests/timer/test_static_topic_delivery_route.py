@@ -5,6 +5,7 @@ before that was recorded, from the chain that holds its physical queue here."""
 
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.out.peer_brokers import PeerBrokerError
@@ -31,8 +32,9 @@ def moved_detail(bname: str) -> TopicQueueMappingDetail:
 
 
 class FakePeers:
-    def __init__(self, leader: str = "broker-c", code: int = ResponseCode.SUCCESS) -> None:
+    def __init__(self, leader: str = "broker-c", code: int = ResponseCode.SUCCESS, max_records: int = 0) -> None:
         self.leader, self.code = leader, code
+        self.max_records = max_records  # a send whose records are longer is refused INVALID_ARGUMENT (0: none is)
         self.sent: list[tuple[str, broker_pb2.SendMessageRequest]] = []
 
     def logic_queue_leader(self, topic: str, logic_queue_id: int) -> str:
@@ -43,6 +45,9 @@ class FakePeers:
     def call(self, bname: str, method: str, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
         assert method == "SendMessage"
         self.sent.append((bname, request))
+        if self.max_records and max(map(len, request.records.split(b"|")[:-1])) > self.max_records:
+            raise PeerBrokerError(f"SendMessage on broker {bname} failed: INVALID_ARGUMENT: message body exceeds "
+                                  "maxMessageSize", reachable=True, status=grpc.StatusCode.INVALID_ARGUMENT)
         return broker_pb2.SendMessageResponse(code=self.code, remark="not now")
 
 
@@ -81,14 +86,14 @@ def test_a_forward_sends_logic_addressed_records_in_chunks_and_stops_at_a_refusa
     a = route(tmp_path, "broker-a", moved_detail("broker-a"), peers, max_bytes=250)
     records = [bytes([i]) * 100 for i in range(5)]
     sent = a.forward(DeliveryTarget(0, LEADER_BY_ROUTE), TOPIC, records)
-    assert (sent.stored, sent.broker, sent.error) == (5, "broker-c", None)
+    assert (sent.taken, sent.broker, sent.error) == (5, "broker-c", None)
     assert [(b, r.topic, r.queue_id, r.addressing, len(r.records)) for b, r in peers.sent] == [
         ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 200), ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 200),
         ("broker-c", TOPIC, 0, broker_pb2.LOGIC, 100)]
     not_leader = FakePeers(code=ResponseCode.NOT_LEADER_FOR_QUEUE)
     refused = route(tmp_path / "r", "broker-a", moved_detail("broker-a"), not_leader)
     sent = refused.forward(DeliveryTarget(0, "broker-b"), TOPIC, records)
-    assert (sent.stored, sent.broker) == (0, "broker-b")
+    assert (sent.taken, sent.broker) == (0, "broker-b")
     assert sent.error == "broker broker-b answered NOT_LEADER_FOR_QUEUE: not now"
     unknown = route(tmp_path / "u", "broker-a", None, FakePeers(leader=""))
     assert unknown.forward(DeliveryTarget(0, LEADER_BY_ROUTE), TOPIC, records).error == \
@@ -109,3 +114,16 @@ def test_the_logic_queue_travels_in_the_timer_properties_and_is_gone_once_delive
     again = router.timer_properties(raw, TOPIC, 4, 1_700_000_000_000)  # re-delayed as a normal topic's: replaced
     target = timer_target(again)
     assert target is not None and (target.queue_id, target.logic_queue_id) == (4, None)
+
+
+def test_a_record_the_leader_refuses_for_good_is_dropped_alone_and_the_others_forwarded(tmp_path: Path):
+    """A chunk with a record over the leader's maxMessageSize was refused whole, held and retried every second, for
+    ever (the timers review, by reading): sent again a record at a time, only that one is dropped."""
+    peers = FakePeers(max_records=10)
+    a = route(tmp_path, "broker-a", moved_detail("broker-a"), peers)
+    records = [b"small-%d|" % i for i in range(3)] + [b"x" * 50 + b"|"] + [b"small-3|"]
+    sent = a.forward(DeliveryTarget(0, "broker-b"), TOPIC, records)
+    assert (sent.taken, sent.dropped, sent.error) == (5, 1, None)
+    assert "maxMessageSize" in sent.dropped_why
+    stored = [r.records for _, r in peers.sent[1:] if len(r.records) <= 11]
+    assert stored == [b"small-0|", b"small-1|", b"small-2|", b"small-3|"]
