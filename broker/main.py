@@ -12,6 +12,7 @@ from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
 from client.switch_interval import keep_switch_interval
 from common.statictopic.mapping_checks import MappingError
+from common.storage_refusal import is_disk_full, is_storage_failure
 from common.tls import TlsError, set_process_ca
 
 log = logging.getLogger("broker")
@@ -67,6 +68,10 @@ def rejoin(why: str) -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+def disk_hint(exc: BaseException) -> str:
+    return " (the disk is full: free space and start again)" if is_disk_full(exc) else ""
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -84,8 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, MappingError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
-    except OSError as exc:
-        print(f"mqbroker: cannot start: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if not is_storage_failure(exc):
+            raise
+        # (RocksDB's I/O errors are bare Exceptions: a store opened on a full disk replays its log and fails so)
+        print(f"mqbroker: cannot start: {exc}{disk_hint(exc)}", file=sys.stderr)
         sys.exit(1)
     if rejoin_reason:
         rejoin(rejoin_reason)

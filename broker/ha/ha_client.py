@@ -75,10 +75,12 @@ class HAClient(threading.Thread):
                 log.warning("replication_broken master=%s status=%s detail=%s", self.master_ha_addr,
                             exc.code().name, exc.details())
             except Exception as exc:
+                again = self.refusal == (str(exc) or repr(exc))
                 self.refusal = str(exc) or repr(exc)
                 if is_disk_full(exc):  # passes once the disk has room (the watcher frees what expired): retried
-                    log.warning("replication_paused master=%s reason=%r retry_in_s=%.0f", self.master_ha_addr,
-                                self.refusal, DISK_FULL_RETRY_S)
+                    if not again:  # once while it lasts, not at every retry
+                        log.warning("replication_paused master=%s reason=%r retry_in_s=%.0f", self.master_ha_addr,
+                                    self.refusal, DISK_FULL_RETRY_S)
                     self._acks.put(_CLOSE)
                     if self._stopped.wait(DISK_FULL_RETRY_S):
                         return
@@ -131,13 +133,14 @@ class HAClient(threading.Thread):
                     self._on_welcome(frame)
                     self._acks = acks
                 welcome = False
-                if self.refusal:
-                    log.warning("replication_resumed master=%s after=%r", self.master_ha_addr, self.refusal)
-                    self.refusal = ""
             if frame.data:
                 if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
                     self.epochs.assign(frame.epoch, frame.epoch_start_offset)  # before the epoch's bytes
                 self.commit_log.append_replica(frame.offset, frame.data)
+            # Said once bytes went in, or nothing is missing (on a full disk the welcome came, then its bytes failed)
+            if self.refusal and (frame.data or self.commit_log.max_offset() >= frame.confirm_offset):
+                log.warning("replication_resumed master=%s after=%r", self.master_ha_addr, self.refusal)
+                self.refusal = ""
             self.commit_log.set_replicated_offset(frame.confirm_offset)
             with self._written:
                 self._written.notify()

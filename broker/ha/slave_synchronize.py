@@ -41,6 +41,7 @@ from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
+from broker.store.periodic_service import FailedPassLog
 from broker.tiered.metadata.tiered_metadata_store import TieredMetadataCopy
 from broker.tiered.provider.file_segment import is_backend_error
 from broker.tiered.replica.tier_role import MasterTier
@@ -143,6 +144,7 @@ class SlaveSynchronize(threading.Thread):
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
         self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
         self._watch_channel: tuple[str, grpc.Channel] | None = None
+        self._failures = FailedPassLog(log, "slave_sync_failed")
 
     def run(self) -> None:
         next_sync = next_pop_copy = time.monotonic()
@@ -252,13 +254,14 @@ class SlaveSynchronize(threading.Thread):
     def _guarded(self, addr: str, step: Callable[[str], None]) -> bool:
         try:
             step(addr)
+            self._failures.succeeded()
             return True
         except CopyStopped as exc:
             log.info("slave_sync_abandoned master=%s before=%s reason=stopped", addr, exc)
         except grpc.RpcError as exc:
             log.warning("slave_sync_failed master=%s status=%s", addr, exc.code().name)
-        except Exception:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
-            log.exception("slave_sync_failed master=%s", addr)
+        except Exception as exc:  # a copy this slave cannot take: said, and tried again next time (the thread goes on)
+            self._failures.failed(exc)  # a full disk's on one line, once while it lasts (it failed every 200 ms)
         return False
 
     def copy_pop_state(self, addr: str) -> None:

@@ -13,11 +13,14 @@ from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import segment_age_hours
 from broker.store.periodic_service import PeriodicService
 from broker.store.running_flags import RunningFlags
+from common.storage_refusal import is_rocksdb_io_error, is_storage_failure
 
 if TYPE_CHECKING:
     from broker.store.disk_usage_watcher import DiskUsage, DiskUsageWatcher
 
 log = logging.getLogger(__name__)
+
+_RESTART_HINT = " (restart the broker once the disk has room: it is rebuilt from the commitlog)"
 
 
 class DispatcherFlushService(PeriodicService):
@@ -34,18 +37,25 @@ class DispatcherFlushService(PeriodicService):
         self._last_flushed = -1
 
     def run_once(self) -> None:
-        held: CheckpointNotWritten | None = None
+        held: Exception | None = None  # a failure this pass leaves to the next (raised once the others flushed)
         for dispatcher in self.dispatchers:
             try:
                 dispatcher.flush()
             except CheckpointNotWritten as exc:
                 # Its state is durable; only its checkpoint stays behind (e.g. a full disk), written next pass.
                 held = held or exc
-            except OSError as exc:
+            except Exception as exc:
+                if is_rocksdb_io_error(exc) and dispatcher.recovers_from_refused_flush:
+                    held = held or exc  # it reopens its database at its next write; the others flush meanwhile
+                    continue
+                if not is_storage_failure(exc):
+                    raise
                 # A failed fsync is not retried (a retry may "succeed" for dropped pages, and the checkpoint
-                # would then move past state that is not on disk): fail-stop and stop flushing; a restart replays
-                # from the checkpoints this pass did not move.
-                self.running_flags.fail_stop(f"flushing the {dispatcher.name} failed: {exc}")
+                # would then move past state that is not on disk), nor a RocksDB flush that failed (a full disk):
+                # the database then refuses every write until reopened, and the broker went on taking sends it
+                # could no longer dispatch, or held the commitlog from expiring for good. Fail-stop and stop
+                # flushing; a restart replays from the checkpoints this pass did not move.
+                self.running_flags.fail_stop(f"flushing the {dispatcher.name} failed: {exc}{_RESTART_HINT}")
                 self._stopped.set()
                 raise
         flushed = self.commit_log.flushed_offset()

@@ -34,6 +34,13 @@ def test_a_slave_whose_disk_filled_catches_up_once_it_has_room(tmp_path: Path) -
         assert "No space left" in refusal, refusal
         master_end, slave_end = g.ends()
         assert slave_end < master_end
+        # Asked again (every few seconds) and refused again: no "resumed" at the master's welcome, nor a refusal
+        # cleared meanwhile, nor a line a retry (three lines each 5 s, one saying resumed: the disk-full review)
+        starts = g.slave.log().count("replication_started")
+        wait_until(lambda: g.slave.log().count("replication_started") > starts, timeout=20, what="a retry")
+        assert "No space left" in runtime(g.ns.addr, g.slave).get("haRefusal", "")
+        assert "replication_resumed" not in g.slave.log() and g.slave.log().count("replication_paused") == 1
+        assert "Traceback" not in g.slave.log()  # (the metadata copy logged one every 200 ms)
         remove_filler(disk)
         wait_until(lambda: g.ends()[1] == g.ends()[0], timeout=30,
                    what="the slave to catch up once its disk has room")  # never, before

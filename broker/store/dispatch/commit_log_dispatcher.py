@@ -20,6 +20,10 @@ class CommitLogDispatcher(ABC):
     # False for a hold a full disk may break (``kv_disabled_hold.py``: state nobody applies now): past
     # diskSpaceCleanForciblyRatio expiry passes it rather than stop every write.
     holds_under_disk_pressure: bool = True
+    # True when a flush the disk refused heals by itself (its database is reopened at its next write:
+    # ``rocksdb_raw.ReopenedAfterRefusal``). Otherwise a RocksDB flush that failed leaves the database refusing
+    # every write until reopened, and the store fail-stops (``DispatcherFlushService``).
+    recovers_from_refused_flush: bool = False
 
     @abstractmethod
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:

@@ -21,6 +21,7 @@ from broker.store.fault_points import check_dispatch
 from broker.store.running_flags import RunningFlags
 from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
 from common.message_properties import properties_tags_code
+from common.storage_refusal import is_storage_failure
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class ReputMessageService(threading.Thread):
     def _fail(self, exc: Exception) -> None:
         # Fail-stop first: a writer woken by the notify must find the reason set.
         self.running_flags.fail_stop(f"dispatch failed at commitlog offset {self.reput_from_offset}: {exc!r}",
-                                     exc_info=exc)
+                                     exc_info=None if is_storage_failure(exc) else exc)  # the disk's: one line
         with self._progress:
             self.failed = True
             self._progress.notify_all()
