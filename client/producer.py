@@ -190,8 +190,8 @@ class Producer:
         return future
 
     def _send_batch_async(self, msgs: Sequence[Message], sharding_key: str | None = None,
-                          queue: MessageQueue | None = None) -> "Future[SendResult]":
-        send = self._request(msgs, sharding_key=sharding_key)
+                          queue: MessageQueue | None = None, born_timestamp: int = 0) -> "Future[SendResult]":
+        send = self._request(msgs, sharding_key=sharding_key, born_timestamp=born_timestamp)
         topic = send.topic
         future: Future[SendResult] = CallbackFuture()
         if queue is None and sharding_key is not None:
@@ -254,9 +254,11 @@ class Producer:
         self._attempt(send, mq, True, 1 + self.retry_times, future)
         return future.result()
 
-    def _request(self, msgs: Sequence[Message], sys_flag: int = 0, sharding_key: str | None = None) -> "_Send":
+    def _request(self, msgs: Sequence[Message], sys_flag: int = 0, sharding_key: str | None = None,
+                 born_timestamp: int = 0) -> "_Send":
         """``sharding_key``: also each message's message group (``__SHARDINGKEY``, where it names none), so a FIFO
-        POP consumer (a RocketMQ 5 client's, through mqproxy) keeps those messages in order as one group."""
+        POP consumer (a RocketMQ 5 client's, through mqproxy) keeps those messages in order as one group.
+        ``born_timestamp``: when the messages were made (epoch ms; 0: now), a v2 client's through mqproxy."""
         if not msgs:
             raise MQClientError("a batch needs at least one message")
         if sharding_key is not None and not isinstance(sharding_key, str):
@@ -281,7 +283,8 @@ class Producer:
             properties = [p if PROPERTY_SHARDING_KEY in m.properties else p + group
                           for p, m in zip(properties, msgs, strict=True)]
         # The batch travels as the records the broker stores: encoded once, here.
-        records = encode_wire_batch(topic.encode(), bodies, properties, born_timestamp=int(time.time() * 1000),
+        records = encode_wire_batch(topic.encode(), bodies, properties,
+                                    born_timestamp=born_timestamp or int(time.time() * 1000),
                                     born_host=self._born_host, flag=msgs[0].flag, sys_flag=sys_flag)
         return _Send(self.group, topic, bytes_field(RECORDS_FIELD, records), tuple(properties))
 

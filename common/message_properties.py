@@ -119,6 +119,8 @@ PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 # A FIFO message's message group (upstream's sharding key; the v2 proxy maps message_group to it)
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+# A RocketMQ 5 client's host name (its born_host), kept by the v2 proxy: the record's born host is the proxy's
+PROPERTY_BORN_HOST = "__BORNHOST"
 
 
 # -- the room a producer's block leaves for the broker's own properties -------------------------------------------
@@ -164,9 +166,10 @@ RESERVED_PROPERTIES = frozenset(
     value for name, value in [*globals().items(), *vars(transaction_topic).items()]
     if name.startswith("PROPERTY_") and isinstance(value, str) and value not in (NAME_VALUE_SEPARATOR,
                                                                                  PROPERTY_SEPARATOR))
-# What a message's properties may hold of them: its unique key (kept: the v2 proxy passes its client's message id)
-# and its message group (the sharding key); a half message also the transaction's marks (set by the SDK).
-USER_SET_PROPERTIES = frozenset((PROPERTY_UNIQUE_KEY, PROPERTY_SHARDING_KEY))
+# What a message's properties may hold of them: its unique key (kept: the v2 proxy passes its client's message id),
+# its message group (the sharding key) and born host (the v2 proxy's client's); a half message also the
+# transaction's marks (set by the SDK).
+USER_SET_PROPERTIES = frozenset((PROPERTY_UNIQUE_KEY, PROPERTY_SHARDING_KEY, PROPERTY_BORN_HOST))
 HALF_MESSAGE_PROPERTIES = USER_SET_PROPERTIES | {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP}
 
 

@@ -53,11 +53,15 @@ class LoopProducer(Producer):
         processor makes sure with ``client.cache_only()`` (a miss raises RouteNotCached before anything is sent)."""
         return self.client.sends_from_cache(topic)
 
-    def send_half_async(self, msg: Message) -> Future[SendResult]:
+    def send_born_async(self, msg: Message, sharding_key: str | None, born_timestamp: int) -> Future[SendResult]:
+        """``send_async`` of a v2 client's message, made at ``born_timestamp`` (epoch ms; 0: now)."""
+        return self._send_batch_async([msg], sharding_key, None, born_timestamp)
+
+    def send_half_async(self, msg: Message, born_timestamp: int = 0) -> Future[SendResult]:
         """The SDK's ``Producer._send_half`` without its wait: the half message's first attempt starts here (within
         ``client.cache_only()``, on the loop: a miss raises RouteNotCached, or sets it on the future, before anything
         is sent) and the future settles when a broker stored it. Sessions for its checks are the proxy's own."""
-        send = self._request([msg], sys_flag=TRANSACTION_PREPARED_TYPE)
+        send = self._request([msg], sys_flag=TRANSACTION_PREPARED_TYPE, born_timestamp=born_timestamp)
         mq = self._next_queue(send.topic, None, refresh=False)
         if is_logic_queue(mq):
             raise MQClientError(f"topic {send.topic} is a static topic: transactional messages on static topics are "

@@ -2,8 +2,10 @@
 
 Send: ``system_properties`` become the project's properties: tag -> TAGS, keys -> KEYS, message_id -> UNIQ_KEY
 (kept, so a receive answers the id the producer was given), message_group -> ``__SHARDINGKEY`` (what POP's FIFO
-reads) and delivery_timestamp -> ``deliver_at_ms`` (the broker's timer). Every property name the project reserves
-(``common/message_properties.py``) is refused as a user property: a client must not forge routing or retry state.
+reads), born_host -> ``__BORNHOST`` (answered back to consumers: the record's born host is the proxy's),
+born_timestamp -> the record's born time, and delivery_timestamp -> ``deliver_at_ms`` (the broker's timer). Every
+property name the project reserves (``common/message_properties.py``) is refused as a user property: a client must
+not forge routing or retry state.
 """
 
 import zlib
@@ -17,6 +19,7 @@ from client.message_encoding import wire_properties
 from common.message import Message, MessageExt
 from common.message_properties import (
     NAME_VALUE_SEPARATOR,
+    PROPERTY_BORN_HOST,
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
     PROPERTY_UNIQUE_KEY,
@@ -31,6 +34,7 @@ from proxy.v2_codes import Code, ProxyError
 # message or a committed one shows them to no v2 client as user properties (upstream hides them as well).
 MAX_MESSAGE_ID_CHARS = 128
 MAX_MESSAGE_GROUP_CHARS = 64  # upstream's maxMessageGroupSize
+MAX_BORN_HOST_CHARS = 255  # a host name's limit
 GZIP_WBITS = 31  # zlib's window bits for a GZIP member (header and trailer checked)
 MessageType = definition_pb2.MessageType
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
@@ -44,6 +48,7 @@ class OutgoingMessage:
     message_id: str
     message_group: str | None  # FIFO: the producer's sharding key too, so a group stays on one queue
     transactional: bool
+    born_timestamp: int = 0  # epoch ms the client made it (0: not said, the proxy's now)
 
 
 def to_outgoing(msg: definition_pb2.Message, max_body_size: int) -> OutgoingMessage:
@@ -75,9 +80,12 @@ def to_outgoing(msg: definition_pb2.Message, max_body_size: int) -> OutgoingMess
     properties[PROPERTY_UNIQUE_KEY] = message_id
     if group is not None:
         properties[PROPERTY_SHARDING_KEY] = group
+    if sp.born_host and len(sp.born_host) <= MAX_BORN_HOST_CHARS and not _has_separator(sp.born_host):
+        properties[PROPERTY_BORN_HOST] = sp.born_host  # (a client's own, not checked further: a name it reports)
     message = Message(topic, body, tags=tag, keys=keys or None, properties=properties, deliver_at_ms=deliver_at_ms)
     _check_properties_size(message, message_id)
-    return OutgoingMessage(message, message_id, group, transactional)
+    born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
+    return OutgoingMessage(message, message_id, group, transactional, max(born, 0))
 
 
 def compressed(msg: definition_pb2.Message) -> bool:
@@ -187,7 +195,8 @@ def to_v2_message(ext: MessageExt, topic: str, receipt_handle: str, reconsume_ti
     sp = definition_pb2.SystemProperties(
         keys=ext.keys, message_id=ext.msg_id, body_digest=body_digest(ext.body), body_encoding=definition_pb2.IDENTITY,
         message_type=MessageType.FIFO if group else MessageType.NORMAL,
-        born_timestamp=timestamp(ext.born_timestamp), born_host=ext.born_host.rpartition(":")[0],
+        born_timestamp=timestamp(ext.born_timestamp),
+        born_host=properties.get(PROPERTY_BORN_HOST) or ext.born_host.rpartition(":")[0],
         store_timestamp=timestamp(ext.store_timestamp), store_host=ext.store_host, receipt_handle=receipt_handle,
         queue_id=ext.queue_id, queue_offset=ext.queue_offset, invisible_duration=duration(invisible_ms),
         delivery_attempt=reconsume_times + 1)

@@ -76,8 +76,8 @@ class SendProcessor:
         try:
             future = self._send_from_loop(outgoing) if self.producer.sends_from_loop(outgoing.message.topic) else None
             if future is None:  # the producer looks the route up first (a blocking name server call): not on the loop
-                future = await asyncio.to_thread(self.producer.send_async, outgoing.message,
-                                                 sharding_key=outgoing.message_group)
+                future = await asyncio.to_thread(self.producer.send_born_async, outgoing.message,
+                                                 outgoing.message_group, outgoing.born_timestamp)
             return await settled(future)
         except MQClientError as exc:
             error = client_error(what, exc)
@@ -90,7 +90,8 @@ class SendProcessor:
         the miss comes before any attempt, raised or set on the future at once)."""
         try:
             with self.producer.client.cache_only():
-                future = self.producer.send_async(outgoing.message, sharding_key=outgoing.message_group)
+                future = self.producer.send_born_async(outgoing.message, outgoing.message_group,
+                                                       outgoing.born_timestamp)
         except RouteNotCached:
             return None
         if future.done() and isinstance(future.exception(), RouteNotCached):

@@ -156,7 +156,8 @@ class TransactionProcessor:
                                         PROPERTY_PRODUCER_GROUP: group})
         await self.publishes(client_id, [msg.topic])  # sessions before any check can be due
         try:
-            result = await asyncio.wait_for(self._stored_half(producer, half), deadline.wait_s())
+            result = await asyncio.wait_for(self._stored_half(producer, half, message.born_timestamp),
+                                            deadline.wait_s())
         except MQClientError as exc:
             raise client_error(f"half message to topic {msg.topic}", exc) from None
         except TimeoutError:  # the SDK's future goes on: stored or not, the broker checks it back as any half message
@@ -170,12 +171,13 @@ class TransactionProcessor:
         return service_pb2.SendResultEntry(status=ok_status(), message_id=message.message_id,
                                            transaction_id=tx.encode(), offset=-1)
 
-    async def _stored_half(self, producer: LoopProducer, half: Message) -> SendResult:
+    async def _stored_half(self, producer: LoopProducer, half: Message, born_timestamp: int) -> SendResult:
         """The half message sent: from the loop when its route is cached, else started in this processor's threads
         (the route is looked up first, a blocking name server call)."""
-        future = _half_from_loop(producer, half)
+        future = _half_from_loop(producer, half, born_timestamp)
         if future is None:
-            future = await asyncio.get_running_loop().run_in_executor(self._threads, producer.send_half_async, half)
+            future = await asyncio.get_running_loop().run_in_executor(self._threads, producer.send_half_async, half,
+                                                                      born_timestamp)
         return await settled(future)
 
     async def publishes(self, client_id: str, topics: Iterable[str]) -> None:
@@ -358,11 +360,11 @@ class TransactionProcessor:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
-def _half_from_loop(producer: LoopProducer, half: Message) -> Future[SendResult] | None:
+def _half_from_loop(producer: LoopProducer, half: Message, born_timestamp: int) -> Future[SendResult] | None:
     """The half message started on the loop; None when its route was not cached after all (nothing was sent)."""
     try:
         with producer.client.cache_only():
-            future = producer.send_half_async(half)
+            future = producer.send_half_async(half, born_timestamp)
     except RouteNotCached:
         return None
     if future.done() and isinstance(future.exception(), RouteNotCached):

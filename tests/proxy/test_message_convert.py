@@ -18,6 +18,7 @@ from common.message_codec import decode_record, encode_record
 from common.message_id import encode_host
 from common.message_properties import (
     MAX_PROPERTIES_SIZE,
+    PROPERTY_BORN_HOST,
     PROPERTY_SHARDING_KEY,
     PROPERTY_UNIQUE_KEY,
     decode_properties,
@@ -175,6 +176,22 @@ def test_a_normal_send_cannot_make_itself_a_half_message(name: str):
     with pytest.raises(ProxyError) as err:
         to_outgoing(message, MAX_BODY)
     assert err.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def test_a_clients_born_time_and_host_are_kept_and_handed_back():
+    """The record's born time was the proxy's and its born host the proxy's address: a v2 consumer saw the proxy as
+    every message's producer. The born time is the client's, its host name a property handed back on receive."""
+    out = to_outgoing(v2(born_timestamp=Timestamp(seconds=1_700_000_000, nanos=5_000_000), born_host="app-7"),
+                      MAX_BODY)
+    assert out.born_timestamp == 1_700_000_000_005 and out.message.properties[PROPERTY_BORN_HOST] == "app-7"
+    assert to_outgoing(v2(), MAX_BODY).born_timestamp == 0  # not said: the proxy's now
+    assert PROPERTY_BORN_HOST not in to_outgoing(v2(born_host="a\x01b"), MAX_BODY).message.properties
+    (wire,) = batch_wire_properties([out.message])
+    record = encode_record(b"T", 0, b"b", wire, born_timestamp=out.born_timestamp,
+                           born_host=encode_host("10.0.0.9:1234"))
+    sp = to_v2_message(decode_record(record), "T", "handle", 0, 30_000).system_properties
+    assert (sp.born_host, sp.born_timestamp.ToMilliseconds()) == ("app-7", 1_700_000_000_005)
+    assert PROPERTY_BORN_HOST not in to_v2_message(decode_record(record), "T", "handle", 0, 30_000).user_properties
 
 
 def test_a_popped_record_is_handed_out_with_its_digest_attempt_and_handle():

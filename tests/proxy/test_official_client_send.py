@@ -53,6 +53,8 @@ def test_sync_and_async_sends_are_stored_as_sent(proxy_cluster: ProxyCluster, of
         assert msg.tags == "TagA"
         assert msg.keys == [f"key-{s['i']}"]
         assert msg.properties["color"] == "red"
+        # the client's born time (it says whole seconds) and host, not the proxy's
+        assert msg.born_timestamp % 1000 == 0 and msg.properties.get("__BORNHOST"), (msg.born_timestamp, msg.properties)
     # round robin over the brokers' queues, as any producer of this cluster
     assert len({(m.queue_id, m.store_host) for m in stored}) > 1
 
