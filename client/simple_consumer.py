@@ -61,6 +61,7 @@ class SimpleConsumer:
         # Brokers whose last receive got no answer in time (a paused process keeps its connection: nothing else
         # marks it down): asked last for a while, so each receive does not wait a timeout on them first.
         self._silent = DownAddresses(hold_s=SILENT_BROKER_SKIP_S)
+        self._busy: set[str] = set()  # brokers answering SYSTEM_BUSY now (logged once while it lasts)
 
     def __enter__(self) -> "SimpleConsumer":
         return self
@@ -113,6 +114,16 @@ class SimpleConsumer:
                 if last and wait_ms:  # the one to wait on refused: wait a little here, not spin on the route
                     time.sleep(min(wait_ms / 1000, NOT_MASTER_PAUSE_S))
                 continue
+            if response.code == ResponseCode.SYSTEM_BUSY:  # it cannot read now (a static topic's older link's broker
+                # is down): the other brokers' queues are received meanwhile; raised only when none answered
+                error = business_error(f"receive from {self.topic}", addr, response.code, response.remark)
+                if broker_name not in self._busy:  # once while it lasts
+                    self._busy.add(broker_name)
+                    log.warning("receive_skipped_broker topic=%s group=%s broker=%s error=%s", self.topic,
+                                self.group, broker_name, error)
+                skipped.append(error)
+                continue
+            self._busy.discard(broker_name)
             if response.code == ResponseCode.PULL_NOT_FOUND:
                 continue
             if response.code != ResponseCode.SUCCESS:

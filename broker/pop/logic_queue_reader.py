@@ -35,16 +35,22 @@ class LogicQueueReader:
                                                 max_msg_nums=max_msg_nums, max_bytes=max_total_bytes,
                                                 addressing=broker_pb2.LOGIC)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
+        moved = False  # past records filtered out (or an older item drained): the scan may go on from there
+        min_offset = offset
         for _ in range(MAX_HOPS):
             request.queue_offset = offset
             response = self.static_topics.pull(ctx, request, codes).full_response()
             code = response.code
+            min_offset = response.min_offset
             if code == ResponseCode.SUCCESS:
                 records = _to_logic(response.records, queue_id, response.offset_delta)
                 return GetMessageResult(GetMessageStatus.FOUND, response.next_begin_offset, response.min_offset,
                                         response.max_offset, records, sum(map(len, records)))
             if code == ResponseCode.PULL_NOT_FOUND:
-                status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+                # At the end: after a hop past filtered records, that is NO_MATCHED_MESSAGE, so the scan moves past
+                # them (as the store answers a physical queue); said as the end, the group's offset stayed before
+                # them for good and each long poll woke at once, spinning a core (the POP-static review)
+                status = GetMessageStatus.NO_MATCHED_MESSAGE if moved else GetMessageStatus.OFFSET_OVERFLOW_ONE
                 break
             if code == ResponseCode.PULL_OFFSET_MOVED:
                 status = GetMessageStatus.OFFSET_TOO_SMALL
@@ -54,7 +60,10 @@ class LogicQueueReader:
                 status = GetMessageStatus.OFFSET_OVERFLOW_ONE
                 break
             offset = response.next_begin_offset  # an older item drained, or everything filtered out
-        return GetMessageResult(status, offset, self.min_offset(topic, queue_id), offset)
+            moved = True
+        # (the pull's min offset: the logic queue's own, asked of the earliest link's broker, failed every empty read
+        # while that broker was down)
+        return GetMessageResult(status, offset, min_offset, offset)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self.static_topics.min_offset(self.contexts[queue_id])

@@ -86,6 +86,12 @@ class HandleRefused(Exception):
     """A receipt handle that names no current delivery (acked, handed out again, or past its invisible time)."""
 
 
+class QueueUnavailable(Exception):
+    """A queue's start or its group's committed offset cannot be read now (a broker holding an older link of a static
+    topic's logic queue is down): the queue is passed over by this pop and tried again at the next; the pop fails
+    only when every queue it asked for is so."""
+
+
 class PopService:
     def __init__(self, broker_name: str, db: PopStateStore, dead_letter: DeadLetter,
                  on_progress: Progress, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
@@ -95,6 +101,7 @@ class PopService:
         self.on_progress = on_progress
         self.clock_ms = clock_ms
         self._lock = threading.RLock()  # re-entrant: a caller may hold it around a call (``held_if_free``)
+        self._unavailable: set[PopKey] = set()  # queues passed over for QueueUnavailable (logged when they change)
         self._states = db.load()
         self._last_delivery = _latest_delivery(self._states)
         log.info("pop_state_loaded queues=%d in_flight=%d", len(self._states),
@@ -129,26 +136,47 @@ class PopService:
         change = PopWrite()
         popped: list[Popped] = []
         scan_offsets: dict[int, int] = {}
+        unavailable: list[QueueUnavailable] = []
         for queue_id in query.queue_ids:
             key = (query.group, query.topic, queue_id)
             state = self._states.get(key)
-            if state is None:
-                state = self._states[key] = QueuePopState(first_offset(queue_id))
-                change.scan[key] = state.scan_offset
-            elif not state.in_flight and not state.held and (committed := committed_offset(queue_id)) > \
-                    state.scan_offset:
-                # Settled up to its scan, the group consumed past it since by pulling (a push consumer of the
-                # group): POP goes on from there, not with what those pulls consumed.
-                state.scan_offset = change.scan[key] = committed
+            try:
+                if state is None:
+                    state = self._states[key] = QueuePopState(first_offset(queue_id))
+                    change.scan[key] = state.scan_offset
+                elif not state.in_flight and not state.held and (committed := committed_offset(queue_id)) > \
+                        state.scan_offset:
+                    # Settled up to its scan, the group consumed past it since by pulling (a push consumer of the
+                    # group): POP goes on from there, not with what those pulls consumed.
+                    state.scan_offset = change.scan[key] = committed
+                self._available(key)
+            except QueueUnavailable as exc:  # no jump this time; a queue never popped is passed over
+                unavailable.append(exc)
+                self._passed_over(key, exc)
+                if state is None:
+                    continue
             if len(popped) < query.max_nums:
                 self._pop_queue(query, key, state, now, popped, change)
             scan_offsets[queue_id] = state.scan_offset
         self._write(change)
         if popped:  # the soonest expiry matters only to a pop that waits (found nothing)
             return PopOutcome(popped, scan_offsets, None)
-        expiries = [e for q in query.queue_ids
-                    if (e := self._states[(query.group, query.topic, q)].next_expiry_ms()) is not None]
+        if len(unavailable) == len(query.queue_ids) and not scan_offsets:
+            raise unavailable[0]  # nothing this pop could read: the caller hears why
+        expiries = [e for q in query.queue_ids if (state := self._states.get((query.group, query.topic, q)))
+                    is not None and (e := state.next_expiry_ms()) is not None]
         return PopOutcome(popped, scan_offsets, min(expiries, default=None))
+
+    def _passed_over(self, key: PopKey, exc: QueueUnavailable) -> None:
+        if key not in self._unavailable:  # once while it lasts
+            self._unavailable.add(key)
+            log.warning("pop_queue_unavailable group=%s topic=%s queue_id=%d reason=%r: passed over until it can be "
+                        "read", *key, str(exc))
+
+    def _available(self, key: PopKey) -> None:
+        if key in self._unavailable:
+            self._unavailable.discard(key)
+            log.info("pop_queue_available group=%s topic=%s queue_id=%d", *key)
 
     def _pop_queue(self, query: PopQuery, key: PopKey, state: QueuePopState, now: int, popped: list[Popped],
                    change: PopWrite) -> None:

@@ -10,8 +10,9 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
+from broker.out.peer_brokers import PeerBrokerError
 from broker.pop.logic_queue_reader import LogicQueueReader
-from broker.pop.pop_service import HandleRefused, PopOutcome, PopQuery, PopService, QueueReader
+from broker.pop.pop_service import HandleRefused, PopOutcome, PopQuery, PopService, QueueReader, QueueUnavailable
 from broker.processor.request_checks import checked_group, checked_queue_id, checked_topic
 from broker.processor.send_msg_back_processor import SendMsgBackProcessor
 from broker.processor.subscription_filter import tags_codes_of
@@ -75,8 +76,11 @@ class PopMessageProcessor:
         query = PopQuery(reader, group, request.topic, queue_ids, request.max_msg_nums, request.invisible_time_ms,
                          _tags_codes(request.expression), group_config.consume_message_orderly,
                          group_config.retry_max_times)
-        outcome = self.service.pop(query, lambda queue_id: _or_first(committed_offset(queue_id), reader, request.topic,
-                                                                    queue_id), committed_offset)
+        try:
+            outcome = self.service.pop(query, lambda queue_id: _or_first(committed_offset(queue_id), reader,
+                                                                        request.topic, queue_id), committed_offset)
+        except QueueUnavailable as exc:  # every queue asked for: retried (another broker's may answer meanwhile)
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"{exc}: it resumes once that broker is back") from None
         if isinstance(reader, LogicQueueReader):  # long polling waits on the leaders' physical queues
             outcome.scan_offsets = {reader.contexts[q].leader.queue_id: max(
                 reader.contexts[q].leader.physical_of(o), reader.contexts[q].leader.start_offset)
@@ -109,7 +113,14 @@ class PopMessageProcessor:
                 raise Refusal(ResponseCode.NOT_LEADER_FOR_QUEUE, f"broker {detail.bname} leads no logic queue of "
                               f"static topic {topic}")
         reader = LogicQueueReader(self.static_topics, contexts, group)
-        return reader, list(contexts), lambda queue_id: self.static_topics.query_offset(contexts[queue_id], group)
+
+        def committed(queue_id: int) -> int:
+            try:
+                return self.static_topics.query_offset(contexts[queue_id], group)
+            except PeerBrokerError as exc:  # kept on an older link's broker that is down: that queue waits
+                raise QueueUnavailable(f"logic queue {queue_id} of {topic}: {exc.remark}") from None
+
+        return reader, list(contexts), committed
 
     def ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
         self._check_serving()
@@ -241,8 +252,14 @@ class PopMessageProcessor:
 
 def _or_first(committed: int, reader: MessageStoreReader | LogicQueueReader, topic: str, queue_id: int) -> int:
     """Where a group's first pop of a queue starts: its committed offset (it consumed by pull before, or an
-    operator reset it), else the queue's oldest message."""
-    return committed if committed >= 0 else reader.min_offset(topic, queue_id)
+    operator reset it), else the queue's oldest message (QueueUnavailable while an older link's broker that holds it
+    is down: the start must not be guessed, the group's state keeps it)."""
+    if committed >= 0:
+        return committed
+    try:
+        return reader.min_offset(topic, queue_id)
+    except PeerBrokerError as exc:
+        raise QueueUnavailable(f"queue {queue_id} of {topic}: {exc.remark}") from None
 
 
 def _tags_codes(expression: str) -> set[int] | None:
