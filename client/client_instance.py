@@ -72,8 +72,9 @@ IDLE_ROUTE_FORGET_S = 600.0
 # port, a scale-in) cost a connect a second for the life of the process. One still connected is kept (an address a
 # caller named, such as an admin call's).
 UNROUTED_CHANNEL_CLOSE_S = 60.0
-# A name server that failed a call (down, hung) is not asked for a second opinion for this long (a new topic's
-# lookup asks the others after a TOPIC_NOT_EXIST): a hung one cost every new topic's first send a whole timeout.
+# A name server that let a call time out (hung) is not asked for a second opinion for this long (a new topic's
+# lookup asks the others after a TOPIC_NOT_EXIST): a hung one cost every new topic's first send a whole timeout. One
+# that refuses connections fails fast, and is asked still.
 NAMESRV_QUIET_S = 30.0
 _NO_REPLICAS: Mapping[int, str] = MappingProxyType({})
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
@@ -168,7 +169,7 @@ class ClientInstance:
         self._publish_queues: dict[str, tuple[common_pb2.TopicRouteData, tuple[MessageQueue, ...]]] = {}
         self._lock = threading.Lock()
         self._namesrv_index = 0
-        self._namesrv_failed: dict[str, float] = {}  # address: when it last failed a call
+        self._namesrv_failed: dict[str, float] = {}  # address: when a call to it last timed out
         self._closed = False
 
     # -- channels ----------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ class ClientInstance:
                     raise rpc_error(what, addr, exc) from None
                 if exc.code() is grpc.StatusCode.UNIMPLEMENTED:  # something else serves gRPC there
                     raise MQClientError(self.not_a_namesrv(addr)) from None
-                self._namesrv_failed[addr] = time.monotonic()
+                self._note_namesrv_failure(addr, exc)
                 last = exc
                 continue
             self._namesrv_index = index
@@ -523,7 +524,7 @@ class ClientInstance:
     def _route_from_any(self, topic: str, accept: Callable[[namesrv_pb2.GetRouteInfoResponse], bool] = lambda r: True,
                         ) -> namesrv_pb2.GetRouteInfoResponse | None:
         """The first name server's SUCCESS answer for ``topic`` that ``accept`` takes (None: none answers so),
-        asking those that did not fail a call in the last ``NAMESRV_QUIET_S``, the one that answered last first."""
+        asking those that let no call time out in the last ``NAMESRV_QUIET_S``, the one that answered last first."""
         request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
         count, start, now = len(self.namesrv_addrs), self._namesrv_index, time.monotonic()
         for addr in (self.namesrv_addrs[(start + i) % count] for i in range(count)):
@@ -531,12 +532,16 @@ class ClientInstance:
                 continue
             try:
                 other = self.namesrv(addr).GetRouteInfoByTopic(request, timeout=self.rpc_timeout_s)
-            except grpc.RpcError:
-                self._namesrv_failed[addr] = time.monotonic()
+            except grpc.RpcError as exc:
+                self._note_namesrv_failure(addr, exc)
                 continue
             if other.code == ResponseCode.SUCCESS and accept(other):
                 return other
         return None
+
+    def _note_namesrv_failure(self, addr: str, exc: grpc.RpcError) -> None:
+        if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+            self._namesrv_failed[addr] = time.monotonic()
 
     def _fetch_route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
         if _cache_only.get():  # the TBW102 lookup of a topic the name server does not know

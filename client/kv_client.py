@@ -38,7 +38,7 @@ from common.kv_shard import (
     shard_of,
     snapshot_shape_error,
 )
-from common.refusal import says_not_master, says_unacknowledged_by_lease
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from proto import broker_pb2, common_pb2, kv_pb2, kv_pb2_grpc
 
@@ -218,10 +218,7 @@ class KVClient:
         self._instance.report_answer(addr)
         if response.code == ResponseCode.SUCCESS:
             return response
-        # A put or delete stored by a master whose lease ended as it stored may be sent again (at least once);
-        # a compare-and-set may not (it may have applied).
-        again = retryable_answer(response) or (retry_transport and says_unacknowledged_by_lease(response.remark))
-        if not again or late:
+        if not retryable_answer(response) or late:
             raise business_error(what, addr, response.code, response.remark)
         return None
 

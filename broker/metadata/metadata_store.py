@@ -12,6 +12,7 @@ from it, and tells its :class:`MetadataStore` about each change. Two implementat
 """
 
 import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +86,8 @@ class JsonMetadataStore(MetadataStore[K, V]):
         self.path = config_dir / table.json_file
         self.table = table
         self.write_through = write_through
+        if table.secret:
+            keep_private(self.path, SECRET_FILE_MODE)
         self._snapshot: Callable[[], Sequence[V]] | None = None
         self._dirty = False
         self._write_lock = threading.Lock()
@@ -149,6 +152,22 @@ METADATA_DIR = "metadata"  # <storePathRootDir>/metadata: the RocksDB of storeTy
 IMPORTED_SUFFIX = ".imported"  # what the RocksDB import renames each JSON file to
 # Where the ACL users' passwords are kept (users.json; the metadata RocksDB): readable by the broker's user only
 SECRET_FILE_MODE, SECRET_DIR_MODE = 0o600, 0o700
+
+
+def keep_private(path: Path, mode: int) -> None:
+    """``path`` (a file or directory of secrets) given ``mode``: one an earlier release made readable by others too
+    is narrowed. One the broker's user does not own (made by another user, a mount point) is left as it is, said."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    if st.st_mode & 0o777 == mode:
+        return
+    if st.st_uid != os.geteuid():
+        log.warning("secret_path_not_private path=%s mode=%o owner_uid=%d: owned by another user, left as it is",
+                    path, st.st_mode & 0o777, st.st_uid)
+        return
+    path.chmod(mode)
 
 
 class MetadataInRocksDBError(OSError):

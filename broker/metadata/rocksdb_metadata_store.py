@@ -34,7 +34,14 @@ from broker.metadata.metadata_codec import (
     MetadataTable,
     V,
 )
-from broker.metadata.metadata_store import IMPORTED_SUFFIX, SECRET_DIR_MODE, MetadataStore, MetadataStores
+from broker.metadata.metadata_store import (
+    IMPORTED_SUFFIX,
+    SECRET_DIR_MODE,
+    SECRET_FILE_MODE,
+    MetadataStore,
+    MetadataStores,
+    keep_private,
+)
 from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
 from broker.store.config import StoreType
 
@@ -149,7 +156,7 @@ class RocksDBMetadata:
     def open(cls, path: Path, json_dir: Path | None = None) -> "RocksDBMetadata":
         """Open (create) the database; import the JSON files of ``json_dir`` into a new one."""
         path.mkdir(parents=True, exist_ok=True)
-        path.chmod(SECRET_DIR_MODE)  # it holds the ACL users' passwords: the broker's user only
+        keep_private(path, SECRET_DIR_MODE)  # it holds the ACL users' passwords: the broker's user only
         metadata = cls(_open_db(path), path)
         if metadata.db.get(FORMAT_KEY) is None:
             try:
@@ -194,7 +201,9 @@ class RocksDBMetadata:
             log.info("metadata_created path=%s", self.path)
             return
         for f in present:
-            f.rename(f.with_name(f.name + IMPORTED_SUFFIX))
+            f.rename(imported := f.with_name(f.name + IMPORTED_SUFFIX))
+            if f.name == USERS.json_file:  # kept beside the database: its passwords as private as the database
+                keep_private(imported, SECRET_FILE_MODE)
         log.info("metadata_imported from=%s to=%s topics=%d groups=%d offsets=%d files=%s renamed_to=*%s "
                  "seconds=%.2f", json_dir, self.path, counts["topics"], counts["groups"], counts["offsets"],
                  ",".join(f.name for f in present), IMPORTED_SUFFIX, time.monotonic() - started)

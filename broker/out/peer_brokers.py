@@ -129,8 +129,10 @@ class PeerBrokers:
             return getattr(service(self._channel(addr)), method)(request, timeout=RPC_TIMEOUT_S,
                                                                  metadata=inner_metadata())
         except grpc.RpcError as exc:
-            unreachable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            # Only a broker that cannot be reached counts as down: a slow master (a stall past the timeout) is not
+            # passed over for its replicas, which may lack what it acknowledged (an ASYNC_MASTER's)
+            unreachable = exc.code() == grpc.StatusCode.UNAVAILABLE
+            if unreachable:
                 self._unreachable = True
             raise PeerBrokerError(f"{method} on broker {bname} failed at {addr}: {exc.code().name}: "
                                   f"{exc.details()}", reachable=not unreachable, status=exc.code()) from None

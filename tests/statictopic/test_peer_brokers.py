@@ -2,6 +2,7 @@
 timer's forwards go on within about a second, not after the 30 s refresh. Real gRPC servers on real sockets: a
 name server's cluster info, and a broker that answers GetBrokerRuntimeInfo."""
 
+import time
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -32,10 +33,11 @@ class ClusterInfo(namesrv_pb2_grpc.NamesrvServiceServicer):
 
 
 class RuntimeInfo(broker_pb2_grpc.BrokerServiceServicer):
-    def __init__(self, role: str = "MASTER") -> None:
-        self.role = role
+    def __init__(self, role: str = "MASTER", stall_s: float = 0.0) -> None:
+        self.role, self.stall_s = role, stall_s
 
     def GetBrokerRuntimeInfo(self, request, context):
+        time.sleep(self.stall_s)
         return broker_pb2.BrokerRuntimeInfo(table={"brokerName": "broker-b", "role": self.role})
 
 
@@ -118,3 +120,20 @@ def test_a_read_a_replica_may_answer_goes_to_the_slave_while_the_master_is_down(
             role(True)
     finally:
         peers.close()
+
+
+def test_a_slow_master_is_not_passed_over_for_its_slave(namesrv, monkeypatch: pytest.MonkeyPatch):
+    """A stalled master (alive, past the call's timeout) may hold acknowledged writes its slave lacks (an
+    ASYNC_MASTER's): only a master that cannot be reached is passed over (the diff review)."""
+    monkeypatch.setattr(peer_brokers, "RPC_TIMEOUT_S", 0.3)
+    info, ns_addr = namesrv
+    master, info.addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo(stall_s=1.0))
+    slave, info.slave_addr = serve(broker_pb2_grpc.add_BrokerServiceServicer_to_server, RuntimeInfo("SLAVE"))
+    peers = PeerBrokers([ns_addr], "broker-a", "127.0.0.1:1")
+    try:
+        with pytest.raises(PeerBrokerError, match="DEADLINE_EXCEEDED"):
+            peers.call("broker-b", "GetBrokerRuntimeInfo", common_pb2.Empty(), replica_ok=True)
+    finally:
+        peers.close()
+        master.stop(None)
+        slave.stop(None)
