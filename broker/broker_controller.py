@@ -338,8 +338,12 @@ class BrokerController:
             await asyncio.sleep(HEALTH_POLL_S)
 
     def _kv_led_partitions(self) -> Collection[int] | None:
+        """What this broker leads of the KV topic. A slave leads nothing (its copy of the mapping may predate a
+        remap): it answers an older item's read (its master down) once what it replicated is applied."""
         detail = self.topic_queue_mapping_manager.get(KV_TOPIC)
-        return None if detail is None else detail.led_queues().values()
+        if detail is None:
+            return None
+        return detail.led_queues().values() if self._is_master() else ()
 
     def _is_master(self) -> bool:
         c = self.config
