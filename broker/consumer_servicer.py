@@ -25,7 +25,7 @@ class ConsumerServicer(consumer_pb2_grpc.ConsumerServiceServicer):
         return self.groups.consumer_list(request)
 
     async def LockBatchMQ(self, request, context):
-        return self.groups.lock_batch(request)
+        return await run(self.groups.lock_batch, request, remote=True)  # a moved logic queue asks its old leader
 
     async def UnlockBatchMQ(self, request, context):
         return self.groups.unlock_batch(request)

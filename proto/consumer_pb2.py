@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proto import common_pb2 as proto_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/consumer.proto\x12\x03rmq\x1a\x12proto/common.proto\"1\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\"@\n\x08QueueRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"\xc9\x01\n\x0c\x43onsumerData\x12\r\n\x05group\x18\x01 \x01(\t\x12&\n\x0c\x63onsume_type\x18\x02 \x01(\x0e\x32\x10.rmq.ConsumeType\x12(\n\rmessage_model\x18\x03 \x01(\x0e\x32\x11.rmq.MessageModel\x12(\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x11.rmq.Subscription\x12\x1d\n\x06queues\x18\x05 \x03(\x0b\x32\r.rmq.QueueRef\x12\x0f\n\x07orderly\x18\x06 \x01(\x08\"I\n\x0eHeartbeatFrame\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12$\n\tconsumers\x18\x02 \x03(\x0b\x32\x11.rmq.ConsumerData\"\x97\x02\n\x0bGroupNotice\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.rmq.GroupNotice.Kind\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x04 \x01(\t\x12\x39\n\rqueue_offsets\x18\x05 \x03(\x0b\x32\".rmq.GroupNotice.QueueOffsetsEntry\x1a\x33\n\x11QueueOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"@\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bIDS_CHANGED\x10\x01\x12\x11\n\rOFFSETS_RESET\x10\x02\"$\n\x13\x43onsumerListRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\"\n\x0c\x43onsumerList\x12\x12\n\nclient_ids\x18\x01 \x03(\t\"S\n\x10LockBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x06queues\x18\x03 \x03(\x0b\x32\r.rmq.QueueRef\"2\n\x11LockBatchResponse\x12\x1d\n\x06locked\x18\x01 \x03(\x0b\x32\r.rmq.QueueRef\"\xcf\x01\n\x12SendMsgBackRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x12\n\nproperties\x18\x04 \x01(\x0c\x12\x16\n\x0e\x62orn_timestamp\x18\x05 \x01(\x03\x12\x11\n\tborn_host\x18\x06 \x01(\t\x12\x0c\n\x04\x66lag\x18\x07 \x01(\x05\x12\x0e\n\x06msg_id\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65lay_level\x18\t \x01(\x05\x12\x1b\n\x13max_reconsume_times\x18\n \x01(\x05\"[\n\x13SendMsgBackResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x17\n\x0freconsume_times\x18\x04 \x01(\x05\"\xf4\x01\n\nMemberInfo\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\x12&\n\x0c\x63onsume_type\x18\x03 \x01(\x0e\x32\x10.rmq.ConsumeType\x12(\n\rmessage_model\x18\x04 \x01(\x0e\x32\x11.rmq.MessageModel\x12(\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x11.rmq.Subscription\x12\x1d\n\x06queues\x18\x06 \x03(\x0b\x32\r.rmq.QueueRef\x12\x19\n\x11last_heartbeat_ms\x18\x07 \x01(\x03\x12\x0f\n\x07orderly\x18\x08 \x01(\x08\"6\n\x12\x43onsumerConnection\x12 \n\x07members\x18\x01 \x03(\x0b\x32\x0f.rmq.MemberInfo\"E\n\x12ResetOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\";\n\x0bQueueOffset\x12\x1c\n\x05queue\x18\x01 \x01(\x0b\x32\r.rmq.QueueRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"V\n\x13ResetOffsetResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12!\n\x07offsets\x18\x03 \x03(\x0b\x32\x10.rmq.QueueOffset*:\n\x0b\x43onsumeType\x12\x15\n\x11\x43ONSUME_PASSIVELY\x10\x00\x12\x14\n\x10\x43ONSUME_ACTIVELY\x10\x01*0\n\x0cMessageModel\x12\x0e\n\nCLUSTERING\x10\x00\x12\x10\n\x0c\x42ROADCASTING\x10\x01\x32\xe9\x03\n\x0f\x43onsumerService\x12<\n\x0f\x43onsumerSession\x12\x13.rmq.HeartbeatFrame\x1a\x10.rmq.GroupNotice(\x01\x30\x01\x12>\n\x0fGetConsumerList\x12\x18.rmq.ConsumerListRequest\x1a\x11.rmq.ConsumerList\x12<\n\x0bLockBatchMQ\x12\x15.rmq.LockBatchRequest\x1a\x16.rmq.LockBatchResponse\x12<\n\rUnlockBatchMQ\x12\x15.rmq.LockBatchRequest\x1a\x14.rmq.CommandResponse\x12H\n\x13\x43onsumerSendMsgBack\x12\x17.rmq.SendMsgBackRequest\x1a\x18.rmq.SendMsgBackResponse\x12J\n\x15GetConsumerConnection\x12\x18.rmq.ConsumerListRequest\x1a\x17.rmq.ConsumerConnection\x12\x46\n\x11ResetOffsetByTime\x12\x17.rmq.ResetOffsetRequest\x1a\x18.rmq.ResetOffsetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14proto/consumer.proto\x12\x03rmq\x1a\x12proto/common.proto\"1\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nexpression\x18\x02 \x01(\t\"@\n\x08QueueRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\x05\"\xc9\x01\n\x0c\x43onsumerData\x12\r\n\x05group\x18\x01 \x01(\t\x12&\n\x0c\x63onsume_type\x18\x02 \x01(\x0e\x32\x10.rmq.ConsumeType\x12(\n\rmessage_model\x18\x03 \x01(\x0e\x32\x11.rmq.MessageModel\x12(\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x11.rmq.Subscription\x12\x1d\n\x06queues\x18\x05 \x03(\x0b\x32\r.rmq.QueueRef\x12\x0f\n\x07orderly\x18\x06 \x01(\x08\"I\n\x0eHeartbeatFrame\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12$\n\tconsumers\x18\x02 \x03(\x0b\x32\x11.rmq.ConsumerData\"\x97\x02\n\x0bGroupNotice\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.rmq.GroupNotice.Kind\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x04 \x01(\t\x12\x39\n\rqueue_offsets\x18\x05 \x03(\x0b\x32\".rmq.GroupNotice.QueueOffsetsEntry\x1a\x33\n\x11QueueOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"@\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bIDS_CHANGED\x10\x01\x12\x11\n\rOFFSETS_RESET\x10\x02\"$\n\x13\x43onsumerListRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\"\n\x0c\x43onsumerList\x12\x12\n\nclient_ids\x18\x01 \x03(\t\"i\n\x10LockBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x06queues\x18\x03 \x03(\x0b\x32\r.rmq.QueueRef\x12\x14\n\x0cholders_only\x18\x04 \x01(\x08\"=\n\nQueueLease\x12\x1c\n\x05queue\x18\x01 \x01(\x0b\x32\r.rmq.QueueRef\x12\x11\n\tclient_id\x18\x02 \x01(\t\"Q\n\x11LockBatchResponse\x12\x1d\n\x06locked\x18\x01 \x03(\x0b\x32\r.rmq.QueueRef\x12\x1d\n\x04held\x18\x02 \x03(\x0b\x32\x0f.rmq.QueueLease\"\xcf\x01\n\x12SendMsgBackRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x12\n\nproperties\x18\x04 \x01(\x0c\x12\x16\n\x0e\x62orn_timestamp\x18\x05 \x01(\x03\x12\x11\n\tborn_host\x18\x06 \x01(\t\x12\x0c\n\x04\x66lag\x18\x07 \x01(\x05\x12\x0e\n\x06msg_id\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65lay_level\x18\t \x01(\x05\x12\x1b\n\x13max_reconsume_times\x18\n \x01(\x05\"[\n\x13SendMsgBackResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x17\n\x0freconsume_times\x18\x04 \x01(\x05\"\xf4\x01\n\nMemberInfo\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\x12&\n\x0c\x63onsume_type\x18\x03 \x01(\x0e\x32\x10.rmq.ConsumeType\x12(\n\rmessage_model\x18\x04 \x01(\x0e\x32\x11.rmq.MessageModel\x12(\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x11.rmq.Subscription\x12\x1d\n\x06queues\x18\x06 \x03(\x0b\x32\r.rmq.QueueRef\x12\x19\n\x11last_heartbeat_ms\x18\x07 \x01(\x03\x12\x0f\n\x07orderly\x18\x08 \x01(\x08\"6\n\x12\x43onsumerConnection\x12 \n\x07members\x18\x01 \x03(\x0b\x32\x0f.rmq.MemberInfo\"E\n\x12ResetOffsetRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\";\n\x0bQueueOffset\x12\x1c\n\x05queue\x18\x01 \x01(\x0b\x32\r.rmq.QueueRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"V\n\x13ResetOffsetResponse\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06remark\x18\x02 \x01(\t\x12!\n\x07offsets\x18\x03 \x03(\x0b\x32\x10.rmq.QueueOffset*:\n\x0b\x43onsumeType\x12\x15\n\x11\x43ONSUME_PASSIVELY\x10\x00\x12\x14\n\x10\x43ONSUME_ACTIVELY\x10\x01*0\n\x0cMessageModel\x12\x0e\n\nCLUSTERING\x10\x00\x12\x10\n\x0c\x42ROADCASTING\x10\x01\x32\xe9\x03\n\x0f\x43onsumerService\x12<\n\x0f\x43onsumerSession\x12\x13.rmq.HeartbeatFrame\x1a\x10.rmq.GroupNotice(\x01\x30\x01\x12>\n\x0fGetConsumerList\x12\x18.rmq.ConsumerListRequest\x1a\x11.rmq.ConsumerList\x12<\n\x0bLockBatchMQ\x12\x15.rmq.LockBatchRequest\x1a\x16.rmq.LockBatchResponse\x12<\n\rUnlockBatchMQ\x12\x15.rmq.LockBatchRequest\x1a\x14.rmq.CommandResponse\x12H\n\x13\x43onsumerSendMsgBack\x12\x17.rmq.SendMsgBackRequest\x1a\x18.rmq.SendMsgBackResponse\x12J\n\x15GetConsumerConnection\x12\x18.rmq.ConsumerListRequest\x1a\x17.rmq.ConsumerConnection\x12\x46\n\x11ResetOffsetByTime\x12\x17.rmq.ResetOffsetRequest\x1a\x18.rmq.ResetOffsetResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GROUPNOTICE_QUEUEOFFSETSENTRY']._loaded_options = None
   _globals['_GROUPNOTICE_QUEUEOFFSETSENTRY']._serialized_options = b'8\001'
-  _globals['_CONSUMETYPE']._serialized_start=1764
-  _globals['_CONSUMETYPE']._serialized_end=1822
-  _globals['_MESSAGEMODEL']._serialized_start=1824
-  _globals['_MESSAGEMODEL']._serialized_end=1872
+  _globals['_CONSUMETYPE']._serialized_start=1880
+  _globals['_CONSUMETYPE']._serialized_end=1938
+  _globals['_MESSAGEMODEL']._serialized_start=1940
+  _globals['_MESSAGEMODEL']._serialized_end=1988
   _globals['_SUBSCRIPTION']._serialized_start=49
   _globals['_SUBSCRIPTION']._serialized_end=98
   _globals['_QUEUEREF']._serialized_start=100
@@ -57,23 +57,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONSUMERLIST']._serialized_start=765
   _globals['_CONSUMERLIST']._serialized_end=799
   _globals['_LOCKBATCHREQUEST']._serialized_start=801
-  _globals['_LOCKBATCHREQUEST']._serialized_end=884
-  _globals['_LOCKBATCHRESPONSE']._serialized_start=886
-  _globals['_LOCKBATCHRESPONSE']._serialized_end=936
-  _globals['_SENDMSGBACKREQUEST']._serialized_start=939
-  _globals['_SENDMSGBACKREQUEST']._serialized_end=1146
-  _globals['_SENDMSGBACKRESPONSE']._serialized_start=1148
-  _globals['_SENDMSGBACKRESPONSE']._serialized_end=1239
-  _globals['_MEMBERINFO']._serialized_start=1242
-  _globals['_MEMBERINFO']._serialized_end=1486
-  _globals['_CONSUMERCONNECTION']._serialized_start=1488
-  _globals['_CONSUMERCONNECTION']._serialized_end=1542
-  _globals['_RESETOFFSETREQUEST']._serialized_start=1544
-  _globals['_RESETOFFSETREQUEST']._serialized_end=1613
-  _globals['_QUEUEOFFSET']._serialized_start=1615
-  _globals['_QUEUEOFFSET']._serialized_end=1674
-  _globals['_RESETOFFSETRESPONSE']._serialized_start=1676
-  _globals['_RESETOFFSETRESPONSE']._serialized_end=1762
-  _globals['_CONSUMERSERVICE']._serialized_start=1875
-  _globals['_CONSUMERSERVICE']._serialized_end=2364
+  _globals['_LOCKBATCHREQUEST']._serialized_end=906
+  _globals['_QUEUELEASE']._serialized_start=908
+  _globals['_QUEUELEASE']._serialized_end=969
+  _globals['_LOCKBATCHRESPONSE']._serialized_start=971
+  _globals['_LOCKBATCHRESPONSE']._serialized_end=1052
+  _globals['_SENDMSGBACKREQUEST']._serialized_start=1055
+  _globals['_SENDMSGBACKREQUEST']._serialized_end=1262
+  _globals['_SENDMSGBACKRESPONSE']._serialized_start=1264
+  _globals['_SENDMSGBACKRESPONSE']._serialized_end=1355
+  _globals['_MEMBERINFO']._serialized_start=1358
+  _globals['_MEMBERINFO']._serialized_end=1602
+  _globals['_CONSUMERCONNECTION']._serialized_start=1604
+  _globals['_CONSUMERCONNECTION']._serialized_end=1658
+  _globals['_RESETOFFSETREQUEST']._serialized_start=1660
+  _globals['_RESETOFFSETREQUEST']._serialized_end=1729
+  _globals['_QUEUEOFFSET']._serialized_start=1731
+  _globals['_QUEUEOFFSET']._serialized_end=1790
+  _globals['_RESETOFFSETRESPONSE']._serialized_start=1792
+  _globals['_RESETOFFSETRESPONSE']._serialized_end=1878
+  _globals['_CONSUMERSERVICE']._serialized_start=1991
+  _globals['_CONSUMERSERVICE']._serialized_end=2480
 # @@protoc_insertion_point(module_scope)

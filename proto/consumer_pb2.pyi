@@ -106,20 +106,32 @@ class ConsumerList(_message.Message):
     def __init__(self, client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LockBatchRequest(_message.Message):
-    __slots__ = ("group", "client_id", "queues")
+    __slots__ = ("group", "client_id", "queues", "holders_only")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    HOLDERS_ONLY_FIELD_NUMBER: _ClassVar[int]
     group: str
     client_id: str
     queues: _containers.RepeatedCompositeFieldContainer[QueueRef]
-    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueRef, _Mapping]]] = ...) -> None: ...
+    holders_only: bool
+    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueRef, _Mapping]]] = ..., holders_only: _Optional[bool] = ...) -> None: ...
+
+class QueueLease(_message.Message):
+    __slots__ = ("queue", "client_id")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    queue: QueueRef
+    client_id: str
+    def __init__(self, queue: _Optional[_Union[QueueRef, _Mapping]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class LockBatchResponse(_message.Message):
-    __slots__ = ("locked",)
+    __slots__ = ("locked", "held")
     LOCKED_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     locked: _containers.RepeatedCompositeFieldContainer[QueueRef]
-    def __init__(self, locked: _Optional[_Iterable[_Union[QueueRef, _Mapping]]] = ...) -> None: ...
+    held: _containers.RepeatedCompositeFieldContainer[QueueLease]
+    def __init__(self, locked: _Optional[_Iterable[_Union[QueueRef, _Mapping]]] = ..., held: _Optional[_Iterable[_Union[QueueLease, _Mapping]]] = ...) -> None: ...
 
 class SendMsgBackRequest(_message.Message):
     __slots__ = ("group", "topic", "body", "properties", "born_timestamp", "born_host", "flag", "msg_id", "delay_level", "max_reconsume_times")

@@ -37,6 +37,16 @@ class RebalanceLockManager:
                     granted.append(queue)
         return granted
 
+    def seed(self, group: str, queue: QueueRef, client_id: str) -> None:
+        """``client_id`` holds ``queue`` (a lease taken elsewhere: a static topic's previous leader), unless a live
+        lease here says otherwise."""
+        now = self._clock()
+        with self._lock:
+            leases = self._leases.setdefault(group, {})
+            lease = leases.get(queue)
+            if lease is None or now - lease.renewed_ms > self.lease_ms:
+                leases[queue] = Lease(client_id, now)
+
     def unlock(self, group: str, client_id: str, queues: Iterable[QueueRef]) -> None:
         with self._lock:
             leases = self._leases.get(group, {})

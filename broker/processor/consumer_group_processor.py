@@ -12,6 +12,7 @@ from broker.metadata.consumer_offset_manager import ConsumerOffsetManager
 from broker.metadata.subscription_group_manager import SubscriptionGroupManager
 from broker.metadata.topic_config_manager import TopicConfigManager
 from broker.processor.request_checks import checked_group, checked_topic
+from broker.statictopic.moved_queue_leases import MovedQueueLeases
 from broker.statictopic.static_topic_service import StaticTopicService
 from broker.store.consume_queue.consume_queue_store import BoundaryType
 from broker.store.message_store_reader import MessageStoreReader
@@ -70,6 +71,7 @@ class ConsumerGroupProcessor:
         self.groups = subscription_group_manager
         self.offsets = consumer_offset_manager
         self.static_topics = static_topics
+        self.moved_leases = MovedQueueLeases(broker_name, static_topics, locks)
         self.store = store
         self.on_topics_changed = on_topics_changed
         self.takes_writes = takes_writes  # a slave creates no topics: it copies its master's
@@ -156,9 +158,15 @@ class ConsumerGroupProcessor:
 
     # -- orderly leases ----------------------------------------------------------------------------
     def lock_batch(self, request: consumer_pb2.LockBatchRequest) -> consumer_pb2.LockBatchResponse:
+        """Called off the event loop: a logic queue that just moved here asks its previous leader first."""
         group = checked_group(request.group)
+        if request.holders_only:  # (a static topic's new leader asking: see moved_queue_leases.py)
+            return consumer_pb2.LockBatchResponse(held=[
+                consumer_pb2.QueueLease(queue=to_queue_ref(q), client_id=holder)
+                for q in queue_refs(list(request.queues)) if (holder := self.locks.holder(group, q))])
         require(bool(request.client_id), "a lock request names no client id")
-        refs = [q for q in queue_refs(list(request.queues)) if self._may_lock(q)]
+        refs = [q for q in queue_refs(list(request.queues))
+                if self._may_lock(q) and self.moved_leases.allows(group, request.client_id, q)]
         granted = self.locks.try_lock(group, request.client_id, refs)
         return consumer_pb2.LockBatchResponse(locked=[to_queue_ref(q) for q in granted])
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, Message, Producer, PushConsumer
+from client import Admin, Message, MessageQueue, Producer, PushConsumer
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
 from tests.cluster import wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
@@ -92,3 +92,49 @@ def test_a_push_consumer_parked_on_the_old_leader_follows_a_remap_at_once(cluste
         assert seen[b"after"] - remapped < 10, f"consumed {seen[b'after'] - remapped:.1f} s after the remap"
     finally:
         consumer.close()
+
+
+def test_an_orderly_queue_moved_while_its_member_consumes_is_not_given_to_another_at_once(cluster: StaticCluster):
+    """Member A consumes logic queue 1 (3 s a message); the queue moves to broker-b, and member B joins and is given
+    it. The new leader had no lease for it and granted B at once while A was still in a call under its lease at the
+    old leader: B handled queue 1's messages during A's call, again and out of order (the push-static review: 10
+    overlapping handlings). It asks the old leader who holds the queue first: B waits until A lets go."""
+    topic, group = "StaticOrderlyMoveT", "static-orderly-move"
+    create(cluster, topic, 2, ["broker-a"])
+    calls: list[tuple[str, int, bytes, float, float]] = []  # member, logic queue, body, start, end
+    lock = threading.Lock()
+
+    def handler(name: str, slow_s: float):
+        def handle(msg) -> None:
+            start = time.monotonic()
+            if msg.queue_id == 1:
+                time.sleep(slow_s)
+            with lock:
+                calls.append((name, msg.queue_id, msg.body, start, time.monotonic()))
+        return handle
+
+    with Producer(cluster.addr) as producer:
+        for i in range(4):
+            for q in (0, 1):
+                producer.send(Message(topic, b"q%d-%d" % (q, i)),
+                              queue=MessageQueue(topic, LOGICAL_QUEUE_MOCK_BROKER_NAME, q))
+    a = PushConsumer(cluster.addr, group=group, topic=topic, orderly=True, consume_from_first=True,
+                     handler=handler("A", 3.0))
+    b = PushConsumer(cluster.addr, group=group, topic=topic, orderly=True, consume_from_first=True,
+                     handler=handler("B", 0.0))
+    a.start()
+    try:
+        wait_until(lambda: any(c[0] == "A" and c[1] == 1 for c in calls), timeout=30, what="A in a call on queue 1")
+        remap(cluster, topic, ["broker-b"])
+        b.start()
+        wait_until(lambda: {c[2] for c in calls if c[1] == 1} >= {b"q1-%d" % i for i in range(4)}, timeout=60,
+                   what="every message of queue 1")
+    finally:
+        b.close()
+        a.close()
+    queue_1 = [c for c in calls if c[1] == 1]
+    overlapping = [(x[2], y[2]) for x in queue_1 if x[0] == "A" for y in queue_1
+                   if y[0] == "B" and y[3] < x[4] and y[4] > x[3]]
+    assert overlapping == [], overlapping
+    in_time = [c[2] for c in sorted(queue_1, key=lambda c: c[3])]
+    assert in_time == sorted(in_time), in_time  # in order, each once it was committed
