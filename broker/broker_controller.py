@@ -488,9 +488,9 @@ class BrokerController:
         send_back = SendMsgBackProcessor(self.topic_config_manager, self.subscription_group_manager,
                                          self.local_store, self.timer.router, self._announce)
         self.consumer_servicer = ConsumerServicer(self.consumer_groups, send_back, self.ha)
-        self.transaction_servicer = TransactionServicer(self.transactions.processor(
-            self.local_store, self.topic_config_manager, self._topic_deleted_at), self.transactions.producers,
-            self.ha)
+        end_processor = self.transactions.processor(self.local_store, self.topic_config_manager,
+                                                    self._topic_deleted_at, self._not_master)
+        self.transaction_servicer = TransactionServicer(end_processor, self.transactions.producers, self.ha)
         self.pop_servicer = self._pop_servicer(pop_service, send_back)
 
     def _topic_deleted_at(self, topic: str) -> int:
@@ -588,12 +588,17 @@ class BrokerController:
         if self.consumer_offset_manager.query_offset(group, topic, queue_id) != consumed:
             self.consumer_offset_manager.commit_offset(group, topic, queue_id, consumed)
 
-    def _pop_refusal(self) -> str | None:
+    def _not_master(self) -> str | None:
+        """Why this broker is not its group's master now (a slave, a deposed master), or None."""
         c = self.config
         if not self._is_master() or self.local_store.running_flags.replica_reason is not None:
-            return (f"broker {c.broker_name} {NOT_GROUP_MASTER}: POP state lives on the master "
-                    "(pop from the broker the route names as id 0)")
+            return f"broker {c.broker_name} {NOT_GROUP_MASTER}"
         return None
+
+    def _pop_refusal(self) -> str | None:
+        why = self._not_master()
+        return None if why is None else f"{why}: POP state lives on the master (pop from the broker the route names " \
+                                        "as id 0)"
 
     async def _expire_consumers(self) -> None:
         """Members whose heartbeats stopped without their stream ending (a half-open connection) leave."""

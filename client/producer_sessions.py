@@ -31,7 +31,11 @@ __all__ = ["ProducerSessions", "new_client_id"]
 log = logging.getLogger(__name__)
 
 REOPEN_PAUSE_S = 1.0
-REFRESH_S = 5.0  # how often the brokers of the topics are looked up
+REFRESH_S = 5.0  # how often the brokers of the topics are looked up (in the route cache)
+# Every this many lookups, the routes are asked of the name server: a session to a master that hung (its stream
+# never breaks) moved to the group's new master only when the cached route expired, up to 30 s later, and the new
+# master had stopped waiting for producers 15 s after its promotion (checks counted, and discarded, unsent).
+FRESH_ROUTE_EVERY = 2
 CHECK_THREADS = 4
 _CLOSE = object()
 
@@ -139,13 +143,15 @@ class ProducerSessions:
 
     # -- brokers -----------------------------------------------------------------------------------
     def _refresh_loop(self) -> None:
+        rounds = 0
         while not self._closed.is_set():
             refresh = self._stale.wait(REFRESH_S)
             if self._closed.is_set():
                 return
             self._stale.clear()
+            rounds += 1
             try:
-                self._keep(refresh)
+                self._keep(refresh or rounds % FRESH_ROUTE_EVERY == 0)
             except Exception:  # a name server that does not answer: the next round tries again
                 log.exception("producer_sessions_refresh_failed")
 

@@ -32,6 +32,7 @@ from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.results import SendResult
 from common.message import Message, MessageExt
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from common.transaction_id import TransactionId
 from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
@@ -70,8 +71,11 @@ class HalfMessage:
 
 def end_transaction(client: "ClientInstance", group: str, half: HalfMessage, resolution: TransactionResolution, *,
                     timeout_s: float, from_check: bool = False, client_id: str = "", addr: str | None = None) -> None:
-    """EndTransaction at the master of the half message's broker (``addr`` when given: a check's broker), retried
-    while the broker is unreachable or busy (it may be restarting). Raises MQClientError."""
+    """EndTransaction at the master of the half message's broker (``addr`` when given: a check's broker, asked
+    first), retried while the broker is unreachable, busy (it may be restarting) or not its group's master any more,
+    at the master the route names (a check's answer went to the broker that asked, every try: after a failover the
+    old master never took it, and the new one discarded transactions the checker committed). Raises
+    MQClientError."""
     request = transaction_pb2.EndTransactionRequest(
         producer_group=group, transaction_id=half.transaction_id.encode(), msg_id=half.msg_id,
         resolution=RESOLUTIONS[resolution], from_check=from_check, client_id=client_id)
@@ -81,7 +85,8 @@ def end_transaction(client: "ClientInstance", group: str, half: HalfMessage, res
         if attempt:
             time.sleep(END_RETRY_PAUSE_S)
             client.invalidate_route(half.topic)
-        target = addr or client.master_addr(half.topic, half.transaction_id.broker_name, for_publish=True)
+        target = addr if addr and not attempt else client.master_addr(half.topic, half.transaction_id.broker_name,
+                                                                       for_publish=True)
         try:
             response = client.stub(transaction_pb2_grpc.TransactionServiceStub, target).EndTransaction(
                 request, timeout=timeout_s)
@@ -95,10 +100,18 @@ def end_transaction(client: "ClientInstance", group: str, half: HalfMessage, res
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
             log.warning("transaction_end_flush_timeout tx=%s: stored, but not yet on disk", half.transaction_id)
             return
+        if response.code in (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT):
+            # Ended on the master, its slave not confirming yet (a SYNC_MASTER's): raised, an application undid
+            # a commit whose message is delivered all the same. Should the master fail before its slave has the
+            # end, the new master checks the transaction again.
+            log.warning("transaction_end_not_replicated tx=%s resolution=%s: ended on the master, not yet on its "
+                        "slave (%s)", half.transaction_id, resolution.value, response.remark)
+            return
         if response.code == ResponseCode.SUCCESS:
             return
         error = business_error(what, target, response.code, response.remark)
-        if response.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
+        if response.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE) and not (
+                response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark)):
             raise error
     assert error is not None
     raise error

@@ -74,10 +74,12 @@ Clock = Callable[[], int]
 READ_BATCH = 256
 CHECK_BATCH = 1024  # half messages checked or discarded per pass (one op message each way)
 MIN_PAUSE_MS = 50
-# After a start, a group with no producer session yet is not checked (nor is the check counted) for this long: its
-# producers reconnect within a heartbeat or two. Checked at once, every half due while the broker was down used up
-# a check no producer could answer, and those on their last check were discarded with their producers alive.
-PRODUCER_RECONNECT_GRACE_S = 15.0
+# After a start (or a promotion), a group with no producer session yet is not checked (nor is the check counted) for
+# this long: its producers reconnect within a heartbeat or two, or, from a master that hung, once their sessions'
+# routes are asked afresh (every 10 s: client/producer_sessions.py). Checked at once, every half due while the broker
+# was down used up a check no producer could answer, and those on their last check were discarded with their
+# producers alive.
+PRODUCER_RECONNECT_GRACE_S = 25.0
 RECONNECT_POLL_MS = 500
 DISPATCH_WAIT_S = 5.0
 

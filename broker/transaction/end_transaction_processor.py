@@ -62,8 +62,12 @@ def _real_topic(msg: MessageExt) -> str:
 
 class EndTransactionProcessor:
     def __init__(self, broker_name: str, store: MessageStore, topics: TopicConfigManager,
-                 table: TransactionTable, deleted_at: Callable[[str], int] = lambda _topic: -1) -> None:
+                 table: TransactionTable, deleted_at: Callable[[str], int] = lambda _topic: -1,
+                 not_master: Callable[[], str | None] = lambda: None) -> None:
         self.broker_name = broker_name
+        # A replica that is not its group's master refuses at once (it waited 5 s for a table it never loads, then
+        # said "busy": a check's answer sent to a deposed master after a failover timed out at every try)
+        self.not_master = not_master
         self.store = store  # the local store: ends write there
         self.topics = topics
         self.table = table
@@ -75,6 +79,8 @@ class EndTransactionProcessor:
 
     def end(self, request: transaction_pb2.EndTransactionRequest) -> transaction_pb2.EndTransactionResponse:
         group = checked_group(request.producer_group, "producer")
+        if (why := self.not_master()) is not None:
+            raise Refusal(ResponseCode.NO_PERMISSION, f"{why}: end the transaction at its group's master")
         if request.resolution == transaction_pb2.TRANSACTION_UNKNOWN:
             return transaction_pb2.EndTransactionResponse(
                 code=ResponseCode.SUCCESS, remark="TRANSACTION_UNKNOWN: nothing written; the broker checks it again")

@@ -35,9 +35,12 @@ class TransactionService:
         self.check_service: TransactionalMessageCheckService | None = None
 
     def processor(self, store: MessageStore, topics: TopicConfigManager,
-                  deleted_at: Callable[[str], int] = lambda _topic: -1) -> EndTransactionProcessor:
-        """``deleted_at(topic)``: the commitlog offset of the topic's latest deletion (-1: none)."""
-        self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table, deleted_at)
+                  deleted_at: Callable[[str], int] = lambda _topic: -1,
+                  not_master: Callable[[], str | None] = lambda: None) -> EndTransactionProcessor:
+        """``deleted_at(topic)``: the commitlog offset of the topic's latest deletion (-1: none); ``not_master()``:
+        why this broker does not end transactions now (a replica that is not its group's master), or None."""
+        self.end_processor = EndTransactionProcessor(self.broker_name, store, topics, self.table, deleted_at,
+                                                     not_master)
         return self.end_processor
 
     def half_hold(self, store: MessageStore) -> HalfMessageHold:

@@ -15,7 +15,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, SimpleConsumer
+from client import (
+    Admin,
+    Message,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    SimpleConsumer,
+    TransactionResolution,
+)
 from client.results import PullStatus
 from common.message_properties import encode_properties
 from common.receipt_handle import ReceiptHandle
@@ -701,3 +710,39 @@ def test_sends_reach_the_new_master_soon_after_a_hung_master_is_replaced(group: 
         took = time.monotonic() - stopped
     assert sent.queue.broker_name == "broker-a"
     assert took < 15, f"the first send after the hang was acknowledged after {took:.1f} s (the route's 30 s)"
+
+
+@pytest.fixture
+def last_check_group(tmp_path: Path) -> Iterator[ReplicaGroup]:
+    """Checks every 8 s, one only: the first check's answer decides."""
+    yield from started_group(tmp_path, transactionTimeOut=1000, transactionCheckInterval=8000, transactionCheckMax=1,
+                             syncFlushTimeout=10_000)
+
+
+def test_a_check_answered_across_an_electMaster_reaches_the_new_master(last_check_group: ReplicaGroup):
+    """A check's answer went to the broker that asked, every try: after an electMaster the old master (restarting as
+    a replica) held each try 5 s then said busy, and the new master discarded, on its last check, a transaction the
+    producer's checker answered COMMIT (the transactions review). The old master refuses at once now, and the answer
+    goes on to the group's master the route names."""
+    g, topic = last_check_group, "TxAcrossElectT"
+    with Admin(g.ns.addr) as admin:
+        admin.create_topic(topic, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+        wait_until(lambda: topic in admin.topic_list(), what=f"route of {topic}")
+    wait_until(lambda: _has_topic(g.replicas[2].addr, topic), timeout=20, what="the slave to copy the topic")
+    asked, release = threading.Event(), threading.Event()
+
+    def checker(msg) -> TransactionResolution:
+        asked.set()
+        release.wait(30)  # the producer looks its transaction up while the master moves
+        return COMMIT
+
+    with Producer(g.ns.addr, transaction_checker=checker) as producer:
+        producer.begin_transaction().send(Message(topic, b"order-42"))
+        assert asked.wait(30), "the master never checked the open transaction"
+        ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
+        wait_until(lambda: g.role(2) == "MASTER", timeout=30, what="replica 2 to be elected")
+        release.set()
+        wait_until(lambda: bodies(g.ns.addr, topic) == [b"order-42"], timeout=30,
+                   what="the transaction committed at the new master")
+    info = g.info(2)
+    assert info is not None and info["transactionDiscarded"] == "0"

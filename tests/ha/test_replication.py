@@ -13,7 +13,7 @@ from client import Admin, Message, MessageQueue, MQClientError, Producer, PullCo
 from client.pulled_messages import PulledMessages
 from client.results import SendStatus
 from common.response_code import ResponseCode
-from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc
+from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc, transaction_pb2, transaction_pb2_grpc
 from tests.admin_cli.helpers import ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 
@@ -124,6 +124,13 @@ def test_a_slave_refuses_sends_and_a_stranger_is_refused(sync_group: Group):
         consumer_pb2.SendMsgBackRequest(group="g", topic=TOPIC, body=b"x", max_reconsume_times=-1), timeout=5)
     assert back.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in back.remark
     assert runtime(g.ns.addr, g.slave)["storeWriteable"] == "false"
+    # An end of a transaction is refused at once, saying where to go (it waited 5 s, then said busy)
+    started = time.monotonic()
+    end = transaction_pb2_grpc.TransactionServiceStub(grpc.insecure_channel(g.slave.addr)).EndTransaction(
+        transaction_pb2.EndTransactionRequest(producer_group="pg", transaction_id="tx1|broker-a|0|0",
+                                              resolution=transaction_pb2.TRANSACTION_COMMIT), timeout=10)
+    assert end.code == ResponseCode.NO_PERMISSION and "is not its group's master" in end.remark, end
+    assert time.monotonic() - started < 2
     ha = ha_pb2_grpc.HaServiceStub(grpc.insecure_channel(g.ha_addr))
     hello = ha_pb2.ReplicaHandshake(cluster_name="DefaultCluster", broker_name="broker-z", broker_id=1,
                                     commit_log_end=0, mapped_file_size=SEGMENT)
@@ -147,6 +154,27 @@ def test_without_its_slave_a_sync_master_fails_sends_fast_and_confirms_nothing_m
         wait_until(lambda: int(runtime(g.ns.addr, g.master)["commitLogConfirmOffset"]) > confirmed,
                    what="the returning slave to confirm the stored message")
         assert producer.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
+
+
+def test_a_commit_a_sync_master_stored_without_its_slave_is_not_reported_failed(sync_group: Group):
+    """Ended on the master, its slave gone: the commit raised "commit failed ... the broker will check them, or call
+    commit again", while no check would come and the message is delivered (the transactions review): an application
+    that undid the order on that error was wrong. It returns, and the message is delivered."""
+    g = sync_group
+    checked: list[bytes] = []
+    with Producer(g.ns.addr, group="sync-tx", transaction_checker=lambda msg: checked.append(msg.body)) as producer:
+        tx = producer.begin_transaction()
+        tx.send(Message(TOPIC, b"order-1"))
+        g.slave.stop(signal.SIGKILL)
+        wait_until(lambda: runtime(g.ns.addr, g.master)["haSlaves"] == "0", what="the master to see the slave go")
+        tx.commit()
+        assert runtime(g.ns.addr, g.master)["transactionHalfPending"] == "0"
+        g.slave = g.start_slave()
+        with PullConsumer(g.ns.addr, group="sync-tx-reader") as consumer:
+            def delivered() -> list[bytes]:
+                return [m.body for mq in consumer.queues(TOPIC) for m in consumer.pull(mq, offset=0).messages]
+            wait_until(lambda: delivered() == [b"order-1"], what="the committed message, once the slave has it")
+    assert checked == []
 
 
 def test_cluster_list_shows_the_group_with_roles(sync_group: Group):
