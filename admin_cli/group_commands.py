@@ -196,7 +196,8 @@ def row_owner(p: QueueProgress, owners: dict[QueueKey, str], logic_ids: dict[str
 @click.option("-t", "--topic", metavar="TOPIC", help="Only this topic.")
 def consumer_progress(group: str, topic: str | None) -> None:
     admin = open_admin()
-    progress = admin.consumer_progress(group, topic)
+    unreachable: dict[str, str] = {}  # shown below the rows the others answered
+    progress = admin.consumer_progress(group, topic, unreachable)
     members = group_members(admin, group)
     owners = queue_owners(members)
     logic_ids = static_logic_ids(admin, owners)
@@ -212,7 +213,9 @@ def consumer_progress(group: str, topic: str | None) -> None:
                                   Column("client_id", "Client ID", lambda cid: cid or MISSING), Column("diff", "Diff"),
                                   Column("last_timestamp", "Last Time", format_timestamp)],
                                  rows, footer=["", f"Diff Total: {total}", *slave_note(from_slaves),
-                                               *subscription_note(members, topic)]))
+                                               *subscription_note(members, topic),
+                                               *(f"broker {name} unreachable (its queues are not shown): {why}"
+                                                 for name, why in sorted(unreachable.items()))]))
 
 
 # -- resetOffsetByTime --------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # upstream's group of mqadmin's own rea
 # A replica a read goes past to the next: gone, or not answering in time (a hung master: each one tried costs a
 # timeout)
 UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+UNREACHABLE_NAMES = frozenset(code.name for code in UNREACHABLE)  # as MQClientError.status says them
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,21 +516,30 @@ class Admin:
             self._check(f"update group {group} on {b.broker_name}", b.addr, response)
         return [b.broker_name for b in targets]
 
-    def consumer_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+    def consumer_progress(self, group: str, topic: str | None = None,
+                          unreachable: dict[str, str] | None = None) -> list[QueueProgress]:
         """The group's offsets per queue against the queues' max, from each broker group's master, or from a slave
-        (its offsets as of its last copy from the master) while the group has no live master."""
+        (its offsets as of its last copy from the master) while the group has no live master. ``unreachable``: the
+        broker groups none of whose replicas could be reached are put in it (name: why) and the others answered,
+        rather than failing the whole call (a static topic's older link on a broker that is down)."""
         _check_topic_filter(f"progress of {group}", topic)
         what = f"progress of {group}"
         request = broker_pb2.ConsumeStatsRequest(consumer_group=group, topic=topic or "")
         out = []
         for name, replicas in self._read_replicas(self._broker_names_of(topic) if topic else None).items():
-            broker_id, stats = self._read_call(what, name, replicas, "GetConsumeStats", request)
+            try:
+                broker_id, stats = self._read_call(what, name, replicas, "GetConsumeStats", request)
+            except MQClientError as exc:
+                if unreachable is None or exc.status not in UNREACHABLE_NAMES:
+                    raise
+                unreachable[name] = str(exc)
+                continue
             if stats.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                 continue
             self._check(what, replicas[broker_id], stats)
             out += [QueueProgress(q.topic, name, q.queue_id, q.broker_offset, q.consumer_offset, q.last_timestamp,
                                   broker_id) for q in stats.queues]
-        if not out:
+        if not out and not unreachable:
             raise MQClientError(f"consumer group {group} has no offsets" + (f" on topic {topic}" if topic else ""))
         return sorted(out, key=lambda p: (p.topic, p.broker_name, p.queue_id))
 

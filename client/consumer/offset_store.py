@@ -3,6 +3,8 @@ memory for a broadcasting one (each member reads every message; its progress is 
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from client.consumer.process_queue import ProcessQueue
 from client.errors import MQClientError
@@ -11,14 +13,20 @@ from common.message_queue import MessageQueue
 
 log = logging.getLogger(__name__)
 
+# An offset that did not change is committed again this often (upstream: every commit pass): a commit a broker could
+# not finish (a static topic's older link on a broker that was down: its lag stayed shown for good on an idle group)
+# is made again.
+RECOMMIT_S = 30.0
+
 
 class OffsetStore:
     """In-memory offsets; :meth:`persist` writes the changed ones somewhere durable (nowhere, here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._offsets: dict[MessageQueue, int] = {}
         self._owners: dict[MessageQueue, ProcessQueue] = {}
-        self._persisted: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, tuple[int, float]] = {}  # offset, when (monotonic)
         self._lock = threading.Lock()
         # Held while an offset is written: :meth:`remove` waits for a write of the queue's old position in flight
         # (after a reset, the next read must not find it landing behind the reset).
@@ -47,12 +55,13 @@ class OffsetStore:
         with self._writing:
             with self._lock:
                 offset = self._offsets.get(mq)
-                if offset is None or self._persisted.get(mq) == offset:
+                persisted, at = self._persisted.get(mq, (None, 0.0))
+                if offset is None or (persisted == offset and self._clock() - at < RECOMMIT_S):
                     return
             self._write(mq, offset)
             with self._lock:
                 if self._owners.get(mq) is not None:  # (not removed meanwhile)
-                    self._persisted[mq] = offset
+                    self._persisted[mq] = (offset, self._clock())
 
     def persist_all(self) -> None:
         with self._lock:

@@ -38,3 +38,25 @@ def test_a_run_finished_after_its_queue_was_reset_leaves_the_counts_alone():
     pq.reset(100)
     assert pq.finish(run, 0, 4) == 100
     assert pq.cached() == (0, 0)
+
+
+def test_an_unchanged_offset_is_committed_again_now_and_then():
+    """Committed only when it changed, an offset a broker could not finish committing (a static topic's older link
+    on a broker that was down) stayed so: an idle group's lag showed for good (the push-static review)."""
+    from client.consumer import offset_store
+
+    written: list[int] = []
+
+    class Recording(OffsetStore):
+        def _write(self, mq: MessageQueue, offset: int) -> None:
+            written.append(offset)
+
+    now = [1000.0]
+    offsets = Recording(clock=lambda: now[0])
+    offsets.track(ProcessQueue(MQ, 7), 7)
+    offsets.persist(MQ)
+    offsets.persist(MQ)  # unchanged, and just committed
+    assert written == [7]
+    now[0] += offset_store.RECOMMIT_S
+    offsets.persist(MQ)
+    assert written == [7, 7]

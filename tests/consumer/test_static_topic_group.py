@@ -1,5 +1,6 @@
 """A consumer group on a static topic: members split the logic queues, and keep consuming across a remap."""
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, Message, MessageQueue, Producer, PushConsumer
+from client import Admin, Message, MessageQueue, Producer, PullConsumer, PushConsumer
 from common.statictopic.logic_queue_mapping_item import LOGICAL_QUEUE_MOCK_BROKER_NAME
 from tests.cluster import wait_until
 from tests.statictopic.cluster_fixture import StaticCluster, make_static_cluster
@@ -138,3 +139,27 @@ def test_an_orderly_queue_moved_while_its_member_consumes_is_not_given_to_anothe
     assert overlapping == [], overlapping
     in_time = [c[2] for c in sorted(queue_1, key=lambda c: c[3])]
     assert in_time == sorted(in_time), in_time  # in order, each once it was committed
+
+
+def test_consumer_progress_shows_the_live_brokers_while_an_older_link_s_broker_is_down(tmp_path):
+    """consumerProgress -t of a static topic failed whole ("UNAVAILABLE", exit 1) while the broker of an older link
+    was down, though the leader holding the progress answered (the push-static review): the answering brokers'
+    rows are shown, and the unreachable broker is named below them."""
+    from tests.admin_cli.helpers import ok
+
+    c = make_static_cluster(tmp_path, staticTopicCleanInterval=300)
+    try:
+        topic, group = "StaticProgressDownT", "static-progress-down"
+        create(c, topic, 1, ["broker-a"])
+        with Producer(c.addr) as producer:
+            producer.send(Message(topic, b"on-a"))
+            remap(c, topic, ["broker-b"])
+            producer.send(Message(topic, b"on-b"))
+        with PullConsumer(c.addr, group=group) as consumer:
+            [mq] = consumer.queues(topic)
+            consumer.commit(mq, 2)
+        c.brokers["broker-a"].stop(signal.SIGKILL)  # still registered for a while: its route names it
+        out = ok(c.addr, "consumerProgress", "-g", group, "-t", topic)
+        assert "broker-b" in out and "broker broker-a unreachable (its queues are not shown)" in out, out
+    finally:
+        c.stop()
