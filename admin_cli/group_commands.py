@@ -205,6 +205,10 @@ def consumer_progress(group: str, topic: str | None) -> None:
              "broker_offset": p.broker_offset, "consumer_offset": p.consumer_offset,
              "client_id": row_owner(p, owners, logic_ids), "diff": p.diff,
              "last_timestamp": p.last_timestamp, **slave_mark(p.from_slave)} for p in progress]
+    if as_json():  # (the footer is the table's: a script reading the rows is told on stderr)
+        for name, why in sorted(unreachable.items()):
+            click.echo(f"mqadmin consumerProgress: broker {name} unreachable (its queues are not shown): {why}",
+                       err=True)
     total = sum(p.diff for p in progress)
     from_slaves = {p.broker_name: p.broker_id for p in progress if p.from_slave}
     emit_tables(as_json(), Table([Column("topic", "Topic"), Column("broker_name", "Broker"), Column("queue_id", "QID"),

@@ -107,26 +107,27 @@ class PeerBrokers:
             return ch
 
     def call(self, bname: str, method: str, request, service: type = broker_pb2_grpc.BrokerServiceStub,
-             replica_ok: bool = False):
+             replica_ok: bool = False, timeout_s: float | None = None):
         """``method`` of ``service`` (the broker's by default) on broker ``bname``; PeerBrokerError on failure.
         ``replica_ok``: a read the group's slaves may answer, asked of them in turn when its master has no
-        address or cannot be reached."""
+        address or cannot be reached. ``timeout_s``: each call's (RPC_TIMEOUT_S when None)."""
+        timeout = RPC_TIMEOUT_S if timeout_s is None else timeout_s
         try:
-            return self._call_at(self.addr_of(bname), bname, method, request, service)
+            return self._call_at(self.addr_of(bname), bname, method, request, service, timeout)
         except PeerBrokerError as exc:
             replicas = self._replicas.get(bname, []) if replica_ok else []
             if not replicas or exc.reachable:
                 raise
             for addr in replicas:
                 try:
-                    return self._call_at(addr, bname, method, request, service)
+                    return self._call_at(addr, bname, method, request, service, timeout)
                 except PeerBrokerError:
                     continue
             raise
 
-    def _call_at(self, addr: str, bname: str, method: str, request, service: type):
+    def _call_at(self, addr: str, bname: str, method: str, request, service: type, timeout_s: float):
         try:
-            return getattr(service(self._channel(addr)), method)(request, timeout=RPC_TIMEOUT_S,
+            return getattr(service(self._channel(addr)), method)(request, timeout=timeout_s,
                                                                  metadata=inner_metadata())
         except grpc.RpcError as exc:
             # Only a broker that cannot be reached counts as down: a slow master (a stall past the timeout) is not

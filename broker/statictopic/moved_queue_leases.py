@@ -7,8 +7,9 @@ out of order (the push-static review). So before the new leader grants a logic q
 the previous leader who holds one there (``LockBatchMQ`` with ``holders_only``): a live holder gets the lease here
 too and everyone else waits until it lets go; none, or the asker, and the queue is granted. A previous leader that
 cannot be reached is waited for at most a lease time (it refuses renewals since the move, so its leases end by
-then). Asked once per group, queue and leader link, and only within twice a lease time of the link's start (its
-``time_of_start``, the admin's clock: a lease time of margin for skew); pure state besides the one peer call.
+then). Asked once per group, queue and leader link (waiting a second at most: see HOLDERS_TIMEOUT_S), and only
+within twice a lease time of the link's start (its ``time_of_start``, the admin's clock: a lease time of margin for
+skew); pure state besides the one peer call.
 """
 
 import logging
@@ -27,6 +28,10 @@ from proto.broker_pb2 import LOGIC
 log = logging.getLogger(__name__)
 
 LinkKey = tuple[str, QueueRef, int]  # group, logic queue, the leader link's generation
+# The previous leader's answer is waited for this long, once a link: a lock request renews a member's every queue at
+# this broker, and one waiting a peer call's 10 s on a hung previous leader timed out whole (the diff review: a queue
+# that never moved stalled 88 s)
+HOLDERS_TIMEOUT_S = 1.0
 
 
 class MovedQueueLeases:
@@ -54,6 +59,9 @@ class MovedQueueLeases:
         with self._lock:
             if key in self._settled:
                 return True
+            since = self._unanswered_since.get(key)
+        if since is not None:  # asked once, unanswered: not asked again, granted once its leases surely ended
+            return self._clock_ms() - since >= self.locks.lease_ms and self._settle(key)
         if previous.bname == self.broker_name or self._wall_ms() - leader.time_of_start > 2 * self.locks.lease_ms:
             return self._settle(key)  # the same broker's leases, or a move long ago: its leases ended
         try:
@@ -70,21 +78,19 @@ class MovedQueueLeases:
         request = consumer_pb2.LockBatchRequest(group=group, holders_only=True, queues=[consumer_pb2.QueueRef(
             topic=queue[0], broker_name=queue[1], queue_id=queue[2])])
         response = self.static_topics.peer_brokers.call(bname, "LockBatchMQ", request,
-                                                        service=consumer_pb2_grpc.ConsumerServiceStub)
+                                                        service=consumer_pb2_grpc.ConsumerServiceStub,
+                                                        timeout_s=HOLDERS_TIMEOUT_S)
         return response.held[0].client_id if response.held else ""
 
     def _unanswered(self, key: LinkKey, bname: str, exc: PeerBrokerError) -> bool:
-        """The previous leader could not say: its leases have surely ended a lease time after the first ask."""
-        now = self._clock_ms()
+        """The previous leader could not say (down, hung, an older release): its leases have surely ended a lease
+        time after this first ask; refused until then, without asking again."""
         with self._lock:
-            since = self._unanswered_since.setdefault(key, now)
-        if now - since < self.locks.lease_ms:
-            if since == now:  # once a link
-                log.warning("moved_queue_lease_unknown group=%s topic=%s logic_queue=%d previous_leader=%s error=%s: "
-                            "granted once its leases have surely ended (in %d ms)", key[0], key[1][0], key[1][2],
-                            bname, exc.remark, self.locks.lease_ms)
-            return False
-        return self._settle(key)
+            self._unanswered_since.setdefault(key, self._clock_ms())
+        log.warning("moved_queue_lease_unknown group=%s topic=%s logic_queue=%d previous_leader=%s error=%s: granted "
+                    "once its leases have surely ended (in %d ms)", key[0], key[1][0], key[1][2], bname, exc.remark,
+                    self.locks.lease_ms)
+        return False
 
     def _settle(self, key: LinkKey) -> bool:
         with self._lock:

@@ -1,5 +1,6 @@
 """A consumer group on a static topic: members split the logic queues, and keep consuming across a remap."""
 
+import json
 import signal
 import threading
 import time
@@ -145,7 +146,7 @@ def test_consumer_progress_shows_the_live_brokers_while_an_older_link_s_broker_i
     """consumerProgress -t of a static topic failed whole ("UNAVAILABLE", exit 1) while the broker of an older link
     was down, though the leader holding the progress answered (the push-static review): the answering brokers'
     rows are shown, and the unreachable broker is named below them."""
-    from tests.admin_cli.helpers import ok
+    from tests.admin_cli.helpers import mqadmin, ok
 
     c = make_static_cluster(tmp_path, staticTopicCleanInterval=300)
     try:
@@ -161,5 +162,8 @@ def test_consumer_progress_shows_the_live_brokers_while_an_older_link_s_broker_i
         c.brokers["broker-a"].stop(signal.SIGKILL)  # still registered for a while: its route names it
         out = ok(c.addr, "consumerProgress", "-g", group, "-t", topic)
         assert "broker-b" in out and "broker broker-a unreachable (its queues are not shown)" in out, out
+        as_json = mqadmin(c.addr, "--json", "consumerProgress", "-g", group, "-t", topic)
+        assert as_json.returncode == 0 and {row["broker_name"] for row in json.loads(as_json.stdout)} == {"broker-b"}
+        assert "broker broker-a unreachable" in as_json.stderr  # a script reading the rows is told
     finally:
         c.stop()
