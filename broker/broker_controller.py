@@ -597,8 +597,9 @@ class BrokerController:
 
     def _pop_refusal(self) -> str | None:
         why = self._not_master()
-        return None if why is None else f"{why}: POP state lives on the master (pop from the broker the route names " \
-                                        "as id 0)"
+        if why is None:
+            return None
+        return f"{why}: POP state lives on the master (pop from the broker the route names as id 0)"
 
     async def _expire_consumers(self) -> None:
         """Members whose heartbeats stopped without their stream ending (a half-open connection) leave."""

@@ -56,8 +56,8 @@ from common.message_properties import (
 )
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
-from common.refusal import says_not_master, says_unacknowledged_by_lease
-from common.response_code import ResponseCode
+from common.refusal import says_master_changing
+from common.response_code import NOT_REPLICATED_CODES, ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from common.transaction_topic import TRANSACTION_PREPARED_TYPE
 from common.wire_batch import encode_wire_batch
@@ -79,7 +79,7 @@ def local_ip() -> str:
 # Stored on the master but not confirmed by a slave (none connected yet, or too slow): transient during a failover.
 # A retry stores the message again: a normal topic retries only on another group; a static topic, whose group is
 # fixed, within its retry budget.
-ELSEWHERE_CODES = {ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT}
+ELSEWHERE_CODES = NOT_REPLICATED_CODES
 # Outcomes worth another broker: the broker is gone, overloaded or not serving.
 RETRYABLE_STATUS = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
@@ -552,6 +552,5 @@ def _failover(error: MQClientError) -> bool:
     """The send's broker group has no reachable master now (gone, deposed, its lease ended, or none in the route):
     nothing was stored by this try, or, for a connection that broke or a master whose lease ended as it stored,
     at least once."""
-    text = str(error)
     return bool(getattr(error, "failover", False) or getattr(error, "no_master", False)
-                or says_not_master(text) or says_unacknowledged_by_lease(text))
+                or says_master_changing(str(error)))

@@ -33,7 +33,7 @@ from client.grpc_errors import business_error, rpc_error
 from client.results import SendResult
 from common.message import Message, MessageExt
 from common.refusal import says_not_master
-from common.response_code import ResponseCode
+from common.response_code import NOT_REPLICATED_CODES, ResponseCode
 from common.transaction_id import TransactionId
 from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from proto import transaction_pb2, transaction_pb2_grpc
@@ -100,7 +100,7 @@ def end_transaction(client: "ClientInstance", group: str, half: HalfMessage, res
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
             log.warning("transaction_end_flush_timeout tx=%s: stored, but not yet on disk", half.transaction_id)
             return
-        if response.code in (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT):
+        if response.code in NOT_REPLICATED_CODES:
             # Ended on the master, its slave not confirming yet (a SYNC_MASTER's): raised, an application undid
             # a commit whose message is delivered all the same. Should the master fail before its slave has the
             # end, the new master checks the transaction again.

@@ -26,6 +26,12 @@ def says_unacknowledged_by_lease(remark: str) -> bool:
     return LEASE_ENDED_UNACKNOWLEDGED in remark
 
 
+def says_master_changing(remark: str) -> bool:
+    """A write to wait out a failover for: refused by a replica that is not (or may no longer be) master, or stored
+    unacknowledged by one whose lease ended."""
+    return says_not_master(remark) or says_unacknowledged_by_lease(remark)
+
+
 class Refusal(Exception):
     def __init__(self, code: ResponseCode, remark: str) -> None:
         super().__init__(remark)

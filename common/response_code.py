@@ -28,6 +28,11 @@ class ResponseCode(IntEnum):
     INVALID_RECEIPT_HANDLE = 40013  # remoting has none: apache.rocketmq.v2.Code's number
 
 
+# Stored on the master, its slaves not confirming (a SYNC_MASTER's, or one whose in-sync set waits): written, not
+# yet replicated
+NOT_REPLICATED_CODES = frozenset({ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT})
+
+
 def code_name(code: int) -> str:
     try:
         return ResponseCode(code).name

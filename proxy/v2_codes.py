@@ -3,7 +3,7 @@ the clients), so a processor raises :class:`ProxyError` and the servicer answers
 
 import grpc
 
-from common.refusal import says_not_master, says_unacknowledged_by_lease
+from common.refusal import says_master_changing
 from common.response_code import ResponseCode, code_name
 from proto.v2 import definition_pb2
 
@@ -72,8 +72,7 @@ def refusal(code: int, message: str) -> ProxyError:
         message += " (a remap of the static topic moved the logic queue to another broker)"
     if code == ResponseCode.INVALID_PARAMETER and "exceeds maxMessageSize" in message:
         return ProxyError(Code.MESSAGE_BODY_TOO_LARGE, message)  # the brokers' limit, below the one the proxy says
-    if code in (ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE) and (
-            says_not_master(message) or says_unacknowledged_by_lease(message)):
+    if code in (ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE) and says_master_changing(message):
         return ProxyError(BROKER_UNAVAILABLE, message)  # a failover under way, not a permission: clients retry
     return ProxyError(from_response_code(code), message)
 

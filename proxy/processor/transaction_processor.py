@@ -43,7 +43,7 @@ from common.acl import inner_metadata
 from common.message import Message
 from common.message_codec import CorruptRecordError, decode_record
 from common.refusal import says_not_master
-from common.response_code import ResponseCode
+from common.response_code import NOT_REPLICATED_CODES, ResponseCode
 from common.topic_validator import InvalidTopicError, validate_topic
 from common.transaction_id import InvalidTransactionId, TransactionId
 from common.transaction_topic import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
@@ -298,7 +298,7 @@ class TransactionProcessor:
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:
             log.warning("transaction_end_flush_timeout tx=%s: stored, but not yet on disk", tx)
             return None
-        if response.code in (ResponseCode.SUCCESS, ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT):
+        if response.code == ResponseCode.SUCCESS or response.code in NOT_REPLICATED_CODES:
             return None  # (ended on the master, its slave not confirming yet: as the SDK's end)
         refused = broker_refusal(what, response.code, response.remark)
         if response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark):
