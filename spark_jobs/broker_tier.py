@@ -10,6 +10,7 @@ import grpc
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config
+from common.acl import check_access_key, signed_channel, signer_of
 from common.response_code import ResponseCode, code_name
 from proto import broker_pb2_grpc, common_pb2, tiered_pb2, tiered_pb2_grpc
 from spark_jobs.tier_objects import TierLocation
@@ -72,11 +73,39 @@ def s3_access(args: argparse.Namespace) -> S3Access:
     return S3Access(args.s3_endpoint, args.s3_access_key, args.s3_secret_key)
 
 
+def add_acl_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--access-key", default=os.environ.get("ROCKETMQ_ACCESS_KEY", ""),
+                        help="ACL access key the job's calls to the broker are signed with, for a broker with ACL on "
+                             "(default $ROCKETMQ_ACCESS_KEY)")
+    parser.add_argument("--secret-key", default=os.environ.get("ROCKETMQ_SECRET_KEY", ""),
+                        help="its secret key (default $ROCKETMQ_SECRET_KEY)")
+
+
+def acl_credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(access key, secret key), None when neither is given; TierJobError when only one is."""
+    if not args.access_key and not args.secret_key:
+        return None
+    if not args.access_key or not args.secret_key:
+        raise TierJobError("--access-key and --secret-key go together (or ROCKETMQ_ACCESS_KEY and "
+                           "ROCKETMQ_SECRET_KEY)")
+    try:
+        check_access_key(args.access_key)
+    except ValueError as exc:
+        raise TierJobError(str(exc)) from None
+    return args.access_key, args.secret_key
+
+
+def broker_channel(addr: str, credentials: tuple[str, str] | None = None) -> grpc.Channel:
+    """A plaintext channel to a broker, every call signed with ``credentials`` (a broker with ACL on)."""
+    channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 512 << 20)])
+    return signed_channel(channel, signer_of(credentials))
+
+
 class BrokerTier:
-    def __init__(self, addr: str, s3: S3Access | None = None) -> None:
+    def __init__(self, addr: str, s3: S3Access | None = None, credentials: tuple[str, str] | None = None) -> None:
         self.addr = addr
         self.s3 = s3 or S3Access()
-        self._channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 512 << 20)])
+        self._channel = broker_channel(addr, credentials)
         self._stub = tiered_pb2_grpc.TieredServiceStub(self._channel)
 
     def __enter__(self) -> "BrokerTier":

@@ -17,7 +17,15 @@ import time
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from spark_jobs import tier_objects
-from spark_jobs.broker_tier import BrokerTier, S3Access, TierJobError, add_s3_arguments, s3_access
+from spark_jobs.broker_tier import (
+    BrokerTier,
+    S3Access,
+    TierJobError,
+    acl_credentials,
+    add_acl_arguments,
+    add_s3_arguments,
+    s3_access,
+)
 from spark_jobs.job_output import error_of, fail, summary
 
 log = logging.getLogger("spark_jobs.cleanup")
@@ -28,9 +36,10 @@ def delete(task: tuple[tier_objects.Tier, list[str]]) -> int:
     return tier_objects.delete_objects(root, paths)
 
 
-def run(broker: str, master: str | None, s3: S3Access | None = None) -> dict[str, float]:
+def run(broker: str, master: str | None, s3: S3Access | None = None,
+        credentials: tuple[str, str] | None = None) -> dict[str, float]:
     started = time.monotonic()
-    with BrokerTier(broker, s3) as tier:
+    with BrokerTier(broker, s3, credentials) as tier:
         snapshot = tier.snapshot()
         expired = tier.mark_expired()
         freed = 0
@@ -58,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker", required=True, help="broker address HOST:PORT")
     parser.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's wins)")
     add_s3_arguments(parser)
+    add_acl_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        stats = job.run(args.broker, args.master, s3_access(args))
+        stats = job.run(args.broker, args.master, s3_access(args), acl_credentials(args))
     except TierJobError as exc:
         return fail("cleanup", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback

@@ -40,6 +40,8 @@ from spark_jobs.broker_tier import (
     TierJobError,
     TierRefused,
     TierSnapshot,
+    acl_credentials,
+    add_acl_arguments,
     add_s3_arguments,
     s3_access,
 )
@@ -135,12 +137,12 @@ def collect_garbage(tier: BrokerTier, grace_s: float) -> tuple[int, int]:
 
 def run(broker: str, master: str | None, topic: str, small_bytes: int, target_bytes: int,
         grace_s: float, wait_grace: bool, s3: S3Access | None = None, reserve_ms: int | None = None,
-        expiry_margin_s: float | None = None) -> dict[str, float]:
+        expiry_margin_s: float | None = None, credentials: tuple[str, str] | None = None) -> dict[str, float]:
     """``reserve_ms``: the broker's (asked) if None; ``expiry_margin_s``: :data:`EXPIRY_MARGIN_S` if None."""
     from spark_jobs.session import spark_session
 
     started = time.monotonic()
-    with BrokerTier(broker, s3) as tier:
+    with BrokerTier(broker, s3, credentials) as tier:
         if tier.snapshot(topic).provider is TieredBackendServiceProvider.MEMORY:
             raise TierJobError(f"broker at {broker} keeps its tier in memory: compaction needs the posix or s3 "
                                "backend (executors read and write the objects)")
@@ -255,12 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expiry-margin-seconds", type=float, default=EXPIRY_MARGIN_S,
                         help="segments the broker expires within this are not merged (longer than a run)")
     add_s3_arguments(parser)
+    add_acl_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     try:
         reserve_ms = None if args.reserve_hours is None else int(args.reserve_hours * HOUR_MS)
         stats = job.run(args.broker, args.master, args.topic, args.small_bytes, args.target_bytes, args.grace_seconds,
-                        not args.no_wait, s3_access(args), reserve_ms, args.expiry_margin_seconds)
+                        not args.no_wait, s3_access(args), reserve_ms, args.expiry_margin_seconds,
+                        acl_credentials(args))
     except TierJobError as exc:
         return fail("compact", str(exc))
     except Exception as exc:  # Spark or the backend: still one line, not a traceback

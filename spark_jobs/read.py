@@ -11,7 +11,6 @@ import struct
 import sys
 from pathlib import Path
 
-import grpc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -35,7 +34,10 @@ from spark_jobs.broker_tier import (
     BrokerTier,
     S3Access,
     TierJobError,
+    acl_credentials,
+    add_acl_arguments,
     add_s3_arguments,
+    broker_channel,
     s3_access,
 )
 from spark_jobs.job_output import error_of, fail, summary
@@ -94,9 +96,10 @@ def queue_rows(task: QueueTask) -> list[tuple]:
     return rows
 
 
-def _logic_map(broker: str, topic: str, broker_name: str) -> dict[int, list[tuple[int, int, int, int]]]:
+def _logic_map(broker: str, topic: str, broker_name: str, credentials: tuple[str, str] | None,
+               ) -> dict[int, list[tuple[int, int, int, int]]]:
     """For a static topic: physical queue id -> [(logic id, start, end, logic offset)] of this broker's items."""
-    with grpc.insecure_channel(broker) as channel:
+    with broker_channel(broker, credentials) as channel:
         response = broker_pb2_grpc.BrokerServiceStub(channel).GetTopicQueueMapping(
             broker_pb2.TopicRequest(topic=topic), timeout=30)
     if not response.HasField("detail"):
@@ -111,17 +114,18 @@ def _logic_map(broker: str, topic: str, broker_name: str) -> dict[int, list[tupl
 
 
 def tiered_dataframe(spark: SparkSession, brokers: str | list[str], topic: str,
-                     s3: S3Access | None = None) -> DataFrame:
-    """The topic's messages in the tiers of ``brokers`` (one address or several)."""
+                     s3: S3Access | None = None, credentials: tuple[str, str] | None = None) -> DataFrame:
+    """The topic's messages in the tiers of ``brokers`` (one address or several); ``credentials``: (access key,
+    secret key) for brokers with ACL on."""
     tasks: list[QueueTask] = []
     for broker in [brokers] if isinstance(brokers, str) else brokers:
-        with BrokerTier(broker, s3) as tier:
+        with BrokerTier(broker, s3, credentials) as tier:
             snapshot = tier.snapshot(topic)
         if snapshot.provider is TieredBackendServiceProvider.MEMORY:
             raise TierJobError(f"broker {snapshot.broker_name} keeps its tier in {snapshot.provider}: reading "
                                "needs the posix or s3 backend")
         root: tier_objects.Tier = snapshot.location if snapshot.location.is_s3 else str(snapshot.root)
-        logic = _logic_map(broker, topic, snapshot.broker_name)
+        logic = _logic_map(broker, topic, snapshot.broker_name, credentials)
         files = snapshot.by_file()
         for t, queue_id in sorted({(t, q) for t, q, _ in files}):
             cq, cl = ([(s.base_offset, s.size, s.path) for s in files.get((t, queue_id, kind), [])]
@@ -144,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=20, help="rows to print")
     parser.add_argument("--output", default=None, help="also write the DataFrame as Parquet here")
     add_s3_arguments(parser)
+    add_acl_arguments(parser)
     args = parser.parse_args(argv)
     from spark_jobs.session import spark_session
 
     try:
         spark = spark_session("tiered-read", args.master)
-        df = job.tiered_dataframe(spark, args.broker, args.topic, s3_access(args))
+        df = job.tiered_dataframe(spark, args.broker, args.topic, s3_access(args), acl_credentials(args))
         if args.output:
             df.write.mode("overwrite").parquet(args.output)
         count = df.count()
