@@ -546,20 +546,39 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
             username = self._who(metadata)
         except AclError as exc:
             return _refusing(handler, exc)
+        # A stream's frames come long after it opened: a changed password or a deleted user ends it at its next
+        # frame (its client opens it again with the credentials it has now), as authorization does per frame.
+        unchanged = self._credentials_unchanged(username) if handler.request_streaming else None
         if not self.authorize or username is None:
-            return handler
+            return handler if unchanged is None else _checking(handler, lambda _request: unchanged(), None)
         action = method_action(method)
         try:
             if action == ADMIN:
                 self.authority.check(username, ADMIN, (), method)
-                return handler
+                return handler if unchanged is None else _checking(handler, lambda _request: unchanged(), None)
         except AclError as exc:
             return _refusing(handler, exc)
         caller = Caller(username, self.authority)  # for checks the handler makes on what it reads
         if action is None:
-            return _checking(handler, None, caller)
-        return _checking(handler, lambda request: self.authority.check(
-            username, action, request_resources(method, request), method), caller)
+            return _checking(handler, None if unchanged is None else lambda _request: unchanged(), caller)
+
+        def check(request: Any) -> None:
+            if unchanged is not None:
+                unchanged()
+            self.authority.check(username, action, request_resources(method, request), method)
+        return _checking(handler, check, caller)
+
+    def _credentials_unchanged(self, username: str | None) -> Callable[[], None] | None:
+        """For an authenticated stream: a check that its user still has the secret the stream was opened with."""
+        if not self.authenticate or username is None:
+            return None
+        secret = self.authority.secret_of(username)
+
+        def unchanged() -> None:
+            if self.authority.secret_of(username) != secret:
+                raise _unauthenticated(f"authentication failed: the credentials of access key {username[:128]!r} "
+                                       "changed or were removed while this stream was open")
+        return unchanged
 
     def _who(self, metadata: Mapping[str, str]) -> str | None:
         if self.authenticate:
@@ -582,9 +601,9 @@ def _refusing(handler: Any, exc: AclError) -> Any:
     return _replace_behavior(handler, refuse, refuse_stream)
 
 
-def _checking(handler: Any, check: Callable[[Any], None] | None, caller: Caller) -> Any:
-    """The handler run as ``caller`` (:func:`current_caller`), each request checked first (each frame of a request
-    stream) when ``check`` is given."""
+def _checking(handler: Any, check: Callable[[Any], None] | None, caller: Caller | None) -> Any:
+    """The handler run as ``caller`` (:func:`current_caller`; None: nothing is authorized), each request checked
+    first (each frame of a request stream) when ``check`` is given."""
     if handler.request_streaming:
         def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             return requests if check is None else _checked_requests(requests, context, check)

@@ -3,13 +3,13 @@ authentication and authorization on, the SDK and mqadmin signing their calls."""
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from client import Admin, Message, Producer
+from client import Admin, Message, MessageQueue, Producer
 from client.acl_admin import AclAdmin
 from client.errors import MQClientError
 from common.acl import sign
@@ -271,3 +271,50 @@ def test_a_user_created_on_some_brokers_only_says_where_it_was(cluster: Cluster)
     line = fails(cluster.addr, "--access-key", ROOT[0], "--secret-key", ROOT[1], "createUser", "-u", "dora",
                  "-p", "dora-secret", "-c", "DefaultCluster")
     assert "on broker-b" in line and "(done on broker-a)" in line, line
+
+
+def _open_producer_outlives_a_credential_change(ns_addr: str, user: tuple[str, str],
+                                                change: Callable[[AclAdmin], object]) -> None:
+    """``user``'s producer, its send stream open, is refused on the stream once ``change`` took its credentials
+    away; a producer opened again with them is refused too."""
+    queue = MessageQueue(TOPIC, "broker-a", 0)  # the broker whose stream is open
+    with Producer(ns_addr, credentials=user, retry_times=0) as producer:
+        producer.send(Message(TOPIC, b"before"), queue=queue)
+        with Admin(ns_addr, credentials=ROOT) as admin:
+            change(AclAdmin(admin))
+        with pytest.raises(MQClientError, match="UNAUTHENTICATED"):
+            producer.send(Message(TOPIC, b"after"), queue=queue)
+    with pytest.raises(MQClientError, match="UNAUTHENTICATED"):
+        _send_as(ns_addr, user)
+
+
+def _send_as(ns_addr: str, credentials: tuple[str, str]) -> None:
+    with Producer(ns_addr, credentials=credentials, retry_times=0) as producer:
+        producer.send(Message(TOPIC, b"hello"))
+
+
+def test_a_changed_password_ends_the_streams_opened_with_the_old_one(cluster: Cluster) -> None:
+    """Credentials were checked when a stream opened only: a client holding a leaked secret kept sending and pulling
+    on its open streams for as long as it ran after the operator changed the password."""
+    dan = ("dan", "dan-secret")
+    with Admin(cluster.addr, credentials=ROOT) as admin:
+        AclAdmin(admin).create_user(*dan, cluster="DefaultCluster")
+        AclAdmin(admin).create_acl("User:dan", [f"Topic:{TOPIC}"], ["Pub"], "Allow", cluster="DefaultCluster")
+    _open_producer_outlives_a_credential_change(
+        cluster.addr, dan, lambda acl: acl.update_user("dan", "new-secret", cluster="DefaultCluster"))
+    _send_as(cluster.addr, ("dan", "new-secret"))
+
+
+def test_with_authentication_only_a_deleted_user_s_streams_end(tmp_path: Path) -> None:
+    """With authorization off nothing at all was checked after a stream opened: a deleted user's client went on."""
+    c = make_cluster(tmp_path, ("broker-a",), **{**SETTINGS, "authorizationEnabled": "false"})
+    try:
+        with Admin(c.addr, credentials=ROOT) as admin:
+            wait_until(lambda: len(admin.all_masters()) == 1, what="the broker registered")
+            admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="topic routed")
+            AclAdmin(admin).create_user("erin", "erin-secret", cluster="DefaultCluster")
+        _open_producer_outlives_a_credential_change(
+            c.addr, ("erin", "erin-secret"), lambda acl: acl.delete_user("erin", cluster="DefaultCluster"))
+    finally:
+        c.stop()
