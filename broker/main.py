@@ -10,6 +10,7 @@ from pathlib import Path
 
 from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
+from broker.metadata.json_file import MetadataFileError
 from client.switch_interval import keep_switch_interval
 from common.statictopic.mapping_checks import MappingError
 from common.storage_refusal import is_disk_full, is_storage_failure
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     try:
         rejoin_reason = asyncio.run(serve(config))
-    except (ConfigError, MappingError) as exc:
+    except (ConfigError, MappingError, MetadataFileError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
     except Exception as exc:

@@ -300,7 +300,7 @@ def decide(entries: Sequence[AclEntry], resource: str, action: str) -> str | Non
         decisions.add(e.decision)
     if not decisions:
         return None
-    return DENY if DENY in decisions else ALLOW
+    return ALLOW if decisions == {ALLOW} else DENY  # (fails closed: only Allow allows)
 
 
 # -- what each RPC needs ---------------------------------------------------------------------------------------

@@ -11,6 +11,11 @@ def write_json_atomically(path: Path, data: Any, mode: int | None = None) -> Non
     write_file_atomically(path, json.dumps(data, separators=(",", ":")).encode(), mode)
 
 
+class MetadataFileError(ValueError):
+    """A metadata file that does not parse, or holds an entry without a field it needs or with a value that is not
+    valid (a hand edit): the broker does not start, and says which file and why."""
+
+
 def read_json(path: Path) -> Any | None:
     try:
         return json.loads(path.read_text())

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
-from common.acl import AclEntry, Policy, User
+from common.acl import (
+    AclEntry,
+    Policy,
+    User,
+    normalize_actions,
+    normalize_decision,
+    normalize_resource,
+    normalize_user_type,
+)
 from common.topic_config import TopicConfig
 
 K = TypeVar("K")
@@ -186,7 +194,8 @@ def user_to_doc(u: User) -> dict[str, str]:
 
 
 def user_from_doc(doc: dict[str, Any]) -> User:
-    return User(doc["username"], doc["password"], doc.get("userType", "Normal"))
+    """A stored user, its type spelled as the checks compare it (a hand-edited file may say "super")."""
+    return User(_text(doc, "username"), _text(doc, "password"), normalize_user_type(doc.get("userType", "Normal")))
 
 
 def policy_to_doc(p: Policy) -> dict[str, Any]:
@@ -195,8 +204,27 @@ def policy_to_doc(p: Policy) -> dict[str, Any]:
 
 
 def policy_from_doc(doc: dict[str, Any]) -> Policy:
-    return Policy(doc["subject"], tuple(AclEntry(e["resource"], tuple(e["actions"]), e.get("decision", "Allow"))
-                                        for e in doc.get("entries", [])))
+    """A stored policy, every value spelled as the checks compare them: a hand-edited "deny" counted as Allow (any
+    decision but Deny did) and a "pub" matched nothing. A value no spelling makes valid raises ValueError."""
+    return Policy(_text(doc, "subject"), tuple(
+        AclEntry(normalize_resource(_text(e, "resource")), normalize_actions(_texts(e, "actions")),
+                 normalize_decision(e.get("decision", "Allow"))) for e in doc.get("entries", [])))
+
+
+def _text(doc: dict[str, Any], key: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} {value!r} is not a string")
+    return value
+
+
+def _texts(doc: dict[str, Any], key: str) -> list[str]:
+    value = doc[key]
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} {value!r} is not a list of strings")
+    return value
 
 
 def _json_value(to_doc: Callable[[Any], Any]) -> Callable[[Any], bytes]:

@@ -14,13 +14,14 @@ from it, and tells its :class:`MetadataStore` about each change. Two implementat
 import logging
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic
 
-from broker.metadata.json_file import read_json, write_json_atomically
+from broker.metadata.json_file import MetadataFileError, read_json, write_json_atomically
 from broker.metadata.metadata_codec import (
     ACLS,
     GROUPS,
@@ -37,6 +38,7 @@ from broker.metadata.metadata_codec import (
 from broker.metadata.subscription_group_config import SubscriptionGroupConfig
 from broker.store.config import StoreType
 from common.acl import Policy, User
+from common.atomic_file import write_file_atomically
 from common.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -91,12 +93,18 @@ class JsonMetadataStore(MetadataStore[K, V]):
         self._snapshot: Callable[[], Sequence[V]] | None = None
         self._dirty = False
         self._write_lock = threading.Lock()
+        self._as_written: tuple[int, int] | None = None  # the file's (mtime, size) as this broker last read or wrote it
 
     def bind(self, snapshot: Callable[[], Sequence[V]]) -> None:
         self._snapshot = snapshot
 
     def load(self) -> Iterator[V]:
-        return self.table.from_json(read_json(self.path))
+        try:
+            self._as_written = _stamp(self.path)
+            return iter(list(self.table.from_json(read_json(self.path))))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            what = f"an entry has no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise MetadataFileError(f"{self.path} cannot be loaded: {what} (fix or remove that entry)") from None
 
     def put(self, values: Sequence[V]) -> None:
         self._changed()
@@ -121,11 +129,33 @@ class JsonMetadataStore(MetadataStore[K, V]):
         with self._write_lock:  # the timer and shutdown may flush at once: one writer of the temp file
             self._dirty = False  # before the snapshot: a change racing with it sets the flag again
             try:
+                self._keep_hand_edit()
                 write_json_atomically(self.path, self.table.to_json(self._snapshot()),
                                       SECRET_FILE_MODE if self.table.secret else None)
+                self._as_written = _stamp(self.path)
             except BaseException:
                 self._dirty = True  # not written (a full disk): the next flush tries again
                 raise
+
+    def _keep_hand_edit(self) -> None:
+        """The file changed since this broker read or wrote it (edited by hand while it ran): the table in memory
+        replaces it, so the edit is kept beside it and said, not lost silently."""
+        stamp = _stamp(self.path)
+        if stamp is None or stamp == self._as_written:
+            return
+        kept = self.path.with_name(f"{self.path.name}.edited-{time.strftime('%Y%m%dT%H%M%S')}")
+        write_file_atomically(kept, self.path.read_bytes(), SECRET_FILE_MODE if self.table.secret else None)
+        log.warning("metadata_file_edited_while_running path=%s kept_as=%s: the broker reads it at start only and "
+                    "its table replaces the edit (change it with mqadmin, or stop the broker before editing)",
+                    self.path, kept.name)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 @dataclass
