@@ -531,3 +531,14 @@ def test_a_replacement_whose_merged_object_is_gone_or_short_is_refused(env: Env)
     env.factory.open(merged.path).write(10, entry(1, 10))
     assert f.replace(old, merged) is True
     assert f.segments[0].path == merged.path
+
+
+def test_a_deleted_topic_takes_the_objects_expired_for_the_cleanup_job_with_it(env: Env):
+    """Segments expired at runtime for the cleanup job (tieredStoreDeleteFileEnable=false) stayed in the tier for
+    good when their topic was deleted: the deletion took only what the file still read, then dropped every record,
+    so the cleanup job never heard of them again (a restart did not remove them either)."""
+    f = fill_segments(env)
+    paths = [m.path for m in f.segments]
+    assert [m.base_offset for m in f.expire_before(250, delete=False)] == [0, 100]
+    f.destroy_objects()
+    assert [env.factory.open(p).real_size() for p in paths] == [0, 0, 0, 0]

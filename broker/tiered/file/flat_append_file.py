@@ -467,6 +467,10 @@ class FlatAppendFile:
         retry after a failure part-way deletes again what is gone already (``FileSegment.destroy`` is idempotent)."""
         with self._lock:
             doomed = [*self._expired_left, *self.segments, *([self._unrecorded] if self._unrecorded else [])]
+        # and those an expiry marked for the cleanup job since the load (kept by their records only)
+        known = {m.path for m in doomed}
+        doomed += [m for m in self.metadata.iterate_segments(self.topic, self.queue_id, self.file_type)
+                   if m.status is SegmentStatus.EXPIRED and m.path not in known]
         for m in doomed:
             self._object(m.path).destroy()
         with self._lock:
