@@ -441,7 +441,7 @@ class BrokerController:
                                       slave=not c.broker_role.is_master, waits_for_flush=not sync_flush),
             pull=PullMessageProcessor(self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, self.static_topics, self.store,
-                                      refusal=self._pull_refusal),
+                                      refusal=self._pull_refusal, is_replica=lambda: self._not_master() is not None),
             consumer_manage=ConsumerManageProcessor(self.topic_config_manager, self.consumer_offset_manager,
                                                     self.static_topics, self.store),
             query=QueryMessageProcessor(self.store),

@@ -22,18 +22,23 @@ from proto.broker_pb2 import LOGIC
 log = logging.getLogger(__name__)
 
 MAX_PULL_NUMS = 1024
+# A replica asked for an offset it does not hold asks itself again after this long (within the pull's suspend time)
+# before it answers: the consumer's next pull then comes about this often while its master is away.
+REPLICA_OFFSET_RETRY_S = 1.0
 
 
 class PullMessageProcessor:
     def __init__(self, topic_config_manager: TopicConfigManager, subscription_group_manager: SubscriptionGroupManager,
                  consumer_offset_manager: ConsumerOffsetManager, static_topics: StaticTopicService,
-                 store: MessageStoreReader, *, refusal: Callable[[], str | None] = lambda: None) -> None:
+                 store: MessageStoreReader, *, refusal: Callable[[], str | None] = lambda: None,
+                 is_replica: Callable[[], bool] = lambda: False) -> None:
         self.topic_config_manager = topic_config_manager
         self.subscription_group_manager = subscription_group_manager
         self.consumer_offset_manager = consumer_offset_manager
         self.static_topics = static_topics
         self.store = store
         self.refusal = refusal  # why this broker serves no pulls now (a slave without slaveReadEnable)
+        self.is_replica = is_replica  # not its group's master now: it serves reads, it does not move offsets
 
     def blocks(self, request: broker_pb2.PullMessageRequest) -> bool:
         """Whether the pull may wait on something other than this broker's own memory and disks: a logic queue's
@@ -78,9 +83,22 @@ class PullMessageProcessor:
                                         request.max_msg_nums, request.max_bytes,
                                         set(codes) if codes is not None else None, runs=True)
         response = to_response(result, request.queue_offset, with_records=False)
+        if response.code == ResponseCode.PULL_OFFSET_MOVED and self.is_replica():
+            return _offset_left_to_the_master(response, request.queue_offset)
         caught_up = response.code == ResponseCode.PULL_NOT_FOUND
         return PullOutcome(response, (config.topic_name, request.queue_id, request.queue_offset) if caught_up else None,
                            b"".join(result.messages))
+
+
+def _offset_left_to_the_master(response: broker_pb2.PullMessageResponse, offset: int) -> PullOutcome:
+    """A replica outside what it holds answers "nothing yet" at the same offset, as upstream's slaves do
+    (offsetCheckInSlave=false): its master may hold the offset (in its tier, or not yet copied here), and a consumer
+    told its offset moved skips to the replica's bounds and commits that for good."""
+    response.code = ResponseCode.PULL_NOT_FOUND
+    response.remark = (f"{response.remark}: this replica does not hold offset {offset} (it holds "
+                       f"{response.min_offset}..{response.max_offset}); its master may: pull again")
+    response.next_begin_offset = offset
+    return PullOutcome(response, retry_after_s=REPLICA_OFFSET_RETRY_S)
 
 
 def _commit_on_pull(commit: Callable[[], None], group: str, request: broker_pb2.PullMessageRequest) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer
+from client import Admin, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus
 from client.pulled_messages import PulledMessages
 from client.results import SendStatus
 from common.response_code import ResponseCode
@@ -494,5 +494,34 @@ def test_a_record_larger_than_64_mib_replicates(tmp_path: Path):
             assert producer.send(Message(TOPIC, b"after")).status is SendStatus.SEND_OK
         end = g.wait_slave_shows_everything()
         assert g.ends() == (end, end)
+    finally:
+        g.stop()
+
+
+def test_a_slave_leaves_offsets_it_does_not_hold_to_its_master(tmp_path: Path) -> None:
+    """A lagging group read from the slave while its tiered master was down: the slave (no tier of its own) answered
+    its offset as moved to the slave's local min, and the consumer skipped, for good, what the master's tier still
+    held. A replica never moves an offset now (upstream's offsetCheckInSlave=false): the consumer waits for the
+    master, which serves the offset from its tier."""
+    g = Group(tmp_path, "ASYNC_MASTER", tieredStoreEnable="true", tieredBackendServiceProvider="posix",
+              fileReservedTime="0.0003", deleteWhen="*", cleanResourceInterval="200", tieredStoreGroupCommitAge="100")
+    try:
+        g.create_topic(1)
+        with Producer(g.ns.addr) as producer:
+            for i in range(0, 3000, 50):
+                producer.send_batch([Message(TOPIC, b"%d-" % j + b"y" * 1000) for j in range(i, i + 50)])
+        g.wait_slave_shows_everything()
+        segments = lambda who: len(list((tmp_path / who / "broker-a" / "store" / "commitlog").iterdir()))  # noqa: E731
+        wait_until(lambda: segments("master") == 1 and segments("slave") == 1, timeout=60,
+                   what="the local commitlogs to expire on both replicas")
+        g.master.stop()
+        with PullConsumer(g.ns.addr, group="lagging") as consumer:
+            (mq,) = consumer.queues(TOPIC)
+            answer = consumer.pull(mq, 0, 8)  # the master is unreachable: the slave answers
+            assert answer.status is PullStatus.NO_NEW_MSG and answer.next_begin_offset == 0, answer
+            g.master = start_broker(tmp_path / "master", "broker-a", g.ns.addr, brokerRole="ASYNC_MASTER",
+                                    **g.settings)
+            wait_until(lambda: consumer.pull(mq, 0, 8).messages, timeout=30, what="the master to serve offset 0")
+            assert consumer.pull(mq, 0, 8).messages[0].body.startswith(b"0-")
     finally:
         g.stop()
