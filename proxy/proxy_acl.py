@@ -114,11 +114,15 @@ async def check_settings(settings: definition_pb2.Settings) -> None:
 
 
 class BrokerAuthority:
-    """Asks a master broker (any: ``mqadmin`` writes users and policies to every broker of a cluster) whether a
-    call may proceed; tries the next one when a broker does not answer."""
+    """Asks a master broker whether a call may proceed: a master of the call's topic first (policies may differ
+    between brokers, ``createAcl -b``: the broker that serves the call decides, as it would for an SDK call), else
+    any (``mqadmin`` writes users and policies to every broker of a cluster); the next one when a broker does not
+    answer."""
 
-    def __init__(self, masters: Callable[[], list[str]], brokers: BrokerChannels, timeout_s: float = 3.0) -> None:
+    def __init__(self, masters: Callable[[], list[str]], brokers: BrokerChannels, timeout_s: float = 3.0,
+                 topic_masters: Callable[[str], Awaitable[list[str]]] | None = None) -> None:
         self._masters = masters  # blocking (the name server): run off the event loop
+        self._topic_masters = topic_masters  # a topic's masters from the proxy's route cache ([]: not known)
         self._brokers = brokers
         self._timeout_s = timeout_s
         self._addrs: list[str] = []
@@ -146,8 +150,11 @@ class BrokerAuthority:
 
     async def ask(self, request: acl_pb2.AclAuthorizeRequest) -> acl_pb2.AclAuthorizeResponse:
         last = "no master broker is registered"
+        topic = next((r.partition(":")[2] for r in request.resources if r.startswith("Topic:")), "")
+        first = await self._topic_masters(topic) if topic and self._topic_masters is not None else []
         for refresh in (False, True):
-            for addr in await self._addresses(refresh):
+            addrs = await self._addresses(refresh)
+            for addr in [*first, *(a for a in addrs if a not in first)]:
                 try:
                     return await acl_pb2_grpc.AclServiceStub(self._brokers.channel(addr)).Authorize(
                         request, timeout=self._timeout_s, metadata=inner_metadata())

@@ -7,6 +7,7 @@ import logging
 import grpc
 
 from client.admin import Admin
+from client.static_route import master_of
 from common.acl import set_inner_credentials, warn_authorization_without_authentication
 from common.metrics import (
     Health,
@@ -36,6 +37,7 @@ from proxy.proxy_acl import BrokerAuthority, ProxyAclInterceptor
 from proxy.proxy_config import ProxyConfig
 from proxy.telemetry_channels import TelemetryChannels
 from proxy.topic_route_service import TopicRouteService
+from proxy.v2_codes import ProxyError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class ProxyServer:
         self._producer: LoopProducer | None = None
         self._transaction: TransactionProcessor | None = None
         self._admin: Admin | None = None
+        self._routes: TopicRouteService | None = None
         self._brokers = BrokerChannels()
         self._send_streams = BrokerSendStreams(self._brokers)
         self.channels = TelemetryChannels()
@@ -111,7 +114,16 @@ class ProxyServer:
         def masters() -> list[str]:
             assert self._admin is not None
             return [b.addr for b in self._admin.all_masters()]
-        authority = BrokerAuthority(masters, self._brokers, self.config.rpc_timeout_s)
+        async def topic_masters(topic: str) -> list[str]:
+            if self._routes is None:
+                return []
+            try:
+                route = await self._routes.route(topic)
+            except ProxyError:  # no route (yet): any master decides
+                return []
+            return sorted({a for qd in route.queue_datas if (a := master_of(route, qd.broker_name)) is not None})
+
+        authority = BrokerAuthority(masters, self._brokers, self.config.rpc_timeout_s, topic_masters)
         warn_authorization_without_authentication(self.config.authentication_enabled,
                                                   self.config.authorization_enabled, "mqproxy")
         return ProxyAclInterceptor(authority, self.config.authentication_enabled, self.config.authorization_enabled)
@@ -125,7 +137,7 @@ class ProxyServer:
                                       credentials=c.inner_credentials)
         self._admin = Admin(c.namesrv_addr, rpc_timeout_ms=int(c.rpc_timeout_s * 1000),
                             credentials=c.inner_credentials)
-        routes = TopicRouteService(self._producer.client, self._brokers)  # one route cache for sends and the rest
+        routes = self._routes = TopicRouteService(self._producer.client, self._brokers)  # one route cache for all
         endpoints = own_endpoints(c.host, self.port)
         self._transaction = TransactionProcessor(self.channels, self._producer, routes=routes)
         transaction = self._transaction

@@ -171,3 +171,30 @@ def test_only_the_user_of_a_clients_stream_may_say_it_terminates(acl_proxy: Prox
         forged = _notify_termination(acl_proxy.endpoint, MALLORY, "carol-cli")
         assert forged.code == d.Code.FORBIDDEN, forged
         assert _notify_termination(acl_proxy.endpoint, CAROL, "carol-cli").code == d.Code.OK
+
+
+def _send_as(endpoint: str, user: tuple[str, str], topic: str) -> d.Status:
+    with grpc.insecure_channel(endpoint, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+        return sg.MessagingServiceStub(channel).SendMessage(s.SendMessageRequest(messages=[d.Message(
+            topic=d.Resource(name=topic), body=b"per-broker", system_properties=d.SystemProperties(
+                message_id=f"{user[0]}-{topic}-{time.monotonic_ns()}", message_type=d.NORMAL))]),
+            metadata=[*sign(*user), ("x-mq-client-id", f"{user[0]}-cli")], timeout=10).status
+
+
+def test_a_per_broker_policy_is_decided_by_the_broker_of_the_topic(acl_proxy: ProxyCluster) -> None:
+    """The proxy asked the lowest-addressed master about every call, whichever broker served it: a grant made on one
+    broker only (createAcl -b) let v2 clients publish to a topic of another broker, where SDK sends were refused."""
+    dora = ("dora", "dora-secret")
+    with Admin(acl_proxy.namesrv, credentials=ROOT) as admin:
+        for topic, broker in (("OnA", "broker-a"), ("OnB", "broker-b")):
+            admin.create_topic(topic, brokers=[broker], read_queue_nums=1, write_queue_nums=1)
+        wait_until(lambda: {"OnA", "OnB"} <= set(admin.topic_list()), what="topics routed")
+        acl = AclAdmin(admin)
+        acl.create_user(*dora, cluster="DefaultCluster")
+        acl.create_acl("User:dora", ["Topic:OnA"], ["Pub"], "Allow", brokers=["broker-b"])  # not where OnA is
+        acl.create_acl("User:dora", ["Topic:OnB"], ["Pub"], "Allow", brokers=["broker-a"])  # not where OnB is
+    assert _send_as(acl_proxy.endpoint, dora, "OnA").code == d.Code.FORBIDDEN
+    assert _send_as(acl_proxy.endpoint, dora, "OnB").code == d.Code.FORBIDDEN
+    with Admin(acl_proxy.namesrv, credentials=ROOT) as admin:
+        AclAdmin(admin).create_acl("User:dora", ["Topic:OnA"], ["Pub"], "Allow", brokers=["broker-a"])
+    assert _send_as(acl_proxy.endpoint, dora, "OnA").code == d.Code.OK
