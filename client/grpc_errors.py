@@ -10,6 +10,8 @@ TLS_ONLY_HINT = "if the server is TLS only, give the client its CA: tls_ca=, mqa
 # In a daemon the failing link is its own (the proxy's to a broker, relayed to a v2 client who cannot fix it)
 DAEMON_TLS_ONLY_HINT = ("if the server is TLS only, give this daemon's own connections its CA: mqproxy --tls-ca, "
                         "broker.conf tlsClientCaPath")
+# What a TLS client hears from a plaintext server ("wrong version number": its first bytes are no TLS record)
+PLAINTEXT_HINT = "the server does not speak TLS: it is plaintext, or this is not its TLS port"
 
 
 class StatusError(grpc.RpcError):
@@ -46,6 +48,8 @@ def rpc_error(what: str, addr: str, exc: grpc.RpcError) -> MQClientError:
     if status is grpc.StatusCode.UNAVAILABLE and "Socket closed" in (detail or "") \
             and "Stream removed" not in (detail or ""):
         detail = f"{detail} ({tls_only_hint()})"  # plaintext at a TLS port (not a stream that broke once up)
+    elif status is grpc.StatusCode.UNAVAILABLE and "WRONG_VERSION_NUMBER" in (detail or ""):
+        detail = f"{detail} ({PLAINTEXT_HINT})"  # TLS at a plaintext port: the server's answer is no TLS record
     return MQClientError(f"{what} failed at {addr}: {name}: {detail}", status=status.name if status else None)
 
 

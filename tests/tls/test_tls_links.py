@@ -64,6 +64,14 @@ def test_tls_only_hint_names_the_daemon_setting_in_a_daemon(monkeypatch: pytest.
     assert grpc_errors.DAEMON_TLS_ONLY_HINT in message and "tls_ca=" not in message, message
 
 
+def test_a_tls_client_at_a_plaintext_server_is_told_so() -> None:
+    """The review's: a client given a CA, pointed at a plaintext daemon, heard only "WRONG_VERSION_NUMBER"."""
+    wrong = StatusError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: UNKNOWN: Tls "
+                        "handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:100000f7:SSL "
+                        "routines:OPENSSL_internal:WRONG_VERSION_NUMBER")
+    assert "the server does not speak TLS" in str(rpc_error("route of T", "127.0.0.1:9876", wrong))
+
+
 def test_proxy_without_tls_ca_before_a_tls_cluster_names_its_own_setting(tmp_path: Path) -> None:
     files = make_tls_files(tmp_path / "certs")
     started: list[Daemon] = []
