@@ -22,8 +22,8 @@ cannot keep calls in flight from one thread.
   A put overwrites the next key in turn and is answered after the KV dispatcher applied it; a get reads one
   random key;
 - batched get: a get of 64 random keys (over all 8 shards, all led by this broker; 4,096 such draws made before
-  the clock starts and used in turn) a request, ``--window`` requests in flight like the run's stream echo; keys/s; then the same as unary ``Get`` calls (what other
-  clients call), beside it;
+  the clock starts and used in turn) a request, ``--window`` requests in flight like the run's stream echo;
+  keys/s; then the same as unary ``Get`` calls (what other clients call), beside it;
 - replay after a crash: the broker (its commitlog: the keys above, the measured puts) is SIGKILLed (the abort
   file stays), ``<storePathRootDir>/kv`` is removed (the whole commitlog must be replayed into RocksDB) and it
   is restarted. That recovery is abnormal: it CRC-checks the commitlog from its start, cuts it at its end

@@ -301,7 +301,7 @@ class BrokerController:
             self.registrar = NamesrvRegistrar(
                 BrokerIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr),
                 c.namesrv_addrs, self.topic_config_manager, c.register_name_server_period,
-                c.broker_not_active_timeout_millis, self.topic_queue_mapping_manager.infos)
+                c.namesrv_heartbeat_timeout_ms(), self.topic_queue_mapping_manager.infos)
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         if c.enable_controller_mode:

@@ -176,8 +176,11 @@ class Admin:
 
     # -- cluster -----------------------------------------------------------------------------------
     def cluster_info(self) -> namesrv_pb2.ClusterInfo:
+        """The first settled name server's (one that restarted a moment ago may lack brokers that have not
+        registered with it again: commands on "every broker of the cluster" would act on some)."""
         return self.client.call_namesrv("cluster info", lambda s: s.GetBrokerClusterInfo(
-            common_pb2.Empty(), timeout=self.client.rpc_timeout_s))
+            common_pb2.Empty(), timeout=self.client.rpc_timeout_s), settled=lambda info: not info.warming_up,
+            fullness=lambda info: len(info.broker_addr_table))
 
     def brokers(self, cluster: str | None = None, broker_names: list[str] | None = None) -> list[BrokerInfo]:
         """Masters of ``cluster`` or the named brokers; an unknown cluster or broker is an error."""
@@ -220,21 +223,29 @@ class Admin:
         the number of topics the broker serves there."""
         request = namesrv_pb2.WritePermRequest(broker_name=broker_name)
         what = f"{'add' if writeable else 'wipe'} write perm of {broker_name}"
-        out = {}
+        out: dict[str, int] = {}
+        failed: list[str] = []  # each name server is asked, whatever another answered (as upstream)
         for addr in self.client.namesrv_addrs:
             stub = self.client.namesrv(addr)
             call = stub.AddWritePermOfBroker if writeable else stub.WipeWritePermOfBroker
             try:
                 response = call(request, timeout=self.client.rpc_timeout_s)
+                self._check(what, addr, response)
             except grpc.RpcError as exc:
-                if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
-                    raise MQClientError(self.client.not_a_namesrv(addr)) from None
-                raise rpc_error(what, addr, exc) from None
-            self._check(what, addr, response)
+                failed.append(self.client.not_a_namesrv(addr) if exc.code() is grpc.StatusCode.UNIMPLEMENTED
+                              else str(rpc_error(what, addr, exc)))
+                continue
+            except MQClientError as exc:
+                failed.append(str(exc))
+                continue
             if not response.registered:
-                raise MQClientError(f"{what} failed at {addr}: broker {broker_name} is not registered there")
+                failed.append(f"{what} failed at {addr}: broker {broker_name} is not registered there")
+                continue
             out[addr] = response.topic_count
         self.client.invalidate_routes()
+        if failed:
+            done = f"done at {', '.join(out)}" if out else "done at no name server"
+            raise MQClientError(f"{'; '.join(failed)} ({done}: run it again once every name server answers)")
         return out
 
     def producer_connections(self, group: str) -> list[tuple[str, broker_pb2.ProducerConnection]]:
@@ -346,25 +357,28 @@ class Admin:
         """Delete ``topic`` from every broker of ``cluster`` and from the name servers' routes."""
         if (refusal := system_topic_refusal(topic)) is not None:  # before the route: the name server may have none
             raise MQClientError(f"delete topic {topic}: {refusal}")
-        route = self.client.route(topic, refresh=True)
-        targets = {b.broker_name for b in self.brokers(cluster)}
+        # Every master of the cluster, as upstream: the topic's route may lack a broker that holds it (a name server
+        # restarted a moment ago has not heard from every broker yet).
         deleted = []
-        for bd in route.broker_datas:
-            if bd.broker_name in targets and 0 in bd.broker_addrs:
-                addr = bd.broker_addrs[0]
-                response = self._broker_call(f"delete topic {topic}", addr, "DeleteTopic",
-                                             broker_pb2.TopicRequest(topic=topic))
-                if response.code not in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST):
-                    self._check(f"delete topic {topic}", addr, response)
-                deleted.append(bd.broker_name)
-        self._forget_topic(topic, cluster)
+        for b in self.brokers(cluster):
+            response = self._broker_call(f"delete topic {topic}", b.addr, "DeleteTopic",
+                                         broker_pb2.TopicRequest(topic=topic))
+            if response.code == ResponseCode.SUCCESS:
+                deleted.append(b.broker_name)
+            elif response.code != ResponseCode.TOPIC_NOT_EXIST:
+                self._check(f"delete topic {topic}", b.addr, response)
         self.client.invalidate_route(topic)
+        if not deleted:
+            raise MQClientError(f"delete topic {topic}: no broker of cluster {cluster} has it",
+                                ResponseCode.TOPIC_NOT_EXIST)
+        self._forget_topic(topic, cluster, deleted)
         return sorted(deleted)
 
-    def _forget_topic(self, topic: str, cluster: str) -> None:
-        """Drop ``topic``'s route for ``cluster`` on every name server (each holds routes); best effort: the
-        brokers' next registration says the same."""
-        request = namesrv_pb2.DeleteTopicInNamesrvRequest(topic=topic, cluster_name=cluster)
+    def _forget_topic(self, topic: str, cluster: str, brokers: list[str]) -> None:
+        """Drop ``topic``'s route on ``brokers`` of ``cluster`` on every name server (each holds routes); best
+        effort: the brokers' next registration says the same. Only theirs: a broker the route lacked (a name server
+        warming up) still holds the topic, and its route must stay."""
+        request = namesrv_pb2.DeleteTopicInNamesrvRequest(topic=topic, cluster_name=cluster, broker_names=brokers)
         for addr in self.client.namesrv_addrs:
             try:
                 self.client.namesrv(addr).DeleteTopicInNamesrv(request, timeout=self.client.rpc_timeout_s)
@@ -587,7 +601,7 @@ class Admin:
                     self._check(f"delete topic {topic} on {b.broker_name}", b.addr, response)
                 out[topic][b.broker_name] = response.code == ResponseCode.SUCCESS
             if cluster is not None and any(out[topic].values()):
-                self._forget_topic(topic, cluster)
+                self._forget_topic(topic, cluster, [name for name, had in out[topic].items() if had])
             self.client.invalidate_route(topic)
         return out
 

@@ -244,9 +244,13 @@ class ClientInstance:
     def namesrv(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         return self.stub(namesrv_pb2_grpc.NamesrvServiceStub, addr)
 
-    def call_namesrv(self, what: str, call: Callable[[namesrv_pb2_grpc.NamesrvServiceStub], T]) -> T:
-        """Ask the name servers in turn until one answers, starting at the one that answered last."""
+    def call_namesrv(self, what: str, call: Callable[[namesrv_pb2_grpc.NamesrvServiceStub], T],
+                     settled: Callable[[T], bool] | None = None, fullness: Callable[[T], int] = lambda _: 0) -> T:
+        """Ask the name servers in turn until one answers, starting at the one that answered last. ``settled``: an
+        answer it says no to (a name server warming up after a restart) is taken only when no other one answers
+        settled, and then the one ``fullness`` ranks highest (the first of those)."""
         last: grpc.RpcError | None = None
+        unsettled: T | None = None
         count, start = len(self.namesrv_addrs), self._namesrv_index
         for i in range(count):
             index = (start + i) % count
@@ -261,9 +265,15 @@ class ClientInstance:
                 self._note_namesrv_failure(addr, exc)
                 last = exc
                 continue
-            self._namesrv_index = index
             self._namesrv_failed.pop(addr, None)
+            if settled is not None and not settled(answer):
+                if unsettled is None or fullness(answer) > fullness(unsettled):
+                    unsettled = answer
+                continue
+            self._namesrv_index = index
             return answer
+        if unsettled is not None:
+            return unsettled
         assert last is not None
         raise rpc_error(what, ";".join(self.namesrv_addrs), last) from None
 
@@ -549,9 +559,10 @@ class ClientInstance:
         request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
         response = self.call_namesrv(f"route of {topic}", lambda stub: stub.GetRouteInfoByTopic(
             request, timeout=self.rpc_timeout_s))
-        if response.code != ResponseCode.TOPIC_NOT_EXIST or len(self.namesrv_addrs) == 1:
+        if len(self.namesrv_addrs) == 1 or (response.code == ResponseCode.SUCCESS and not response.warming_up):
             return response
-        return self._route_from_any(topic) or response  # one restarted a moment ago knows nothing yet: another may
+        # One restarted a moment ago knows nothing yet, or not every broker: another may know them all
+        return self._route_from_any(topic, lambda other: not other.warming_up) or response
 
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:

@@ -59,7 +59,9 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     async def GetBrokerClusterInfo(self, request: common_pb2.Empty,
                                    context: grpc.aio.ServicerContext) -> namesrv_pb2.ClusterInfo:
         info = await asyncio.to_thread(self.manager.get_broker_cluster_info)
-        return route_codec.cluster_info_to_proto(info)
+        answer = route_codec.cluster_info_to_proto(info)
+        answer.warming_up = self.manager.brokers_heard_while_warming() is not None
+        return answer
 
     async def GetAllTopicList(self, request: common_pb2.Empty,
                               context: grpc.aio.ServicerContext) -> namesrv_pb2.TopicList:
@@ -68,7 +70,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     async def DeleteTopicInNamesrv(self, request: namesrv_pb2.DeleteTopicInNamesrvRequest,
                                    context: grpc.aio.ServicerContext) -> common_pb2.CommandResponse:
         require(bool(request.topic), "DeleteTopicInNamesrv with an empty topic")
-        removed = await asyncio.to_thread(self.manager.delete_topic, request.topic, request.cluster_name or None)
+        removed = await asyncio.to_thread(self.manager.delete_topic, request.topic, request.cluster_name or None,
+                                          frozenset(request.broker_names))
         remark = "" if removed else f"topic {request.topic} was not registered" + (
             f" in cluster {request.cluster_name}" if request.cluster_name else "")
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS, remark=remark)

@@ -14,15 +14,15 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import attrgetter
 
+from common.broker_expiry import DEFAULT_BROKER_EXPIRY_MS
 from common.perm import PERM_WRITE
 from common.statictopic.mapping_info_checks import registration_fault
 from namesrv.route_models import (
-    DEFAULT_BROKER_EXPIRY_MS,
     WARM_UP_MS,
     BrokerData,
     ClusterInfo,
@@ -225,15 +225,19 @@ class RouteInfoManager:
                 live_brokers=[info.summary() for info in self.broker_live_table.values()],
             )
 
-    def delete_topic(self, topic: str, cluster_name: str | None = None) -> bool:
-        """Forget ``topic`` on every broker (or only those of ``cluster_name``); False when none had it."""
+    def delete_topic(self, topic: str, cluster_name: str | None = None,
+                     broker_names: Collection[str] = ()) -> bool:
+        """Forget ``topic`` on every broker (or only those of ``cluster_name``, and of those only ``broker_names``
+        when given); False when none had it."""
         with self._lock:
             removed = False
             for info in self.broker_live_table.values():
-                if not cluster_name or info.cluster_name == cluster_name:
+                if ((not cluster_name or info.cluster_name == cluster_name)
+                        and (not broker_names or info.broker_name in broker_names)):
                     removed |= self._drop_topic(info, topic)
             if removed:
-                log.info("topic_deleted topic=%s cluster=%s", topic, cluster_name or "*")
+                log.info("topic_deleted topic=%s cluster=%s brokers=%s", topic, cluster_name or "*",
+                         ",".join(sorted(broker_names)) or "*")
             return removed
 
     def stats(self, sample_size: int = 1000) -> NamesrvStats:

@@ -4,7 +4,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 MASTER_ID = 0
-DEFAULT_BROKER_EXPIRY_MS = 120_000
 # A broker's registerNameServerPeriod (30 s by default) and a margin: a name server younger than this may not have
 # heard from every live broker yet (GetRouteInfoResponse.warming_up)
 WARM_UP_MS = 35_000

@@ -105,7 +105,7 @@ class BrokerLiveInfo(_message.Message):
     def __init__(self, broker_addr: _Optional[str] = ..., last_update_timestamp: _Optional[int] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_count: _Optional[int] = ...) -> None: ...
 
 class ClusterInfo(_message.Message):
-    __slots__ = ("broker_addr_table", "cluster_addr_table", "live_brokers")
+    __slots__ = ("broker_addr_table", "cluster_addr_table", "live_brokers", "warming_up")
     class BrokerAddrTableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -123,10 +123,12 @@ class ClusterInfo(_message.Message):
     BROKER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ADDR_TABLE_FIELD_NUMBER: _ClassVar[int]
     LIVE_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    WARMING_UP_FIELD_NUMBER: _ClassVar[int]
     broker_addr_table: _containers.MessageMap[str, _common_pb2.BrokerData]
     cluster_addr_table: _containers.MessageMap[str, BrokerNames]
     live_brokers: _containers.RepeatedCompositeFieldContainer[BrokerLiveInfo]
-    def __init__(self, broker_addr_table: _Optional[_Mapping[str, _common_pb2.BrokerData]] = ..., cluster_addr_table: _Optional[_Mapping[str, BrokerNames]] = ..., live_brokers: _Optional[_Iterable[_Union[BrokerLiveInfo, _Mapping]]] = ...) -> None: ...
+    warming_up: bool
+    def __init__(self, broker_addr_table: _Optional[_Mapping[str, _common_pb2.BrokerData]] = ..., cluster_addr_table: _Optional[_Mapping[str, BrokerNames]] = ..., live_brokers: _Optional[_Iterable[_Union[BrokerLiveInfo, _Mapping]]] = ..., warming_up: _Optional[bool] = ...) -> None: ...
 
 class BrokerNames(_message.Message):
     __slots__ = ("broker_names",)
@@ -141,12 +143,14 @@ class TopicList(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeleteTopicInNamesrvRequest(_message.Message):
-    __slots__ = ("topic", "cluster_name")
+    __slots__ = ("topic", "cluster_name", "broker_names")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAMES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     cluster_name: str
-    def __init__(self, topic: _Optional[str] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+    broker_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., cluster_name: _Optional[str] = ..., broker_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NamesrvRuntimeInfo(_message.Message):
     __slots__ = ("table",)

@@ -256,6 +256,14 @@ def test_delete_topic_in_one_cluster_or_everywhere(manager: RouteInfoManager):
     assert manager.get_all_topic_list() == ["U"]
 
 
+def test_delete_topic_of_some_brokers_of_a_cluster(manager: RouteInfoManager):
+    """deleteTopic -c forgets the topic on the brokers that deleted it only: one the command missed still has it."""
+    register(manager, "broker-a", topic_configs("T"), cluster="c1")
+    register(manager, "broker-b", topic_configs("T"), cluster="c1", addr="h:2")
+    assert manager.delete_topic("T", "c1", frozenset({"broker-a"}))
+    assert route_brokers(manager, "T") == ["broker-b"]
+
+
 # ---- static topics ---------------------------------------------------------------------------------------
 
 
