@@ -562,7 +562,10 @@ class ClientInstance:
         if len(self.namesrv_addrs) == 1 or (response.code == ResponseCode.SUCCESS and not response.warming_up):
             return response
         # One restarted a moment ago knows nothing yet, or not every broker: another may know them all
-        return self._route_from_any(topic, lambda other: not other.warming_up) or response
+        settled = self._route_from_any(topic, lambda other: not other.warming_up)
+        if settled is not None or response.code == ResponseCode.SUCCESS:
+            return settled or response
+        return self._route_from_any(topic) or response  # every one warming: any that knows the topic
 
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:
