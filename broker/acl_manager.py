@@ -47,6 +47,9 @@ class AclManager(Authority):
         self.users: dict[str, User] = {}
         self.policies: dict[str, Policy] = {}
         self.data_version = DataVersion()  # moved by every change: a slave copies the tables when it moves
+        # A replica whose master could not give its tables (one that predates GetAclCopy), or gave unconfirmed ones:
+        # its own may lack the group's users, so a replica of it adds them to its own (AclCopy.unconfirmed).
+        self.unconfirmed = False
         self._lock = threading.RLock()
         users.bind(lambda: list(self.users.values()))
         acls.bind(lambda: list(self.policies.values()))
@@ -272,7 +275,8 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         return acl_pb2.AclCopy(
             users=[acl_pb2.AclUser(username=u.username, password=u.password, user_type=u.user_type) for u in users],
             policies=[_policy_proto(p) for p in policies],
-            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter))
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter),
+            unconfirmed=self.acl.unconfirmed)
 
     async def Authorize(self, request, context):
         """mqproxy's question about one v2 call: authentic (verified here, where the secrets are) and allowed?"""

@@ -251,7 +251,7 @@ class BrokerController:
         self.replica_services = ReplicaServices(
             identity, local_store, epochs if c.enable_controller_mode else None, self._slave_synchronize,
             self._start_master_services, lambda: self.registrar, self._rejoin, on_follow=self._forget_pop_state,
-            on_promoted=self._clamp_pop_state)
+            on_promoted=self._promoted)
         if c.enable_controller_mode:  # every replica may serve slaves; what it is comes from the controller
             local_store.keeps_confirm_checkpoint = True
             self.ha = HAService(c.broker_role, identity, local_store.commit_log, asyncio.get_running_loop(),
@@ -536,6 +536,14 @@ class BrokerController:
         """Whether a write may wait for slaves: a SYNC_MASTER's, or any in controller mode (roles change). Fixed
         for the broker's life otherwise (role and inSyncReplicas come from its config)."""
         return self.ha is not None and (self.ha.waits_for_slaves() or self.config.enable_controller_mode)
+
+    def _promoted(self) -> None:
+        self._clamp_pop_state()
+        if self.acl is not None and self.acl.unconfirmed:
+            log.warning("acl_tables_unconfirmed broker=%s reason='elected with ACL tables never copied from its "
+                        "master (which predates GetAclCopy): users made only there are unknown here; create them "
+                        "here (mqadmin createUser -b)'",
+                        self.config.broker_name)
 
     def _clamp_pop_state(self) -> None:
         """Runs as this broker becomes master (promoted, or started as one): a failure must not keep it from that."""

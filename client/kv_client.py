@@ -117,6 +117,8 @@ class KVClient:
         self._instance = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
         self._timeout_s = rpc_timeout_ms / 1000
         self._retry_s = retry_timeout_ms / 1000
+        # Brokers that predate KvService's streams (a rolling upgrade): their writes and gets go as unary calls
+        self._unary_only: dict[str, set[str]] = {"WriteStream": set(), "GetStream": set()}
 
     def __enter__(self) -> "KVClient":
         return self
@@ -225,8 +227,21 @@ class KVClient:
     # -- writes ------------------------------------------------------------------------------------
     def _write(self, request: kv_pb2.KvWriteRequest, what: str, retry_transport: bool = True) -> kv_pb2.KvWriteResponse:
         shard = shard_of(request.key, self.shards())
-        return self._on_shard(shard, what, lambda addr: self._instance.kv_write_stream(addr).call(
-            request, self._timeout_s).result(), retry_transport)
+        return self._on_shard(shard, what, lambda addr: self._write_at(addr, request), retry_transport)
+
+    def _write_at(self, addr: str, request: kv_pb2.KvWriteRequest) -> kv_pb2.KvWriteResponse:
+        """On the broker's write stream; a unary Write to a broker that predates the stream (a rolling upgrade: it
+        answers UNIMPLEMENTED, having done nothing)."""
+        if addr not in self._unary_only["WriteStream"]:
+            try:
+                return self._instance.kv_write_stream(addr).call(request, self._timeout_s).result()
+            except grpc.RpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unary_only["WriteStream"].add(addr)
+        answer: kv_pb2.KvWriteResponse = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr).Write(
+            request, timeout=self._timeout_s)
+        return answer
 
     def put(self, key: Bytes, value: Bytes) -> None:
         k, v = _b(key, "key"), _b(value, "value")
@@ -306,6 +321,10 @@ class KVClient:
 
     def _get_call(self, addr: str, ks: list[bytes], slots: Sequence[int]) -> Future[kv_pb2.KvGetResponse]:
         request = kv_pb2.KvGetRequest(keys=[ks[i] for i in slots], addressing=broker_pb2.LOGIC, pack_states=True)
+        if addr in self._unary_only["GetStream"]:  # a broker that predates the get stream (see _write_at)
+            future: Future[kv_pb2.KvGetResponse] = self._instance.stub(kv_pb2_grpc.KvServiceStub, addr).Get.future(
+                request, timeout=self._timeout_s)
+            return future
         return self._instance.kv_get_stream(addr).call(request, self._timeout_s)
 
     def _get_from(self, addr: str, slots: Sequence[int], call: Future[kv_pb2.KvGetResponse], out: list[bytes | None],
@@ -316,6 +335,9 @@ class KVClient:
         try:
             response = call.result()
         except grpc.RpcError as exc:  # the stream's failures (StatusError)
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED and addr not in self._unary_only["GetStream"]:
+                self._unary_only["GetStream"].add(addr)  # asked again at once, unary
+                return 0, 0.0
             down = self._instance.report_failure(addr, exc.code())  # the next try asks the group's next replica
             if (exc.code() in RETRYABLE_STATUS or down) and time.monotonic() < deadline:
                 return 0, 0.05

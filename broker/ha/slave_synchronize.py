@@ -346,20 +346,34 @@ class SlaveSynchronize(threading.Thread):
         except grpc.RpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                 raise
+            if not self.acl.unconfirmed:  # once, until a master gives its tables
+                log.warning("slave_acls_not_copied reason='the master predates GetAclCopy (a rolling upgrade): this "
+                            "replica keeps its own users and policies, which may lack the master's; upgrade the "
+                            "master, or create its users here too, before this replica is elected'")
+            self.acl.unconfirmed = True
             return None
 
     def _copy_acls(self, addr: str, answer: acl_pb2.AclCopy) -> None:
         """The master's users and policies replace this slave's (the bootstrap user it made at its first start
-        too: the master's is the one that counts)."""
+        too: the master's is the one that counts), unless the master's are unconfirmed (never copied from a
+        master of its own that predates GetAclCopy): then they are added to this slave's, which drops none."""
         assert self.acl is not None
         self._acls_copied = None  # until this copy is applied whole
-        changed = self.acl.replace_all([User(u.username, u.password, u.user_type) for u in answer.users],
-                                       [policy_from_proto(p) for p in answer.policies])
+        users = {u.username: User(u.username, u.password, u.user_type) for u in answer.users}
+        policies = {p.subject: policy_from_proto(p) for p in answer.policies}
+        own_users, own_policies, _ = self.acl.snapshot()
+        if answer.unconfirmed:
+            users = {**{u.username: u for u in own_users}, **users}
+            policies = {**{p.subject: p for p in own_policies}, **policies}
+        dropped = sorted({u.username for u in own_users} - set(users))
+        changed = self.acl.replace_all(users.values(), policies.values())
+        self.acl.unconfirmed = answer.unconfirmed
         if answer.HasField("data_version"):
             self._acls_copied = (addr, answer.data_version)
         if changed:
-            log.info("slave_acls_copied master=%s users=%d policies=%d changed=%d", addr, len(answer.users),
-                     len(answer.policies), changed)
+            log.info("slave_acls_copied master=%s users=%d policies=%d changed=%d dropped_users=%s unconfirmed=%s",
+                     addr, len(answer.users), len(answer.policies), changed, ",".join(dropped) or "-",
+                     answer.unconfirmed)
 
     def _copy_offsets(self, offsets: Iterable[broker_pb2.ConsumerOffsetEntry]) -> None:
         theirs = set()
