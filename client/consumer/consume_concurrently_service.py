@@ -28,10 +28,12 @@ SendBack = Callable[[MessageExt], None]  # raises MQClientError when no broker t
 
 
 def handled(handler: Handler, msg: MessageExt) -> bool:
-    """True when the handler finished the message; False for LATER or an exception (logged)."""
+    """True when the handler finished the message; False for LATER or an exception (logged). Any exception, as
+    upstream catches Throwable: one that is no Exception (an asyncio CancelledError a handler's asyncio.run let out,
+    SystemExit) left the rest of its task unhandled and the queue's offset held for good."""
     try:
         return handler(msg) is not ConsumeResult.LATER
-    except Exception:
+    except BaseException:
         _log_failure(msg)
         return False
 
@@ -68,7 +70,7 @@ class ConsumeConcurrentlyService:
                 try:
                     if handler(msgs[stop]) is later:
                         failed.append(stop)
-                except Exception:
+                except BaseException:  # any (see handled())
                     failed.append(stop)
                     _log_failure(msgs[stop])
             else:

@@ -44,6 +44,7 @@ class ProcessQueue:
         # queue dropped between tries was kept alive, with its cached messages, by the consume service's table)
         self.tries: dict[int, int] = {}
         self.in_flight = 0  # handler calls (tasks) running now
+        self.held_by_span = False  # concurrently: pulls wait for the oldest message not done (said once a hold)
         self._runs: deque[Run] = deque()
         self._count = 0
         self._bytes = 0
@@ -105,6 +106,12 @@ class ProcessQueue:
                 return None
             run = self._runs[0]
             return run, run.low
+
+    def span(self) -> int:
+        """Offsets from the oldest message not done to the next pull: how far finished messages wait behind it
+        (their runs are kept until it is done)."""
+        with self._lock:
+            return self.next_offset - self._commit_offset()
 
     def cached(self) -> tuple[int, int]:
         """Messages and body bytes waiting or in progress."""

@@ -47,6 +47,10 @@ class PullSettings:
     long_poll_ms: int = 15_000
     cached_messages_limit: int = 1000  # per queue (upstream's pullThresholdForQueue)
     cached_bytes_limit: int = 100 * 1024 * 1024  # per queue (pullThresholdSizeForQueue, MiB)
+    # Concurrently: offsets from a queue's oldest message not done to its next pull (consumeConcurrentlyMaxSpan).
+    # Past it the queue waits: behind one message a handler holds, pulls went on and the finished ones piled up (with
+    # 100-byte messages, 450,000 and 433 MiB a queue) while the committed offset stayed at the held one.
+    max_span: int = 2000
 
 
 class PullMessageService(threading.Thread):
@@ -105,6 +109,15 @@ class PullMessageService(threading.Thread):
         if count >= self.settings.cached_messages_limit or size >= self.settings.cached_bytes_limit:
             self._later(pq, FLOW_CONTROL_PAUSE_S)
             return
+        if not self.orderly and pq.span() > self.settings.max_span:
+            if not pq.held_by_span:  # said once a hold: it lasts as long as the handler holds its message
+                pq.held_by_span = True
+                log.warning("queue_held_by_span queue=%s oldest_not_done=%d next_offset=%d max_span=%d: a message "
+                            "not finished for long holds the queue's pulls and committed offset", pq.mq,
+                            pq.commit_offset(), pq.next_offset, self.settings.max_span)
+            self._later(pq, FLOW_CONTROL_PAUSE_S)
+            return
+        pq.held_by_span = False
         if self.orderly and not pq.locked:
             self._later(pq, NOT_LOCKED_PAUSE_S)
             return

@@ -14,6 +14,7 @@ runs a new pass), and :meth:`held` shows the queues as the last finished pass le
 """
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +41,12 @@ class RebalanceSettings:
     broadcasting: bool
     orderly: bool
     consume_from_first: bool
+
+    @property
+    def leases(self) -> bool:
+        """Whether queues are held by broker leases: orderly clustering. A broadcasting member consumes every queue
+        itself (in order when orderly), with no lease: taken, the first member's shut every other one out."""
+        return self.orderly and not self.broadcasting
 
 
 class RebalanceImpl:
@@ -87,7 +94,7 @@ class RebalanceImpl:
             # a reset's start is for the pass right after it (or the queue's deferred restart): one left (the queue
             # went to another member meanwhile) must not place the queue, were it ever this member's again
             self._reset_starts = {mq: o for mq, o in self._reset_starts.items() if mq in self._restarting}
-            if self.settings.orderly:  # a deferred restart this pass gave to another member: its lease is freed
+            if self.settings.leases:  # a deferred restart this pass gave to another member: its lease is freed
                 for mq in restarted:
                     if mq not in self.process_queues:
                         self.calls.unlock(mq)
@@ -116,13 +123,13 @@ class RebalanceImpl:
         added = [mq for mq in mine if mq not in self.process_queues]
         if added and self._interrupted(topic, len(added)):
             return False
-        if self.settings.orderly and added:
+        if self.settings.leases and added:
             granted = self.calls.lock(added)
             complete &= len(granted) == len(added)
             added = [mq for mq in added if mq in granted]
         for i, mq in enumerate(added):
             if self._interrupted(topic, len(added) - i):
-                if self.settings.orderly:
+                if self.settings.leases:
                     for left in added[i:]:
                         self.calls.unlock(left)
                 return False
@@ -142,12 +149,12 @@ class RebalanceImpl:
             offset, committed = self._start_offset(mq)
         except MQClientError as exc:  # e.g. a logic queue without a leader right now: taken on a later pass
             log.warning("queue_start_deferred queue=%s error=%s", mq, exc)
-            if self.settings.orderly:
+            if self.settings.leases:
                 self.calls.unlock(mq)
             return False
         pq = ProcessQueue(mq, offset)
-        if self.settings.orderly:
-            pq.locked, pq.last_lock_s = True, time.monotonic()
+        if self.settings.orderly:  # (broadcasting: its own without a lease, trusted for good)
+            pq.locked, pq.last_lock_s = True, time.monotonic() if self.settings.leases else math.inf
         self.offsets.track(pq, offset)
         if not committed:
             self._commit_start(mq, offset)
@@ -204,8 +211,9 @@ class RebalanceImpl:
                     self.offsets.persist(pq.mq)
                 except MQClientError as exc:
                     log.warning("offset_persist_failed queue=%s error=%s", pq.mq, exc)
-            self.offsets.remove(pq.mq)
-            if self.settings.orderly:
+            if not self.settings.broadcasting:  # a broadcasting member's progress is its own: kept for its return
+                self.offsets.remove(pq.mq)
+            if self.settings.leases:
                 self.calls.unlock(pq.mq)
             del self.process_queues[pq.mq]
             log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
@@ -278,7 +286,7 @@ class RebalanceImpl:
                     self.process_queues[pq.mq] = pq  # its lease is kept meanwhile
                     self._restarting.add(pq.mq)
         self.rebalance()
-        if self.settings.orderly:  # one the pass did not take again (another member's now): its lease is freed
+        if self.settings.leases:  # one the pass did not take again (another member's now): its lease is freed
             with self._lock:
                 for pq in pqs:
                     if pq.mq not in self.process_queues:
