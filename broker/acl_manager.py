@@ -1,13 +1,17 @@
 """The broker's ACL tables (users and policies, kept in its metadata store) and their admin RPCs (AclService)."""
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import grpc
 
 from broker.metadata.data_version import DataVersion
-from broker.metadata.metadata_store import MetadataStore
+from broker.metadata.metadata_codec import policy_to_doc, user_to_doc
+from broker.metadata.metadata_store import SECRET_FILE_MODE, MetadataStore
 from common.acl import (
     ADMIN,
     DATE_KEY,
@@ -25,6 +29,7 @@ from common.acl import (
     parse_authorization,
     verify,
 )
+from common.atomic_file import write_file_atomically
 from common.refusal import Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
@@ -40,16 +45,17 @@ class AclManager(Authority):
     (what brokers present to each other) count as a super user that is never stored."""
 
     def __init__(self, users: MetadataStore[str, User], acls: MetadataStore[str, Policy],
-                 inner: tuple[str, str] | None = None) -> None:
+                 inner: tuple[str, str] | None = None, kept_dir: Path | None = None) -> None:
         super().__init__([User(inner[0], inner[1], "Super")] if inner else [])
         self.users_store = users
         self.acls_store = acls
         self.users: dict[str, User] = {}
         self.policies: dict[str, Policy] = {}
         self.data_version = DataVersion()  # moved by every change: a slave copies the tables when it moves
-        # A replica whose master could not give its tables (one that predates GetAclCopy), or gave unconfirmed ones:
-        # its own may lack the group's users, so a replica of it adds them to its own (AclCopy.unconfirmed).
+        # A replica whose master could not give its tables (one that predates GetAclCopy): its own may lack the
+        # group's users (said when it is elected).
         self.unconfirmed = False
+        self.kept_dir = kept_dir  # where a replica keeps its own tables a copy replaced (keep_replaced)
         self._lock = threading.RLock()
         users.bind(lambda: list(self.users.values()))
         acls.bind(lambda: list(self.policies.values()))
@@ -133,6 +139,16 @@ class AclManager(Authority):
         with self._lock:
             version = DataVersion(self.data_version.state_version, self.data_version.counter)
             return list(self.users.values()), list(self.policies.values()), version
+
+    def keep_replaced(self, users: list[User], policies: list[Policy]) -> Path | None:
+        """Write ``users`` and ``policies`` (a replica's own, its master's copy replaces them) to a file beside the
+        tables, readable by this user only; where it went (None: nowhere to keep them)."""
+        if self.kept_dir is None:
+            return None
+        path = self.kept_dir / f"acl-replaced-{time.strftime('%Y%m%dT%H%M%S')}.json"
+        doc = {"users": [user_to_doc(u) for u in users], "acls": [policy_to_doc(p) for p in policies]}
+        write_file_atomically(path, json.dumps(doc, indent=1).encode(), SECRET_FILE_MODE)
+        return path
 
     def replace_all(self, users: Iterable[User], policies: Iterable[Policy]) -> int:
         """The tables become ``users`` and ``policies`` (a slave's copy of its master's), in memory at once and
@@ -275,8 +291,7 @@ class AclServicer(acl_pb2_grpc.AclServiceServicer):
         return acl_pb2.AclCopy(
             users=[acl_pb2.AclUser(username=u.username, password=u.password, user_type=u.user_type) for u in users],
             policies=[_policy_proto(p) for p in policies],
-            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter),
-            unconfirmed=self.acl.unconfirmed)
+            data_version=common_pb2.DataVersion(state_version=version.state_version, counter=version.counter))
 
     async def Authorize(self, request, context):
         """mqproxy's question about one v2 call: authentic (verified here, where the secrets are) and allowed?"""

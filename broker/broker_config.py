@@ -20,7 +20,6 @@ from broker.tiered.tiered_storage_level import TieredStorageLevel
 from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER_MAX_DELAY_SEC, parse_delay_levels
 from common.acl import parse_credentials, parse_user
 from common.address import check_address
-from common.broker_expiry import DEFAULT_BROKER_EXPIRY_MS
 from common.message_codec import BLANK_MIN_LENGTH, MAX_TOPIC_BYTES, record_size
 from common.message_properties import MAX_PROPERTIES_SIZE
 from common.metrics import MetricsExporterType
@@ -304,14 +303,6 @@ class BrokerConfig:
     def tls_server(self) -> ServerTls | None:
         """What the broker's ports serve: TLS with this certificate and key, or None (plaintext)."""
         return server_tls(self.tls_enable, self.tls_server_cert_path, self.tls_server_key_path)
-
-    def namesrv_heartbeat_timeout_ms(self) -> int:
-        """How long the name servers keep this broker after its last registration (0: their own default, 120 s):
-        brokerNotActiveTimeoutMillis, or three registration periods when those outlast the default (a period above
-        it dropped the live broker from every route between registrations)."""
-        if self.broker_not_active_timeout_millis or 3 * self.register_name_server_period <= DEFAULT_BROKER_EXPIRY_MS:
-            return self.broker_not_active_timeout_millis
-        return 3 * self.register_name_server_period
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -144,7 +144,8 @@ class BrokerController:
         set_inner_credentials(config.inner_credentials)
         self.acl: AclManager | None = None
         if config.acl_enabled and self.metadata.users is not None and self.metadata.acls is not None:
-            self.acl = AclManager(self.metadata.users, self.metadata.acls, config.inner_credentials)
+            self.acl = AclManager(self.metadata.users, self.metadata.acls, config.inner_credentials,
+                                  kept_dir=Path(config.store_path_root_dir) / "config")
         self.topic_queue_mapping_manager = TopicQueueMappingManager(config_dir, config.broker_name)
         self.peer_brokers: PeerBrokers
         self.static_topics: StaticTopicService
@@ -301,7 +302,7 @@ class BrokerController:
             self.registrar = NamesrvRegistrar(
                 BrokerIdentity(c.broker_cluster_name, c.broker_name, c.broker_id, self.broker_addr),
                 c.namesrv_addrs, self.topic_config_manager, c.register_name_server_period,
-                c.namesrv_heartbeat_timeout_ms(), self.topic_queue_mapping_manager.infos)
+                c.broker_not_active_timeout_millis, self.topic_queue_mapping_manager.infos)
             await asyncio.to_thread(self.registrar.register_all)
             self.registrar.start()
         if c.enable_controller_mode:

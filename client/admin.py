@@ -359,20 +359,41 @@ class Admin:
             raise MQClientError(f"delete topic {topic}: {refusal}")
         # Every master of the cluster, as upstream: the topic's route may lack a broker that holds it (a name server
         # restarted a moment ago has not heard from every broker yet).
-        deleted = []
+        deleted: list[str] = []
+        failed: dict[str, MQClientError] = {}
         for b in self.brokers(cluster):
-            response = self._broker_call(f"delete topic {topic}", b.addr, "DeleteTopic",
-                                         broker_pb2.TopicRequest(topic=topic))
-            if response.code == ResponseCode.SUCCESS:
-                deleted.append(b.broker_name)
-            elif response.code != ResponseCode.TOPIC_NOT_EXIST:
-                self._check(f"delete topic {topic}", b.addr, response)
+            try:
+                response = self._broker_call(f"delete topic {topic}", b.addr, "DeleteTopic",
+                                             broker_pb2.TopicRequest(topic=topic))
+                if response.code == ResponseCode.SUCCESS:
+                    deleted.append(b.broker_name)
+                elif response.code != ResponseCode.TOPIC_NOT_EXIST:
+                    self._check(f"delete topic {topic}", b.addr, response)
+            except MQClientError as exc:  # the others are asked all the same
+                failed[b.broker_name] = exc
         self.client.invalidate_route(topic)
+        if deleted:
+            self._forget_topic(topic, cluster, deleted)
+        # A master that did not answer and that the topic's route does not name (a dead broker still registered)
+        # never had it: the command succeeds without it, as when it asked the route's brokers only.
+        holding = self._routed_brokers(topic) & set(failed) if failed else set()
+        for name in sorted(set(failed) - holding):
+            log.info("topic_delete_skipped topic=%s broker=%s error=%s: the topic's route does not name it", topic,
+                     name, failed[name])
+        if holding:
+            first = failed[min(holding)]
+            raise partly_applied(MQClientError(f"{first} (and {len(holding) - 1} more)" if len(holding) > 1
+                                               else str(first), first.code, first.status), sorted(deleted), [])
         if not deleted:
             raise MQClientError(f"delete topic {topic}: no broker of cluster {cluster} has it",
                                 ResponseCode.TOPIC_NOT_EXIST)
-        self._forget_topic(topic, cluster, deleted)
         return sorted(deleted)
+
+    def _routed_brokers(self, topic: str) -> set[str]:
+        """The broker names a name server routes ``topic`` to now (none when it does not know the topic)."""
+        answer = self.client.call_namesrv(f"route of {topic}", lambda s: s.GetRouteInfoByTopic(
+            namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.client.rpc_timeout_s))
+        return {q.broker_name for q in answer.route.queue_datas} if answer.code == ResponseCode.SUCCESS else set()
 
     def _forget_topic(self, topic: str, cluster: str, brokers: list[str]) -> None:
         """Drop ``topic``'s route on ``brokers`` of ``cluster`` on every name server (each holds routes); best

@@ -532,11 +532,13 @@ class ClientInstance:
         return self._route_from_any(topic, lambda other: not _brokers_unheard(other, cached)) or partial
 
     def _route_from_any(self, topic: str, accept: Callable[[namesrv_pb2.GetRouteInfoResponse], bool] = lambda r: True,
-                        ) -> namesrv_pb2.GetRouteInfoResponse | None:
-        """The first name server's SUCCESS answer for ``topic`` that ``accept`` takes (None: none answers so),
-        asking those that let no call time out in the last ``NAMESRV_QUIET_S``, the one that answered last first."""
+                        or_any: bool = False) -> namesrv_pb2.GetRouteInfoResponse | None:
+        """The first name server's SUCCESS answer for ``topic`` that ``accept`` takes (None: none answers so; with
+        ``or_any``, the first SUCCESS answer then), asking those that let no call time out in the last
+        ``NAMESRV_QUIET_S``, the one that answered last first."""
         request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
         count, start, now = len(self.namesrv_addrs), self._namesrv_index, time.monotonic()
+        fallback = None
         for addr in (self.namesrv_addrs[(start + i) % count] for i in range(count)):
             if now - self._namesrv_failed.get(addr, -NAMESRV_QUIET_S) < NAMESRV_QUIET_S:
                 continue
@@ -545,9 +547,11 @@ class ClientInstance:
             except grpc.RpcError as exc:
                 self._note_namesrv_failure(addr, exc)
                 continue
-            if other.code == ResponseCode.SUCCESS and accept(other):
-                return other
-        return None
+            if other.code == ResponseCode.SUCCESS:
+                if accept(other):
+                    return other
+                fallback = fallback or (other if or_any else None)
+        return fallback
 
     def _note_namesrv_failure(self, addr: str, exc: grpc.RpcError) -> None:
         if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -561,11 +565,10 @@ class ClientInstance:
             request, timeout=self.rpc_timeout_s))
         if len(self.namesrv_addrs) == 1 or (response.code == ResponseCode.SUCCESS and not response.warming_up):
             return response
-        # One restarted a moment ago knows nothing yet, or not every broker: another may know them all
-        settled = self._route_from_any(topic, lambda other: not other.warming_up)
-        if settled is not None or response.code == ResponseCode.SUCCESS:
-            return settled or response
-        return self._route_from_any(topic) or response  # every one warming: any that knows the topic
+        # One restarted a moment ago knows nothing yet, or not every broker: another may know them all (every one
+        # warming: any that knows the topic)
+        return self._route_from_any(topic, lambda other: not other.warming_up,
+                                    or_any=response.code != ResponseCode.SUCCESS) or response
 
     def sends_from_cache(self, topic: str) -> bool:
         """Whether a send to ``topic`` is likely to pick its queue and its broker's master from the cache alone:

@@ -4,12 +4,16 @@ a consumer that counts, skips or forwards them never pays for a ``MessageExt`` p
 Every record is located (and its size and magic checked) up front; its CRC is checked when it is decoded.
 """
 
+import struct
 from collections.abc import Iterator, Sequence
 from typing import overload
 
 from client.errors import MQClientError
 from common.message import MessageExt
 from common.message_codec import MESSAGE_MAGIC, SIZE_MAGIC, CorruptRecordError, decode_record
+from common.wire_batch import OFFSET_QUEUE_OFFSET
+
+QUEUE_OFFSET = struct.Struct(">q")
 
 
 class PulledMessages(Sequence[MessageExt]):
@@ -47,6 +51,11 @@ class PulledMessages(Sequence[MessageExt]):
     def __iter__(self) -> Iterator[MessageExt]:
         for i in range(len(self._positions)):
             yield self[i]
+
+    def queue_offset_at(self, index: int) -> int:
+        """The queue offset of record ``index``, read from its header (no decoding)."""
+        pos = self._positions[index] + OFFSET_QUEUE_OFFSET
+        return int(QUEUE_OFFSET.unpack_from(self._view, pos)[0]) + self._offset_delta
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):

@@ -171,7 +171,7 @@ class PushConsumer:
             self.pull_service.start()
             for name, target in (("rebalance", self._rebalance_loop), ("commit", self._commit_loop),
                                  ("lease", self._lease_loop)):
-                if name == "lease" and not self.orderly:
+                if name == "lease" and not self.rebalance_impl.settings.leases:  # (broadcasting takes none)
                     continue
                 t = threading.Thread(target=target, name=f"push-{name}-{self.group}", daemon=True)
                 t.start()
@@ -247,7 +247,7 @@ class PushConsumer:
         """Orderly: the broker freed this member's leases when its session ended (another member may lock the
         queues at once), so none is trusted until renewed: a member whose connection blipped went on consuming its
         queues beside the one that took them, out of order, for up to its lease's trust (30 s)."""
-        if not self.orderly:
+        if not self.rebalance_impl.settings.leases:
             return
         suspended = 0
         for pq in list(self.rebalance_impl.process_queues.values()):

@@ -10,12 +10,12 @@ import sys
 import click
 
 from common.acl import SUPER, User, parse_credentials, parse_user
-from common.broker_expiry import DEFAULT_BROKER_EXPIRY_MS
 from common.daemon_cli import metrics_options, run_command, tls_server_options
 from common.metrics import MetricsExporterType
 from common.tls import TlsError, server_tls
 from namesrv.controller.controller_store import ControllerStoreError
 from namesrv.namesrv_server import DEFAULT_CONTROLLER_STORE_PATH, BindError, NamesrvConfig, NamesrvServer
+from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
 
 PROG = "mqnamesrv"
 log = logging.getLogger("namesrv.main")

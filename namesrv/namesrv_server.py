@@ -13,7 +13,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from common.acl import ADMIN, AclInterceptor, Authority, User, method_action
-from common.broker_expiry import DEFAULT_BROKER_EXPIRY_MS
 from common.metrics import (
     Health,
     MetricsExporterType,
@@ -31,6 +30,7 @@ from namesrv.controller.controller_store import ControllerStore
 from namesrv.controller.replicas_info_manager import ReplicasInfoManager
 from namesrv.namesrv_servicer import NamesrvServicer
 from namesrv.route_info_manager import RouteInfoManager
+from namesrv.route_models import DEFAULT_BROKER_EXPIRY_MS
 from proto import controller_pb2, controller_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -56,6 +56,7 @@ def register_request_from_proto(request: namesrv_pb2.RegisterBrokerRequest) -> R
         base_version=data_version_from_proto(request.base_version) if request.HasField("base_version") else None,
         heartbeat_timeout_ms=request.heartbeat_timeout_ms,
         master_epoch=request.master_epoch,
+        register_period_ms=request.register_period_ms,
     )
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 from operator import attrgetter
 
-from common.broker_expiry import DEFAULT_BROKER_EXPIRY_MS
 from common.perm import PERM_WRITE
 from common.statictopic.mapping_info_checks import registration_fault
 from namesrv.route_models import (
+    DEFAULT_BROKER_EXPIRY_MS,
     WARM_UP_MS,
     BrokerData,
     ClusterInfo,
@@ -147,7 +147,8 @@ class RouteInfoManager:
                                   request.topic_queue_mapping_infos)
             info.data_version = request.data_version
             info.master_epoch = request.master_epoch
-            info.heartbeat_timeout_ms = request.heartbeat_timeout_ms or self.broker_expiry_ms
+            info.heartbeat_timeout_ms = (request.heartbeat_timeout_ms
+                                         or max(self.broker_expiry_ms, 3 * request.register_period_ms))
             info.last_update_ms = self._clock()
             info.last_update_timestamp = self._wall_clock()
             if request.full:  # deltas arrive every 30 s per broker: too many to log at INFO

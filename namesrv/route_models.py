@@ -4,6 +4,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 MASTER_ID = 0
+DEFAULT_BROKER_EXPIRY_MS = 120_000
 # A broker's registerNameServerPeriod (30 s by default) and a margin: a name server younger than this may not have
 # heard from every live broker yet (GetRouteInfoResponse.warming_up)
 WARM_UP_MS = 35_000
@@ -97,8 +98,9 @@ class RegisterBrokerRequest:
     deleted_topics: Iterable[str] = ()
     topic_queue_mapping_infos: Mapping[str, TopicQueueMappingInfo] = field(default_factory=dict)
     base_version: DataVersion | None = None
-    heartbeat_timeout_ms: int = 0  # 0: the name server's default
+    heartbeat_timeout_ms: int = 0  # 0: the name server's default, or three register periods when longer
     master_epoch: int = 0  # controller mode: the master epoch the broker knows
+    register_period_ms: int = 0  # 0: not said (an older broker)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,16 +76,14 @@ class AclCommandResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
 
 class AclCopy(_message.Message):
-    __slots__ = ("users", "policies", "data_version", "unconfirmed")
+    __slots__ = ("users", "policies", "data_version")
     USERS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
-    UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[AclUser]
     policies: _containers.RepeatedCompositeFieldContainer[AclPolicy]
     data_version: _common_pb2.DataVersion
-    unconfirmed: bool
-    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[AclPolicy, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., unconfirmed: _Optional[bool] = ...) -> None: ...
+    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ..., policies: _Optional[_Iterable[_Union[AclPolicy, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
 
 class AclAuthorizeRequest(_message.Message):
     __slots__ = ("authorization", "date_time", "authenticate", "authorize", "action", "resources", "method")

@@ -25,7 +25,7 @@ class RegisterBrokerBody(_message.Message):
     def __init__(self, topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., deleted_topics: _Optional[_Iterable[str]] = ..., topic_queue_mapping_info: _Optional[_Mapping[str, _common_pb2.TopicQueueMappingInfo]] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "data_version", "base_version", "full", "body", "compressed_body", "heartbeat_timeout_ms", "master_epoch")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "data_version", "base_version", "full", "body", "compressed_body", "heartbeat_timeout_ms", "master_epoch", "register_period_ms")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class RegisterBrokerRequest(_message.Message):
     COMPRESSED_BODY_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -48,7 +49,8 @@ class RegisterBrokerRequest(_message.Message):
     compressed_body: bytes
     heartbeat_timeout_ms: int
     master_epoch: int
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., base_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., full: _Optional[bool] = ..., body: _Optional[_Union[RegisterBrokerBody, _Mapping]] = ..., compressed_body: _Optional[bytes] = ..., heartbeat_timeout_ms: _Optional[int] = ..., master_epoch: _Optional[int] = ...) -> None: ...
+    register_period_ms: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., base_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., full: _Optional[bool] = ..., body: _Optional[_Union[RegisterBrokerBody, _Mapping]] = ..., compressed_body: _Optional[bytes] = ..., heartbeat_timeout_ms: _Optional[int] = ..., master_epoch: _Optional[int] = ..., register_period_ms: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("code", "remark", "need_full")

@@ -46,7 +46,7 @@ from broker.tiered.metadata.tiered_metadata_store import TieredMetadataCopy
 from broker.tiered.provider.file_segment import is_backend_error
 from broker.tiered.replica.tier_role import MasterTier
 from common import tls
-from common.acl import User, inner_metadata
+from common.acl import Policy, User, inner_metadata
 from common.response_code import ResponseCode
 from common.statictopic.mapping_codec import detail_from_proto
 from common.topic_config import TopicConfig
@@ -141,6 +141,7 @@ class SlaveSynchronize(threading.Thread):
         self._groups_copied: set[str] = set()  # the groups the last copy held: only those go when the master drops one
         self._group_version_copied: tuple[str, common_pb2.DataVersion] | None = None
         self._acls_copied: tuple[str, common_pb2.DataVersion] | None = None
+        self._acls_copied_once = False  # since this broker started: its tables before may be its own
         self._unversioned = b""  # the last copy of a master that names no versions (an older release)
         self._unwatchable: set[str] = set()  # masters of an older release (no WaitMetadataChange)
         self._watch_channel: tuple[str, grpc.Channel] | None = None
@@ -355,25 +356,36 @@ class SlaveSynchronize(threading.Thread):
 
     def _copy_acls(self, addr: str, answer: acl_pb2.AclCopy) -> None:
         """The master's users and policies replace this slave's (the bootstrap user it made at its first start
-        too: the master's is the one that counts), unless the master's are unconfirmed (never copied from a
-        master of its own that predates GetAclCopy): then they are added to this slave's, which drops none."""
+        too: the master's is the one that counts). The first copy since this broker started replaces tables that
+        may be its own (a master before, rejoining as a replica of one elected in a rolling upgrade, which lacks
+        them): what it drops is kept in a file beside them and said (lost for good before)."""
         assert self.acl is not None
         self._acls_copied = None  # until this copy is applied whole
-        users = {u.username: User(u.username, u.password, u.user_type) for u in answer.users}
-        policies = {p.subject: policy_from_proto(p) for p in answer.policies}
-        own_users, own_policies, _ = self.acl.snapshot()
-        if answer.unconfirmed:
-            users = {**{u.username: u for u in own_users}, **users}
-            policies = {**{p.subject: p for p in own_policies}, **policies}
-        dropped = sorted({u.username for u in own_users} - set(users))
-        changed = self.acl.replace_all(users.values(), policies.values())
-        self.acl.unconfirmed = answer.unconfirmed
+        users = [User(u.username, u.password, u.user_type) for u in answer.users]
+        policies = [policy_from_proto(p) for p in answer.policies]
+        if not self._acls_copied_once:
+            self._keep_dropped_acls(users, policies)
+        changed = self.acl.replace_all(users, policies)
+        self._acls_copied_once = True
+        self.acl.unconfirmed = False
         if answer.HasField("data_version"):
             self._acls_copied = (addr, answer.data_version)
         if changed:
-            log.info("slave_acls_copied master=%s users=%d policies=%d changed=%d dropped_users=%s unconfirmed=%s",
-                     addr, len(answer.users), len(answer.policies), changed, ",".join(dropped) or "-",
-                     answer.unconfirmed)
+            log.info("slave_acls_copied master=%s users=%d policies=%d changed=%d", addr, len(answer.users),
+                     len(answer.policies), changed)
+
+    def _keep_dropped_acls(self, users: list[User], policies: list[Policy]) -> None:
+        assert self.acl is not None
+        own_users, own_policies, _ = self.acl.snapshot()
+        names, subjects = {u.username for u in users}, {p.subject for p in policies}
+        dropped_users = [u for u in own_users if u.username not in names]
+        dropped_policies = [p for p in own_policies if p.subject not in subjects]
+        if dropped_users or dropped_policies:
+            kept = self.acl.keep_replaced(dropped_users, dropped_policies)
+            log.warning("acl_own_tables_replaced users=%s policies=%d kept_in=%s: this broker's own users and "
+                        "policies its master lacks are gone from its tables (create them on the master with mqadmin "
+                        "if they are wanted)", ",".join(sorted(u.username for u in dropped_users)) or "-",
+                        len(dropped_policies), kept)
 
     def _copy_offsets(self, offsets: Iterable[broker_pb2.ConsumerOffsetEntry]) -> None:
         theirs = set()

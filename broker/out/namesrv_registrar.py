@@ -55,6 +55,7 @@ class NamesrvRegistrar:
         self.identity = identity
         self.topics = topics
         self.period_s = period_ms / 1000
+        self.period_ms = period_ms
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.mapping_infos = mapping_infos
         self._channels = {addr: tls.channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
@@ -122,7 +123,8 @@ class NamesrvRegistrar:
             cluster_name=self.identity.cluster_name, broker_name=self.identity.broker_name,
             broker_id=self.identity.broker_id, broker_addr=self.identity.broker_addr,
             data_version=common_pb2.DataVersion(state_version=version.state_version, counter=counter),
-            full=full, heartbeat_timeout_ms=self.heartbeat_timeout_ms, master_epoch=self.master_epoch)
+            full=full, heartbeat_timeout_ms=self.heartbeat_timeout_ms, master_epoch=self.master_epoch,
+            register_period_ms=self.period_ms)
         if not full:
             request.base_version.CopyFrom(common_pb2.DataVersion(state_version=version.state_version, counter=acked))
         raw = body.SerializeToString()

@@ -74,7 +74,10 @@ class PullMessageProcessor:
             if request.commit_offset >= 0:
                 _commit_on_pull(lambda: self.static_topics.commit_offset(ctx, group, request.commit_offset),
                                 group, request)
-            return self.static_topics.pull(ctx, request, codes)
+            outcome = self.static_topics.pull(ctx, request, codes)
+            if outcome.response.code == ResponseCode.PULL_OFFSET_MOVED and self.is_replica():
+                return _offset_left_to_the_master(outcome.response, request.queue_offset)  # (logic offsets)
+            return outcome
         checked_queue_id(config, request.queue_id, writing=False)
         if request.commit_offset >= 0:
             _commit_on_pull(lambda: self.consumer_offset_manager.commit_offset(

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Sequence
 
+from client.pulled_messages import PulledMessages
 from common.message import MessageExt
 from common.message_queue import MessageQueue
 
@@ -22,15 +23,24 @@ class Run:
     """Messages of one pull, in offset order (decoded when first read, by the thread that handles them); ``low`` is
     the first one not done; ``bytes`` what they weigh for flow control."""
 
-    __slots__ = ("bytes", "done", "forgotten", "left", "low", "msgs")
+    __slots__ = ("bytes", "done", "forgotten", "last", "left", "low", "msgs")
 
     def __init__(self, msgs: Sequence[MessageExt], size: int) -> None:
         self.msgs = msgs
+        self.last = _last_offset(msgs)
         self.done = bytearray(len(msgs))
         self.low = 0
         self.left = len(msgs)
         self.bytes = size
         self.forgotten = False  # the queue was reset while it was handled: it counts no more
+
+
+def _last_offset(msgs: Sequence[MessageExt]) -> int:
+    if not msgs:
+        return -1
+    if isinstance(msgs, PulledMessages):
+        return msgs.queue_offset_at(len(msgs) - 1)
+    return msgs[-1].queue_offset
 
 
 class ProcessQueue:
@@ -108,10 +118,11 @@ class ProcessQueue:
             return run, run.low
 
     def span(self) -> int:
-        """Offsets from the oldest message not done to the next pull: how far finished messages wait behind it
-        (their runs are kept until it is done)."""
+        """Offsets from the oldest message not done to the newest message cached (upstream's maxSpan): how far
+        finished messages wait behind it (their runs are kept until it is done). Offsets a tag filter skipped after
+        the newest do not count: a sparse tag's one message in progress held its queue."""
         with self._lock:
-            return self.next_offset - self._commit_offset()
+            return self._runs[-1].last - self._commit_offset() if self._runs else 0
 
     def cached(self) -> tuple[int, int]:
         """Messages and body bytes waiting or in progress."""

@@ -1,8 +1,10 @@
-"""A replica's copy of its master's ACL tables in a rolling upgrade: a master that predates GetAclCopy gives none,
-and a replica elected then serves its own tables (unconfirmed); a replica of such a master adds them to its own
-instead of replacing its own with them. Before, an upgraded old master rejoining as a replica of one elected so lost
-its users and policies for good (the upgrade review: alice, made on the old master, was gone everywhere)."""
+"""A replica's copy of its master's ACL tables in a rolling upgrade: a master that predates GetAclCopy gives none (the
+replica keeps its own and says so when elected); and the first copy a broker applies since it started replaces
+tables that may be its own (an old master rejoining as a replica of one elected so): what it drops is kept in a
+file and said. Before, those users and policies were lost for good (the upgrade review: alice, made on the old
+master, was gone everywhere)."""
 
+import json
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -44,7 +46,7 @@ def _serve(with_acl: FakeAcl | None) -> tuple[grpc.Server, str]:
 def replica(tmp_path: Path) -> Iterator[tuple[AclManager, SlaveSynchronize]]:
     stores = open_metadata_stores(StoreType.DEFAULT, tmp_path)
     assert stores.users is not None and stores.acls is not None
-    acl = AclManager(stores.users, stores.acls)
+    acl = AclManager(stores.users, stores.acls, kept_dir=tmp_path / "config")
     acl.load(("root", "pw"))
     acl.put_user(User("alice", "alice-pw"))  # made here while this broker was its group's master
     config = tmp_path / "config"
@@ -65,17 +67,20 @@ def test_a_master_that_predates_acl_copies_leaves_the_replica_its_own_tables_mar
     assert sorted(acl.users) == ["alice", "root"] and acl.unconfirmed
 
 
-def test_an_unconfirmed_copy_is_added_to_the_replicas_tables_and_a_confirmed_one_replaces_them(replica) -> None:
+def test_the_first_copy_keeps_the_replicas_own_users_it_drops_in_a_file(replica, tmp_path: Path) -> None:
     acl, sync = replica
     fake = FakeAcl()
+    fake.copy = acl_pb2.AclCopy(users=[acl_pb2.AclUser(username="root", password="pw", user_type="Super"),
+                                       acl_pb2.AclUser(username="bob", password="bob-pw")])
     server, addr = _serve(fake)
     try:
-        fake.copy = acl_pb2.AclCopy(users=[acl_pb2.AclUser(username="root", password="pw", user_type="Super"),
-                                           acl_pb2.AclUser(username="bob", password="bob-pw")], unconfirmed=True)
         sync.sync_all(addr)
-        assert sorted(acl.users) == ["alice", "bob", "root"] and acl.unconfirmed  # alice kept
-        fake.copy.unconfirmed = False  # the group's master has confirmed tables again: they are the group's
+        assert sorted(acl.users) == ["bob", "root"]  # the master's tables are the group's
+        (kept,) = (tmp_path / "config").glob("acl-replaced-*.json")
+        assert [u["username"] for u in json.loads(kept.read_text())["users"]] == ["alice"]
+        assert kept.stat().st_mode & 0o777 == 0o600
+        del fake.copy.users[1]  # deleteUser bob on the master: a later copy drops him, keeping nothing
         sync.sync_all(addr)
-        assert sorted(acl.users) == ["bob", "root"] and not acl.unconfirmed
+        assert sorted(acl.users) == ["root"] and len(list((tmp_path / "config").glob("acl-replaced-*"))) == 1
     finally:
         server.stop(grace=0)

@@ -84,6 +84,8 @@ def test_broadcasting_orderly_members_each_get_every_message(cluster: Cluster) -
         for member in members:
             member.start()
         wait_until(lambda: all(len(m.assigned_queues()) == 4 for m in members), what="every queue on both members")
+        # no lease renewal either: the first one's leases suspended every other member 20 s after it started
+        assert not [t.name for m in members for t in m._threads if t.name.startswith("push-lease")]
         _send(cluster, "BcastT", 200)
         wait_until(lambda: all(len(g) == 200 for g in got), timeout=30,
                    what=f"every message on both members (got {[len(g) for g in got]})")

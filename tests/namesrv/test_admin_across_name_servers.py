@@ -101,3 +101,15 @@ def test_a_write_perm_change_is_tried_on_every_name_server_and_says_where_it_fai
             route = namesrv_pb2_grpc.NamesrvServiceStub(channel).GetRouteInfoByTopic(
                 namesrv_pb2.GetRouteInfoRequest(topic=OLD), timeout=5).route
         assert [q.perm & 2 for q in route.queue_datas] == [0], f"write perm kept at {ns.addr}"
+
+
+def test_delete_topic_goes_on_past_a_dead_master_that_never_had_the_topic(cluster: TwoNameServers) -> None:
+    """deleteTopic -c asks every master of the cluster: one dead (still registered, for up to the expiry) failed the
+    command, even where it had deleted the topic (the diff review)."""
+    with Admin(cluster.addrs) as admin:
+        admin.create_topic(OLD, brokers=["broker-a"], read_queue_nums=1, write_queue_nums=1)
+        wait_until(lambda: all(_route_brokers(n.addr, OLD) for n in cluster.ns), what="the topic routed")
+        cluster.brokers["broker-b"].kill()
+        assert admin.delete_topic(OLD, "DefaultCluster") == ["broker-a"]
+    assert not _broker_has(cluster.brokers["broker-a"], OLD)
+    assert all(_route_brokers(n.addr, OLD) is None for n in cluster.ns)

@@ -43,12 +43,12 @@ def register(manager: RouteInfoManager, broker_name: str = "broker-a", configs: 
              counter: int = 1, *, broker_id: int = 0, addr: str | None = None, full: bool = True,
              base: DataVersion | None = None, deleted: Iterable[str] = (),
              mappings: dict[str, TopicQueueMappingInfo] | None = None, cluster: str = CLUSTER,
-             heartbeat_timeout_ms: int = 0) -> RegisterBrokerResult:
+             heartbeat_timeout_ms: int = 0, register_period_ms: int = 0) -> RegisterBrokerResult:
     return manager.register_broker(RegisterBrokerRequest(
         cluster_name=cluster, broker_name=broker_name, broker_id=broker_id,
         broker_addr=addr or f"{broker_name}-{broker_id}:10911", data_version=version(counter), full=full,
         topic_configs=configs, deleted_topics=deleted, topic_queue_mapping_infos=mappings or {}, base_version=base,
-        heartbeat_timeout_ms=heartbeat_timeout_ms))
+        heartbeat_timeout_ms=heartbeat_timeout_ms, register_period_ms=register_period_ms))
 
 
 def route_brokers(manager: RouteInfoManager, topic: str) -> list[str]:
@@ -307,6 +307,17 @@ def test_static_topic_mapping_goes_with_a_delta_delete(manager: RouteInfoManager
     register(manager, "broker-a", counter=2, full=False, base=version(1), deleted=["S"])
     route = manager.pickup_topic_route_data("S")
     assert route is not None and list(route.topic_queue_mapping_by_broker) == ["broker-b"]
+
+
+def test_a_broker_registering_less_often_than_the_expiry_is_kept_three_periods(manager: RouteInfoManager,
+                                                                               clock: FakeClock):
+    """registerNameServerPeriod above the expiry: the live broker left every route between its registrations."""
+    register(manager, "broker-a", topic_configs("T"), register_period_ms=EXPIRY_MS)
+    register(manager, "broker-b", topic_configs("T"), register_period_ms=EXPIRY_MS // 10)  # the default applies
+    clock.now += EXPIRY_MS + 1
+    assert [b.broker_name for b in manager.scan_not_active_brokers()] == ["broker-b"]
+    clock.now += 2 * EXPIRY_MS
+    assert [b.broker_name for b in manager.scan_not_active_brokers()] == ["broker-a"]
 
 
 def test_static_topic_mapping_goes_with_broker_expiry(manager: RouteInfoManager, clock: FakeClock):
