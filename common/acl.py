@@ -549,18 +549,19 @@ class AclInterceptor(grpc.aio.ServerInterceptor):
         # A stream's frames come long after it opened: a changed password or a deleted user ends it at its next
         # frame (its client opens it again with the credentials it has now), as authorization does per frame.
         unchanged = self._credentials_unchanged(username) if handler.request_streaming else None
+        each_frame = None if unchanged is None else (lambda _request: unchanged())
         if not self.authorize or username is None:
-            return handler if unchanged is None else _checking(handler, lambda _request: unchanged(), None)
+            return handler if each_frame is None else _checking(handler, each_frame, None)
         action = method_action(method)
         try:
             if action == ADMIN:
                 self.authority.check(username, ADMIN, (), method)
-                return handler if unchanged is None else _checking(handler, lambda _request: unchanged(), None)
+                return handler if each_frame is None else _checking(handler, each_frame, None)
         except AclError as exc:
             return _refusing(handler, exc)
         caller = Caller(username, self.authority)  # for checks the handler makes on what it reads
         if action is None:
-            return _checking(handler, None if unchanged is None else lambda _request: unchanged(), caller)
+            return _checking(handler, each_frame, caller)
 
         def check(request: Any) -> None:
             if unchanged is not None:
