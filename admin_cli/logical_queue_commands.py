@@ -38,7 +38,8 @@ def emit_moves(result: LogicQueueMoves, summary: str) -> None:
 def migrate_logical_queue(topic: str, logic_id: int, broker: str) -> None:
     remap = open_admin().migrate_logical_queue(topic, logic_id, broker)
     result = LogicQueueMoves([TopicMove(topic, m) for m in remap.moved], topics=1)
-    emit_moves(result, f"Static topic {topic}: logic queue {logic_id} now led by {broker}, epoch {remap.epoch}")
+    leader = next((q.broker_name for q in remap.leaders() if q.logic_id == logic_id), "nobody")
+    emit_moves(result, f"Static topic {topic}: logic queue {logic_id} now led by {leader}, epoch {remap.epoch}")
 
 
 # -- drainBroker --------------------------------------------------------------------------------------------

@@ -118,13 +118,18 @@ class LogicalQueueAdmin:
         if not targets:
             raise MQClientError(f"cluster {cluster} has no broker left to lead logic queues")
         details = self._all_details(members)
-        global_load = _led_counts(details)
-        unfinished = _unfinished(details)
         result = LogicQueueMoves()
+        unfinished = _unfinished(details)
+        if unfinished:  # interrupted moves finished first, then planned over: they count where they end
+            for topic in sorted(unfinished):
+                _targets, states = self.static_topics.read_targets(topic, cluster=cluster)
+                self._apply(topic, states, {}, result)
+            details = self._all_details(members)
+        global_load = _led_counts(details)
         for topic, leaders in sorted(_decided_leaders(details).items()):
             # chosen from the details read above: only topics that change are read again, broker by broker
             moves = rebalance_moves(leaders, targets, set(members), global_load)
-            if moves or topic in unfinished:
+            if moves:
                 _targets, states = self.static_topics.read_targets(topic, cluster=cluster)
                 self._apply(topic, states, moves, result)
         log.info("logic_queues_rebalanced cluster=%s topics=%d moved=%d", cluster, result.topics, len(result.moves))

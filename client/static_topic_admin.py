@@ -421,7 +421,18 @@ class StaticTopicAdmin:
         if not 0 <= logic_id < total:
             raise MQClientError(f"logic queue {logic_id} does not exist: topic {topic} has logic queues "
                                 f"0..{total - 1}")
+        finished = None
+        epochs = {s.detail.epoch for s in states.values() if s.detail is not None}
+        if len(epochs) > 1 or any(not chain[-1].logic_offset_decided() for chain in chains.values()):
+            # An interrupted change is finished first, and the brokers read again: a move planned over an undecided
+            # link was dropped (the queue stayed undecided, taking sends nobody could read), and a new leader not
+            # every broker had heard of looked like the queue's ("nothing to do").
+            finished = self.move(topic, states, {})
+            _targets, states = self.read_targets(topic, None, [broker])
+            _epoch, total, chains = self.current_view_of(topic, states)
         if chains[logic_id][-1].bname == broker:
+            if finished is not None:
+                return finished
             raise MQClientError(f"nothing to do: broker {broker} already leads logic queue {logic_id} of {topic}")
         return self.move(topic, states, {logic_id: broker})
 

@@ -48,8 +48,9 @@ class PullSettings:
     cached_messages_limit: int = 1000  # per queue (upstream's pullThresholdForQueue)
     cached_bytes_limit: int = 100 * 1024 * 1024  # per queue (pullThresholdSizeForQueue, MiB)
     # Concurrently: offsets from a queue's oldest message not done to its newest cached one (upstream's
-    # consumeConcurrentlyMaxSpan, ProcessQueue.span). Past it the queue waits: behind one message a handler holds, pulls went on and the finished ones piled up (with
-    # 100-byte messages, 450,000 and 433 MiB a queue) while the committed offset stayed at the held one.
+    # consumeConcurrentlyMaxSpan, ProcessQueue.span). Past it the queue waits: behind one message a handler holds,
+    # pulls went on and the finished ones piled up (with 100-byte messages, 450,000 and 433 MiB a queue) while the
+    # committed offset stayed at the held one.
     max_span: int = 2000
 
 

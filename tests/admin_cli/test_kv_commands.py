@@ -8,7 +8,7 @@ import pytest
 
 from admin_cli.kv_commands import text
 from client import Admin, KVClient, MQClientError
-from client.kv_snapshot_file import LENGTH, MAGIC
+from client.kv_snapshot_file import write_snapshot
 from common.kv_shard import shard_of
 from proto import kv_pb2
 from tests.admin_cli.helpers import CLUSTER, fails, mqadmin, ok, ok_json, table_lines
@@ -250,8 +250,7 @@ def test_import_refuses_a_second_header(cluster: Cluster, tmp_path: Path):
     chunks = [kv_pb2.KvSnapshotChunk(header=kv_pb2.KvSnapshotHeader(shard=shard, total_shards=SHARDS))
               for shard in (0, 1)]
     path = tmp_path / "two-headers.snap"
-    path.write_bytes(MAGIC + b"".join(LENGTH.pack(len(c.SerializeToString())) + c.SerializeToString()
-                                      for c in chunks))
+    write_snapshot(path, chunks)
     assert fails(cluster.addr, "kvImport", "-f", str(path)) == \
         f"mqadmin kvImport: KV snapshot {path} has a second header, in chunk 1 (counting from 0): a snapshot has " \
         "one, in its first chunk"
