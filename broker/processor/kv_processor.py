@@ -347,12 +347,18 @@ class KvProcessor:
                           "to finish an import of it cut short)")
         rest = [e for e in entries if e.key not in held]
         for start in range(0, len(rest), IMPORT_BATCH_ENTRIES):
-            await self._import_batch(kv, ctx, rest[start : start + IMPORT_BATCH_ENTRIES])
+            await self._import_batch(kv, header.shard, ctx, rest[start : start + IMPORT_BATCH_ENTRIES])
         log.info("kv_snapshot_imported shard=%d entries=%d held_before=%d from_broker=%s from_offset=%d",
                  header.shard, len(entries), len(held), header.broker_name, header.commit_log_offset)
         return kv_pb2.KvImportResponse(code=ResponseCode.SUCCESS, imported=len(entries))
 
-    async def _import_batch(self, kv: KvStore, ctx: LogicQueueContext, entries: list[kv_pb2.KvEntry]) -> None:
+    async def _import_batch(self, kv: KvStore, shard: int, ctx: LogicQueueContext,
+                            entries: list[kv_pb2.KvEntry]) -> None:
+        # Checked before each batch, as a write is (_append_group): a remap may have fenced the shard meanwhile (the
+        # import is refused, and run again where the shard leads then).
+        if self._writable_queue(shard, self._context(shard)) != ctx.leader.queue_id:
+            raise Refusal(ResponseCode.SYSTEM_BUSY, f"shard {shard} of {KV_TOPIC} moved during the import: run it "
+                          "again")
         encoded = [KvRecord(KvOp.PUT, e.key, e.value).encode() for e in entries]
         result = self.store.put_messages(KV_TOPIC, ctx.leader.queue_id, [b for _, b in encoded],
                                          [p for p, _ in encoded], body_limit=MAX_BODY_BYTES, wait_flushed=False)
