@@ -456,7 +456,7 @@ class BrokerController:
                 ha_info=self._ha_info, producers=self.transactions.producers,
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
-                on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_pop_topic,
+                on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_deleted_topic,
                 on_mapping_changed=self.hold_service.wake_topic,
                 acl_version=lambda: self.acl.data_version if self.acl is not None else None),
             recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
@@ -515,10 +515,13 @@ class BrokerController:
         if self.pop_service is not None:
             self.pop_service.forget_queues(topic, logic_ids, "leader_again")
 
-    def _forget_pop_topic(self, topic: str) -> None:
-        """A deleted topic: a topic made again under the name starts at queue offset 0."""
+    def _forget_deleted_topic(self, topic: str) -> None:
+        """A deleted topic: a topic made again under the name starts at queue offset 0 (POP's state), and its
+        metrics' series go."""
         if self.pop_service is not None:
             self.pop_service.forget_queues(topic, None, "topic_deleted")
+        if self.metrics is not None:
+            self.metrics.forget_topic(topic)
 
     def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a

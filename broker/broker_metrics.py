@@ -6,6 +6,7 @@ Two kinds, to keep the hot path cheap:
   offsets, committed consumer offsets, KV, tier, replication), so no request pays for them.
 """
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -26,8 +27,8 @@ class BrokerMetrics:
         r = self.registry
         self.messages_in = Counter("rocketmq_messages_in", "Messages stored by sends, per topic", ["topic"],
                                    registry=r)
-        self.throughput_in = Counter("rocketmq_throughput_in", "Message bytes stored by sends, per topic",
-                                     ["topic"], registry=r)
+        self.throughput_in = Counter("rocketmq_throughput_in", "Message bytes stored by sends (records as encoded, "
+                                     "or bodies of unary sends), per topic", ["topic"], registry=r)
         self.messages_out = Counter("rocketmq_messages_out", "Messages handed out by pulls and pops, per topic and "
                                     "group",
                                     ["topic", "consumer_group"], registry=r)
@@ -39,12 +40,27 @@ class BrokerMetrics:
         self._pull_latency = self.rpc_latency.labels("pull")
         self._pop_latency = self.rpc_latency.labels("pop")
 
-    def sent(self, topic: str, messages: int, size: int, started: float) -> None:
-        """One stored send batch (``started``: its ``time.perf_counter()``)."""
-        self._send_latency.observe((time.perf_counter() - started) * 1000)
+    def sent(self, topic: str, messages: int, size: int) -> None:
+        """One stored send batch: its messages and their body bytes."""
         if messages:
             self.messages_in.labels(topic).inc(messages)
             self.throughput_in.labels(topic).inc(size)
+
+    def send_answered(self, started: float) -> None:
+        """A send's answer is ready (``started``: its ``time.perf_counter()``): the latency a client sees, the wait
+        for the fsync (SYNC_FLUSH) and the slaves (SYNC_MASTER) included."""
+        self._send_latency.observe((time.perf_counter() - started) * 1000)
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's series go (they stayed exported for good: one more set a topic made and deleted)."""
+        for counter in (self.messages_in, self.throughput_in):
+            with contextlib.suppress(KeyError):  # (never sent to)
+                counter.remove(topic)
+        for counter in (self.messages_out, self.throughput_out):
+            groups = {sample.labels["consumer_group"] for family in counter.collect() for sample in family.samples
+                      if sample.labels.get("topic") == topic}
+            for group in groups:
+                counter.remove(topic, group)
 
     def pulled(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
         """One pull answer (``elapsed_s``: the handling time, long-polling parks not counted)."""
@@ -102,8 +118,11 @@ class BrokerStateCollector(Collector):
     def _consumer_lag(self) -> Iterator[Metric]:
         c = self.controller
         lag = GaugeMetricFamily("rocketmq_consumer_lag_messages",
-                                "Messages in a queue past the group's committed offset",
+                                "Messages in a queue past the group's committed offset (its master's only)",
                                 labels=["consumer_group", "topic", "queue_id"])
+        if c._not_master() is not None:  # a replica's copy of the offsets: summed with the master's, lag doubled
+            yield lag
+            return
         for group, topic, queue_id, offset in c.consumer_offset_manager.all_offsets():
             try:
                 end = c.store.max_offset(topic, queue_id)
@@ -142,8 +161,9 @@ class BrokerStateCollector(Collector):
         following = self.controller.replica_services.ha_client
         if following is not None:
             yield GaugeMetricFamily("rocketmq_ha_replication_stopped",
-                                    "1 while this replica does not copy its master (haRefusal says why)",
-                                    value=1 if following.refusal else 0)
+                                    "1 while this replica does not copy its master: refused (haRefusal says why), "
+                                    "or no stream from it (its master unreachable)",
+                                    value=1 if following.refusal or not following.streaming else 0)
         ha = self.controller.ha
         if ha is None:
             return

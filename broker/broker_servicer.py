@@ -40,6 +40,9 @@ async def run(call: Callable[..., Any], *args: Any, in_thread: bool = False, rem
     return await asyncio.to_thread(call, *args) if in_thread else call(*args)
 
 
+MAX_TIMED_SENDS = 1 << 16  # stream sends waiting to settle whose start is kept for the latency histogram
+
+
 @rpc_boundary(broker_pb2.DESCRIPTOR.services_by_name["BrokerService"])
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, *, send: SendMessageProcessor, pull: PullMessageProcessor,
@@ -65,26 +68,61 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self.admission = SendAdmission()  # unary sends: held at once, in bytes
         self._sends_block = sync_flush and flush_waiters is None  # a put that waits for its fsync: in a thread
         self._settles_send = flush_waiters is not None or ha is not None
+        self._send_started: dict[int, float] = {}  # a stream's send waiting to settle -> when it came (latency)
 
     async def SendMessage(self, request, context):
         with self.admission.admitted(request.ByteSize(), context.time_remaining()) as refusal:
             if refusal is not None:
                 return broker_pb2.SendMessageResponse(code=ResponseCode.SYSTEM_BUSY, remark=refusal,
                                                       queue_id=request.queue_id)
+            started = time.perf_counter()
             response = await self._send(request)
             pending = self._settle_send(response)
             if pending is not None:
                 await pending
+            if self.metrics is not None:
+                self.metrics.send_answered(started)
             return response
 
     async def SendMessageStream(self, request_iterator, context):
         # Appends run on the event loop, in the order the batches came; a SYNC_FLUSH send's wait for its fsync
         # and a SYNC_MASTER's wait for its slaves run beside the next appends. (A put that waits for its fsync
         # itself runs in a thread, and batches in flight together may then be appended in either order.)
-        async for frame in answer_frames(request_iterator, self._send, broker_pb2.SendMessageResponse,
+        async for frame in answer_frames(request_iterator, self._timed_send, broker_pb2.SendMessageResponse,
                                          in_order=not self._sends_block, rpc="SendMessageStream",
-                                         settle=self._settle_send if self._settles_send else None):
+                                         settle=self._timed_settle if self._settles_send else None):
             yield frame
+
+    async def _timed_send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
+        """A stream's send; its latency is recorded here when nothing is waited for after the append, else when
+        what its answer waits for is done (``_timed_settle``)."""
+        started = time.perf_counter()
+        response = await self._send(request)
+        if self.metrics is not None:
+            if self._settles_send:
+                if len(self._send_started) > MAX_TIMED_SENDS:  # (answers a broken stream never settled)
+                    self._send_started.clear()
+                self._send_started[id(response)] = started
+            else:
+                self.metrics.send_answered(started)
+        return response
+
+    def _timed_settle(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None] | None:
+        started = self._send_started.pop(id(response), None)
+        pending = self._settle_send(response)
+        if self.metrics is None or started is None:
+            return pending
+        if pending is None:
+            self.metrics.send_answered(started)
+            return None
+        return self._answered_after(pending, started)
+
+    async def _answered_after(self, pending: Awaitable[None], started: float) -> None:
+        try:
+            await pending
+        finally:
+            assert self.metrics is not None
+            self.metrics.send_answered(started)
 
     def _settle_send(self, response: broker_pb2.SendMessageResponse) -> Awaitable[None] | None:
         """What a stored send's answer waits for, called right after it was appended: its fsync (SYNC_FLUSH),
@@ -109,12 +147,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             await replicated  # (a send no longer SUCCESS is not waited for)
 
     async def _send(self, request: broker_pb2.SendMessageRequest) -> broker_pb2.SendMessageResponse:
-        started = time.perf_counter()
         response = await run(self.send.send, request, in_thread=self._sends_block)
         if self.metrics is not None:  # metricsExporterType=PROM: once per batch
             stored = len(response.physical_offsets)
             size = (len(request.records) if request.records else sum(map(len, request.bodies))) if stored else 0
-            self.metrics.sent(request.topic, stored, size, started)
+            self.metrics.sent(request.topic, stored, size)
         self.stats.count((request.topic, ""), len(response.physical_offsets))
         return response
 
@@ -170,6 +207,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 started = time.perf_counter()
                 outcome = await run(pull, request, remote=blocks)
                 elapsed_s = time.perf_counter() - started
+        if request.peer_read:  # counted by the logic queue's leader that asked
+            return outcome
         if self.metrics is not None:  # messages: the queue offsets this answer moves the consumer past
             response = outcome.response
             found = response.code == ResponseCode.SUCCESS

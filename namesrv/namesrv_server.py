@@ -114,8 +114,12 @@ class NamesrvServer:
         await self._server.start()
         if prom:
             c = self.config
-            self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
-                                                   c.metrics_prom_exporter_port, self.registry, "namesrv")
+            try:
+                self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
+                                                       c.metrics_prom_exporter_port, self.registry, "namesrv")
+            except BaseException:  # (its port taken): the server stops here, not in a finalizer after the loop closed
+                await self._server.stop(None)
+                raise
         if self.controller is not None:
             await self.controller.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="scan-not-active-brokers")

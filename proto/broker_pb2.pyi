@@ -128,7 +128,7 @@ class PullStreamAnswers(_message.Message):
     def __init__(self, responses: _Optional[_Iterable[_Union[PullMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes", "addressing", "request_id")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sub_expression", "suspend_timeout_ms", "commit_offset", "max_bytes", "addressing", "request_id", "peer_read")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class PullMessageRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADDRESSING_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_READ_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -151,7 +152,8 @@ class PullMessageRequest(_message.Message):
     max_bytes: int
     addressing: QueueAddressing
     request_id: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    peer_read: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., sub_expression: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., addressing: _Optional[_Union[QueueAddressing, str]] = ..., request_id: _Optional[int] = ..., peer_read: _Optional[bool] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("code", "remark", "next_begin_offset", "min_offset", "max_offset", "records", "offset_delta", "request_id")

@@ -105,8 +105,12 @@ class ProxyServer:
         self._sweep_task = asyncio.create_task(self._send_streams.sweep_periodically(
             client.route_addrs, also=client.close_unrouted_channels), name="broker-channel-sweep")
         if prom:
-            self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
-                                                   c.metrics_prom_exporter_port, self.registry, "proxy")
+            try:
+                self.metrics_exporter = start_exporter(c.metrics_exporter_type, c.metrics_prom_exporter_host or c.host,
+                                                       c.metrics_prom_exporter_port, self.registry, "proxy")
+            except BaseException:  # (its port taken): stopped here, not in a finalizer after the loop closed
+                await self.stop()
+                raise
         log.info("proxy_started host=%s port=%d namesrv=%s", c.host, self.port, c.namesrv_addr)
         return self.port
 

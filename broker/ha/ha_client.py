@@ -50,6 +50,7 @@ class HAClient(threading.Thread):
         self.copied_stores = copied_stores or {}  # what an empty replica copies besides the log (state_copy.py)
         self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
         self.refusal = ""  # why this replica stopped following (a tail it must not cut), or paused (a full disk)
+        self.streaming = False  # a stream from the master is open and welcomed (False: not yet, or it broke)
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
@@ -89,6 +90,7 @@ class HAClient(threading.Thread):
                 log.error("replication_stopped master=%s reason=%r", self.master_ha_addr, self.refusal,
                           exc_info=not isinstance(exc, ValueError))
                 self._stopped.set()
+            self.streaming = False  # (a stream the master ended too)
             self._acks.put(_CLOSE)
             if self._stopped.wait(REOPEN_PAUSE_S):
                 return
@@ -133,6 +135,7 @@ class HAClient(threading.Thread):
                     self._on_welcome(frame)
                     self._acks = acks
                 welcome = False
+                self.streaming = True
             if frame.data:
                 if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
                     self.epochs.assign(frame.epoch, frame.epoch_start_offset)  # before the epoch's bytes

@@ -90,7 +90,7 @@ class StaticTopicService:
         sub = broker_pb2.PullMessageRequest()
         sub.CopyFrom(request)
         sub.queue_id, sub.queue_offset, sub.addressing = item.queue_id, physical, PHYSICAL
-        sub.suspend_timeout_ms, sub.commit_offset = 0, -1
+        sub.suspend_timeout_ms, sub.commit_offset, sub.peer_read = 0, -1, True
         return self.peer_brokers.call(item.bname, "PullMessage", sub)
 
     def physical_offset(self, item: LogicQueueMappingItem, method: str, topic: str) -> int:

@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.store.disk_usage_watcher import USAGE_FILE_ENV
-from client import KVClient, Message, MQClientError, Producer, PullConsumer, SimpleConsumer
+from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, SimpleConsumer
 from proto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from tests.cluster import REPO, Cluster, Daemon, make_cluster, start_broker, start_daemon, wait_until
 
@@ -159,6 +159,20 @@ def test_broker_counters_move_under_load(mc: MetricsCluster):
     # the tier uploads what was sent (group commit age 50 ms)
     wait_until(lambda: scrape(port).value("rocketmq_tiered_uploaded_messages_total") >= 100,
                what="tiered uploads in the metrics")
+
+
+def test_a_deleted_topics_series_go(mc: MetricsCluster):
+    """Its message counters stayed exported for good: one more set of series every topic made and deleted."""
+    cluster = mc.cluster
+    topic, group = f"Deleted_{uuid.uuid4().hex[:8]}", f"DeletedGroup_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+    port = metrics_port(cluster.brokers["broker-a"])
+    _send_and_pull(cluster, topic, group, batches=1, batch=4)
+    assert scrape(port).value("rocketmq_messages_out_total", topic=topic) == 4
+    with Admin(cluster.addr) as admin:
+        admin.delete_topic(topic, "DefaultCluster")
+    gone = scrape(port)
+    assert not [n for (n, ls) in gone.samples if ("topic", topic) in ls], "a deleted topic's series are exported"
 
 
 def test_pop_receives_count_as_messages_out(mc: MetricsCluster):
