@@ -10,7 +10,7 @@ import click
 from admin_cli.context import as_json, command, open_admin, parse_broker_list
 from admin_cli.output import Column, Table, emit_tables
 from client.acl_admin import AclAdmin
-from common.acl import check_access_key
+from common.acl import key_pair
 
 DEFAULT_CLUSTER = "DefaultCluster"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,16 +18,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def credentials(access_key: str | None, secret_key: str | None) -> tuple[str, str] | None:
     """The (access key, secret key) pair of the global flags; both or neither."""
-    if not access_key and not secret_key:
-        return None
-    if not access_key or not secret_key:
-        raise click.UsageError("--access-key and --secret-key go together (or ROCKETMQ_ACCESS_KEY and "
-                               "ROCKETMQ_SECRET_KEY)")
-    try:  # here, before any call: gRPC would log its own multi-line complaint about the header first
-        check_access_key(access_key)
+    try:
+        return key_pair(access_key, secret_key)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    return access_key, secret_key
 
 
 def _targets(cluster: str | None, brokers: str | None) -> tuple[str | None, list[str] | None]:

@@ -87,6 +87,17 @@ def check_access_key(access_key: str, what: str = "access key") -> None:
                          "',' or '/', and not start or end with a space")
 
 
+def key_pair(access_key: str | None, secret_key: str | None) -> tuple[str, str] | None:
+    """The (access key, secret key) a client was given on its command line or environment: both or neither
+    (None); ValueError saying what is wrong, before any call (gRPC would log its own complaint about the header)."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ValueError("--access-key and --secret-key go together (or ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY)")
+    check_access_key(access_key)
+    return access_key, secret_key
+
+
 class Signer:
     """Signs calls with one key pair; the signature is remade at most once a second (the date's resolution)."""
 

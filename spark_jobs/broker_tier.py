@@ -10,7 +10,7 @@ import grpc
 
 from broker.tiered.provider.file_segment_factory import TieredBackendServiceProvider
 from broker.tiered.provider.s3_file_segment import S3Config
-from common.acl import check_access_key, signed_channel, signer_of
+from common.acl import key_pair, signed_channel, signer_of
 from common.response_code import ResponseCode, code_name
 from proto import broker_pb2_grpc, common_pb2, tiered_pb2, tiered_pb2_grpc
 from spark_jobs.tier_objects import TierLocation
@@ -82,17 +82,11 @@ def add_acl_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def acl_credentials(args: argparse.Namespace) -> tuple[str, str] | None:
-    """(access key, secret key), None when neither is given; TierJobError when only one is."""
-    if not args.access_key and not args.secret_key:
-        return None
-    if not args.access_key or not args.secret_key:
-        raise TierJobError("--access-key and --secret-key go together (or ROCKETMQ_ACCESS_KEY and "
-                           "ROCKETMQ_SECRET_KEY)")
+    """(access key, secret key), None when neither is given; TierJobError when only one is, or a bad one."""
     try:
-        check_access_key(args.access_key)
+        return key_pair(args.access_key, args.secret_key)
     except ValueError as exc:
         raise TierJobError(str(exc)) from None
-    return args.access_key, args.secret_key
 
 
 def broker_channel(addr: str, credentials: tuple[str, str] | None = None) -> grpc.Channel:
