@@ -16,6 +16,7 @@ from common.kv_shard import KV_TOPIC
 from common.statictopic.leader_balance import drain_moves, rebalance_moves
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
 from common.statictopic.queue_status import EXPIRED, item_status
+from common.statictopic.static_topic_plan import interrupted
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
 
 log = logging.getLogger(__name__)
@@ -169,15 +170,12 @@ class LogicalQueueAdmin:
 
 
 def _unfinished(details: dict[str, dict[str, TopicQueueMappingDetail]]) -> set[str]:
-    """Topics a change stopped part way through: a move not decided, or brokers at different epochs."""
-    epochs: dict[str, set[int]] = {}
-    out = set()
+    """Topics a change stopped part way through (``interrupted``)."""
+    by_topic: dict[str, list[TopicQueueMappingDetail]] = {}
     for per_topic in details.values():
         for topic, d in per_topic.items():
-            epochs.setdefault(topic, set()).add(d.epoch)
-            if any(not items[-1].logic_offset_decided() for items in d.hosted_queues.values()):
-                out.add(topic)
-    return out | {t for t, seen in epochs.items() if len(seen) > 1}
+            by_topic.setdefault(topic, []).append(d)
+    return {topic for topic, ds in by_topic.items() if interrupted(ds)}
 
 
 def _decided_leaders(details: dict[str, dict[str, TopicQueueMappingDetail]]) -> dict[str, dict[int, str]]:

@@ -26,6 +26,7 @@ from common.statictopic.static_topic_plan import (
     BrokerUpdate,
     RemapPlan,
     current_view,
+    interrupted,
     plan_create_or_extend,
     plan_moves,
     plan_remap,
@@ -422,8 +423,7 @@ class StaticTopicAdmin:
             raise MQClientError(f"logic queue {logic_id} does not exist: topic {topic} has logic queues "
                                 f"0..{total - 1}")
         finished = None
-        epochs = {s.detail.epoch for s in states.values() if s.detail is not None}
-        if len(epochs) > 1 or any(not chain[-1].logic_offset_decided() for chain in chains.values()):
+        if interrupted(s.detail for s in states.values() if s.detail is not None):
             # An interrupted change is finished first, and the brokers read again: a move planned over an undecided
             # link was dropped (the queue stayed undecided, taking sends nobody could read), and a new leader not
             # every broker had heard of looked like the queue's ("nothing to do").

@@ -4,7 +4,7 @@ The admin reads each broker's (detail, topic config), asks these functions for t
 it in the order that keeps every logic queue writable (see :class:`RemapPlan`).
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem, block_round_up
@@ -147,6 +147,17 @@ class RemapPlan:
         old.end_offset = max(old_leader_max_physical, old.start_offset)
         old.time_of_end = now_ms
         new.logic_offset = block_round_up_logic(old)
+
+
+def interrupted(details: Iterable[TopicQueueMappingDetail]) -> bool:
+    """Whether a change of the topic these brokers' details are of stopped part way: a move not decided, or the
+    brokers at different epochs (a re-run finishes it: ``plan_moves`` with no moves)."""
+    epochs = set()
+    for d in details:
+        epochs.add(d.epoch)
+        if any(not items[-1].logic_offset_decided() for items in d.hosted_queues.values()):
+            return True
+    return len(epochs) > 1
 
 
 def block_round_up_logic(old: LogicQueueMappingItem) -> int:
