@@ -1,9 +1,11 @@
 """KV store commands: kvInit, kvPut, kvGet, kvDelete, kvScan, kvCas, kvExport, kvImport.
 
-Keys and values are UTF-8 text on the command line; a stored value that is not valid UTF-8 is printed as
-Python's repr of the bytes (``b'\\xff...'``)."""
+Keys and values are UTF-8 text on the command line (a value can also be read from a file with ``--value-file``);
+a stored value that is not valid UTF-8 is printed as Python's repr of the bytes (``b'\\xff...'``)."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 from google.protobuf.message import DecodeError
@@ -23,7 +25,7 @@ from admin_cli.output import Column, Table, emit_record, emit_tables, to_json
 from admin_cli.static_topic_commands import BROKER_COLUMNS, LEADER_COLUMNS, broker_rows, leader_rows
 from client.kv_client import KVClient
 from client.kv_snapshot_file import read_snapshot, write_snapshot
-from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC, MAX_SCAN_LIMIT
+from common.kv_shard import DEFAULT_KV_SHARDS, KV_TOPIC, MAX_SCAN_LIMIT, MAX_VALUE_BYTES
 from proto import kv_pb2
 
 
@@ -75,7 +77,26 @@ def check_shard(_ctx: click.Context, _param: click.Parameter, value: int) -> int
 
 
 key_option = click.option("-k", "--key", "key", required=True, metavar="KEY", help="The key (UTF-8 text).")
-value_option = click.option("-v", "--value", "value", required=True, metavar="VALUE", help="The value (UTF-8 text).")
+
+
+def value_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``-v VALUE`` or ``--value-file FILE``: a value too large for a command line (about 128 KiB on Linux), or not
+    UTF-8 text, is read from a file (``-`` for stdin) as its bytes are."""
+    command = click.option("--value-file", "value_file", type=click.File("rb"), metavar="FILE",
+                           help="Read the value from FILE ('-' for stdin), bytes as they are.")(command)
+    return click.option("-v", "--value", "value", metavar="VALUE", help="The value (UTF-8 text).")(command)
+
+
+def value_bytes(value: str | None, value_file: BinaryIO | None) -> bytes:
+    if (value is None) == (value_file is None):
+        raise click.UsageError("give exactly one of -v VALUE or --value-file FILE")
+    if value_file is not None:
+        data = value_file.read(MAX_VALUE_BYTES + 1)
+        if len(data) > MAX_VALUE_BYTES:
+            raise click.BadParameter(f"{value_file.name} holds more than {MAX_VALUE_BYTES} bytes (a value is at most "
+                                     "4 MiB)", param_hint="--value-file")
+        return data
+    return utf8(value or "", "value")
 file_option = click.option("-f", "--file", "file", required=True, metavar="FILE",
                            type=click.Path(dir_okay=False, path_type=Path), help="The snapshot file.")
 
@@ -103,9 +124,9 @@ def kv_init(cluster: str | None, brokers: str | None, shards: int) -> None:
 # -- kvPut / kvGet / kvDelete -------------------------------------------------------------------------------
 @command("kvPut", "Set a key's value.")
 @key_option
-@value_option
-def kv_put(key: str, value: str) -> None:
-    open_kv().put(utf8(key, "key"), utf8(value, "value"))
+@value_options
+def kv_put(key: str, value: str | None, value_file: BinaryIO | None) -> None:
+    open_kv().put(utf8(key, "key"), value_bytes(value, value_file))
     click.echo(to_json({"key": key, "result": "ok"}) if as_json() else "OK")
 
 
@@ -151,12 +172,12 @@ def kv_scan(prefix: str, limit: int, start_after: str) -> None:
 @key_option
 @click.option("--expect", "expect", metavar="EXPECTED", help="The value the key must hold now.")
 @click.option("--expect-absent", "expect_absent", is_flag=True, help="The key must be absent now.")
-@value_option
-def kv_cas(key: str, expect: str | None, expect_absent: bool, value: str) -> None:
+@value_options
+def kv_cas(key: str, expect: str | None, expect_absent: bool, value: str | None, value_file: BinaryIO | None) -> None:
     if (expect is None) == (not expect_absent):
         raise click.UsageError("give exactly one of --expect EXPECTED or --expect-absent")
     expected = None if expect_absent else utf8(expect or "", "--expect")
-    result = open_kv().cas(utf8(key, "key"), expected, utf8(value, "value"))
+    result = open_kv().cas(utf8(key, "key"), expected, value_bytes(value, value_file))
     if not result.applied:
         raise CommandFailed(f"not applied: {_current(result.current)}")
     click.echo(to_json({"key": key, "applied": True, "value": text(result.current)}) if as_json() else "applied")

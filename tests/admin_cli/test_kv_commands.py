@@ -69,6 +69,30 @@ def test_value_that_is_not_utf8_prints_as_bytes_repr(cluster: Cluster):
     assert text(b"plain") == "plain" and text(b"\x80") == "b'\\x80'"
 
 
+def test_a_value_from_a_file_larger_than_a_command_line_can_hold(cluster: Cluster, tmp_path: Path):
+    """A value beyond the kernel's 128 KiB limit for one argument could not be put at all; --value-file reads it as
+    its bytes are, for kvPut and kvCas, and one over 4 MiB is refused before anything is sent."""
+    big = tmp_path / "big.bin"
+    value = bytes(range(256)) * 2048  # 512 KiB, not UTF-8 text either
+    big.write_bytes(value)
+    assert ok(cluster.addr, "kvPut", "-k", "file/big", "--value-file", str(big)) == "OK\n"
+    with KVClient(cluster.addr) as kv:
+        assert kv.get(b"file/big") == value
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"from a file")
+    assert ok(cluster.addr, "kvPut", "-k", "file/cas", "-v", "one") == "OK\n"
+    assert ok(cluster.addr, "kvCas", "-k", "file/cas", "--expect", "one", "--value-file", str(small)) == "applied\n"
+    assert ok(cluster.addr, "kvGet", "-k", "file/cas") == "from a file\n"
+
+    too_big = tmp_path / "too-big.bin"
+    too_big.write_bytes(b"x" * (4 * 1024 * 1024 + 1))
+    assert "more than 4194304 bytes" in fails(cluster.addr, "kvPut", "-k", "file/x", "--value-file", str(too_big))
+    assert "exactly one of -v VALUE or --value-file" in fails(cluster.addr, "kvPut", "-k", "file/x")
+    assert "exactly one of -v VALUE or --value-file" in fails(cluster.addr, "kvPut", "-k", "file/x", "-v", "a",
+                                                              "--value-file", str(small))
+    assert "file/x" not in [k for k, _ in scan(cluster, "file/")]
+
+
 # -- scan ---------------------------------------------------------------------------------------------------
 def test_scan_prefix_limit_start_after_and_json(cluster: Cluster):
     keys = [f"scan/{i:02d}" for i in range(12)]  # spread over the shards; a scan merges them in key order
