@@ -560,8 +560,12 @@ class BrokerController:
 
     def _clamp_started_master(self) -> None:
         """A master on fixed roles may be a slave an operator restarted as master, with its master's POP state: fitted
-        as a promoted one is, once dispatch has reached the log's end (before, the queues' ends are not yet known)."""
-        end = self.local_store.commit_log.max_offset()
+        as a promoted one is, once dispatch has reached the log's end (before, the queues' ends are not yet known).
+        The end is what is confirmed: what the start recovered is; what timers due at the start appended since
+        is not, on a SYNC_MASTER, until its slave copies it, and the slave can connect only after this (waiting
+        for it held every start with timers due 30 s, nothing served)."""
+        commit_log = self.local_store.commit_log
+        end = min(commit_log.max_offset(), commit_log.confirm_offset)
         if self.local_store.wait_dispatched(end, STARTUP_DISPATCH_WAIT_S):
             self._clamp_pop_state()
         else:

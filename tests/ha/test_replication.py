@@ -14,7 +14,7 @@ from client.pulled_messages import PulledMessages
 from client.results import SendStatus
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, ha_pb2, ha_pb2_grpc, transaction_pb2, transaction_pb2_grpc
-from tests.admin_cli.helpers import ok_json
+from tests.admin_cli.helpers import free_port, ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 
 SEGMENT = 1024 * 1024  # small segments: replication crosses several
@@ -525,3 +525,44 @@ def test_a_slave_leaves_offsets_it_does_not_hold_to_its_master(tmp_path: Path) -
             assert consumer.pull(mq, 0, 8).messages[0].body.startswith(b"0-")
     finally:
         g.stop()
+
+
+def test_a_sync_master_restarted_with_timers_due_is_ready_at_once(tmp_path: Path) -> None:
+    """Timers due while a SYNC_MASTER was down are appended as it starts, and it waited for them to be dispatched,
+    which needs its slave's copy, and the slave can connect only once the start is done: every such start took 30 s
+    with nothing served. Ready at once now, and every delayed message is delivered once."""
+    ns = start_namesrv(tmp_path / "namesrv")
+    ha_port = free_port()
+    settings = {"registerNameServerPeriod": 1000, "brokerNotActiveTimeoutMillis": 3000}
+    master = start_broker(tmp_path / "master", "broker-a", ns.addr, brokerRole="SYNC_MASTER", haListenPort=ha_port,
+                          **settings)
+    slave = start_broker(tmp_path / "slave", "broker-a", ns.addr, brokerId=1, brokerRole="SLAVE",
+                         haMasterAddress=f"127.0.0.1:{ha_port}", **settings)
+    try:
+        wait_until(lambda: runtime(ns.addr, master)["haSlaves"] == "1", what="the slave to connect")
+        with Admin(ns.addr) as admin:
+            admin.create_topic(TOPIC, brokers=["broker-a"], read_queue_nums=2, write_queue_nums=2)
+            wait_until(lambda: TOPIC in admin.topic_list(), what="the topic's route")
+        due = int(time.time() * 1000) + 1500
+        with Producer(ns.addr) as producer:
+            sent = {producer.send(Message(TOPIC, b"d%02d" % i, deliver_at_ms=due)).msg_id for i in range(20)}
+        master.stop(signal.SIGKILL)
+        time.sleep(max(0.0, due / 1000 + 0.5 - time.time()))  # due while it is down: delivered as it starts
+        started = time.monotonic()
+        master = start_broker(tmp_path / "master", "broker-a", ns.addr, brokerRole="SYNC_MASTER",
+                              haListenPort=ha_port, **settings)
+        assert time.monotonic() - started < 15, "the master's start waited for dispatch its slave had to confirm"
+        bodies: list[bytes] = []
+        with PullConsumer(ns.addr, group="timer-reader") as consumer:
+            def read_all() -> bool:
+                bodies.clear()
+                for mq in consumer.queues(TOPIC):
+                    result = consumer.pull(mq, 0, 64)
+                    bodies.extend(m.body for m in result.messages)
+                return len(bodies) >= len(sent)
+            wait_until(read_all, timeout=20, what="every delayed message delivered")
+        assert sorted(bodies) == [b"d%02d" % i for i in range(20)]
+    finally:
+        for daemon in (slave, master, ns):
+            if daemon.alive:
+                daemon.stop(strict=False)
