@@ -48,8 +48,10 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
+    """Bytes that are not UTF-8 read as U+FFFD: brokers refuse such properties, but one stored before they did
+    must not fail every reader of the message."""
     result: dict[str, str] = {}
-    for pair in raw.decode().split(PROPERTY_SEPARATOR):
+    for pair in raw.decode(errors="replace").split(PROPERTY_SEPARATOR):
         if pair:
             name, _, value = pair.partition(NAME_VALUE_SEPARATOR)
             result[name] = value

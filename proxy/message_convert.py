@@ -84,8 +84,7 @@ def to_outgoing(msg: definition_pb2.Message, max_body_size: int) -> OutgoingMess
         properties[PROPERTY_BORN_HOST] = sp.born_host  # (a client's own, not checked further: a name it reports)
     message = Message(topic, body, tags=tag, keys=keys or None, properties=properties, deliver_at_ms=deliver_at_ms)
     _check_properties_size(message, message_id)
-    born = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
-    return OutgoingMessage(message, message_id, group, transactional, max(born, 0))
+    return OutgoingMessage(message, message_id, group, transactional, _born_ms(sp))
 
 
 def compressed(msg: definition_pb2.Message) -> bool:
@@ -137,6 +136,18 @@ def _delivery_ms(sp: definition_pb2.SystemProperties) -> int:
     if ms < 0 or not 0 <= ts.nanos < 1_000_000_000:
         raise ProxyError(Code.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {ts.seconds}s {ts.nanos}ns is not a time")
     return ms
+
+
+def _born_ms(sp: definition_pb2.SystemProperties) -> int:
+    """The client's born time in epoch ms (0: not said); one that is no time (past year 9999, nanos out of range)
+    is refused: it failed the whole request, whose other messages were stored, so a client's retry doubled them."""
+    if not sp.HasField("born_timestamp"):
+        return 0
+    ts = sp.born_timestamp
+    try:
+        return max(ts.ToMilliseconds(), 0)
+    except ValueError:
+        raise ProxyError(Code.BAD_REQUEST, f"born timestamp {ts.seconds}s {ts.nanos}ns is not a time") from None
 
 
 def _check_type(message_type: int, group: str | None, delayed: bool) -> bool:

@@ -19,7 +19,7 @@ from broker.timer.timer_recall import recall_handles
 from broker.transaction.half_message import half_properties, half_wire_batch, is_half_needle_in
 from common.kv_shard import KV_TOPIC
 from common.message_codec import CorruptRecordError
-from common.message_properties import user_properties_refusal
+from common.message_properties import MAX_USER_PROPERTIES_SIZE, user_properties_refusal
 from common.perm import is_writeable
 from common.refusal import Refusal
 from common.request_error import RequestError, require
@@ -112,13 +112,19 @@ class SendMessageProcessor:
         require(count <= MAX_BATCH_MESSAGES, f"batch of {count} messages exceeds {MAX_BATCH_MESSAGES}")
         require(len(request.properties) in (0, count), f"{count} bodies but {len(request.properties)} property "
                 "blocks")
-        self._check_total(sum(map(len, request.bodies)), count)
+        self._check_total(sum(map(len, request.bodies)), sum(map(len, request.properties)), count)
         _check_properties_size(max(map(len, request.properties), default=0))
+        _check_properties_text(request.properties)
 
-    def _check_total(self, body_bytes: int, count: int) -> None:
+    def _check_total(self, body_bytes: int, properties_bytes: int, count: int) -> None:
+        """A message's body is at most maxMessageSize; a batch's bodies too, and with their properties at most
+        maxMessageSize and one message's largest properties (as one message may be)."""
         limit = self.limits.max_message_size
         what = "message body" if count == 1 else f"batch of {count} messages with bodies"
         require(body_bytes <= limit, f"{what} of {body_bytes} bytes exceeds maxMessageSize {limit}")
+        require(body_bytes + properties_bytes <= limit + MAX_USER_PROPERTIES_SIZE,
+                f"{what} of {body_bytes} bytes and properties of {properties_bytes} bytes exceed maxMessageSize "
+                f"{limit} and {MAX_USER_PROPERTIES_SIZE} bytes of properties")
 
     def _put(self, request: broker_pb2.SendMessageRequest, topic: str, queue_id: int,
              static: bool = False) -> tuple[PutMessageResult, list[bytes] | None]:
@@ -136,9 +142,10 @@ class SendMessageProcessor:
                                         MAX_BATCH_MESSAGES)
             except CorruptRecordError as exc:
                 raise RequestError(f"records of the batch: {exc}") from None
-            self._check_total(batch.body_bytes, len(batch.sizes))
-            _check_properties_size(batch.max_properties)
             joined = b"".join(batch.properties)
+            self._check_total(batch.body_bytes, len(joined), len(batch.sizes))
+            _check_properties_size(batch.max_properties)
+            _check_properties_text(batch.properties)
             if is_half_needle_in(joined):
                 half_batch = half_wire_batch(batch, topic, queue_id, static)
                 if half_batch is not None:
@@ -177,6 +184,16 @@ class SendMessageProcessor:
         self.on_topics_changed()
         log.info("topic_auto_created topic=%s queues=%d", topic, n)
         return config
+
+
+def _check_properties_text(blocks: Sequence[bytes]) -> None:
+    """Properties are UTF-8 text: a block that is not was stored, and every reader of the message failed on it (a
+    consumer's queue stuck, a v2 receive failing, a key query failing for its hash bucket). Joined with an ASCII
+    byte between them, so that no character is made of two blocks' bytes."""
+    try:
+        b"\x00".join(blocks).decode()
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"a message's properties are not UTF-8 text ({exc.reason})") from None
 
 
 def _check_properties_size(largest: int) -> None:

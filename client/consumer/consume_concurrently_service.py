@@ -39,8 +39,12 @@ def handled(handler: Handler, msg: MessageExt) -> bool:
 
 
 def _log_failure(msg: MessageExt) -> None:
+    try:  # properties another client stored broken (a RECONSUME_TIME that is no number) must not fail the task
+        msg_id, reconsume_times = msg.msg_id, msg.reconsume_times
+    except Exception:
+        msg_id, reconsume_times = "?", -1
     log.exception("consume_failed topic=%s queue_id=%d offset=%d msg_id=%s reconsume_times=%d", msg.topic,
-                  msg.queue_id, msg.queue_offset, msg.msg_id, msg.reconsume_times)
+                  msg.queue_id, msg.queue_offset, msg_id, reconsume_times)
 
 
 class ConsumeConcurrentlyService:

@@ -7,6 +7,7 @@ Transactional messages go to the transaction processor; everything else is store
 message id as the message's unique key."""
 
 import asyncio
+import logging
 from concurrent.futures import Future
 
 from client.client_instance import RouteNotCached
@@ -20,6 +21,8 @@ from proxy.processor.names import check_topic
 from proxy.processor.transaction_processor import TransactionProcessor
 from proxy.topic_route_service import client_error
 from proxy.v2_codes import Code, ProxyError, ok_status, overall_status
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGES_PER_SEND = 1024
 
@@ -53,6 +56,13 @@ class SendProcessor:
             return entry(outgoing, await self._send(outgoing))
         except ProxyError as exc:
             return service_pb2.SendResultEntry(status=exc.status(), message_id=msg.system_properties.message_id)
+        except Exception:  # the proxy's fault: this message's entry says so, the others' stand (a retry of the
+            # whole request would store them twice)
+            log.exception("send_entry_failed topic=%s message_id=%s", msg.topic.name,
+                          msg.system_properties.message_id)
+            return service_pb2.SendResultEntry(
+                status=definition_pb2.Status(code=Code.INTERNAL_SERVER_ERROR, message="the proxy failed this message"),
+                message_id=msg.system_properties.message_id)
 
     async def _convert(self, msg: definition_pb2.Message) -> OutgoingMessage:
         if compressed(msg):  # decompressing up to max_body_size takes a while: other clients are served meanwhile

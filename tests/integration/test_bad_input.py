@@ -58,6 +58,14 @@ def test_bad_pull(broker_stub, request_, says):
     (broker_pb2.SendMessageRequest(topic="", queue_id=0, bodies=[b"x"]), "topic is empty"),
     (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x", b"y"], properties=[b""]),
      "2 bodies but 1 property"),
+    # stored, they failed every reader of the message: a consumer's queue stuck, v2 receives, key queries
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x"], properties=[b"note\x01caf\xe9\x02"]),
+     "properties are not UTF-8 text"),
+    # a batch's properties counted too (2,048 messages of 31 KB of keys each were one 62 MiB batch): its bodies
+    # and properties are at most maxMessageSize and one message's largest properties
+    (broker_pb2.SendMessageRequest(topic="BadInputT", queue_id=0, bodies=[b"x" * (2 << 20)] * 2,
+                                   properties=[b"p\x01" + b"v" * 30_000 + b"\x02"] * 2),
+     "properties of 60006 bytes exceed maxMessageSize"),
 ])
 def test_bad_send(broker_stub, request_, says):
     with pytest.raises(grpc.RpcError) as err:

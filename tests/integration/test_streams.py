@@ -47,8 +47,12 @@ def pull_all(consumer: PullConsumer, mq: MessageQueue, offset: int = 0) -> list[
 
 
 def records(topic: str, *bodies: bytes) -> bytes:
-    return encode_wire_batch(topic.encode(), list(bodies), [b""] * len(bodies),
-                             born_timestamp=int(time.time() * 1000), born_host=encode_host("127.0.0.1:1"))
+    return records_with(topic, list(bodies), [b""] * len(bodies))
+
+
+def records_with(topic: str, bodies: list[bytes], properties: list[bytes]) -> bytes:
+    return encode_wire_batch(topic.encode(), bodies, properties, born_timestamp=int(time.time() * 1000),
+                             born_host=encode_host("127.0.0.1:1"))
 
 
 def send_frames(channel: grpc.Channel, *frames: broker_pb2.SendStreamFrame,
@@ -167,12 +171,15 @@ def test_bad_requests_in_a_frame_get_their_own_answers_and_the_others_are_stored
         req(8, records(topic, b"good-5")),
         req(9, records(topic, *[b"x"] * 4097)),
         req(10, records(topic, b"y" * (2200 * 1024), b"z" * (2200 * 1024))),
+        req(11, records_with(topic, [b"latin-1"], [b"note\x01caf\xe9\x02"])),
+        req(12, records_with(topic, [b"k" * (2 << 20)] * 2, [b"p\x01" + b"v" * 30_000 + b"\x02"] * 2)),
     ])
     answers = send_frames(broker_a, frame)
-    assert sorted(answers) == list(range(1, 11))
+    assert sorted(answers) == list(range(1, 13))
     expected_failures = {2: "is not of topic StreamBadReqT", 4: "fails its CRC", 5: "has size",
                          6: "queue id 9 does not exist", 7: "records or bodies, not both",
-                         9: "more than 4096 records", 10: "exceeds maxMessageSize"}
+                         9: "more than 4096 records", 10: "exceeds maxMessageSize",
+                         11: "properties are not UTF-8 text", 12: "properties of 60006 bytes exceed maxMessageSize"}
     for rid, says in expected_failures.items():
         assert answers[rid].code == ResponseCode.INVALID_PARAMETER, (rid, answers[rid])
         assert says in answers[rid].remark, (rid, answers[rid].remark)

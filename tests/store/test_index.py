@@ -78,6 +78,19 @@ def test_properties_that_start_with_the_unique_key_are_indexed_by_it_and_by_any_
     assert store.query_message("UniqueT", "not-a-key") == []
 
 
+def test_a_message_with_thousands_of_keys_indexes_its_first_64_distinct_ones(open_store: StoreFactory):
+    """Each key was indexed, repeats too: a batch of such messages (within the properties' limit) held dispatch
+    for every topic for seconds and wrote ten times its size in index entries."""
+    store = open_store()
+    keys = " ".join(["dup"] * 100 + [f"k{i}" for i in range(5000)])
+    r = store.put_messages("ManyKeysT", 0, [b"m"], [encode_properties({"KEYS": keys, "UNIQ_KEY": "U-many"})])
+    assert store.wait_dispatched(r.append.end_offset, timeout_s=5)
+    assert store.index_service._files[-1].index_count - 1 == 64 + 1  # 64 keys and the unique key
+    for key in ("dup", "k0", "k62", "U-many"):
+        assert [m.body for m in store.query_message("ManyKeysT", key)] == [b"m"], key
+    assert store.query_message("ManyKeysT", "k63") == []
+
+
 # -- the run of unique keys written in passes, against the record-by-record way -----------------------------------
 
 
