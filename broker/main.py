@@ -12,8 +12,9 @@ from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
 from broker.metadata.json_file import MetadataFileError
 from client.switch_interval import keep_switch_interval
+from common.open_files_limit import raise_open_files_limit
 from common.statictopic.mapping_checks import MappingError
-from common.storage_refusal import is_disk_full, is_storage_failure
+from common.storage_refusal import is_storage_failure, storage_hint
 from common.tls import TlsError, set_process_ca
 
 log = logging.getLogger("broker")
@@ -69,15 +70,12 @@ def rejoin(why: str) -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
-def disk_hint(exc: BaseException) -> str:
-    return " (the disk is full: free space and start again)" if is_disk_full(exc) else ""
-
-
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # The broker's own hand-offs were tuned at Python's default; the SDK clients it runs (KV provisioning) keep it.
     keep_switch_interval()
+    raise_open_files_limit()
     args = parse_args(argv)
     try:
         config = load_config(args)
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         if not is_storage_failure(exc):
             raise
         # (RocksDB's I/O errors are bare Exceptions: a store opened on a full disk replays its log and fails so)
-        print(f"mqbroker: cannot start: {exc}{disk_hint(exc)}", file=sys.stderr)
+        print(f"mqbroker: cannot start: {exc}{storage_hint(exc)}", file=sys.stderr)
         sys.exit(1)
     if rejoin_reason:
         rejoin(rejoin_reason)

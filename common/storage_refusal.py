@@ -8,6 +8,10 @@ from common.response_code import ResponseCode
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DISK_FULL_TEXT = "No space left on device"
+OPEN_FILES_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+OPEN_FILES_TEXT = "Too many open files"
+OPEN_FILES_HINT = ("too many open files: raise the broker's open-files limit (ulimit -n, systemd LimitNOFILE, docker "
+                   "--ulimit nofile)")
 
 
 def is_rocksdb_io_error(exc: BaseException) -> bool:
@@ -26,6 +30,22 @@ def is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in DISK_FULL_ERRNOS
     return is_rocksdb_io_error(exc) and DISK_FULL_TEXT in str(exc)
+
+
+def is_out_of_open_files(exc: BaseException) -> bool:
+    """The process (or the system) had no file descriptor left."""
+    if isinstance(exc, OSError):
+        return exc.errno in OPEN_FILES_ERRNOS
+    return is_rocksdb_io_error(exc) and OPEN_FILES_TEXT in str(exc)
+
+
+def storage_hint(exc: BaseException) -> str:
+    """What an operator does about a storage failure that stopped a start, for its one line ("": nothing known)."""
+    if is_disk_full(exc):
+        return " (the disk is full: free space and start again)"
+    if is_out_of_open_files(exc):
+        return f" ({OPEN_FILES_HINT}, and start again)"
+    return ""
 
 
 def disk_full_refusal(exc: BaseException) -> Refusal:

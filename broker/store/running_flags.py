@@ -14,6 +14,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from common.storage_refusal import OPEN_FILES_HINT, OPEN_FILES_TEXT
+
 log = logging.getLogger(__name__)
 
 
@@ -57,5 +59,7 @@ class RunningFlags:
     def write_refusal(self) -> str | None:
         """Why a write is refused now (the text a writer sees), or None when writes are taken."""
         if self.fail_stop_reason is not None:
+            if OPEN_FILES_TEXT in self.fail_stop_reason:
+                return f"the store stopped taking writes: {self.fail_stop_reason}; {OPEN_FILES_HINT}, and restart it"
             return f"the store stopped taking writes: {self.fail_stop_reason}; restart the broker to recover"
         return self.disk_full_reason or self.replica_reason
