@@ -11,6 +11,7 @@ The SDK's own callbacks on these futures (a push consumer's next pull) use :meth
 without the hop.
 """
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,6 +22,16 @@ CALLBACK_THREADS = 4
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    """After ``os.fork()``, in the child: the parent's pool threads are not here, and its pool never starts others
+    (callbacks submitted to it never ran: ``asyncio.wrap_future`` of a send waited for good); a new pool is made."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _callback_pool() -> ThreadPoolExecutor:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from client import fork_safety
 from client.errors import MQClientError
 from client.grpc_errors import business_error, rpc_error
 from client.replica_health import DownAddresses, channel_connected, live_master, read_replica, unreachable
@@ -171,6 +172,8 @@ class ClientInstance:
         self._namesrv_index = 0
         self._namesrv_failed: dict[str, float] = {}  # address: when a call to it last timed out
         self._closed = False
+        self._closed_why = "the client is closed"
+        fork_safety.track(self)
 
     # -- channels ----------------------------------------------------------------------------------
     def channel(self, addr: str) -> grpc.Channel:
@@ -178,7 +181,7 @@ class ClientInstance:
         if ch is None:
             with self._lock:
                 if self._closed:  # a channel opened now would never be closed (nor its stream's threads end)
-                    raise MQClientError(f"the client is closed: no call to {addr}")
+                    raise MQClientError(f"{self._closed_why}: no call to {addr}")
                 ch = self._channels.get(addr)
                 if ch is None:
                     checked_address(addr)  # an address given to an SDK call (a broker's, an id's): not yet checked
@@ -229,7 +232,7 @@ class ClientInstance:
             open_call = self.open_stream(addr, method, answers_class, service)
             with self._lock:
                 if self._closed:
-                    raise MQClientError(f"the client is closed: no {method} to {addr}")
+                    raise MQClientError(f"{self._closed_why}: no {method} to {addr}")
                 stream = self._streams.get((addr, method))
                 if stream is None:
                     stream = self._streams[addr, method] = RpcStream(open_call, f"{method}-{addr}", window)
@@ -730,6 +733,13 @@ class ClientInstance:
             err.no_master = True  # type: ignore[attr-defined]  # a failover: its group may get a master again
         err.no_leader = True  # type: ignore[attr-defined]  # an unkeyed send may pick another logic queue
         raise err
+
+    def forget_after_fork(self) -> None:
+        """In a child of ``os.fork()`` (``client/fork_safety.py``): closed, without closing the parent's channels."""
+        self._lock = threading.Lock()  # another thread of the parent may have held it
+        self._closed, self._closed_why = True, fork_safety.MADE_BEFORE_FORK
+        self._streams, self._channels, self._stubs = {}, {}, {}
+        self.retry_threads.forget_after_fork()
 
     def close(self) -> None:
         self.retry_threads.close()

@@ -65,6 +65,11 @@ class RetryThreads:
         if closed:
             fail(ClientClosed(NOT_RETRIED))
 
+    def forget_after_fork(self) -> None:
+        """In a child of ``os.fork()``: these threads are the parent's; work is failed, as after a close."""
+        self._lock = threading.Lock()
+        self._closed = True
+
     def _start(self) -> None:
         """Under the lock."""
         if self._started:

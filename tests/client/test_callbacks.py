@@ -3,13 +3,15 @@ SDK call that waits, made in a callback (a send in a send's callback, an ack in 
 for an answer only that reader could give: the send timed out and was retried (stored three times, its caller told
 it failed), the ack hung for good with every later ack to that broker. Real daemons."""
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
 
 from client import Message, Producer, PullConsumer, SimpleConsumer
-from tests.cluster import Cluster, make_cluster, wait_until
+from tests.cluster import REPO, Cluster, make_cluster, wait_until
 
 TOPIC = "CallbackT"
 
@@ -66,3 +68,62 @@ def test_an_ack_in_an_ack_callback_returns_and_later_acks_go_on(cluster: Cluster
         consumer.ack_async(received[0]).add_done_callback(callback)
         assert outcome.result(20) == "ok"  # was: hung
         consumer.ack(received[2:])  # later acks to the broker are not held up either
+
+
+# After os.fork() (multiprocessing's default start on Linux, gunicorn --preload, celery prefork) the child has only
+# the forking thread. Run in processes of their own (a fork of the test worker would copy pytest's threads too).
+INHERITED_CLIENT = """
+import os, sys, time
+from client import Message, MQClientError, Producer
+inherited = Producer(sys.argv[1])
+inherited.send(Message(sys.argv[2], b"open at the fork"))
+pid = os.fork()
+if pid == 0:
+    started = time.monotonic()
+    try:
+        inherited.send(Message(sys.argv[2], b"inherited"))
+        print("sent", flush=True)
+    except MQClientError as exc:
+        print(f"refused {time.monotonic() - started < 5} {exc}", flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+inherited.send(Message(sys.argv[2], b"the parent's goes on"))
+inherited.close()
+"""
+
+CALLBACKS_IN_CHILD = """
+import os, threading
+from client.callback_future import CallbackFuture
+def settle() -> bool:
+    ran = threading.Event()
+    future = CallbackFuture()
+    future.add_done_callback(lambda _: ran.set())
+    future.set_result(1)
+    return ran.wait(5)
+assert all(settle() for _ in range(8))  # the pool's threads started, as a parent's sends start them
+pid = os.fork()
+if pid == 0:
+    print("child", all(settle() for _ in range(8)), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def run_script(script: str, *args: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])
+    return proc.stdout.splitlines()
+
+
+def test_a_client_inherited_by_a_forked_child_refuses_calls_at_once(cluster: Cluster) -> None:
+    """Its readers, reaper and retry threads are the parent's: a send on it waited for good, past its timeout."""
+    (line,) = run_script(INHERITED_CLIENT, cluster.addr, TOPIC)
+    assert line.startswith("refused True the client was made before os.fork()"), line
+    assert b"the parent's goes on" in bodies(cluster)
+
+
+def test_callbacks_run_in_a_forked_child() -> None:
+    """The inherited callback pool never started threads again: no callback ran in the child (asyncio.wrap_future
+    of a send waited for good)."""
+    assert run_script(CALLBACKS_IN_CHILD) == ["child True"]
