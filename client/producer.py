@@ -323,20 +323,26 @@ class Producer:
 
     def _pick(self, topic: str, queues: Sequence[MessageQueue], start: int, avoid_broker: str | None) -> MessageQueue:
         """Round robin from ``start``, skipping ``avoid_broker``; a group whose master is dead (marked down) or
-        missing would fail the send, so its queues are taken only when no other group has a live master."""
-        live: dict[str, bool] = {}  # per group, asked once: usually the first queue looked at is taken
-        fallback: MessageQueue | None = None
-        for i in range(len(queues)):
-            mq = queues[(start + i) % len(queues)]
+        missing would fail the send, so its queues are taken only when no other group has a live master. Round
+        robin over the live queues then (the next live queue after a dead group's took all of its share: 5/8 of the
+        sends on one queue while a group of 4 queues was down)."""
+        live: dict[str, bool] = {}  # per group, asked once
+
+        def takes(mq: MessageQueue) -> bool:
             if mq.broker_name == avoid_broker:
-                continue
-            fallback = fallback or mq
+                return False
             group = self._group_of(topic, mq)
             if group not in live:
                 live[group] = self.client.has_live_master(topic, group, for_publish=True)
-            if live[group]:
-                return mq
-        return fallback or queues[start % len(queues)]
+            return live[group]
+
+        first = queues[start % len(queues)]
+        if takes(first):  # usually
+            return first
+        taken = [mq for mq in queues if takes(mq)]
+        if taken:
+            return taken[start % len(taken)]
+        return next((mq for mq in queues if mq.broker_name != avoid_broker), first)
 
     def _group_of(self, topic: str, mq: MessageQueue) -> str:
         """The broker group a send to ``mq`` goes to (a logic queue's: its leader's)."""

@@ -1,6 +1,7 @@
 """The producer on static topics (and, for contrast, normal topics) against fake brokers."""
 
 import zlib
+from collections import Counter
 
 import grpc
 import pytest
@@ -57,6 +58,15 @@ def test_an_unkeyed_send_never_picks_a_queue_without_leader(fake, producer):
     results = [producer.send(Message(T, b"m")) for _ in range(12)]
     assert {r.queue.queue_id for r in results} == {0, 2}
     assert {q for _, q in sends(fake)} == {0, 2}
+
+
+def test_the_queues_of_a_group_whose_master_is_down_are_shared_by_the_others(fake, producer):
+    """The next live queue after a dead group's took the share of each of its queues: 5 of 8 picks on one queue."""
+    fake.routes["NormalT"] = normal_route("NormalT", {"broker-a": 4, "broker-b": 4})
+    queues = producer.client.publish_queues("NormalT")
+    producer.client.down.mark(fake.brokers["broker-a"].addr)
+    picks = Counter(producer._pick("NormalT", queues, start, None) for start in range(8))
+    assert picks == {MessageQueue("NormalT", "broker-b", q): 2 for q in range(4)}
 
 
 def test_an_unkeyed_send_fails_clearly_when_no_queue_has_a_leader(fake, producer):
