@@ -364,7 +364,7 @@ class ClientInstance:
         except RouteNotCached:
             raise
         except MQClientError as exc:
-            if cached is None:
+            if cached is None or self._closed:  # closed: no outage to ride out
                 raise
             return self._keep_cached(topic, cached, f"no name server answered ({exc})")
         self._forget_idle_routes(started)  # a name server answered: routes not used for long can be asked again
