@@ -342,7 +342,8 @@ class Producer:
         taken = [mq for mq in queues if takes(mq)]
         if taken:
             return taken[start % len(taken)]
-        return next((mq for mq in queues if mq.broker_name != avoid_broker), first)
+        from_start = (queues[(start + i) % len(queues)] for i in range(len(queues)))
+        return next((mq for mq in from_start if mq.broker_name != avoid_broker), first)
 
     def _group_of(self, topic: str, mq: MessageQueue) -> str:
         """The broker group a send to ``mq`` goes to (a logic queue's: its leader's)."""
