@@ -75,7 +75,6 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # The broker's own hand-offs were tuned at Python's default; the SDK clients it runs (KV provisioning) keep it.
     keep_switch_interval()
-    raise_open_files_limit()
     args = parse_args(argv)
     try:
         config = load_config(args)
@@ -83,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, TlsError) as exc:
         print(f"mqbroker: bad configuration: {exc}", file=sys.stderr)
         sys.exit(1)
+    raise_open_files_limit()
     try:
         rejoin_reason = asyncio.run(serve(config))
     except (ConfigError, MappingError, MetadataFileError) as exc:

@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from common.metrics import MetricsExporterType
-from common.open_files_limit import raise_open_files_limit
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -42,7 +41,6 @@ tls_server_options = _all(_TLS_SERVER_OPTIONS)
 def run_command(command: click.Command, argv: list[str] | None, prog: str) -> int:
     """A daemon's console entry point. Errors are one line on stderr, never a traceback: 2 for bad flags, 1
     otherwise."""
-    raise_open_files_limit()  # one descriptor per client connection
     try:
         result = command.main(args=argv, prog_name=prog, standalone_mode=False)
     except click.UsageError as e:

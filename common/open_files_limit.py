@@ -11,12 +11,13 @@ import resource
 
 log = logging.getLogger(__name__)
 
-LOW_OPEN_FILES = 65_536  # below it the operator is told at start
+LOW_OPEN_FILES = 10_000  # below it the operator is told at start (a file-store broker: under 5,000 used queues)
 UNLIMITED_TARGET = 1 << 20  # where the hard limit is "unlimited": the kernel's usual nr_open
 
 
 def raise_open_files_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard one; returns the limit in force (warned about when low)."""
+    """Raise the soft RLIMIT_NOFILE to the hard one; returns the limit in force (warned about when low). Called once
+    the daemon's configuration was found good (a bad one is one line on stderr)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = UNLIMITED_TARGET if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < target:

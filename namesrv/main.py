@@ -12,6 +12,7 @@ import click
 from common.acl import SUPER, User, parse_credentials, parse_user
 from common.daemon_cli import metrics_options, run_command, tls_server_options
 from common.metrics import MetricsExporterType
+from common.open_files_limit import raise_open_files_limit
 from common.tls import TlsError, server_tls
 from namesrv.controller.controller_store import ControllerStoreError
 from namesrv.namesrv_server import DEFAULT_CONTROLLER_STORE_PATH, BindError, NamesrvConfig, NamesrvServer
@@ -65,6 +66,7 @@ def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int, 
                            metrics_prom_exporter_port=metrics_prom_exporter_port,
                            metrics_prom_exporter_host=metrics_prom_exporter_host, tls=tls)
     config = with_acl(config, click.get_current_context().meta)
+    raise_open_files_limit()  # one descriptor a connection
     try:
         asyncio.run(serve(config))
     except (BindError, ControllerStoreError, OSError) as e:

@@ -13,6 +13,7 @@ from client.switch_interval import keep_switch_interval
 from common.acl import parse_credentials
 from common.daemon_cli import metrics_options, run_command, tls_server_options
 from common.metrics import MetricsExporterType
+from common.open_files_limit import raise_open_files_limit
 from common.tls import TlsError, server_tls, set_process_ca
 from proxy.proxy_config import DEFAULT_PORT, ProxyConfig
 from proxy.proxy_server import BindError, ProxyServer
@@ -72,6 +73,7 @@ def command(namesrv_addr: str, host: str, port: int, default_invisible_ms: int, 
                              metrics_exporter_type=MetricsExporterType(metrics_exporter_type),
                              metrics_prom_exporter_port=metrics_prom_exporter_port,
                              metrics_prom_exporter_host=metrics_prom_exporter_host, tls=tls)
+        raise_open_files_limit()  # one descriptor a connection
         asyncio.run(serve(with_acl(config, click.get_current_context().meta)))
     except (BindError, OSError) as e:
         raise click.ClickException(str(e)) from None
