@@ -115,6 +115,7 @@ class ConsumeProcessor:
                                         invisible_time_ms=limits.invisible_ms, client_id=client_id)
         what = f"receive from topic {topic} for group {group}"
         target, response = await self._sweep_then_park(pop, targets, limits, what)
+        popped_at_ms = self.renewer.clock_ms()
         messages = self._messages(response, topic, group, expression, target, limits.invisible_ms) if target else []
         if not messages:  # nothing, or all filtered out (tags whose hash collides with a subscribed one)
             yield service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
@@ -139,7 +140,7 @@ class ConsumeProcessor:
                     self._in_background(self._release(group, topic, handles))
         # Renewed once handed over: a receive the client gave up on leaves its messages to come back.
         if request.auto_renew and not request.HasField("invisible_duration"):  # a PushConsumer's
-            self.renewer.track(client_id, group, topic, [m.system_properties.receipt_handle for m in messages])
+            self.renewer.track(client_id, group, topic, handles, popped_at_ms, limits.invisible_ms)
 
     async def _sweep_then_park(self, pop: pop_pb2.PopMessageRequest, targets: list[PopTarget], limits: ReceiveLimits,
                                what: str) -> tuple[PopTarget | None, pop_pb2.PopMessageResponse]:

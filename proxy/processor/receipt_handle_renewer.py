@@ -25,8 +25,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from common.receipt_handle import ReceiptHandle
-
 log = logging.getLogger(__name__)
 
 # (group, topic, current handle, invisible ms) -> the new handle. Raises RenewRefused when the broker refused (the
@@ -40,8 +38,8 @@ class RenewRefused(Exception):
     pass
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 @dataclass(slots=True)
@@ -50,7 +48,7 @@ class _Renewed:
     group: str
     topic: str
     current: str  # the broker's latest handle of the message
-    until_ms: int  # when its invisible time ends
+    until_ms: int  # when its invisible time ends, on the proxy's own clock
     give_up_ms: int  # renewed no more after this
     active: bool = True  # renewed; False: only translated, until ``until_ms``
     renewing: "asyncio.Future[None] | None" = None
@@ -59,7 +57,7 @@ class _Renewed:
 
 class ReceiptHandleRenewer:
     def __init__(self, renew: Renew, invisible_ms: int, ahead_ms: int, max_ms: int, online: Online,
-                 clock_ms: Clock = wall_clock_ms) -> None:
+                 clock_ms: Clock = monotonic_ms) -> None:
         assert 0 < ahead_ms < invisible_ms, "a renew must come before the invisible time ends"
         self._renew = renew
         self._online = online
@@ -75,11 +73,17 @@ class ReceiptHandleRenewer:
         """Messages renewed now."""
         return sum(entry.active for entry in self._tracked.values())
 
-    def track(self, client_id: str, group: str, topic: str, handles: Iterable[str]) -> None:
-        """Messages a receive with ``auto_renew`` handed out: renewed from now on."""
+    def track(self, client_id: str, group: str, topic: str, handles: Iterable[str], popped_at_ms: int | None = None,
+              invisible_ms: int | None = None) -> None:
+        """Messages a receive with ``auto_renew`` handed out: renewed from now on. ``popped_at_ms``: when the broker
+        answered the pop, by :attr:`clock_ms` (default now); ``invisible_ms``: what the pop asked (default
+        :attr:`invisible_ms`). Their invisible time is counted on this clock, never from the handle's time, which
+        is the broker's: a proxy whose clock lagged the broker's by more than ``ahead_ms``, or was stepped, renewed
+        too late, and the message went to another consumer while its own still worked on it."""
         now = self.clock_ms()
+        popped_at = now if popped_at_ms is None else popped_at_ms
+        until = popped_at + (self.invisible_ms if invisible_ms is None else invisible_ms)
         for text in handles:
-            until = ReceiptHandle.decode(text).invisible_until_ms
             self._tracked[text] = _Renewed(client_id, group, topic, text, until, now + self.max_ms)
 
     async def hold(self, handle: str, group: str, topic: str) -> str:
@@ -166,9 +170,10 @@ class ReceiptHandleRenewer:
     async def _renew_one(self, entry: _Renewed) -> str | None:
         """Why the renew failed, or None."""
         assert entry.renewing is not None
+        asked_at = self.clock_ms()  # the new invisible time starts after this, on the broker
         try:
             entry.current = await self._renew(entry.group, entry.topic, entry.current, self.invisible_ms)
-            entry.until_ms = ReceiptHandle.decode(entry.current).invisible_until_ms
+            entry.until_ms = asked_at + self.invisible_ms
             self.renewed += 1
             return None
         except RenewRefused as exc:  # nothing left to renew: translated until it expires, renewed no more

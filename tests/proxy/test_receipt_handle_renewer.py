@@ -74,6 +74,24 @@ def test_renewed_ahead_of_its_end_and_released_with_the_latest_handle():
     asyncio.run(scenario())
 
 
+def test_the_invisible_time_is_counted_on_the_proxys_clock_not_the_brokers():
+    """A broker whose clock ran 20 s ahead of the proxy's (or a proxy clock stepped) put the handle's end 20 s later
+    than it is on the proxy: the renew came after the message was visible again, and another consumer got it."""
+    async def scenario() -> None:
+        broker = Broker()
+        proxy_now = [0]
+        r = ReceiptHandleRenewer(broker.renew, INVISIBLE, AHEAD, MAX, lambda _: True, clock_ms=lambda: proxy_now[0])
+        broker.now = 20_000
+        first = handle(7, broker.now + INVISIBLE)
+        r.track("c1", "G", "T", [first])  # popped now, as the renewer was made to ask
+        proxy_now[0] = INVISIBLE - AHEAD
+        assert await r.renew_due() == 1
+        proxy_now[0] += INVISIBLE - AHEAD
+        assert await r.renew_due() == 1 and r.renewed == 2
+
+    asyncio.run(scenario())
+
+
 def test_a_release_during_a_renew_waits_for_its_new_handle():
     async def scenario() -> None:
         broker = Broker()
