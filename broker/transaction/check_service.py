@@ -264,9 +264,15 @@ class TransactionalMessageCheckService(threading.Thread):
             skip(offset)
         return False
 
+    def _stamp(self, msg: MessageExt) -> int:
+        """A record's store time for the checks' schedule, never later than now: after the broker's clock stepped
+        back, records are stamped with the time before the step (the commitlog keeps store times monotonic), and
+        a transaction opened then was first checked that much later (an hour for an hour's step)."""
+        return min(msg.store_timestamp, self.clock_ms())
+
     def _on_half(self, msg: MessageExt, size: int) -> None:
         first = self.table.half_read
-        lost = self.table.add_half(HalfEntry(msg.queue_offset, msg.physical_offset, msg.store_timestamp,
+        lost = self.table.add_half(HalfEntry(msg.queue_offset, msg.physical_offset, self._stamp(msg),
                                              producer_group(msg)))
         self._lost_unread(first, msg.queue_offset, lost)
 
@@ -287,7 +293,7 @@ class TransactionalMessageCheckService(threading.Thread):
         op = decode_op(msg)
         if op is None:
             log.warning("transaction_op_unknown op_offset=%d tags=%s", msg.queue_offset, msg.tags)
-        self.table.add_op(msg.queue_offset, op, msg.store_timestamp, msg.physical_offset + size)
+        self.table.add_op(msg.queue_offset, op, self._stamp(msg), msg.physical_offset + size)
 
     def _half_message(self, entry: HalfEntry) -> MessageExt | None:
         raw = self.store.select_one_message_by_offset(entry.commit_log_offset)

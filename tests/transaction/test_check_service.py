@@ -158,6 +158,19 @@ def test_checked_each_interval_then_discarded(broker: Broker):
         broker.end(tx, transaction_pb2.TRANSACTION_COMMIT)
 
 
+def test_a_transaction_opened_after_the_clock_stepped_back_is_checked_on_time(broker: Broker):
+    """The commitlog stamps records with the time before a backward step until the clock passes it again: counted
+    from that stamp, the first check came an hour late after an hour's step, and each later one too."""
+    start = broker.now
+    broker.store.commit_log._last_store_timestamp = start + 3_600_000  # stored before the clock stepped back 1 h
+    broker.send_half(b"after the step")
+    broker.pass_at(start)  # read at once, as the service's passes read what was stored since the last one
+    broker.pass_at(start + TIMEOUT + 1000)
+    assert len(broker.producers.checks) == 1
+    broker.pass_at(start + TIMEOUT + INTERVAL + 2000)
+    assert len(broker.producers.checks) == 2
+
+
 def test_commit_stores_the_real_message_once(broker: Broker):
     tx = broker.send_half(b"order-1")
     assert broker.end(tx, transaction_pb2.TRANSACTION_COMMIT).code == ResponseCode.SUCCESS
