@@ -63,6 +63,8 @@ class AdminBrokerProcessor:
         self.local_store = local_store  # this broker's commitlog and consume queues
         self.stats = stats
         self.boot_timestamp = boot_timestamp
+        # the uptime on the monotonic clock (a wall clock stepped since showed it negative, or a day long)
+        self._booted_at = time.monotonic() - max(0, int(time.time() * 1000) - boot_timestamp) / 1000
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.on_leadership_gained = on_leadership_gained  # (topic, logic ids): POP state kept from before is stale
         self.on_topic_deleted = on_topic_deleted  # the topic's POP state is stale
@@ -381,7 +383,7 @@ class AdminBrokerProcessor:
             "dispatchBehindBytes": str(store.commit_log.confirm_offset - store.reput.reput_from_offset),
             "topicCount": str(len(self.topic_config_manager.topic_config_table)),
             "bootTimestamp": str(self.boot_timestamp),
-            "uptimeMs": str(int(time.time() * 1000) - self.boot_timestamp),
+            "uptimeMs": str(int((time.monotonic() - self._booted_at) * 1000)),
             "pid": str(os.getpid()),
             "putTps": f"{self.stats.put_tps():.1f}",
             "getTps": f"{self.stats.get_tps():.1f}",
