@@ -3,6 +3,7 @@
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 from unittest.mock import patch
 
 from hypothesis import given, settings
@@ -46,6 +47,25 @@ def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
     assert len(store.index_service._files) >= 3
     for i in (0, 63, 64, 199):
         assert len(store.query_message("RollK", f"k{i}")) == 1, i
+
+
+def test_index_files_made_after_the_clock_stepped_back_load_in_order(open_store: StoreFactory):
+    """Files are named by the time they were made and loaded in name order: one made after a backward step sorted
+    before the older one, and after a restart the index took the older file for the last (records indexed twice,
+    lookups no longer newest first)."""
+    store = open_store(max_index_num=64)
+    clock = iter(range(10**18, 0, -10**15))  # each file made an earlier "now" than the one before
+    with patch("broker.store.index.index_service.time", SimpleNamespace(time_ns=lambda: next(clock))):
+        r = None
+        for i in range(200):
+            r = store.put_messages("StepK", 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
+        store.wait_dispatched(r.append.end_offset)
+    names = [f.path.name for f in store.index_service._files]
+    assert len(names) >= 3 and names == sorted(names)
+    store.shutdown()
+    store = open_store(max_index_num=64)
+    for i in (0, 63, 64, 199):
+        assert len(store.query_message("StepK", f"k{i}")) == 1, i
 
 
 def test_properties_whose_names_end_like_keys_do_not_break_dispatch(open_store: StoreFactory):

@@ -65,7 +65,9 @@ class IndexService(CommitLogDispatcher):
 
     def _writable(self) -> IndexFile:
         if not self._files or self._files[-1].is_full():
-            name = f"{time.time_ns() // 1000:020d}"
+            # named by the time, after the last one's name whatever the clock did (files load in name order)
+            last = int(self._files[-1].path.name) if self._files else 0
+            name = f"{max(time.time_ns() // 1000, last + 1):020d}"
             f = IndexFile(self.root / name, self.slot_num, self.index_num)
             f.set_end(self._indexed_end())
             self._files.append(f)
