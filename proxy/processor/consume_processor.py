@@ -19,9 +19,9 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -35,6 +35,7 @@ from common.message_codec import CorruptRecordError, decode_records
 from common.message_queue import MessageQueue
 from common.perm import is_readable
 from common.receipt_handle import MAX_ACK_HANDLES, InvalidReceiptHandle, ReceiptHandle
+from common.refusal import says_not_master
 from common.response_code import ResponseCode
 from common.subscription import parse_sub_expression
 from proto import broker_pb2, pop_pb2
@@ -58,6 +59,14 @@ from proxy.v2_codes import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class _Coded(Protocol):
+    code: int
+    remark: str
+
+
+Answer = TypeVar("Answer", bound=_Coded)
 
 ANY_QUEUE = -1
 # A client's call about a message ended with these: the broker took it off the client's hands, or refused the
@@ -215,6 +224,8 @@ class ConsumeProcessor:
                 target = replace(target, addr=moved)
                 response = await self._pop_at(pop, target, poll_ms, timeout_s, what)
         if response.code not in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND):
+            if response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark):
+                self.routes.client.invalidate_route(pop.topic)  # a failover: the next receive asks the new master
             raise broker_refusal(what, response.code, response.remark)
         return target, response
 
@@ -382,15 +393,10 @@ class ConsumeProcessor:
     async def _ack_on(self, group: str, topic: str, broker_name: str,
                       handles: list[str]) -> list[definition_pb2.Status]:
         what = f"ack of {len(handles)} message(s) of topic {topic} for group {group}"
+        request = pop_pb2.AckMessageRequest(group=group, topic=topic, receipt_handles=handles)
         try:
-            addr = await self.routes.master_addr(topic, broker_name)
-            try:
-                response = await self.brokers.pop_service(addr).AckMessage(pop_pb2.AckMessageRequest(
-                    group=group, topic=topic, receipt_handles=handles), timeout=self.config.rpc_timeout_s,
-                    metadata=inner_metadata())
-            except grpc.RpcError as exc:
-                self.routes.unreachable(topic, addr, exc)
-                raise rpc_failure(what, addr, exc) from None
+            response = await self._at_master(topic, broker_name, what, lambda addr: self.brokers.pop_service(
+                addr).AckMessage(request, timeout=self.config.rpc_timeout_s, metadata=inner_metadata()))
         except ProxyError as exc:
             return [exc.status()] * len(handles)
         return [ok_status() if refused is None else broker_refusal(what, *refused).status()
@@ -428,14 +434,11 @@ class ConsumeProcessor:
 
     async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int,
                                 what: str) -> pop_pb2.ChangeInvisibleTimeResponse:
-        addr = await self._handle_master(topic, _handle(handle))
-        try:
-            return await self.brokers.pop_service(addr).ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(
-                group=group, topic=topic, receipt_handle=handle, invisible_time_ms=invisible_ms),
-                timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
-        except grpc.RpcError as exc:
-            self.routes.unreachable(topic, addr, exc)
-            raise rpc_failure(what, addr, exc) from None
+        broker_name = await self._handle_broker(topic, _handle(handle))
+        request = pop_pb2.ChangeInvisibleTimeRequest(group=group, topic=topic, receipt_handle=handle,
+                                                     invisible_time_ms=invisible_ms)
+        return await self._at_master(topic, broker_name, what, lambda addr: self.brokers.pop_service(
+            addr).ChangeInvisibleTime(request, timeout=self.config.rpc_timeout_s, metadata=inner_metadata()))
 
     async def forward_to_dead_letter_queue(self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest
                                            ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
@@ -456,20 +459,44 @@ class ConsumeProcessor:
 
     async def _forward_to_dead_letter_queue(self, group: str, topic: str, handle: str,
                                             what: str) -> pop_pb2.ForwardToDeadLetterQueueResponse:
-        addr = await self._handle_master(topic, _handle(handle))
-        try:
-            return await self.brokers.pop_service(addr).ForwardToDeadLetterQueue(
-                pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle),
-                timeout=self.config.rpc_timeout_s, metadata=inner_metadata())
-        except grpc.RpcError as exc:
-            self.routes.unreachable(topic, addr, exc)
-            raise rpc_failure(what, addr, exc) from None
+        broker_name = await self._handle_broker(topic, _handle(handle))
+        request = pop_pb2.ForwardToDeadLetterQueueRequest(group=group, topic=topic, receipt_handle=handle)
+        return await self._at_master(topic, broker_name, what, lambda addr: self.brokers.pop_service(
+            addr).ForwardToDeadLetterQueue(request, timeout=self.config.rpc_timeout_s, metadata=inner_metadata()))
 
-    async def _handle_master(self, topic: str, handle: ReceiptHandle) -> str:
-        """The master of the broker a receipt handle names; INVALID_RECEIPT_HANDLE when the topic is not there."""
+    async def _handle_broker(self, topic: str, handle: ReceiptHandle) -> str:
+        """The broker a receipt handle names; INVALID_RECEIPT_HANDLE when the topic is not there."""
         if await self.routes.unknown_brokers(topic, (handle.broker_name,)):
             raise _unknown_broker(topic, handle.broker_name)
-        return await self.routes.master_addr(topic, handle.broker_name)
+        return handle.broker_name
+
+    async def _at_master(self, topic: str, broker_name: str, what: str,
+                         call: Callable[[str], Awaitable[Answer]]) -> Answer:
+        """``call`` at the master of ``broker_name`` (POP state lives there), and once more at a new master after a
+        failover: when the one the route named refused as not the group's master, or did not answer (the route is
+        cached up to 30 s: an ack made after a failover went to the deposed or dead master, and was lost)."""
+        addr = await self.routes.master_addr(topic, broker_name)
+        failure: grpc.RpcError | None = None
+        try:
+            response = await call(addr)
+        except grpc.RpcError as exc:
+            self.routes.unreachable(topic, addr, exc)
+            failure = exc
+        else:
+            if not (response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark)):
+                return response
+            self.routes.client.invalidate_route(topic)
+        moved = await self.routes.master_addr(topic, broker_name)
+        if moved == addr:  # no other master known: answered as it is
+            if failure is not None:
+                raise rpc_failure(what, addr, failure) from None
+            return response
+        log.info("pop_call_moved topic=%s broker=%s from=%s to=%s", topic, broker_name, addr, moved)
+        try:
+            return await call(moved)
+        except grpc.RpcError as exc:
+            self.routes.unreachable(topic, moved, exc)
+            raise rpc_failure(what, moved, exc) from None
 
 
 def _as_delivered(ext: MessageExt, target: PopTarget) -> None:

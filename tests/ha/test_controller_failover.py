@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from client import (
     Admin,
@@ -30,9 +31,13 @@ from common.message_properties import encode_properties
 from common.receipt_handle import ReceiptHandle
 from common.response_code import ResponseCode
 from proto import broker_pb2, broker_pb2_grpc, common_pb2, pop_pb2, pop_pb2_grpc
+from proto.v2 import definition_pb2 as v2d
+from proto.v2 import service_pb2 as v2
+from proto.v2 import service_pb2_grpc as sg
 from tests.admin_cli.helpers import fails, ok, ok_json
 from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 from tests.ha.test_replication import commit_log_bytes, runtime
+from tests.proxy.conftest import start_proxy
 from tests.transaction.test_transactions import CHECKS, COMMIT, ROLLBACK, Checker, bodies
 from tests.transaction.test_transactions import TOPIC as TX_TOPIC
 
@@ -490,6 +495,45 @@ def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group:
                        interval=0.2,
                        what="the messages in flight at the failover to come due")
     assert [(h.queue_offset, h.reconsume_times) for h in again] == [(6, 1), (7, 1), (8, 1), (9, 1)]
+
+
+def test_an_ack_through_mqproxy_after_an_electMaster_goes_to_the_new_master(group: ReplicaGroup):
+    """mqproxy's cached route named the old master for up to 30 s: an ack made after the switch was refused there
+    (NO_PERMISSION: not its group's master) and its message handed out again, and receives failed alike. The proxy
+    asks the group's new master once the old one says it is not."""
+    g, name = group, "proxy-failover"
+    with Admin(g.ns.addr) as admin:
+        admin.update_subscription_group(name, brokers=["broker-a"])
+    assert send(g.replicas[1].addr, 0, [b"held"]).code == ResponseCode.SUCCESS
+    proxy = start_proxy(g.workdir / "mqproxy", g.ns.addr)
+    try:
+        with grpc.insecure_channel(proxy.addr) as channel:
+            stub = sg.MessagingServiceStub(channel)
+            request = v2.ReceiveMessageRequest(
+                group=v2d.Resource(name=name), message_queue=v2d.MessageQueue(topic=v2d.Resource(name=TOPIC), id=-1),
+                filter_expression=v2d.FilterExpression(type=v2d.TAG, expression="*"), batch_size=8,
+                invisible_duration=Duration(seconds=60))
+
+            def received() -> list[v2d.Message]:
+                return [a.message for a in stub.ReceiveMessage(request, timeout=10) if a.HasField("message")]
+
+            (message,) = wait_until(received, timeout=15, what="the message through the proxy")
+            master_state = pop_state(g.replicas[1].addr)
+            wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
+                       what="the slave to copy the master's POP state")
+            ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
+            wait_until(lambda: g.role(1) == "SLAVE" and g.role(2) == "MASTER", timeout=20, what="the switch")
+            with Admin(g.ns.addr) as admin:
+                wait_until(lambda: any(b.broker_name == "broker-a" and b.broker_addrs.get(0) == g.replicas[2].addr
+                                       for b in admin.topic_route(TOPIC).broker_datas), timeout=15,
+                           what="the name server to route broker-a to its new master")
+            answer = stub.AckMessage(v2.AckMessageRequest(
+                group=v2d.Resource(name=name), topic=v2d.Resource(name=TOPIC), entries=[v2.AckMessageEntry(
+                    message_id=message.system_properties.message_id,
+                    receipt_handle=message.system_properties.receipt_handle)]), timeout=15)
+            assert answer.status.code == v2d.Code.OK, answer
+    finally:
+        proxy.stop()
 
 
 def test_a_promoted_replica_keeps_what_its_master_popped_of_a_static_topic(group: ReplicaGroup):
