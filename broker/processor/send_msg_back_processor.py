@@ -31,6 +31,7 @@ from common.group_topics import dlq_topic, is_retry_topic, retry_topic
 from common.message_properties import (
     MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
@@ -89,7 +90,13 @@ class SendMsgBackProcessor:
         level = request.delay_level or RETRY_BASE_LEVEL + times
         due = int(time.time() * 1000) + self.delay_router.delay_of_level(level)
         queue_id = random.randrange(target.write_queue_nums)
-        timer_props = self.delay_router.timer_properties(encode_properties(grown), target.topic_name, queue_id, due)
+        # With its level, which the timer reads the delay from should the clock step back (where it fits: the
+        # broker's headroom in the properties does not count it).
+        timer_props = self.delay_router.timer_properties(encode_properties({**grown, PROPERTY_DELAY: str(level)}),
+                                                         target.topic_name, queue_id, due)
+        if len(timer_props) > MAX_PROPERTIES_SIZE:
+            timer_props = self.delay_router.timer_properties(encode_properties(grown), target.topic_name, queue_id,
+                                                             due)
         if len(timer_props) > MAX_PROPERTIES_SIZE:
             # Stored before sends left room for the broker's properties (or sent past that rule): a retry could
             # never be stored, and refusing it would have the consumer send it back forever. A dead letter fits.

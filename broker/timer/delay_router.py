@@ -88,6 +88,14 @@ class DelayRouter:
                 f"(messageDelayLevel; 0 means not delayed)")
         return now_ms + self.level_delays_ms[level - 1]
 
+    def level_delay(self, raw_properties: bytes) -> int | None:
+        """The delay in ms of a timer-topic record delayed by a level (a delay level send, a consumer's retry);
+        None for one delayed to a time, or whose level is not a number."""
+        if DELAY_NEEDLE not in raw_properties or TIMER_DELIVER_MS_NEEDLE in raw_properties:
+            return None
+        level = find_property(raw_properties, DELAY_NEEDLE)
+        return self.delay_of_level(int(level)) if level is not None and level.isdigit() else None
+
     def delay_of_level(self, level: int) -> int:
         """The delay of ``level`` in ms, the level clamped to 1..max_level (as upstream does for retries)."""
         return self.level_delays_ms[min(max(level, 1), self.max_level) - 1]

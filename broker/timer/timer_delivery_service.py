@@ -38,7 +38,8 @@ from typing import Protocol
 
 from broker.store.periodic_service import FailedPassLog
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
-from broker.timer.delay_router import delivered_properties, timer_target
+from broker.timer.clock_step import ClockStepWatch
+from broker.timer.delay_router import DelayRouter, delivered_properties, timer_target
 from broker.timer.delivery_route import DeliveryRoute, DeliveryTarget, Forwarded, LocalDelivery
 from broker.timer.timer_message_store import TIMER_KEY, Timer, TimerMessageStore, marker_body
 from common.message import MessageExt
@@ -127,7 +128,8 @@ class _Held:
 class TimerDeliveryService(threading.Thread):
     def __init__(self, timers: TimerMessageStore, store: DeliveryStore, queue_exists: QueueExists, *,
                  topic_configured: TopicConfigured | None = None, route: DeliveryRoute | None = None,
-                 clock_ms: Clock = wall_clock_ms, batch_size: int = 1024, max_sleep_s: float = 0.1) -> None:
+                 clock_ms: Clock = wall_clock_ms, batch_size: int = 1024, max_sleep_s: float = 0.1,
+                 router: DelayRouter | None = None) -> None:
         super().__init__(name="timer-delivery", daemon=True)
         self.timers = timers
         self.store = store
@@ -138,6 +140,8 @@ class TimerDeliveryService(threading.Thread):
         self.route = route or LocalDelivery()
         self.store_host = store.store_host
         self.clock_ms = clock_ms
+        # level timers a backward step of the clock left due too late (None: not watched)
+        self.steps = ClockStepWatch(timers, router, clock_ms()) if router is not None else None
         self.batch_size = batch_size
         self.max_sleep_s = max_sleep_s
         self.delivered = 0
@@ -194,7 +198,10 @@ class TimerDeliveryService(threading.Thread):
         outcome = _Outcome(done=[])
         self._collect(outcome)
         self._release()
-        timers = self.timers.take_due(self.clock_ms(), self.batch_size, PASS_MAX_BYTES)
+        now = self.clock_ms()
+        timers = self.timers.take_due(now, self.batch_size, PASS_MAX_BYTES)
+        early = self.timers.take_keys(self.steps.early(now, self.batch_size)) if self.steps is not None else []
+        timers += early
         if not timers and not outcome.done:
             return 0, 0
         groups, dropped = self._grouped(timers)
@@ -206,6 +213,9 @@ class TimerDeliveryService(threading.Thread):
         finally:  # take_due moved the scan floor past them all: what is not removed or held must be handed back
             if outcome.kept:
                 self.timers.give_back(min(outcome.kept))
+                if early and self.steps is not None:
+                    kept = set(outcome.kept)
+                    self.steps.give_back([key for key, _ in early if key in kept])
         settled = set(outcome.done).union(outcome.kept, self._held)
         assert all(key in settled for key, _ in timers), "a timer taken is neither removed, kept nor held"
         if outcome.failure is not None:

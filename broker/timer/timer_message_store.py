@@ -307,6 +307,18 @@ class TimerMessageStore(CommitLogDispatcher):
             self._floor = min(self._floor, resume)
         return taken
 
+    def pending_between(self, from_ms: int, to_ms: int) -> Iterator[Timer]:
+        """The timers due from ``from_ms`` to ``to_ms``, in due order, as they are now."""
+        read = ReadOptions()  # kept referenced for the whole scan
+        read.set_iterate_upper_bound(timer_key(to_ms + 1, 0))
+        yield from raw_items(self.db, from_key=timer_key(from_ms, 0), read_opt=read)
+
+    def take_keys(self, keys: list[bytes]) -> list[Timer]:
+        """Those of ``keys`` still pending and not held, taken out as :meth:`take_due` takes them (the delivery
+        removes or gives them back)."""
+        return [(key, raw) for key, raw in zip(keys, self._get_each(keys), strict=True)
+                if raw is not None and key not in self.held]
+
     def give_back(self, first_key: bytes) -> None:
         """Timers taken but not delivered, the first of them at ``first_key``: the next scan starts there."""
         with self._floor_lock:

@@ -30,7 +30,7 @@ class TimerService:
         """After ``store.start()``: timers due while the broker was down are delivered at once."""
         assert self.store is not None, "attach before start"
         self.delivery = TimerDeliveryService(self.store, store, queue_exists, topic_configured=topic_configured,
-                                             route=route)
+                                             route=route, router=self.router)
         self.delivery.start()
 
     def stop_delivery(self) -> None:

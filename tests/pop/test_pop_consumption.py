@@ -384,10 +384,10 @@ def test_a_topic_deleted_and_made_again_is_popped_from_its_first_message(cluster
 
 
 def test_a_message_whose_properties_cannot_be_decoded_is_dead_lettered_and_pop_goes_on(cluster: Cluster):
-    """Sends check a properties block's size, not its contents: a message stored with bytes that are not UTF-8 in
-    it failed its dead-lettering with UnicodeDecodeError at every pop after its last retry, and every pop of the
-    group and topic failed from then on (INTERNAL), for good: its state is on disk. Its dead letter now carries the
-    properties repaired, and the group goes on."""
+    """Sends check a properties block's size and that it is text, not its pairs: a message stored with a stray
+    separator in a value (or, before sends refused them, bytes that are not UTF-8) failed its dead-lettering at every
+    pop after its last retry, and every pop of the group and topic failed from then on (INTERNAL), for good: its
+    state is on disk. Its dead letter now carries the properties repaired, and the group goes on."""
     topic, group = "PopPoisonT", "pop-poison"
     create(cluster, topic, queues=1, brokers=("broker-a",))
     with Admin(cluster.addr) as admin:
@@ -395,7 +395,7 @@ def test_a_message_whose_properties_cannot_be_decoded_is_dead_lettered_and_pop_g
     channel = grpc.insecure_channel(cluster.brokers["broker-a"].addr)
     try:
         sent = broker_pb2_grpc.BrokerServiceStub(channel).SendMessage(broker_pb2.SendMessageRequest(
-            topic=topic, queue_id=0, bodies=[b"poison"], properties=[b"TAGS\x01\xff\xfe\x02"]), timeout=10)
+            topic=topic, queue_id=0, bodies=[b"poison"], properties=[b"TAGS\x01a\x01b\x02"]), timeout=10)
         assert sent.code == ResponseCode.SUCCESS, sent.remark
         pop = PopServiceStub(channel)
 

@@ -15,6 +15,7 @@ from broker.store.config import FlushDiskType, StoreType
 from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer import timer_delivery_service, timer_message_store
+from broker.timer.clock_step import ClockStepWatch
 from broker.timer.delivery_route import DeliveryTarget, Forwarded
 from broker.timer.timer_delivery_service import wall_clock_ms
 from broker.timer.timer_message_store import DELETIONS_FROM_KEY, due_of_key, timer_key
@@ -244,6 +245,29 @@ def test_delivery_in_due_order_never_early(tmp_path: Path, nodes: list[Node]):
     assert (m.topic, m.queue_id, m.born_timestamp, m.born_host, m.flag) == ("Real", 1, NOW - 5, "10.1.2.3:99", 5)
     assert m.properties == {"UNIQ_KEY": "m1"}  # no DELAY, REAL_TOPIC, REAL_QID, TIMER_OUT_MS
     assert node.store.query_message("Real", "m1")[0].body == b"m1"  # indexed under its real topic
+
+
+def test_level_timers_a_backward_clock_step_left_late_are_delivered_at_once(tmp_path: Path, nodes: list[Node],
+                                                                          caplog: pytest.LogCaptureFixture):
+    """A level is stored as a due time by the clock at the send: after the clock stepped back an hour, level timers
+    sent before waited that hour more (upstream delivers a level message due beyond its delay at once). A time the
+    producer gave stays due when it says."""
+    node = start(nodes, tmp_path)
+    node.now = NOW
+    node.delivery.steps = ClockStepWatch(node.timers, ROUTER, NOW)
+    ten_s = ROUTER.delay_of_level(3)
+    node.send([NOW + ten_s] * 2, properties={"DELAY": "3"})  # m0, m1: sent now with level 3
+    node.send([NOW + ten_s], properties={"TIMER_DELIVER_MS": str(NOW + ten_s)})  # m2: a time
+    assert node.deliver() == 0
+    node.now = NOW - 3_600_000  # the clock stepped back an hour
+    with caplog.at_level(logging.WARNING):
+        assert node.deliver() == 2
+    assert bodies(node.delivered()) == [b"m0", b"m1"]
+    assert "timer_clock_stepped_back by_ms=3600000 level_timers_due_now=2" in caplog.text
+    node.now += 1000
+    assert node.deliver() == 0  # found once: the time stays due when it says
+    node.now = NOW + ten_s
+    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0", b"m1", b"m2"]
 
 
 def test_delivery_takes_a_batch_at_a_time_and_groups_by_queue(tmp_path: Path, nodes: list[Node]):
