@@ -193,6 +193,24 @@ class TimerDeliveryService(threading.Thread):
             self._stopped.wait(RETRY_PAUSE_S)
         return taken
 
+    def _corrected_due(self, now: int, taken: list[Timer]) -> list[Timer]:
+        """Level timers a backward clock step left late (``clock_step.py``) that are due now, within this pass's
+        room (``batch_size``, ``PASS_MAX_BYTES``) beside ``taken``; those beyond it are given back for the next."""
+        if self.steps is None:
+            return []
+        seen = {key for key, _ in taken}  # due by its stored time as well: delivered once
+        keys = [key for key in self.steps.due(now) if key not in seen]
+        room, size = self.batch_size - len(taken), sum(len(raw) for _, raw in taken)
+        early: list[Timer] = []
+        for i, key in enumerate(keys):
+            if len(early) >= room or size >= PASS_MAX_BYTES:
+                self.steps.give_back(keys[i:], now)
+                break
+            for item in self.timers.take_keys([key]):  # one at a time: they may be 4 MiB each
+                early.append(item)
+                size += len(item[1])
+        return early
+
     def _deliver_due(self) -> tuple[int, int]:
         """(timers taken, timers kept pending because the store refused them; those a leader refused are held)."""
         outcome = _Outcome(done=[])
@@ -200,7 +218,7 @@ class TimerDeliveryService(threading.Thread):
         self._release()
         now = self.clock_ms()
         timers = self.timers.take_due(now, self.batch_size, PASS_MAX_BYTES)
-        early = self.timers.take_keys(self.steps.early(now, self.batch_size)) if self.steps is not None else []
+        early = self._corrected_due(now, timers)
         timers += early
         if not timers and not outcome.done:
             return 0, 0
@@ -215,7 +233,7 @@ class TimerDeliveryService(threading.Thread):
                 self.timers.give_back(min(outcome.kept))
                 if early and self.steps is not None:
                     kept = set(outcome.kept)
-                    self.steps.give_back([key for key, _ in early if key in kept])
+                    self.steps.give_back([key for key, _ in early if key in kept], now)
         settled = set(outcome.done).union(outcome.kept, self._held)
         assert all(key in settled for key, _ in timers), "a timer taken is neither removed, kept nor held"
         if outcome.failure is not None:

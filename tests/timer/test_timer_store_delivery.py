@@ -247,27 +247,32 @@ def test_delivery_in_due_order_never_early(tmp_path: Path, nodes: list[Node]):
     assert node.store.query_message("Real", "m1")[0].body == b"m1"  # indexed under its real topic
 
 
-def test_level_timers_a_backward_clock_step_left_late_are_delivered_at_once(tmp_path: Path, nodes: list[Node],
-                                                                          caplog: pytest.LogCaptureFixture):
+def test_level_timers_a_backward_clock_step_left_late_are_due_their_delay_from_the_step(
+        tmp_path: Path, nodes: list[Node], caplog: pytest.LogCaptureFixture):
     """A level is stored as a due time by the clock at the send: after the clock stepped back an hour, level timers
-    sent before waited that hour more (upstream delivers a level message due beyond its delay at once). A time the
-    producer gave stays due when it says."""
+    sent before waited that hour more. Each is due its level's delay from when the step was seen (never early: it
+    was sent before), once, and a pass takes them within its byte cap; a time the producer gave stays due when it
+    says."""
     node = start(nodes, tmp_path)
     node.now = NOW
     node.delivery.steps = ClockStepWatch(node.timers, ROUTER, NOW)
     ten_s = ROUTER.delay_of_level(3)
-    node.send([NOW + ten_s] * 2, properties={"DELAY": "3"})  # m0, m1: sent now with level 3
-    node.send([NOW + ten_s], properties={"TIMER_DELIVER_MS": str(NOW + ten_s)})  # m2: a time
+    node.send([NOW + ten_s] * 3, properties={"DELAY": "3"})  # m0..m2: sent now with level 3
+    node.send([NOW + ten_s], properties={"TIMER_DELIVER_MS": str(NOW + ten_s)})  # m3: a time
     assert node.deliver() == 0
-    node.now = NOW - 3_600_000  # the clock stepped back an hour
+    stepped = NOW - 3_600_000  # the clock stepped back an hour
+    node.now = stepped
     with caplog.at_level(logging.WARNING):
-        assert node.deliver() == 2
-    assert bodies(node.delivered()) == [b"m0", b"m1"]
-    assert "timer_clock_stepped_back by_ms=3600000 level_timers_due_now=2" in caplog.text
-    node.now += 1000
-    assert node.deliver() == 0  # found once: the time stays due when it says
+        assert node.deliver() == 0
+    assert "timer_clock_stepped_back by_ms=3600000 level_timers_corrected=3" in caplog.text
+    node.now = stepped + ten_s - 1
+    assert node.deliver() == 0  # not before their delay
+    node.now = stepped + ten_s
+    node.delivery.batch_size = 2
+    assert [node.deliver(), node.deliver(), node.deliver()] == [2, 1, 0]  # within a pass's room
+    assert bodies(node.delivered()) == [b"m0", b"m1", b"m2"]
     node.now = NOW + ten_s
-    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0", b"m1", b"m2"]
+    assert node.deliver() == 1 and bodies(node.delivered()) == [b"m0", b"m1", b"m2", b"m3"]  # once each
 
 
 def test_delivery_takes_a_batch_at_a_time_and_groups_by_queue(tmp_path: Path, nodes: list[Node]):
