@@ -736,7 +736,9 @@ class ClientInstance:
 
     def forget_after_fork(self) -> None:
         """In a child of ``os.fork()`` (``client/fork_safety.py``): closed, without closing the parent's channels."""
-        self._lock = threading.Lock()  # another thread of the parent may have held it
+        self._lock = threading.Lock()  # another thread of the parent may have held it, and its route locks
+        self._route_locks, self._route_lock_users = {}, {}
+        self.down = DownAddresses()
         self._closed, self._closed_why = True, fork_safety.MADE_BEFORE_FORK
         self._streams, self._channels, self._stubs = {}, {}, {}
         self.retry_threads.forget_after_fork()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from client import fork_safety
 from client.callback_future import CallbackFuture, on_done
 from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
@@ -126,6 +127,8 @@ class Producer:
         self._born_host = encode_host(self.born_host)
         self._round_robin = 0
         self._lock = threading.Lock()
+        self._forked = False  # this is a child of os.fork(): its sends are refused (``client/fork_safety.py``)
+        fork_safety.track(self)
         self.client_id = new_client_id()
         self._sessions = (ProducerSessions(self.client, group, self.client_id, transaction_checker, topics)
                           if transaction_checker is not None else None)
@@ -146,6 +149,9 @@ class Producer:
         if self._sessions is not None:
             self._sessions.close()
         self.client.close()
+
+    def forget_after_fork(self) -> None:
+        self._forked = True
 
     # -- API ---------------------------------------------------------------------------------------
     def send(self, msg: Message, sharding_key: str | None = None, queue: MessageQueue | None = None) -> SendResult:
@@ -172,6 +178,8 @@ class Producer:
         return self._bounded(msgs, lambda: self._send_batch_async(msgs, sharding_key, queue))
 
     def _bounded(self, msgs: Sequence[Message], send: Callable[[], "Future[SendResult]"]) -> "Future[SendResult]":
+        if self._forked:  # before any lock or count of the parent's (another of its threads may have held them)
+            raise MQClientError(fork_safety.MADE_BEFORE_FORK)
         in_flight = self._in_flight
         if in_flight is None:
             return send()
