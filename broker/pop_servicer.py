@@ -105,24 +105,30 @@ class PopServicer(pop_pb2_grpc.PopServiceServicer):
     async def AckMessage(self, request, context):
         return await self._ack(request)
 
-    # An ack, a change of invisible time or a dead-lettering may free a FIFO message group whose next message a
-    # parked receive waits for: it looks again now (it waited for its long poll's end: a FIFO PushConsumer with a
-    # backlog got one message per group every 20 s, the proxy review).
+    # An ack, a change of invisible time or a dead-lettering of a FIFO group may free a message group whose next
+    # message a parked receive waits for: it looks again now (it waited for its long poll's end: a FIFO PushConsumer
+    # with a backlog got one message per group every 20 s, the proxy review). Only then: a wake runs every parked pull
+    # and pop of the topic again, and at every ack of any group it took POP from 991 to 67 acks/s with 50 idle push
+    # groups parked on the topic (the scale review).
     async def _ack(self, request: pop_pb2.AckMessageRequest) -> pop_pb2.AckMessageResponse:
         answer = await self._run(self.processor.ack, request, lambda: self.processor.runs_inline(request.topic))
-        self.hold_service.wake_topic(request.topic)
+        self._wake_fifo(request.group, request.topic)
         return answer
 
     async def ChangeInvisibleTime(self, request, context):
         answer = await self._run(self.processor.change_invisible_time, request,
                                  lambda: self.processor.runs_inline(request.topic))
-        self.hold_service.wake_topic(request.topic)
+        self._wake_fifo(request.group, request.topic)
         return answer
 
     async def ForwardToDeadLetterQueue(self, request, context):
         answer = await REMOTE_WAITS.run(self.processor.forward_to_dead_letter_queue, request)  # reads: peers, a tier
-        self.hold_service.wake_topic(request.topic)
+        self._wake_fifo(request.group, request.topic)
         return answer
+
+    def _wake_fifo(self, group: str, topic: str) -> None:
+        if self.processor.holds_message_groups(group):
+            self.hold_service.wake_topic(topic)
 
     async def GetPopState(self, request, context):
         return await asyncio.to_thread(self.processor.pop_state, request)

@@ -240,6 +240,12 @@ class PopMessageProcessor:
             raise Refusal(ResponseCode.NO_PERMISSION, f"topic {topic} is not readable here")
         return config
 
+    def holds_message_groups(self, group: str) -> bool:
+        """Whether ``group`` consumes FIFO (a message group's next waits for the one in flight): only then may an
+        ack, a change of invisible time or a dead-lettering free a message a parked receive waits for."""
+        config = self.groups.find(group)
+        return config is not None and config.consume_message_orderly
+
     def _group_config(self, group: str) -> SubscriptionGroupConfig:
         config = self.groups.find(group)
         if config is None:

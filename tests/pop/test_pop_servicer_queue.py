@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from broker.pop.pop_service import PopService
 from broker.pop.pop_state_store import PopStateStore
 from broker.pop_servicer import PopServicer
+from proto import pop_pb2
 
 
 def test_a_cancelled_wait_keeps_its_worker_call_counted_until_the_call_ends(tmp_path):
@@ -52,6 +53,32 @@ def test_a_cancelled_wait_keeps_its_worker_call_counted_until_the_call_ends(tmp_
                 break
             await asyncio.sleep(0.01)
         assert servicer._queued == 0
+
+    asyncio.run(scenario())
+    service.close()
+
+
+def test_only_an_ack_of_a_fifo_group_wakes_the_topics_parked_receives(tmp_path):
+    """A wake runs every parked pull and pop of the topic again: at every ack of any group it took POP from 991 to
+    67 acks/s with 50 idle push groups parked on the topic. Only an ack, change of invisible time or dead-lettering
+    of a FIFO group may free a message a receive waits for."""
+    service = PopService("b", PopStateStore(tmp_path / "pop", sync=False), lambda *a: None, lambda *a: None)
+    woken: list[str] = []
+    fifo = {"fifo-group"}
+    processor = SimpleNamespace(
+        service=service, runs_inline=lambda topic: True, holds_message_groups=lambda group: group in fifo,
+        ack=lambda request: pop_pb2.AckMessageResponse(),
+        change_invisible_time=lambda request: pop_pb2.ChangeInvisibleTimeResponse())
+    servicer = PopServicer(processor, hold_service=SimpleNamespace(wake_topic=woken.append),  # type: ignore[arg-type]
+                           max_suspend_ms=0)
+
+    async def scenario() -> None:
+        await servicer._ack(pop_pb2.AckMessageRequest(group="plain-group", topic="T"))
+        await servicer.ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(group="plain-group", topic="T"), None)
+        assert woken == []
+        await servicer._ack(pop_pb2.AckMessageRequest(group="fifo-group", topic="T"))
+        await servicer.ChangeInvisibleTime(pop_pb2.ChangeInvisibleTimeRequest(group="fifo-group", topic="T"), None)
+        assert woken == ["T", "T"]
 
     asyncio.run(scenario())
     service.close()
