@@ -12,6 +12,9 @@ OPEN_FILES_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 OPEN_FILES_TEXT = "Too many open files"
 OPEN_FILES_HINT = ("too many open files: raise the broker's open-files limit (ulimit -n, systemd LimitNOFILE, docker "
                    "--ulimit nofile)")
+DAMAGED_ROCKSDB_HINT = (" (a RocksDB file on disk is damaged: restore that store's directory from a replica or a "
+                        "backup; the consume queue's, storeType=defaultRocksDB, may be removed instead: the broker "
+                        "rebuilds it from the commitlog)")
 
 
 def is_rocksdb_io_error(exc: BaseException) -> bool:
@@ -19,10 +22,15 @@ def is_rocksdb_io_error(exc: BaseException) -> bool:
     return type(exc) is Exception and str(exc).startswith("IO error:")
 
 
+def is_rocksdb_damage(exc: BaseException) -> bool:
+    """RocksDB found one of its files damaged (a checksum mismatch, a cut file): its status, in a bare Exception."""
+    return type(exc) is Exception and str(exc).startswith("Corruption:")
+
+
 def is_storage_failure(exc: BaseException) -> bool:
-    """Whether a failure is the storage's (the file system's, or RocksDB's I/O, e.g. a memtable flush on a full
-    disk) rather than a bug: logged on one line, without a traceback."""
-    return isinstance(exc, OSError) or is_rocksdb_io_error(exc)
+    """Whether a failure is the storage's (the file system's, RocksDB's I/O, e.g. a memtable flush on a full
+    disk, or a damaged file) rather than a bug: logged on one line, without a traceback."""
+    return isinstance(exc, OSError) or is_rocksdb_io_error(exc) or is_rocksdb_damage(exc)
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -45,6 +53,8 @@ def storage_hint(exc: BaseException) -> str:
         return " (the disk is full: free space and start again)"
     if is_out_of_open_files(exc):
         return f" ({OPEN_FILES_HINT}, and start again)"
+    if is_rocksdb_damage(exc):
+        return DAMAGED_ROCKSDB_HINT
     return ""
 
 

@@ -58,6 +58,7 @@ class KvStore:
         self.waiters: KvApplyWaiters
         self.reader: KvChainReader
         self.fences: KvPartitionFences
+        self._message_store: MessageStore
 
     def attach(self, store: MessageStore, loop: asyncio.AbstractEventLoop, peers: Callable[[], PeerBrokers],
                led_partitions: Callable[[], Collection[int] | None]) -> None:
@@ -70,6 +71,17 @@ class KvStore:
         store.running_flags.on_fail_stop(self.waiters.fail)
         self.reader = KvChainReader(self.state, peers, self.broker_name, self.fences.check_applied)
         store.register_dispatcher(self.dispatcher)
+        self._message_store = store
+
+    def stalled(self) -> str | None:
+        """Why reads would miss writes now, or None: the store fail-stopped before applying all it holds (a read
+        answered a stored key "not found", as a success)."""
+        store = self._message_store
+        reason = store.running_flags.fail_stop_reason
+        if reason is None or self.dispatcher.applied_offset >= store.commit_log.confirm_offset:
+            return None
+        return (f"the KV store applied the commitlog up to {self.dispatcher.applied_offset} of "
+                f"{store.commit_log.confirm_offset} before the store stopped ({reason}): reads would miss writes")
 
     # -- a new replica's copy of its master's state (broker/ha/state_copy.py) -----------------------
     def copy_out(self) -> tuple[int, Iterator[tuple[bytes, bytes]]]:

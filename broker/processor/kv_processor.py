@@ -111,6 +111,9 @@ class KvProcessor:
         if self.kv is None:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE,
                           f"the KV store is off on broker {self.broker_name} (kvEnable=false)")
+        stalled = self.kv.stalled()
+        if stalled is not None:
+            raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, f"{stalled} on broker {self.broker_name}")
         return self.kv
 
     def total_shards(self) -> int:

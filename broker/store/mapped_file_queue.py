@@ -14,6 +14,11 @@ from broker.store.mapped_file import MappedFile, segment_name
 log = logging.getLogger(__name__)
 
 
+class SegmentsMissing(OSError):
+    """A gap between the segments found at start: the storage's fault (a file lost or cut short), said on one line
+    as a start refusal, not a bug's traceback."""
+
+
 class MappedFileQueue:
     """Segments by start offset. Only the last is written. The segment list is replaced as a whole
     (copy on write), so readers on other threads never see it half-updated."""
@@ -33,10 +38,16 @@ class MappedFileQueue:
     def load(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         paths = sorted(p for p in self.store_dir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        for path in paths[:-1]:  # (the last may be empty: made just before a crash; it is made full size again)
+            if path.stat().st_size == 0:
+                raise SegmentsMissing(f"segment {path} is empty, with segments after it (it was cut short): "
+                                      f"restore it, or this store from a replica or a backup")
         files = [MappedFile(p, self.mapped_file_size) for p in paths]
         for prev, cur in itertools.pairwise(files):
             if prev.end_offset != cur.file_from_offset:
-                raise RuntimeError(f"segments not contiguous in {self.store_dir}: {prev.path.name} -> {cur.path.name}")
+                raise SegmentsMissing(f"segment {segment_name(prev.end_offset)} is missing in {self.store_dir}, "
+                                      f"between {prev.path.name} and {cur.path.name} (or {prev.path.name} was cut "
+                                      f"short): restore it, or this store from a replica or a backup")
         for f in files:  # positions are set by recovery; assume full until then
             f.wrote_position = f.flushed_position = f.file_size
         self._set(files)

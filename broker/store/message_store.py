@@ -23,6 +23,7 @@ from broker.store.index.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.message_store_reader import MessageStoreReader
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
+from broker.store.record_identity import DamagedRecordLog, record_intact, run_intact
 from broker.store.recovery import mark_clean_shutdown, recover
 from broker.store.running_flags import RunningFlags
 from broker.store.store_services import CleanCommitLogService, DispatcherFlushService, PageReleaseService
@@ -36,6 +37,7 @@ from common.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 
+QUERY_MAX_BYTES = 64 * 1024 * 1024  # records one query by key answers at most (always one)
 MAX_SCAN_UNITS = 16_000  # units a filtered read may skip before it answers
 
 
@@ -64,6 +66,7 @@ class MessageStore(MessageStoreReader):
         self.keeps_confirm_checkpoint = False
         self.confirm_checkpoint = OffsetCheckpoint(root / "checkpoint" / "confirm_offset")
         self.running_flags = RunningFlags()
+        self.damaged_records = DamagedRecordLog()  # reads that skip a damaged record name it once
         self.reput = ReputMessageService(self.commit_log, self.dispatchers, self.running_flags)
         self.flush_service: FlushService = (
             GroupCommitService(self.commit_log, self.running_flags)
@@ -319,7 +322,9 @@ class MessageStore(MessageStoreReader):
                 break
             if runs and tags_codes is None and not count:
                 run = _contiguous_run(units[:max_nums], commit_min, max_bytes, find)
-                if run is not None:  # the common case: the records a pull wants lie back to back in one segment
+                # The common case: the records a pull wants lie back to back in one segment (else, or with one
+                # damaged among them, unit by unit below, which skips it).
+                if run is not None and run_intact(run[0].mm, run[1], units, run[3], queue_id, offset):
                     segment, start, end, taken = run
                     return [segment.mm[start:end]], end - start, offset + taken
             for physical_offset, size, tags_code in units:
@@ -337,6 +342,11 @@ class MessageStore(MessageStoreReader):
                         offset += 1
                         continue
                 pos = physical_offset - segment.file_from_offset
+                if not record_intact(segment.mm, pos, physical_offset, size, queue_id, offset):
+                    self.damaged_records.skipped(topic, queue_id, offset, physical_offset, size)
+                    offset += 1
+                    scanned += 1
+                    continue
                 if runs and run_segment is segment and run_end == pos:
                     run_end = pos + size
                 else:
@@ -386,11 +396,14 @@ class MessageStore(MessageStoreReader):
 
     def query_message_records(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                               end_ms: int = 2**62) -> list[bytes]:
-        """Records of ``topic`` whose message key or unique key is ``key``, stored in [begin_ms, end_ms]."""
+        """Records of ``topic`` whose message key or unique key is ``key``, stored in [begin_ms, end_ms]: up to
+        ``max_num``, within ``QUERY_MAX_BYTES`` (always one): 64 matches of 4 MiB passed gRPC's 256 MiB answer
+        limit, and held 1.2 GiB of the broker's memory, to fail."""
         if self.index_service is None:
             return []
         found: list[bytes] = []
         seen: set[int] = set()
+        total = 0
         for physical_offset in self.index_service.lookup(topic, key, max_num * 2, begin_ms, end_ms):
             if physical_offset in seen:
                 continue
@@ -402,6 +415,9 @@ class MessageStore(MessageStoreReader):
             if msg.topic != topic or not begin_ms <= msg.store_timestamp <= end_ms:
                 continue
             if key in msg.keys or msg.unique_key == key:
+                total += len(raw)
+                if found and total > QUERY_MAX_BYTES:
+                    break
                 found.append(raw)
                 if len(found) >= max_num:
                     break

@@ -1,11 +1,14 @@
 """Query by key, by unique key and by message id."""
 
+import logging
+import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
 from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +39,20 @@ def test_query_by_key_unique_key_and_time_range(open_store: StoreFactory):
     assert store.query_message("KeyT", "order-7", begin_ms=future, end_ms=future + 1000) == []
 
 
+def test_query_by_key_answers_within_its_byte_budget_and_always_one(open_store: StoreFactory):
+    store = open_store()
+    r = None
+    for i in range(6):
+        r = store.put_messages("BigKeyT", 0, [bytes([i]) * 3000], [encode_properties({"KEYS": "batch-1"})])
+    store.wait_dispatched(r.append.end_offset)
+    record = len(store.query_message_records("BigKeyT", "batch-1", max_num=1)[0])
+    with patch("broker.store.message_store.QUERY_MAX_BYTES", 2 * record + 10):
+        assert len(store.query_message_records("BigKeyT", "batch-1", max_num=64)) == 2
+    with patch("broker.store.message_store.QUERY_MAX_BYTES", 1):
+        assert len(store.query_message_records("BigKeyT", "batch-1", max_num=64)) == 1
+    assert len(store.query_message_records("BigKeyT", "batch-1", max_num=64)) == 6
+
+
 def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
     store = open_store(max_index_num=64)
     r = None
@@ -47,6 +64,33 @@ def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
     assert len(store.index_service._files) >= 3
     for i in (0, 63, 64, 199):
         assert len(store.query_message("RollK", f"k{i}")) == 1, i
+
+
+@pytest.mark.parametrize("damage", ["cut", "zeroed header"])
+def test_a_damaged_index_file_is_set_aside_and_its_keys_indexed_again(open_store: StoreFactory, damage: str,
+                                                                      caplog: pytest.LogCaptureFixture):
+    """(A cut file loaded as it was: the next dispatch fail-stopped the store, and so at every start; a zeroed
+    header of a full file answered "not found" for its keys.)"""
+    store = open_store(max_index_num=64)
+    r = None
+    for i in range(200):
+        r = store.put_messages("DamagedK", 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
+    store.wait_dispatched(r.append.end_offset)
+    store.shutdown()
+    second = sorted(store.index_service.root.iterdir())[1]  # a full file, with others after it
+    if damage == "cut":
+        os.truncate(second, second.stat().st_size // 2)
+    else:
+        with second.open("r+b") as f:
+            f.write(bytes(40))
+    with caplog.at_level(logging.WARNING):
+        store = open_store(max_index_num=64)
+    assert "index_file_set_aside" in caplog.text and (second.parent / f"{second.name}.damaged").exists()
+    r = store.put_messages("DamagedK", 0, [b"v"], [encode_properties({"KEYS": "after"})])
+    store.wait_dispatched(r.append.end_offset)
+    for key in ("k0", "k63", "k64", "k100", "k199", "after"):
+        assert len(store.query_message("DamagedK", key)) == 1, key
+    assert not store.running_flags.fail_stop_reason
 
 
 def test_index_files_made_after_the_clock_stepped_back_load_in_order(open_store: StoreFactory):

@@ -75,6 +75,10 @@ def meta_key(topic: str, queue_id: int) -> bytes:
     return META_PREFIX + topic.encode() + SEPARATOR + QUEUE_ID.pack(queue_id)
 
 
+class ConsumeQueueDamaged(OSError):
+    """RocksDB found the consume queue's files damaged: the storage's fault, said on one line with the remedy."""
+
+
 class _Queue:
     """In-memory bounds of one queue: units exist exactly for [min_offset, max_offset)."""
 
@@ -312,8 +316,24 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         # Keys are unique within [offset, end): they are contiguous if the first and the last are where
         # they should be. Not so only when expiry or truncation removed units under this read.
         if not keys or keys[0] != start_key or keys[-1] != prefix + OFFSET.pack(offset + len(keys) - 1):
+            self._check_readable(topic, queue_id, offset, start_key, read_options)
             return []
         return list(UNIT_CQ.iter_unpack(b"".join(values)))
+
+    def _check_readable(self, topic: str, queue_id: int, offset: int, start_key: bytes,
+                        read_options: ReadOptions) -> None:
+        """A read that found the units short: RocksDB's iteration ends without a word at a damaged block, and the
+        queue's readers would wait at that offset for good. Raises if that is why."""
+        iterator = self.db.iter(read_options)
+        iterator.seek(start_key)
+        while iterator.valid():
+            iterator.next()
+        try:
+            iterator.status()
+        except Exception as exc:
+            raise ConsumeQueueDamaged(
+                f"consume queue store {self.root} is damaged at {topic}/{queue_id} offset {offset} ({exc}): stop the "
+                f"broker and remove that directory; the next start rebuilds it from the commitlog") from None
 
     def _unit(self, queue: _Queue, offset: int) -> tuple[int, int, int, int] | None:
         raw = self.db.get(queue.prefix + OFFSET.pack(offset))

@@ -71,6 +71,10 @@ class IndexFile:
          _slots, self.index_count) = HEADER.unpack_from(self.mm, 0)
         self.index_count = max(self.index_count, 1)
 
+    @staticmethod
+    def size_for(slot_num: int, index_num: int) -> int:
+        return HEADER_SIZE + slot_num * SLOT.size + index_num * ENTRY_SIZE
+
     def _create(self, fd: int) -> None:
         """Size a new file and allocate its header and slots; on a full disk remove it and raise."""
         try:

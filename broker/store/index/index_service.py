@@ -56,9 +56,35 @@ class IndexService(CommitLogDispatcher):
 
     def load(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        for path in sorted(p for p in self.root.iterdir() if p.name.isdigit()):
-            self._files.append(IndexFile(path, self.slot_num, self.index_num))
         self._checkpoint = self._checkpoint_file.read() or 0
+        size = IndexFile.size_for(self.slot_num, self.index_num)
+        paths = sorted(p for p in self.root.iterdir() if p.name.isdigit())
+        for i, path in enumerate(paths):
+            if len(self._files) < i:  # one before was set aside: what follows is indexed again after it
+                self._set_aside(path, "after a damaged file")
+                continue
+            if path.stat().st_size != size:
+                self._set_aside(path, f"size {path.stat().st_size}, not {size}")
+                continue
+            f = IndexFile(path, self.slot_num, self.index_num)
+            end = self._indexed_end()
+            # Files roll only when full, and each goes on from where the one before ends.
+            if f.end_phy_offset < max(f.begin_phy_offset, end) or (path != paths[-1] and not f.is_full()):
+                f.close()
+                self._set_aside(path, f"header says {f.index_count} entries, offsets {f.begin_phy_offset}.."
+                                      f"{f.end_phy_offset}, after {end}")
+                continue
+            self._files.append(f)
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        """A damaged index file (cut short, a zeroed header; or one made for other slot or entry counts): moved
+        aside, kept, and the keys from where the files before it end indexed again from the commitlog (loaded as
+        it was, a cut file fail-stopped the store at the next send, at every start, and a zeroed header answered
+        "not found")."""
+        path.rename(path.with_name(path.name + ".damaged"))
+        self._checkpoint = min(self._checkpoint, self._indexed_end())
+        log.warning("index_file_set_aside file=%s reason=%r reindex_from=%d: its keys are indexed again from the "
+                    "commitlog; the file is kept as %s.damaged", path, why, self._checkpoint, path.name)
 
     def _indexed_end(self) -> int:
         return self._files[-1].end_phy_offset if self._files else 0
