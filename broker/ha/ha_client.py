@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 REOPEN_PAUSE_S = 1.0
 DISK_FULL_RETRY_S = 5.0  # a replica whose disk refused its master's bytes asks again this often
+# A state copy's chunk may be one record larger than its 4 MiB (a timer's holds a whole message, and maxMessageSize
+# goes up to 1 GiB): at 64 MiB a replica of such a master asked for the copy again and again, for good.
+MAX_FRAME_BYTES = (1 << 31) - 1
 _CLOSE = -1
 
 
@@ -54,7 +57,7 @@ class HAClient(threading.Thread):
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
-        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", MAX_FRAME_BYTES)])
         self._stopped = threading.Event()
         self._metadata_copied = threading.Event()  # the slave's copy of this master's metadata is taken
         self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)

@@ -21,7 +21,7 @@ from proto import ha_pb2
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 << 20  # a chunk's records: well under the replication channel's 64 MiB message limit
+CHUNK_BYTES = 4 << 20  # a chunk's records, or one record larger than that (a timer's holds a whole message)
 
 Records = list[tuple[bytes, bytes]]
 
@@ -52,11 +52,12 @@ def state_chunks(name: str, store: CopiedStore) -> Iterator[ha_pb2.StateChunk]:
     batch: Records = []
     size = 0
     for key, value in records:
-        batch.append((key, value))
-        size += len(key) + len(value)
-        if size >= CHUNK_BYTES:
+        record = len(key) + len(value)
+        if batch and size + record > CHUNK_BYTES:  # a chunk is one record over only when that record is alone
             yield ha_pb2.StateChunk(store=name, applied_offset=applied, records=encode_records(batch))
             batch, size = [], 0
+        batch.append((key, value))
+        size += record
     yield ha_pb2.StateChunk(store=name, applied_offset=applied, records=encode_records(batch), last=True)
 
 

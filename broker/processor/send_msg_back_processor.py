@@ -28,6 +28,7 @@ from broker.store.message_store import MessageStore
 from broker.store.put_message_result import PutMessageResult, PutMessageStatus
 from broker.timer.delay_router import DelayRouter
 from common.group_topics import dlq_topic, is_retry_topic, retry_topic
+from common.message_codec import record_size
 from common.message_properties import (
     MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
@@ -104,6 +105,14 @@ class SendMsgBackProcessor:
                         "reason='no room in the properties for the retry'", group, request.msg_id, times,
                         len(timer_props))
             return self._dead_letter(request, group, props, grown, times, born_host)
+        retry_size = record_size(len(TIMER_TOPIC.encode()), len(timer_props), len(request.body))
+        if retry_size > self.store.commit_log.max_record_size():
+            # A message that just fit a commitlog segment (small segments) with its own properties: the retry's
+            # record, with the broker's, does not, and the consumer skipped the message on that refusal.
+            log.warning("send_back_dead_lettered_early group=%s msg_id=%s reconsume_times=%d record=%d "
+                        "reason='the retry record exceeds the commitlog segment size'", group, request.msg_id, times,
+                        retry_size)
+            return self._dead_letter(request, group, props, grown, times, born_host)
         result = self._put(TIMER_TOPIC, 0, request, timer_props, born_host)
         return self._answer(result, target.topic_name, times + 1)
 
@@ -112,7 +121,8 @@ class SendMsgBackProcessor:
         """Into %DLQ%<group>, with what the broker adds that fits the block (see :func:`_fitted`)."""
         grown[PROPERTY_RECONSUME_TIME] = str(times)
         dlq = checked_topic(dlq_topic(group))  # a group name refused nowhere else yet: INVALID_ARGUMENT, not a crash
-        fitted, trimmed = _fitted(props, grown)
+        room = self.store.commit_log.max_record_size() - record_size(len(dlq.encode()), 0, len(request.body))
+        fitted, trimmed = _fitted(props, grown, min(MAX_PROPERTIES_SIZE, room))
         if trimmed:
             log.warning("dead_letter_properties_trimmed group=%s msg_id=%s left_out=%s reason='no room in the "
                         "properties'", group, request.msg_id, ",".join(trimmed))
@@ -149,13 +159,15 @@ def _decoded(raw: bytes) -> dict[str, str]:
     return props
 
 
-def _fitted(props: dict[str, str], grown: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """``grown`` when its block fits the store's limit, else with the broker's additions taken back (each to its
-    value in ``props``, or left out), least useful first, until it does; and the names taken back. Sends leave room
-    for them all (MAX_USER_PROPERTIES_SIZE): only a block stored before that rule needs this."""
+def _fitted(props: dict[str, str], grown: dict[str, str], limit: int = MAX_PROPERTIES_SIZE,
+            ) -> tuple[dict[str, str], list[str]]:
+    """``grown`` when its block fits ``limit``, else with the broker's additions taken back (each to its value in
+    ``props``, or left out), least useful first, until it does; and the names taken back. Sends leave room for them
+    all (MAX_USER_PROPERTIES_SIZE): only a block stored before that rule, or a record that nearly fills a commitlog
+    segment (its block's limit is then what the segment has room for), needs this."""
     fitted, trimmed = dict(grown), []
     for name in TRIM_ORDER:
-        if len(encode_properties(fitted)) <= MAX_PROPERTIES_SIZE:
+        if len(encode_properties(fitted)) <= limit:
             break
         if name in props:
             fitted[name] = props[name]

@@ -20,7 +20,7 @@ from broker.timer.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DEFAULT_TIMER
 from broker.timer.delay_router import DelayRouter
 from client import Message, MessageQueue, Producer, PullConsumer, PushConsumer
 from common.group_topics import dlq_topic
-from common.message_codec import decode_record
+from common.message_codec import decode_record, record_size
 from common.message_properties import (
     MAX_PROPERTIES_SIZE,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -48,11 +48,12 @@ class Broker:
         router = DelayRouter(parse_delay_levels(DEFAULT_MESSAGE_DELAY_LEVEL), DEFAULT_TIMER_MAX_DELAY_SEC * 1000)
         self.processor = SendMsgBackProcessor(topics, groups, self.store, router, lambda: None)
 
-    def send_back(self, props: bytes, reconsume_times: int = 0) -> consumer_pb2.SendMsgBackResponse:
+    def send_back(self, props: bytes, reconsume_times: int = 0, body: bytes = b"failed",
+                  ) -> consumer_pb2.SendMsgBackResponse:
         if reconsume_times:
             props += f"{PROPERTY_RECONSUME_TIME}\x01{reconsume_times}\x02".encode()
         return self.processor.send_back(consumer_pb2.SendMsgBackRequest(
-            group=GROUP, topic=TOPIC, body=b"failed", properties=props, born_host="127.0.0.1:1",
+            group=GROUP, topic=TOPIC, body=body, properties=props, born_host="127.0.0.1:1",
             msg_id="C0FFEE0000000000000000000000", max_reconsume_times=3))
 
     def messages(self, topic: str) -> list:
@@ -92,6 +93,18 @@ def test_a_block_without_room_for_the_retry_is_dead_lettered_at_once(broker: Bro
     assert dead.properties[PROPERTY_RETRY_TOPIC] == TOPIC and dead.properties[PROPERTY_RECONSUME_TIME] == "1"
     assert dead.properties[PROPERTY_ORIGIN_MESSAGE_ID] == "C0FFEE0000000000000000000000"
     assert "send_back_dead_lettered_early" in caplog.text and "message_dead_lettered" in caplog.text
+
+
+def test_a_message_whose_retry_record_exceeds_a_segment_is_dead_lettered_at_once(broker: Broker, caplog):
+    """A body that fit the 1 MiB segment as sent: the retry's record (the timer's topic and properties added)
+    does not, and it was refused INVALID_ARGUMENT, which a push consumer skips: the message was lost."""
+    props = block(100)
+    body = bytes(broker.store.commit_log.max_record_size() - record_size(len(TOPIC), len(props), 0) - 20)
+    with caplog.at_level(logging.WARNING):
+        answer = broker.send_back(props, body=body)
+    assert (answer.code, answer.topic) == (ResponseCode.SUCCESS, dlq_topic(GROUP))
+    assert [m.body for m in broker.messages(dlq_topic(GROUP))] == [body]
+    assert "the retry record exceeds the commitlog segment size" in caplog.text
 
 
 def test_a_full_block_is_dead_lettered_with_what_does_not_fit_left_out(broker: Broker, caplog):

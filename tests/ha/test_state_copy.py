@@ -74,6 +74,19 @@ def test_a_timer_copy_holds_the_pending_timers_and_the_checkpoint(tmp_path: Path
     assert [key for key, _ in replica.take_due(10_000, 10)] == [timer_key(1_000, 10), timer_key(2_000, 20)]
 
 
+def test_a_chunk_ends_before_a_record_that_would_overflow_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """(A chunk was closed only once past its size: up to its size and one whole timer record, a whole message, which
+    a replica's 64 MiB frame limit then refused at every try.)"""
+    monkeypatch.setattr(state_copy, "CHUNK_BYTES", 1000)
+    timers = TimerMessageStore(tmp_path / "timers", lambda _offset, _size: b"")
+    timers.load()
+    for i, size in enumerate([600, 300, 900, 5000, 10]):
+        timers.db.put(timer_key(1_000 + i, i), bytes(size))
+    sizes = [sum(len(v) for _k, v in state_copy.decode_records(c.records, "t")) for c in state_chunks("timer", timers)]
+    assert sizes[:3] == [900, 900, 5000] and sizes[3] < 1000  # the big one alone, the others within (the last: the
+    # 10 and the store's own keys)
+
+
 def test_a_copy_cut_short_is_an_error_and_a_store_not_kept_here_is_skipped(tmp_path: Path):
     replica = _kv_store("rocksdb", tmp_path / "replica")
     cut_short = [ha_pb2.StateChunk(store="kv", applied_offset=1, records=b"")]
