@@ -83,6 +83,16 @@ def _delay_levels(raw: str) -> str:
     return raw
 
 
+def _delete_when(raw: str) -> str:
+    """Hours of the day, 0..23, separated by ';' (upstream's form), or '*': any other token never matched, and
+    expired segments were never deleted (until the disk was nearly full)."""
+    for hour in raw.split(";"):
+        hour = hour.strip()
+        if hour and hour != "*" and not (re.fullmatch(r"\d{1,2}", hour) and int(hour) <= 23):
+            raise ValueError(f"{raw!r} is not hours 0..23 separated by ';' (or *)")
+    return raw
+
+
 def _name(raw: str) -> str:
     if not re.fullmatch(r"[%a-zA-Z0-9_-]{1,127}", raw):
         raise ValueError(f"{raw!r} must be 1-127 characters of [%a-zA-Z0-9_-]")
@@ -124,7 +134,7 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", _int_in(4096, 1 << 40)),
     "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", _int_in(20, 1 << 32)),
     "fileReservedTime": ("file_reserved_time", _float_at_least(0)),
-    "deleteWhen": ("delete_when", _STR),
+    "deleteWhen": ("delete_when", _delete_when),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", _int_in(10, 95)),
     "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", _int_in(10, 99)),
     "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", _int_in(10, 99)),

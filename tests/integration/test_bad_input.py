@@ -154,6 +154,15 @@ def test_choices_are_parsed_once_into_enum_members_that_print_as_spelled():
     assert (store_config.flush_disk_type, store_config.store_type) == parsed[:2]
 
 
+@pytest.mark.parametrize("value", ["04,16", "4am", "24", "4;x"])
+def test_a_delete_when_that_no_hour_matches_is_refused(value: str):
+    """(It was taken, and expired segments were then never deleted until the disk was nearly full.)"""
+    with pytest.raises(ConfigError, match=r"deleteWhen: .* is not hours 0\.\.23 separated by ';'"):
+        load_broker_config(f"deleteWhen={value}")
+    for good in ("04", "4;16", "*", "0;23;"):
+        assert load_broker_config(f"deleteWhen={good}").delete_when == good
+
+
 @pytest.mark.parametrize("key", ["namesrvAddr", "haMasterAddress", "controllerAddr"])
 @pytest.mark.parametrize("value, why", [("127.0.0.1:99999", "outside 1..65535"), ("127.0.0.1:0", "outside"),
                                         ("nohost", "is not HOST:PORT"), ("h:x1", "not a number")])
