@@ -12,6 +12,7 @@ from broker.broker_config import BrokerConfig, ConfigError, load_broker_config
 from broker.broker_controller import BrokerController
 from broker.metadata.json_file import MetadataFileError
 from client.switch_interval import keep_switch_interval
+from common.grpc_core_log import quiet_answers_not_sent
 from common.open_files_limit import raise_open_files_limit
 from common.statictopic.mapping_checks import MappingError
 from common.storage_refusal import is_storage_failure, storage_hint
@@ -73,6 +74,7 @@ def rejoin(why: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    quiet_answers_not_sent()  # gRPC's traceback for an answer a gone client did not take: one line
     # The broker's own hand-offs were tuned at Python's default; the SDK clients it runs (KV provisioning) keep it.
     keep_switch_interval()
     args = parse_args(argv)

@@ -11,6 +11,7 @@ import click
 
 from common.acl import SUPER, User, parse_credentials, parse_user
 from common.daemon_cli import metrics_options, run_command, tls_server_options
+from common.grpc_core_log import quiet_answers_not_sent
 from common.metrics import MetricsExporterType
 from common.open_files_limit import raise_open_files_limit
 from common.tls import TlsError, server_tls
@@ -54,6 +55,7 @@ def command(host: str, port: int, broker_expiry_ms: int, scan_interval_ms: int, 
     """The name server: broker registry and topic routes (and, optionally, the replication controller)."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    quiet_answers_not_sent()  # gRPC's traceback for an answer a gone client did not take: one line
     try:
         tls = server_tls(tls_enable, tls_cert, tls_key)
     except TlsError as e:

@@ -130,16 +130,18 @@ class AckMessageResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., remark: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class ChangeInvisibleTimeRequest(_message.Message):
-    __slots__ = ("group", "topic", "receipt_handle", "invisible_time_ms")
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_time_ms", "undelivered")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    UNDELIVERED_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     receipt_handle: str
     invisible_time_ms: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ...) -> None: ...
+    undelivered: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ..., undelivered: _Optional[bool] = ...) -> None: ...
 
 class ChangeInvisibleTimeResponse(_message.Message):
     __slots__ = ("code", "remark", "receipt_handle", "invisible_until_ms")

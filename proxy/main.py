@@ -12,6 +12,7 @@ import click
 from client.switch_interval import keep_switch_interval
 from common.acl import parse_credentials
 from common.daemon_cli import metrics_options, run_command, tls_server_options
+from common.grpc_core_log import quiet_answers_not_sent
 from common.metrics import MetricsExporterType
 from common.open_files_limit import raise_open_files_limit
 from common.tls import TlsError, server_tls, set_process_ca
@@ -54,6 +55,7 @@ def command(namesrv_addr: str, host: str, port: int, default_invisible_ms: int, 
     """The RocketMQ 5 proxy: apache.rocketmq.v2.MessagingService over this cluster, for the official clients."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    quiet_answers_not_sent()  # gRPC's traceback for an answer a gone client did not take: one line
     if not namesrv_addr.strip(" ;"):
         raise click.UsageError("-n/--namesrv-addr names no name server")
     if renew_ahead_ms >= default_invisible_ms:

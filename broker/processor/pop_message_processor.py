@@ -154,7 +154,7 @@ class PopMessageProcessor:
                 f"{request.invisible_time_ms} is outside 0..{MAX_INVISIBLE_MS}")
         try:
             handle = self.service.change_invisible_time(group, topic, _handle(request.receipt_handle),
-                                                        request.invisible_time_ms)
+                                                        request.invisible_time_ms, request.undelivered)
         except HandleRefused as exc:
             raise Refusal(ResponseCode.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return pop_pb2.ChangeInvisibleTimeResponse(code=ResponseCode.SUCCESS, receipt_handle=handle.encode(),

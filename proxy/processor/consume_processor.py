@@ -265,11 +265,18 @@ class ConsumeProcessor:
         return ReceiveLimits(batch, invisible_ms, poll_ms, Deadline.after(time_remaining_s))
 
     async def _targets(self, topic: str, queue: definition_pb2.MessageQueue) -> list[PopTarget]:
-        """Where to pop, the queue's own target first: a static topic's logic queue at its leader; a normal topic's
-        queue on its broker (one the route no longer names: the next broker in turn), then the topic's others."""
+        """Where to pop, the queue's own target first: a static topic's logic queue at its leader, then its other
+        led logic queues (the Node.js client names logic queue 0 only, taking queue ids for broker ids: the others
+        were never received from); a normal topic's queue on its broker (one the route no longer names: the next
+        broker in turn), then the topic's others."""
         if is_logic_queue(MessageQueue(topic, queue.broker.name, queue.id)):
-            addr = await self.routes.leader_addr(topic, queue.id)
-            return [PopTarget(addr, queue.id, broker_pb2.LOGIC)]
+            own = PopTarget(await self.routes.leader_addr(topic, queue.id), queue.id, broker_pb2.LOGIC)
+            view = self.routes.static_view(await self.routes.route(topic))
+            if view is None:
+                return [own]
+            others = [(queue.id + i) % view.total for i in range(1, view.total)]
+            return [own, *[PopTarget(await self.routes.leader_addr(topic, logic_id), logic_id, broker_pb2.LOGIC)
+                           for logic_id in others if view.led(logic_id)]]
         route = await self.routes.route(topic)
         if self.routes.static_view(route) is not None:  # the client's route predates the topic becoming static
             raise ProxyError(Code.BAD_REQUEST, f"topic {topic} is a static topic: receive from its logic queues "
@@ -321,7 +328,7 @@ class ConsumeProcessor:
         invisible for the whole invisible time, and came due together to a receive that ended the same way again
         (large messages and a short long-polling time: a consumer got nothing, ever)."""
         results = await asyncio.gather(*(self._change_invisible(group, topic, handle, 0, f"release of a message of "
-                                                                f"topic {topic} for group {group}")
+                                                                f"topic {topic} for group {group}", undelivered=True)
                                           for handle in handles), return_exceptions=True)
         released = sum(not isinstance(r, BaseException) and r.code == ResponseCode.SUCCESS for r in results)
         log.info("receive_abandoned group=%s topic=%s messages=%d released=%d reason=call_ended_before_its_answer",
@@ -433,10 +440,10 @@ class ConsumeProcessor:
         return str(response.receipt_handle)
 
     async def _change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int,
-                                what: str) -> pop_pb2.ChangeInvisibleTimeResponse:
+                                what: str, undelivered: bool = False) -> pop_pb2.ChangeInvisibleTimeResponse:
         broker_name = await self._handle_broker(topic, _handle(handle))
         request = pop_pb2.ChangeInvisibleTimeRequest(group=group, topic=topic, receipt_handle=handle,
-                                                     invisible_time_ms=invisible_ms)
+                                                     invisible_time_ms=invisible_ms, undelivered=undelivered)
         return await self._at_master(topic, broker_name, what, lambda addr: self.brokers.pop_service(
             addr).ChangeInvisibleTime(request, timeout=self.config.rpc_timeout_s, metadata=inner_metadata()))
 

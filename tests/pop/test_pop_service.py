@@ -156,3 +156,21 @@ def test_a_forget_the_state_store_refused_is_done_again_by_a_retry(tmp_path, mon
     reopened = service(tmp_path, clock, dead)
     clock.now += 5000
     assert offsets(reopened.pop(query(reader, n=2), lambda q: 6)) == [6, 7]  # from the committed offset
+
+
+def test_a_message_released_undelivered_keeps_its_count_and_is_not_dead_lettered(tmp_path):
+    """mqproxy releases a receive whose answer it could not write (the call ended first): counted as deliveries,
+    a client whose receives kept failing had good messages dead-lettered in about a second (Node.js client review).
+    A release that is no such (``undelivered`` off) still counts, as any change of invisible time."""
+    clock, dead = Clock(), []
+    pop, reader = service(tmp_path, clock, dead), Reader([record(0), record(1)])
+    for _ in range(5):
+        got = pop.pop(query(reader, retries=2), lambda q: 0).popped
+        assert [(p.handle.queue_offset, p.handle.reconsume_times) for p in got] == [(0, 0), (1, 0)]
+        for p in got:
+            pop.change_invisible_time("g", TOPIC, p.handle, 0, undelivered=True)
+    assert dead == []
+    got = pop.pop(query(reader, retries=2), lambda q: 0).popped
+    pop.change_invisible_time("g", TOPIC, got[0].handle, 0)
+    again = pop.pop(query(reader, retries=2), lambda q: 0).popped
+    assert [(p.handle.queue_offset, p.handle.reconsume_times) for p in again][:1] == [(0, 1)]

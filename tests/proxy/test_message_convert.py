@@ -204,7 +204,8 @@ def test_a_popped_record_is_handed_out_with_its_digest_attempt_and_handle():
     sp = msg.system_properties
     assert (msg.topic.name, msg.body, dict(msg.user_properties)) == ("T", b"body!", {"color": "red"})
     assert (sp.message_id, sp.tag, list(sp.keys), sp.message_group) == ("01ABC", "TagA", ["k1", "k2"], "g1")
-    assert sp.body_digest.type == definition_pb2.CRC32 and sp.body_digest.checksum == f"{zlib.crc32(b'body!'):08X}"
+    # MD5 in upper-case hex, as upstream: every official client checks it alike (a CRC32's hex they do not)
+    assert (sp.body_digest.type, sp.body_digest.checksum) == (definition_pb2.MD5, "CBA84730B1622568056768F1FE8289B1")
     assert sp.body_encoding == definition_pb2.IDENTITY and sp.message_type == definition_pb2.FIFO
     assert (sp.receipt_handle, sp.delivery_attempt, sp.queue_id, sp.queue_offset) == (
         "v1|broker-a|3|41|7|99|2", 3, 3, 41)
