@@ -90,7 +90,8 @@ class MessageStore(MessageStoreReader):
         if self.config.store_type is StoreType.DEFAULT_ROCKSDB:
             from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
 
-            return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at)
+            return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at,
+                                            commit_min=self.commit_log.min_offset)
         return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
                                      self.commit_log.store_timestamp_at)
 

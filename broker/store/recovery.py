@@ -50,10 +50,13 @@ def recover(store: "MessageStore") -> None:
         dispatcher.truncate_dirty(end)
     reput_from = min(lowest, end)
     store.reput.start_from(reput_from)
+    store.reput.damage_skipped_below = end  # all of it was on disk before this start (damaged_range.py)
     try:
         replayed = store.reput.do_reput()
     except Exception:  # e.g. a full disk: fail-stopped and logged; start anyway, serving what was dispatched
         replayed = -1
+    finally:
+        store.reput.damage_skipped_below = 0
     if commit_log.min_offset() > 0:  # a queue's min moved by expiry may not have been made durable before a crash
         store.correct_min_offsets(commit_log.min_offset())
     for name, checkpoint in checkpoints.items():
@@ -64,8 +67,8 @@ def recover(store: "MessageStore") -> None:
     commit_log.topic_queue_table = store.consume_queue_store.queue_max_offsets()
     log.info(
         "store_recovered mode=%s commitlog_min=%d commitlog_end=%d confirm=%d reput_from=%d replayed=%d "
-        "checkpoints=%s", "abnormal" if abnormal else "normal", commit_log.min_offset(), end,
-        commit_log.confirm_offset, reput_from, replayed, checkpoints,
+        "checkpoints=%s damaged_skipped=%s", "abnormal" if abnormal else "normal", commit_log.min_offset(), end,
+        commit_log.confirm_offset, reput_from, replayed, checkpoints, store.reput.skipped_damage or "none",
     )
     root.mkdir(parents=True, exist_ok=True)
     abort.touch()

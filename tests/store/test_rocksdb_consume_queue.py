@@ -360,8 +360,8 @@ def test_truncate_dirty_cuts_units_past_the_commit_log_end(tmp_path: Path):
     cq.shutdown()
 
 
-def test_a_gap_restarts_the_queue(tmp_path: Path):
-    cq = open_cq(tmp_path / "cq")
+def test_a_gap_the_commitlog_no_longer_holds_restarts_the_queue(tmp_path: Path):
+    cq = open_cq(tmp_path / "cq", commit_min=lambda: 1000)
     cq.dispatch([("GapT", 0, i, i * 100, 100, 0, 1, b"") for i in range(5)], 500)
     # the commitlog between them expired before it was re-dispatched: offsets 5..9 are gone for good
     cq.dispatch([("GapT", 0, 10 + i, 1000 + i * 100, 100, 0, 1, b"") for i in range(3)], 1300)
@@ -427,3 +427,15 @@ def test_files_stay_few_as_queues_grow_from_10_to_10000(tmp_path: Path):
     cq.shutdown()
     assert len(_db_files(root)) <= 25
     assert len(os.listdir(root)) == len(_db_files(root))  # no directory per topic or queue
+
+
+def test_a_gap_after_units_the_commitlog_still_holds_is_filled_with_empty_units(tmp_path: Path):
+    """Records lost to damage on disk (the replay skipped them): the queue keeps its units before the hole (it
+    restarted after it, and lost them), and the hole reads as nothing."""
+    cq = open_cq(tmp_path / "cq", commit_min=lambda: 0)
+    cq.dispatch([("HoleT", 0, i, i * 100, 100, 0, 1, b"") for i in range(5)], 500)
+    cq.dispatch([("HoleT", 0, 7 + i, 700 + i * 100, 100, 0, 1, b"") for i in range(3)], 1000)
+    assert (cq.min_offset("HoleT", 0), cq.max_offset("HoleT", 0)) == (0, 10)
+    assert [(u.physical_offset, u.size) for u in units(cq, "HoleT", 0)] == [
+        (0, 100), (100, 100), (200, 100), (300, 100), (400, 100), (0, 0), (0, 0), (700, 100), (800, 100), (900, 100)]
+    cq.shutdown()

@@ -45,6 +45,7 @@ from broker.store.consume_queue.consume_queue_store import (
     offset_by_time,
 )
 from broker.store.consume_queue.deleted_queue_ends import DeletedQueueEnds
+from broker.store.consume_queue.file_consume_queue import MAX_GAP_UNITS
 from broker.store.dispatch.dispatch_request import DispatchRequest
 
 log = logging.getLogger(__name__)
@@ -115,9 +116,11 @@ def read_durable_checkpoint(root: Path) -> int | None:
 
 class RocksDBConsumeQueueStore(ConsumeQueueStore):
     def __init__(self, root: Path, store_time: Callable[[int], int], *,
-                 flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S, flush_bytes: int = DEFAULT_FLUSH_BYTES) -> None:
+                 flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S, flush_bytes: int = DEFAULT_FLUSH_BYTES,
+                 commit_min: Callable[[], int] = lambda: 0) -> None:
         self.root = root
         self._store_time = store_time  # interface parity with the file store: the time is in the unit
+        self._commit_min = commit_min  # the commitlog's first offset: a gap's cause (``_gap``)
         self.flush_interval_s = flush_interval_s
         self.flush_bytes = flush_bytes
         self._db: Rdict | None = None
@@ -214,6 +217,17 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         empty queue). A non-empty queue only gets here when the commitlog between them is gone (expired
         before it was re-dispatched), so its units point at nothing either: drop them."""
         queue, low, high = work
+        last = self._unit(queue, high - 1) if low < high else None
+        if last is not None and last[0] >= self._commit_min() and queue_offset - high <= MAX_GAP_UNITS:
+            # The units before are readable: records lost to damage on disk (dispatch/damaged_range.py) made the
+            # hole. Empty units fill it, which reads pass over; restarted, the queue lost everything before it.
+            blank = UNIT.pack(0, 0, 0, 0)
+            for offset in range(high, queue_offset):
+                batch.put(queue.prefix + OFFSET.pack(offset), blank)
+            log.warning("consume_queue_gap_filled queue=%r from=%d to=%d: records lost to damage on disk",
+                        queue.prefix, high, queue_offset)
+            work[2] = queue_offset
+            return
         if low < high:
             log.warning("consume_queue_gap queue=%r max=%d next=%d: restarting the queue", queue.prefix, high,
                         queue_offset)

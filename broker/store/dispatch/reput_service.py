@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 from broker.store.commit_log import CommitLog
 from broker.store.dispatch.commit_log_dispatcher import CommitLogDispatcher
+from broker.store.dispatch.damaged_range import NoRecordHere, log_skipped, next_record
 from broker.store.dispatch.dispatch_hints import DispatchHints
 from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, TOPIC, DispatchRequest
 from broker.store.dispatch.topic_deletion import TOPIC_DELETION_TOPIC, deleted_topic
 from broker.store.fault_points import check_dispatch
+from broker.store.mapped_file import MappedFile
 from broker.store.running_flags import RunningFlags
 from common.message_codec import BLANK_MAGIC, DISPATCH_FIELDS, HEADER_SIZE, MESSAGE_MAGIC, SIZE_MAGIC
 from common.message_properties import properties_tags_code
@@ -55,12 +57,14 @@ def parse_records(
     tags_code = 0
     while pos < limit and len(out) < max_count:
         if limit - pos < HEADER_SIZE:  # too short for a record: only an end-of-segment marker fits here
-            assert SIZE_MAGIC.unpack_from(mm, pos)[1] == BLANK_MAGIC, f"no record at commitlog offset {base + pos}"
+            if SIZE_MAGIC.unpack_from(mm, pos)[1] != BLANK_MAGIC:
+                raise NoRecordHere(base + pos, out, pos)
             return out, pos, True
         size, magic, queue_id, queue_offset, physical, store_ts, topic_len, props_len = unpack(mm, pos)
         if magic == BLANK_MAGIC:
             return out, pos, True
-        assert magic == MESSAGE_MAGIC and physical == base + pos, f"no record at commitlog offset {base + pos}"
+        if magic != MESSAGE_MAGIC or physical != base + pos or size < HEADER_SIZE:
+            raise NoRecordHere(base + pos, out, pos)
         if pos + size > limit:  # its end is not readable yet (not confirmed, or not copied from the master)
             return out, pos, False
         t0 = pos + HEADER_SIZE
@@ -93,6 +97,10 @@ class ReputMessageService(threading.Thread):
         self.running_flags = running_flags
         self.failed = False
         self.reput_from_offset = 0
+        # Set by recovery to the recovered end for its replay: damage below it is skipped, not failed on
+        # (``damaged_range.py``); the ranges skipped are kept for the start's log line.
+        self.damage_skipped_below = 0
+        self.skipped_damage: list[tuple[int, int]] = []
         self.arrival_listeners: list[ArrivalListener] = []
         self._wakeup = threading.Event()
         self._stopped = threading.Event()
@@ -179,16 +187,38 @@ class ReputMessageService(threading.Thread):
                 continue
             base = segment.file_from_offset
             limit = min(self.commit_log.confirm_offset, segment.end_offset) - base
-            requests, pos, hit_end = parse_records(segment.mm, offset - base, limit, base, self._topics)
+            try:
+                requests, pos, hit_end = parse_records(segment.mm, offset - base, limit, base, self._topics)
+            except NoRecordHere as exc:
+                if exc.offset >= self.damage_skipped_below:  # not a replay at start: a broken invariant
+                    raise
+                requests, pos, hit_end = exc.requests, exc.pos, False
+                if not requests:  # at the damage itself: on to the next intact record
+                    self._skip_damage(segment, exc.pos, limit)
+                    continue
             if inline and requests and requests[0][TOPIC] == TOPIC_DELETION_TOPIC:
                 self._wakeup.set()
                 break
             end = segment.end_offset if hit_end else base + pos
             if not requests and end == offset:  # a record whose end is not readable yet: wait for it
+                if offset < self.damage_skipped_below:  # (at start all is readable: its size field is damaged)
+                    self._skip_damage(segment, offset - base, limit)
+                    continue
                 break
             self._dispatch(requests, end)
             count += len(requests)
         return count
+
+    def _skip_damage(self, segment: MappedFile, pos: int, limit: int) -> None:
+        """The replay at start met damage at ``pos`` of ``segment``: on from the next intact record (``limit``: the
+        segment's readable end), or from the segment's end."""
+        base = segment.file_from_offset
+        after = next_record(segment.mm, pos, limit, base)
+        end = base + after if after is not None else min(segment.end_offset, self.commit_log.confirm_offset)
+        log_skipped(base + pos, end, segment.path.name)
+        with self._progress:
+            self.reput_from_offset = end
+        self.skipped_damage.append((base + pos, end))
 
     def _fail(self, exc: Exception) -> None:
         # Fail-stop first: a writer woken by the notify must find the reason set.
