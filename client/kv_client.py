@@ -46,7 +46,7 @@ Bytes = bytes | str
 RETRYABLE_CODES = (ResponseCode.NOT_LEADER_FOR_QUEUE, ResponseCode.SYSTEM_BUSY)
 RETRYABLE_STATUS = (grpc.StatusCode.UNAVAILABLE,)
 RETRY_PAUSE_MAX_S = 0.2  # retries back off to this: a write waiting out a failover looks at the route this often
-PROVISION_TIMEOUT_S = 30.0  # creating the shards on first use: admin calls to every broker, then the route
+PROVISION_TIMEOUT_S = 30.0  # creating the shards on first use: how long a busy answer is asked again
 PRESENT = b"\x01"  # a get's raw state: 0x01 then the value
 _COUNT = struct.Struct(">I")  # a get's packed_states: the count of states, then each one's length, then the states
 
@@ -150,8 +150,8 @@ class KVClient:
         while True:
             masters = self._masters()
             for name, addr in masters:
-                try:
-                    response = self._stub(addr).Provision(kv_pb2.KvProvisionRequest(), timeout=PROVISION_TIMEOUT_S)
+                try:  # each call within the client's timeout (mqadmin's --timeout: it took 30 s at a paused broker)
+                    response = self._stub(addr).Provision(kv_pb2.KvProvisionRequest(), timeout=self._timeout_s)
                 except grpc.RpcError as exc:
                     raise rpc_error("KV store provisioning", addr, exc) from None
                 if response.code == ResponseCode.SUCCESS:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 64
 UNLIMITED = 1 << 30
+WRITE_STREAMS = ("SendMessageStream", "WriteStream")  # streams whose requests store something
 FRAME_REQUESTS_FIELD = 1
 MAX_FRAME_REQUESTS = 64
 MAX_FRAME_RECORD_BYTES = 4 * 1024 * 1024
@@ -65,6 +66,9 @@ class _Stream:
         self.lock = threading.Lock()
         self.slots = threading.Semaphore(window or UNLIMITED)
         self.broken: StatusError | None = None
+        # What a request that expired unanswered may still have done: a send's or a KV write's, stored.
+        self.late_effect = ("the broker may still carry the request out: a send may be stored"
+                            if name.startswith(WRITE_STREAMS) else "the broker may still carry the request out")
         self.responses = open_call(self._requests())
         self.reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
         self.reader.start()
@@ -164,10 +168,9 @@ class _Stream:
         if sent:
             self.slots.release(sent)  # a late answer frees nothing: the window does not shrink for good
         for entry in expired:
-            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer on the stream in time (the "
-                                            "broker may still carry the request out: a send may be stored)"
-                                            if entry.sent else "not sent in time: the stream's window stayed full "
-                                            "(dropped unsent)"))
+            why = (f"no answer on the stream in time ({self.late_effect})" if entry.sent
+                   else "not sent in time: the stream's window stayed full (dropped unsent)")
+            _fail(entry.future, StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, why))
 
 
 class RpcStream:

@@ -13,12 +13,13 @@ and says why). Each epoch's start is recorded in the epoch file before its first
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
 
 from broker.ha.epoch_file import EpochEntry, EpochFile
-from broker.ha.ha_service import GroupIdentity
+from broker.ha.ha_service import HEARTBEAT_S, GroupIdentity
 from broker.ha.state_copy import CopiedStore, receive_state
 from broker.store.commit_log import CommitLog
 from broker.store.fault_points import check_fsync
@@ -30,6 +31,7 @@ from proto import ha_pb2, ha_pb2_grpc
 log = logging.getLogger(__name__)
 
 REOPEN_PAUSE_S = 1.0
+SILENCE_S = 3 * HEARTBEAT_S  # a stream that heard nothing from its master this long is on a dead connection
 DISK_FULL_RETRY_S = 5.0  # a replica whose disk refused its master's bytes asks again this often
 # A state copy's chunk may be one record larger than its 4 MiB (a timer's holds a whole message, and maxMessageSize
 # goes up to 1 GiB): at 64 MiB a replica of such a master asked for the copy again and again, for good.
@@ -57,7 +59,9 @@ class HAClient(threading.Thread):
         self.identity = identity
         self.commit_log = commit_log
         self.master_addr = ""  # the master's broker address, from its welcome
-        self._channel = tls.channel(master_ha_addr, options=[("grpc.max_receive_message_length", MAX_FRAME_BYTES)])
+        self._channel = self._new_channel()
+        self._last_frame = time.monotonic()  # when the current stream last heard from the master
+        self._copying = False  # a state copy is under way (its own call: the stream is quiet meanwhile)
         self._stopped = threading.Event()
         self._metadata_copied = threading.Event()  # the slave's copy of this master's metadata is taken
         self._acks: queue.Queue[int] = queue.Queue()  # the current stream's acks (replaced per stream)
@@ -67,6 +71,25 @@ class HAClient(threading.Thread):
         self._call: grpc.Future | None = None
         self._written = threading.Condition()
         self._flusher = threading.Thread(target=self._flush_loop, name="ha-flusher", daemon=True)
+
+    def _new_channel(self) -> grpc.Channel:
+        # Subchannels of its own: a channel made to replace a dead connection must not be handed that connection
+        # again from gRPC's process-wide pool.
+        return tls.channel(self.master_ha_addr, options=[("grpc.max_receive_message_length", MAX_FRAME_BYTES),
+                                                         ("grpc.use_local_subchannel_pool", 1)])
+
+    def _watch_silence(self) -> None:
+        """The master sends a frame at least every HEARTBEAT_S: a stream silent for SILENCE_S is on a connection
+        that died without a word (a NAT or firewall dropped it, the master's host vanished). Its channel is replaced,
+        which ends the stream, and the next one dials afresh; kept, it waited for good, and a SYNC_MASTER refused
+        every send (no slave) all that time."""
+        silent = time.monotonic() - self._last_frame
+        if self._call is None or self._copying or self._stopped.is_set() or silent < SILENCE_S:
+            return
+        log.warning("replication_silent master=%s silent_s=%.0f action=reconnect", self.master_ha_addr, silent)
+        self._last_frame = time.monotonic()
+        old, self._channel = self._channel, self._new_channel()
+        old.close()  # ends the stream (CANCELLED): the follow loop opens the next one on the new channel
 
     def run(self) -> None:
         self._flusher.start()
@@ -123,6 +146,7 @@ class HAClient(threading.Thread):
     def _follow(self) -> None:
         acks: queue.Queue[int] = queue.Queue()
         call = ha_pb2_grpc.HaServiceStub(self._channel).Replicate(self._frames(acks), metadata=inner_metadata())
+        self._last_frame = time.monotonic()
         self._call = call
         log.info("replication_started master=%s from_offset=%d", self.master_ha_addr, self.commit_log.max_offset())
         try:
@@ -133,6 +157,7 @@ class HAClient(threading.Thread):
     def _receive(self, call: Iterator[ha_pb2.ReplicationFrame], acks: "queue.Queue[int]") -> None:
         welcome = True
         for frame in call:
+            self._last_frame = time.monotonic()
             if welcome:
                 with self._ack_lock:  # acks go to this stream only from where its welcome left the log
                     self._on_welcome(frame)
@@ -162,10 +187,12 @@ class HAClient(threading.Thread):
                 answers = ha_pb2_grpc.HaServiceStub(self._channel).CopyState(self._handshake(),
                                                                              metadata=inner_metadata())
                 replicating, self._call = self._call, answers  # (a shutdown cancels the copy)
+                self._copying = True
                 try:
                     receive_state(self.copied_stores, answers)
                 finally:
-                    self._call = replicating
+                    self._call, self._copying = replicating, False
+                    self._last_frame = time.monotonic()
             self.start_at(frame.offset)
             end = frame.offset
         if self.epochs is None:
@@ -203,6 +230,7 @@ class HAClient(threading.Thread):
                 self.commit_log.on_flushed(flushed)
                 self._acks.put(flushed)
             acked = flushed
+            self._watch_silence()
 
     def _flush_failed(self, exc: Exception) -> None:
         """After a failed fsync Linux may report success for pages it already dropped: nothing written since the

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 COMPRESS_ABOVE_BYTES = 256 * 1024
 RPC_TIMEOUT_S = 30
+MIN_RPC_TIMEOUT_S = 3.0  # a registration of changes waits at least this long (short periods, busy machines)
 STOP_WAIT_S = 5.0  # a stop waits this long for registrations under way (then unregisters all the same)
 FAILED_RETRY_S = 1.0  # a failed registration is tried again this soon (not a whole period later)
 
@@ -48,6 +49,11 @@ def add_topic_configs(body: namesrv_pb2.RegisterBrokerBody, configs: list[TopicC
             p.attributes.update(c.attributes)
 
 
+def _channel(addr: str) -> grpc.Channel:
+    # Subchannels of its own: one made to replace a dead connection must not be handed it again from gRPC's pool.
+    return tls.channel(addr, options=[("grpc.max_send_message_length", 1 << 30), ("grpc.use_local_subchannel_pool", 1)])
+
+
 class NamesrvRegistrar:
     def __init__(self, identity: BrokerIdentity, namesrv_addrs: list[str], topics: TopicConfigManager,
                  period_ms: int, heartbeat_timeout_ms: int,
@@ -58,8 +64,7 @@ class NamesrvRegistrar:
         self.period_ms = period_ms
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.mapping_infos = mapping_infos
-        self._channels = {addr: tls.channel(addr, options=[("grpc.max_send_message_length", 1 << 30)])
-                          for addr in namesrv_addrs}
+        self._channels = {addr: _channel(addr) for addr in namesrv_addrs}
         self._acked: dict[str, int] = {}  # name server -> topic-config counter it holds for us
         self._stopped = threading.Event()
         self._lanes = {addr: _Lane(self, addr) for addr in namesrv_addrs}
@@ -93,6 +98,11 @@ class NamesrvRegistrar:
             self._acked.pop(addr, None)  # unknown what it holds now: send everything next time
             log.warning("register_failed namesrv=%s status=%s detail=%s", addr, exc.code().name, exc.details())
             self.failing.add(addr)
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                # No answer: perhaps a connection that died without a word (gRPC keeps using it, and the broker
+                # dropped out of every route for good). The next try dials afresh.
+                old, self._channels[addr] = self._channels[addr], _channel(addr)
+                old.close()
             return False
         self.failing.discard(addr)
         return True
@@ -133,7 +143,9 @@ class NamesrvRegistrar:
         else:
             request.body.CopyFrom(body)
         stub = namesrv_pb2_grpc.NamesrvServiceStub(self._channels[addr])
-        response = stub.RegisterBroker(request, timeout=RPC_TIMEOUT_S, metadata=inner_metadata())
+        # A change is small: answered within a period, or the next one is due (a full one may be a million topics)
+        timeout = RPC_TIMEOUT_S if full else min(RPC_TIMEOUT_S, max(self.period_s, MIN_RPC_TIMEOUT_S))
+        response = stub.RegisterBroker(request, timeout=timeout, metadata=inner_metadata())
         if response.need_full and not full:
             log.info("register_full_requested namesrv=%s", addr)
             self._acked.pop(addr, None)
