@@ -109,6 +109,14 @@ def _check_topic_filter(what: str, topic: str | None) -> None:
 
 
 class Admin:
+    """What mqadmin does, as calls: topics, groups, offsets, static topics, KV shards, cluster information.
+
+    ::
+
+        with Admin("127.0.0.1:9876") as admin:
+            admin.create_topic("TopicA", cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
+    """
+
     def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
                  tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
         self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)

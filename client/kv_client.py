@@ -111,6 +111,15 @@ def response_states(response: kv_pb2.KvGetResponse) -> list[bytes]:
 
 
 class KVClient:
+    """Put, get, delete, compare-and-set and prefix scans on the brokers' KV store (``kvEnable=true``).
+
+    ::
+
+        with KVClient("127.0.0.1:9876") as kv:
+            kv.put(b"user:1", b"alice")
+            assert kv.get(b"user:1") == b"alice"
+    """
+
     def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
                  retry_timeout_ms: int = 15_000, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:

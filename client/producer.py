@@ -96,6 +96,15 @@ MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long
 
 
 class Producer:
+    """Sends messages to a topic's queues; the module's docstring says how queues are chosen and sends retried.
+
+    ::
+
+        with Producer("127.0.0.1:9876") as producer:
+            result = producer.send(Message("TopicA", b"hello", tags="TagA", keys=["order-1"]))
+            print(result.msg_id, result.queue.queue_id, result.queue_offset)
+    """
+
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_PRODUCER",
                  send_timeout_ms: int = 3000, retry_times: int = 2, use_streams: bool = True,
                  transaction_checker: TransactionChecker | None = None, topics: Sequence[str] = (),

@@ -48,6 +48,16 @@ def checked_consumer_group(group: str) -> str:
 
 
 class PullConsumer:
+    """Reads queues from offsets the application chooses; commits offsets for its group on the brokers.
+
+    ::
+
+        with PullConsumer("127.0.0.1:9876", group="g1") as consumer:
+            for mq in consumer.queues("TopicA"):
+                result = consumer.pull(mq, consumer.committed(mq) if consumer.committed(mq) >= 0 else 0, 32)
+                consumer.commit(mq, result.next_begin_offset)
+    """
+
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER",
                  rpc_timeout_ms: int = 10_000, use_streams: bool = True, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:

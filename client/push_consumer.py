@@ -90,6 +90,15 @@ def new_client_id() -> str:
 
 
 class PushConsumer:
+    """Calls ``handler`` for each message of ``topic``, sharing the topic's queues with the group's other members;
+    the module's docstring says how queues are shared and failures retried.
+
+    ::
+
+        consumer = PushConsumer("127.0.0.1:9876", group="g1", topic="TopicA", handler=lambda msg: print(msg.body))
+        consumer.start()  # ... consumer.close() when done
+    """
+
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER", topic: str = "",
                  tags: str = "*", handler: Handler | None = None, consume_from_first: bool = False,
                  max_reconsume_times: int | None = None, orderly: bool = False, message_model: str = "CLUSTERING",

@@ -46,6 +46,15 @@ log = logging.getLogger(__name__)
 
 
 class SimpleConsumer:
+    """Receives messages the broker hands out (POP) and acks them; no rebalancing, any number of members.
+
+    ::
+
+        with SimpleConsumer("127.0.0.1:9876", group="g1", topic="TopicA") as consumer:
+            for msg in consumer.receive(16, invisible_ms=30_000):
+                consumer.ack([msg])
+    """
+
     def __init__(self, namesrv_addr: str | None = None, group: str = "DEFAULT_CONSUMER", topic: str = "",
                  tags: str = "*", rpc_timeout_ms: int = 10_000, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:
