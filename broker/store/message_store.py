@@ -344,6 +344,8 @@ class MessageStore(MessageStoreReader):
                         continue
                 pos = physical_offset - segment.file_from_offset
                 if not record_intact(segment.mm, pos, physical_offset, size, queue_id, offset):
+                    if offset < self.consume_queue_store.min_offset(topic, queue_id):
+                        break  # expiry moved the queue's start under this read (its units start later): no damage
                     self.damaged_records.skipped(topic, queue_id, offset, physical_offset, size)
                     offset += 1
                     scanned += 1

@@ -50,7 +50,11 @@ def recover(store: "MessageStore") -> None:
         dispatcher.truncate_dirty(end)
     reput_from = min(lowest, end)
     store.reput.start_from(reput_from)
-    store.reput.damage_skipped_below = end  # all of it was on disk before this start (damaged_range.py)
+    # All of it was on disk before this start (damaged_range.py); up to the confirm offset only, which a controller-
+    # mode replica keeps and which may end inside a record: that one waits to be confirmed, it is no damage.
+    if all(d.takes_holes for d in store.dispatchers):
+        store.reput.damage_skipped_below = min(end, commit_log.confirm_offset)
+        store.reput.recovered_end = end
     try:
         replayed = store.reput.do_reput()
     except Exception:  # e.g. a full disk: fail-stopped and logged; start anyway, serving what was dispatched

@@ -20,6 +20,13 @@ UNIT_SIZE = UNIT.size
 MAX_GAP_UNITS = 1_000_000
 
 log = logging.getLogger(__name__)
+
+
+def hole_units(after: bytes, count: int) -> bytes:
+    """``count`` empty units (size 0: reads pass over them) for records lost to damage, each at the commitlog offset
+    of the record ``after`` starts with, so the units' offsets never go down (expiry and search by time bisect them;
+    an offset 0 made them skip good records, and tiered storage took them for expired ones)."""
+    return UNIT.pack(UNIT.unpack_from(after)[0], 0, 0) * count
 assert UNIT_SIZE == 20
 
 
@@ -84,7 +91,7 @@ class FileConsumeQueue:
                 f"{self.topic}/{self.queue_id}: gap in queue offsets, {at // 20} after {current // 20}"
             log.warning("consume_queue_gap_filled topic=%s queue_id=%d from=%d to=%d: records lost to damage on disk",
                         self.topic, self.queue_id, current // UNIT_SIZE, at // UNIT_SIZE)
-            units = bytes(at - current) + units
+            units = hole_units(units, (at - current) // UNIT_SIZE) + units
         # Bytes, not a view of them, when they fit (always but at a segment's end): a view is read-only, which
         # the store's pwrite cannot point at, and it would release the GIL for the write (pwrite_holding_gil).
         view: bytes | memoryview = units if len(units) <= mfq.last_writable().remaining else memoryview(units)

@@ -197,7 +197,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
                 if queue_offset != work[2]:
                     if queue_offset < work[2]:
                         continue  # already there: a re-dispatch after restart
-                    self._gap(batch, work, queue_offset)
+                    self._gap(batch, work, queue_offset, physical_offset, store_ts)
                 put(prefix + pack_offset(queue_offset), pack_unit(physical_offset, size, tags_code, store_ts))
                 work[2] = queue_offset + 1
             for queue, low, high in touched.values():
@@ -212,7 +212,7 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
             self._dispatched_offset = end_offset
             self._dirty = True
 
-    def _gap(self, batch: WriteBatch, work: list, queue_offset: int) -> None:
+    def _gap(self, batch: WriteBatch, work: list, queue_offset: int, physical_offset: int, store_ts: int) -> None:
         """The next unit lies past the queue's end: the queue restarts there (as the file store does for an
         empty queue). A non-empty queue only gets here when the commitlog between them is gone (expired
         before it was re-dispatched), so its units point at nothing either: drop them."""
@@ -220,8 +220,9 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
         last = self._unit(queue, high - 1) if low < high else None
         if last is not None and last[0] >= self._commit_min() and queue_offset - high <= MAX_GAP_UNITS:
             # The units before are readable: records lost to damage on disk (dispatch/damaged_range.py) made the
-            # hole. Empty units fill it, which reads pass over; restarted, the queue lost everything before it.
-            blank = UNIT.pack(0, 0, 0, 0)
+            # hole. Empty units fill it, which reads pass over; restarted, the queue lost everything before it. Each
+            # is at the next record's offset and time, so units never go down (expiry and search by time bisect).
+            blank = UNIT.pack(physical_offset, 0, 0, store_ts)
             for offset in range(high, queue_offset):
                 batch.put(queue.prefix + OFFSET.pack(offset), blank)
             log.warning("consume_queue_gap_filled queue=%r from=%d to=%d: records lost to damage on disk",

@@ -24,6 +24,10 @@ class CommitLogDispatcher(ABC):
     # ``rocksdb_raw.ReopenedAfterRefusal``). Otherwise a RocksDB flush that failed leaves the database refusing
     # every write until reopened, and the store fail-stops (``DispatcherFlushService``).
     recovers_from_refused_flush: bool = False
+    # False when a hole in the records (the replay at start skipping damage on disk: ``damaged_range.py``) would
+    # cost more than the damage (tiered storage: its gap filling takes a hole for records it lost, and drops its
+    # older messages): then the store fail-stops at the damage, as it did before holes were filled.
+    takes_holes: bool = True
 
     @abstractmethod
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:

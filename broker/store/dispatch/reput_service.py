@@ -56,10 +56,13 @@ def parse_records(
     props_seen: bytes | None = None
     tags_code = 0
     while pos < limit and len(out) < max_count:
-        if limit - pos < HEADER_SIZE:  # too short for a record: only an end-of-segment marker fits here
-            if SIZE_MAGIC.unpack_from(mm, pos)[1] != BLANK_MAGIC:
-                raise NoRecordHere(base + pos, out, pos)
-            return out, pos, True
+        if limit - pos < HEADER_SIZE:  # too short for a record: an end-of-segment marker, or a header not all readable
+            magic = SIZE_MAGIC.unpack_from(mm, pos)[1]
+            if magic == BLANK_MAGIC:
+                return out, pos, True
+            if magic == MESSAGE_MAGIC and limit < len(mm):  # (not confirmed to its end yet)
+                return out, pos, False
+            raise NoRecordHere(base + pos, out, pos)
         size, magic, queue_id, queue_offset, physical, store_ts, topic_len, props_len = unpack(mm, pos)
         if magic == BLANK_MAGIC:
             return out, pos, True
@@ -100,6 +103,7 @@ class ReputMessageService(threading.Thread):
         # Set by recovery to the recovered end for its replay: damage below it is skipped, not failed on
         # (``damaged_range.py``); the ranges skipped are kept for the start's log line.
         self.damage_skipped_below = 0
+        self.recovered_end = 0  # the log's end as recovery found it (set with the above)
         self.skipped_damage: list[tuple[int, int]] = []
         self.arrival_listeners: list[ArrivalListener] = []
         self._wakeup = threading.Event()
@@ -201,13 +205,21 @@ class ReputMessageService(threading.Thread):
                 break
             end = segment.end_offset if hit_end else base + pos
             if not requests and end == offset:  # a record whose end is not readable yet: wait for it
-                if offset < self.damage_skipped_below:  # (at start all is readable: its size field is damaged)
+                if self._size_damaged(segment, offset):
                     self._skip_damage(segment, offset - base, limit)
                     continue
                 break
             self._dispatch(requests, end)
             count += len(requests)
         return count
+
+    def _size_damaged(self, segment: MappedFile, offset: int) -> bool:
+        """At start, whether the record at ``offset`` says a size that reaches past the segment or the recovered log
+        (its size field is damaged). One that ends past the confirm offset only waits to be confirmed."""
+        if offset >= self.damage_skipped_below:
+            return False
+        size = SIZE_MAGIC.unpack_from(segment.mm, offset - segment.file_from_offset)[0]
+        return size < HEADER_SIZE or offset + size > min(segment.end_offset, self.recovered_end)
 
     def _skip_damage(self, segment: MappedFile, pos: int, limit: int) -> None:
         """The replay at start met damage at ``pos`` of ``segment``: on from the next intact record (``limit``: the

@@ -136,6 +136,7 @@ class TieredDispatcher(CommitLogDispatcher):
     name = "tiered"
     keeps_commit_log = True  # a local segment expires only once the tier has its messages
     recovers_from_refused_flush = True  # its RocksDB metadata reopens at its next write
+    takes_holes = False  # a hole reads to its gap filling as records the tier lost, expired locally: dropped older ones
 
     def __init__(self, flat_files: FlatFileStore, metadata: TieredMetadataStore, local: LocalLog,
                  policy: GroupCommitPolicy, paused: Callable[[], str | None] = lambda: None,
