@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from broker.store.dispatch.dispatch_request import PHYSICAL_OFFSET, SIZE, DispatchRequest
 from broker.store.index.index_file import IndexFile
 from broker.store.index.index_service import IndexService
+from broker.store.message_store import MessageStore
 from common.message_properties import encode_properties
 from tests.store.conftest import StoreFactory
 
@@ -53,13 +54,19 @@ def test_query_by_key_answers_within_its_byte_budget_and_always_one(open_store: 
     assert len(store.query_message_records("BigKeyT", "batch-1", max_num=64)) == 6
 
 
-def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
+def keyed_and_shut(open_store: StoreFactory, topic: str) -> MessageStore:
+    """A store whose small index files (64 entries) roll over 200 keyed messages, ``k0``..``k199``; shut."""
     store = open_store(max_index_num=64)
     r = None
     for i in range(200):
-        r = store.put_messages("RollK", 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
+        r = store.put_messages(topic, 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
     store.wait_dispatched(r.append.end_offset)
     store.shutdown()
+    return store
+
+
+def test_index_survives_restart_and_rolls_files(open_store: StoreFactory):
+    keyed_and_shut(open_store, "RollK")
     store = open_store(max_index_num=64)
     assert len(store.index_service._files) >= 3
     for i in (0, 63, 64, 199):
@@ -71,12 +78,7 @@ def test_a_damaged_index_file_is_set_aside_and_its_keys_indexed_again(open_store
                                                                       caplog: pytest.LogCaptureFixture):
     """(A cut file loaded as it was: the next dispatch fail-stopped the store, and so at every start; a zeroed
     header of a full file answered "not found" for its keys.)"""
-    store = open_store(max_index_num=64)
-    r = None
-    for i in range(200):
-        r = store.put_messages("DamagedK", 0, [b"v"], [encode_properties({"KEYS": f"k{i}"})])
-    store.wait_dispatched(r.append.end_offset)
-    store.shutdown()
+    store = keyed_and_shut(open_store, "DamagedK")
     second = sorted(store.index_service.root.iterdir())[1]  # a full file, with others after it
     if damage == "cut":
         os.truncate(second, second.stat().st_size // 2)
