@@ -16,6 +16,7 @@ another broker to pop on; the other brokers' pops have ``sweep_pop_timeout_s``: 
 of whose brokers stands still still answers MESSAGE_NOT_FOUND before the client gives up."""
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -271,12 +272,7 @@ class ConsumeProcessor:
         broker in turn), then the topic's others."""
         if is_logic_queue(MessageQueue(topic, queue.broker.name, queue.id)):
             own = PopTarget(await self.routes.leader_addr(topic, queue.id), queue.id, broker_pb2.LOGIC)
-            view = self.routes.static_view(await self.routes.route(topic))
-            if view is None:
-                return [own]
-            others = [(queue.id + i) % view.total for i in range(1, view.total)]
-            return [own, *[PopTarget(await self.routes.leader_addr(topic, logic_id), logic_id, broker_pb2.LOGIC)
-                           for logic_id in others if view.led(logic_id)]]
+            return [own, *await self._other_logic_queues(topic, queue.id)]
         route = await self.routes.route(topic)
         if self.routes.static_view(route) is not None:  # the client's route predates the topic becoming static
             raise ProxyError(Code.BAD_REQUEST, f"topic {topic} is a static topic: receive from its logic queues "
@@ -294,6 +290,22 @@ class ConsumeProcessor:
         names = [first, *(name for name in brokers if name != first)]
         return [PopTarget(master, ANY_QUEUE, broker_pb2.ADDRESSING_UNSPECIFIED)
                 for name in names if (master := master_of(route, name)) is not None]
+
+    async def _other_logic_queues(self, topic: str, logic_id: int) -> list[PopTarget]:
+        """The static topic's other led logic queues, from the next one on: looked at in passing, so a route or a
+        leader not known now only leaves them out."""
+        try:
+            view = self.routes.static_view(await self.routes.route(topic))
+        except ProxyError:
+            return []
+        if view is None:
+            return []
+        targets: list[PopTarget] = []
+        for other in ((logic_id + i) % view.total for i in range(1, view.total)):
+            if view.led(other):
+                with contextlib.suppress(ProxyError):
+                    targets.append(PopTarget(await self.routes.leader_addr(topic, other), other, broker_pb2.LOGIC))
+        return targets
 
     def _messages(self, response: pop_pb2.PopMessageResponse, topic: str, group: str, expression: str,
                   target: PopTarget, invisible_ms: int) -> list[definition_pb2.Message]:
