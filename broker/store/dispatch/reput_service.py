@@ -198,7 +198,7 @@ class ReputMessageService(threading.Thread):
                     raise
                 requests, pos, hit_end = exc.requests, exc.pos, False
                 if not requests:  # at the damage itself: on to the next intact record
-                    self._skip_damage(segment, exc.pos, limit)
+                    self._skip_damage(segment, exc.pos)
                     continue
             if inline and requests and requests[0][TOPIC] == TOPIC_DELETION_TOPIC:
                 self._wakeup.set()
@@ -206,7 +206,7 @@ class ReputMessageService(threading.Thread):
             end = segment.end_offset if hit_end else base + pos
             if not requests and end == offset:  # a record whose end is not readable yet: wait for it
                 if self._size_damaged(segment, offset):
-                    self._skip_damage(segment, offset - base, limit)
+                    self._skip_damage(segment, offset - base)
                     continue
                 break
             self._dispatch(requests, end)
@@ -221,12 +221,13 @@ class ReputMessageService(threading.Thread):
         size = SIZE_MAGIC.unpack_from(segment.mm, offset - segment.file_from_offset)[0]
         return size < HEADER_SIZE or offset + size > min(segment.end_offset, self.recovered_end)
 
-    def _skip_damage(self, segment: MappedFile, pos: int, limit: int) -> None:
-        """The replay at start met damage at ``pos`` of ``segment``: on from the next intact record (``limit``: the
-        segment's readable end), or from the segment's end."""
+    def _skip_damage(self, segment: MappedFile, pos: int) -> None:
+        """The replay at start met damage at ``pos`` of ``segment``: on from the next intact record in what recovery
+        found of the segment (one past the confirm offset too, which then waits to be confirmed), or from its end."""
         base = segment.file_from_offset
-        after = next_record(segment.mm, pos, limit, base)
-        end = base + after if after is not None else min(segment.end_offset, self.commit_log.confirm_offset)
+        end_here = min(segment.end_offset, self.recovered_end)
+        after = next_record(segment.mm, pos, end_here - base, base)
+        end = base + after if after is not None else end_here
         log_skipped(base + pos, end, segment.path.name)
         with self._progress:
             self.reput_from_offset = end
