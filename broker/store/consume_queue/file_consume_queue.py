@@ -16,6 +16,7 @@ from broker.store.mapped_file_queue import MappedFileQueue
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size
+assert UNIT_SIZE == 20
 # A larger hole in a queue's offsets is no damage on disk (that loses a few records) but a broken invariant.
 MAX_GAP_UNITS = 1_000_000
 
@@ -27,7 +28,6 @@ def hole_units(after: bytes, count: int) -> bytes:
     of the record ``after`` starts with, so the units' offsets never go down (expiry and search by time bisect them;
     an offset 0 made them skip good records, and tiered storage took them for expired ones)."""
     return UNIT.pack(UNIT.unpack_from(after)[0], 0, 0) * count
-assert UNIT_SIZE == 20
 
 
 class FileConsumeQueue:

@@ -213,9 +213,10 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
             self._dirty = True
 
     def _gap(self, batch: WriteBatch, work: list, queue_offset: int, physical_offset: int, store_ts: int) -> None:
-        """The next unit lies past the queue's end: the queue restarts there (as the file store does for an
-        empty queue). A non-empty queue only gets here when the commitlog between them is gone (expired
-        before it was re-dispatched), so its units point at nothing either: drop them."""
+        """The next unit (``physical_offset``, ``store_ts``) lies past the queue's end. After units the commitlog
+        still holds, records between were lost to damage on disk: the hole is filled. Otherwise the queue restarts
+        there (as the file store does for an empty queue): the commitlog between them is gone (expired before it was
+        re-dispatched), so its units point at nothing either: they are dropped."""
         queue, low, high = work
         last = self._unit(queue, high - 1) if low < high else None
         if last is not None and last[0] >= self._commit_min() and queue_offset - high <= MAX_GAP_UNITS:
