@@ -6,6 +6,7 @@ the whole answer at every retry) and sent POP's scan back to the header's offset
 
 Two fixed-position reads per record, no CRC: a body damaged under an intact header is the client's CRC to find."""
 
+import functools
 import logging
 import mmap
 import struct
@@ -19,9 +20,33 @@ IDENTITY = struct.Struct(">iI4xi4xqq")  # total_size, magic, queue_id, queue_off
 MAX_LOGGED = 4096  # damaged records named once each, up to this many (then every read of one is logged again)
 
 
+@functools.lru_cache(maxsize=256)
+def _magics(size: int, count: int) -> tuple[struct.Struct, tuple[int, ...]]:
+    """The magics of ``count`` records of ``size`` bytes back to back, as one struct, and what they should read."""
+    return struct.Struct(">" + f"4xI{size - 8}x" * (count - 1) + "4xI"), (MESSAGE_MAGIC,) * count
+
+
 def run_intact(mm: mmap.mmap, pos: int, units: Sequence[tuple[int, int, int]], taken: int, queue_id: int,
                queue_offset: int) -> bool:
-    """Whether the first ``taken`` ``units`` (back to back from ``pos`` in ``mm``) are each the record it names."""
+    """Whether the first ``taken`` ``units`` (back to back from ``pos`` in ``mm``) are each the record it names.
+    Records of one size (a producer's batch): the first and the last whole, the magic of each between, in one
+    unpack (a bad page zeroes them); others one by one."""
+    physical, size, _tags = units[0]
+    last = taken - 1
+    if size >= IDENTITY.size and units[last][0] - physical == size * last:
+        layout, magics = _magics(size, taken)
+        try:
+            return (layout.unpack_from(mm, pos) == magics
+                    and record_intact(mm, pos, physical, size, queue_id, queue_offset)
+                    and record_intact(mm, pos + size * last, physical + size * last, size, queue_id,
+                                      queue_offset + last))
+        except struct.error:  # past the segment's end
+            return False
+    return _each_intact(mm, pos, units, taken, queue_id, queue_offset)
+
+
+def _each_intact(mm: mmap.mmap, pos: int, units: Sequence[tuple[int, int, int]], taken: int, queue_id: int,
+                 queue_offset: int) -> bool:
     unpack = IDENTITY.unpack_from
     try:
         for i in range(taken):
