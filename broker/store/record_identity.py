@@ -4,7 +4,9 @@ bit, a segment cut short) or a damaged unit fails it: the read skips that record
 records after it. Served anyway, such bytes stopped every consumer of the queue for good (the SDK's decode refused
 the whole answer at every retry) and sent POP's scan back to the header's offset, handing out acked messages again.
 
-Two fixed-position reads per record, no CRC: a body damaged under an intact header is the client's CRC to find."""
+Fixed-position reads, no CRC: a body damaged under an intact header is the client's CRC to find. A run of records
+of one size (a producer's batch, the common pull) is checked in one unpack: the first and last record whole, the
+magic of each between (a bad page zeroes it); a flipped bit in the queue offset of a record between is not seen."""
 
 import functools
 import logging
