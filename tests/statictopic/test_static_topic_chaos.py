@@ -4,6 +4,7 @@ Nothing acknowledged is lost; per logic queue the offsets the consumer sees stri
 message of a sharding key lands in one logic queue, in send order. Duplicates are counted and printed
 (0 expected: committed offsets, no consumer restart)."""
 
+import contextlib
 import threading
 import time
 from collections import defaultdict
@@ -90,7 +91,10 @@ def test_remaps_under_continuous_traffic(tmp_path: Path):
                             history.append(int(n))
                             seen_queue[key].add(mq.queue_id)
                         offsets[mq] = result.next_begin_offset
-                        consumer.commit(mq, offsets[mq])
+                        # Mid-remap the queue may have no leader a moment: the next commit carries it (raised, it
+                        # ended this thread, and the test waited for nothing)
+                        with contextlib.suppress(MQClientError):
+                            consumer.commit(mq, offsets[mq])
 
         threads = [threading.Thread(target=produce, args=(p,)) for p in (1, 2)]
         threads.append(threading.Thread(target=consume))
