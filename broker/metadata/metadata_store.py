@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic
 
-from broker.metadata.json_file import MetadataFileError, read_json, write_json_atomically
+from broker.metadata.json_file import loading, read_json, write_json_atomically
 from broker.metadata.metadata_codec import (
     ACLS,
     GROUPS,
@@ -99,12 +99,9 @@ class JsonMetadataStore(MetadataStore[K, V]):
         self._snapshot = snapshot
 
     def load(self) -> Iterator[V]:
-        try:
+        with loading(self.path, " (fix or remove that entry)"):
             self._as_written = _stamp(self.path)
             return iter(list(self.table.from_json(read_json(self.path))))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            what = f"an entry has no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            raise MetadataFileError(f"{self.path} cannot be loaded: {what} (fix or remove that entry)") from None
 
     def put(self, values: Sequence[V]) -> None:
         self._changed()

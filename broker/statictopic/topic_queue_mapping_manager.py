@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from broker.metadata.data_version import DataVersion
-from broker.metadata.json_file import MetadataFileError, read_json, write_json_atomically
+from broker.metadata.json_file import loading, read_json, write_json_atomically
 from common.statictopic.mapping_checks import MappingError, check_update
 from common.statictopic.mapping_codec import detail_from_dict, detail_to_dict, detail_to_info
 from common.statictopic.topic_queue_mapping_detail import TopicQueueMappingDetail
@@ -27,11 +27,8 @@ class TopicQueueMappingManager:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        try:
+        with loading(self.path):  # damaged, or a hand edit
             details = [detail_from_dict(raw) for raw in (read_json(self.path) or {}).get("details", [])]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # damaged, or a hand edit
-            what = f"an entry has no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            raise MetadataFileError(f"{self.path} cannot be loaded: {what}") from None
         for detail in details:
             if detail.bname != self.bname:
                 raise MappingError(f"{self.path} holds the mapping of topic {detail.topic} for broker {detail.bname}, "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.metadata.json_file import MetadataFileError
 from broker.statictopic import topic_queue_mapping_manager
 from broker.statictopic.topic_queue_mapping_manager import TopicQueueMappingManager
 from common.statictopic.logic_queue_mapping_item import LogicQueueMappingItem
@@ -70,3 +71,11 @@ def test_a_refused_first_update_and_a_refused_delete_change_nothing(tmp_path: Pa
         manager.delete(T)
     assert manager.get(T) == detail(1, 1) and reloaded(tmp_path).get(T) == detail(1, 1)
     assert manager.delete(T) and reloaded(tmp_path).get(T) is None
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"details": [{"topic": "T"}]}', '{"details": 3}'])
+def test_a_mapping_file_that_does_not_load_is_named_with_why(tmp_path: Path, text: str):
+    """(Damaged or hand-edited, it stopped the start with a JSONDecodeError or KeyError traceback.)"""
+    (tmp_path / "topicQueueMapping.json").write_text(text)
+    with pytest.raises(MetadataFileError, match=r"topicQueueMapping\.json cannot be loaded: "):
+        TopicQueueMappingManager(tmp_path, "b").load()
