@@ -68,6 +68,7 @@ from broker.timer.delay_levels import parse_delay_levels
 from broker.timer.timer_service import TimerService
 from broker.transaction.transaction_service import TransactionConfig, TransactionService
 from broker.transaction_servicer import TransactionServicer
+from common import grpc_keepalive
 from common.acl import (
     SUPER,
     AclInterceptor,
@@ -126,6 +127,7 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
+    *grpc_keepalive.SERVER_OPTIONS,
 ]
 
 

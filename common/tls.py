@@ -24,6 +24,8 @@ from typing import Any
 
 import grpc
 
+from common import grpc_keepalive
+
 log = logging.getLogger(__name__)
 _lock = threading.Lock()  # the process CA and the host warnings given
 
@@ -230,15 +232,18 @@ def _credentials(ca: bytes | None) -> grpc.ChannelCredentials | None:
 RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000))
 
 
-def with_reconnect_backoff(options: Any) -> list[tuple[str, Any]]:
+def with_client_defaults(options: Any) -> list[tuple[str, Any]]:
+    """``options`` and, for what they do not name, the reconnect backoff and keepalive (``common/grpc_keepalive``)
+    every channel this project opens has."""
     given = list(options or ())
     named = {name for name, _ in given}
-    return given + [option for option in RECONNECT_OPTIONS if option[0] not in named]
+    return given + [option for option in (*RECONNECT_OPTIONS, *grpc_keepalive.CLIENT_OPTIONS)
+                    if option[0] not in named]
 
 
 def channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.Channel:
     """A sync channel: TLS when ``ca`` (or the process's CA) is given, else plaintext."""
-    options = with_reconnect_backoff(options)
+    options = with_client_defaults(options)
     creds = _credentials(ca)
     if creds is None:
         return grpc.insecure_channel(addr, options=options)
@@ -246,7 +251,7 @@ def channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.Cha
 
 
 def aio_channel(addr: str, options: Any = None, ca: bytes | None = None) -> grpc.aio.Channel:
-    options = with_reconnect_backoff(options)
+    options = with_client_defaults(options)
     creds = _credentials(ca)
     if creds is None:
         return grpc.aio.insecure_channel(addr, options=options)

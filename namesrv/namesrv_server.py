@@ -12,6 +12,7 @@ import grpc
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common import grpc_keepalive
 from common.acl import ADMIN, AclInterceptor, Authority, User, method_action
 from common.metrics import (
     Health,
@@ -95,6 +96,7 @@ class NamesrvServer:
             # gRPC sets SO_REUSEPORT by default: a second name server on the same port would bind "successfully"
             # and silently share the traffic.
             ("grpc.so_reuseport", 0),
+            *grpc_keepalive.SERVER_OPTIONS,
         ])
         namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
             NamesrvServicer(self.manager, self.runtime_info), self._server)

@@ -8,6 +8,7 @@ import grpc
 
 from client.admin import Admin
 from client.static_route import master_of
+from common import grpc_keepalive
 from common.acl import set_inner_credentials, warn_authorization_without_authentication
 from common.metrics import (
     Health,
@@ -88,6 +89,7 @@ class ProxyServer:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # a second proxy on the same port must fail to bind, not share it
+            *grpc_keepalive.SERVER_OPTIONS,
         ])
         address = f"{c.host}:{c.port}"
         try:

@@ -7,7 +7,7 @@ from concurrent import futures
 
 import grpc
 
-from common import tls
+from common import grpc_keepalive, tls
 
 ECHO = "/test.Echo/Echo"
 
@@ -57,7 +57,9 @@ def test_a_channel_that_failed_for_seconds_reaches_its_returned_peer_within_a_se
             server.stop(None)
 
 
-def test_options_a_caller_gives_win_over_the_reconnect_defaults():
-    options = tls.with_reconnect_backoff([("grpc.max_reconnect_backoff_ms", 5000), ("grpc.max_send_message_length", 1)])
+def test_options_a_caller_gives_win_over_the_channel_defaults():
+    options = tls.with_client_defaults([("grpc.max_reconnect_backoff_ms", 5000), ("grpc.max_send_message_length", 1),
+                                        ("grpc.keepalive_time_ms", 1234)])
     assert dict(options) == {"grpc.max_reconnect_backoff_ms": 5000, "grpc.max_send_message_length": 1,
-                             "grpc.initial_reconnect_backoff_ms": 200}
+                             "grpc.initial_reconnect_backoff_ms": 200, "grpc.keepalive_time_ms": 1234,
+                             **{k: v for k, v in grpc_keepalive.CLIENT_OPTIONS if k != "grpc.keepalive_time_ms"}}
