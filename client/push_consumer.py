@@ -50,6 +50,9 @@ COMMIT_INTERVAL_S = 1.0
 LEASE_RENEW_S = 20.0
 LEASE_RETRY_S = 0.5  # the first retry of a lost lease, doubled up to LEASE_RETRY_MAX_S while it stays lost
 LEASE_RETRY_MAX_S = 4.0
+# How long close() waits for handler calls still running once the queues are released (upstream waits for none by
+# default): a handler that never returns kept its application from closing, for good.
+HANDLER_WAIT_S = 30.0
 DEFAULT_MAX_RECONSUME_TIMES = 16  # orderly consumers retry in place: the limit is theirs, not the group's
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 MAX_PULL_BATCH_SIZE = 1024  # the broker's MAX_PULL_NUMS: it refuses every larger pull
@@ -194,7 +197,8 @@ class PushConsumer:
     def close(self) -> None:
         """Leave cleanly: stop pulling, let running handler calls finish (for at most 10 s), commit, leave the group
         (the other members take the queues over from the committed offsets at once), then wait for handler calls
-        still running (what they handle is not committed: the group has it again).
+        still running, for at most :data:`HANDLER_WAIT_S` (what they handle is not committed: the group has it
+        again; one that never returns is left running on its daemon thread, with a warning).
 
         From a handler (a consume pool thread) it does all of this as well, but does not wait for that handler's own
         task: it returns with the consumer closed while the handler still runs. The rest of that task's messages are
@@ -217,7 +221,11 @@ class PushConsumer:
         if not self.orderly:
             self.sessions.close()
         self.consume.shutdown()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        running = self._pool.shutdown(wait=True, cancel_futures=True, timeout=HANDLER_WAIT_S)
+        if running:  # a handler that never returns must not keep its application from closing
+            log.warning("push_consumer_handlers_still_running group=%s client=%s handlers=%d waited_s=%.0f "
+                        "why='closed without them: what they handle is not committed, the group has it again'",
+                        self.group, self.client_id, len(running), HANDLER_WAIT_S)
         if self.orderly:
             self.sessions.close()
         self.consumer.close()

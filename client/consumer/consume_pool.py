@@ -63,9 +63,11 @@ class ConsumePool:
             elif self._watcher_parked:
                 self._watch_wake.notify()
 
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        """No more tasks; ``cancel_futures`` drops those not started. ``wait``: until the running ones end, except
-        the caller's own when a task shuts its pool down (its thread ends once that task returns)."""
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False,
+                 timeout: float | None = None) -> list[threading.Thread]:
+        """No more tasks; ``cancel_futures`` drops those not started. ``wait``: until the running ones end (for at
+        most ``timeout`` seconds in all), except the caller's own when a task shuts its pool down (its thread ends
+        once that task returns). Returns the threads still running a task."""
         with self._lock:
             self._shutdown = True
             if cancel_futures:
@@ -75,8 +77,10 @@ class ConsumePool:
             me = threading.current_thread()
             threads = [t for t in (*self._threads, self._watcher) if t is not me]
         if wait:
+            deadline = None if timeout is None else time.monotonic() + timeout
             for t in threads:
-                t.join()
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return [t for t in threads if t.is_alive() and t is not self._watcher]
 
     # -- inside ----------------------------------------------------------------------------------------
     def _start_thread(self) -> None:

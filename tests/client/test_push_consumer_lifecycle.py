@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from client import Admin, ConsumeResult, Message, MQClientError, Producer, PushConsumer
+from client import push_consumer as push_consumer_module
 from client.consumer.consume_orderly_service import ConsumeOrderlyService
 from client.consumer.consume_pool import ConsumePool
 from client.consumer.offset_store import OffsetStore
@@ -198,6 +199,34 @@ def test_close_from_the_handler_closes_the_whole_consumer(cluster: Cluster, orde
 
     with PushConsumer(cluster.addr, group=group, topic=topic, handler=collect, orderly=orderly):
         wait_until(lambda: got == bodies, timeout=30, what="the next member to consume every message")
+
+
+def test_close_does_not_wait_for_good_for_a_handler_that_never_returns(cluster: Cluster, monkeypatch, caplog):
+    topic, group = "LifeHangingHandler", "life-hanging"
+    cluster.create_topic(topic, queues=1)
+    with Producer(cluster.addr) as producer:
+        producer.send(Message(topic, b"stuck"))
+    monkeypatch.setattr(push_consumer_module, "HANDLER_WAIT_S", 1.0)
+    entered, release = threading.Event(), threading.Event()
+
+    def hang(msg: MessageExt) -> None:
+        entered.set()
+        release.wait()
+
+    consumer = PushConsumer(cluster.addr, group=group, topic=topic, handler=hang, consume_from_first=True)
+    consumer.start()
+    try:
+        assert entered.wait(30)
+        closer = threading.Thread(target=consumer.close, daemon=True)
+        closer.start()
+        closer.join(20)
+        assert not closer.is_alive(), "close() still waits for the handler"  # before: for good
+        assert "push_consumer_handlers_still_running" in caplog.text
+        got: list[bytes] = []
+        with PushConsumer(cluster.addr, group=group, topic=topic, handler=lambda m: got.append(m.body)):
+            wait_until(lambda: got == [b"stuck"], timeout=30, what="the next member to have the message again")
+    finally:
+        release.set()
 
 
 # -- orderly tries --------------------------------------------------------------------------------------------------

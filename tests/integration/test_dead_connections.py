@@ -3,7 +3,8 @@ says nothing for minutes, or never behind a middlebox that keeps acknowledging. 
 ``tests/net_fault_proxy.py``, which freezes the connections open at that moment and forwards new ones.
 
 - A slave's replication stream hears from its master at least every 5 s (heartbeats): silent for 15 s, it is
-  replaced (unless keepalive found the connection dead first). Kept, it waited for good, and its SYNC_MASTER answered every send "no slave" all that time.
+  replaced (unless keepalive found the connection dead first). Kept, it waited for good, and its SYNC_MASTER
+  answered every send "no slave" all that time.
 - A broker's registration that gets no answer dials the name server afresh next time. It kept the dead
   connection, and the broker dropped out of every route for good.
 - Every channel pings a connection it hears nothing on (``common/grpc_keepalive.py``) and drops it when the ping
