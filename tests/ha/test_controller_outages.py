@@ -23,6 +23,7 @@ from tests.ha.test_controller_failover import (
     send_acknowledged,
     started_group,
 )
+from tests.net_fault_proxy import net_fault_proxy
 
 PAUSE_S = 5.5  # past the 3 s heartbeat timeout and the 2.7 s lease
 
@@ -85,6 +86,29 @@ def test_a_master_the_controller_took_for_gone_goes_on_in_place(group: ReplicaGr
     g.wait_replicas_reach_end_of(1)
     assert g.byte_identical(1, 2)
     all_acknowledged_consumable(g.ns.addr, acked, "every acknowledged message after the deposition")
+
+
+def test_a_replica_whose_controller_session_died_without_a_word_is_still_elected(group: ReplicaGroup,
+                                                                                 tmp_path: Path):
+    """Replica 2 reaches the controller over a connection that then dies without a word (a NAT dropped it): the
+    controller heard nothing more from it, and when the master died nobody was elected, until the kernel gave up on
+    the connection (about 15 minutes). Keepalive finds the dead connection and the session is opened afresh."""
+    g = group
+    with net_fault_proxy(g.ns.addr) as proxy:
+        g.replicas[2].stop()
+        g.replicas[2] = start_broker(tmp_path / "r2", "broker-a", g.ns.addr, brokerId=2,
+                                     **{**g.settings, "controllerAddr": proxy.addr})
+        wait_until(lambda: g.in_sync(1, "1,2"), timeout=30, what="replica 2 back in the in-sync set")
+        acked = send_acknowledged(g, 1, "before", 20)
+        g.wait_replicas_reach_end_of(1)
+        proxy.freeze()
+        wait_until(lambda: "controller_session_restored" in g.replicas[2].log(), timeout=40,
+                   what="replica 2's session with the controller opened afresh")
+        assert proxy.accepted >= 2
+        g.replicas[1].kill()
+        first_acknowledged_send(g.replicas[2].addr, deadline_s=20)
+        acked += [b"probe"]
+    all_acknowledged_consumable(g.ns.addr, acked, "every acknowledged message after the failover")
 
 
 def test_a_replica_given_two_controllers_does_not_start(tmp_path: Path):
