@@ -4,6 +4,7 @@ a consumer that counts, skips or forwards them never pays for a ``MessageExt`` p
 Every record is located (and its size and magic checked) up front; its CRC is checked when it is decoded.
 """
 
+import logging
 import struct
 from collections.abc import Iterator, Sequence
 from typing import overload
@@ -11,7 +12,10 @@ from typing import overload
 from client.errors import MQClientError
 from common.message import MessageExt
 from common.message_codec import MESSAGE_MAGIC, SIZE_MAGIC, CorruptRecordError, decode_record
+from common.message_queue import MessageQueue
 from common.wire_batch import OFFSET_QUEUE_OFFSET
+
+log = logging.getLogger(__name__)
 
 QUEUE_OFFSET = struct.Struct(">q")
 
@@ -90,3 +94,22 @@ def _locate(view: memoryview) -> list[int]:
         pos += size
     return positions
 
+
+
+def deliverable(msgs: Sequence[MessageExt], index: int, mq: MessageQueue) -> MessageExt | None:
+    """Message ``index`` of a pull for a push consumer's handler; None when its record fails its check
+    (:func:`skipped_corrupt`)."""
+    try:
+        return msgs[index]
+    except MQClientError as exc:
+        skipped_corrupt(msgs, index, mq, exc)
+        return None
+
+
+def skipped_corrupt(msgs: Sequence[MessageExt], index: int, mq: MessageQueue, exc: MQClientError) -> None:
+    """Say that a push consumer skips record ``index``: its bytes fail their check (damaged on the broker's disk,
+    where reads check only the header). It fails again at every pull: handled as a failure, it stopped its queue
+    for good (its offset never committed, the next member met it again). Nothing of it can be trusted, so it is not
+    sent back for a retry either."""
+    offset = msgs.queue_offset_at(index) if isinstance(msgs, PulledMessages) else -1
+    log.error("pulled_record_corrupt queue=%s offset=%d error=%r action=skipped", mq, offset, str(exc))

@@ -16,6 +16,7 @@ from client.consumer.group_calls import SendBackRefused
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
+from client.pulled_messages import skipped_corrupt
 from common.message import MessageExt
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,16 @@ class ConsumeConcurrentlyService:
                 if pq.dropped:
                     break
                 try:
-                    if handler(msgs[stop]) is later:
+                    msg = msgs[stop]
+                except MQClientError as exc:  # a record damaged on disk: skipped, said
+                    skipped_corrupt(msgs, stop, pq.mq, exc)
+                    continue
+                try:
+                    if handler(msg) is later:
                         failed.append(stop)
                 except BaseException:  # any (see handled())
                     failed.append(stop)
-                    _log_failure(msgs[stop])
+                    _log_failure(msg)
             else:
                 stop = end
         finally:

@@ -16,6 +16,7 @@ from client.consumer.group_calls import SendBackRefused
 from client.consumer.offset_store import OffsetStore
 from client.consumer.process_queue import ProcessQueue, Run
 from client.errors import MQClientError
+from client.pulled_messages import deliverable
 from common.message import MessageExt
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,11 @@ class ConsumeOrderlyService:
                 if head is None or not pq.begin():
                     break
                 run, index = head
-                msg = run.msgs[index]
+                msg = deliverable(run.msgs, index, pq.mq)
+                if msg is None:  # damaged on disk: skipped, said
+                    pq.end()
+                    self.offsets.update(pq, pq.finish(run, index, index + 1))
+                    continue
                 try:
                     msg.reconsume_times = pq.tries.get(msg.queue_offset, 0)
                     ok = handled(self.handler, msg)

@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from broker.store.checkpoint import OffsetCheckpoint
-from client import KVClient, Message, MessageQueue, MQClientError, Producer, PullConsumer, PullStatus, SimpleConsumer
+from client import (
+    Admin,
+    KVClient,
+    Message,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    SimpleConsumer,
+)
 from cluster.daemon_process import DaemonStartError, start_broker
 from tests.cluster import Cluster, make_cluster, wait_until
 from tests.kv.test_kv_acceptance import KvMode, start_kv_cluster
@@ -23,8 +34,9 @@ COUNT = 150  # about 1.1 KiB records: three segments, the damage in the first
 DAMAGED = 10
 
 
-def zero_record(store: Path, index: int) -> None:
-    """Zero the first 256 bytes of the ``index``-th record of the first commitlog segment, as a bad page would."""
+def zero_record(store: Path, index: int, at: int = 0, damage: bytes = bytes(256)) -> None:
+    """Write ``damage`` (256 zeros: a bad page) at byte ``at`` of the ``index``-th record of the first commitlog
+    segment."""
     path = min((store / "commitlog").iterdir())
     data = path.read_bytes()
     pos = 0
@@ -32,7 +44,7 @@ def zero_record(store: Path, index: int) -> None:
         pos += int.from_bytes(data[pos:pos + 4], "big")
     fd = os.open(path, os.O_WRONLY)
     try:
-        os.pwrite(fd, bytes(256), pos)
+        os.pwrite(fd, damage, pos + at)
     finally:
         os.close(fd)
 
@@ -71,6 +83,32 @@ def test_pull_and_pop_skip_a_damaged_record_and_serve_the_rest(damaged: Cluster)
         assert consumer.receive(32, invisible_ms=1000, wait_ms=500) == []
     log = damaged.brokers["broker-a"].log()
     assert log.count("record_damaged") == 1 and f"queue_offset={DAMAGED} " in log
+
+
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrently", "orderly"])
+def test_a_push_consumer_skips_a_record_whose_body_was_damaged_and_goes_on(tmp_path: Path, orderly: bool, caplog):
+    """Eight bytes of a body flipped under an intact header: the broker serves the record (reads check headers),
+    and the SDK's CRC check refuses it. Handled as a failure, it stopped the queue for good: its offset was never
+    committed, and every member met it again."""
+    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000,
+                     mappedFileSizeCommitLog=SEGMENT)
+    try:
+        create(c, TOPIC, queues=1, brokers=("broker-a",))
+        produce(c, TOPIC, [f"{i:04d}".encode() * 256 for i in range(COUNT)])
+        c.brokers["broker-a"].stop()
+        zero_record(tmp_path / "broker-a" / "store", DAMAGED, at=600, damage=b"\xff" * 8)
+        c.start_broker("broker-a")
+        got: list[bytes] = []
+        group = f"damaged-push-{int(orderly)}"
+        with PushConsumer(c.addr, group=group, topic=TOPIC, handler=lambda m: got.append(m.body),
+                          consume_from_first=True, orderly=orderly), Admin(c.addr) as admin:
+            wait_until(lambda: len(got) == COUNT - 1, timeout=30, what="every record but the damaged one")
+            wait_until(lambda: [r.consumer_offset for r in admin.consumer_progress(group, TOPIC)] == [COUNT],
+                       timeout=15, what="the group's offset committed past the damaged record")
+        assert got == EXPECTED if orderly else sorted(got) == sorted(EXPECTED)
+        assert f"pulled_record_corrupt queue={TOPIC}@broker-a:0 offset={DAMAGED} " in caplog.text
+    finally:
+        c.stop()
 
 
 def test_a_damaged_rocksdb_consume_queue_is_said_and_rebuilt_once_removed(tmp_path: Path):
