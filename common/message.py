@@ -59,6 +59,8 @@ def _wrong_field(msg: Message) -> str:
         return f"body must be bytes, not {type(msg.body).__name__} (encode a str first)"
     if msg.tags is not None and not isinstance(msg.tags, str):
         return f"tags must be a str or None, not {type(msg.tags).__name__}"
+    if msg.tags is not None and "||" in msg.tags:
+        return f"tags {msg.tags!r} hold '||', which separates a subscription's tags: no subscription could match it"
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):
         if not isinstance(keys, (list, tuple, set, frozenset)):

@@ -13,6 +13,7 @@ from common.message_properties import decode_properties
     ({"body": None}, "body must be bytes, not NoneType"),
     ({"topic": None}, "topic must be a str, not NoneType"),
     ({"tags": 5}, "tags must be a str or None, not int"),
+    ({"tags": "a||b"}, "tags 'a||b' hold '||', which separates a subscription's tags"),  # before: no one received it
     ({"keys": [None]}, "keys must be strs, not None"),
     ({"keys": ["k", 5]}, "keys must be strs, not 5"),
     ({"keys": 5}, "keys must be a str or a list of str, not int"),
