@@ -57,7 +57,7 @@ from common.message_properties import (
 )
 from common.message_queue import MessageQueue
 from common.recall_handle import InvalidRecallHandle, RecallHandle
-from common.refusal import says_master_changing
+from common.refusal import says_master_changing, says_not_master
 from common.response_code import NOT_REPLICATED_CODES, ResponseCode
 from common.topic_validator import InvalidTopicError, validate_user_send_topic
 from common.transaction_topic import TRANSACTION_PREPARED_TYPE
@@ -93,6 +93,10 @@ STATIC_RETRY_PAUSE_S = 0.05  # before the 2nd, 3rd, ... retry of a logic queue: 
 MASTER_POLL_S = 0.2  # a static send waiting for its leader group's master looks at the route this often
 MIN_ATTEMPT_S = 0.05  # a retry with less of the send's timeout left than this is not made
 MIN_ATTEMPT_TIMEOUT_S = 0.5  # a static send's late attempt still gets this long, even past the send timeout
+# A recall refused by a replica that is no longer master (a failover) is asked again at the master a fresh route
+# names: up to this many tries in all, the next after RECALL_RETRY_S times the tries so far.
+RECALL_TRIES = 3
+RECALL_RETRY_S = 0.5
 
 
 class Producer:
@@ -237,12 +241,22 @@ class Producer:
             raise MQClientError(f"{what}: topic {topic}'s route does not name broker {handle.broker_name} (not a "
                                 "broker of this cluster, or down long enough for the name server to drop it): "
                                 "nothing to recall there now", ResponseCode.QUERY_NOT_FOUND)
-        addr = self.client.master_addr(topic, handle.broker_name)  # no live master: a retryable error
         request = broker_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
-        try:
-            response = self.client.broker(addr).RecallMessage(request, timeout=self.send_timeout_s)
-        except grpc.RpcError as exc:
-            raise rpc_error(what, addr, exc) from None
+        for tries in range(1, RECALL_TRIES + 1):
+            addr = self.client.master_addr(topic, handle.broker_name)  # no live master: a retryable error
+            try:
+                response = self.client.broker(addr).RecallMessage(request, timeout=self.send_timeout_s)
+            except grpc.RpcError as exc:
+                self.client.invalidate_route(topic)
+                self.client.report_failure(addr, exc.code())
+                raise rpc_error(what, addr, exc) from None
+            if tries == RECALL_TRIES or not (response.code == ResponseCode.NO_PERMISSION
+                                             and says_not_master(response.remark)):
+                break
+            # A failover moved the master (nothing was done): at the master a fresh route names. Kept, the old
+            # address refused every recall until the route expired, and the message was delivered when due.
+            self.client.invalidate_route(topic)
+            time.sleep(RECALL_RETRY_S * tries)
         if response.code == ResponseCode.FLUSH_DISK_TIMEOUT:  # as for a send: recalled, not yet on disk
             log.warning("recall_flush_timeout topic=%s msg_id=%s: recalled, but not yet on disk", topic,
                         handle.message_id)

@@ -40,6 +40,10 @@ from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
 NOT_MASTER_PAUSE_S = 1.0  # a receive whose long-polling broker is not master (a failover) waits this long
+# An ack or change of invisible time refused by a replica that is no longer its group's master: asked again at the
+# master a fresh route names, up to this many tries in all, the next after NOT_MASTER_RETRY_S times the tries so far.
+NOT_MASTER_TRIES = 3
+NOT_MASTER_RETRY_S = 0.5
 SILENT_BROKER_SKIP_S = 5.0  # how long a broker that let a receive time out is asked last (as the proxy does)
 
 log = logging.getLogger(__name__)
@@ -117,7 +121,7 @@ class SimpleConsumer:
             if response.code == ResponseCode.NOT_LEADER_FOR_QUEUE:  # a static topic was remapped: new leaders
                 self.client.invalidate_route(self.topic)
                 continue
-            if response.code == ResponseCode.NO_PERMISSION and says_not_master(response.remark):  # a failover
+            if _not_master(response.code, response.remark):  # a failover
                 self.client.invalidate_route(self.topic)
                 skipped.append(business_error(f"receive from {self.topic}", addr, response.code, response.remark))
                 if last and wait_ms:  # the one to wait on refused: wait a little here, not spin on the route
@@ -168,9 +172,18 @@ class SimpleConsumer:
         failures: list[MQClientError] = []
         lock = threading.Lock()
 
-        def settle(addr: str, handles: list[str], answer: "Future[Any]") -> None:
+        def settle(broker_name: str, tries: int, addr: str, handles: list[str], answer: "Future[Any]") -> None:
             try:
                 refused = next((o for o in ack_outcomes(handles, answer.result()) if o is not None), None)
+                if refused is not None and tries < NOT_MASTER_TRIES and _not_master(*refused):
+                    # A failover moved the group's master (the old one refused all: nothing was acked): acked at the
+                    # new one, which took over the POP state and its handles. Kept, every ack went to the old
+                    # address until the route expired, and each message came again after its invisible time.
+                    self.client.invalidate_route(self.topic)
+                    self.client.retry_threads.later(NOT_MASTER_RETRY_S * tries, functools.partial(
+                        send, broker_name, handles, tries + 1), functools.partial(failed_to_send, broker_name,
+                                                                                  handles, tries + 1))
+                    return
                 if refused is not None:
                     raise business_error(f"ack of {self.topic} messages", addr, *refused)
             except grpc.RpcError as exc:
@@ -188,15 +201,21 @@ class SimpleConsumer:
                 else:
                     done.set_result(None)
 
-        for broker_name, handles in by_broker.items():
+        def failed_to_send(broker_name: str, handles: list[str], tries: int, exc: BaseException) -> None:
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            settle(broker_name, tries, broker_name, handles, failed)
+
+        def send(broker_name: str, handles: list[str], tries: int) -> None:
             try:
                 addr = self.client.master_addr(self.topic, broker_name)  # here: never on a stream's thread
             except MQClientError as exc:
-                failed: Future[Any] = Future()
-                failed.set_exception(exc)
-                settle(broker_name, handles, failed)
-                continue
-            self._ack_batcher(addr).ack(handles, functools.partial(settle, addr))
+                failed_to_send(broker_name, handles, tries, exc)
+                return
+            self._ack_batcher(addr).ack(handles, functools.partial(settle, broker_name, tries, addr))
+
+        for broker_name, handles in by_broker.items():
+            send(broker_name, handles, 1)
         return done
 
     def _ack_batcher(self, addr: str) -> AckBatcher:
@@ -225,7 +244,12 @@ class SimpleConsumer:
         handle = _handle(msg)
         request = pop_pb2.ChangeInvisibleTimeRequest(group=self.group, topic=self.topic,
                                                      receipt_handle=msg.receipt_handle, invisible_time_ms=invisible_ms)
-        addr, response = self._call("change invisible time", handle.broker_name, "ChangeInvisibleTime", request)
+        for tries in range(1, NOT_MASTER_TRIES + 1):
+            addr, response = self._call("change invisible time", handle.broker_name, "ChangeInvisibleTime", request)
+            if tries == NOT_MASTER_TRIES or not _not_master(response.code, response.remark):
+                break
+            self.client.invalidate_route(self.topic)  # a failover: at the new master (see ack_async)
+            time.sleep(NOT_MASTER_RETRY_S * tries)
         if response.code != ResponseCode.SUCCESS:
             raise business_error(f"change invisible time of a {self.topic} message", addr, response.code,
                                  response.remark)
@@ -280,3 +304,7 @@ def _handle(msg: MessageExt) -> ReceiptHandle:
         return ReceiptHandle.decode(msg.receipt_handle)
     except InvalidReceiptHandle as exc:
         raise MQClientError(f"message {msg.msg_id} was not received by a simple consumer: {exc}") from None
+
+
+def _not_master(code: int, remark: str) -> bool:
+    return code == ResponseCode.NO_PERMISSION and says_not_master(remark)

@@ -19,7 +19,7 @@ from broker.store.put_message_result import PutMessageStatus
 from broker.timer.timer_message_store import TimerMessageStore, marker_body, timer_key
 from broker.timer.timer_recall import is_handle_of, marker_properties
 from common.recall_handle import InvalidRecallHandle, RecallHandle
-from common.refusal import Refusal
+from common.refusal import NOT_GROUP_MASTER, Refusal
 from common.request_error import RequestError
 from common.response_code import ResponseCode
 from common.timer_topic import TIMER_DELETES_QUEUE_ID, TIMER_TOPIC
@@ -48,8 +48,8 @@ class RecallMessageProcessor:
             raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"the recall handle names broker {handle.broker_name}, not "
                           f"{self.broker_name}: its message is not pending here")
         if not self.is_master():
-            raise Refusal(ResponseCode.NO_PERMISSION, f"this replica of broker {self.broker_name} is a slave: recall "
-                          "on its group's master")
+            raise Refusal(ResponseCode.NO_PERMISSION, f"this replica of broker {self.broker_name} {NOT_GROUP_MASTER}: "
+                          "recall on its group's master")
         timers = self.timers()
         if timers is None:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, "the timer store is not loaded yet")

@@ -536,6 +536,37 @@ def test_an_ack_through_mqproxy_after_an_electMaster_goes_to_the_new_master(grou
         proxy.stop()
 
 
+def test_sdk_acks_and_recalls_after_an_electMaster_go_to_the_new_master(group: ReplicaGroup):
+    """The SDK's cached route named the old master for up to 30 s: acks, changes of invisible time and recalls made
+    after the switch were refused there (NO_PERMISSION: not its group's master) until the route expired, and the
+    messages came again (or, recalled, were delivered all the same). They are asked at the new master."""
+    g, name = group, "sdk-failover"
+    with Admin(g.ns.addr) as admin:
+        admin.update_subscription_group(name, brokers=["broker-a"])
+    with Producer(g.ns.addr) as producer, SimpleConsumer(g.ns.addr, name, TOPIC) as consumer:
+        for i in range(3):
+            producer.send(Message(TOPIC, b"held%d" % i), queue=MessageQueue(TOPIC, "broker-a", 0))
+        delayed = producer.send(Message(TOPIC, b"recalled", deliver_at_ms=int(time.time() * 1000) + 120_000),
+                                queue=MessageQueue(TOPIC, "broker-a", 0))
+        got: list = []
+        wait_until(lambda: got.extend(consumer.receive(8, invisible_ms=60_000)) or len(got) == 3, timeout=15,
+                   what="the three messages")
+        master_state = pop_state(g.replicas[1].addr)
+        wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
+                   what="the slave to copy the master's POP state")
+        g.wait_replicas_reach_end_of(1)
+        ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
+        wait_until(lambda: g.role(1) == "SLAVE" and g.role(2) == "MASTER", timeout=20, what="the switch")
+        with Admin(g.ns.addr) as admin:
+            wait_until(lambda: any(b.broker_name == "broker-a" and b.broker_addrs.get(0) == g.replicas[2].addr
+                                   for b in admin.topic_route(TOPIC).broker_datas), timeout=15,
+                       what="the name server to route broker-a to its new master")
+        consumer.ack(got[0])
+        consumer.change_invisible(got[1], 60_000)
+        consumer.ack_async([got[1], got[2]]).result(15)
+        assert producer.recall(TOPIC, delayed.recall_handle)
+
+
 def test_a_promoted_replica_keeps_what_its_master_popped_of_a_static_topic(group: ReplicaGroup):
     """As above for a logic queue the group leads: the copied POP state is in physical terms and fitted at
     promotion through the logic queue's item on this broker, so the new master hands out only what came after."""
