@@ -64,9 +64,9 @@ def test_a_broker_whose_registrations_get_no_answer_dials_the_name_server_afresh
 
             wait_until(routed, what="the topic's route")
             proxy.freeze()
-            wait_until(lambda: not routed(), timeout=20, what="the name server to expire the silent broker")
-            wait_until(routed, timeout=30, what="the broker registered again, on a new connection")
-            assert proxy.accepted >= 2
+            # (Whether the name server expires it meanwhile is a race with the new connection: not waited for.)
+            wait_until(lambda: proxy.accepted >= 2, timeout=30, what="the broker to dial the name server afresh")
+            wait_until(routed, timeout=30, what="the broker registered again, on the new connection")
         assert "register_failed" in c.brokers["broker-a"].log()
     finally:
         c.stop()
