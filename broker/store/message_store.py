@@ -55,6 +55,7 @@ class MessageStore(MessageStoreReader):
         grace_s = config.destroy_mapped_file_grace_ms / 1000
         self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log, grace_s)
         self.commit_log.confirm_follows_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._switched_from: Path | None = None  # the file consume queue a new RocksDB one replaces
         self.consume_queue_store = consume_queue_store or self._consume_queue_store(root)
         self.dispatchers: list[CommitLogDispatcher] = [self.consume_queue_store]
         self.index_service: IndexService | None = None
@@ -90,10 +91,30 @@ class MessageStore(MessageStoreReader):
         if self.config.store_type is StoreType.DEFAULT_ROCKSDB:
             from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
 
+            # switched from storeType=default: the file queues' offsets are carried over (carry_over_file_queues)
+            self._switched_from = (root / "consumequeue") if (
+                not (root / "consumequeue_rocksdb").exists() and (root / "consumequeue").is_dir()) else None
             return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at,
                                             commit_min=self.commit_log.min_offset)
         return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
                                      self.commit_log.store_timestamp_at)
+
+    def carry_over_file_queues(self) -> None:
+        """At the first start after a switch to ``defaultRocksDB`` (loaded, before the replay): the file consume
+        queue's queues whose records all expired keep their offsets (``store_type_switch.py``)."""
+        if self._switched_from is None:
+            return
+        from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
+        from broker.store.consume_queue.store_type_switch import expired_queue_ends
+
+        assert isinstance(self.consume_queue_store, RocksDBConsumeQueueStore)
+        ends = expired_queue_ends(self._switched_from, self.config.mapped_file_size_consume_queue,
+                                  self.commit_log.min_offset())
+        carried = self.consume_queue_store.carry_over(ends)
+        log.warning("consume_queue_carried_over from=%s queues=%d why='storeType switched to defaultRocksDB: queues "
+                    "whose records expired keep their offsets; the others are rebuilt from the commitlog'",
+                    self._switched_from, carried)
+        self._switched_from = None
 
     def _replay_start(self, disk_pressure: bool = False) -> int:
         """Commitlog below this may expire: dispatched, and durable in every dispatcher that keeps it (under disk

@@ -28,6 +28,7 @@ def recover(store: "MessageStore") -> None:
     commit_log.mapped_file_queue.load()
     for dispatcher in store.dispatchers:
         dispatcher.load()
+    store.carry_over_file_queues()
     checkpoints = {d.name: d.checkpoint() for d in store.dispatchers}
     flushed = store.flushed_checkpoint.read() or 0
     lowest = min([flushed, *checkpoints.values()])

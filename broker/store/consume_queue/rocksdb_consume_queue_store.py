@@ -168,6 +168,21 @@ class RocksDBConsumeQueueStore(ConsumeQueueStore):
             self._db.close()
             self._db = None
 
+    def carry_over(self, ends: dict[QueueKey, int]) -> int:
+        """Queues this store does not hold, as bounds without units at their ends (``min = max``), durably: those of
+        a consume queue it replaces whose records expired (``store_type_switch.py``). Returns how many."""
+        with self._lock:
+            new = {key: end for key, end in ends.items() if key not in self._queues}
+            if not new:
+                return 0
+            batch = WriteBatch(raw_mode=True)
+            for (topic, queue_id), end in new.items():
+                queue = _Queue(topic, queue_id, end, end)
+                batch.put(queue.meta_key, META.pack(end, end))
+                self._queues[queue.key] = queue
+            self.db.write(batch, self._synced_write_options)
+        return len(new)
+
     # -- dispatcher --------------------------------------------------------------------------------
     def dispatch(self, requests: list[DispatchRequest], end_offset: int) -> None:
         db = self.db
