@@ -566,3 +566,29 @@ def test_a_sync_master_restarted_with_timers_due_is_ready_at_once(tmp_path: Path
         for daemon in (slave, master, ns):
             if daemon.alive:
                 daemon.stop(strict=False)
+
+
+def test_a_master_holding_segments_of_another_size_refuses_a_replica(tmp_path):
+    """mappedFileSizeCommitLog changed on a master with data (its old segments keep their size): a replica rolls
+    at the new size, so its segments would not line up with the old ones. It was taken: at a larger size it
+    skipped records at the first old segment's end (a master's acknowledged messages missing on it), at a
+    smaller one it stopped with an assertion. It is refused now, saying why."""
+    g = Group(tmp_path, "ASYNC_MASTER", with_slave=False)
+    try:
+        g.create_topic(1)
+        for i in range(20):
+            assert _send_one(g.master.addr, b"z" * 300 + b"%d" % i) == ResponseCode.SUCCESS
+        g.master.stop()
+        g.settings["mappedFileSizeCommitLog"] = 2 * SEGMENT
+        g.master = start_broker(tmp_path / "master", "broker-a", g.ns.addr, brokerRole="ASYNC_MASTER", **g.settings)
+        g.ha_addr = runtime(g.ns.addr, g.master)["haServerAddr"]
+        g.slave = g.start_slave()
+        wait_until(lambda: "holds segments of" in g.slave.log(), what="the replica to be refused, saying why")
+        assert runtime(g.ns.addr, g.master)["haSlaves"] == "0"
+    finally:
+        g.stop()
+
+
+def _send_one(addr: str, body: bytes) -> int:
+    stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
+    return stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[body]), timeout=10).code
