@@ -364,13 +364,13 @@ class HAService:
                     "(mappedFileSizeCommitLog must match)")
         # A replica rolls at its own size: segments the master wrote at another size (mappedFileSizeCommitLog changed
         # since) end elsewhere on it. Followed anyway, it skipped records at the first such end (a larger size), or
-        # stopped with an assertion (a smaller one).
-        segments = self.commit_log.mapped_file_queue.files
-        other = next((f.file_size for f in segments if f.file_size != me.mapped_file_size), None)
-        if other is not None:
-            _refuse(f"this master's commitlog holds segments of {other} bytes beside its mappedFileSizeCommitLog of "
-                    f"{me.mapped_file_size} (changed since they were written): a replica's segments would not line up "
-                    f"with them; set mappedFileSizeCommitLog={other} again, or replicate once those segments expired")
+        # stopped with an assertion (a smaller one). A replica past them (it copied them before the change) is fine.
+        odd = [f for f in self.commit_log.mapped_file_queue.files if f.file_size != me.mapped_file_size]
+        if odd and hello.commit_log_end < odd[-1].end_offset:
+            _refuse(f"this master's commitlog holds segments of {odd[-1].file_size} bytes up to offset "
+                    f"{odd[-1].end_offset}, beside its mappedFileSizeCommitLog of {me.mapped_file_size} (changed since "
+                    "they were written): a replica's segments would not line up with them; set "
+                    f"mappedFileSizeCommitLog={odd[-1].file_size} again, or replicate once those segments expired")
         if self.epochs is not None and (self.master_epoch == 0 or hello.master_epoch != self.master_epoch):
             _refuse(f"replica {hello.broker_id} follows master epoch {hello.master_epoch}; this broker is "
                     + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))
