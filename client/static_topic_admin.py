@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
-from client.errors import MQClientError
+from client.errors import MQClientError, partly_applied
 from client.grpc_errors import business_error, rpc_error
 from common.kv_shard import KV_TOPIC
 from common.response_code import ResponseCode
@@ -485,8 +485,13 @@ class StaticTopicAdmin:
         """UpdateTopicQueueMapping for each, in order; the first refusal stops. ``written``: the epoch this run
         last wrote to each broker (updated here), so every write is conditional on what the broker should hold."""
         written = {} if written is None else written
-        for u in updates:
-            self._write(u, written)
+        updates = list(updates)
+        for i, u in enumerate(updates):
+            try:
+                self._write(u, written)
+            except MQClientError as exc:  # said with where it was written: the operator's next step depends on it
+                raise partly_applied(exc, [w.bname for w in updates[:i]],
+                                     [w.bname for w in updates[i + 1:]]) from None
 
     def _write(self, update: BrokerUpdate, written: dict[str, int]) -> None:
         """One write, refused by the broker unless it still holds what the plan was made from, or what this run

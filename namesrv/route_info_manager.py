@@ -229,13 +229,20 @@ class RouteInfoManager:
     def delete_topic(self, topic: str, cluster_name: str | None = None,
                      broker_names: Collection[str] = ()) -> bool:
         """Forget ``topic`` on every broker (or only those of ``cluster_name``, and of those only ``broker_names``
-        when given); False when none had it."""
+        when given); False when none had it.
+
+        An operator's delete, not the broker's own word: the broker may have taken the topic again since it deleted
+        it (a create racing the delete), and its registration of that may already be here. The version held for a
+        broker that had the topic is forgotten, so its next registration of changes is refused and it sends
+        everything: what it holds comes back. Kept, a topic it held stayed out of its route for good."""
         with self._lock:
             removed = False
             for info in self.broker_live_table.values():
                 if ((not cluster_name or info.cluster_name == cluster_name)
-                        and (not broker_names or info.broker_name in broker_names)):
-                    removed |= self._drop_topic(info, topic)
+                        and (not broker_names or info.broker_name in broker_names)
+                        and self._drop_topic(info, topic)):
+                    info.data_version = DataVersion()
+                    removed = True
             if removed:
                 log.info("topic_deleted topic=%s cluster=%s brokers=%s", topic, cluster_name or "*",
                          ",".join(sorted(broker_names)) or "*")

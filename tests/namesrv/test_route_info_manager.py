@@ -264,6 +264,21 @@ def test_delete_topic_of_some_brokers_of_a_cluster(manager: RouteInfoManager):
     assert route_brokers(manager, "T") == ["broker-b"]
 
 
+def test_an_operators_delete_racing_a_create_on_the_broker_is_undone_by_its_next_registration(
+        manager: RouteInfoManager):
+    """deleteTopic racing updateTopic: the broker deleted the topic and took it again (its registrations of both
+    arrived), then the admin's delete reached the name server, which dropped the broker's queues. Its next
+    registration of changes, with nothing new, left the topic out of its route for good."""
+    register(manager, "broker-a", topic_configs("T"), counter=1)
+    register(manager, "broker-a", (), counter=2, full=False, base=version(1), deleted=["T"])
+    register(manager, "broker-a", topic_configs("T"), counter=3, full=False, base=version(2))
+    assert manager.delete_topic("T", CLUSTER, frozenset({"broker-a"}))
+    assert route_brokers(manager, "T") == []
+    assert register(manager, "broker-a", (), counter=3, full=False, base=version(3)).need_full
+    assert register(manager, "broker-a", topic_configs("T"), counter=3) == RegisterBrokerResult()
+    assert route_brokers(manager, "T") == ["broker-a"]
+
+
 # ---- static topics ---------------------------------------------------------------------------------------
 
 
