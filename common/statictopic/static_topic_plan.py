@@ -174,8 +174,6 @@ def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[in
     if not details:
         raise MappingError("no broker holds a mapping for this topic")
     totals = {d.total_queues for d in details}
-    if len(totals) != 1:
-        raise MappingError(f"brokers disagree on the number of logic queues: {sorted(totals)}")
     chosen: dict[int, tuple[tuple[int, bool, int, bool], list[LogicQueueMappingItem]]] = {}
     for d in details:
         for global_id, items in d.hosted_queues.items():
@@ -185,7 +183,7 @@ def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[in
                 chosen[global_id] = (rank, [LogicQueueMappingItem(**{f: getattr(i, f) for f in i.__slots__})
                                             for i in items])
     chains = {gid: items for gid, (_rank, items) in chosen.items()}
-    total = totals.pop()
+    total = _view_total(totals, chains)
     missing = sorted(set(range(total)) - set(chains))
     if missing:
         raise MappingError(f"logic queues {missing} have no chain on any broker")
@@ -193,6 +191,23 @@ def current_view(states: dict[str, BrokerTopicState]) -> tuple[int, int, dict[in
     for gid, items in chains.items():
         check_chain(items[-1].bname, topic, gid, items)
     return max(d.epoch for d in details), total, chains
+
+
+def _view_total(totals: set[int], chains: dict[int, list[LogicQueueMappingItem]]) -> int:
+    """The topic's number of logic queues, from the brokers' totals. A grow writes the new total broker by broker:
+    one stopped part-way (refused by a remap racing it) leaves brokers at the old total beside brokers at the new.
+    Totals only grow: the highest is the topic's once a chain exists for each of its queues. A grow that stopped
+    before any new queue had a chain (nothing could be sent to them) counts as not made: a re-run writes the old
+    total everywhere, and the grow can be run again. Refused here, that state blocked every command for good."""
+    if len(totals) == 1:
+        return totals.pop()
+    highest, complete = max(totals), [t for t in sorted(totals) if set(range(t)) <= set(chains)]
+    if set(range(highest)) <= set(chains):
+        return highest
+    if complete and not any(gid >= complete[-1] for gid in chains):
+        return complete[-1]
+    raise MappingError(f"brokers disagree on the number of logic queues: {sorted(totals)}, and the new queues of the "
+                       f"highest have no chain on every broker")
 
 
 def plan_remap(topic: str, states: dict[str, BrokerTopicState], targets: list[str], now_ms: int,

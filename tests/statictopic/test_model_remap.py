@@ -257,6 +257,23 @@ def test_a_repeated_target_counts_once():
     assert loads(after) == {"b0": 0, "b1": 2, "b2": 2}
 
 
+def test_a_remap_rerun_after_a_grow_it_interrupted_settles_the_topic():
+    """A grow racing a remap, both refused part-way: b0 and b1 took the new total (6) and the remap's fence, b2 the
+    remap's undecided link at a higher epoch and the old total; the new queues had no chain yet. Every command was
+    refused (the brokers disagree on the total) for good. A remap re-run writes the old total everywhere (nothing
+    could reach queues without a chain); a grow then works again."""
+    states = create(4, ["b0", "b1", "b2"], ["b0", "b1"])
+    for bname in ("b0", "b1"):
+        states[bname].detail.total_queues = 6
+    _, after = remap(states, ["b2"])
+    assert {s.detail.total_queues for s in after.values()} == {4}
+    assert loads(after) == {"b0": 0, "b1": 0, "b2": 4}
+    for u in plan_create_or_extend("T", 6, after, ["b0", "b1", "b2"], NOW + 10_000):
+        write(after, u)
+    check(after)
+    assert {s.detail.total_queues for s in after.values()} == {6}
+
+
 def test_remap_refusals():
     states = create(2, ["b0", "b1"], ["b0"])
     with pytest.raises(MappingError, match="no target"):
@@ -265,8 +282,9 @@ def test_remap_refusals():
         plan_remap("T", states, ["b7"], NOW)
     with pytest.raises(MappingError, match="no broker holds a mapping"):
         plan_remap("T", {"b0": BrokerTopicState("b0", None, None)}, ["b0"], NOW)
-    states["b1"].detail.total_queues = 3
-    with pytest.raises(MappingError, match="disagree on the number of logic queues"):
+    states["b1"].detail.total_queues = 4  # a grow stopped part-way after queue 2 had a chain, before queue 3 had one
+    states["b1"].detail.hosted_queues[2] = [LogicQueueMappingItem(0, 1, "b1", 0, 0)]
+    with pytest.raises(MappingError, match=r"disagree on the number of logic queues: \[2, 4\], and the new"):
         plan_remap("T", states, ["b1"], NOW)
     states = create(2, ["b0", "b1"], ["b0", "b1"])
     states["b1"].detail.hosted_queues.clear()
