@@ -49,14 +49,24 @@ def zero_record(store: Path, index: int, at: int = 0, damage: bytes = bytes(256)
         os.close(fd)
 
 
+def stopped_with_records(tmp_path: Path, **settings: object) -> Cluster:
+    """A cluster whose one broker holds COUNT records of TOPIC in three segments, stopped (to be damaged)."""
+    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000,
+                     mappedFileSizeCommitLog=SEGMENT, **settings)
+    try:
+        create(c, TOPIC, queues=1, brokers=("broker-a",))
+        produce(c, TOPIC, [f"{i:04d}".encode() * 256 for i in range(COUNT)])
+        c.brokers["broker-a"].stop()
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
 @pytest.fixture
 def damaged(tmp_path: Path, request: pytest.FixtureRequest) -> Cluster:
-    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000,
-                     mappedFileSizeCommitLog=SEGMENT, **request.param)
+    c = stopped_with_records(tmp_path, **request.param)
     request.addfinalizer(c.stop)
-    create(c, TOPIC, queues=1, brokers=("broker-a",))
-    produce(c, TOPIC, [f"{i:04d}".encode() * 256 for i in range(COUNT)])
-    c.brokers["broker-a"].stop()
     zero_record(tmp_path / "broker-a" / "store", DAMAGED)
     c.start_broker("broker-a")
     return c
@@ -90,12 +100,8 @@ def test_a_push_consumer_skips_a_record_whose_body_was_damaged_and_goes_on(tmp_p
     """Eight bytes of a body flipped under an intact header: the broker serves the record (reads check headers),
     and the SDK's CRC check refuses it. Handled as a failure, it stopped the queue for good: its offset was never
     committed, and every member met it again."""
-    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000,
-                     mappedFileSizeCommitLog=SEGMENT)
+    c = stopped_with_records(tmp_path)
     try:
-        create(c, TOPIC, queues=1, brokers=("broker-a",))
-        produce(c, TOPIC, [f"{i:04d}".encode() * 256 for i in range(COUNT)])
-        c.brokers["broker-a"].stop()
         zero_record(tmp_path / "broker-a" / "store", DAMAGED, at=600, damage=b"\xff" * 8)
         c.start_broker("broker-a")
         got: list[bytes] = []
@@ -217,12 +223,8 @@ def test_kv_reads_are_refused_while_a_fail_stop_left_writes_unapplied(tmp_path: 
 def test_a_segment_missing_between_others_stops_the_start_with_one_line(tmp_path: Path, damage: str):
     """(An emptied one was made full size again, 948 messages of zeros served in silence; a removed one stopped the
     start with a traceback.)"""
-    c = make_cluster(tmp_path, broker_names=("broker-a",), registerNameServerPeriod=1000,
-                     mappedFileSizeCommitLog=SEGMENT)
+    c = stopped_with_records(tmp_path)
     try:
-        create(c, TOPIC, queues=1, brokers=("broker-a",))
-        produce(c, TOPIC, [f"{i:04d}".encode() * 256 for i in range(COUNT)])
-        c.brokers["broker-a"].stop()
         middle = sorted((tmp_path / "broker-a" / "store" / "commitlog").iterdir())[1]
         if damage == "emptied":
             os.truncate(middle, 0)

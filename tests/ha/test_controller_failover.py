@@ -497,6 +497,20 @@ def test_a_promoted_replica_hands_out_only_what_its_master_had_not_popped(group:
     assert [(h.queue_offset, h.reconsume_times) for h in again] == [(6, 1), (7, 1), (8, 1), (9, 1)]
 
 
+def elect_replica_2_holding_the_pop_state(g: ReplicaGroup) -> None:
+    """electMaster to replica 2 once it copied the master's POP state; returns when the name server routes broker-a
+    to it (a client's cached route still names the old master)."""
+    master_state = pop_state(g.replicas[1].addr)
+    wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
+               what="the slave to copy the master's POP state")
+    ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
+    wait_until(lambda: g.role(1) == "SLAVE" and g.role(2) == "MASTER", timeout=20, what="the switch")
+    with Admin(g.ns.addr) as admin:
+        wait_until(lambda: any(b.broker_name == "broker-a" and b.broker_addrs.get(0) == g.replicas[2].addr
+                               for b in admin.topic_route(TOPIC).broker_datas), timeout=15,
+                   what="the name server to route broker-a to its new master")
+
+
 def test_an_ack_through_mqproxy_after_an_electMaster_goes_to_the_new_master(group: ReplicaGroup):
     """mqproxy's cached route named the old master for up to 30 s: an ack made after the switch was refused there
     (NO_PERMISSION: not its group's master) and its message handed out again, and receives failed alike. The proxy
@@ -518,15 +532,7 @@ def test_an_ack_through_mqproxy_after_an_electMaster_goes_to_the_new_master(grou
                 return [a.message for a in stub.ReceiveMessage(request, timeout=10) if a.HasField("message")]
 
             (message,) = wait_until(received, timeout=15, what="the message through the proxy")
-            master_state = pop_state(g.replicas[1].addr)
-            wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
-                       what="the slave to copy the master's POP state")
-            ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
-            wait_until(lambda: g.role(1) == "SLAVE" and g.role(2) == "MASTER", timeout=20, what="the switch")
-            with Admin(g.ns.addr) as admin:
-                wait_until(lambda: any(b.broker_name == "broker-a" and b.broker_addrs.get(0) == g.replicas[2].addr
-                                       for b in admin.topic_route(TOPIC).broker_datas), timeout=15,
-                           what="the name server to route broker-a to its new master")
+            elect_replica_2_holding_the_pop_state(g)
             answer = stub.AckMessage(v2.AckMessageRequest(
                 group=v2d.Resource(name=name), topic=v2d.Resource(name=TOPIC), entries=[v2.AckMessageEntry(
                     message_id=message.system_properties.message_id,
@@ -551,16 +557,8 @@ def test_sdk_acks_and_recalls_after_an_electMaster_go_to_the_new_master(group: R
         got: list = []
         wait_until(lambda: got.extend(consumer.receive(8, invisible_ms=60_000)) or len(got) == 3, timeout=15,
                    what="the three messages")
-        master_state = pop_state(g.replicas[1].addr)
-        wait_until(lambda: pop_state(g.replicas[2].addr) == master_state, timeout=15, interval=0.2,
-                   what="the slave to copy the master's POP state")
-        g.wait_replicas_reach_end_of(1)
-        ok(g.ns.addr, "electMaster", "-b", "broker-a", "-i", "2")
-        wait_until(lambda: g.role(1) == "SLAVE" and g.role(2) == "MASTER", timeout=20, what="the switch")
-        with Admin(g.ns.addr) as admin:
-            wait_until(lambda: any(b.broker_name == "broker-a" and b.broker_addrs.get(0) == g.replicas[2].addr
-                                   for b in admin.topic_route(TOPIC).broker_datas), timeout=15,
-                       what="the name server to route broker-a to its new master")
+        g.wait_replicas_reach_end_of(1)  # (the delayed message too)
+        elect_replica_2_holding_the_pop_state(g)
         consumer.ack(got[0])
         consumer.change_invisible(got[1], 60_000)
         consumer.ack_async([got[1], got[2]]).result(15)
