@@ -192,7 +192,8 @@ def verify(metadata: Mapping[str, str], secret_of: Callable[[str], str | None], 
     secret = secret_of(access_key)
     if secret is None:
         raise _unauthenticated(f"authentication failed: unknown access key {access_key[:128]!r}")
-    if not hmac.compare_digest(signature(secret, date_time), sig.lower()):
+    # (as bytes: a str with a character beyond ASCII made compare_digest raise TypeError, answered UNKNOWN)
+    if not hmac.compare_digest(signature(secret, date_time).encode(), sig.lower().encode()):
         raise _unauthenticated(f"authentication failed: wrong signature for access key {access_key[:128]!r}")
     return access_key
 

@@ -98,6 +98,10 @@ def with_acl(config: ProxyConfig, meta: dict) -> ProxyConfig:
     if (authn or authz) and inner is None:
         raise click.UsageError("--authentication-enabled/--authorization-enabled need "
                                "--inner-client-authentication-credentials (the proxy asks the brokers with them)")
+    if inner is not None and not (authn or authz):
+        log.warning("acl_inner_credentials_without_acl access_key=%s why='--authentication-enabled and "
+                    "--authorization-enabled are off: every unsigned client is served with these credentials, which "
+                    "the brokers trust as their own'", inner[0])
     return dataclasses.replace(config, authentication_enabled=authn, authorization_enabled=authz,
                                inner_credentials=inner)
 

@@ -145,6 +145,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             yield service_pb2.TelemetryCommand(status=definition_pb2.Status(
                 code=Code.CLIENT_ID_REQUIRED, message=f"a telemetry stream needs the {CLIENT_ID_HEADER} header"))
             return
+        if not self.channels.may_replace(cid, current_user()):
+            yield service_pb2.TelemetryCommand(status=definition_pb2.Status(
+                code=Code.FORBIDDEN, message=f"client {cid[:80]!r} has its Telemetry stream here of another user: "
+                                             "only that user may open it again"))
+            return
         try:
             async for command in self.channels.serve(cid, request_iterator, self._on_telemetry_command,
                                                      context.peer()):

@@ -73,6 +73,17 @@ class TelemetryChannels:
             return channel.user == user
         return channel.peer == peer
 
+    def may_replace(self, client_id: str, user: str | None) -> bool:
+        """Whether ``user`` (ACL on) may open a stream as ``client_id``, replacing the one it has here: only the user
+        that opened it. Anyone else would end the client's stream, and with it (when the newcomer left) the
+        renewing of the messages it holds, which then went to other consumers while it still handled them. ACL
+        off, any caller may: a client rebuilding its stream comes on a new connection, and none can be told
+        apart."""
+        channel = self._by_client.get(client_id)
+        if channel is None or (user is None and channel.user is None):
+            return True
+        return channel.user == user
+
     def producers_of(self, topic: str) -> list[TelemetryChannel]:
         """Producers connected here that said they publish to ``topic``."""
         return [ch for ch in self._by_client.values()

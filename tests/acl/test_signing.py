@@ -73,6 +73,9 @@ def test_a_good_signature_is_accepted_and_upper_case_hex_too() -> None:
                                                                  "SignedHeaders=x-mq-date-time, Signature=00")],
      "not yyyy"),
     (lambda: [("authorization", "Basic abc")], "algorithm"),
+    (lambda: [sign("alice", "alice-secret")[0], ("authorization", "MQv2-HMAC-SHA1 Credential=alice, "
+                                                                   "SignedHeaders=x-mq-date-time, Signature=\u00e9")],
+     "wrong signature"),  # before: TypeError from compare_digest, answered UNKNOWN with a traceback logged
 ])
 def test_refusals_say_which_check_failed_and_never_the_secret(metadata: Callable[[], list[tuple[str, str]]],
                                                               reason: str) -> None:

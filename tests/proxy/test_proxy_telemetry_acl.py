@@ -173,6 +173,17 @@ def test_only_the_user_of_a_clients_stream_may_say_it_terminates(acl_proxy: Prox
         assert _notify_termination(acl_proxy.endpoint, CAROL, "carol-cli").code == d.Code.OK
 
 
+def test_only_the_user_of_a_clients_stream_may_open_it_again(acl_proxy: ProxyCluster) -> None:
+    """mallory, opening Telemetry under carol's client id, replaced carol's stream, and closing hers ended the
+    renewing of carol's messages (they went to other consumers while carol still handled them)."""
+    with _telemetry(acl_proxy.endpoint, CAROL, "carol-cli-2", _producer(SECRET)) as carol:
+        assert _settings_answer(carol).code == d.Code.OK
+        with _telemetry(acl_proxy.endpoint, MALLORY, "carol-cli-2", _producer(MINE)) as mallory:
+            assert _settings_answer(mallory).code == d.Code.FORBIDDEN
+        assert _notify_termination(acl_proxy.endpoint, MALLORY, "carol-cli-2").code == d.Code.FORBIDDEN  # still hers
+        assert carol.empty(), "carol's stream was ended"
+
+
 def _send_as(endpoint: str, user: tuple[str, str], topic: str) -> d.Status:
     with grpc.insecure_channel(endpoint, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         return sg.MessagingServiceStub(channel).SendMessage(s.SendMessageRequest(messages=[d.Message(
