@@ -60,7 +60,8 @@ def _wrong_field(msg: Message) -> str:
     if msg.tags is not None and not isinstance(msg.tags, str):
         return f"tags must be a str or None, not {type(msg.tags).__name__}"
     if msg.tags is not None and "||" in msg.tags:
-        return f"tags {msg.tags!r} hold '||', which separates a subscription's tags: no subscription could match it"
+        return (f"tags {msg.tags!r} hold '||', which separates a subscription's tags: no tag subscription could "
+                "match it")
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):
         if not isinstance(keys, (list, tuple, set, frozenset)):

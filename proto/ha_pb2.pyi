@@ -61,7 +61,7 @@ class ReplicaFrame(_message.Message):
     def __init__(self, handshake: _Optional[_Union[ReplicaHandshake, _Mapping]] = ..., ack_offset: _Optional[int] = ..., metadata_copied: _Optional[bool] = ...) -> None: ...
 
 class ReplicationFrame(_message.Message):
-    __slots__ = ("offset", "data", "confirm_offset", "master_addr", "epoch", "epoch_start_offset", "truncate_to", "epochs", "copy_state")
+    __slots__ = ("offset", "data", "confirm_offset", "master_addr", "epoch", "epoch_start_offset", "truncate_to", "epochs", "copy_state", "segment_size")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class ReplicationFrame(_message.Message):
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     COPY_STATE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_SIZE_FIELD_NUMBER: _ClassVar[int]
     offset: int
     data: bytes
     confirm_offset: int
@@ -80,4 +81,5 @@ class ReplicationFrame(_message.Message):
     truncate_to: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
     copy_state: bool
-    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., confirm_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., copy_state: _Optional[bool] = ...) -> None: ...
+    segment_size: int
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., confirm_offset: _Optional[int] = ..., master_addr: _Optional[str] = ..., epoch: _Optional[int] = ..., epoch_start_offset: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., copy_state: _Optional[bool] = ..., segment_size: _Optional[int] = ...) -> None: ...

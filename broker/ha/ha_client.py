@@ -167,7 +167,7 @@ class HAClient(threading.Thread):
             if frame.data:
                 if self.epochs is not None and frame.epoch > self.epochs.last_epoch():
                     self.epochs.assign(frame.epoch, frame.epoch_start_offset)  # before the epoch's bytes
-                self.commit_log.append_replica(frame.offset, frame.data)
+                self.commit_log.append_replica(frame.offset, frame.data, frame.segment_size or None)
             # Said once bytes went in, or nothing is missing (on a full disk the welcome came, then its bytes failed)
             if self.refusal and (frame.data or self.commit_log.max_offset() >= frame.confirm_offset):
                 log.warning("replication_resumed master=%s after=%r", self.master_ha_addr, self.refusal)

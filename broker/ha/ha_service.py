@@ -286,6 +286,8 @@ class HAService:
         # Read the confirm offset before the bytes: a frame never says more is confirmed than it carries.
         frame.confirm_offset = self.commit_log.confirm_offset
         frame.data = bytes(self.commit_log.read_replica(position, FRAME_BYTES, self._epoch_end(position)))
+        if frame.data:
+            frame.segment_size = self.commit_log.segment_size_at(position)
         return frame
 
     def _epoch_end(self, position: int) -> int | None:
@@ -362,15 +364,6 @@ class HAService:
         if hello.mapped_file_size != me.mapped_file_size:
             _refuse(f"replica segments of {hello.mapped_file_size} bytes, the master's are {me.mapped_file_size} "
                     "(mappedFileSizeCommitLog must match)")
-        # A replica rolls at its own size: segments the master wrote at another size (mappedFileSizeCommitLog changed
-        # since) end elsewhere on it. Followed anyway, it skipped records at the first such end (a larger size), or
-        # stopped with an assertion (a smaller one). A replica past them (it copied them before the change) is fine.
-        odd = [f for f in self.commit_log.mapped_file_queue.files if f.file_size != me.mapped_file_size]
-        if odd and hello.commit_log_end < odd[-1].end_offset:
-            _refuse(f"this master's commitlog holds segments of {odd[-1].file_size} bytes up to offset "
-                    f"{odd[-1].end_offset}, beside its mappedFileSizeCommitLog of {me.mapped_file_size} (changed since "
-                    "they were written): a replica's segments would not line up with them; set "
-                    f"mappedFileSizeCommitLog={odd[-1].file_size} again, or replicate once those segments expired")
         if self.epochs is not None and (self.master_epoch == 0 or hello.master_epoch != self.master_epoch):
             _refuse(f"replica {hello.broker_id} follows master epoch {hello.master_epoch}; this broker is "
                     + (f"master at epoch {self.master_epoch}" if self.master_epoch else "not a master"))

@@ -48,8 +48,8 @@ class RecallMessageProcessor:
             raise Refusal(ResponseCode.QUERY_NOT_FOUND, f"the recall handle names broker {handle.broker_name}, not "
                           f"{self.broker_name}: its message is not pending here")
         if not self.is_master():
-            raise Refusal(ResponseCode.NO_PERMISSION, f"this replica of broker {self.broker_name} {NOT_GROUP_MASTER}: "
-                          "recall on its group's master")
+            raise Refusal(ResponseCode.NO_PERMISSION, f"this replica of broker {self.broker_name} is a slave (it "
+                          f"{NOT_GROUP_MASTER}): recall on its group's master")
         timers = self.timers()
         if timers is None:
             raise Refusal(ResponseCode.SERVICE_NOT_AVAILABLE, "the timer store is not loaded yet")

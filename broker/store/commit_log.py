@@ -218,18 +218,26 @@ class CommitLog:
             end = min(end, until - segment.file_from_offset)
         return memoryview(segment.mm)[pos:end] if end > pos else memoryview(b"")
 
+    def segment_size_at(self, offset: int) -> int:
+        """The size of the segment holding ``offset`` (the configured size if none does yet)."""
+        segment = self.mapped_file_queue.find(offset)
+        return segment.file_size if segment is not None else self.mapped_file_size
+
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the queue's next append will get (0 for a queue this commitlog has not appended to since
         it was recovered: the consume queue knows more then). One dict read: no lock."""
         return self.topic_queue_table.get((topic, queue_id), 0)
 
-    def append_replica(self, offset: int, data: bytes | memoryview) -> int:
+    def append_replica(self, offset: int, data: bytes | memoryview, segment_size: int | None = None) -> int:
         """A slave appends its master's bytes where they were on the master; returns the new end. The bytes are
-        whole records and end-of-segment markers of one segment (the master cut them so)."""
+        whole records and end-of-segment markers of one segment (the master cut them so), of ``segment_size`` bytes
+        on the master: a segment begun here is made that size (the master's older segments keep the size they were
+        written at when mappedFileSizeCommitLog changed; made at this replica's size, they ended elsewhere, and it
+        skipped records or stopped)."""
         with self._lock:
             end = self.mapped_file_queue.max_offset()
             assert offset == end, f"replica bytes for offset {offset}, but this commitlog ends at {end}"
-            segment = self.mapped_file_queue.last_writable()
+            segment = self.mapped_file_queue.last_writable(segment_size)
             assert segment.file_from_offset + segment.wrote_position == offset, "replica segments follow the master's"
             assert len(data) <= segment.remaining, f"replica bytes cross the segment ending at {segment.end_offset}"
             segment.append(data)

@@ -105,24 +105,25 @@ class MappedFileQueue:
         with self._lock:
             return self._create(start_offset)
 
-    def _create(self, start_offset: int) -> MappedFile:
+    def _create(self, start_offset: int, size: int | None = None) -> MappedFile:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         last = self.last()
         assert last is None or start_offset >= last.end_offset, "segments only grow"
-        f = MappedFile(self.store_dir / segment_name(start_offset), self.mapped_file_size)
+        f = MappedFile(self.store_dir / segment_name(start_offset), size or self.mapped_file_size)
         self._set([*self._files, f])
         return f
 
-    def last_writable(self) -> MappedFile:
-        """The segment to write into, rolling to a new one when the last is full."""
+    def last_writable(self, size: int | None = None) -> MappedFile:
+        """The segment to write into, rolling to a new one when the last is full (of ``size`` bytes when given: a
+        replica's, as its master's segment)."""
         last = self.last()
         if last is not None and not last.is_full():
             return last
         with self._lock:  # decide again under the lock: one roll, whoever asks
             last = self.last()
             if last is None:
-                return self._create(0)
-            return self._create(last.end_offset) if last.is_full() else last
+                return self._create(0, size)
+            return self._create(last.end_offset, size) if last.is_full() else last
 
     def flush(self) -> int:
         """Flush every segment with unflushed data; returns the flushed offset. One flusher at a time (a slave's

@@ -90,10 +90,10 @@ class MessageStore(MessageStoreReader):
     def _consume_queue_store(self, root: Path) -> ConsumeQueueStore:
         if self.config.store_type is StoreType.DEFAULT_ROCKSDB:
             from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
+            from broker.store.consume_queue.store_type_switch import needs_carry_over
 
             # switched from storeType=default: the file queues' offsets are carried over (carry_over_file_queues)
-            self._switched_from = (root / "consumequeue") if (
-                not (root / "consumequeue_rocksdb").exists() and (root / "consumequeue").is_dir()) else None
+            self._switched_from = root / "consumequeue" if needs_carry_over(root / "consumequeue") else None
             return RocksDBConsumeQueueStore(root / "consumequeue_rocksdb", self.commit_log.store_timestamp_at,
                                             commit_min=self.commit_log.min_offset)
         return FileConsumeQueueStore(root / "consumequeue", self.config.mapped_file_size_consume_queue,
@@ -105,12 +105,13 @@ class MessageStore(MessageStoreReader):
         if self._switched_from is None:
             return
         from broker.store.consume_queue.rocksdb_consume_queue_store import RocksDBConsumeQueueStore
-        from broker.store.consume_queue.store_type_switch import expired_queue_ends
+        from broker.store.consume_queue.store_type_switch import expired_queue_ends, mark_carried_over
 
         assert isinstance(self.consume_queue_store, RocksDBConsumeQueueStore)
         ends = expired_queue_ends(self._switched_from, self.config.mapped_file_size_consume_queue,
                                   self.commit_log.min_offset())
         carried = self.consume_queue_store.carry_over(ends)
+        mark_carried_over(self._switched_from)
         log.warning("consume_queue_carried_over from=%s queues=%d why='storeType switched to defaultRocksDB: queues "
                     "whose records expired keep their offsets; the others are rebuilt from the commitlog'",
                     self._switched_from, carried)

@@ -102,7 +102,7 @@ def test_a_replica_whose_controller_session_died_without_a_word_is_still_elected
         acked = send_acknowledged(g, 1, "before", 20)
         g.wait_replicas_reach_end_of(1)
         proxy.freeze()
-        wait_until(lambda: "controller_session_restored" in g.replicas[2].log(), timeout=40,
+        wait_until(lambda: "controller_session_restored" in g.replicas[2].log(), timeout=110,
                    what="replica 2's session with the controller opened afresh")
         assert proxy.accepted >= 2
         g.replicas[1].kill()

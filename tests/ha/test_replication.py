@@ -568,23 +568,31 @@ def test_a_sync_master_restarted_with_timers_due_is_ready_at_once(tmp_path: Path
                 daemon.stop(strict=False)
 
 
-def test_a_master_holding_segments_of_another_size_refuses_a_replica(tmp_path):
-    """mappedFileSizeCommitLog changed on a master with data (its old segments keep their size): a replica rolls
-    at the new size, so its segments would not line up with the old ones. It was taken: at a larger size it
-    skipped records at the first old segment's end (a master's acknowledged messages missing on it), at a
-    smaller one it stopped with an assertion. It is refused now, saying why."""
+def test_a_replica_of_a_master_whose_segment_size_changed_holds_its_segments_as_they_are(tmp_path):
+    """mappedFileSizeCommitLog changed on a master with data (its old segments keep their size): an empty replica
+    with the new size rolled at its own size, so its segments ended elsewhere than the master's. At a larger size it
+    skipped records at the first old segment's end (acknowledged messages missing on it), at a smaller one it
+    stopped with an assertion. It makes each segment the size of the master's now."""
     g = Group(tmp_path, "ASYNC_MASTER", with_slave=False)
     try:
         g.create_topic(1)
-        for i in range(20):
-            assert _send_one(g.master.addr, b"z" * 300 + b"%d" % i) == ResponseCode.SUCCESS
+        for i in range(24):  # 768 KiB of the first 1 MiB segment
+            assert _send_one(g.master.addr, b"%03d" % i * 10_000) == ResponseCode.SUCCESS
         g.master.stop()
         g.settings["mappedFileSizeCommitLog"] = 2 * SEGMENT
         g.master = start_broker(tmp_path / "master", "broker-a", g.ns.addr, brokerRole="ASYNC_MASTER", **g.settings)
         g.ha_addr = runtime(g.ns.addr, g.master)["haServerAddr"]
+        for i in range(24, 48):  # fills the old segment, rolls to a new one of 2 MiB
+            assert _send_one(g.master.addr, b"%03d" % i * 10_000) == ResponseCode.SUCCESS
         g.slave = g.start_slave()
-        wait_until(lambda: "holds segments of" in g.slave.log(), what="the replica to be refused, saying why")
-        assert runtime(g.ns.addr, g.master)["haSlaves"] == "0"
+        end = g.wait_slave_shows_everything()
+        master_store, slave_store = (tmp_path / name / "broker-a" / "store" for name in ("master", "slave"))
+        sizes = [(p.name, p.stat().st_size) for p in sorted((master_store / "commitlog").iterdir())]
+        assert sizes == [(p.name, p.stat().st_size) for p in sorted((slave_store / "commitlog").iterdir())]
+        assert len({size for _, size in sizes}) == 2
+        assert commit_log_bytes(slave_store, end) == commit_log_bytes(master_store, end)
+        wait_until(lambda: g.slave_pull()[0] == ResponseCode.SUCCESS, what="the slave's copy of the topic")
+        assert g.slave_pull()[1] == [b"%03d" % i * 10_000 for i in range(48)]
     finally:
         g.stop()
 

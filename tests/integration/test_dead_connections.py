@@ -45,7 +45,7 @@ def test_a_replication_stream_on_a_dead_connection_is_replaced(tmp_path):
             wait_until(lambda: _send(g.master.addr, b"after") == 0, timeout=45,
                        what="the slave on a new connection, confirming sends again")
             assert time.monotonic() - frozen_at < 40 and proxy.accepted >= 2
-        # Whichever saw it first: the stream's own silence watch (15 s), or the channel's keepalive (within 20 s).
+        # Whichever saw it first: the stream's own silence watch (15 s), or the channel's keepalive.
         assert "replication_silent" in g.slave.log() or "Stream removed" in g.slave.log()
     finally:
         g.stop()
@@ -89,8 +89,8 @@ def test_an_sdk_channel_on_a_dead_connection_is_dropped_and_dialled_afresh(tmp_p
                 except MQClientError:
                     return False
 
-            wait_until(sent, timeout=45, what="the new topic's route, looked up on a new connection")
-            assert time.monotonic() - frozen_at < 35 and proxy.accepted >= 2
+            wait_until(sent, timeout=110, what="the new topic's route, looked up on a new connection")
+            assert time.monotonic() - frozen_at < 100 and proxy.accepted >= 2  # keepalive: within about 70 s
     finally:
         c.stop()
 

@@ -3,6 +3,7 @@ oldest segments expired: a queue whose records all went with them came back at o
 offset was out of range, and the first messages sent after the switch took offsets the group had committed past:
 no one read them. Such queues keep their offsets now; queues with records left are rebuilt from the commitlog."""
 
+import shutil
 from pathlib import Path
 
 from client import Message, Producer, PullConsumer, PullStatus
@@ -41,5 +42,19 @@ def test_a_queue_whose_records_expired_keeps_its_offsets_after_a_switch_to_rocks
             assert consumer.max_offset(fill) == 120  # rebuilt from the records left
             result = consumer.pull(fill, consumer.min_offset(fill), 32)
             assert result.status is PullStatus.FOUND and result.messages[0].queue_offset == consumer.min_offset(fill)
+            for i in range(4):
+                producer.send(Message("SwitchOld", b"later%d" % i))
+        # Once: the RocksDB consume queue removed to be rebuilt (a damaged one's remedy), the files, stale since,
+        # are not read again (their end, 10, would hide offsets 10..14 sent since).
+        c.brokers["broker-a"].stop()
+        shutil.rmtree(tmp_path / "broker-a" / "store" / "consumequeue_rocksdb")
+        c.brokers["broker-a"] = start_broker(tmp_path, "broker-a", c.addr, **{
+            **c.settings, "storeType": "defaultRocksDB", "fileReservedTime": "72"})
+        assert "consume_queue_carried_over" not in c.brokers["broker-a"].log().split("broker_stopped")[-1]
+        with PullConsumer(c.addr, group="switch-g") as consumer:
+            old = consumer.queues("SwitchOld")[0]
+            assert consumer.max_offset(old) == 15
+            result = consumer.pull(old, 10, 32)
+            assert [m.body for m in result.messages] == [b"new", b"later0", b"later1", b"later2", b"later3"]
     finally:
         c.stop()
