@@ -249,7 +249,11 @@ class TieredDispatcher(CommitLogDispatcher):
         self.flat_files.hide_topic(topic)
 
     def checkpoint(self) -> int:
-        return self._checkpoint
+        """The stored checkpoint, or lower while the uploader holds older records: after a restart the replay starts
+        at the lowest checkpoint of all and hands it records below the stored one again, and the next flush stores
+        that lower value. Expiry (which reads this) deleted the segments between meanwhile, and the next recovery
+        found the tier's checkpoint below the commitlog's first record."""
+        return min(self._checkpoint, self.current_checkpoint())
 
     def follow(self, master_checkpoint: int, master_uploaded_end: int) -> None:
         """A replica sharing its master's backend, which uploads for both (``broker/tiered/replica/``): what the
