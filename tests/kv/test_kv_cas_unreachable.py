@@ -7,7 +7,8 @@ import threading
 from pathlib import Path
 
 from client import KVClient
-from tests.cluster import Daemon, start_broker, start_namesrv
+from client.replica_health import channel_connected
+from tests.cluster import Daemon, start_broker, start_namesrv, wait_until
 
 SETTINGS = {"kvEnable": "true", "registerNameServerPeriod": 1000, "brokerNotActiveTimeoutMillis": 3000}
 
@@ -19,7 +20,11 @@ def test_a_cas_waits_for_its_broker_back_as_a_put_does(tmp_path: Path) -> None:
         brokers.append(start_broker(tmp_path, "broker-a", ns.addr, **SETTINGS))
         with KVClient(ns.addr, retry_timeout_ms=90_000) as kv:  # (a broker start on a busy machine)
             kv.put(b"lease", b"v1")
+            addr = brokers[0].addr
             brokers[0].kill()  # the route still names it: its address refuses connections
+            # The client has seen the connection reset (under load it came after the CAS went out on the old stream:
+            # "may have applied", as it must say then; this test is of a CAS that finds no connection).
+            wait_until(lambda: not channel_connected(kv._instance.channel(addr)), what="the client to see the kill")
             restart = threading.Timer(1.0, lambda: brokers.append(start_broker(tmp_path, "broker-a", ns.addr,
                                                                                **SETTINGS)))
             restart.start()
