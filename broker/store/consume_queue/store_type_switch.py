@@ -32,15 +32,15 @@ def mark_carried_over(file_root: Path) -> None:
 def expired_queue_ends(file_root: Path, file_size: int, commit_log_min: int) -> dict[QueueKey, int]:
     """The file consume queue's queues (under ``file_root``) whose last unit points below ``commit_log_min`` (or
     that hold none), with their max offsets."""
-    if not file_root.is_dir():
-        return {}
     files = FileConsumeQueueStore(file_root, file_size, lambda _offset: 0)
     files.load()
     try:
         ends = {}
         for (topic, queue_id), end in files.queue_max_offsets().items():
-            last = files.read_units(topic, queue_id, end - 1, 1) if end > 0 else []
-            if end > 0 and (not last or last[0][0] < commit_log_min):
+            if end <= 0:
+                continue
+            last = files.read_units(topic, queue_id, end - 1, 1)
+            if not last or last[0][0] < commit_log_min:
                 ends[(topic, queue_id)] = end
         return ends
     finally:
