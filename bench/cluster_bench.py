@@ -2,7 +2,8 @@
 this process, 1 KiB bodies, ``Config.window`` calls in flight from one thread (as for the echo).
 
 - produce: SDK batches of 64 with async sends (on the SDK's send stream: vs the stream echo of the same frames,
-  issue 14 asks for >= 0.5x), and single async sends (vs the unary echo); single async sends again with 64 in
+  issue 14 asks for >= 0.5x; and vs the same sends to a broker that stores nothing, ``bench/storeless_broker.py``:
+  what the store's append costs them), and single async sends (vs the unary echo); single async sends again with 64 in
   flight, by a plain producer and by one with ``auto_batch=True`` (``client/send_accumulator.py``);
 - consume: pull 64 at a time round-robin over 8 queues, re-reading each queue from 0 at its end;
 - latency: one message every 1/rate s with synchronous sends, a long-polling consumer (suspend 1 s) records
@@ -30,13 +31,15 @@ TOPIC, LAT_TOPIC = "BenchT", "LatT"
 
 METRICS = [
     Metric("cluster.produce_batch", "produce, SDK batches of 64, async", "msgs/s", echo="stream",
-           target=Target(">=", 0.5, of="echo.stream"), issue=14),
+           vs="cluster.produce_storeless", target=Target(">=", 0.5, of="echo.stream"), issue=14),
+    Metric("cluster.produce_storeless", "the same, to a broker that stores nothing", "msgs/s", echo="stream",
+           issue=14, short="storeless"),
     Metric("cluster.produce_single", "produce, single async sends", "calls/s", echo="unary", issue=3),
     Metric("cluster.produce_single64", "produce, single async sends, 64 in flight", "msgs/s", echo="unary",
            issue=14, short="single @64"),
     Metric("cluster.produce_single_auto64", "produce, single async sends, 64 in flight, auto_batch", "msgs/s",
            echo="unary", vs="cluster.produce_single64", issue=14, short="auto_batch @64"),
-    Metric("cluster.consume", "consume, pull 64", "msgs/s", echo="stream", target=Target(">=", 200_000), issue=3),
+    Metric("cluster.consume", "consume, pull 64", "msgs/s", echo="pull", target=Target(">=", 200_000), issue=3),
     Metric("cluster.latency_p50", "send-to-receive p50, long polling", "ms", echo="p50", issue=3),
     Metric("cluster.latency_p99", "send-to-receive p99, long polling", "ms", echo="p99",
            target=Target("<=", 5), issue=3),
@@ -99,13 +102,13 @@ def latency_ms(producer: Producer, consumer: PullConsumer, topic: str, cfg: Conf
 
 
 @contextlib.contextmanager
-def one_broker(workdir: Path, topics: dict[str, int]) -> Iterator[tuple[Daemon, Daemon]]:
-    """A name server and ``broker-a`` (ASYNC_FLUSH) as processes under ``workdir``, with ``topics`` (name: queue
-    count) routed; yields (name server, broker) and stops both on the way out."""
+def one_broker(workdir: Path, topics: dict[str, int], module: str = "broker.main") -> Iterator[tuple[Daemon, Daemon]]:
+    """A name server and ``broker-a`` (ASYNC_FLUSH; run by ``module``) as processes under ``workdir``, with
+    ``topics`` (name: queue count) routed; yields (name server, broker) and stops both on the way out."""
     ns = start_namesrv(workdir)
     daemons = [ns]
     try:
-        broker = start_broker(workdir, "broker-a", ns.addr, registerNameServerPeriod=1000)
+        broker = start_broker(workdir, "broker-a", ns.addr, module=module, registerNameServerPeriod=1000)
         daemons.insert(0, broker)
         with Admin(ns.addr) as admin:
             for topic, queues in topics.items():
@@ -131,6 +134,9 @@ def scenario(cfg: Config, rec: Recorder) -> None:
             rec.record("cluster.latency_p50", p50, note)
             rec.record("cluster.latency_p99", p99, note)
         rec.record("cluster.broker_rss", broker.rss_mib())
+    with one_broker(cfg.workdir / "storeless", {TOPIC: 8}, module="bench.storeless_broker") as (ns, _), \
+            Producer(ns.addr) as producer:
+        rec.record("cluster.produce_storeless", produce_rate(producer, TOPIC, cfg))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ process, like a broker) driven from this process with the same client concurrenc
 - batch: 64 x 1 KiB per call, ``window`` calls in flight (msgs/s);
 - stream: the same 64 x 1 KiB frames echoed on one bidirectional stream, ``window`` frames in flight, through
   the SDK's own stream plumbing (``client/rpc_stream.py``; the frame is the payload of a message with a
-  request id) (msgs/s): the ceiling of the SDK's send and pull streams;
+  request id) (msgs/s): the ceiling of the SDK's send stream;
+- pull: pulls of 64 on the SDK's pull stream, ``window`` in flight, each answered at once with 64 stored records
+  of 1 KiB held in memory, and read into the SDK's pulled messages as a pull consumer's are (msgs/s): the ceiling
+  of SDK consumption, what a broker that reads nothing would give;
 - p50 / p99: round trip of one 1 KiB call, paced at the latency scenario's rate (ms);
 - rss: the echo server's resident memory after all that (MiB).
 
@@ -19,8 +22,9 @@ from concurrent.futures import Future
 import grpc
 
 from bench.daemons import Daemon
-from bench.echo_server import METHOD, STREAM_METHOD
+from bench.echo_server import METHOD, PULL_STREAM_METHOD, STREAM_METHOD
 from bench.harness import BATCH, BODY, Config, Metric, paced, percentile, windowed_rate
+from client.message_decoding import decode_pulled
 from client.rpc_stream import RpcStream
 from common.encoded_fields import bytes_field
 from proto import broker_pb2
@@ -29,12 +33,14 @@ METRICS = [
     Metric("echo.unary", "gRPC echo, unary 1 KiB", "calls/s", echo="unary", short="echo unary"),
     Metric("echo.batch", "gRPC echo, batch of 64 x 1 KiB", "msgs/s", echo="batch", short="echo batch"),
     Metric("echo.stream", "gRPC stream echo, frames of 64 x 1 KiB", "msgs/s", echo="stream", short="echo stream"),
+    Metric("echo.pull", "gRPC pull echo, 64 x 1 KiB from memory", "msgs/s", echo="pull",
+           short="echo pull"),
     Metric("echo.p50", "gRPC echo round trip p50 at the latency rate", "ms", echo="p50", short="echo p50"),
     Metric("echo.p99", "gRPC echo round trip p99 at the latency rate", "ms", echo="p99", short="echo p99"),
     Metric("echo.rss", "gRPC echo server RSS", "MiB", echo="rss", short="echo RSS"),
 ]
 RECORDS_FIELD = broker_pb2.SendMessageRequest.DESCRIPTOR.fields_by_name["records"].number
-KEYS = ("unary", "batch", "stream", "p50", "p99", "rss")
+KEYS = ("unary", "batch", "stream", "pull", "p50", "p99", "rss")
 
 
 def measure(server: Daemon, cfg: Config) -> dict[str, float]:
@@ -48,6 +54,7 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
         batch_rate = windowed_rate(lambda: echo.future(batch, timeout=10), lambda r: BATCH, cfg.window,
                                    cfg.seconds, cfg.warmup)
         stream_rate = _stream_rate(channel, batch, cfg)
+        pull_rate = _pull_rate(channel, cfg)
         samples: list[float] = []
 
         def one(_: int) -> None:
@@ -56,7 +63,8 @@ def measure(server: Daemon, cfg: Config) -> dict[str, float]:
             samples.append((time.perf_counter() - t0) * 1000)
 
         paced(cfg.latency_rate, cfg.latency_seconds, one)
-        return {"unary": unary_rate, "batch": batch_rate, "stream": stream_rate, "p50": percentile(samples, 50),
+        return {"unary": unary_rate, "batch": batch_rate, "stream": stream_rate, "pull": pull_rate,
+                "p50": percentile(samples, 50),
                 "p99": percentile(samples, 99), "rss": server.rss_mib()}
     finally:
         channel.close()
@@ -79,6 +87,25 @@ def _stream_rate(channel: grpc.Channel, frame: bytes, cfg: Config) -> float:
     stream = open_echo_stream(channel, cfg.window)
     try:
         return windowed_rate(lambda: echo_on_stream(stream, frame), lambda r: BATCH, cfg.window, cfg.seconds,
+                             cfg.warmup)
+    finally:
+        stream.close()
+
+
+def _pull_rate(channel: grpc.Channel, cfg: Config) -> float:
+    """Pulls of ``BATCH`` on one stream, ``window`` in flight, counted as ``cluster_bench.consume_rate`` counts a
+    pull consumer's (the answer's records read into the SDK's pulled messages)."""
+    call = channel.stream_stream(PULL_STREAM_METHOD, request_serializer=None,
+                                 response_deserializer=broker_pb2.PullStreamAnswers.FromString)
+    stream = RpcStream(call, "echo-pull-stream", window=cfg.window)
+
+    def pull() -> "Future[broker_pb2.PullMessageResponse]":  # a request each, as the SDK's pull_async builds
+        return stream.call(broker_pb2.PullMessageRequest(consumer_group="bench", topic="BenchT", max_msg_nums=BATCH),
+                           10)
+
+    try:
+        return windowed_rate(pull,
+                             lambda r: len(decode_pulled(r.records, r.offset_delta, "*")), cfg.window, cfg.seconds,
                              cfg.warmup)
     finally:
         stream.close()

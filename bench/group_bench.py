@@ -62,8 +62,9 @@ def _queue_ends(consumer: PullConsumer, queues: list[MessageQueue], count: int,
         time.sleep(0.01)
 
 
-def _pull_once(ns_addr: str, count: int, window: int) -> float:
-    with PullConsumer(ns_addr, group="bench-pull") as consumer:
+def _pull_once(ns_addr: str, count: int, window: int, batch: int = BATCH) -> float:
+    """The ``count`` messages read once by one pull consumer, ``batch`` a pull, ``window`` pulls in flight."""
+    with PullConsumer(ns_addr, group=f"bench-pull-{batch}") as consumer:
         queues = consumer.queues(TOPIC)
         ends = _queue_ends(consumer, queues, count)
         cursor = {mq: 0 for mq in queues}
@@ -73,7 +74,7 @@ def _pull_once(ns_addr: str, count: int, window: int) -> float:
         while got < count:
             for mq in queues:
                 if mq not in in_flight and cursor[mq] < ends[mq] and len(in_flight) < window:
-                    in_flight[mq] = consumer.pull_async(mq, cursor[mq], BATCH)
+                    in_flight[mq] = consumer.pull_async(mq, cursor[mq], batch)
             if not in_flight:
                 raise RuntimeError(f"the queues hold {got:,} of the {count:,} messages sent")
             mq, future = next(iter(in_flight.items()))

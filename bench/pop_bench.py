@@ -2,6 +2,8 @@
 
 - pull, one consumer: the messages (1 KiB, 8 queues) read once each with ``--window`` pulls of 64 in flight, every
   message decoded (``bench/group_bench.py``'s measurement);
+- pull 32 a pull: the same, in POP's batch. A receive reads and answers what a pull of 32 does, and adds a receipt
+  handle a message, the state it writes and an ack, on the same client: this row bounds what POP can reach;
 - POP receive+ack: the same messages through one ``SimpleConsumer`` of a fresh group, ``--window`` threads each
   receiving 32 (POP's most) and acking what it got in one call (``ack_async``: the next receive does not wait
   for it; every ack is waited for before the clock stops); msgs/s until every message was acked once.
@@ -14,6 +16,7 @@ import time
 from bench.daemons import start_broker, start_namesrv, stop_all, wait_until
 from bench.group_bench import _fill, _pull_once
 from bench.harness import BATCH, Config, Metric, Recorder, Target
+from broker.processor.pop_message_processor import MAX_POP_NUMS
 from client import Admin, SimpleConsumer
 
 BROKER = "broker-group"
@@ -25,6 +28,8 @@ RUN_LIMIT_S = 120.0  # a POP run that has not acked every message by then failed
 METRICS = [
     Metric("pop.pull", "consume once, one pull consumer, 64 a pull", "msgs/s", echo="batch", issue=17,
            short="pull"),
+    Metric("pop.pull32", "the same, 32 a pull (POP's batch)", "msgs/s", echo="batch", vs="pop.pull", issue=17,
+           short="pull 32"),
     Metric("pop.receive_ack", "POP receive 32 + ack, 8 threads", "msgs/s", echo="batch", vs="pop.pull",
            target=Target(">=", 0.7, of="pop.pull"), issue=17),
 ]
@@ -41,7 +46,7 @@ def _pop_once(ns_addr: str, count: int, threads: int) -> float:
         pending: list = []
         try:
             while acked[0] < count and time.monotonic() < deadline:  # (a lost message: reported, not waited for)
-                batch = consumer.receive(32, invisible_ms=60_000, wait_ms=100)
+                batch = consumer.receive(MAX_POP_NUMS, invisible_ms=60_000, wait_ms=100)
                 if batch:
                     pending.append(consumer.ack_async(batch))  # the next receive need not wait for this ack
                     with lock:
@@ -82,6 +87,7 @@ def scenario(cfg: Config, rec: Recorder) -> None:
         _fill(ns.addr, count)
         note = f"{count:,} messages"
         rec.record("pop.pull", _pull_once(ns.addr, count, cfg.window), note)
+        rec.record("pop.pull32", _pull_once(ns.addr, count, cfg.window, MAX_POP_NUMS), note)
         rec.record("pop.receive_ack", _pop_once(ns.addr, count, cfg.window), note)
     finally:
         stop_all(daemons)
