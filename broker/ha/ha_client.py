@@ -43,7 +43,7 @@ class HAClient(threading.Thread):
     def __init__(self, master_ha_addr: str, identity: GroupIdentity, commit_log: CommitLog,
                  epochs: EpochFile | None = None, master_epoch: int = 0,
                  truncate: Callable[[int], None] | None = None,
-                 start_at: Callable[[int], None] | None = None,
+                 start_at: Callable[[int, int | None], None] | None = None,
                  copied_stores: dict[str, CopiedStore] | None = None,
                  fail_stop: Callable[[str], None] = lambda _reason: None) -> None:
         super().__init__(name="ha-client", daemon=True)
@@ -51,7 +51,7 @@ class HAClient(threading.Thread):
         self.epochs = epochs
         self.master_epoch = master_epoch
         self.truncate = truncate  # MessageStore.truncate_diverged_tail
-        self.start_at = start_at  # MessageStore.start_replica_at
+        self.start_at = start_at  # MessageStore.start_replica_at(offset, segment_size)
         self.copied_stores = copied_stores or {}  # what an empty replica copies besides the log (state_copy.py)
         self.fail_stop = fail_stop  # RunningFlags.fail_stop: a failed fsync (what was written may be lost)
         self.refusal = ""  # why this replica stopped following (a tail it must not cut), or paused (a full disk)
@@ -193,7 +193,7 @@ class HAClient(threading.Thread):
                 finally:
                     self._call, self._copying = replicating, False
                     self._last_frame = time.monotonic()
-            self.start_at(frame.offset)
+            self.start_at(frame.offset, frame.segment_size or None)  # (0: a master of an older release)
             end = frame.offset
         if self.epochs is None:
             return

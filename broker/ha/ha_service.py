@@ -270,7 +270,8 @@ class HAService:
     def _welcome(self, start: int, copy_state: bool) -> ha_pb2.ReplicationFrame:
         welcome = ha_pb2.ReplicationFrame(offset=start, confirm_offset=self.commit_log.confirm_offset,
                                           master_addr=self.identity.broker_addr, truncate_to=start,
-                                          epoch=self.master_epoch, copy_state=copy_state)
+                                          epoch=self.master_epoch, copy_state=copy_state,
+                                          segment_size=self.commit_log.segment_size_at(start))
         if self.epochs is not None:
             welcome.epochs.extend(ha_pb2.EpochEntry(epoch=e.epoch, start_offset=e.start_offset)
                                   for e in self.epochs.entries())

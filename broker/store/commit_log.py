@@ -246,16 +246,18 @@ class CommitLog:
                 self.advance_confirm_offset(end)
         return end
 
-    def start_empty_at(self, offset: int) -> None:
+    def start_empty_at(self, offset: int, segment_size: int | None = None) -> None:
         """A log with no records begins at ``offset``, a segment's start: a new replica of a master whose older
-        segments expired copies its log from there (again, if that segment expired before a record came). Nothing
-        below it will ever be here, so it counts as confirmed."""
+        segments expired copies its log from there (again, if that segment expired before a record came). Its
+        first segment is the master's: ``segment_size`` bytes from ``offset`` (a master whose
+        mappedFileSizeCommitLog changed has segments that start at no multiple of this log's size; None: a master
+        that does not say, of this log's size). Nothing below it will ever be here, so it counts as confirmed."""
         with self._lock:
             mfq = self.mapped_file_queue
             assert mfq.max_offset() == mfq.min_offset(), f"a commitlog with records ends at {mfq.max_offset()}"
-            assert offset % mfq.mapped_file_size == 0, f"{offset} is not a segment's start"
+            assert segment_size is not None or offset % mfq.mapped_file_size == 0, f"{offset} is not a segment's start"
             mfq.destroy_all()
-            mfq.reset_start(offset)
+            mfq.reset_start(offset, segment_size)
             with self._confirm_lock:
                 self.confirm_offset = self._local_confirm = self._replicated = offset
 

@@ -166,9 +166,13 @@ class MappedFileQueue:
             finally:
                 os.close(directory)
 
-    def reset_start(self, offset: int) -> MappedFile:
-        """An empty queue that starts at ``offset`` (its head was deleted): one segment holding it."""
+    def reset_start(self, offset: int, size: int | None = None) -> MappedFile:
+        """An empty queue that starts at ``offset`` (its head was deleted): one segment holding it, or with
+        ``size``, the segment of that size that starts at ``offset``."""
         assert not self._files, "reset_start only on an empty queue"
+        if size is not None:
+            with self._lock:
+                return self._create(offset, size)
         start = offset - offset % self.mapped_file_size
         f = self.create_segment(start)
         f.wrote_position = f.flushed_position = offset - start

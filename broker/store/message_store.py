@@ -503,12 +503,12 @@ class MessageStore(MessageStoreReader):
         self.flush_service.on_truncated(end)
         return end
 
-    def start_replica_at(self, offset: int) -> None:
+    def start_replica_at(self, offset: int, segment_size: int | None = None) -> None:
         """This empty store becomes the copy of a master's log that begins at ``offset`` (its older segments
-        expired): the commitlog starts there, and so do recovery's scan and the reput (each queue's first unit is
-        then its first record's queue offset)."""
+        expired), in a segment of ``segment_size`` bytes (the master's there): the commitlog starts there, and so
+        do recovery's scan and the reput (each queue's first unit is then its first record's queue offset)."""
         self.reput.start_from(offset)  # first: the confirm offset moving to ``offset`` must not look like expiry
-        self.commit_log.start_empty_at(offset)
+        self.commit_log.start_empty_at(offset, segment_size)
         self.flushed_checkpoint.write(offset)
         log.warning("commitlog_started_at offset=%d reason=copy_of_master_whose_older_segments_expired", offset)
 

@@ -597,6 +597,50 @@ def test_a_replica_of_a_master_whose_segment_size_changed_holds_its_segments_as_
         g.stop()
 
 
+@pytest.mark.parametrize(("flush", "store_type"), [("ASYNC_FLUSH", "default"), ("SYNC_FLUSH", "defaultRocksDB")])
+def test_an_empty_replica_starts_at_the_oldest_segment_of_a_master_whose_segment_size_changed(
+        tmp_path: Path, flush: str, store_type: str):
+    """A master whose mappedFileSizeCommitLog changed, its older segments expired: the oldest left starts at an
+    offset that is no multiple of the new size. An empty replica (of the new size) stopped on an assertion ("not a
+    segment's start") and never copied anything. It starts its first segment where and as large as the master's,
+    and recovers from it after a kill."""
+    g = Group(tmp_path, "ASYNC_MASTER", with_slave=False, flushDiskType=flush, storeType=store_type,
+              **SHORT_RETENTION)
+    try:
+        g.create_topic(2)
+
+        def fill(first: int, count: int) -> None:
+            with Producer(g.ns.addr) as producer:
+                for i in range(first, first + count, 50):
+                    producer.send_batch([Message(TOPIC, f"t{j}".encode() * 100) for j in range(i, i + 50)])
+
+        fill(0, 2500)  # 1 MiB segments: the second one written
+        g.master.stop()
+        g.settings["mappedFileSizeCommitLog"] = str(3 * SEGMENT // 2)
+        g.master = start_broker(tmp_path / "master", "broker-a", g.ns.addr, brokerRole="ASYNC_MASTER", **g.settings)
+        g.ha_addr = runtime(g.ns.addr, g.master)["haServerAddr"]
+        fill(2500, 6000)  # the old segment filled, then segments of 1.5 MiB from 2 MiB on
+        low = wait_until(lambda: (m := int(runtime(g.ns.addr, g.master)["commitLogMinOffset"])) >= 7 * SEGMENT // 2
+                         and m, timeout=20, what="the master to expire its segments below 3.5 MiB")
+        assert low % (3 * SEGMENT // 2) != 0
+        g.slave = g.start_slave()
+        with Producer(g.ns.addr) as producer:
+            producer.send_batch([Message(TOPIC, f"after{j}".encode()) for j in range(50)])
+        g.wait_slave_shows_everything()
+        assert int(runtime(g.ns.addr, g.slave)["commitLogMinOffset"]) == int(runtime(g.ns.addr, g.master)[
+            "commitLogMinOffset"])
+        g.slave.stop(signal.SIGKILL)
+        g.slave = g.start_slave()
+        with Producer(g.ns.addr) as producer:
+            producer.send_batch([Message(TOPIC, f"later{j}".encode()) for j in range(50)])
+        g.wait_slave_shows_everything()
+        for queue_id in (0, 1):
+            wait_until(lambda q=queue_id: _queue_bodies(g.slave.addr, q) == _queue_bodies(g.master.addr, q),
+                       what=f"queue {queue_id} on the slave as on the master")
+    finally:
+        g.stop()
+
+
 def _send_one(addr: str, body: bytes) -> int:
     stub = broker_pb2_grpc.BrokerServiceStub(grpc.insecure_channel(addr))
     return stub.SendMessage(broker_pb2.SendMessageRequest(topic=TOPIC, queue_id=0, bodies=[body]), timeout=10).code

@@ -107,3 +107,19 @@ def test_a_log_without_records_starts_again_where_the_master_now_begins(tmp_path
     assert (log.min_offset(), log.max_offset(), log.confirm_offset) == (16384, 16384, 16384)
     assert sorted(p.name for p in (tmp_path / "commitlog").iterdir()) == ["00000000000000016384"]
     log.shutdown()
+
+
+def test_a_log_without_records_starts_in_a_segment_of_the_masters_size_where_the_master_begins(tmp_path: Path):
+    """The master's oldest segment starts at no multiple of this log's size (its mappedFileSizeCommitLog changed):
+    the log's first segment is the master's, and the next one follows it."""
+    from broker.store.commit_log import CommitLog
+
+    log = CommitLog(tmp_path / "commitlog", 4096)
+    log.start_empty_at(6144, 3072)
+    assert (log.min_offset(), log.max_offset(), log.confirm_offset) == (6144, 6144, 6144)
+    assert log.segment_size_at(6144) == 3072
+    log.append_replica(6144, bytes(3072), 3072)
+    log.append_replica(9216, bytes(100), 4096)
+    assert [(p.name, p.stat().st_size) for p in sorted((tmp_path / "commitlog").iterdir())] == [
+        ("00000000000000006144", 3072), ("00000000000000009216", 4096)]
+    log.shutdown()
