@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
-from bench.daemons import Daemon, start_broker, start_namesrv, stop_all, wait_until
+from bench.daemons import Daemon, broker_conf, start_daemon, start_namesrv, stop_all, wait_until
 from bench.harness import BATCH, BODY, Config, Metric, Recorder, Target, paced, percentile, windowed_rate
 from client import Admin, Message, Producer, PullConsumer
 
@@ -108,7 +108,8 @@ def one_broker(workdir: Path, topics: dict[str, int], module: str = "broker.main
     ns = start_namesrv(workdir)
     daemons = [ns]
     try:
-        broker = start_broker(workdir, "broker-a", ns.addr, module=module, registerNameServerPeriod=1000)
+        conf = broker_conf(workdir, "broker-a", ns.addr, registerNameServerPeriod=1000)
+        broker = start_daemon("broker-a", module, ["-c", str(conf)], workdir / "broker-a")
         daemons.insert(0, broker)
         with Admin(ns.addr) as admin:
             for topic, queues in topics.items():

@@ -8,6 +8,7 @@ from cluster.daemon_process import (
     REPO,
     Daemon,
     DaemonStartError,
+    broker_conf,
     process_rss_mib,
     start_broker,
     start_daemon,
@@ -15,8 +16,8 @@ from cluster.daemon_process import (
 )
 from cluster.daemon_process import start_namesrv as _start_namesrv
 
-__all__ = ["REPO", "Daemon", "DaemonStartError", "process_rss_mib", "start_broker", "start_daemon", "start_echo",
-           "start_namesrv", "start_proxy", "stop_all", "wait_until"]
+__all__ = ["REPO", "Daemon", "DaemonStartError", "broker_conf", "process_rss_mib", "start_broker", "start_daemon",
+           "start_echo", "start_namesrv", "start_proxy", "stop_all", "wait_until"]
 
 
 def start_echo(workdir: Path) -> Daemon:

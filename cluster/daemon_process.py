@@ -116,9 +116,15 @@ def write_broker_conf(path: Path, settings: dict[str, object]) -> Path:
 
 
 def start_broker(workdir: Path, broker_name: str, namesrv_addr: str, env: dict[str, str] | None = None,
-                 module: str = "broker.main", **settings: object) -> Daemon:
+                 **settings: object) -> Daemon:
     """A master broker with its store under ``workdir/broker_name``; ``settings`` are broker.conf keys, ``env``
-    extra environment (e.g. injected faults), ``module`` what runs it (a benchmark's variant)."""
+    extra environment (e.g. injected faults)."""
+    conf = broker_conf(workdir, broker_name, namesrv_addr, **settings)
+    return start_daemon(broker_name, "broker.main", ["-c", str(conf)], workdir / broker_name, env=env)
+
+
+def broker_conf(workdir: Path, broker_name: str, namesrv_addr: str, **settings: object) -> Path:
+    """The broker.conf of :func:`start_broker`, written under ``workdir/broker_name``."""
     conf = {
         "brokerClusterName": "DefaultCluster",
         "brokerName": broker_name,
@@ -129,8 +135,7 @@ def start_broker(workdir: Path, broker_name: str, namesrv_addr: str, env: dict[s
         "namesrvAddr": namesrv_addr,
         **settings,
     }
-    conf_path = write_broker_conf(workdir / broker_name / "broker.conf", conf)
-    return start_daemon(broker_name, module, ["-c", str(conf_path)], workdir / broker_name, env=env)
+    return write_broker_conf(workdir / broker_name / "broker.conf", conf)
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
