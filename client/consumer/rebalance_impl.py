@@ -65,6 +65,8 @@ class RebalanceImpl:
         # Orderly: queues being restarted whose handler outlasted the wait: kept (lease and all) until it returns,
         # then taken again by a pass (a new process queue beside the running call consumed the queue twice at once)
         self._restarting: set[MessageQueue] = set()
+        # Orderly: queues leaving this member whose handler outlasted a drop's wait, kept until it returns
+        self._kept: set[MessageQueue] = set()
         self._reset_starts: dict[MessageQueue, int] = {}  # where a reset said a queue restarts (taken once)
         # Reset notices not yet acted on: (topic, broker name) -> the new offsets by queue id, merged over notices
         # (every broker leading a static topic's logic queues announces its own under one name); None: all the
@@ -116,13 +118,23 @@ class RebalanceImpl:
             members = self.calls.consumer_list(topic)
             mine = self.strategy(self.settings.client_id, queues, members)
             complete = self.settings.client_id in members
-        # (a queue an earlier pass kept for its running handler is dropped once it returned, then taken afresh if
-        # it is this member's again)
-        route_whole &= self._drop([mq for mq, pq in self.process_queues.items() if mq.topic == topic and (
-            mq not in mine or pq.dropped) and mq not in self._restarting])
-        added = [mq for mq in mine if mq not in self.process_queues]
+        # (a queue an earlier pass kept for its running handler is dropped once it returned, then taken afresh by
+        # the next pass if it is this member's again)
+        leaving = [mq for mq, pq in self.process_queues.items() if mq.topic == topic and (
+            mq not in mine or pq.dropped) and mq not in self._restarting]
+        for mq in leaving:  # stopped now; their running handler calls are waited for once the new queues are taken:
+            self.process_queues[mq].drop_and_wait(0)  # a slow handler held up queues it had nothing to do with
+        try:
+            complete &= self._take(topic, [mq for mq in mine if mq not in self.process_queues])
+        finally:
+            route_whole &= self._drop(leaving)
+        return complete and route_whole and not any(mq in mine for mq in leaving)
+
+    def _take(self, topic: str, added: list[MessageQueue]) -> bool:
+        """Start consuming ``added``; False when one could not be taken now, or the members changed meanwhile."""
         if added and self._interrupted(topic, len(added)):
             return False
+        complete = True
         if self.settings.leases and added:
             granted = self.calls.lock(added)
             complete &= len(granted) == len(added)
@@ -134,7 +146,7 @@ class RebalanceImpl:
                         self.calls.unlock(left)
                 return False
             complete &= self._add(mq)
-        return complete and route_whole
+        return complete
 
     def _interrupted(self, topic: str, pending: int) -> bool:
         """The members changed since this pass read their list: its remaining queues are left to the next pass."""
@@ -188,17 +200,21 @@ class RebalanceImpl:
     def _drop(self, mqs: list[MessageQueue]) -> bool:
         """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases).
         Orderly: a queue whose handler outlasts the wait is kept, lease and all, and dropped by a later pass once it
-        returned (as upstream's consume lock): freed now, another member consumed it beside the running call. False
-        when one was kept."""
+        returned (as upstream's consume lock): freed now, another member consumed it beside the running call. A later
+        pass only looks whether it returned: waiting again, every pass held up this member's other queues for as
+        long. False when one was kept."""
         pqs = [self.process_queues[mq] for mq in mqs]
         deadline = time.monotonic() + DROP_WAIT_S
         kept = []
         for pq in pqs:
-            if not pq.drop_and_wait(max(0.0, deadline - time.monotonic())):
-                log.warning("queue_drop_timed_out queue=%s in_flight=%d orderly=%s", pq.mq, pq.in_flight,
-                            self.settings.orderly)
+            wait = 0.0 if pq.mq in self._kept else max(0.0, deadline - time.monotonic())
+            if not pq.drop_and_wait(wait):
+                if pq.mq not in self._kept:  # once: it is looked at again at every pass until its handler returns
+                    log.warning("queue_drop_timed_out queue=%s in_flight=%d orderly=%s", pq.mq, pq.in_flight,
+                                self.settings.orderly)
                 if self.settings.orderly:
                     kept.append(pq)
+                    self._kept.add(pq.mq)
         resets = self._pending_resets()  # (after the wait: a notice may have come meanwhile)
         for pq in pqs:
             if pq in kept:
@@ -216,6 +232,7 @@ class RebalanceImpl:
             if self.settings.leases:
                 self.calls.unlock(pq.mq)
             del self.process_queues[pq.mq]
+            self._kept.discard(pq.mq)
             log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
                      self.settings.client_id)
         return not kept

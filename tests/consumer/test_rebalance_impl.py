@@ -300,6 +300,34 @@ def test_an_orderly_queue_is_kept_with_its_lease_while_its_handler_runs_past_the
     assert impl.rebalance() is True and impl.process_queues[mq] is not pq
 
 
+def test_a_slow_orderly_handler_holds_up_neither_the_queues_a_pass_adds_nor_the_passes_after_it(monkeypatch) -> None:
+    """A member joined, this one gave up a queue whose handler still ran and got another: the pass waited on the
+    handler before taking the new queue, and every pass after it waited as long again on the kept one, so the new
+    queue went unconsumed for two waits or more (20 s with the real wait; the rebalance review). The new queue is
+    taken first, and a kept queue is only looked at again."""
+    monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.5)
+    group, _, impl = started(orderly=True)
+    group.members.append(OTHER)
+    assert impl.rebalance() is True
+    assert impl.held() == QUEUES[:2]
+    slow = impl.process_queues[QUEUES[0]]
+    call = handler_call(slow)
+    first = "10.0.0.0@1#0"  # sorts before ME: its share is the first two queues; ME's is now QUEUES[2]
+    group.members.append(first)
+    taken_at: list[float] = []
+    impl.on_added = lambda pq: taken_at.append(time.monotonic())
+    start = time.monotonic()
+    assert impl.rebalance() is False  # the slow queue is kept, its lease too
+    assert taken_at and taken_at[0] - start < 0.25  # QUEUES[2] taken before the wait, not after it
+    assert QUEUES[2] in impl.process_queues and QUEUES[1] not in impl.process_queues
+    assert impl.process_queues[QUEUES[0]] is slow and QUEUES[0] in group.leased
+    start = time.monotonic()
+    assert impl.rebalance() is False and time.monotonic() - start < 0.25  # looked at, not waited for again
+    returned(slow, call)
+    assert impl.rebalance() is True
+    assert sorted(impl.process_queues) == [QUEUES[2]] and QUEUES[0] not in group.leased
+
+
 def test_an_orderly_queue_restarted_by_a_reset_waits_for_its_running_handler(monkeypatch) -> None:
     monkeypatch.setattr(rebalance_impl_module, "DROP_WAIT_S", 0.2)
     group, _, impl = started(orderly=True)
