@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from broker.metadata.json_file import read_json
 from broker.metadata.metadata_codec import (
@@ -42,7 +42,7 @@ from broker.metadata.metadata_store import (
     MetadataStores,
     keep_private,
 )
-from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
+from broker.rocksdb_raw import ReopenedAfterRefusal, broker_db_options, raw_items, synced_write_options
 from broker.store.config import StoreType
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,8 @@ IMPORT_BATCH = 50_000
 
 
 def _open_db(path: Path) -> Rdict:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
     try:
-        db = Rdict(str(path), options)
+        db = Rdict(str(path), broker_db_options())
     except Exception as exc:  # rocksdict raises a bare Exception (lock held by another process, corruption)
         raise OSError(f"cannot open metadata RocksDB at {path}: {exc}") from None
     db.set_write_options(WriteOptions())  # WAL on, not synced per write

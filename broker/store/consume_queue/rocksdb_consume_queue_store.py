@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from broker.rocksdb_raw import raw_items, synced_write_options, unlogged_write_options
+from broker.rocksdb_raw import broker_db_options, raw_items, synced_write_options, unlogged_write_options
 from broker.store.consume_queue.consume_queue_store import (
     BoundaryType,
     ConsumeQueueStore,
@@ -94,10 +94,7 @@ class _Queue:
 
 
 def open_db(root: Path, read_only: bool = False) -> Rdict:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.set_keep_log_file_num(2)  # RocksDB's info logs, one more per open otherwise
-    options.set_max_background_jobs(2)
+    options = broker_db_options()
     if read_only:
         return Rdict(str(root), options, access_type=AccessType.read_only(False))
     root.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from broker.rocksdb_raw import ReopenedAfterRefusal, raw_items, synced_write_options
+from broker.rocksdb_raw import ReopenedAfterRefusal, broker_db_options, raw_items, synced_write_options
 from broker.rocksdb_records import decode_records, encode_records
 from broker.tiered.metadata.change_journal import ChangeJournal
 from broker.tiered.metadata.tiered_metadata_store import (
@@ -94,10 +94,7 @@ def _queue_of(key: bytes) -> tuple[str, int] | None:
 
 
 def _open_db(root: Path) -> Rdict:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.set_keep_log_file_num(2)
-    return Rdict(str(root), options)
+    return Rdict(str(root), broker_db_options())
 
 
 class RocksDBTieredMetadataStore(TieredMetadataStore):
