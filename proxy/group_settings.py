@@ -13,6 +13,7 @@ from client.errors import MQClientError
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_MAX_TIMES = 16  # a group the brokers do not know yet: SubscriptionGroupConfig's default
+SWEEP_AT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class GroupSettingsService:
         self.admin = admin
         self.cache_s = cache_s
         self._cache: dict[str, tuple[float, GroupSettings]] = {}
+        self._next_sweep = SWEEP_AT  # the cache's size at which expired entries are dropped next
 
     async def get(self, group: str) -> GroupSettings:
         cached = self._cache.get(group)
@@ -41,5 +43,9 @@ class GroupSettingsService:
             # The masters agree unless an update is half done; FIFO wins then (order kept is the safer side).
             settings = GroupSettings(any(c.consume_message_orderly for c in configs.values()),
                                      max(c.retry_max_times for c in configs.values()))
-        self._cache[group] = (time.monotonic(), settings)
+        now = time.monotonic()
+        if len(self._cache) >= self._next_sweep:  # expired entries serve nobody: clients naming a new group each
+            self._cache = {g: e for g, e in self._cache.items() if now - e[0] < self.cache_s}  # run grew it for good
+            self._next_sweep = max(SWEEP_AT, 2 * len(self._cache))
+        self._cache[group] = (now, settings)
         return settings
