@@ -459,6 +459,7 @@ class BrokerController:
                 send_processor=lambda: self.broker_servicer.send,
                 ensure_default_topic=self._ensure_default_topic,
                 on_leadership_gained=self._forget_pop_queues, on_topic_deleted=self._forget_deleted_topic,
+                on_group_deleted=self._forget_deleted_group,
                 on_mapping_changed=self.hold_service.wake_topic,
                 acl_version=lambda: self.acl.data_version if self.acl is not None else None),
             recall=RecallMessageProcessor(c.broker_name, lambda: self.timer.store, self.local_store,
@@ -524,6 +525,14 @@ class BrokerController:
             self.pop_service.forget_queues(topic, None, "topic_deleted")
         if self.metrics is not None:
             self.metrics.forget_topic(topic)
+
+    def _forget_deleted_group(self, group: str) -> None:
+        """A deleted group: what POP had in flight for it is owed to nobody, and its metrics' series go (its
+        committed offsets stay, as upstream's without removeOffset)."""
+        if self.pop_service is not None:
+            self.pop_service.forget_group(group, "group_deleted")
+        if self.metrics is not None:
+            self.metrics.forget_group(group)
 
     def _wait_replicated(self, loop: asyncio.AbstractEventLoop) -> None:
         """From a worker thread: until the slaves have the commitlog to its end now (at once but for a

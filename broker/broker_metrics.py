@@ -62,6 +62,14 @@ class BrokerMetrics:
             for group in groups:
                 counter.remove(topic, group)
 
+    def forget_group(self, group: str) -> None:
+        """A deleted group's series go, as a deleted topic's do."""
+        for counter in (self.messages_out, self.throughput_out):
+            topics = {sample.labels["topic"] for family in counter.collect() for sample in family.samples
+                      if sample.labels.get("consumer_group") == group}
+            for topic in topics:
+                counter.remove(topic, group)
+
     def pulled(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
         """One pull answer (``elapsed_s``: the handling time, long-polling parks not counted)."""
         self._handed_out(self._pull_latency, topic, group, messages, size, elapsed_s)
@@ -123,7 +131,10 @@ class BrokerStateCollector(Collector):
         if c._not_master() is not None:  # a replica's copy of the offsets: summed with the master's, lag doubled
             yield lag
             return
+        groups = c.subscription_group_manager.subscription_group_table
         for group, topic, queue_id, offset in c.consumer_offset_manager.all_offsets():
+            if group not in groups:  # deleted: its offsets stay (a group made again goes on from them), unreported
+                continue
             try:
                 end = c.store.max_offset(topic, queue_id)
             except Exception:  # a queue deleted since the offset was committed

@@ -51,6 +51,15 @@ class BrokerStats:
                 for key in [k for k in bucket if k[0] == topic]:
                     del bucket[key]
 
+    def forget_group(self, group: str) -> None:
+        """A deleted group's keys, as a deleted topic's."""
+        with self._lock:
+            for key in [k for k in self.totals if k[1] == group]:
+                del self.totals[key]
+            for _second, bucket in self._buckets:
+                for key in [k for k in bucket if k[1] == group]:
+                    del bucket[key]
+
     def key_rates(self) -> dict[Key, float]:
         """Messages a second per key over the last ``KEY_WINDOW_S`` seconds (the current one included)."""
         now = int(time.monotonic())

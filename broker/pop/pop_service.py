@@ -412,10 +412,24 @@ class PopService:
     def forget_queues(self, topic: str, queue_ids: list[int] | None, reason: str) -> None:
         """Every group's state of these queues (None: of all the topic's): the next pop starts from the group's
         committed offset."""
+        keys = self._forget(lambda key: key[1] == topic and (queue_ids is None or key[2] in queue_ids))
+        if keys:
+            log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=%s", topic,
+                     sorted({k[2] for k in keys}), len({k[0] for k in keys}), reason)
+
+    def forget_group(self, group: str, reason: str) -> None:
+        """The group's state of every queue (its config was deleted): what it had in flight is owed to nobody now;
+        a group made again under the name starts from its committed offsets."""
+        keys = self._forget(lambda key: key[0] == group)
+        if keys:
+            log.info("pop_state_forgotten group=%s queues=%d in_topics=%d reason=%s", group, len(keys),
+                     len({k[1] for k in keys}), reason)
+
+    def _forget(self, forgotten: Callable[[PopKey], bool]) -> list[PopKey]:
         with self._lock:
-            keys = [k for k in self._states if k[1] == topic and (queue_ids is None or k[2] in queue_ids)]
+            keys = [k for k in self._states if forgotten(k)]
             if not keys:
-                return
+                return keys
             change = PopWrite()
             for key in keys:
                 state = self._states[key]
@@ -425,8 +439,7 @@ class PopService:
             self.db.write(change)  # first: refused, the states stay, and a retry forgets them again
             for key in keys:
                 del self._states[key]
-        log.info("pop_state_forgotten topic=%s queues=%s groups=%d reason=%s", topic, sorted({k[2] for k in keys}),
-                 len({k[0] for k in keys}), reason)
+            return keys
 
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """An operator reset the group's offsets (``resetOffsetByTime``): its queues restart there; what was in

@@ -51,6 +51,7 @@ class AdminBrokerProcessor:
                  ensure_default_topic: Callable[[], None] = lambda: None,
                  on_leadership_gained: Callable[[str, list[int]], None] = lambda _topic, _ids: None,
                  on_topic_deleted: Callable[[str], None] = lambda _topic: None,
+                 on_group_deleted: Callable[[str], None] = lambda _group: None,
                  on_mapping_changed: Callable[[str], None] = lambda _topic: None,
                  acl_version: Callable[[], DataVersion | None] = lambda: None) -> None:
         self.config = config
@@ -68,6 +69,7 @@ class AdminBrokerProcessor:
         self.on_topics_changed = on_topics_changed  # re-register with the name servers
         self.on_leadership_gained = on_leadership_gained  # (topic, logic ids): POP state kept from before is stale
         self.on_topic_deleted = on_topic_deleted  # the topic's POP state is stale
+        self.on_group_deleted = on_group_deleted  # the group's POP state and metric series are stale
         self.on_mapping_changed = on_mapping_changed  # a static topic's parked pulls must look again
         self.timer_info = timer_info  # pending, delivered and dropped delayed messages
         self.ha_info = ha_info  # role, replication address and progress
@@ -330,6 +332,8 @@ class AdminBrokerProcessor:
         group = checked_group(request.group_name, "existing consumer")
         if not self.subscription_group_manager.delete(group):
             raise Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
+        self.stats.forget_group(group)
+        self.on_group_deleted(group)
         return common_pb2.CommandResponse(code=ResponseCode.SUCCESS)
 
     def all_consumer_offsets(self) -> broker_pb2.ConsumerOffsetList:
@@ -436,15 +440,18 @@ class AdminBrokerProcessor:
             for client_id, addr, age in sessions])
 
     def broker_stats(self) -> broker_pb2.BrokerStatsTable:
-        """Every topic's row and each of its groups' (those with offsets, or that consumed it since boot). Built
-        off the event loop (the servicer runs it on a thread), each source read once: linear in topics and groups."""
+        """Every topic's row and each of its groups' (those with offsets, or that consumed it since boot; not a
+        deleted group, whose offsets stay). Built off the event loop (the servicer runs it on a thread), each source
+        read once: linear in topics and groups."""
         rates = self.stats.key_rates()
         totals = self.stats.totals_by_topic()
         offsets = self.consumer_offset_manager
+        groups = self.subscription_group_manager.subscription_group_table
         rows = []
         groups_of: dict[str, set[str]] = {}
         for g, t, _q, _o in offsets.all_offsets():
-            groups_of.setdefault(t, set()).add(g)
+            if g in groups:
+                groups_of.setdefault(t, set()).add(g)
         for config in self.topic_config_manager.all_configs():
             topic = config.topic_name
             queues = range(max(config.read_queue_nums, config.write_queue_nums))

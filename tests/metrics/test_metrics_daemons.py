@@ -175,6 +175,31 @@ def test_a_deleted_topics_series_go(mc: MetricsCluster):
     assert not [n for (n, ls) in gone.samples if ("topic", topic) in ls], "a deleted topic's series are exported"
 
 
+def test_a_deleted_groups_series_stats_and_pop_state_go(mc: MetricsCluster):
+    """deleteSubGroup removed only the config: the group's lag stayed exported and rising, its counters, statsAll
+    rows and POP state (messages in flight) stayed for good (the leaks review). Its committed offsets stay."""
+    cluster = mc.cluster
+    topic, group = f"GoneGroup_{uuid.uuid4().hex[:8]}", f"GoneGroup_{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, queues=1)
+    port = metrics_port(cluster.brokers["broker-a"])
+    _send_and_pull(cluster, topic, group, batches=1, batch=4)  # committed 2 of 4
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as consumer:
+        in_flight = consumer.receive(32, invisible_ms=600_000, wait_ms=2000)
+    assert [m.queue_offset for m in in_flight] == [2, 3]
+    assert scrape(port).value("rocketmq_consumer_lag_messages", consumer_group=group) == 2
+    with Admin(cluster.addr) as admin:
+        assert admin.delete_subscription_group(group, "DefaultCluster") == {"broker-a": True}
+        assert [row for _, row in admin.stats_all() if row.group == group] == []
+        with Producer(cluster.addr) as producer:
+            producer.send(Message(topic, b"after"))
+        gone = scrape(port)
+        assert not [n for (n, ls) in gone.samples if ("consumer_group", group) in ls], "a deleted group's series"
+        assert [p.consumer_offset for p in admin.consumer_progress(group, topic)] == [2]  # its offsets stay
+    with SimpleConsumer(cluster.addr, group=group, topic=topic) as again:  # made again: from its committed offset
+        got = again.receive(32, invisible_ms=30_000, wait_ms=2000)
+        assert [m.queue_offset for m in got] == [2, 3, 4]  # not held back as in flight for 10 minutes
+
+
 def test_pop_receives_count_as_messages_out(mc: MetricsCluster):
     cluster = mc.cluster
     topic, group = f"MetricsPop_{uuid.uuid4().hex[:8]}", f"MetricsPopGroup_{uuid.uuid4().hex[:6]}"
