@@ -177,6 +177,8 @@ class Producer:
 
     def send_async(self, msg: Message, sharding_key: str | None = None,
                    queue: MessageQueue | None = None) -> "Future[SendResult]":
+        if not isinstance(msg, Message):
+            raise MQClientError(f"a send takes a Message, not {type(msg).__name__}")
         if (self._accumulator is not None and queue is None and sharding_key is None
                 and not (msg.delay_level or msg.deliver_at_ms)):
             accumulator = self._accumulator
@@ -188,6 +190,7 @@ class Producer:
         """Like :meth:`send_batch` but returns at once, unless ``max_in_flight_messages`` or ``max_in_flight_bytes``
         are on their way (then it waits for room); many sends can be in flight from one thread. A send that fails
         over may be stored twice (see the module's docstring: at least once), never acknowledged unstored."""
+        _check_send(msgs, queue)
         return self._bounded(msgs, lambda: self._send_batch_async(msgs, sharding_key, queue))
 
     def _bounded(self, msgs: Sequence[Message], send: Callable[[], "Future[SendResult]"]) -> "Future[SendResult]":
@@ -592,3 +595,18 @@ def _failover(error: MQClientError) -> bool:
     at least once."""
     return bool(getattr(error, "failover", False) or getattr(error, "no_master", False)
                 or says_master_changing(str(error)))
+
+
+def _check_send(msgs: object, queue: object) -> None:
+    """What a send was given, before anything is counted or encoded: a queue of another topic than the messages'
+    stored them in their own topic at that queue id, and the result named the other (the SDK review)."""
+    if isinstance(msgs, (str, bytes, bytearray, Message)) or not isinstance(msgs, Sequence):
+        raise MQClientError(f"a batch is a sequence of Message, not {type(msgs).__name__}")
+    for m in msgs:
+        if not isinstance(m, Message):
+            raise MQClientError(f"a send takes Message objects, not {type(m).__name__}")
+    if queue is not None:
+        if not isinstance(queue, MessageQueue):
+            raise MQClientError(f"queue must be a MessageQueue, not {type(queue).__name__}")
+        if msgs and queue.topic != msgs[0].topic:
+            raise MQClientError(f"queue {queue} is of topic {queue.topic}, not the messages' topic {msgs[0].topic}")

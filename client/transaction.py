@@ -135,6 +135,8 @@ class Transaction:
         ``SendResult.queue_offset`` is -1 (it has no place in its queue until then)."""
         if self._ended is not None:
             raise MQClientError(f"transaction {self.transaction_ids} already ended ({self._ended.value})")
+        if not isinstance(msg, Message):
+            raise MQClientError(f"a send takes a Message, not {type(msg).__name__}")
         if msg.delay_level or msg.deliver_at_ms:
             raise MQClientError("a transactional message cannot be delayed (delay_level / deliver_at_ms): its commit "
                                 "delivers it")

@@ -3,9 +3,10 @@ wrong (it failed deep in a send with a TypeError or an AttributeError)."""
 
 import pytest
 
-from client import Message, MQClientError
+from client import Message, MQClientError, Producer
 from client.message_encoding import batch_wire_properties
 from common.message_properties import decode_properties
+from common.message_queue import MessageQueue
 
 
 @pytest.mark.parametrize(("fields", "said"), [
@@ -51,13 +52,12 @@ def test_acks_of_what_no_receive_handed_out_are_refused_as_sdk_errors() -> None:
     from client import SimpleConsumer
     from common.message import MessageExt
 
-    consumer = SimpleConsumer.__new__(SimpleConsumer)  # (no connection is needed to refuse these)
     pulled = MessageExt(topic="T", body=b"x", queue_id=0, queue_offset=0, physical_offset=0, store_timestamp=0,
                         born_timestamp=0)
-    for bad, says in ((None, "not NoneType"), (pulled, "no receipt handle"),
-                      ([42], "not int")):
-        with pytest.raises(MQClientError, match=says):
-            consumer.ack_async(bad)  # type: ignore[arg-type]
+    with SimpleConsumer("127.0.0.1:1", group="g", topic="T") as consumer:  # (no connection is needed to refuse these)
+        for bad, says in ((None, "not NoneType"), (pulled, "no receipt handle"), ([42], "not int")):
+            with pytest.raises(MQClientError, match=says):
+                consumer.ack_async(bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["TAGS", "KEYS", "DELAY", "TIMER_DELIVER_MS", "RETRY_TOPIC", "RECONSUME_TIME",
@@ -77,3 +77,68 @@ def test_the_unique_key_and_message_group_may_be_set_and_tags_and_keys_must_be_u
     for fields in ({"tags": "\ud800"}, {"keys": ["\udcff"]}):  # a lone surrogate: a UnicodeEncodeError before
         with pytest.raises(MQClientError, match="tags and keys must be text UTF-8 can encode"):
             batch_wire_properties([Message("T", b"x", **fields)])
+
+
+@pytest.mark.parametrize(("send", "said"), [
+    (lambda p: p.send("hello"), "a send takes a Message, not str"),
+    (lambda p: p.send(None), "a send takes a Message, not NoneType"),
+    (lambda p: p.send_batch("abc"), "a batch is a sequence of Message, not str"),
+    (lambda p: p.send_batch(Message("T1", b"x")), "a batch is a sequence of Message, not Message"),
+    (lambda p: p.send_batch([Message("T1", b"x"), b"y"]), "a send takes Message objects, not bytes"),
+    (lambda p: p.send(Message("T1", b"x"), queue=("T1", "broker-a", 0)), "queue must be a MessageQueue, not tuple"),
+    # stored in T1 at queue 0 while the result named T2's queue 0 (the SDK review)
+    (lambda p: p.send(Message("T1", b"x"), queue=MessageQueue("T2", "broker-a", 0)),
+     "queue T2@broker-a:0 is of topic T2, not the messages' topic T1"),
+])
+def test_a_send_the_sdk_cannot_make_is_refused_before_anything_goes(send, said: str):
+    with Producer("127.0.0.1:1") as producer, pytest.raises(MQClientError) as refused:
+        send(producer)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda c: c.receive(1, 1000, wait_ms=float("nan")), "wait_ms must be an integer"),  # blocked 60 s, then TypeError
+    (lambda c: c.receive(1, 1000, wait_ms=-20_000), "wait_ms -20000 is outside 0.."),
+    (lambda c: c.receive("5"), "max_nums must be an integer in 1..32, not '5'"),
+    (lambda c: c.receive(1, invisible_ms=2**63), "invisible_ms 9223372036854775808 is outside 1..43200000"),
+    (lambda c: c.receive(1, invisible_ms=0), "invisible_ms 0 is outside 1..43200000"),
+])
+def test_a_receive_the_sdk_cannot_make_is_refused_naming_the_argument(call, said: str):
+    from client import SimpleConsumer
+
+    with SimpleConsumer("127.0.0.1:1", group="g", topic="T") as consumer, pytest.raises(MQClientError) as refused:
+        call(consumer)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda c, mq: c.pull(mq, "0"), "offset must be an integer"),
+    (lambda c, mq: c.pull(mq, 2**63), "offset 9223372036854775808 is outside"),
+    (lambda c, mq: c.pull(mq, 0, max_nums=2**40), "max_nums 1099511627776 is outside"),
+    (lambda c, mq: c.pull(mq, 0, suspend_ms=float("nan")), "suspend_ms must be an integer"),
+    (lambda c, mq: c.commit(mq, "5"), "cannot commit offset '5'"),
+    (lambda c, mq: c.commit(mq, 2**63), "offset 9223372036854775808 is outside"),
+    (lambda c, mq: c.search_offset(mq, "x"), "timestamp_ms must be an integer"),
+])
+def test_a_pull_the_sdk_cannot_make_is_refused_naming_the_argument(call, said: str):
+    from client import PullConsumer
+
+    with PullConsumer("127.0.0.1:1", group="g") as consumer, pytest.raises(MQClientError) as refused:
+        call(consumer, MessageQueue("T", "broker-a", 0))
+    assert said in str(refused.value)
+
+
+def test_a_long_polls_deadline_is_bounded_by_the_longest_hold_of_any_broker():
+    """A pull asking to be held an hour waited an hour on a stopped broker (the broker holds it 30 s at most)."""
+    from client.argument_checks import held_s
+    from common.wait_limits import MAX_SUSPEND_MS
+
+    assert held_s(3_600_000) == MAX_SUSPEND_MS / 1000 and held_s(1500) == 1.5
+
+
+def test_a_batched_kv_get_of_one_string_is_refused():
+    """get_batch("gk") read the keys "g" and "k" and answered [None, None] (the SDK review)."""
+    from client import KVClient
+
+    with KVClient("127.0.0.1:1") as kv, pytest.raises(MQClientError, match="get_batch takes a list of keys"):
+        kv.get_batch("gk")
