@@ -24,6 +24,7 @@ from common.message_codec import BLANK_MIN_LENGTH, MAX_TOPIC_BYTES, record_size
 from common.message_properties import MAX_PROPERTIES_SIZE
 from common.metrics import MetricsExporterType
 from common.tls import ServerTls, TlsError, server_tls
+from common.wait_limits import MAX_SUSPEND_MS
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "registerNameServerPeriod": ("register_name_server_period", _int_in(100, 3_600_000)),
     "brokerNotActiveTimeoutMillis": ("broker_not_active_timeout_millis", _int_in(0, 86_400_000)),
     "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", _int_in(10, 3_600_000)),
-    "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, 600_000)),
+    "longPollingMaxSuspendMs": ("long_polling_max_suspend_ms", _int_in(0, MAX_SUSPEND_MS)),
     "cleanResourceInterval": ("clean_resource_interval", _int_in(10, 3_600_000)),
     "staticTopicCleanInterval": ("static_topic_clean_interval", _int_in(10, 86_400_000)),
     "brokerRole": ("broker_role", _choice(BrokerRole)),

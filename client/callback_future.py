@@ -11,11 +11,14 @@ The SDK's own callbacks on these futures (a push consumer's next pull) use :meth
 without the hop.
 """
 
+import logging
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CALLBACK_THREADS = 4
@@ -42,6 +45,15 @@ def _callback_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _logging_failure(fn: Callable[["Future[T]"], Any], future: "Future[T]") -> None:
+    """``fn(future)`` on the pool: what it raises is logged, as ``Future`` does for a callback it runs itself (the
+    pool's own future, which nobody reads, swallowed it without a word)."""
+    try:
+        fn(future)
+    except Exception:
+        log.exception("exception calling callback for %r", future)
+
+
 class CallbackFuture(Future[T]):
     def add_done_callback(self, fn: Callable[["Future[T]"], Any]) -> None:
         """As ``Future.add_done_callback``, but once the future is settled ``fn`` runs on the SDK's callback pool
@@ -49,7 +61,7 @@ class CallbackFuture(Future[T]):
         if self.done():
             super().add_done_callback(fn)
             return
-        super().add_done_callback(lambda future: _callback_pool().submit(fn, future))
+        super().add_done_callback(lambda future: _callback_pool().submit(_logging_failure, fn, future))
 
     def on_done(self, fn: Callable[["Future[T]"], Any]) -> None:
         """The SDK's own callback: on the thread that settles the future (it must not block)."""

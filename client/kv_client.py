@@ -293,6 +293,8 @@ class KVClient:
         MAX_GET_KEYS keys each), all in flight at once on the brokers' streams. A broker whose answer would be too
         large (over 224 MiB: more than 55 values near 4 MiB) answers the first keys' values; the others are asked
         for again."""
+        if isinstance(keys, (str, bytes, bytearray)):  # its characters were taken for keys, each read
+            raise MQClientError(f"get_batch takes a list of keys, not one {type(keys).__name__}: get(key) reads one")
         ks = [_b(k, "key") for k in keys]
         for k in ks:
             _checked(check_key, k)

@@ -15,6 +15,7 @@ from concurrent.futures import Future
 
 import grpc
 
+from client.argument_checks import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, checked_int, held_s
 from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
@@ -130,6 +131,10 @@ class PullConsumer:
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*",
                    suspend_ms: int = 0, commit_offset: int = -1) -> "Future[PullResult]":
         """Like :meth:`pull` but returns at once; many pulls can be in flight from one thread."""
+        checked_int("offset", offset, INT64_MIN, INT64_MAX)
+        checked_int("max_nums", max_nums, INT32_MIN, INT32_MAX)
+        checked_int("suspend_ms", suspend_ms, 0, INT64_MAX)
+        checked_int("commit_offset", commit_offset, INT64_MIN, INT64_MAX)
         request = broker_pb2.PullMessageRequest(
             consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
             max_msg_nums=max_nums, sub_expression=sub_expression, suspend_timeout_ms=suspend_ms,
@@ -188,7 +193,7 @@ class PullConsumer:
             future.set_exception(error)
 
     def _pull_call(self, addr: str, request: broker_pb2.PullMessageRequest) -> Future:
-        timeout_s = self.client.rpc_timeout_s + request.suspend_timeout_ms / 1000
+        timeout_s = self.client.rpc_timeout_s + held_s(request.suspend_timeout_ms)
         if self.use_streams:
             return self.client.pull_stream(addr).call(request, timeout_s)
         return self.client.broker(addr).PullMessage.future(request, timeout=timeout_s)
@@ -251,8 +256,9 @@ class PullConsumer:
         return PullResult(status, messages, response.next_begin_offset, response.min_offset, response.max_offset)
 
     def commit(self, mq: MessageQueue, offset: int) -> None:
-        if offset < 0:
-            raise MQClientError(f"cannot commit negative offset {offset} on {mq}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise MQClientError(f"cannot commit offset {offset!r} on {mq}: an integer >= 0")
+        checked_int("offset", offset, 0, INT64_MAX)
         request = broker_pb2.UpdateConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic,
                                                          queue_id=mq.queue_id, commit_offset=offset)
         addr, response = self._call("commit", mq, "UpdateConsumerOffset", request, write=True)
@@ -286,6 +292,7 @@ class PullConsumer:
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """Offset of the first message stored at or after ``timestamp_ms`` (max offset if none)."""
+        checked_int("timestamp_ms", timestamp_ms, INT64_MIN, INT64_MAX)
         return self._offset("search offset in", mq, "SearchOffset",
                             broker_pb2.SearchOffsetRequest(topic=mq.topic, queue_id=mq.queue_id,
                                                            timestamp=timestamp_ms))

@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 
+from client.argument_checks import checked_int
 from client.consumer.allocate_strategy import AllocateStrategy, allocate_averagely
 from client.consumer.consume_concurrently_service import ConsumeConcurrentlyService, Handler
 from client.consumer.consume_orderly_service import ConsumeOrderlyService
@@ -40,6 +41,7 @@ from common.group_topics import is_retry_topic, retry_topic
 from common.message import MessageExt
 from common.message_properties import PROPERTY_RECONSUME_TIME, PROPERTY_RETRY_TOPIC, encode_properties
 from common.subscription import parse_sub_expression
+from common.wait_limits import MAX_SUSPEND_MS
 from proto import consumer_pb2
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ SETTING_RANGES = {
     "pull_batch_size": (1, MAX_PULL_BATCH_SIZE),
     "consume_threads": (1, 1000),  # upstream's consumeThreadMax range
     "heartbeat_interval_ms": (100, 600_000),  # keep it below the brokers' channelExpiredTimeout (30 s by default)
-    "long_poll_ms": (0, 600_000),  # a broker holds a pull at most its longPollingMaxSuspendMs (30 s by default)
+    "long_poll_ms": (0, MAX_SUSPEND_MS),  # a broker holds a pull at most its longPollingMaxSuspendMs (30 s by default)
     "max_reconsume_times": (0, INT32_MAX),  # as updateSubGroup -r
 }
 _instances = itertools.count()
@@ -74,12 +76,7 @@ _PROCESS_NONCE = os.urandom(4).hex()
 
 def checked_setting(name: str, value: object) -> int:
     """``value`` if it is an integer in the range of setting ``name``; else MQClientError naming both."""
-    low, high = SETTING_RANGES[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MQClientError(f"{name} must be an integer in {low}..{high}, not {value!r}")
-    if not low <= value <= high:
-        raise MQClientError(f"{name} {value} is outside {low}..{high}")
-    return value
+    return checked_int(name, value, *SETTING_RANGES[name])
 
 
 def new_client_id() -> str:

@@ -22,7 +22,9 @@ from typing import Any
 
 import grpc
 
+from client import fork_safety
 from client.ack_batcher import AckBatcher, ack_outcomes
+from client.argument_checks import INT64_MAX, checked_int, held_s
 from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
@@ -36,6 +38,7 @@ from common.message import MessageExt
 from common.receipt_handle import InvalidReceiptHandle, ReceiptHandle
 from common.refusal import says_not_master
 from common.response_code import ResponseCode
+from common.wait_limits import MAX_INVISIBLE_MS
 from proto import broker_pb2, pop_pb2, pop_pb2_grpc
 
 MAX_RECEIVE = 32
@@ -75,6 +78,15 @@ class SimpleConsumer:
         # marks it down): asked last for a while, so each receive does not wait a timeout on them first.
         self._silent = DownAddresses(hold_s=SILENT_BROKER_SKIP_S)
         self._busy: set[str] = set()  # brokers answering SYSTEM_BUSY now (logged once while it lasts)
+        self._forked = False  # this is a child of os.fork(): its acks are refused (``client/fork_safety.py``)
+        fork_safety.track(self)
+
+    def forget_after_fork(self) -> None:
+        """The child's copy: an ack batcher the parent had busy waits for an answer no thread here will read (an ack
+        queued behind it waited for good); acks are refused at once, as the client's other calls are."""
+        self._forked = True
+        self._lock = threading.Lock()
+        self._ack_batchers = {}
 
     def __enter__(self) -> "SimpleConsumer":
         return self
@@ -88,8 +100,9 @@ class SimpleConsumer:
     def receive(self, max_nums: int = 16, invisible_ms: int = 30_000, wait_ms: int = 0) -> list[MessageExt]:
         """Up to ``max_nums`` (<= 32) messages, each invisible to the group for ``invisible_ms``. With ``wait_ms``
         the last broker asked holds an empty receive until a message arrives or the time is up."""
-        if not 1 <= max_nums <= MAX_RECEIVE:
-            raise MQClientError(f"max_nums {max_nums} is outside 1..{MAX_RECEIVE}")
+        checked_int("max_nums", max_nums, 1, MAX_RECEIVE)
+        checked_int("invisible_ms", invisible_ms, 1, MAX_INVISIBLE_MS)
+        checked_int("wait_ms", wait_ms, 0, INT64_MAX)  # (any wait: a broker holds it up to its longest)
         brokers, addressing = self._brokers()
         start = next(self._turn)
         ordered = [brokers[(start + i) % len(brokers)] for i in range(len(brokers))]
@@ -107,7 +120,7 @@ class SimpleConsumer:
                 invisible_time_ms=invisible_ms, poll_time_ms=wait_ms if last else 0, addressing=addressing)
             try:
                 addr, response = self._on_stream(f"receive from {self.topic}", broker_name, self.client.pop_stream,
-                                                 request, timeout_s=self.client.rpc_timeout_s + wait_ms / 1000)
+                                                 request, timeout_s=self.client.rpc_timeout_s + held_s(wait_ms))
             except MQClientError as exc:
                 silent = exc.status == "DEADLINE_EXCEEDED"
                 if silent:
@@ -159,6 +172,8 @@ class SimpleConsumer:
         """Like :meth:`ack` but returns at once: a receiver need not wait for its acks before it receives again.
         The future fails as :meth:`ack` raises. Acks of many threads to one broker go together
         (``client/ack_batcher.py``)."""
+        if self._forked:
+            raise MQClientError(fork_safety.MADE_BEFORE_FORK)
         by_broker: dict[str, list[str]] = {}
         if messages is None or isinstance(messages, (str, bytes)):
             raise MQClientError(f"ack takes a received message or messages, not {type(messages).__name__}")
@@ -241,6 +256,7 @@ class SimpleConsumer:
 
     def change_invisible(self, msg: MessageExt, invisible_ms: int) -> None:
         """Keep ``msg`` invisible for ``invisible_ms`` from now; its ``receipt_handle`` becomes the new one."""
+        checked_int("invisible_ms", invisible_ms, 0, MAX_INVISIBLE_MS)
         handle = _handle(msg)
         request = pop_pb2.ChangeInvisibleTimeRequest(group=self.group, topic=self.topic,
                                                      receipt_handle=msg.receipt_handle, invisible_time_ms=invisible_ms)

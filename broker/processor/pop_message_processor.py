@@ -32,13 +32,13 @@ from common.refusal import Refusal
 from common.request_error import RequestError, require
 from common.response_code import ResponseCode
 from common.topic_config import TopicConfig
+from common.wait_limits import MAX_INVISIBLE_MS
 from proto import consumer_pb2, pop_pb2
 from proto.broker_pb2 import LOGIC
 
 log = logging.getLogger(__name__)
 
 MAX_POP_NUMS = 32  # upstream's limit on one receive
-MAX_INVISIBLE_MS = 12 * 3600 * 1000  # upstream proxy's longest invisible time
 
 
 class PopMessageProcessor:

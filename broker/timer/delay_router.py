@@ -138,6 +138,10 @@ def _digits(raw: bytes) -> bool:
 
 
 def _integer(name: str, raw: bytes) -> int:
-    if not _digits(raw.removeprefix(b"-")):
+    digits = raw.removeprefix(b"-")
+    if digits.isdigit() and not _digits(digits):  # (a time in nanoseconds, where milliseconds were meant)
+        raise RequestError(f"property {name} {raw[:40].decode(errors='replace')!r} is out of range: more than 18 "
+                           "digits (times are epoch milliseconds)")
+    if not _digits(digits):
         raise RequestError(f"property {name} {raw[:40].decode(errors='replace')!r} is not an integer")
     return int(raw)

@@ -3,6 +3,8 @@ SDK call that waits, made in a callback (a send in a send's callback, an ack in 
 for an answer only that reader could give: the send timed out and was retried (stored three times, its caller told
 it failed), the ack hung for good with every later ack to that broker. Real daemons."""
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -91,6 +93,38 @@ inherited.send(Message(sys.argv[2], b"the parent's goes on"))
 inherited.close()
 """
 
+# An ack in flight at the fork (the broker is stopped meanwhile): the child's ack queued behind it, for good.
+ACK_IN_FLIGHT_AT_FORK = """
+import os, signal, sys, time
+from client import Message, MQClientError, Producer, SimpleConsumer
+addr, topic, broker_pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with Producer(addr) as producer:
+    producer.send_batch([Message(topic, b"acked across a fork")] * 2)
+consumer = SimpleConsumer(addr, group="fork-acks", topic=topic)
+got = []
+while len(got) < 2:
+    got += consumer.receive(2, invisible_ms=60_000, wait_ms=1000)
+os.kill(broker_pid, signal.SIGSTOP)
+try:
+    consumer.ack_async(got[:1])  # in flight: nobody answers it while the broker is stopped
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(10)  # a child that waits for good is ended, and said so below
+        started = time.monotonic()
+        try:
+            consumer.ack(got[1:])
+            print("acked", flush=True)
+        except MQClientError as exc:
+            print(f"refused {time.monotonic() - started < 5} {exc}", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        print("the child's ack waited for good", flush=True)
+finally:
+    os.kill(broker_pid, signal.SIGCONT)
+consumer.close()
+"""
+
 CALLBACKS_IN_CHILD = """
 import os, threading
 from client.callback_future import CallbackFuture
@@ -123,7 +157,37 @@ def test_a_client_inherited_by_a_forked_child_refuses_calls_at_once(cluster: Clu
     assert b"the parent's goes on" in bodies(cluster)
 
 
+def test_an_ack_in_a_forked_child_is_refused_at_once_while_the_parents_was_in_flight(cluster: Cluster) -> None:
+    """The child's ack batcher was the parent's, busy with an ack whose answer no thread of the child reads: the
+    child's ack queued behind it and waited for good (the SDK review)."""
+    broker = cluster.brokers["broker-a"]
+    try:
+        lines = run_script(ACK_IN_FLIGHT_AT_FORK, cluster.addr, TOPIC, str(broker.proc.pid))
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    assert len(lines) == 1 and lines[0].startswith("refused True the client was made before os.fork()"), lines
+
+
 def test_callbacks_run_in_a_forked_child() -> None:
     """The inherited callback pool never started threads again: no callback ran in the child (asyncio.wrap_future
     of a send waited for good)."""
     assert run_script(CALLBACKS_IN_CHILD) == ["child True"]
+
+
+def test_what_a_callback_raises_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A callback added while the future was pending (the usual case) ran on the pool, whose own future swallowed
+    what it raised: no log line at all (the SDK review)."""
+    from client.callback_future import CallbackFuture
+
+    future: CallbackFuture[int] = CallbackFuture()
+    ran: Future[bool] = Future()
+
+    def callback(_done: Future) -> None:
+        ran.set_result(True)
+        raise RuntimeError("the application's bug")
+
+    future.add_done_callback(callback)
+    future.set_result(1)
+    assert ran.result(5)
+    wait_until(lambda: "exception calling callback" in caplog.text and "the application's bug" in caplog.text,
+               what="the callback's exception in the log")
