@@ -131,10 +131,7 @@ class BrokerStateCollector(Collector):
         if c._not_master() is not None:  # a replica's copy of the offsets: summed with the master's, lag doubled
             yield lag
             return
-        groups = c.subscription_group_manager.subscription_group_table
         for group, topic, queue_id, offset in c.consumer_offset_manager.all_offsets():
-            if group not in groups:  # deleted: its offsets stay (a group made again goes on from them), unreported
-                continue
             try:
                 end = c.store.max_offset(topic, queue_id)
             except Exception:  # a queue deleted since the offset was committed

@@ -440,18 +440,15 @@ class AdminBrokerProcessor:
             for client_id, addr, age in sessions])
 
     def broker_stats(self) -> broker_pb2.BrokerStatsTable:
-        """Every topic's row and each of its groups' (those with offsets, or that consumed it since boot; not a
-        deleted group, whose offsets stay). Built off the event loop (the servicer runs it on a thread), each source
-        read once: linear in topics and groups."""
+        """Every topic's row and each of its groups' (those with offsets, or that consumed it since boot). Built
+        off the event loop (the servicer runs it on a thread), each source read once: linear in topics and groups."""
         rates = self.stats.key_rates()
         totals = self.stats.totals_by_topic()
         offsets = self.consumer_offset_manager
-        groups = self.subscription_group_manager.subscription_group_table
         rows = []
         groups_of: dict[str, set[str]] = {}
         for g, t, _q, _o in offsets.all_offsets():
-            if g in groups:
-                groups_of.setdefault(t, set()).add(g)
+            groups_of.setdefault(t, set()).add(g)
         for config in self.topic_config_manager.all_configs():
             topic = config.topic_name
             queues = range(max(config.read_queue_nums, config.write_queue_nums))

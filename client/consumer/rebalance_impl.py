@@ -65,8 +65,9 @@ class RebalanceImpl:
         # Orderly: queues being restarted whose handler outlasted the wait: kept (lease and all) until it returns,
         # then taken again by a pass (a new process queue beside the running call consumed the queue twice at once)
         self._restarting: set[MessageQueue] = set()
-        # Orderly: queues leaving this member whose handler outlasted a drop's wait, kept until it returns
-        self._kept: set[MessageQueue] = set()
+        # Orderly: process queues leaving this member whose handler outlasted a pass's drop wait, kept until it returns
+        # (the objects, not their queues: a queue taken again later is a new process queue, waited for as any)
+        self._kept: set[ProcessQueue] = set()
         self._reset_starts: dict[MessageQueue, int] = {}  # where a reset said a queue restarts (taken once)
         # Reset notices not yet acted on: (topic, broker name) -> the new offsets by queue id, merged over notices
         # (every broker leading a static topic's logic queues announces its own under one name); None: all the
@@ -197,24 +198,25 @@ class RebalanceImpl:
         except MQClientError as exc:  # the commit loop tries again
             log.warning("offset_persist_failed queue=%s offset=%d error=%s", mq, offset, exc)
 
-    def _drop(self, mqs: list[MessageQueue]) -> bool:
+    def _drop(self, mqs: list[MessageQueue], closing: bool = False) -> bool:
         """Stop the queues, let running calls finish, keep their offsets, forget them (and free their leases).
         Orderly: a queue whose handler outlasts the wait is kept, lease and all, and dropped by a later pass once it
         returned (as upstream's consume lock): freed now, another member consumed it beside the running call. A later
         pass only looks whether it returned: waiting again, every pass held up this member's other queues for as
-        long. False when one was kept."""
+        long. ``closing`` (the member leaves): every queue is waited for, kept or not, so that its offset is
+        committed past what its handler finished. False when one was kept."""
         pqs = [self.process_queues[mq] for mq in mqs]
         deadline = time.monotonic() + DROP_WAIT_S
         kept = []
         for pq in pqs:
-            wait = 0.0 if pq.mq in self._kept else max(0.0, deadline - time.monotonic())
-            if not pq.drop_and_wait(wait):
-                if pq.mq not in self._kept:  # once: it is looked at again at every pass until its handler returns
+            looked_at = pq in self._kept and not closing
+            if not pq.drop_and_wait(0.0 if looked_at else max(0.0, deadline - time.monotonic())):
+                if pq not in self._kept:  # once: it is looked at again at every pass until its handler returns
                     log.warning("queue_drop_timed_out queue=%s in_flight=%d orderly=%s", pq.mq, pq.in_flight,
                                 self.settings.orderly)
                 if self.settings.orderly:
                     kept.append(pq)
-                    self._kept.add(pq.mq)
+                    self._kept.add(pq)
         resets = self._pending_resets()  # (after the wait: a notice may have come meanwhile)
         for pq in pqs:
             if pq in kept:
@@ -232,7 +234,7 @@ class RebalanceImpl:
             if self.settings.leases:
                 self.calls.unlock(pq.mq)
             del self.process_queues[pq.mq]
-            self._kept.discard(pq.mq)
+            self._kept.discard(pq)
             log.info("queue_released queue=%s offset=%d client=%s", pq.mq, pq.commit_offset(),
                      self.settings.client_id)
         return not kept
@@ -258,7 +260,7 @@ class RebalanceImpl:
 
     def drop_all(self) -> None:
         with self._lock:
-            self._drop(list(self.process_queues))
+            self._drop(list(self.process_queues), closing=True)
             self._held = []
 
     def note_reset(self, topic: str, broker_name: str, offsets: Mapping[int, int]) -> None:
@@ -291,6 +293,7 @@ class RebalanceImpl:
         with self._lock:
             pqs = [self.process_queues.pop(mq) for mq in list(self.process_queues)
                    if mq.topic == topic and mq.broker_name == broker_name and (not offsets or mq.queue_id in offsets)]
+            self._kept.difference_update(pqs)  # the restart waits for them itself
             for pq in pqs:
                 self.offsets.remove(pq.mq)  # (waits for a write of its old position in flight)
                 if offsets and pq.mq.queue_id in offsets:

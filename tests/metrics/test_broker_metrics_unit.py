@@ -15,9 +15,7 @@ def _families(controller: Any) -> dict[str, list]:
 
 def _controller(not_master: str | None, following: Any = None) -> Any:
     offsets = SimpleNamespace(all_offsets=lambda: [("G", "T", 0, 10)])
-    groups = SimpleNamespace(subscription_group_table={"G": object()})
     return SimpleNamespace(_not_master=lambda: not_master, consumer_offset_manager=offsets,
-                           subscription_group_manager=groups,
                            store=SimpleNamespace(max_offset=lambda topic, queue_id: 50),
                            replica_services=SimpleNamespace(ha_client=following), ha=None, replicas=None)
 
