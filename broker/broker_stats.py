@@ -44,20 +44,19 @@ class BrokerStats:
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's keys (the topic made again counts from 0, and deleted topics do not pile up)."""
-        with self._lock:
-            for key in [k for k in self.totals if k[0] == topic]:
-                del self.totals[key]
-            for _second, bucket in self._buckets:
-                for key in [k for k in bucket if k[0] == topic]:
-                    del bucket[key]
+        self._forget(0, topic)
 
     def forget_group(self, group: str) -> None:
         """A deleted group's keys, as a deleted topic's."""
+        self._forget(1, group)
+
+    def _forget(self, part: int, name: str) -> None:
+        """The keys whose ``part`` (0: topic, 1: group) is ``name``."""
         with self._lock:
-            for key in [k for k in self.totals if k[1] == group]:
+            for key in [k for k in self.totals if k[part] == name]:
                 del self.totals[key]
             for _second, bucket in self._buckets:
-                for key in [k for k in bucket if k[1] == group]:
+                for key in [k for k in bucket if k[part] == name]:
                     del bucket[key]
 
     def key_rates(self) -> dict[Key, float]:
