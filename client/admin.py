@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 
+from client.argument_checks import checked_timeout_ms
 from client.client_instance import ClientInstance
 from client.errors import MQClientError, partly_applied
 from client.group_admin import GroupAdmin, GroupMember
@@ -119,7 +120,8 @@ class Admin:
 
     def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
                  tls_ca: str | None = None, credentials: tuple[str, str] | None = None) -> None:
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
+        self.client = ClientInstance(namesrv_addr, checked_timeout_ms("rpc_timeout_ms", rpc_timeout_ms), tls_ca=tls_ca,
+                                     credentials=credentials)
 
     def __enter__(self) -> "Admin":
         return self

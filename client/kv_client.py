@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
+from client.argument_checks import checked_timeout_ms
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
 from client.grpc_errors import business_error, never_sent, rpc_error
@@ -123,9 +124,9 @@ class KVClient:
     def __init__(self, namesrv_addr: str | None = None, rpc_timeout_ms: int = 10_000,
                  retry_timeout_ms: int = 15_000, tls_ca: str | None = None,
                  credentials: tuple[str, str] | None = None) -> None:
-        self._instance = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
-        self._timeout_s = rpc_timeout_ms / 1000
-        self._retry_s = retry_timeout_ms / 1000
+        self._timeout_s = checked_timeout_ms("rpc_timeout_ms", rpc_timeout_ms)
+        self._retry_s = checked_timeout_ms("retry_timeout_ms", retry_timeout_ms, zero_allowed=True)
+        self._instance = ClientInstance(namesrv_addr, self._timeout_s, tls_ca=tls_ca, credentials=credentials)
         # Brokers that predate KvService's streams (a rolling upgrade): their writes and gets go as unary calls
         self._unary_only: dict[str, set[str]] = {"WriteStream": set(), "GetStream": set()}
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import grpc
 
 from client import fork_safety
+from client.argument_checks import checked_timeout_ms
 from client.callback_future import CallbackFuture, on_done
 from client.client_instance import ClientInstance, RouteNotCached
 from client.errors import MQClientError
@@ -130,8 +131,8 @@ class Producer:
                                 f"{max_in_flight_messages} and {max_in_flight_bytes}")
         self.group = group
         self.use_streams = use_streams
-        self.client = ClientInstance(namesrv_addr, send_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
-        self.send_timeout_s = send_timeout_ms / 1000
+        self.send_timeout_s = checked_timeout_ms("send_timeout_ms", send_timeout_ms)
+        self.client = ClientInstance(namesrv_addr, self.send_timeout_s, tls_ca=tls_ca, credentials=credentials)
         # A whole send's budget, its retries included (upstream's rule); an attempt waits at most send_timeout_s of
         # it. The proxy widens it: its clients' calls carry their own deadlines.
         self.send_deadline_s = self.send_timeout_s

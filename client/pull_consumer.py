@@ -15,7 +15,15 @@ from concurrent.futures import Future
 
 import grpc
 
-from client.argument_checks import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, checked_int, held_s
+from client.argument_checks import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    checked_int,
+    checked_timeout_ms,
+    held_s,
+)
 from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
@@ -65,7 +73,8 @@ class PullConsumer:
         """``use_streams=False`` pulls with unary calls instead of on the broker's pull stream."""
         self.group = checked_consumer_group(group)
         self.use_streams = use_streams
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
+        self.client = ClientInstance(namesrv_addr, checked_timeout_ms("rpc_timeout_ms", rpc_timeout_ms), tls_ca=tls_ca,
+                                     credentials=credentials)
 
     def __enter__(self) -> "PullConsumer":
         return self

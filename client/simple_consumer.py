@@ -24,7 +24,7 @@ import grpc
 
 from client import fork_safety
 from client.ack_batcher import AckBatcher, ack_outcomes
-from client.argument_checks import INT64_MAX, checked_int, held_s
+from client.argument_checks import INT64_MAX, checked_int, checked_timeout_ms, held_s
 from client.callback_future import CallbackFuture
 from client.client_instance import ClientInstance
 from client.errors import MQClientError
@@ -70,7 +70,8 @@ class SimpleConsumer:
         self.group = checked_consumer_group(group)
         self.topic = topic
         self.tags = tags
-        self.client = ClientInstance(namesrv_addr, rpc_timeout_ms / 1000, tls_ca=tls_ca, credentials=credentials)
+        self.client = ClientInstance(namesrv_addr, checked_timeout_ms("rpc_timeout_ms", rpc_timeout_ms), tls_ca=tls_ca,
+                                     credentials=credentials)
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._ack_batchers: dict[str, AckBatcher] = {}

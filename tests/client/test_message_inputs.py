@@ -3,7 +3,7 @@ wrong (it failed deep in a send with a TypeError or an AttributeError)."""
 
 import pytest
 
-from client import Message, MQClientError, Producer
+from client import Admin, KVClient, Message, MQClientError, Producer, PullConsumer, SimpleConsumer
 from client.message_encoding import batch_wire_properties
 from common.message_properties import decode_properties
 from common.message_queue import MessageQueue
@@ -142,3 +142,27 @@ def test_a_batched_kv_get_of_one_string_is_refused():
 
     with KVClient("127.0.0.1:1") as kv, pytest.raises(MQClientError, match="get_batch takes a list of keys"):
         kv.get_batch("gk")
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda: Producer("127.0.0.1:1", send_timeout_ms="3000"), "send_timeout_ms must be a number of milliseconds"),
+    (lambda: Producer("127.0.0.1:1", send_timeout_ms=0), "send_timeout_ms must be a number of milliseconds above 0"),
+    (lambda: Producer("127.0.0.1:1", send_timeout_ms=float("nan")), "not nan"),
+    (lambda: Producer("127.0.0.1:1", send_timeout_ms=-5), "not -5"),
+    (lambda: Admin("127.0.0.1:1", rpc_timeout_ms=0), "rpc_timeout_ms must be a number of milliseconds above 0"),
+    (lambda: PullConsumer("127.0.0.1:1", rpc_timeout_ms=None), "not None"),
+    (lambda: SimpleConsumer("127.0.0.1:1", topic="T", rpc_timeout_ms=True), "not True"),
+    (lambda: KVClient("127.0.0.1:1", retry_timeout_ms=-1), "retry_timeout_ms must be a number of milliseconds >= 0"),
+])
+def test_a_client_made_with_a_timeout_it_cannot_use_is_refused(make, said: str):
+    """0, negative or NaN timeouts were taken and failed every call with DEADLINE_EXCEEDED naming none; a string
+    raised TypeError (the SDK review)."""
+    with pytest.raises(MQClientError) as refused:
+        make()
+    assert said in str(refused.value)
+
+
+def test_timeouts_as_before_are_taken():
+    for client in (Producer("127.0.0.1:1", send_timeout_ms=2500.5), KVClient("127.0.0.1:1", retry_timeout_ms=0),
+                   Admin("127.0.0.1:1", rpc_timeout_ms=1)):
+        client.close()
