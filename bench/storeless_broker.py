@@ -1,6 +1,7 @@
 """``python -m bench.storeless_broker -c broker.conf``: ``broker.main`` with the one step of an SDK send that
-writes removed. A producer's batch is received on the send stream, checked as always (sizes, topic, every
-record's CRC) and answered with offsets; it is neither appended to the commitlog nor dispatched, and is gone.
+writes removed (``MessageStore._append``). A producer's batch is received on the send stream, checked as always
+(sizes, topic, every record's CRC) and answered with offsets; it is neither appended to the commitlog nor
+dispatched, and is gone.
 
 It measures what the store's append costs a send, and bounds what any store could give the SDK's produce here:
 the cluster benchmark's row beside the real broker's (``bench/cluster_bench.py``). Never a broker to use."""
@@ -20,7 +21,7 @@ class _Offsets:
         self.queue_ends: dict[tuple[bytes, int], int] = {}
         self.end = 0
 
-    def assign(self, store: MessageStore, batch: WireBatch, **_: object) -> PutMessageResult:
+    def assign(self, store: MessageStore, batch: WireBatch) -> PutMessageResult:
         key = (batch.topic, batch.queue_id)
         queue_offset = self.queue_ends.get(key, 0)
         self.queue_ends[key] = queue_offset + len(batch.sizes)
@@ -34,5 +35,5 @@ class _Offsets:
 
 if __name__ == "__main__":
     offsets = _Offsets()
-    MessageStore.put_wire_batch = lambda self, batch, **kw: offsets.assign(self, batch, **kw)  # type: ignore[method-assign]
+    MessageStore._append = lambda self, batch, *_, **__: offsets.assign(self, batch)  # type: ignore[method-assign]
     runpy.run_module("broker.main", run_name="__main__")

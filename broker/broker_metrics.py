@@ -56,18 +56,18 @@ class BrokerMetrics:
         for counter in (self.messages_in, self.throughput_in):
             with contextlib.suppress(KeyError):  # (never sent to)
                 counter.remove(topic)
-        for counter in (self.messages_out, self.throughput_out):
-            groups = {sample.labels["consumer_group"] for family in counter.collect() for sample in family.samples
-                      if sample.labels.get("topic") == topic}
-            for group in groups:
-                counter.remove(topic, group)
+        self._forget_out("topic", topic)
 
     def forget_group(self, group: str) -> None:
         """A deleted group's series go, as a deleted topic's do."""
+        self._forget_out("consumer_group", group)
+
+    def _forget_out(self, label: str, value: str) -> None:
+        """The messages-out series whose ``label`` is ``value``."""
         for counter in (self.messages_out, self.throughput_out):
-            topics = {sample.labels["topic"] for family in counter.collect() for sample in family.samples
-                      if sample.labels.get("consumer_group") == group}
-            for topic in topics:
+            series = {(sample.labels["topic"], sample.labels["consumer_group"]) for family in counter.collect()
+                      for sample in family.samples if sample.labels.get(label) == value}
+            for topic, group in series:
                 counter.remove(topic, group)
 
     def pulled(self, topic: str, group: str, messages: int, size: int, elapsed_s: float) -> None:
